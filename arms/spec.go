@@ -1,0 +1,136 @@
+// Package arms reads experiment specs: it decodes the YAML (every error names
+// file:line:col and the field path), validates it, expands factors into arms, refuses
+// confounded arms, and renders each arm's command line and environment.
+package arms
+
+import "time"
+
+// Spec is a decoded, validated experiment spec (version 1). See DESIGN.md for the format.
+type Spec struct {
+	// Path is the file the spec was read from; errors and the store refer to it.
+	Path string
+	// Source is the spec's text as read, kept so that an experiment can be reproduced.
+	Source []byte
+
+	Version   int
+	Name      string
+	Engine    Engine
+	Runtime   Runtime
+	// Arms are the explicit arms, in file order. Empty when the spec uses factors.
+	Arms []ArmSpec
+	// Factors are the varied factors, in file order. Empty when the spec uses explicit arms.
+	Factors []Factor
+	// Design is how factors expand: "full-factorial" (default with factors),
+	// "one-at-a-time", or "explicit" (default with arms).
+	Design    string
+	Workload  Workload
+	Detectors []string
+	Analysis  Analysis
+	// Blocks is how many times every arm is run, each block in a fresh random order (default 1).
+	Blocks   int
+	Timeouts Timeouts
+}
+
+// Engine is what every arm launches, before the arm's own pins.
+type Engine struct {
+	// Preset is sglang, vllm, refserve or custom; it supplies health paths, the port flag
+	// and defaults for command.
+	Preset  string
+	Image   string // docker runtime only
+	Command []string
+	Args    []string
+	Env     map[string]string
+	// Secrets name variables taken from arbiter's own environment at launch; their values
+	// are never stored, logged or printed.
+	Secrets []string
+	Mounts  []string
+	GPUs    int
+}
+
+// Runtime says where arms run.
+type Runtime struct {
+	Kind  string // "process" (default) or "docker"
+	Nodes []Node
+}
+
+// Node is one machine that hosts arms (docker runtime).
+type Node struct {
+	Name string
+	Host string
+	GPUs string // e.g. "0-7"
+}
+
+// Pins are what an arm or a factor level sets on top of the engine's configuration.
+type Pins struct {
+	Env  map[string]string
+	Args []string
+}
+
+// ArmSpec is one explicit arm as written in the spec.
+type ArmSpec struct {
+	Name string
+	Pins Pins
+}
+
+// Factor is a varied factor with its levels, in file order.
+type Factor struct {
+	Name   string
+	Levels []Level
+}
+
+// Level is one level of a factor.
+type Level struct {
+	Name string
+	Pins Pins
+}
+
+// Workload describes the identical, seeded traffic every arm receives.
+type Workload struct {
+	Kind        string // "toolcall-agent"
+	Sessions    int
+	Rounds      int
+	Concurrency int
+	Seed        int64
+	Temperature float64
+	// MaxTokens caps each completion; 0 leaves it to the engine.
+	MaxTokens int
+	// Model is the model name sent in requests; empty asks the engine's /v1/models.
+	Model string
+}
+
+// Analysis says how the verdict is computed.
+type Analysis struct {
+	Unit     string  // "session" (default), "response" or "launch"
+	Alpha    float64 // default 0.05
+	Baseline string  // arm name; default the first arm
+	// Margin is the non-inferiority margin on the rate difference; 0 means none declared.
+	Margin     float64
+	Sequential Sequential
+}
+
+// Sequential configures group-sequential stopping over blocks.
+type Sequential struct {
+	Looks int // 0: a fixed design
+}
+
+// Timeouts bound each phase of an arm's life.
+type Timeouts struct {
+	Startup time.Duration // default 30m
+	Request time.Duration // default 10m
+	Stall   time.Duration // default 120s
+}
+
+// Arm is one expanded arm, ready to launch.
+type Arm struct {
+	Name string
+	// Levels maps factor name to level name for factorial designs; nil for explicit arms.
+	Levels map[string]string
+	// Pins are what this arm sets beyond the engine's common configuration.
+	Pins Pins
+	// Command is the full command line without the port flag, which the runtime adds.
+	Command []string
+	// Env is the full environment the arm sets (engine env then pins), without secrets.
+	Env map[string]string
+	// Secrets are the names of variables copied from arbiter's environment at launch.
+	Secrets []string
+}

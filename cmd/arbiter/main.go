@@ -1,0 +1,140 @@
+// Command arbiter runs controlled A/B experiments on LLM serving engines and judges them.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// Exit codes of the CLI contract (DESIGN.md).
+const (
+	exitOK          = 0
+	exitError       = 1
+	exitUsage       = 2 // bad usage or an invalid spec
+	exitGateFailed  = 3 // the verdict's --fail-on gate failed
+	exitInterrupted = 130
+)
+
+func main() {
+	ctx, stop := signalContext(context.Background())
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// signalContext cancels its context on the first SIGINT or SIGTERM, so a running
+// experiment stops scheduling, tears its arms down and keeps its data; a second signal
+// exits at once with 130.
+func signalContext(parent context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(parent)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-sigs:
+			fmt.Fprintln(os.Stderr, "arbiter: interrupted; stopping arms and keeping data (again to exit now)")
+			cancel()
+		case <-done:
+			return
+		}
+		select {
+		case <-sigs:
+			os.Exit(exitInterrupted)
+		case <-done:
+		}
+	}()
+	return ctx, func() { signal.Stop(sigs); close(done); cancel() }
+}
+
+// globals are the settings every subcommand shares.
+type globals struct {
+	stdout, stderr io.Writer
+	db             string // --db flag; see dbPath
+	json           bool   // --json
+}
+
+// dbPath resolves the database: --db, else $ARBITER_DB, else ./arbiter.db.
+func (g *globals) dbPath() string {
+	if g.db != "" {
+		return g.db
+	}
+	if p := os.Getenv("ARBITER_DB"); p != "" {
+		return p
+	}
+	return "arbiter.db"
+}
+
+// subcommands is filled by the init functions of the cmd_*.go files, one per subcommand.
+var subcommands []func(*globals) *cobra.Command
+
+// exitCodeError carries a specific exit code up to run.
+type exitCodeError struct {
+	code int
+	err  error
+}
+
+func (e *exitCodeError) Error() string { return e.err.Error() }
+func (e *exitCodeError) Unwrap() error { return e.err }
+
+// withCode marks err so that arbiter exits with code.
+func withCode(code int, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &exitCodeError{code: code, err: err}
+}
+
+// run is the whole CLI; main only adds the process around it, so tests call run.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	g := &globals{stdout: stdout, stderr: stderr}
+	root := &cobra.Command{
+		Use:           "arbiter",
+		Short:         "Controlled A/B experiments on LLM serving engines",
+		Long:          "arbiter launches the same engine with different pinned flags (the arms), drives an identical seeded workload against every arm, labels every response, stores everything in SQLite and writes a statistically honest verdict.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.PersistentFlags().StringVar(&g.db, "db", "", "results database (default $ARBITER_DB, else ./arbiter.db)")
+	root.PersistentFlags().BoolVar(&g.json, "json", false, "print results as JSON")
+	for _, newCmd := range subcommands {
+		root.AddCommand(newCmd(g))
+	}
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintln(stderr, "arbiter:", err)
+	var ce *exitCodeError
+	switch {
+	case errors.As(err, &ce):
+		return ce.code
+	case ctx.Err() != nil:
+		return exitInterrupted
+	case isUsageError(err):
+		return exitUsage
+	}
+	return exitError
+}
+
+// isUsageError reports whether cobra rejected the command line itself.
+func isUsageError(err error) bool {
+	var fe *flagError
+	return errors.As(err, &fe)
+}
+
+// flagError wraps cobra's flag parsing errors so they map to exit code 2.
+type flagError struct{ err error }
+
+func (e *flagError) Error() string { return e.err.Error() }
+func (e *flagError) Unwrap() error { return e.err }

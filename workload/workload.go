@@ -1,0 +1,80 @@
+// Package workload generates the identical, seeded traffic that every arm of an
+// experiment receives, drives it through an OpenAI-compatible streaming client, and
+// reports every turn with its timings and raw bytes.
+package workload
+
+import (
+	"time"
+
+	"github.com/arbiterlab/arbiter/openai"
+)
+
+// Config is the shape of one workload run against one arm. The zero value of each
+// optional field is a documented default.
+type Config struct {
+	Kind        string // "toolcall-agent" (default)
+	Sessions    int
+	Rounds      int
+	Concurrency int
+	Seed        int64
+	Temperature float64
+	MaxTokens   int    // 0: left to the engine
+	Model       string // empty: the first model the engine lists at /v1/models
+	// RequestTimeout bounds one request end to end (default 10m).
+	RequestTimeout time.Duration
+	// StallTimeout bounds the silence between two stream events (default 120s).
+	StallTimeout time.Duration
+	// SessionOffset shifts session indices (and their seeds' derivation), so that the
+	// blocks of a sequential experiment draw fresh sessions: block k runs sessions
+	// [k*Sessions, (k+1)*Sessions). Sessions with the same index are identical in every arm.
+	SessionOffset int
+}
+
+// Turn is one request and its response within a session.
+type Turn struct {
+	Session int // session index, SessionOffset included
+	Index   int // turn index within the session, from 0
+	Round   int // user round the turn belongs to, from 0
+	Started time.Time
+	// Request is the JSON body sent.
+	Request []byte
+	// Tools are the tools the request offered (for schema checks).
+	Tools []openai.Tool
+	// StatusCode is the HTTP status; 0 when no response arrived.
+	StatusCode int
+	// Response is the assembled completion (from the SSE chunks when streaming).
+	Response openai.ChatCompletion
+	// Raw is the response body exactly as received (SSE events when streaming).
+	Raw              []byte
+	TTFT             time.Duration // to the first content or tool-call byte; 0 if none
+	Latency          time.Duration // end to end
+	PromptTokens     int
+	CompletionTokens int
+	FinishReason     string
+	// Err says what went wrong at the transport or protocol level; empty when the
+	// request completed (whatever its content).
+	Err string
+}
+
+// Session states reported in SessionResult.Status.
+const (
+	SessionOK      = "ok"      // every round completed
+	SessionError   = "error"   // a request failed (HTTP error, broken stream)
+	SessionTimeout = "timeout" // a request ran past RequestTimeout or stalled
+	SessionAborted = "aborted" // the run was cancelled before the session finished
+)
+
+// SessionResult closes one session.
+type SessionResult struct {
+	Session int
+	Status  string
+	Turns   int
+	Err     string
+}
+
+// Recorder receives the workload's output as it happens. Calls may come from many
+// goroutines at once; a Turn always arrives before its session's SessionResult.
+type Recorder interface {
+	Turn(Turn)
+	SessionDone(SessionResult)
+}
