@@ -1,0 +1,215 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/jmoiron/sqlx"
+)
+
+// ExperimentRow is an experiment as stored.
+type ExperimentRow struct {
+	ID         int64          `db:"id"`
+	Name       string         `db:"name"`
+	SpecPath   string         `db:"spec_path"`
+	Spec       string         `db:"spec"`
+	Status     string         `db:"status"`
+	Seed       int64          `db:"seed"`
+	Unit       string         `db:"unit"`
+	Alpha      float64        `db:"alpha"`
+	Baseline   string         `db:"baseline"`
+	Version    string         `db:"arbiter_version"`
+	Host       string         `db:"host"`
+	CreatedAt  string         `db:"created_at"`
+	FinishedAt sql.NullString `db:"finished_at"`
+	Error      sql.NullString `db:"error"`
+}
+
+// FindExperiment resolves what a user typed: an id, or a name (the newest experiment of
+// that name). It wraps ErrNotFound when nothing matches.
+func FindExperiment(ctx context.Context, db *sqlx.DB, ref string) (ExperimentRow, error) {
+	var e ExperimentRow
+	var err error
+	if id, convErr := strconv.ParseInt(ref, 10, 64); convErr == nil {
+		err = db.GetContext(ctx, &e, `SELECT * FROM experiments WHERE id = ?`, id)
+	} else {
+		err = db.GetContext(ctx, &e, `SELECT * FROM experiments WHERE name = ? ORDER BY id DESC LIMIT 1`, ref)
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return e, fmt.Errorf("experiment %q: %w", ref, ErrNotFound)
+	}
+	if err != nil {
+		return e, fmt.Errorf("experiment %q: %w", ref, err)
+	}
+	return e, nil
+}
+
+// LatestExperiment is the newest experiment in the database.
+func LatestExperiment(ctx context.Context, db *sqlx.DB) (ExperimentRow, error) {
+	var e ExperimentRow
+	err := db.GetContext(ctx, &e, `SELECT * FROM experiments ORDER BY id DESC LIMIT 1`)
+	if errors.Is(err, sql.ErrNoRows) {
+		return e, fmt.Errorf("no experiments: %w", ErrNotFound)
+	}
+	return e, err
+}
+
+// ExperimentSummary is one line of `arbiter ls`.
+type ExperimentSummary struct {
+	ID        int64          `db:"id" json:"id"`
+	Name      string         `db:"name" json:"name"`
+	Status    string         `db:"status" json:"status"`
+	CreatedAt string         `db:"created_at" json:"created_at"`
+	Finished  sql.NullString `db:"finished_at" json:"-"`
+	Arms      int            `db:"arms" json:"arms"`
+	Sessions  int            `db:"sessions" json:"sessions"`
+	Corrupted int            `db:"corrupted" json:"corrupted_sessions"`
+}
+
+// ListExperiments lists every experiment, newest first.
+func ListExperiments(ctx context.Context, db *sqlx.DB) ([]ExperimentSummary, error) {
+	var out []ExperimentSummary
+	err := db.SelectContext(ctx, &out, `SELECT e.id, e.name, e.status, e.created_at, e.finished_at,
+		(SELECT count(*) FROM arms a WHERE a.experiment_id = e.id) AS arms,
+		(SELECT count(*) FROM sessions s WHERE s.experiment_id = e.id) AS sessions,
+		(SELECT coalesce(sum(s.corrupted), 0) FROM sessions s WHERE s.experiment_id = e.id) AS corrupted
+		FROM experiments e ORDER BY e.id DESC`)
+	return out, err
+}
+
+// ArmRow is an arm as stored.
+type ArmRow struct {
+	ID           int64          `db:"id"`
+	ExperimentID int64          `db:"experiment_id"`
+	Name         string         `db:"name"`
+	Position     int            `db:"position"`
+	Pins         string         `db:"pins"`
+	Levels       sql.NullString `db:"levels"`
+	Command      string         `db:"command"`
+	Env          string         `db:"env"`
+}
+
+// Arms lists an experiment's arms in spec order.
+func Arms(ctx context.Context, db *sqlx.DB, experimentID int64) ([]ArmRow, error) {
+	var out []ArmRow
+	err := db.SelectContext(ctx, &out, `SELECT * FROM arms WHERE experiment_id = ? ORDER BY position`, experimentID)
+	return out, err
+}
+
+// RunRow is a run as stored.
+type RunRow struct {
+	ID           int64          `db:"id"`
+	ExperimentID int64          `db:"experiment_id"`
+	ArmID        int64          `db:"arm_id"`
+	Block        int            `db:"block"`
+	Runtime      string         `db:"runtime"`
+	Node         string         `db:"node"`
+	GPUs         string         `db:"gpus"`
+	Endpoint     string         `db:"endpoint"`
+	LogPath      string         `db:"log_path"`
+	Status       string         `db:"status"`
+	StartedAt    string         `db:"started_at"`
+	ReadyAt      sql.NullString `db:"ready_at"`
+	EndedAt      sql.NullString `db:"ended_at"`
+	ExitCode     sql.NullInt64  `db:"exit_code"`
+	Error        sql.NullString `db:"error"`
+	LogTail      sql.NullString `db:"log_tail"`
+	ServerInfo   sql.NullString `db:"server_info"`
+}
+
+// Runs lists an experiment's runs in launch order.
+func Runs(ctx context.Context, db *sqlx.DB, experimentID int64) ([]RunRow, error) {
+	var out []RunRow
+	err := db.SelectContext(ctx, &out, `SELECT * FROM runs WHERE experiment_id = ? ORDER BY id`, experimentID)
+	return out, err
+}
+
+// SessionOutcome is one session's result with the turn counts the analyses need.
+type SessionOutcome struct {
+	ArmID              int64         `db:"arm_id"`
+	RunID              int64         `db:"run_id"`
+	Block              int           `db:"block"`
+	Index              int           `db:"session_index"`
+	Status             string        `db:"status"`
+	Turns              int           `db:"turns"`
+	Corrupted          bool          `db:"corrupted"`
+	FirstCorruptedTurn sql.NullInt64 `db:"first_corrupted_turn"`
+	CorruptedTurns     int           `db:"corrupted_turns"`
+	Node               string        `db:"node"`
+}
+
+// Sessions lists every session of an experiment with its corrupted-turn count.
+func Sessions(ctx context.Context, db *sqlx.DB, experimentID int64) ([]SessionOutcome, error) {
+	var out []SessionOutcome
+	err := db.SelectContext(ctx, &out, `SELECT s.arm_id, s.run_id, s.block, s.session_index, s.status, s.turns,
+		s.corrupted, s.first_corrupted_turn, r.node,
+		(SELECT count(*) FROM turns t WHERE t.run_id = s.run_id AND t.session_index = s.session_index AND t.corrupted = 1) AS corrupted_turns
+		FROM sessions s JOIN runs r ON r.id = s.run_id
+		WHERE s.experiment_id = ? ORDER BY s.arm_id, s.block, s.session_index`, experimentID)
+	return out, err
+}
+
+// RoundCount counts, per arm and round, the sessions that reached the round and those
+// whose turns in it were corrupted.
+type RoundCount struct {
+	ArmID     int64 `db:"arm_id"`
+	Round     int   `db:"round"`
+	Sessions  int   `db:"sessions"`
+	Corrupted int   `db:"corrupted"`
+	Turns     int   `db:"turns"`
+}
+
+// RoundCounts gives corruption by round.
+func RoundCounts(ctx context.Context, db *sqlx.DB, experimentID int64) ([]RoundCount, error) {
+	var out []RoundCount
+	err := db.SelectContext(ctx, &out, `SELECT arm_id, round, count(*) AS sessions, sum(c) AS corrupted, sum(n) AS turns FROM (
+			SELECT arm_id, run_id, session_index, round, max(corrupted) AS c, count(*) AS n
+			FROM turns WHERE experiment_id = ? GROUP BY arm_id, run_id, session_index, round)
+		GROUP BY arm_id, round ORDER BY arm_id, round`, experimentID)
+	return out, err
+}
+
+// DetectorCount counts, per arm and detector, the corrupted turns and the sessions with at
+// least one.
+type DetectorCount struct {
+	ArmID     int64  `db:"arm_id"`
+	Detector  string `db:"detector"`
+	Turns     int    `db:"turns"`
+	Sessions  int    `db:"sessions"`
+	Example   string `db:"example"`
+	Evaluated int    `db:"evaluated"`
+}
+
+// DetectorCounts gives corruption by detector, with one example reason each.
+func DetectorCounts(ctx context.Context, db *sqlx.DB, experimentID int64) ([]DetectorCount, error) {
+	var out []DetectorCount
+	err := db.SelectContext(ctx, &out, `SELECT t.arm_id, l.detector,
+			sum(l.corrupted) AS turns,
+			count(DISTINCT CASE WHEN l.corrupted = 1 THEN l.run_id || ':' || l.session_index END) AS sessions,
+			coalesce(max(CASE WHEN l.corrupted = 1 THEN l.reason END), '') AS example,
+			count(*) AS evaluated
+		FROM labels l JOIN turns t ON t.run_id = l.run_id AND t.session_index = l.session_index AND t.turn_index = l.turn_index
+		WHERE l.experiment_id = ? GROUP BY t.arm_id, l.detector ORDER BY t.arm_id, l.detector`, experimentID)
+	return out, err
+}
+
+// TurnTiming is the timing of one completed turn.
+type TurnTiming struct {
+	ArmID            int64   `db:"arm_id"`
+	TTFT             float64 `db:"ttft_ms"`
+	Latency          float64 `db:"latency_ms"`
+	CompletionTokens int     `db:"completion_tokens"`
+	StatusCode       int     `db:"status_code"`
+	Failed           bool    `db:"failed"`
+}
+
+// TurnTimings lists every turn's timing.
+func TurnTimings(ctx context.Context, db *sqlx.DB, experimentID int64) ([]TurnTiming, error) {
+	var out []TurnTiming
+	err := db.SelectContext(ctx, &out, `SELECT arm_id, ttft_ms, latency_ms, completion_tokens, status_code,
+		(error IS NOT NULL) AS failed FROM turns WHERE experiment_id = ? ORDER BY arm_id, started_at`, experimentID)
+	return out, err
+}

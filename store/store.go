@@ -1,0 +1,299 @@
+// Package store keeps everything an experiment produces in one SQLite file: experiments,
+// arms, runs, sessions, turns with their raw responses, and detector labels. Migrations are
+// embedded SQL tracked by PRAGMA user_version; the database runs in WAL mode with one
+// batched writer; readers open it read-only. Every text that reaches the file passes
+// through the store's redactor first.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	_ "github.com/mattn/go-sqlite3" // the database/sql driver "sqlite3"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Options configure a writable store. The zero value is valid.
+type Options struct {
+	// Redact rewrites every text before it is written (secret values → "[redacted]").
+	// Nil writes texts unchanged.
+	Redact func(string) string
+}
+
+// Store is a writable results database.
+type Store struct {
+	db     *sqlx.DB
+	path   string
+	redact func(string) string
+}
+
+// Open opens (creating if needed) the database at path, applies pending migrations and
+// switches it to WAL.
+func Open(path string, opts Options) (*Store, error) {
+	dsn := "file:" + escapePath(path) + "?_busy_timeout=10000&_foreign_keys=on&_journal_mode=WAL&_synchronous=NORMAL"
+	db, err := sqlx.Open("sqlite3", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	// One connection: SQLite serialises writers anyway, and a single connection keeps
+	// PRAGMA state and avoids SQLITE_BUSY between our own goroutines.
+	db.SetMaxOpenConns(1)
+	if err := db.Ping(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	if err := migrate(db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("migrate %s: %w", path, err)
+	}
+	redact := opts.Redact
+	if redact == nil {
+		redact = func(s string) string { return s }
+	}
+	return &Store{db: db, path: path, redact: redact}, nil
+}
+
+// OpenReadOnly opens an existing database for reading only: the connection is opened with
+// mode=ro and query_only, so no statement through it can change the file.
+func OpenReadOnly(path string) (*sqlx.DB, error) {
+	dsn := "file:" + escapePath(path) + "?mode=ro&_busy_timeout=10000&_query_only=1"
+	db, err := sqlx.Open("sqlite3", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	if err := db.Ping(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open %s read-only: %w", path, err)
+	}
+	var v int
+	if err := db.Get(&v, "PRAGMA user_version"); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	if v == 0 {
+		db.Close()
+		return nil, fmt.Errorf("open %s: not an arbiter database (run an experiment first)", path)
+	}
+	if v > SchemaVersion {
+		db.Close()
+		return nil, fmt.Errorf("open %s: schema version %d is newer than this arbiter's %d", path, v, SchemaVersion)
+	}
+	return db, nil
+}
+
+func escapePath(p string) string {
+	return (&url.URL{Path: p}).EscapedPath()
+}
+
+// SchemaVersion is the schema version this build writes.
+var SchemaVersion = func() int {
+	ms, err := migrations()
+	if err != nil {
+		panic(err)
+	}
+	return len(ms)
+}()
+
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+func migrations() ([]migration, error) {
+	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(names)
+	var ms []migration
+	for i, n := range names {
+		base := path.Base(n)
+		v, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
+		if err != nil || v != i+1 {
+			return nil, fmt.Errorf("migration %s: want version %d as its prefix", base, i+1)
+		}
+		b, err := migrationFiles.ReadFile(n)
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, migration{version: v, name: base, sql: string(b)})
+	}
+	return ms, nil
+}
+
+func migrate(db *sqlx.DB) error {
+	ms, err := migrations()
+	if err != nil {
+		return err
+	}
+	var current int
+	if err := db.Get(&current, "PRAGMA user_version"); err != nil {
+		return err
+	}
+	if current > len(ms) {
+		return fmt.Errorf("schema version %d is newer than this arbiter's %d", current, len(ms))
+	}
+	for _, m := range ms[current:] {
+		tx, err := db.Beginx()
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(m.sql); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("%s: %w", m.name, err)
+		}
+		// PRAGMA does not take parameters; the version is our own integer.
+		if _, err := tx.Exec(fmt.Sprintf("PRAGMA user_version = %d", m.version)); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("%s: %w", m.name, err)
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("%s: %w", m.name, err)
+		}
+	}
+	return nil
+}
+
+// Path is the database file.
+func (s *Store) Path() string { return s.path }
+
+// DB gives direct access for reads in tests and tools; writes go through the methods.
+func (s *Store) DB() *sqlx.DB { return s.db }
+
+// Close flushes and closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Timestamp formats t the way the store keeps times.
+func Timestamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+func nullTime(t time.Time) sql.NullString {
+	if t.IsZero() {
+		return sql.NullString{}
+	}
+	return sql.NullString{String: Timestamp(t), Valid: true}
+}
+
+func (s *Store) nullText(v string) sql.NullString {
+	if v == "" {
+		return sql.NullString{}
+	}
+	return sql.NullString{String: s.redact(v), Valid: true}
+}
+
+// Experiment is one row of experiments as the orchestrator creates it.
+type Experiment struct {
+	Name, SpecPath, Spec string
+	Seed                 int64
+	Unit                 string
+	Alpha                float64
+	Baseline             string
+	Version, Host        string
+	Created              time.Time
+}
+
+// CreateExperiment records a new experiment in state "running" and returns its id.
+func (s *Store) CreateExperiment(ctx context.Context, e Experiment) (int64, error) {
+	res, err := s.db.ExecContext(ctx, `INSERT INTO experiments
+		(name, spec_path, spec, status, seed, unit, alpha, baseline, arbiter_version, host, created_at)
+		VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)`,
+		e.Name, s.redact(e.SpecPath), s.redact(e.Spec), e.Seed, e.Unit, e.Alpha, e.Baseline,
+		e.Version, s.redact(e.Host), Timestamp(e.Created))
+	if err != nil {
+		return 0, fmt.Errorf("create experiment: %w", err)
+	}
+	return res.LastInsertId()
+}
+
+// FinishExperiment sets an experiment's final status (done, interrupted, failed).
+func (s *Store) FinishExperiment(ctx context.Context, id int64, status, errText string, at time.Time) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE experiments SET status = ?, finished_at = ?, error = ? WHERE id = ?`,
+		status, Timestamp(at), s.nullText(errText), id)
+	if err != nil {
+		return fmt.Errorf("finish experiment %d: %w", id, err)
+	}
+	return nil
+}
+
+// Arm is one row of arms. Pins, Levels, Command and Env are JSON texts.
+type Arm struct {
+	ExperimentID int64
+	Name         string
+	Position     int
+	Pins         string
+	Levels       string // empty for explicit arms
+	Command      string
+	Env          string
+}
+
+// AddArm records an arm and returns its id.
+func (s *Store) AddArm(ctx context.Context, a Arm) (int64, error) {
+	res, err := s.db.ExecContext(ctx, `INSERT INTO arms (experiment_id, name, position, pins, levels, command, env)
+		VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		a.ExperimentID, a.Name, a.Position, s.redact(a.Pins), s.nullText(a.Levels), s.redact(a.Command), s.redact(a.Env))
+	if err != nil {
+		return 0, fmt.Errorf("add arm %s: %w", a.Name, err)
+	}
+	return res.LastInsertId()
+}
+
+// Run is one launch of one arm. The orchestrator creates it when the launch starts and
+// updates it as the launch progresses.
+type Run struct {
+	ID                  int64
+	ExperimentID, ArmID int64
+	Block               int
+	Runtime, Node, GPUs string
+	Endpoint, LogPath   string
+	Status              string
+	Started, Ready      time.Time
+	Ended               time.Time
+	ExitCode            *int
+	Error, LogTail      string
+	ServerInfo          string
+}
+
+// StartRun records a launch and returns its id.
+func (s *Store) StartRun(ctx context.Context, r Run) (int64, error) {
+	res, err := s.db.ExecContext(ctx, `INSERT INTO runs
+		(experiment_id, arm_id, block, runtime, node, gpus, endpoint, log_path, status, started_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		r.ExperimentID, r.ArmID, r.Block, r.Runtime, r.Node, r.GPUs, r.Endpoint, s.redact(r.LogPath), r.Status, Timestamp(r.Started))
+	if err != nil {
+		return 0, fmt.Errorf("start run: %w", err)
+	}
+	return res.LastInsertId()
+}
+
+// UpdateRun writes a run's progress: endpoint, status, times, exit, error, log tail and
+// server info. Zero fields are written as NULL or empty.
+func (s *Store) UpdateRun(ctx context.Context, r Run) error {
+	var exit sql.NullInt64
+	if r.ExitCode != nil {
+		exit = sql.NullInt64{Int64: int64(*r.ExitCode), Valid: true}
+	}
+	_, err := s.db.ExecContext(ctx, `UPDATE runs SET endpoint = ?, log_path = ?, status = ?, ready_at = ?, ended_at = ?,
+		exit_code = ?, error = ?, log_tail = ?, server_info = ? WHERE id = ?`,
+		r.Endpoint, s.redact(r.LogPath), r.Status, nullTime(r.Ready), nullTime(r.Ended), exit,
+		s.nullText(r.Error), s.nullText(r.LogTail), s.nullText(r.ServerInfo), r.ID)
+	if err != nil {
+		return fmt.Errorf("update run %d: %w", r.ID, err)
+	}
+	return nil
+}
+
+// ErrNotFound is returned when an experiment named on the command line does not exist.
+var ErrNotFound = errors.New("not found")

@@ -1,0 +1,285 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func newStore(t *testing.T, opts Options) *Store {
+	t.Helper()
+	s, err := Open(filepath.Join(t.TempDir(), "arbiter.db"), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func seedExperiment(t *testing.T, s *Store) (exp, arm, run int64) {
+	t.Helper()
+	ctx := context.Background()
+	exp, err := s.CreateExperiment(ctx, Experiment{Name: "e", SpecPath: "spec.yaml", Spec: "version: 1", Seed: 42,
+		Unit: "session", Alpha: 0.05, Baseline: "control", Version: "test", Host: "h", Created: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	arm, err = s.AddArm(ctx, Arm{ExperimentID: exp, Name: "control", Pins: "{}", Command: "[]", Env: "{}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err = s.StartRun(ctx, Run{ExperimentID: exp, ArmID: arm, Runtime: "process", Status: "starting", Started: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exp, arm, run
+}
+
+func TestMigrationsSetUserVersionAndReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v int
+	if err := s.DB().Get(&v, "PRAGMA user_version"); err != nil {
+		t.Fatal(err)
+	}
+	if v != SchemaVersion || v < 1 {
+		t.Fatalf("user_version = %d, want %d", v, SchemaVersion)
+	}
+	var mode string
+	if err := s.DB().Get(&mode, "PRAGMA journal_mode"); err != nil {
+		t.Fatal(err)
+	}
+	if mode != "wal" {
+		t.Errorf("journal_mode = %q, want wal", mode)
+	}
+	s.Close()
+	// Reopening must not re-run migrations (which would fail on existing tables).
+	s2, err := Open(path, Options{})
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	s2.Close()
+}
+
+func TestOpenRefusesNewerSchema(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DB().Exec(fmt.Sprintf("PRAGMA user_version = %d", SchemaVersion+1)); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if _, err := Open(path, Options{}); err == nil || !strings.Contains(err.Error(), "newer") {
+		t.Fatalf("Open on a newer schema: err = %v", err)
+	}
+}
+
+func TestWriterWritesTurnsLabelsAndSessionsConcurrently(t *testing.T) {
+	s := newStore(t, Options{})
+	exp, arm, run := seedExperiment(t, s)
+	w := s.NewWriter(WriterOptions{MaxBatch: 7})
+	var wg sync.WaitGroup
+	const sessions, turns = 20, 5
+	for i := 0; i < sessions; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			for j := 0; j < turns; j++ {
+				w.Turn(Turn{ExperimentID: exp, RunID: run, ArmID: arm, Session: i, Index: j, Round: j / 2,
+					Started: time.Now(), StatusCode: 200, FinishReason: "stop", Content: "hi", Request: "{}",
+					Response: "{}", Raw: "data: [DONE]", Corrupted: i%4 == 0 && j == 3,
+					Labels: []Label{{Detector: "dsml-leak", Corrupted: i%4 == 0 && j == 3, Reason: "x"}}})
+			}
+			w.Session(Session{ExperimentID: exp, RunID: run, ArmID: arm, Index: i, Status: "ok", Turns: turns, Corrupted: i%4 == 0})
+		}(i)
+	}
+	wg.Wait()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	s.DB().Get(&n, "SELECT count(*) FROM turns")
+	if n != sessions*turns {
+		t.Errorf("turns = %d, want %d", n, sessions*turns)
+	}
+	s.DB().Get(&n, "SELECT count(*) FROM labels WHERE corrupted = 1")
+	if n != sessions/4 {
+		t.Errorf("corrupted labels = %d, want %d", n, sessions/4)
+	}
+	outs, err := Sessions(context.Background(), s.DB(), exp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	corrupted := 0
+	for _, o := range outs {
+		if o.Corrupted {
+			corrupted++
+			if o.CorruptedTurns != 1 {
+				t.Errorf("session %d: corrupted turns = %d, want 1", o.Index, o.CorruptedTurns)
+			}
+		}
+	}
+	if len(outs) != sessions || corrupted != sessions/4 {
+		t.Errorf("sessions = %d (corrupted %d), want %d (%d)", len(outs), corrupted, sessions, sessions/4)
+	}
+}
+
+func TestWriterReplaysWithoutDuplicates(t *testing.T) {
+	s := newStore(t, Options{})
+	exp, arm, run := seedExperiment(t, s)
+	for pass := 0; pass < 2; pass++ {
+		w := s.NewWriter(WriterOptions{})
+		for j := 0; j < 3; j++ {
+			w.Turn(Turn{ExperimentID: exp, RunID: run, ArmID: arm, Session: 0, Index: j, Started: time.Now(),
+				Content: fmt.Sprint("pass", pass), Request: "{}", Response: "{}", Labels: []Label{{Detector: "d"}}})
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var n int
+	s.DB().Get(&n, "SELECT count(*) FROM turns")
+	if n != 3 {
+		t.Fatalf("turns after replay = %d, want 3", n)
+	}
+	var content string
+	s.DB().Get(&content, "SELECT content FROM turns WHERE turn_index = 0")
+	if content != "pass1" {
+		t.Errorf("content = %q, want the replayed row", content)
+	}
+}
+
+func TestFlushMakesRowsVisibleToReaders(t *testing.T) {
+	s := newStore(t, Options{})
+	exp, arm, run := seedExperiment(t, s)
+	w := s.NewWriter(WriterOptions{Interval: time.Hour})
+	defer w.Close()
+	w.Turn(Turn{ExperimentID: exp, RunID: run, ArmID: arm, Started: time.Now(), Request: "{}", Response: "{}"})
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	ro, err := OpenReadOnly(s.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	var n int
+	if err := ro.Get(&n, "SELECT count(*) FROM turns"); err != nil || n != 1 {
+		t.Fatalf("reader sees %d turns (err %v), want 1", n, err)
+	}
+}
+
+func TestReadOnlyRefusesWrites(t *testing.T) {
+	s := newStore(t, Options{})
+	seedExperiment(t, s)
+	ro, err := OpenReadOnly(s.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	if _, err := ro.Exec("DELETE FROM experiments"); err == nil {
+		t.Fatal("DELETE through a read-only connection succeeded")
+	}
+	var n int
+	s.DB().Get(&n, "SELECT count(*) FROM experiments")
+	if n != 1 {
+		t.Fatalf("experiments = %d after refused DELETE, want 1", n)
+	}
+}
+
+func TestOpenReadOnlyOnMissingOrForeignFile(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := OpenReadOnly(filepath.Join(dir, "missing.db")); err == nil {
+		t.Error("OpenReadOnly on a missing file succeeded")
+	}
+	empty := filepath.Join(dir, "empty.db")
+	os.WriteFile(empty, nil, 0o644)
+	if _, err := OpenReadOnly(empty); err == nil || !strings.Contains(err.Error(), "not an arbiter database") {
+		t.Errorf("OpenReadOnly on an empty file: %v", err)
+	}
+}
+
+func TestRedactionReachesNoByteOfTheFile(t *testing.T) {
+	const secret = "hf_SuperSecretToken123"
+	dir := t.TempDir()
+	path := filepath.Join(dir, "a.db")
+	s, err := Open(path, Options{Redact: func(v string) string { return strings.ReplaceAll(v, secret, "[redacted]") }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	exp, err := s.CreateExperiment(ctx, Experiment{Name: "e", SpecPath: "x", Spec: "token: " + secret, Created: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	arm, _ := s.AddArm(ctx, Arm{ExperimentID: exp, Name: "a", Pins: "{}", Command: `["serve","--token",` + `"` + secret + `"]`, Env: "{}"})
+	run, _ := s.StartRun(ctx, Run{ExperimentID: exp, ArmID: arm, Status: "starting", Started: time.Now()})
+	s.UpdateRun(ctx, Run{ID: run, Status: "crashed", Error: "exit: " + secret, LogTail: secret, ServerInfo: `{"t":"` + secret + `"}`})
+	w := s.NewWriter(WriterOptions{})
+	w.Turn(Turn{ExperimentID: exp, RunID: run, ArmID: arm, Started: time.Now(), Content: secret, Request: secret,
+		Response: secret, Raw: secret, Error: secret, Labels: []Label{{Detector: "d", Reason: secret}}})
+	w.Close()
+	s.FinishExperiment(ctx, exp, "failed", secret, time.Now())
+	s.Close()
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(b, []byte(secret)) {
+			t.Errorf("%s contains the secret", e.Name())
+		}
+	}
+}
+
+func TestFindExperimentByIDAndName(t *testing.T) {
+	s := newStore(t, Options{})
+	ctx := context.Background()
+	first, _ := s.CreateExperiment(ctx, Experiment{Name: "same", Created: time.Now()})
+	second, _ := s.CreateExperiment(ctx, Experiment{Name: "same", Created: time.Now()})
+	e, err := FindExperiment(ctx, s.DB(), fmt.Sprint(first))
+	if err != nil || e.ID != first {
+		t.Fatalf("by id: %v %v", e.ID, err)
+	}
+	e, err = FindExperiment(ctx, s.DB(), "same")
+	if err != nil || e.ID != second {
+		t.Fatalf("by name: got %d (%v), want newest %d", e.ID, err, second)
+	}
+	if _, err := FindExperiment(ctx, s.DB(), "nope"); err == nil {
+		t.Fatal("unknown name found")
+	}
+}
+
+func BenchmarkWriterTurns(b *testing.B) {
+	s, err := Open(filepath.Join(b.TempDir(), "a.db"), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	exp, _ := s.CreateExperiment(ctx, Experiment{Name: "b", Created: time.Now()})
+	arm, _ := s.AddArm(ctx, Arm{ExperimentID: exp, Name: "a", Pins: "{}", Command: "[]", Env: "{}"})
+	run, _ := s.StartRun(ctx, Run{ExperimentID: exp, ArmID: arm, Status: "ready", Started: time.Now()})
+	raw := strings.Repeat("data: {\"choices\":[{\"delta\":{\"content\":\"tok\"}}]}\n\n", 60)
+	w := s.NewWriter(WriterOptions{})
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		w.Turn(Turn{ExperimentID: exp, RunID: run, ArmID: arm, Session: i / 8, Index: i % 8, Started: time.Now(),
+			Content: "answer", Request: "{}", Response: "{}", Raw: raw, Labels: []Label{{Detector: "dsml-leak"}}})
+	}
+	if err := w.Close(); err != nil {
+		b.Fatal(err)
+	}
+}

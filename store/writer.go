@@ -1,0 +1,234 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Turn is one row of turns with its labels.
+type Turn struct {
+	ExperimentID, RunID, ArmID int64
+	Session, Index, Round      int
+	Started                    time.Time
+	StatusCode                 int
+	FinishReason               string
+	TTFT, Latency              time.Duration
+	PromptTokens               int
+	CompletionTokens           int
+	Content                    string
+	ToolCalls                  string // JSON array; empty when none
+	Corrupted                  bool
+	Error                      string
+	Request, Response          string // JSON
+	Tools                      string // JSON array; empty when unknown
+	Raw                        string
+	Labels                     []Label
+}
+
+// Label is one detector's judgement of one turn.
+type Label struct {
+	Detector  string
+	Corrupted bool
+	Reason    string
+}
+
+// Session is one row of sessions, written when the session ends.
+type Session struct {
+	ExperimentID, RunID, ArmID int64
+	Index, Block               int
+	Status                     string
+	Turns                      int
+	Corrupted                  bool
+	FirstCorruptedTurn         *int
+	Error                      string
+}
+
+// WriterOptions tune batching. The zero value is valid.
+type WriterOptions struct {
+	// MaxBatch is the most rows written in one transaction (default 256).
+	MaxBatch int
+	// Interval is the longest a row waits before it is written (default 200ms), which bounds
+	// what a killed orchestrator can lose.
+	Interval time.Duration
+}
+
+// Writer is the store's one writer goroutine: rows sent to it are written in batched
+// transactions. Its methods are safe for concurrent use.
+type Writer struct {
+	s     *Store
+	items chan any
+	done  chan struct{}
+	opts  WriterOptions
+
+	// sendMu is held for reading while a row is handed over and for writing by Close, so
+	// that no send races the channel's close.
+	sendMu sync.RWMutex
+	closed bool
+
+	errMu sync.Mutex
+	err   error // first write error; later rows are still attempted
+}
+
+// NewWriter starts the writer goroutine. Close it to flush.
+func (s *Store) NewWriter(opts WriterOptions) *Writer {
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 256
+	}
+	if opts.Interval <= 0 {
+		opts.Interval = 200 * time.Millisecond
+	}
+	w := &Writer{s: s, items: make(chan any, 4*opts.MaxBatch), done: make(chan struct{}), opts: opts}
+	go w.loop()
+	return w
+}
+
+// Turn queues a turn and its labels.
+func (w *Writer) Turn(t Turn) { w.send(t) }
+
+// Session queues a finished session.
+func (w *Writer) Session(s Session) { w.send(s) }
+
+func (w *Writer) send(v any) {
+	w.sendMu.RLock()
+	defer w.sendMu.RUnlock()
+	if w.closed {
+		w.setErr(fmt.Errorf("store writer: row after Close"))
+		return
+	}
+	w.items <- v
+}
+
+// Flush waits until every row queued before the call is written.
+func (w *Writer) Flush() error {
+	ack := make(chan struct{})
+	w.sendMu.RLock()
+	if w.closed {
+		w.sendMu.RUnlock()
+		return w.Err()
+	}
+	w.items <- flushRequest{ack}
+	w.sendMu.RUnlock()
+	<-ack
+	return w.Err()
+}
+
+type flushRequest struct{ ack chan struct{} }
+
+// Close writes what is queued, stops the goroutine and returns the first write error.
+func (w *Writer) Close() error {
+	w.sendMu.Lock()
+	if w.closed {
+		w.sendMu.Unlock()
+		return w.Err()
+	}
+	w.closed = true
+	close(w.items)
+	w.sendMu.Unlock()
+	<-w.done
+	return w.Err()
+}
+
+// Err is the first write error so far.
+func (w *Writer) Err() error {
+	w.errMu.Lock()
+	defer w.errMu.Unlock()
+	return w.err
+}
+
+func (w *Writer) setErr(err error) {
+	w.errMu.Lock()
+	if w.err == nil {
+		w.err = err
+	}
+	w.errMu.Unlock()
+}
+
+func (w *Writer) loop() {
+	defer close(w.done)
+	tick := time.NewTicker(w.opts.Interval)
+	defer tick.Stop()
+	var batch []any
+	flush := func() {
+		if len(batch) > 0 {
+			if err := w.write(batch); err != nil {
+				w.setErr(err)
+			}
+			batch = batch[:0]
+		}
+	}
+	for {
+		select {
+		case v, ok := <-w.items:
+			if !ok {
+				flush()
+				return
+			}
+			if f, isFlush := v.(flushRequest); isFlush {
+				flush()
+				close(f.ack)
+				continue
+			}
+			batch = append(batch, v)
+			if len(batch) >= w.opts.MaxBatch {
+				flush()
+			}
+		case <-tick.C:
+			flush()
+		}
+	}
+}
+
+func (w *Writer) write(batch []any) error {
+	s := w.s
+	tx, err := s.db.BeginTxx(context.Background(), nil)
+	if err != nil {
+		return fmt.Errorf("store writer: %w", err)
+	}
+	defer tx.Rollback()
+	for _, v := range batch {
+		switch r := v.(type) {
+		case Turn:
+			// INSERT OR REPLACE keeps a resumed run from duplicating a turn.
+			_, err = tx.Exec(`INSERT OR REPLACE INTO turns
+				(experiment_id, run_id, arm_id, session_index, turn_index, round, started_at, status_code,
+				 finish_reason, ttft_ms, latency_ms, prompt_tokens, completion_tokens, content, tool_calls,
+				 corrupted, error, request, response, tools, raw)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+				r.ExperimentID, r.RunID, r.ArmID, r.Session, r.Index, r.Round, Timestamp(r.Started), r.StatusCode,
+				r.FinishReason, ms(r.TTFT), ms(r.Latency), r.PromptTokens, r.CompletionTokens, s.redact(r.Content),
+				s.nullText(r.ToolCalls), r.Corrupted, s.nullText(r.Error), s.redact(r.Request), s.redact(r.Response),
+				s.nullText(r.Tools), s.redact(r.Raw))
+			if err != nil {
+				return fmt.Errorf("store writer: turn %d/%d of run %d: %w", r.Session, r.Index, r.RunID, err)
+			}
+			for _, l := range r.Labels {
+				_, err = tx.Exec(`INSERT OR REPLACE INTO labels
+					(experiment_id, run_id, session_index, turn_index, detector, corrupted, reason)
+					VALUES (?, ?, ?, ?, ?, ?, ?)`,
+					r.ExperimentID, r.RunID, r.Session, r.Index, l.Detector, l.Corrupted, s.redact(l.Reason))
+				if err != nil {
+					return fmt.Errorf("store writer: label %s of turn %d/%d: %w", l.Detector, r.Session, r.Index, err)
+				}
+			}
+		case Session:
+			_, err = tx.Exec(`INSERT OR REPLACE INTO sessions
+				(experiment_id, run_id, arm_id, session_index, block, status, turns, corrupted, first_corrupted_turn, error)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+				r.ExperimentID, r.RunID, r.ArmID, r.Index, r.Block, r.Status, r.Turns, r.Corrupted,
+				r.FirstCorruptedTurn, s.nullText(r.Error))
+			if err != nil {
+				return fmt.Errorf("store writer: session %d of run %d: %w", r.Index, r.RunID, err)
+			}
+		default:
+			return fmt.Errorf("store writer: unexpected row %T", v)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("store writer: commit: %w", err)
+	}
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
