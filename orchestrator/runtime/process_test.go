@@ -1,0 +1,122 @@
+package runtime
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func shLaunch(t *testing.T, script string, env ...string) Launch {
+	t.Helper()
+	return Launch{Name: "t", Command: []string{"sh", "-c", script, "sh"}, Env: env,
+		LogPath: filepath.Join(t.TempDir(), "logs", "engine.log")}
+}
+
+func TestProcessReportsCrashWithExitCodeAndLogTail(t *testing.T) {
+	l := shLaunch(t, `echo "starting on $2"; echo "fatal: index pool exhausted" >&2; exit 3`)
+	inst, err := Process{}.Start(context.Background(), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-inst.Done()
+	e := inst.Exit()
+	if e.Code != 3 || !e.Crashed() {
+		t.Fatalf("exit = %+v, want code 3, crashed", e)
+	}
+	if !strings.Contains(e.LogTail, "fatal: index pool exhausted") {
+		t.Errorf("log tail %q lacks the engine's last words", e.LogTail)
+	}
+	port := strings.TrimPrefix(inst.Endpoint(), "http://127.0.0.1:")
+	if !strings.Contains(e.LogTail, "starting on "+port) {
+		t.Errorf("engine was not given the endpoint's port %s: %q", port, e.LogTail)
+	}
+	b, _ := os.ReadFile(l.LogPath)
+	if !strings.Contains(string(b), "fatal: index pool exhausted") {
+		t.Errorf("log file lacks stderr: %q", b)
+	}
+}
+
+func TestProcessStopEscalatesToSIGKILL(t *testing.T) {
+	// The engine ignores SIGTERM, as a wedged engine may; it says so once the trap is set
+	// so that the test does not race the shell's start-up.
+	l := shLaunch(t, `trap '' TERM; echo armed; while :; do sleep 1; done`)
+	inst, err := Process{Grace: 200 * time.Millisecond}.Start(context.Background(), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitForLog(t, l.LogPath, "armed", inst)
+	if err := inst.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	e := inst.Exit()
+	if e.Signal != "killed" || e.Crashed() {
+		t.Fatalf("exit = %+v, want killed and stopped", e)
+	}
+}
+
+func TestProcessStopIsGracefulFirst(t *testing.T) {
+	l := shLaunch(t, `trap 'echo bye; exit 0' TERM; echo armed; while :; do sleep 0.05; done`)
+	inst, err := Process{Grace: time.Minute}.Start(context.Background(), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitForLog(t, l.LogPath, "armed", inst)
+	inst.Stop(context.Background())
+	if e := inst.Exit(); e.Code != 0 || e.Signal != "" || !strings.Contains(e.LogTail, "bye") {
+		t.Fatalf("exit = %+v, want a clean exit after SIGTERM", e)
+	}
+}
+
+func TestProcessRedactsLogsAndPassesOnlyGivenEnv(t *testing.T) {
+	t.Setenv("ARBITER_TEST_LEAK", "should-not-pass")
+	const secret = "hf_topsecretvalue42"
+	l := shLaunch(t, `echo "token=$HF_TOKEN leak=$ARBITER_TEST_LEAK pin=$BF16_INDEX_K"`, "HF_TOKEN="+secret, "BF16_INDEX_K=1")
+	l.Redact = func(s string) string { return strings.ReplaceAll(s, secret, "[redacted]") }
+	inst, err := Process{}.Start(context.Background(), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-inst.Done()
+	b, _ := os.ReadFile(l.LogPath)
+	got := string(b)
+	if strings.Contains(got, secret) || strings.Contains(inst.Exit().LogTail, secret) {
+		t.Errorf("secret reached the log: %q", got)
+	}
+	if !strings.Contains(got, "token=[redacted] leak= pin=1") {
+		t.Errorf("log = %q, want redacted token, no leaked variable, the pin", got)
+	}
+}
+
+func TestProcessStartErrors(t *testing.T) {
+	if _, err := (Process{}).Start(context.Background(), Launch{LogPath: "x"}); err == nil {
+		t.Error("empty command started")
+	}
+	l := Launch{Command: []string{"/nonexistent/engine"}, LogPath: filepath.Join(t.TempDir(), "l")}
+	if _, err := (Process{}).Start(context.Background(), l); err == nil || !strings.Contains(err.Error(), "/nonexistent/engine") {
+		t.Errorf("missing binary: err = %v", err)
+	}
+}
+
+// waitForLog waits until the engine's log holds marker, following the file as it grows;
+// it fails the test if the engine exits first.
+func waitForLog(t *testing.T, path, marker string, inst Instance) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if b, _ := os.ReadFile(path); strings.Contains(string(b), marker) {
+			return
+		}
+		select {
+		case <-inst.Done():
+			t.Fatalf("engine exited before logging %q: %+v", marker, inst.Exit())
+		case <-deadline:
+			t.Fatalf("engine never logged %q", marker)
+		case <-tick.C:
+		}
+	}
+}

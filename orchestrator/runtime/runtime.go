@@ -1,0 +1,76 @@
+// Package runtime launches one arm of an experiment: as a local process (this file's
+// sibling process.go) or as a container. The orchestrator talks to a Runtime only.
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Launch is everything a runtime needs to start one arm once.
+type Launch struct {
+	// Name identifies the launch in logs and container names, e.g. "exp3-control-b0".
+	Name string
+	// Command is the engine command line without the port flag.
+	Command []string
+	// Env holds KEY=VALUE pairs the engine gets on top of a minimal base environment;
+	// secrets are already included.
+	Env []string
+	// PortFlag is the flag that sets the engine's listening port (default "--port").
+	PortFlag string
+	// LogPath is the file that receives the engine's stdout and stderr.
+	LogPath string
+	// Redact rewrites every log line before it reaches LogPath or the log tail; nil keeps
+	// lines as they are.
+	Redact func(string) string
+	// GPUs are the devices pinned to this arm ("0-3"); empty for none.
+	GPUs string
+	// Image is the container image (docker runtime).
+	Image string
+}
+
+// Runtime starts engines.
+type Runtime interface {
+	// Start launches the engine and returns once it has been started (not once it is
+	// ready: readiness is the orchestrator's to judge). Cancelling ctx does not stop a
+	// started engine; Instance.Stop does.
+	Start(ctx context.Context, l Launch) (Instance, error)
+}
+
+// Instance is one started engine.
+type Instance interface {
+	// Endpoint is the engine's base URL, e.g. "http://127.0.0.1:40123".
+	Endpoint() string
+	// Done is closed when the engine has exited, for whatever reason.
+	Done() <-chan struct{}
+	// Exit describes how the engine ended; valid once Done is closed.
+	Exit() Exit
+	// Stop asks the engine to exit (SIGTERM), and forces it (SIGKILL) after the grace
+	// period or when ctx ends. It returns once the engine is gone.
+	Stop(ctx context.Context) error
+}
+
+// Exit is how an engine ended.
+type Exit struct {
+	Code    int    // exit code; -1 when killed by a signal
+	Signal  string // the signal that ended it, if any
+	Stopped bool   // true when Stop asked for the exit
+	LogTail string // the last lines of its log
+}
+
+// Crashed reports whether the engine ended on its own, not because it was asked to.
+func (e Exit) Crashed() bool { return !e.Stopped }
+
+// String says how the engine ended in a few words.
+func (e Exit) String() string {
+	switch {
+	case e.Signal != "":
+		return fmt.Sprintf("killed by %s", e.Signal)
+	default:
+		return fmt.Sprintf("exit code %d", e.Code)
+	}
+}
+
+// ErrCrashed is wrapped by errors that report an engine that exited on its own.
+var ErrCrashed = errors.New("engine exited")
