@@ -28,6 +28,12 @@ type Config struct {
 	// blocks of a sequential experiment draw fresh sessions: block k runs sessions
 	// [k*Sessions, (k+1)*Sessions). Sessions with the same index are identical in every arm.
 	SessionOffset int
+	// MaxToolSteps caps the requests that answer tool calls within one round, so that an
+	// engine calling tools in a loop cannot hold a session forever (default 8).
+	MaxToolSteps int
+	// NoStream sends non-streaming requests; the default streams (SSE), which is what
+	// measures TTFT and what keeps every event.
+	NoStream bool
 }
 
 // Turn is one request and its response within a session.

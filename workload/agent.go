@@ -1,0 +1,320 @@
+package workload
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/arbiterlab/arbiter/openai"
+	"golang.org/x/sync/errgroup"
+)
+
+// Workload kinds Run accepts.
+const (
+	KindToolcallAgent = "toolcall-agent"
+)
+
+// DefaultMaxToolSteps caps the tool-answering requests of one round.
+const DefaultMaxToolSteps = 8
+
+// ErrUnknownKind reports a Config.Kind that Run does not implement.
+var ErrUnknownKind = errors.New("unknown workload kind")
+
+// Run drives the workload cfg.Kind against the engine at baseURL, reporting every turn
+// and session to rec as it completes. Session failures are data: Run returns nil once
+// every session was attempted, ctx.Err() when cancelled (unfinished sessions then report
+// SessionAborted), and an error only when the run could not start at all.
+func Run(ctx context.Context, cfg Config, baseURL string, rec Recorder) error {
+	switch cfg.Kind {
+	case "", KindToolcallAgent:
+		return runToolcallAgent(ctx, cfg, baseURL, rec)
+	default:
+		return fmt.Errorf("workload: kind %q: %w", cfg.Kind, ErrUnknownKind)
+	}
+}
+
+// Script is what one session of the tool-call agent says, fixed before it starts: a pure
+// function of the run's seed and the session index, so every arm hears the same words.
+type Script struct {
+	Session int
+	Ticket  string // unique per session, so engines' prefix caches key sessions apart
+	System  string
+	Users   []string // the user message of each round
+	Tools   []openai.Tool
+}
+
+// NewScript builds the script of session (SessionOffset included) for rounds rounds.
+// The message of round r depends only on (seed, session, r), so a longer run begins
+// with the same words as a shorter one.
+func NewScript(seed int64, session, rounds int) Script {
+	r := newScriptRand(seed, session, -1)
+	s := Script{
+		Session: session,
+		Ticket:  fmt.Sprintf("ARB-%04X-%05d", uint16(r.next()), session),
+	}
+	// A seeded subset of 3 or more tools, in the set's order.
+	n := 3 + r.intn(len(toolSet)-2)
+	perm := r.perm(len(toolSet))
+	chosen := make([]bool, len(toolSet))
+	for _, i := range perm[:n] {
+		chosen[i] = true
+	}
+	var offered []toolDef
+	for i, t := range toolSet {
+		if chosen[i] {
+			offered = append(offered, t)
+			s.Tools = append(s.Tools, t.spec())
+		}
+	}
+	persona := personas[r.intn(len(personas))]
+	s.System = fmt.Sprintf("You are %s working ticket %s. Use the tools when they help; "+
+		"call them with exactly the arguments their schemas ask for. Answer concisely.", persona, s.Ticket)
+	for round := range rounds {
+		rr := newScriptRand(seed, session, round)
+		t := offered[rr.intn(len(offered))]
+		ask := askFor(t, rr)
+		if round == 0 {
+			ask = fmt.Sprintf("Ticket %s: %s", s.Ticket, ask)
+		} else {
+			ask = followUps[rr.intn(len(followUps))] + " " + ask
+		}
+		s.Users = append(s.Users, ask)
+	}
+	return s
+}
+
+var (
+	personas = []string{"a support agent for an online store", "an operations assistant for a GPU cluster",
+		"a data analyst's assistant", "a travel desk assistant"}
+	followUps = []string{"Thanks.", "Good, next question.", "One more thing.", "Understood; also:"}
+	cities    = []string{"Lisbon", "Osaka", "Nairobi", "Reykjavik", "Santiago", "Toronto", "Hanoi", "Zurich"}
+	topics    = []string{"enable hierarchical cache", "abort a running request", "tool call parser flags",
+		"prefill decode disaggregation", "metrics endpoint", "page size tuning"}
+	tables = []string{"orders", "sessions", "gpu_hours", "tickets"}
+)
+
+// askFor writes a user request that a model would answer with a call to t.
+func askFor(t toolDef, r *scriptRand) string {
+	switch t.Name {
+	case "get_weather":
+		unit := []string{"celsius", "fahrenheit"}[r.intn(2)]
+		return fmt.Sprintf("What is the weather in %s right now, in %s?", cities[r.intn(len(cities))], unit)
+	case "search_docs":
+		return fmt.Sprintf("Find the top %d documentation pages about %q.", 1+r.intn(5), topics[r.intn(len(topics))])
+	case "get_order_status":
+		return fmt.Sprintf("Where is order ORD-%05d?", r.intn(100000))
+	case "run_sql":
+		return fmt.Sprintf("How many rows in %s were created in the last %d days? Read-only, please.",
+			tables[r.intn(len(tables))], 1+r.intn(30))
+	case "convert_currency":
+		return fmt.Sprintf("Convert %d %s to %s.", 10+r.intn(990), currencies[r.intn(len(currencies))],
+			currencies[r.intn(len(currencies))])
+	case "create_ticket":
+		return fmt.Sprintf("Open a %s priority ticket: %q.", []string{"low", "medium", "high"}[r.intn(3)],
+			topics[r.intn(len(topics))]+" fails")
+	}
+	return "Summarize where we are."
+}
+
+// scriptRand is splitmix64: tiny, and fixed forever, so a script written today is the
+// script a resumed experiment rebuilds after a Go upgrade.
+type scriptRand struct{ s uint64 }
+
+func newScriptRand(seed int64, session, round int) *scriptRand {
+	r := &scriptRand{s: uint64(seed)}
+	r.s ^= r.next() + uint64(int64(session))*0x9E3779B97F4A7C15
+	r.s ^= r.next() + uint64(int64(round))*0xBF58476D1CE4E5B9
+	return r
+}
+
+func (r *scriptRand) next() uint64 {
+	r.s += 0x9E3779B97F4A7C15
+	z := r.s
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+	return z ^ (z >> 31)
+}
+
+func (r *scriptRand) intn(n int) int { return int(r.next() % uint64(n)) }
+
+func (r *scriptRand) perm(n int) []int {
+	p := make([]int, n)
+	for i := range p {
+		p[i] = i
+	}
+	for i := n - 1; i > 0; i-- {
+		j := r.intn(i + 1)
+		p[i], p[j] = p[j], p[i]
+	}
+	return p
+}
+
+func runToolcallAgent(ctx context.Context, cfg Config, base string, rec Recorder) error {
+	if cfg.Sessions < 0 || cfg.Rounds < 0 || cfg.Concurrency < 0 || cfg.MaxToolSteps < 0 {
+		return fmt.Errorf("workload: negative sessions, rounds, concurrency or max tool steps in %+v", cfg)
+	}
+	rounds := max(cfg.Rounds, 1)
+	conc := max(cfg.Concurrency, 1)
+	client := NewClient(conc)
+	client.RequestTimeout, client.StallTimeout = cfg.RequestTimeout, cfg.StallTimeout
+	defer client.CloseIdleConnections()
+
+	model := cfg.Model
+	if model == "" {
+		ids, err := client.ListModels(ctx, base)
+		if err != nil {
+			return fmt.Errorf("workload: pick a model: %w", err)
+		}
+		if len(ids) == 0 {
+			return fmt.Errorf("workload: pick a model: %s/v1/models lists none", base)
+		}
+		model = ids[0]
+	}
+
+	var g errgroup.Group
+	g.SetLimit(conc)
+	first, last := cfg.SessionOffset, cfg.SessionOffset+cfg.Sessions
+	for i := first; i < last; i++ {
+		if ctx.Err() != nil {
+			rec.SessionDone(SessionResult{Session: i, Status: SessionAborted, Err: ctx.Err().Error()})
+			continue
+		}
+		// Go blocks while conc sessions run, so sessions start in index order.
+		g.Go(func() error {
+			s := agentSession{cfg: cfg, model: model, base: base, client: client, rec: rec,
+				script: NewScript(cfg.Seed, i, rounds)}
+			rec.SessionDone(s.run(ctx))
+			return nil
+		})
+	}
+	_ = g.Wait() // sessions never return errors: their failures are reported as data
+	return ctx.Err()
+}
+
+// agentSession is one conversation of the tool-call agent.
+type agentSession struct {
+	cfg    Config
+	model  string
+	base   string
+	client *Client
+	rec    Recorder
+	script Script
+	msgs   []openai.Message
+	turns  int
+}
+
+func (s *agentSession) run(ctx context.Context) SessionResult {
+	res := SessionResult{Session: s.script.Session, Status: SessionOK}
+	maxSteps := s.cfg.MaxToolSteps
+	if maxSteps == 0 {
+		maxSteps = DefaultMaxToolSteps
+	}
+	s.msgs = []openai.Message{{Role: "system", Content: s.script.System}}
+	for round, user := range s.script.Users {
+		s.msgs = append(s.msgs, openai.Message{Role: "user", Content: user})
+		// One request opens the round; each further one answers tool calls, up to maxSteps.
+		for step := 0; step <= maxSteps; step++ {
+			if ctx.Err() != nil {
+				return s.end(res, SessionAborted, ctx.Err())
+			}
+			ex := s.send(ctx, round)
+			res.Turns = s.turns
+			if ex.Err != nil {
+				return s.end(res, s.statusOf(ctx, ex.Err), ex.Err)
+			}
+			msg := ex.Completion.Choices[0].Message
+			if len(msg.ToolCalls) == 0 {
+				s.msgs = append(s.msgs, openai.Message{Role: "assistant", Content: msg.Content})
+				break
+			}
+			// Even past the cap the calls are answered, so that the conversation stays
+			// well-formed for the next round's user message.
+			s.answerTools(msg)
+		}
+	}
+	return res
+}
+
+func (s *agentSession) end(res SessionResult, status string, err error) SessionResult {
+	res.Status, res.Err, res.Turns = status, err.Error(), s.turns
+	return res
+}
+
+func (s *agentSession) statusOf(ctx context.Context, err error) string {
+	switch {
+	case ctx.Err() != nil:
+		return SessionAborted
+	case errors.Is(err, ErrStalled), errors.Is(err, ErrRequestTimeout):
+		return SessionTimeout
+	}
+	return SessionError
+}
+
+// send makes the session's next request and reports it as a Turn.
+func (s *agentSession) send(ctx context.Context, round int) Exchange {
+	temp := s.cfg.Temperature
+	seed := s.cfg.Seed + int64(s.script.Session)
+	req := openai.ChatRequest{
+		Model:       s.model,
+		Messages:    s.msgs,
+		Tools:       s.script.Tools,
+		ToolChoice:  json.RawMessage(`"auto"`),
+		Stream:      !s.cfg.NoStream,
+		Temperature: &temp,
+		MaxTokens:   s.cfg.MaxTokens,
+		Seed:        &seed,
+		RID:         fmt.Sprintf("arb-%d-%d-%d", s.cfg.Seed, s.script.Session, s.turns),
+	}
+	ex := s.client.Chat(ctx, s.base, req)
+	t := Turn{
+		Session:    s.script.Session,
+		Index:      s.turns,
+		Round:      round,
+		Started:    ex.Started,
+		Request:    ex.Request,
+		Tools:      s.script.Tools,
+		StatusCode: ex.StatusCode,
+		Response:   ex.Completion,
+		Raw:        ex.Raw,
+		TTFT:       ex.TTFT,
+		Latency:    ex.Latency,
+	}
+	if u := ex.Completion.Usage; u != nil {
+		t.PromptTokens, t.CompletionTokens = u.PromptTokens, u.CompletionTokens
+	}
+	if len(ex.Completion.Choices) > 0 {
+		t.FinishReason = ex.Completion.Choices[0].FinishReason
+	}
+	if ex.Err != nil {
+		t.Err = ex.Err.Error()
+	}
+	s.turns++
+	s.rec.Turn(t)
+	return ex
+}
+
+// answerTools appends the assistant's calls and one tool message per call.
+func (s *agentSession) answerTools(msg openai.Message) {
+	calls := make([]openai.ToolCall, len(msg.ToolCalls))
+	for i, tc := range msg.ToolCalls {
+		tc.Index = nil
+		if tc.Type == "" {
+			tc.Type = "function"
+		}
+		if tc.ID == "" {
+			// The tool message must name its call; an engine that sent no id gets one.
+			tc.ID = fmt.Sprintf("call_%d_%d_%d", s.script.Session, s.turns-1, i)
+		}
+		calls[i] = tc
+	}
+	s.msgs = append(s.msgs, openai.Message{Role: "assistant", Content: msg.Content, ToolCalls: calls})
+	for _, tc := range calls {
+		s.msgs = append(s.msgs, openai.Message{
+			Role:       "tool",
+			ToolCallID: tc.ID,
+			Name:       tc.Function.Name,
+			Content:    ToolResult(s.script.Tools, tc.Function),
+		})
+	}
+}
