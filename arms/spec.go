@@ -12,10 +12,10 @@ type Spec struct {
 	// Source is the spec's text as read, kept so that an experiment can be reproduced.
 	Source []byte
 
-	Version   int
-	Name      string
-	Engine    Engine
-	Runtime   Runtime
+	Version int
+	Name    string
+	Engine  Engine
+	Runtime Runtime
 	// Arms are the explicit arms, in file order. Empty when the spec uses factors.
 	Arms []ArmSpec
 	// Factors are the varied factors, in file order. Empty when the spec uses explicit arms.
@@ -29,6 +29,16 @@ type Spec struct {
 	// Blocks is how many times every arm is run, each block in a fresh random order (default 1).
 	Blocks   int
 	Timeouts Timeouts
+
+	// pos maps a dotted field path (arms.control, factors.hicache.on, engine.env.X) to
+	// where it was written, so that checks after decoding (Expand) can still point at
+	// the line; empty for a Spec built in code.
+	pos map[string]Position
+}
+
+// Position is a line and column in a spec file, both from 1; zero when unknown.
+type Position struct {
+	Line, Col int
 }
 
 // Engine is what every arm launches, before the arm's own pins.
@@ -106,6 +116,10 @@ type Analysis struct {
 	// Margin is the non-inferiority margin on the rate difference; 0 means none declared.
 	Margin     float64
 	Sequential Sequential
+	// AA declares an A/A check: every arm is meant to be identical, so the confound
+	// check allows (and requires) identical arms. Used to measure the false-positive
+	// rate of the whole pipeline before trusting an A/B.
+	AA bool
 }
 
 // Sequential configures group-sequential stopping over blocks.

@@ -1,0 +1,1107 @@
+package arms
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/parser"
+)
+
+// Defaults written into a Spec when the file leaves a field out.
+const (
+	DefaultRuntime        = "process"
+	DefaultWorkload       = "toolcall-agent"
+	DefaultUnit           = "session"
+	DefaultAlpha          = 0.05
+	DefaultBlocks         = 1
+	DefaultStartupTimeout = 30 * time.Minute
+	DefaultRequestTimeout = 10 * time.Minute
+	DefaultStallTimeout   = 120 * time.Second
+)
+
+// Designs, in the words a spec uses.
+const (
+	DesignExplicit       = "explicit"
+	DesignFullFactorial  = "full-factorial"
+	DesignOneAtATime     = "one-at-a-time"
+	pluginPrefix         = "plugin:"
+	maxNameLen           = 64
+	maxAliasResolveDepth = 64
+)
+
+// DefaultDetectors label every response when the spec lists none.
+var DefaultDetectors = []string{"dsml-leak", "toolcall-schema"}
+
+// KnownDetectors are the built-in detectors; a spec may also name an external one as
+// plugin:NAME.
+var KnownDetectors = []string{"dsml-leak", "toolcall-schema", "repetition"}
+
+// KnownWorkloads are the built-in workload kinds; plugin:NAME names an external one.
+var KnownWorkloads = []string{"toolcall-agent", "long-context", "throughput", "abort-cascade"}
+
+var (
+	runtimes = []string{"process", "docker"}
+	designs  = []string{DesignExplicit, DesignFullFactorial, DesignOneAtATime}
+	units    = []string{"session", "response", "launch"}
+
+	// identRE is what arm, factor, node and plugin names look like: they name files,
+	// containers and database rows, and appear in arm names of factorial designs.
+	identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]*$`)
+	// levelRE allows a leading digit or dot, because level names are often values ("0", "0.5").
+	levelRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
+	// specNameRE: an experiment name becomes part of file and container names.
+	specNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+	envNameRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	gpuListRE  = regexp.MustCompile(`^(all|[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*)$`)
+)
+
+// Load reads the spec at path and parses it; see Parse.
+func Load(path string) (*Spec, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read spec: %w", err)
+	}
+	return Parse(path, data)
+}
+
+// Parse decodes and validates a version 1 spec read from path (used only in errors).
+// It fills defaults, expands the arms once to run the confound check, and returns
+// every problem it finds as an errors.Join of *SpecError sorted by position.
+func Parse(path string, data []byte) (*Spec, error) {
+	d := &decoder{
+		file:    path,
+		anchors: map[string]ast.Node{},
+		spec:    &Spec{Path: path, Source: data, pos: map[string]Position{}},
+	}
+	f, err := parseYAML(data)
+	if err != nil {
+		return nil, joinSorted([]*SpecError{d.syntaxError(err)})
+	}
+	var body ast.Node
+	if len(f.Docs) > 0 {
+		body = f.Docs[0].Body
+	}
+	for _, doc := range f.Docs[min(1, len(f.Docs)):] {
+		if doc.Body != nil {
+			d.add(doc.Body, "", "a spec is one YAML document; remove the second one")
+		}
+	}
+	if body == nil {
+		d.errs = append(d.errs, &SpecError{File: path, Line: 1, Col: 1, Msg: "spec is empty: start with \"version: 1\""})
+		return nil, joinSorted(d.errs)
+	}
+	for _, doc := range f.Docs {
+		d.collectAnchors(doc.Body, 0)
+	}
+	d.decodeSpec(body)
+	if len(d.errs) > 0 {
+		return nil, joinSorted(d.errs)
+	}
+	arms, err := d.spec.Expand()
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(arms))
+	for i, arm := range arms {
+		names[i] = arm.Name
+	}
+	d.checkBaseline(names)
+	if len(d.errs) > 0 {
+		return nil, joinSorted(d.errs)
+	}
+	return d.spec, nil
+}
+
+// parseYAML runs the YAML parser, turning a panic inside it into an error so that a
+// malformed file can never take arbiter down.
+func parseYAML(data []byte) (f *ast.File, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			f, err = nil, fmt.Errorf("YAML parser failed: %v", r)
+		}
+	}()
+	// Duplicate keys are reported by the decoder, together with every other problem.
+	return parser.ParseBytes(data, 0, parser.AllowDuplicateMapKey())
+}
+
+// decoder walks the YAML AST by hand rather than through reflection, so that every
+// problem can name the node, its position and its dotted path, and so that all of them
+// are collected instead of stopping at the first.
+type decoder struct {
+	file    string
+	spec    *Spec
+	errs    []*SpecError
+	anchors map[string]ast.Node
+}
+
+func (d *decoder) syntaxError(err error) *SpecError {
+	se := &SpecError{File: d.file, Line: 1, Col: 1, Msg: err.Error()}
+	var ye yaml.Error
+	if errors.As(err, &ye) {
+		se.Msg = ye.GetMessage()
+		if tk := ye.GetToken(); tk != nil && tk.Position != nil {
+			se.Line, se.Col = max(tk.Position.Line, 1), max(tk.Position.Column, 1)
+		}
+	}
+	se.Msg = "YAML syntax: " + se.Msg
+	return se
+}
+
+// add records a problem at node n.
+func (d *decoder) add(n ast.Node, path, format string, args ...any) {
+	d.addAt(posOf(n), path, format, args...)
+}
+
+// addAt records a problem at p, or at the top of the file when p is unknown.
+func (d *decoder) addAt(p Position, path, format string, args ...any) {
+	p.Line, p.Col = max(p.Line, 1), max(p.Col, 1)
+	d.errs = append(d.errs, &SpecError{File: d.file, Line: p.Line, Col: p.Col, Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+// posOf is where a node starts as a user would point at it: the first key of a block
+// mapping rather than its first colon.
+func posOf(n ast.Node) Position {
+	if n == nil {
+		return Position{1, 1}
+	}
+	switch v := n.(type) {
+	case *ast.MappingNode:
+		if !v.IsFlowStyle && len(v.Values) > 0 {
+			return posOf(v.Values[0].Key)
+		}
+	case *ast.MappingValueNode:
+		return posOf(v.Key)
+	}
+	tk := n.GetToken()
+	if tk == nil || tk.Position == nil {
+		return Position{1, 1}
+	}
+	return Position{max(tk.Position.Line, 1), max(tk.Position.Column, 1)}
+}
+
+func (d *decoder) collectAnchors(n ast.Node, depth int) {
+	if n == nil || depth > 1000 {
+		return
+	}
+	switch v := n.(type) {
+	case *ast.AnchorNode:
+		if v.Name != nil {
+			if _, seen := d.anchors[v.Name.GetToken().Value]; !seen {
+				d.anchors[v.Name.GetToken().Value] = v.Value
+			}
+		}
+		d.collectAnchors(v.Value, depth+1)
+	case *ast.MappingNode:
+		for _, mv := range v.Values {
+			d.collectAnchors(mv, depth+1)
+		}
+	case *ast.MappingValueNode:
+		d.collectAnchors(v.Key, depth+1)
+		d.collectAnchors(v.Value, depth+1)
+	case *ast.SequenceNode:
+		for _, e := range v.Values {
+			d.collectAnchors(e, depth+1)
+		}
+	case *ast.TagNode:
+		d.collectAnchors(v.Value, depth+1)
+	case *ast.MappingKeyNode:
+		d.collectAnchors(v.Value, depth+1)
+	}
+}
+
+// resolve looks through anchors, aliases and tags other than !!str (which the scalar
+// readers honour) to the node that carries the value.
+func (d *decoder) resolve(n ast.Node) ast.Node {
+	for range maxAliasResolveDepth {
+		switch v := n.(type) {
+		case *ast.AnchorNode:
+			n = v.Value
+		case *ast.AliasNode:
+			if v.Value == nil {
+				return nil
+			}
+			target, ok := d.anchors[v.Value.GetToken().Value]
+			if !ok {
+				return v
+			}
+			n = target
+		case *ast.TagNode:
+			if v.Start != nil && v.Start.Value == "!!str" {
+				return v
+			}
+			n = v.Value
+		case *ast.MappingKeyNode:
+			n = v.Value
+		default:
+			return n
+		}
+	}
+	return n
+}
+
+// describe names a node's kind for messages ("a number", "a list").
+func describe(n ast.Node) string {
+	switch n.(type) {
+	case *ast.StringNode, *ast.LiteralNode, *ast.TagNode:
+		return "a string"
+	case *ast.IntegerNode, *ast.FloatNode, *ast.InfinityNode, *ast.NanNode:
+		return "a number"
+	case *ast.BoolNode:
+		return "true/false"
+	case *ast.NullNode, nil:
+		return "empty"
+	case *ast.MappingNode, *ast.MappingValueNode:
+		return "a mapping"
+	case *ast.SequenceNode:
+		return "a list"
+	case *ast.AliasNode:
+		return "an undefined alias"
+	}
+	return "an unsupported value"
+}
+
+func isNull(n ast.Node) bool {
+	_, ok := n.(*ast.NullNode)
+	return n == nil || ok
+}
+
+// entry is one key: value pair of a mapping.
+type entry struct {
+	key     string
+	keyNode ast.Node
+	val     ast.Node // resolved
+	path    string
+}
+
+// keyText is a key's text as written: level names such as 0 and 1 are numbers to YAML.
+func (d *decoder) keyText(k ast.Node) (string, bool) {
+	switch v := d.resolve(k).(type) {
+	case *ast.StringNode:
+		return v.Value, true
+	case *ast.IntegerNode, *ast.FloatNode, *ast.BoolNode:
+		return v.GetToken().Value, true
+	case *ast.TagNode:
+		if v.Value != nil && v.Value.GetToken() != nil {
+			return v.Value.GetToken().Value, true
+		}
+	}
+	return "", false
+}
+
+// mapping lists the entries of a mapping node in file order; null counts as empty.
+func (d *decoder) mapping(n ast.Node, path string) ([]entry, bool) {
+	n = d.resolve(n)
+	var values []*ast.MappingValueNode
+	switch v := n.(type) {
+	case *ast.MappingNode:
+		values = v.Values
+	case *ast.MappingValueNode:
+		values = []*ast.MappingValueNode{v}
+	case *ast.NullNode, nil:
+		return nil, true
+	default:
+		d.add(n, path, "value must be a mapping, not %s", describe(n))
+		return nil, false
+	}
+	var out []entry
+	first := map[string]ast.Node{}
+	for _, mv := range values {
+		if _, merge := mv.Key.(*ast.MergeKeyNode); merge {
+			d.add(mv.Key, path, "merge keys (<<) are not supported; write the fields out")
+			continue
+		}
+		key, ok := d.keyText(mv.Key)
+		if !ok {
+			d.add(mv.Key, path, "key must be a plain name, not %s", describe(d.resolve(mv.Key)))
+			continue
+		}
+		if prev, dup := first[key]; dup {
+			d.add(mv.Key, joinPath(path, key), "duplicate key (first written at line %d)", posOf(prev).Line)
+			continue
+		}
+		first[key] = mv.Key
+		out = append(out, entry{key: key, keyNode: mv.Key, val: d.resolve(mv.Value), path: joinPath(path, key)})
+	}
+	return out, true
+}
+
+func joinPath(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// fields decodes a mapping with a fixed set of field names, calling set for each known
+// one and reporting the others; it returns the entries seen, by name.
+func (d *decoder) fields(n ast.Node, path string, known []string, set func(e entry)) map[string]entry {
+	entries, _ := d.mapping(n, path)
+	seen := map[string]entry{}
+	for _, e := range entries {
+		if !slices.Contains(known, e.key) {
+			msg := "unknown field"
+			if s := suggest(e.key, known); s != "" {
+				msg += fmt.Sprintf(" (did you mean %s?)", s)
+			} else {
+				msg += fmt.Sprintf(" (known: %s)", strings.Join(known, ", "))
+			}
+			d.add(e.keyNode, e.path, "%s", msg)
+			continue
+		}
+		seen[e.key] = e
+		set(e)
+	}
+	return seen
+}
+
+// require reports fields that must be present; at is the node the message points to
+// (the parent's key) when the field is missing.
+func (d *decoder) require(seen map[string]entry, at ast.Node, path string, names ...string) {
+	for _, name := range names {
+		if _, ok := seen[name]; !ok {
+			d.add(at, joinPath(path, name), "missing required field")
+		}
+	}
+}
+
+func (d *decoder) str(e entry) (string, bool) {
+	switch v := e.val.(type) {
+	case *ast.StringNode:
+		return v.Value, true
+	case *ast.LiteralNode:
+		if v.Value != nil {
+			return v.Value.Value, true
+		}
+		return "", true
+	case *ast.TagNode:
+		if v.Value != nil && v.Value.GetToken() != nil {
+			return v.Value.GetToken().Value, true
+		}
+	case *ast.IntegerNode, *ast.FloatNode, *ast.BoolNode, *ast.InfinityNode, *ast.NanNode:
+		d.add(e.val, e.path, "value must be a string (write %q)", v.GetToken().Value)
+		return "", false
+	case *ast.NullNode:
+		d.add(e.val, e.path, "value must be a string (write \"\" for an empty one)")
+		return "", false
+	}
+	d.add(e.val, e.path, "value must be a string, not %s", describe(e.val))
+	return "", false
+}
+
+// oneOf reads a string that must be one of allowed.
+func (d *decoder) oneOf(e entry, what string, allowed []string) (string, bool) {
+	s, ok := d.str(e)
+	if !ok {
+		return "", false
+	}
+	if !slices.Contains(allowed, s) {
+		msg := fmt.Sprintf("unknown %s %q", what, s)
+		if sg := suggest(s, allowed); sg != "" {
+			msg += fmt.Sprintf(" (did you mean %s?)", sg)
+		} else {
+			msg += fmt.Sprintf(" (known: %s)", strings.Join(allowed, ", "))
+		}
+		d.add(e.val, e.path, "%s", msg)
+		return "", false
+	}
+	return s, true
+}
+
+func (d *decoder) integer(e entry, least int64) (int64, bool) {
+	v, ok := e.val.(*ast.IntegerNode)
+	if !ok {
+		d.add(e.val, e.path, "value must be a whole number, not %s", describe(e.val))
+		return 0, false
+	}
+	var n int64
+	switch x := v.Value.(type) {
+	case int64:
+		n = x
+	case uint64:
+		if x > math.MaxInt64 {
+			d.add(e.val, e.path, "value %s is too large", v.GetToken().Value)
+			return 0, false
+		}
+		n = int64(x)
+	}
+	if n < least {
+		d.add(e.val, e.path, "value must be at least %d, not %d", least, n)
+		return 0, false
+	}
+	return n, true
+}
+
+// count reads a small non-negative count that must fit an int on every platform.
+func (d *decoder) count(e entry, least int64) (int, bool) {
+	n, ok := d.integer(e, least)
+	if ok && n > math.MaxInt32 {
+		d.add(e.val, e.path, "value %d is too large", n)
+		return 0, false
+	}
+	return int(n), ok
+}
+
+func (d *decoder) number(e entry) (float64, bool) {
+	switch v := e.val.(type) {
+	case *ast.FloatNode:
+		return v.Value, true
+	case *ast.IntegerNode:
+		switch x := v.Value.(type) {
+		case int64:
+			return float64(x), true
+		case uint64:
+			return float64(x), true
+		}
+	}
+	d.add(e.val, e.path, "value must be a number, not %s", describe(e.val))
+	return 0, false
+}
+
+func (d *decoder) boolean(e entry) (bool, bool) {
+	if v, ok := e.val.(*ast.BoolNode); ok {
+		return v.Value, true
+	}
+	d.add(e.val, e.path, "value must be true or false, not %s", describe(e.val))
+	return false, false
+}
+
+func (d *decoder) duration(e entry) (time.Duration, bool) {
+	if _, ok := e.val.(*ast.StringNode); !ok {
+		d.add(e.val, e.path, "value must be a duration such as 30m or 120s, not %s", describe(e.val))
+		return 0, false
+	}
+	s, _ := d.str(e)
+	t, err := time.ParseDuration(s)
+	if err != nil || t <= 0 {
+		d.add(e.val, e.path, "bad duration %q: write a positive duration such as 30m or 120s", s)
+		return 0, false
+	}
+	return t, true
+}
+
+// list reads a sequence whose items are read by item; null counts as empty.
+func (d *decoder) list(e entry, item func(e entry)) bool {
+	switch v := e.val.(type) {
+	case *ast.SequenceNode:
+		for i, n := range v.Values {
+			item(entry{key: fmt.Sprint(i), keyNode: n, val: d.resolve(n), path: fmt.Sprintf("%s.%d", e.path, i)})
+		}
+		return true
+	case *ast.NullNode, nil:
+		return true
+	}
+	d.add(e.val, e.path, "value must be a list, not %s", describe(e.val))
+	return false
+}
+
+func (d *decoder) strings(e entry) []string {
+	out := []string{}
+	d.list(e, func(it entry) {
+		if s, ok := d.str(it); ok {
+			out = append(out, s)
+		}
+	})
+	return out
+}
+
+// envMap reads an env mapping: names must be variable names, values strings.
+func (d *decoder) envMap(e entry) map[string]string {
+	entries, _ := d.mapping(e.val, e.path)
+	out := map[string]string{}
+	for _, it := range entries {
+		if !envNameRE.MatchString(it.key) {
+			d.add(it.keyNode, it.path, "%q is not a variable name (letters, digits and _, not starting with a digit)", it.key)
+			continue
+		}
+		d.spec.pos[it.path] = posOf(it.keyNode)
+		if s, ok := d.str(it); ok {
+			out[it.key] = s
+		}
+	}
+	return out
+}
+
+func (d *decoder) ident(n ast.Node, path, what, name string) bool {
+	if !identRE.MatchString(name) || len(name) > maxNameLen {
+		d.add(n, path, "%s name %q must be an identifier (letters, digits, _ and -, starting with a letter or _, at most %d long)", what, name, maxNameLen)
+		return false
+	}
+	return true
+}
+
+func (d *decoder) decodeSpec(root ast.Node) {
+	s := d.spec
+	root = d.resolve(root)
+	if _, ok := root.(*ast.MappingNode); !ok {
+		if _, ok := root.(*ast.MappingValueNode); !ok {
+			d.add(root, "", "a spec must be a mapping of fields (version, name, engine, ...), not %s", describe(root))
+			return
+		}
+	}
+	known := []string{"version", "name", "engine", "runtime", "arms", "factors", "design", "workload", "detectors", "analysis", "blocks", "timeouts"}
+	seen := d.fields(root, "", known, func(e entry) {
+		switch e.key {
+		case "version":
+			if _, isInt := e.val.(*ast.IntegerNode); !isInt {
+				d.add(e.val, e.path, "value must be 1, not %s", describe(e.val))
+				return
+			}
+			if v, ok := d.integer(e, math.MinInt64); ok {
+				if v != 1 {
+					d.add(e.val, e.path, "unsupported spec version %d: this arbiter reads version 1", v)
+					return
+				}
+				s.Version = 1
+			}
+		case "name":
+			if v, ok := d.str(e); ok {
+				if !specNameRE.MatchString(v) || len(v) > 128 {
+					d.add(e.val, e.path, "name %q must be letters, digits, _, . and -, starting with a letter or digit", v)
+				}
+				s.Name = v
+			}
+		case "engine":
+			d.decodeEngine(e)
+		case "runtime":
+			d.decodeRuntime(e)
+		case "arms":
+			d.decodeArms(e)
+		case "factors":
+			d.decodeFactors(e)
+		case "design":
+			if v, ok := d.oneOf(e, "design", designs); ok {
+				s.Design = v
+			}
+		case "workload":
+			d.decodeWorkload(e)
+		case "detectors":
+			d.decodeDetectors(e)
+		case "analysis":
+			d.decodeAnalysis(e)
+		case "blocks":
+			if v, ok := d.count(e, 1); ok {
+				s.Blocks = v
+			}
+		case "timeouts":
+			d.decodeTimeouts(e)
+		}
+	})
+	for _, name := range []string{"version", "name", "engine", "workload"} {
+		if _, ok := seen[name]; !ok {
+			d.addAt(Position{}, name, "missing required field")
+		}
+	}
+	d.crossCheck(seen)
+}
+
+func (d *decoder) decodeEngine(e entry) {
+	en := &d.spec.Engine
+	known := []string{"preset", "image", "command", "args", "env", "secrets", "mounts", "gpus"}
+	seen := d.fields(e.val, e.path, known, func(f entry) {
+		switch f.key {
+		case "preset":
+			if v, ok := d.oneOf(f, "preset", PresetNames()); ok {
+				en.Preset = v
+			}
+		case "image":
+			if v, ok := d.str(f); ok {
+				en.Image = v
+			}
+		case "command":
+			en.Command = d.strings(f)
+			if len(en.Command) == 0 {
+				d.add(f.val, f.path, "command must list at least the program to run")
+			}
+			d.spec.pos[f.path] = posOf(f.keyNode)
+		case "args":
+			en.Args = d.strings(f)
+			d.spec.pos[f.path] = posOf(f.keyNode)
+		case "env":
+			en.Env = d.envMap(f)
+		case "secrets":
+			d.list(f, func(it entry) {
+				v, ok := d.str(it)
+				switch {
+				case !ok:
+				case !envNameRE.MatchString(v):
+					d.add(it.val, it.path, "%q is not a variable name", v)
+				case slices.Contains(en.Secrets, v):
+					d.add(it.val, it.path, "secret %s is listed twice", v)
+				default:
+					en.Secrets = append(en.Secrets, v)
+					d.spec.pos[joinPath(f.path, v)] = posOf(it.val)
+				}
+			})
+		case "mounts":
+			d.list(f, func(it entry) {
+				if v, ok := d.str(it); ok {
+					if !strings.Contains(v, ":") {
+						d.add(it.val, it.path, "mount %q must read HOST:CONTAINER[:ro]", v)
+					}
+					en.Mounts = append(en.Mounts, v)
+				}
+			})
+		case "gpus":
+			if v, ok := d.count(f, 0); ok {
+				en.GPUs = v
+			}
+		}
+	})
+	d.require(seen, e.keyNode, e.path, "preset")
+	if en.Preset == "custom" && len(en.Command) == 0 {
+		if _, given := seen["command"]; !given {
+			d.add(e.keyNode, joinPath(e.path, "command"), "the custom preset needs a command")
+		}
+	}
+	for _, name := range en.Secrets {
+		if _, clash := en.Env[name]; clash {
+			d.add(e.keyNode, joinPath(e.path, "env."+name), "%s is both a secret and a plain env value; keep it only in secrets", name)
+		}
+	}
+}
+
+func (d *decoder) decodeRuntime(e entry) {
+	rt := &d.spec.Runtime
+	d.fields(e.val, e.path, []string{"kind", "nodes"}, func(f entry) {
+		switch f.key {
+		case "kind":
+			if v, ok := d.oneOf(f, "runtime", runtimes); ok {
+				rt.Kind = v
+			}
+		case "nodes":
+			d.list(f, func(it entry) {
+				var n Node
+				seen := d.fields(it.val, it.path, []string{"name", "host", "gpus"}, func(g entry) {
+					v, ok := d.str(g)
+					if !ok {
+						return
+					}
+					switch g.key {
+					case "name":
+						if d.ident(g.val, g.path, "node", v) {
+							n.Name = v
+						}
+					case "host":
+						n.Host = v
+					case "gpus":
+						if !gpuListRE.MatchString(v) {
+							d.add(g.val, g.path, "gpus %q must be all, a range such as 0-7, or a list such as 0,2,4", v)
+						}
+						n.GPUs = v
+					}
+				})
+				d.require(seen, it.val, it.path, "name")
+				for _, other := range rt.Nodes {
+					if n.Name != "" && other.Name == n.Name {
+						d.add(it.val, it.path+".name", "node %s is listed twice", n.Name)
+					}
+				}
+				rt.Nodes = append(rt.Nodes, n)
+			})
+		}
+	})
+}
+
+func (d *decoder) decodePins(e entry) Pins {
+	var p Pins
+	d.fields(e.val, e.path, []string{"env", "args"}, func(f entry) {
+		switch f.key {
+		case "env":
+			p.Env = d.envMap(f)
+		case "args":
+			p.Args = d.strings(f)
+			d.spec.pos[f.path] = posOf(f.keyNode)
+		}
+	})
+	return p
+}
+
+func (d *decoder) decodeArms(e entry) {
+	d.spec.pos[e.path] = posOf(e.keyNode)
+	entries, ok := d.mapping(e.val, e.path)
+	if !ok {
+		return
+	}
+	if len(entries) == 0 {
+		d.add(e.keyNode, e.path, "arms is empty: list at least two arms, e.g. control and treatment")
+		return
+	}
+	for _, a := range entries {
+		if !d.ident(a.keyNode, a.path, "arm", a.key) {
+			continue
+		}
+		d.spec.pos[a.path] = posOf(a.keyNode)
+		d.spec.Arms = append(d.spec.Arms, ArmSpec{Name: a.key, Pins: d.decodePins(a)})
+	}
+	if len(entries) == 1 {
+		d.add(e.keyNode, e.path, "an experiment compares at least two arms; only %s is listed", entries[0].key)
+	}
+}
+
+func (d *decoder) decodeFactors(e entry) {
+	d.spec.pos[e.path] = posOf(e.keyNode)
+	entries, ok := d.mapping(e.val, e.path)
+	if !ok {
+		return
+	}
+	if len(entries) == 0 {
+		d.add(e.keyNode, e.path, "factors is empty: list at least one factor with two levels")
+		return
+	}
+	for _, fe := range entries {
+		if !d.ident(fe.keyNode, fe.path, "factor", fe.key) {
+			continue
+		}
+		d.spec.pos[fe.path] = posOf(fe.keyNode)
+		f := Factor{Name: fe.key}
+		if d.isEnvShorthand(fe.val) {
+			f.Levels = d.decodeEnvShorthand(fe)
+		} else {
+			levels, _ := d.mapping(fe.val, fe.path)
+			for _, le := range levels {
+				if !levelRE.MatchString(le.key) || len(le.key) > maxNameLen {
+					d.add(le.keyNode, le.path, "level name %q must be letters, digits, _, . and - (it becomes part of arm names)", le.key)
+					continue
+				}
+				d.spec.pos[le.path] = posOf(le.keyNode)
+				f.Levels = append(f.Levels, Level{Name: le.key, Pins: d.decodePins(le)})
+			}
+			if len(levels) < 2 {
+				d.add(fe.keyNode, fe.path, "a factor needs at least two levels, e.g. off: {} and on: {args: [...]}")
+			}
+		}
+		d.spec.Factors = append(d.spec.Factors, f)
+	}
+}
+
+// isEnvShorthand tells the form {env: NAME, levels: [...]} from a mapping of levels, in
+// which "env" could only be a level whose value is a mapping.
+func (d *decoder) isEnvShorthand(n ast.Node) bool {
+	mn, ok := n.(*ast.MappingNode)
+	if !ok {
+		return false
+	}
+	for _, mv := range mn.Values {
+		key, _ := d.keyText(mv.Key)
+		switch key {
+		case "levels":
+			return true
+		case "env":
+			switch d.resolve(mv.Value).(type) {
+			case *ast.MappingNode, *ast.MappingValueNode, *ast.NullNode:
+			default:
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (d *decoder) decodeEnvShorthand(fe entry) []Level {
+	var name string
+	var levels []Level
+	seen := d.fields(fe.val, fe.path, []string{"env", "levels"}, func(f entry) {
+		switch f.key {
+		case "env":
+			if v, ok := d.str(f); ok {
+				if !envNameRE.MatchString(v) {
+					d.add(f.val, f.path, "%q is not a variable name", v)
+					return
+				}
+				name = v
+			}
+		case "levels":
+			d.list(f, func(it entry) {
+				v, ok := d.str(it)
+				if !ok {
+					return
+				}
+				if !levelRE.MatchString(v) || len(v) > maxNameLen {
+					d.add(it.val, it.path, "level %q cannot name an arm (letters, digits, _, . and - only); use the mapping form", v)
+					return
+				}
+				for _, l := range levels {
+					if l.Name == v {
+						d.add(it.val, it.path, "level %q is listed twice", v)
+						return
+					}
+				}
+				d.spec.pos[joinPath(fe.path, v)] = posOf(it.val)
+				levels = append(levels, Level{Name: v})
+			})
+			if v, ok := f.val.(*ast.SequenceNode); ok && len(v.Values) < 2 {
+				d.add(f.val, f.path, "a factor needs at least two levels")
+			}
+		}
+	})
+	d.require(seen, fe.keyNode, fe.path, "env", "levels")
+	for i := range levels {
+		levels[i].Pins = Pins{Env: map[string]string{name: levels[i].Name}}
+		d.spec.pos[joinPath(fe.path, levels[i].Name)+".env."+name] = d.spec.pos[joinPath(fe.path, levels[i].Name)]
+	}
+	return levels
+}
+
+func (d *decoder) decodeWorkload(e entry) {
+	w := &d.spec.Workload
+	known := []string{"kind", "sessions", "rounds", "concurrency", "seed", "temperature", "max_tokens", "model"}
+	seen := d.fields(e.val, e.path, known, func(f entry) {
+		switch f.key {
+		case "kind":
+			if v, ok := d.str(f); ok {
+				if !isPluginRef(v) && !slices.Contains(KnownWorkloads, v) {
+					d.add(f.val, f.path, "unknown workload kind %q (known: %s, or plugin:NAME)", v, strings.Join(KnownWorkloads, ", "))
+					return
+				}
+				w.Kind = v
+			}
+		case "sessions":
+			w.Sessions, _ = d.count(f, 1)
+		case "rounds":
+			w.Rounds, _ = d.count(f, 1)
+		case "concurrency":
+			w.Concurrency, _ = d.count(f, 1)
+		case "seed":
+			w.Seed, _ = d.integer(f, math.MinInt64)
+		case "temperature":
+			if v, ok := d.number(f); ok {
+				if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+					d.add(f.val, f.path, "temperature must be 0 or more")
+				}
+				w.Temperature = v
+			}
+		case "max_tokens":
+			w.MaxTokens, _ = d.count(f, 0)
+		case "model":
+			w.Model, _ = d.str(f)
+		}
+	})
+	d.require(seen, e.keyNode, e.path, "sessions", "rounds")
+	if w.Kind == "" {
+		w.Kind = DefaultWorkload
+	}
+	if _, ok := seen["concurrency"]; !ok {
+		w.Concurrency = w.Sessions
+	}
+}
+
+func isPluginRef(s string) bool {
+	name, ok := strings.CutPrefix(s, pluginPrefix)
+	return ok && identRE.MatchString(name)
+}
+
+func (d *decoder) decodeDetectors(e entry) {
+	d.spec.Detectors = []string{}
+	d.list(e, func(it entry) {
+		v, ok := d.str(it)
+		if !ok {
+			return
+		}
+		switch {
+		case !isPluginRef(v) && !slices.Contains(KnownDetectors, v):
+			msg := fmt.Sprintf("unknown detector %q", v)
+			if s := suggest(v, KnownDetectors); s != "" {
+				msg += fmt.Sprintf(" (did you mean %s?)", s)
+			} else {
+				msg += fmt.Sprintf(" (known: %s, or plugin:NAME)", strings.Join(KnownDetectors, ", "))
+			}
+			d.add(it.val, it.path, "%s", msg)
+		case slices.Contains(d.spec.Detectors, v):
+			d.add(it.val, it.path, "detector %s is listed twice", v)
+		default:
+			d.spec.Detectors = append(d.spec.Detectors, v)
+		}
+	})
+	if seq, ok := e.val.(*ast.SequenceNode); !ok || len(seq.Values) == 0 {
+		if ok || isNull(e.val) {
+			d.add(e.keyNode, e.path, "list at least one detector, or leave detectors out for the default (%s)", strings.Join(DefaultDetectors, ", "))
+		}
+	}
+}
+
+func (d *decoder) decodeAnalysis(e entry) {
+	a := &d.spec.Analysis
+	known := []string{"unit", "alpha", "baseline", "margin", "sequential", "aa"}
+	d.fields(e.val, e.path, known, func(f entry) {
+		switch f.key {
+		case "unit":
+			a.Unit, _ = d.oneOf(f, "unit", units)
+		case "alpha":
+			if v, ok := d.number(f); ok {
+				if !(v > 0 && v < 1) {
+					d.add(f.val, f.path, "alpha must be between 0 and 1 (exclusive), e.g. 0.05")
+					return
+				}
+				a.Alpha = v
+			}
+		case "baseline":
+			if v, ok := d.str(f); ok {
+				a.Baseline = v
+				d.spec.pos[f.path] = posOf(f.val)
+			}
+		case "margin":
+			if v, ok := d.number(f); ok {
+				if !(v >= 0 && v < 1) {
+					d.add(f.val, f.path, "margin is a rate difference: 0 or more and below 1")
+					return
+				}
+				a.Margin = v
+			}
+		case "sequential":
+			d.fields(f.val, f.path, []string{"looks"}, func(g entry) {
+				a.Sequential.Looks, _ = d.count(g, 0)
+			})
+		case "aa":
+			a.AA, _ = d.boolean(f)
+			d.spec.pos[f.path] = posOf(f.keyNode)
+		}
+	})
+}
+
+func (d *decoder) decodeTimeouts(e entry) {
+	t := &d.spec.Timeouts
+	d.fields(e.val, e.path, []string{"startup", "request", "stall"}, func(f entry) {
+		v, ok := d.duration(f)
+		if !ok {
+			return
+		}
+		switch f.key {
+		case "startup":
+			t.Startup = v
+		case "request":
+			t.Request = v
+		case "stall":
+			t.Stall = v
+		}
+	})
+}
+
+// crossCheck applies defaults and the rules that involve more than one field.
+func (d *decoder) crossCheck(seen map[string]entry) {
+	s := d.spec
+	armsE, hasArms := seen["arms"]
+	factorsE, hasFactors := seen["factors"]
+	switch {
+	case hasArms && hasFactors:
+		d.add(factorsE.keyNode, "factors", "a spec has either arms or factors, not both (arms are at line %d)", posOf(armsE.keyNode).Line)
+	case !hasArms && !hasFactors:
+		d.addAt(Position{}, "arms", "missing: list the arms to compare (or factors to expand)")
+	}
+	designE, hasDesign := seen["design"]
+	switch {
+	case !hasDesign && hasFactors:
+		s.Design = DesignFullFactorial
+	case !hasDesign:
+		s.Design = DesignExplicit
+	case hasArms && s.Design != "" && s.Design != DesignExplicit:
+		d.add(designE.val, "design", "design %s expands factors, but this spec lists explicit arms (use design: explicit or leave it out)", s.Design)
+	case hasFactors && s.Design == DesignExplicit:
+		d.add(designE.val, "design", "design explicit needs arms; factors expand by full-factorial or one-at-a-time")
+	}
+	if s.Runtime.Kind == "" {
+		s.Runtime.Kind = DefaultRuntime
+	}
+	if s.Runtime.Kind == "docker" && s.Engine.Image == "" {
+		if e, ok := seen["engine"]; ok {
+			d.add(e.keyNode, "engine.image", "the docker runtime needs an engine image")
+		}
+	}
+	if len(s.Engine.Command) == 0 && s.Engine.Preset != "" {
+		s.Engine.Command = PresetFor(s.Engine.Preset).Command
+	}
+	if s.Detectors == nil {
+		s.Detectors = slices.Clone(DefaultDetectors)
+	}
+	if s.Blocks == 0 {
+		s.Blocks = DefaultBlocks
+	}
+	a := &s.Analysis
+	if a.Unit == "" {
+		a.Unit = DefaultUnit
+	}
+	if a.Alpha == 0 {
+		a.Alpha = DefaultAlpha
+	}
+	if a.AA && hasFactors {
+		d.addAt(s.pos["analysis.aa"], "analysis.aa", "an A/A check compares identical explicit arms, not factors")
+	}
+	if hasArms && a.Baseline != "" {
+		names := make([]string, len(s.Arms))
+		for i, arm := range s.Arms {
+			names[i] = arm.Name
+		}
+		d.checkBaseline(names)
+	}
+	t := &s.Timeouts
+	if t.Startup == 0 {
+		t.Startup = DefaultStartupTimeout
+	}
+	if t.Request == 0 {
+		t.Request = DefaultRequestTimeout
+	}
+	if t.Stall == 0 {
+		t.Stall = DefaultStallTimeout
+	}
+}
+
+// checkBaseline makes sure the baseline names one of the arms, defaulting it to the first.
+func (d *decoder) checkBaseline(names []string) {
+	a := &d.spec.Analysis
+	if a.Baseline == "" {
+		if len(names) > 0 {
+			a.Baseline = names[0]
+		}
+		return
+	}
+	if slices.Contains(names, a.Baseline) {
+		return
+	}
+	p := d.spec.pos["analysis.baseline"]
+	msg := fmt.Sprintf("baseline %q names no arm (arms: %s)", a.Baseline, strings.Join(names, ", "))
+	if s := suggest(a.Baseline, names); s != "" {
+		msg = fmt.Sprintf("baseline %q names no arm (did you mean %s?)", a.Baseline, s)
+	}
+	d.addAt(p, "analysis.baseline", "%s", msg)
+}
+
+// suggest returns the candidate closest to s when it is plausibly a typo.
+func suggest(s string, candidates []string) string {
+	best, bestDist := "", 3
+	for _, c := range candidates {
+		if dist := editDistance(strings.ToLower(s), strings.ToLower(c)); dist < bestDist && dist < len(c) {
+			best, bestDist = c, dist
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	if len(a) > 64 || len(b) > 64 {
+		return 1 << 30
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

@@ -1,0 +1,399 @@
+package arms
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Expand renders the spec's arms, in a stable order: explicit arms in file order, or
+// the factors expanded by the design.
+//
+// Full factorial: the cartesian product of the factors' levels, the first factor
+// varying slowest. One at a time: the baseline (every factor at its first level), then
+// each other level of each factor alone, the rest at their first levels.
+//
+// A factorial arm is named by its levels, factor=level pairs joined by commas in factor
+// order, e.g. "bf16_index_k=1,hicache=on". Factor names are identifiers and level names
+// use only letters, digits, _, . and -, so an arm name never holds a space, a slash or
+// a quote and is safe in file names; runtimes whose names are stricter (docker
+// containers) must map = and , themselves.
+//
+// Expand runs the confound check and returns every refusal as a *SpecError wrapping
+// ErrConfounded, joined.
+func (s *Spec) Expand() ([]Arm, error) {
+	var arms []Arm
+	if len(s.Arms) > 0 {
+		for _, a := range s.Arms {
+			arms = append(arms, s.render(a.Name, nil, a.Pins))
+		}
+	} else {
+		for _, combo := range s.combinations() {
+			names := make([]string, len(combo))
+			levels := map[string]string{}
+			var pins Pins
+			for i, li := range combo {
+				f := s.Factors[i]
+				l := f.Levels[li]
+				names[i] = f.Name + "=" + l.Name
+				levels[f.Name] = l.Name
+				pins = mergePins(pins, l.Pins)
+			}
+			arms = append(arms, s.render(strings.Join(names, ","), levels, pins))
+		}
+	}
+	c := confoundCheck{spec: s}
+	c.engineOverrides()
+	c.sharedFactorVariables()
+	c.sameLevels()
+	c.pinSets()
+	c.identical(arms)
+	if err := joinSorted(c.errs); err != nil {
+		return nil, err
+	}
+	return arms, nil
+}
+
+// combinations lists level indexes per arm, one index per factor.
+func (s *Spec) combinations() [][]int {
+	if len(s.Factors) == 0 {
+		return nil
+	}
+	for _, f := range s.Factors {
+		if len(f.Levels) == 0 {
+			return nil
+		}
+	}
+	if s.Design == DesignOneAtATime {
+		base := make([]int, len(s.Factors))
+		out := [][]int{base}
+		for i, f := range s.Factors {
+			for li := 1; li < len(f.Levels); li++ {
+				c := slices.Clone(base)
+				c[i] = li
+				out = append(out, c)
+			}
+		}
+		return out
+	}
+	out := [][]int{{}}
+	for _, f := range s.Factors {
+		var next [][]int
+		for _, prefix := range out {
+			for li := range f.Levels {
+				next = append(next, append(slices.Clone(prefix), li))
+			}
+		}
+		out = next
+	}
+	return out
+}
+
+func mergePins(a, b Pins) Pins {
+	out := Pins{Args: slices.Concat(a.Args, b.Args)}
+	if len(a.Env)+len(b.Env) > 0 {
+		out.Env = map[string]string{}
+		maps.Copy(out.Env, a.Env)
+		maps.Copy(out.Env, b.Env)
+	}
+	return out
+}
+
+// render builds one arm: engine command, engine args, then the pins' args; engine env
+// overlaid by the pins' env.
+func (s *Spec) render(name string, levels map[string]string, pins Pins) Arm {
+	cmd := s.Engine.Command
+	if len(cmd) == 0 {
+		cmd = PresetFor(s.Engine.Preset).Command
+	}
+	env := map[string]string{}
+	maps.Copy(env, s.Engine.Env)
+	maps.Copy(env, pins.Env)
+	return Arm{
+		Name:    name,
+		Levels:  levels,
+		Pins:    Pins{Env: maps.Clone(pins.Env), Args: slices.Clone(pins.Args)},
+		Command: slices.Concat(cmd, s.Engine.Args, pins.Args),
+		Env:     env,
+		Secrets: slices.Clone(s.Engine.Secrets),
+	}
+}
+
+// flag is one command-line setting: --name value, --name=value, or a bare --name.
+type flag struct {
+	name, value string
+}
+
+// parseFlags reads args as flags and their values; a token that is not a flag belongs
+// to the flag before it, or stands for itself when it comes first.
+func parseFlags(args []string) []flag {
+	var out []flag
+	for _, a := range args {
+		if isFlagToken(a) {
+			name, value, _ := strings.Cut(a, "=")
+			out = append(out, flag{name: name, value: value})
+			continue
+		}
+		if len(out) == 0 {
+			out = append(out, flag{name: a})
+			continue
+		}
+		last := &out[len(out)-1]
+		if last.value != "" {
+			last.value += " "
+		}
+		last.value += a
+	}
+	return out
+}
+
+func isFlagToken(a string) bool {
+	if len(a) < 2 || a[0] != '-' {
+		return false
+	}
+	_, err := strconv.ParseFloat(a, 64)
+	return err != nil // -1 is a value, not a flag
+}
+
+// variables are the names a set of pins sets: env names, then flag names, in order.
+func variables(p Pins) []string {
+	out := slices.Sorted(maps.Keys(p.Env))
+	for _, f := range parseFlags(p.Args) {
+		if !slices.Contains(out, f.name) {
+			out = append(out, f.name)
+		}
+	}
+	return out
+}
+
+// pinSource is an explicit arm or a factor level: something that sets pins.
+type pinSource struct {
+	what string // "arm treatment", "level on of factor hicache"
+	path string // arms.treatment, factors.hicache.on
+	pins Pins
+}
+
+type confoundCheck struct {
+	spec *Spec
+	errs []*SpecError
+}
+
+func (c *confoundCheck) refuse(path, format string, args ...any) {
+	p := c.spec.pos[path]
+	c.errs = append(c.errs, &SpecError{File: c.spec.Path, Line: p.Line, Col: p.Col, Path: path, Msg: fmt.Sprintf(format, args...), Err: ErrConfounded})
+}
+
+func (c *confoundCheck) sources() []pinSource {
+	var out []pinSource
+	for _, a := range c.spec.Arms {
+		out = append(out, pinSource{what: "arm " + a.Name, path: "arms." + a.Name, pins: a.Pins})
+	}
+	for _, f := range c.spec.Factors {
+		for _, l := range f.Levels {
+			out = append(out, pinSource{what: fmt.Sprintf("level %s of factor %s", l.Name, f.Name), path: "factors." + f.Name + "." + l.Name, pins: l.Pins})
+		}
+	}
+	return out
+}
+
+// engineOverrides refuses pins that change what the engine declares for every arm: a
+// shared setting silently changed in one arm is a second varied variable.
+func (c *confoundCheck) engineOverrides() {
+	engineFlags := map[string]string{}
+	for _, f := range parseFlags(c.spec.Engine.Args) {
+		engineFlags[f.name] = f.value
+	}
+	for _, src := range c.sources() {
+		for _, k := range slices.Sorted(maps.Keys(src.pins.Env)) {
+			if _, shared := c.spec.Engine.Env[k]; shared {
+				c.refuse(src.path, "%s pins %s, which engine.env sets for every arm; a shared setting must not change per arm: remove %s from engine.env or from the pins", src.what, k, k)
+			}
+		}
+		for _, f := range parseFlags(src.pins.Args) {
+			if v, shared := engineFlags[f.name]; shared && v != f.value {
+				c.refuse(src.path, "%s sets %s, which engine.args sets to %q for every arm; a shared setting must not change per arm: remove %s from engine.args or from the pins", src.what, flagText(f), v, f.name)
+			}
+		}
+	}
+}
+
+func flagText(f flag) string {
+	if f.value == "" {
+		return f.name
+	}
+	return f.name + " " + f.value
+}
+
+// sharedFactorVariables refuses two factors that set the same variable: their effects
+// could not be told apart, and one level would overwrite the other.
+func (c *confoundCheck) sharedFactorVariables() {
+	owner := map[string]string{}
+	for _, f := range c.spec.Factors {
+		mine := map[string]bool{}
+		for _, l := range f.Levels {
+			for _, v := range variables(l.Pins) {
+				if other, taken := owner[v]; taken && other != f.Name && !mine[v] {
+					c.refuse("factors."+f.Name+"."+l.Name, "factors %s and %s both set %s; vary each variable in one factor only", other, f.Name, v)
+				}
+				mine[v] = true
+			}
+		}
+		for v := range mine {
+			if _, taken := owner[v]; !taken {
+				owner[v] = f.Name
+			}
+		}
+	}
+}
+
+// sameLevels refuses two levels of one factor that set the same pins: every arm with
+// one would be identical to its twin with the other.
+func (c *confoundCheck) sameLevels() {
+	for _, f := range c.spec.Factors {
+		for i, l := range f.Levels {
+			for _, prev := range f.Levels[:i] {
+				if pinsKey(prev.Pins) == pinsKey(l.Pins) {
+					c.refuse("factors."+f.Name+"."+l.Name, "levels %s and %s of factor %s set the same pins, so their arms would be identical", prev.Name, l.Name, f.Name)
+					break
+				}
+			}
+		}
+	}
+}
+
+// pinSets refuses explicit arms that pin different variables: an arm that leaves a
+// variable to the engine's default while another sets it varies two things at once.
+// One exception keeps the plainest A/B expressible: when the arms differ in nothing
+// but the presence of one flag (control {} vs treatment {args: [--enable-x]}).
+func (c *confoundCheck) pinSets() {
+	arms := c.spec.Arms
+	if len(arms) < 2 {
+		return
+	}
+	pinnedBy := map[string][]string{}
+	var order []string
+	for _, a := range arms {
+		for _, v := range variables(a.Pins) {
+			if _, seen := pinnedBy[v]; !seen {
+				order = append(order, v)
+			}
+			pinnedBy[v] = append(pinnedBy[v], a.Name)
+		}
+	}
+	var partial []string
+	for _, v := range order {
+		if len(pinnedBy[v]) < len(arms) {
+			partial = append(partial, v)
+		}
+	}
+	if len(partial) == 0 {
+		return
+	}
+	if len(partial) == 1 && isFlagToken(partial[0]) && onlyToggles(arms, partial[0]) {
+		return
+	}
+	for _, v := range partial {
+		var missing []string
+		for _, a := range arms {
+			if !slices.Contains(pinnedBy[v], a.Name) {
+				missing = append(missing, a.Name)
+			}
+		}
+		first := pinnedBy[v][0]
+		c.refuse("arms."+first, "arm %s pins %s but %s %s not, so more than the declared pins would vary; pin %s in every arm, or vary it as a factor",
+			first, v, plural("arm", missing), verb(missing), v)
+	}
+}
+
+func plural(noun string, names []string) string {
+	if len(names) == 1 {
+		return noun + " " + names[0]
+	}
+	return noun + "s " + strings.Join(names, ", ")
+}
+
+func verb(names []string) string {
+	if len(names) == 1 {
+		return "does"
+	}
+	return "do"
+}
+
+// onlyToggles reports whether the arms are identical once flag is removed.
+func onlyToggles(arms []ArmSpec, flagName string) bool {
+	var first string
+	for i, a := range arms {
+		var rest []flag
+		for _, f := range parseFlags(a.Pins.Args) {
+			if f.name != flagName {
+				rest = append(rest, f)
+			}
+		}
+		key := fmt.Sprint(envKey(a.Pins.Env), rest)
+		if i == 0 {
+			first = key
+		} else if key != first {
+			return false
+		}
+	}
+	return true
+}
+
+// identical refuses arms that would launch the same command with the same env, unless
+// the spec declares an A/A check, which in turn requires every arm to be identical.
+func (c *confoundCheck) identical(arms []Arm) {
+	s := c.spec
+	if s.Analysis.AA {
+		for _, a := range arms[min(1, len(arms)):] {
+			if armKey(a) != armKey(arms[0]) {
+				p := s.pos["arms."+a.Name]
+				c.errs = append(c.errs, &SpecError{File: s.Path, Line: p.Line, Col: p.Col, Path: "arms." + a.Name,
+					Msg: fmt.Sprintf("analysis.aa declares an A/A check, but arm %s differs from arm %s; an A/A check needs identical arms", a.Name, arms[0].Name)})
+			}
+		}
+		return
+	}
+	for i, a := range arms {
+		for _, prev := range arms[:i] {
+			if armKey(a) != armKey(prev) {
+				continue
+			}
+			path := "arms." + a.Name
+			if a.Levels != nil {
+				if c.hasLevelTwins() {
+					break // already explained per factor
+				}
+				path = "factors"
+			}
+			c.refuse(path, "arms %s and %s are identical (same command and env), so nothing varies; for an A/A check set analysis.aa: true", prev.Name, a.Name)
+			break
+		}
+	}
+}
+
+func (c *confoundCheck) hasLevelTwins() bool {
+	for _, e := range c.errs {
+		if strings.HasPrefix(e.Path, "factors.") && strings.Contains(e.Msg, "set the same pins") {
+			return true
+		}
+	}
+	return false
+}
+
+func envKey(env map[string]string) string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		fmt.Fprintf(&b, "%s=%s\x00", k, env[k])
+	}
+	return b.String()
+}
+
+func pinsKey(p Pins) string {
+	return envKey(p.Env) + "\x01" + strings.Join(p.Args, "\x00")
+}
+
+func armKey(a Arm) string {
+	return envKey(a.Env) + "\x01" + strings.Join(a.Command, "\x00")
+}

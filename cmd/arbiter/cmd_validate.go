@@ -1,0 +1,169 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/arbiterlab/arbiter/arms"
+)
+
+func init() { subcommands = append(subcommands, newValidateCmd) }
+
+func newValidateCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "validate SPEC",
+		Short: "Check an experiment spec and show the arms it expands to",
+		Long: "validate reads a spec, reports every problem with file:line:col, runs the confound check " +
+			"and prints the arms with their pins. It launches nothing. Exit code 2 when the spec is invalid.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return validateSpec(g, args[0])
+		},
+	}
+}
+
+// validateSpec prints the spec's summary to stdout, or every problem to stderr.
+func validateSpec(g *globals, path string) error {
+	spec, err := arms.Load(path)
+	if err != nil {
+		problems := arms.Errors(err)
+		if len(problems) == 0 {
+			return withCode(exitUsage, err)
+		}
+		for _, p := range problems {
+			fmt.Fprintln(g.stderr, p.Error())
+		}
+		return withCode(exitUsage, fmt.Errorf("%s: invalid spec (%d %s)", path, len(problems), pluralize(len(problems), "problem")))
+	}
+	expanded, err := spec.Expand()
+	if err != nil {
+		return withCode(exitUsage, err) // Load already ran this check; kept for safety
+	}
+	sum := summarize(spec, expanded, spec.Redactor(os.LookupEnv))
+	if g.json {
+		enc := json.NewEncoder(g.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(sum)
+	}
+	return sum.write(g.stdout)
+}
+
+func pluralize(n int, noun string) string {
+	if n == 1 {
+		return noun
+	}
+	return noun + "s"
+}
+
+// specSummary is what validate prints; its JSON form is the --json output.
+type specSummary struct {
+	Spec      string            `json:"spec"`
+	Name      string            `json:"name"`
+	Preset    string            `json:"preset"`
+	Runtime   string            `json:"runtime"`
+	Design    string            `json:"design"`
+	Arms      []armSummary      `json:"arms"`
+	Baseline  string            `json:"baseline"`
+	Workload  workloadSummary   `json:"workload"`
+	Detectors []string          `json:"detectors"`
+	Analysis  analysisSummary   `json:"analysis"`
+	Blocks    int               `json:"blocks"`
+	Timeouts  map[string]string `json:"timeouts"`
+	Secrets   []string          `json:"secrets,omitempty"`
+}
+
+type armSummary struct {
+	Name    string            `json:"name"`
+	Levels  map[string]string `json:"levels,omitempty"`
+	Env     map[string]string `json:"pinned_env,omitempty"`
+	Args    []string          `json:"pinned_args,omitempty"`
+	Command []string          `json:"command"`
+}
+
+type workloadSummary struct {
+	Kind        string  `json:"kind"`
+	Sessions    int     `json:"sessions"`
+	Rounds      int     `json:"rounds"`
+	Concurrency int     `json:"concurrency"`
+	Seed        int64   `json:"seed"`
+	Temperature float64 `json:"temperature"`
+}
+
+type analysisSummary struct {
+	Unit  string  `json:"unit"`
+	Alpha float64 `json:"alpha"`
+	AA    bool    `json:"aa,omitempty"`
+}
+
+func summarize(s *arms.Spec, expanded []arms.Arm, r *arms.Redactor) specSummary {
+	sum := specSummary{
+		Spec: s.Path, Name: s.Name, Preset: s.Engine.Preset, Runtime: s.Runtime.Kind, Design: s.Design,
+		Baseline:  s.Analysis.Baseline,
+		Detectors: s.Detectors,
+		Workload: workloadSummary{Kind: s.Workload.Kind, Sessions: s.Workload.Sessions, Rounds: s.Workload.Rounds,
+			Concurrency: s.Workload.Concurrency, Seed: s.Workload.Seed, Temperature: s.Workload.Temperature},
+		Analysis: analysisSummary{Unit: s.Analysis.Unit, Alpha: s.Analysis.Alpha, AA: s.Analysis.AA},
+		Blocks:   s.Blocks,
+		Timeouts: map[string]string{"startup": s.Timeouts.Startup.String(), "request": s.Timeouts.Request.String(), "stall": s.Timeouts.Stall.String()},
+		Secrets:  s.Engine.Secrets,
+	}
+	for _, a := range expanded {
+		as := armSummary{Name: a.Name, Levels: a.Levels, Args: a.Pins.Args}
+		for _, c := range a.Command {
+			as.Command = append(as.Command, r.Redact(c))
+		}
+		if len(a.Pins.Env) > 0 {
+			as.Env = map[string]string{}
+			for k, v := range a.Pins.Env {
+				as.Env[k] = r.Redact(v)
+			}
+		}
+		sum.Arms = append(sum.Arms, as)
+	}
+	return sum
+}
+
+func (s specSummary) write(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: valid\n", s.Spec)
+	fmt.Fprintf(&b, "name       %s\n", s.Name)
+	fmt.Fprintf(&b, "engine     %s, runtime %s\n", s.Preset, s.Runtime)
+	fmt.Fprintf(&b, "arms       %d (%s), baseline %s\n", len(s.Arms), s.Design, s.Baseline)
+	width := 0
+	for _, a := range s.Arms {
+		width = max(width, len(a.Name))
+	}
+	for _, a := range s.Arms {
+		var pins []string
+		for _, k := range slices.Sorted(maps.Keys(a.Env)) {
+			pins = append(pins, k+"="+a.Env[k])
+		}
+		pins = append(pins, a.Args...)
+		if len(pins) == 0 {
+			pins = []string{"(engine defaults)"}
+		}
+		fmt.Fprintf(&b, "  %-*s  %s\n", width, a.Name, strings.Join(pins, " "))
+	}
+	w8 := s.Workload
+	fmt.Fprintf(&b, "workload   %s: %d sessions x %d rounds, concurrency %d, seed %d, temperature %g\n",
+		w8.Kind, w8.Sessions, w8.Rounds, w8.Concurrency, w8.Seed, w8.Temperature)
+	fmt.Fprintf(&b, "detectors  %s\n", strings.Join(s.Detectors, ", "))
+	aa := ""
+	if s.Analysis.AA {
+		aa = ", A/A check"
+	}
+	fmt.Fprintf(&b, "analysis   unit %s, alpha %g, %d %s%s\n", s.Analysis.Unit, s.Analysis.Alpha, s.Blocks, pluralize(s.Blocks, "block"), aa)
+	fmt.Fprintf(&b, "timeouts   startup %s, request %s, stall %s\n", s.Timeouts["startup"], s.Timeouts["request"], s.Timeouts["stall"])
+	if len(s.Secrets) > 0 {
+		fmt.Fprintf(&b, "secrets    %s (from arbiter's environment)\n", strings.Join(s.Secrets, ", "))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
