@@ -1,0 +1,114 @@
+// Command refserve is arbiter's reference serving engine: an OpenAI-compatible server
+// that behaves on the wire like SGLang serving a DeepSeek-class model with tool calling,
+// whose model is a deterministic scripted agent and whose faults are switched by the
+// same flags and env pins as the real engine (BF16_INDEX_K, --enable-hierarchical-cache).
+// arbiter's demo, tests and CI run experiments against it.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// readyLine is the log line SGLang prints once it serves; launchers wait for it.
+const readyLine = "The server is fired up and ready to roll!"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run is refserve's whole life: parse, listen, serve until ctx ends. It returns the
+// exit code: 0 after a clean shutdown, 1 on a failure, 2 on bad usage.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	_ = stdout // refserve prints no results; everything it says is a log line
+	cfg, err := parseConfig(args, os.Getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "refserve: %v\n", err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel(cfg.LogLevel)}))
+	b, err := newBackend(cfg.Backend, cfg.backendConfig())
+	if err != nil {
+		log.Error("refserve cannot start", "err", err)
+		return 1
+	}
+	defer b.Close()
+	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port)))
+	if err != nil {
+		log.Error("refserve cannot listen", "err", err)
+		return 1
+	}
+	if err := serve(ctx, ln, cfg, b, log); err != nil {
+		log.Error("refserve stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func logLevel(s string) slog.Level {
+	switch s {
+	case "debug":
+		return slog.LevelDebug
+	case "warning":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
+
+// serve runs the server on ln until ctx ends, then aborts what is in flight and shuts
+// down. The listener is already bound, so a client may connect as soon as serve is
+// called.
+func serve(ctx context.Context, ln net.Listener, cfg config, b Backend, log *slog.Logger) error {
+	if a, ok := ln.Addr().(*net.TCPAddr); ok {
+		cfg.Port = a.Port
+	}
+	s := newServer(cfg, b, log)
+	schedCtx, stopSched := context.WithCancel(context.Background())
+	schedDone := make(chan struct{})
+	go func() {
+		defer close(schedDone)
+		s.sched.run(schedCtx)
+	}()
+	hs := &http.Server{Handler: s.routes(), ReadHeaderTimeout: 30 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	log.Info("refserve listening", "addr", ln.Addr().String(), "url", "http://"+ln.Addr().String(),
+		"model", cfg.ServedModelName, "backend", cfg.Backend, "tool_call_parser", cfg.ToolCallParser,
+		"hicache", cfg.EnableHierarchicalCache, "bf16_index_k", cfg.BF16IndexK, "seed", cfg.Seed)
+	log.Info(readyLine)
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-served:
+		err = fmt.Errorf("serving on %s: %w", ln.Addr(), err)
+	}
+	s.sched.close() // in-flight streams end with finish_reason "abort"
+	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if serr := hs.Shutdown(shutCtx); serr != nil && err == nil {
+		err = fmt.Errorf("shutting down: %w", serr)
+	}
+	stopSched()
+	<-schedDone
+	return err
+}

@@ -1,0 +1,297 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// event is what a request's handler receives from the scheduler: visible content, and
+// on the last event the finish reason.
+type event struct {
+	Content string
+	Finish  string // "stop", "tool_calls", "length" or "abort" on the last event
+	Tokens  int    // completion tokens, on the last event
+}
+
+// request is one chat completion inside the scheduler.
+type request struct {
+	rid     string
+	session uint64
+	prompt  int // prompt tokens
+	gen     *generation
+	// events never blocks the scheduler: it holds one event per possible step plus the
+	// final one.
+	events chan event
+
+	// guarded by scheduler.mu
+	finished bool
+	finish   string
+}
+
+func newRequest(rid string, session uint64, prompt int, gen *generation) *request {
+	return &request{rid: rid, session: session, prompt: prompt, gen: gen, events: make(chan event, gen.maxSteps()+1)}
+}
+
+// errClosed is returned for requests submitted while the server shuts down.
+var errClosed = errors.New("scheduler: shutting down")
+
+// scheduler admits requests up to --max-running-requests, queues the rest, and runs
+// decode iterations at the inter-token delay: every running request advances one token
+// per iteration, and every step goes through the backend.
+type scheduler struct {
+	backend    Backend
+	delay      time.Duration
+	maxRunning int // 0: unlimited
+	log        *slog.Logger
+
+	mu      sync.Mutex
+	queue   []*request
+	running []*request
+	closed  bool
+	tp      throughput
+
+	wake chan struct{}
+
+	genTokens    atomic.Int64
+	promptTokens atomic.Int64
+	requests     atomic.Int64 // finished requests, aborted ones included
+	aborted      atomic.Int64
+	staleSteps   atomic.Int64
+}
+
+func newScheduler(b Backend, delay time.Duration, maxRunning int, log *slog.Logger) *scheduler {
+	return &scheduler{backend: b, delay: delay, maxRunning: maxRunning, log: log, wake: make(chan struct{}, 1)}
+}
+
+// submit queues a request; its events arrive on r.events.
+func (s *scheduler) submit(r *request) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errClosed
+	}
+	s.queue = append(s.queue, r)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// abort ends the requests whose rid matches (all of them with all); queued and running
+// alike. It returns how many it ended.
+func (s *scheduler) abort(rid string, all bool) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, r := range s.queue {
+		if all || r.rid == rid {
+			s.finishLocked(r, "abort")
+			n++
+		}
+	}
+	for _, r := range s.running {
+		if all || r.rid == rid {
+			s.finishLocked(r, "abort")
+			n++
+		}
+	}
+	s.pruneLocked()
+	return n
+}
+
+// cancel aborts one request, as a client disconnect does; a finished one is left alone.
+func (s *scheduler) cancel(r *request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !r.finished {
+		s.finishLocked(r, "abort")
+		s.pruneLocked()
+	}
+}
+
+// close aborts everything and refuses new requests.
+func (s *scheduler) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	for _, r := range append(s.queue, s.running...) {
+		s.finishLocked(r, "abort")
+	}
+	s.pruneLocked()
+}
+
+// load is the number of running and queued requests.
+func (s *scheduler) load() (running, queued int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.running), len(s.queue)
+}
+
+func (s *scheduler) finishLocked(r *request, reason string) {
+	if r.finished {
+		return
+	}
+	r.finished = true
+	r.finish = reason
+	r.events <- event{Finish: reason, Tokens: r.gen.n}
+	s.requests.Add(1)
+	if reason == "abort" {
+		s.aborted.Add(1)
+	}
+}
+
+// pruneLocked drops finished requests from the queue and the running batch.
+func (s *scheduler) pruneLocked() {
+	keep := func(rs []*request) []*request {
+		out := rs[:0]
+		for _, r := range rs {
+			if !r.finished {
+				out = append(out, r)
+			}
+		}
+		for i := len(out); i < len(rs); i++ {
+			rs[i] = nil
+		}
+		return out
+	}
+	s.queue = keep(s.queue)
+	s.running = keep(s.running)
+}
+
+// admitLocked moves queued requests into the running batch while there is room.
+func (s *scheduler) admitLocked() {
+	for len(s.queue) > 0 && (s.maxRunning <= 0 || len(s.running) < s.maxRunning) {
+		r := s.queue[0]
+		s.queue[0] = nil
+		s.queue = s.queue[1:]
+		s.running = append(s.running, r)
+		s.promptTokens.Add(int64(r.prompt))
+	}
+}
+
+// run decodes until ctx ends.
+func (s *scheduler) run(ctx context.Context) {
+	var tick <-chan time.Time
+	if s.delay > 0 {
+		t := time.NewTicker(s.delay)
+		defer t.Stop()
+		tick = t.C
+	}
+	var batch []*request
+	var steps []Step
+	for {
+		s.mu.Lock()
+		s.admitLocked()
+		idle := len(s.running) == 0
+		s.mu.Unlock()
+		if idle {
+			select {
+			case <-s.wake:
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		if tick != nil {
+			select {
+			case <-tick:
+			case <-ctx.Done():
+				return
+			}
+		}
+		s.mu.Lock()
+		s.admitLocked() // what arrived during the wait joins this iteration
+		batch = append(batch[:0], s.running...)
+		steps = steps[:0]
+		for _, r := range batch {
+			steps = append(steps, Step{Session: r.session, Position: r.prompt + r.gen.n, InFlight: len(batch)})
+		}
+		s.mu.Unlock()
+		if len(batch) == 0 {
+			continue
+		}
+		err := s.backend.Decode(ctx, steps)
+		if err != nil {
+			s.log.Error("decode iteration failed; aborting its requests", "requests", len(batch), "err", err)
+		}
+		s.mu.Lock()
+		var made int64
+		for i, r := range batch {
+			if r.finished { // aborted while the backend ran
+				continue
+			}
+			if err != nil {
+				s.finishLocked(r, "abort")
+				continue
+			}
+			if steps[i].Stale {
+				s.staleSteps.Add(1)
+			}
+			content, finish := r.gen.step(steps[i].Stale, steps[i].Position)
+			made++
+			if content != "" {
+				r.events <- event{Content: content}
+			}
+			if finish != "" {
+				s.finishLocked(r, finish)
+			}
+		}
+		s.pruneLocked()
+		s.genTokens.Add(made)
+		s.tp.record(time.Now(), s.genTokens.Load())
+		s.mu.Unlock()
+		clear(batch)
+	}
+}
+
+// throughput keeps recent (time, generated tokens) samples for sglang:gen_throughput.
+type throughput struct {
+	samples [16]tpSample
+	next    int
+	n       int
+}
+
+type tpSample struct {
+	at     time.Time
+	tokens int64
+}
+
+const tpEvery = 100 * time.Millisecond
+
+func (t *throughput) record(now time.Time, tokens int64) {
+	if t.n > 0 {
+		last := t.samples[(t.next+len(t.samples)-1)%len(t.samples)]
+		if now.Sub(last.at) < tpEvery {
+			return
+		}
+	}
+	t.samples[t.next] = tpSample{now, tokens}
+	t.next = (t.next + 1) % len(t.samples)
+	t.n = min(t.n+1, len(t.samples))
+}
+
+// rate is tokens per second over about the last second.
+func (t *throughput) rate(now time.Time, tokens int64) float64 {
+	var base *tpSample
+	for i := 0; i < t.n; i++ {
+		s := &t.samples[(t.next+len(t.samples)-1-i)%len(t.samples)]
+		base = s
+		if now.Sub(s.at) >= time.Second {
+			break
+		}
+	}
+	if base == nil {
+		return 0
+	}
+	dt := now.Sub(base.at).Seconds()
+	if dt <= 0 {
+		return 0
+	}
+	return float64(tokens-base.tokens) / dt
+}
