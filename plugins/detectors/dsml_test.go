@@ -1,0 +1,210 @@
+package detectors
+
+import (
+	"context"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/arbiterlab/arbiter/openai"
+	"github.com/arbiterlab/arbiter/plugins"
+)
+
+// reply wraps content as the single choice of a completion.
+func reply(content string) plugins.Response {
+	return plugins.Response{Completion: openai.ChatCompletion{
+		Object:  "chat.completion",
+		Choices: []openai.Choice{{Message: openai.Message{Role: "assistant", Content: content}, FinishReason: "stop"}},
+	}}
+}
+
+const (
+	v32Leak = "I'll check the weather for you.\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter name=\"city\" string=\"true\">Paris</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>"
+	v4Leak  = "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"read_file\">\n<｜DSML｜parameter name=\"path\" string=\"true\">/etc/hosts</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>"
+	v3Leak  = "Let me look that up.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
+	qwen    = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"
+	kimi    = "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{\"city\": \"Paris\"}<|tool_call_end|><|tool_calls_section_end|>"
+	llama   = "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}"
+	claude  = "I'll search.\n<function_calls>\n<invoke name=\"search\">\n<parameter name=\"query\">go-plugin</parameter>\n</invoke>\n</function_calls>"
+)
+
+func TestDSMLLeak(t *testing.T) {
+	tests := []struct {
+		name    string
+		content string
+		format  string // "" means clean
+	}{
+		{"clean prose", "The capital of France is Paris. It has about 2.1 million inhabitants, and 3 < 5 > 2.", ""},
+		{"clean html and comparisons", "Use <div class=\"x\"> and a <b>bold</b> tag; if a<b and b>c then a<c.", ""},
+		{"bare tag names in prose", "The parser looks for a <tool_call> tag and the word invoke; function_calls is the wrapper.", ""},
+		{"empty", "", ""},
+		{"v3.2 dsml", v32Leak, "DeepSeek V3.2 DSML"},
+		{"v4 dsml", v4Leak, "DeepSeek V4 DSML"},
+		{"v4 doubled bars", "<｜｜DSML｜｜tool_calls>\n<｜｜DSML｜｜invoke name=\"f\">", "DeepSeek V4 DSML (doubled bars)"},
+		{"v4 leading space tag", "Sure.\n<｜DSML｜ tool_calls>\n<｜DSML｜ invoke name=\"f\">\n</｜DSML｜ invoke>", "DeepSeek V4 DSML"},
+		{"v4 leading space after bracket", "< ｜DSML｜tool_calls>", "DeepSeek V4 DSML"},
+		{"dsml ascii bars", "<|DSML|invoke name=\"f\">", "DeepSeek DSML"},
+		{"dsml fragment only", "the answer is</｜DSML｜parameter>", "DeepSeek DSML"},
+		{"v3 tokens", v3Leak, "DeepSeek V3 tool-call tokens"},
+		{"v3 ascii bars", "<|tool▁calls▁begin|><|tool▁call▁begin|>function<|tool▁sep|>f", "DeepSeek V3 tool-call tokens"},
+		{"v3 underscores full-width bars", "<｜tool_call_begin｜>function<｜tool_sep｜>f", "DeepSeek V3 tool-call tokens"},
+		{"qwen hermes", qwen, "Qwen/Hermes <tool_call>"},
+		{"qwen3 coder", "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>", "Qwen/Hermes <tool_call>"},
+		{"kimi", kimi, "Kimi tool-call section tokens"},
+		{"llama", llama, "Llama <|python_tag|>"},
+		{"anthropic", claude, "Anthropic-style <function_calls>"},
+		{"anthropic namespaced", "<ns:function_calls><ns:invoke name=\"f\">", "Anthropic-style <function_calls>"},
+
+		{"quoted in backtick fence", "A leak looks like this:\n\n```\n" + v4Leak + "\n```\n\nThat is not a call.", ""},
+		{"quoted in tilde fence", "Example:\n~~~xml\n" + claude + "\n~~~\n", ""},
+		{"quoted in fence inside list item", "1. The V3 format:\n   ```text\n   " + v3Leak + "\n   ```\n2. Done.", ""},
+		{"quoted in longer fence holding a shorter one", "````md\n```\n" + qwen + "\n```\n````", ""},
+		{"quoted inline", "The V4 wrapper is `<｜DSML｜tool_calls>` and Llama uses ``<|python_tag|>``.", ""},
+		{"inline across lines of one paragraph", "Kimi opens with `<|tool_calls_section_begin|>\n<|tool_call_begin|>` tokens.", ""},
+
+		{"unclosed fence is not a quote", "Here you go:\n```json\n" + v4Leak, "DeepSeek V4 DSML"},
+		{"leak after a closed fence", "```go\nx := 1\n```\n" + kimi, "Kimi tool-call section tokens"},
+		{"fence closed by a shorter one is still open", "````\n" + llama + "\n```\n", "Llama <|python_tag|>"},
+		{"closing fence with text after is not a close", "```\ncode\n```" + qwen + "\n", "Qwen/Hermes <tool_call>"},
+		{"unmatched backtick", "It's `broken " + v32Leak, "DeepSeek V3.2 DSML"},
+		{"inline span does not cross a blank line", "A `tick\n\n" + v4Leak + "\n\nand another` here", "DeepSeek V4 DSML"},
+		{"leak beside a quoted mention", "Format: `<tool_call>{}`.\n" + qwen, "Qwen/Hermes <tool_call>"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, err := dsmlLeak{}.Detect(context.Background(), reply(tt.content))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.Detector != DSMLLeakName {
+				t.Errorf("detector = %q", l.Detector)
+			}
+			if tt.format == "" {
+				if l.Corrupted || l.Reason != "" {
+					t.Fatalf("want clean, got %+v", l)
+				}
+				return
+			}
+			if !l.Corrupted {
+				t.Fatalf("want a %s leak, got clean", tt.format)
+			}
+			if !strings.HasPrefix(l.Reason, tt.format+" markup") {
+				t.Errorf("reason %q does not name %q", l.Reason, tt.format)
+			}
+			checkExcerpt(t, l.Reason)
+		})
+	}
+}
+
+// excerptAt precedes the quoted excerpt that ends a reason.
+var excerptAt = regexp.MustCompile(`at rune \d+: `)
+
+// checkExcerpt asserts the quoted excerpt at the end of a reason is at most 60 runes.
+func checkExcerpt(t *testing.T, reason string) {
+	t.Helper()
+	m := excerptAt.FindStringIndex(reason)
+	if m == nil {
+		t.Fatalf("reason %q has no excerpt", reason)
+	}
+	ex, err := strconv.Unquote(reason[m[1]:])
+	if err != nil {
+		t.Fatalf("excerpt of %q: %v", reason, err)
+	}
+	if n := utf8.RuneCountInString(ex); n > excerptRunes || n == 0 {
+		t.Errorf("excerpt %q is %d runes", ex, n)
+	}
+}
+
+func TestDSMLLeakReasonDetails(t *testing.T) {
+	content := strings.Repeat("ü", 10) + "\n" + v4Leak
+	l, _ := dsmlLeak{}.Detect(context.Background(), reply(content))
+	// The first marker sits after 11 runes; the V4 leak holds 6 markers.
+	if !strings.Contains(l.Reason, "first at rune 11") || !strings.Contains(l.Reason, "(6 markers)") {
+		t.Errorf("reason = %q", l.Reason)
+	}
+	if !strings.Contains(l.Reason, `"<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"read_file\">`) {
+		t.Errorf("excerpt missing from %q", l.Reason)
+	}
+	r := reply("clean")
+	r.Completion.Choices = append(r.Completion.Choices, openai.Choice{Index: 1, Message: openai.Message{Content: llama}})
+	l, _ = dsmlLeak{}.Detect(context.Background(), r)
+	if !l.Corrupted || !strings.HasPrefix(l.Reason, "choice 1: ") {
+		t.Errorf("second choice: %+v", l)
+	}
+}
+
+func TestDSMLLeakOnlyContent(t *testing.T) {
+	r := reply("")
+	r.Completion.Choices[0].Message.ToolCalls = []openai.ToolCall{{Function: openai.FunctionCall{Name: "f", Arguments: `{"x": "<｜DSML｜invoke name=\"g\">"}`}}}
+	if l, _ := (dsmlLeak{}).Detect(context.Background(), r); l.Corrupted {
+		t.Errorf("markup in arguments is toolcall-schema's concern, got %+v", l)
+	}
+}
+
+func TestDetectHonoursCancel(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, name := range Names() {
+		d, _ := Builtin(name)
+		if _, err := d.Detect(ctx, reply(v4Leak)); err == nil {
+			t.Errorf("%s judged a response under a cancelled context", name)
+		}
+	}
+}
+
+func TestQuotedSpans(t *testing.T) {
+	s := "a `b` c\n```\nd\n```\ne ``f`g`` h"
+	got := quotedSpans(s)
+	want := []string{"`b`", "```\nd\n```", "``f`g``"}
+	if len(got) != len(want) {
+		t.Fatalf("spans = %v", got)
+	}
+	for i, sp := range got {
+		if s[sp.start:sp.end] != want[i] && strings.TrimSuffix(s[sp.start:sp.end], "\n") != want[i] {
+			t.Errorf("span %d = %q, want %q", i, s[sp.start:sp.end], want[i])
+		}
+	}
+}
+
+// fence wraps s whole in a backtick fence longer than any backtick run inside it, the
+// way a careful writer quotes arbitrary text.
+func fence(s string) string {
+	longest, run := 0, 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == '`' {
+			run++
+			longest = max(longest, run)
+		} else {
+			run = 0
+		}
+	}
+	f := strings.Repeat("`", max(3, longest+1))
+	return f + "\n" + s + "\n" + f
+}
+
+func FuzzDSMLLeak(f *testing.F) {
+	for _, s := range []string{"", "plain prose", v32Leak, v4Leak, v3Leak, qwen, kimi, llama, claude,
+		"```\n" + v4Leak + "\n```", "`" + llama + "`", "```\n" + qwen, "<｜｜DSML｜｜ tool_calls>", "~~~\n~~~~\n<|python_tag|>"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, content string) {
+		l, err := dsmlLeak{}.Detect(context.Background(), reply(content))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Corrupted == (l.Reason == "") {
+			t.Fatalf("corrupted=%v with reason %q", l.Corrupted, l.Reason)
+		}
+		if l.Corrupted {
+			checkExcerpt(t, l.Reason)
+			if !strings.Contains(content, "<") {
+				t.Fatalf("leak without '<' in %q", content)
+			}
+		}
+		if q, _ := (dsmlLeak{}).Detect(context.Background(), reply(fence(content))); q.Corrupted {
+			t.Fatalf("content quoted whole in a fence was flagged: %q", q.Reason)
+		}
+	})
+}

@@ -1,0 +1,195 @@
+package detectors
+
+import (
+	"context"
+	"fmt"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/arbiterlab/arbiter/plugins"
+)
+
+// RepetitionName is the spec name of the detector of degenerate repetition loops.
+const RepetitionName = "repetition"
+
+// Thresholds of the repetition detector. They are conservative on purpose: a false alarm
+// in the control arm costs as much as a miss, and a real loop runs for hundreds of tokens.
+const (
+	// longUnit is the shortest unit, in tokens, that counts as a long loop...
+	longUnit = 8
+	// ...when it repeats back to back at least longRepeats times.
+	longRepeats = 4
+	// A shorter unit must repeat back to back until its words alone number shortCover (30
+	// runs of one word, 15 of a pair of words): punctuation does not count, since "| x |"
+	// cells and "---" rules are the stuff of markdown tables.
+	shortCover = 30
+	// maxUnit bounds the unit searched for, which keeps the pass linear in the content.
+	maxUnit = 256
+)
+
+// repetition flags a degenerate loop in the content: the same span of tokens over and over.
+// Tokens are words (letters, digits, _), single CJK characters, and runs of one
+// punctuation character; whitespace separates and is not a token. A loop is a tandem
+// repeat of a primitive unit (one that is not itself a repeat of a shorter one) of
+// longUnit or more tokens at least longRepeats times, or of a shorter unit whose repeats
+// hold shortCover words.
+type repetition struct{}
+
+func (repetition) Name() string { return RepetitionName }
+
+func (repetition) Detect(ctx context.Context, r plugins.Response) (plugins.Label, error) {
+	if err := ctx.Err(); err != nil {
+		return plugins.Label{}, fmt.Errorf("%s: %w", RepetitionName, err)
+	}
+	for ci, c := range r.Completion.Choices {
+		l, ok := findLoop(c.Message.Content)
+		if !ok {
+			continue
+		}
+		where := ""
+		if ci > 0 {
+			where = fmt.Sprintf("choice %d: ", ci)
+		}
+		return plugins.Label{
+			Detector:  RepetitionName,
+			Corrupted: true,
+			Reason: fmt.Sprintf("%sa %d-token span repeated %d times back to back at rune %d: %q",
+				where, l.unit, l.repeats, l.rune, l.excerpt),
+		}, nil
+	}
+	return plugins.Label{Detector: RepetitionName}, nil
+}
+
+// token is one token of content, interned as id, at byte offset off.
+type token struct {
+	id, off int
+	word    bool
+}
+
+// tokenize splits content into tokens as the repetition detector defines them.
+func tokenize(s string) []token {
+	var toks []token
+	ids := map[string]int{}
+	intern := func(t string) int {
+		id, ok := ids[t]
+		if !ok {
+			id = len(ids)
+			ids[t] = id
+		}
+		return id
+	}
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case unicode.IsSpace(r):
+			i += size
+		case isCJK(r):
+			toks = append(toks, token{id: intern(s[i : i+size]), off: i, word: true})
+			i += size
+		case isWordRune(r):
+			j := i + size
+			for j < len(s) {
+				r2, s2 := utf8.DecodeRuneInString(s[j:])
+				if !isWordRune(r2) || isCJK(r2) {
+					break
+				}
+				j += s2
+			}
+			toks = append(toks, token{id: intern(s[i:j]), off: i, word: true})
+			i = j
+		default:
+			j := i + size
+			for j < len(s) {
+				r2, s2 := utf8.DecodeRuneInString(s[j:])
+				if r2 != r {
+					break
+				}
+				j += s2
+			}
+			toks = append(toks, token{id: intern(s[i:j]), off: i})
+			i = j
+		}
+	}
+	return toks
+}
+
+func isWordRune(r rune) bool { return r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r) }
+
+// isCJK reports scripts written without spaces, where each character is a token.
+func isCJK(r rune) bool {
+	return unicode.In(r, unicode.Han, unicode.Hiragana, unicode.Katakana, unicode.Hangul)
+}
+
+// loop describes the longest degenerate repeat found.
+type loop struct {
+	unit, repeats, rune int
+	excerpt             string
+}
+
+// findLoop returns the tandem repeat that covers the most tokens among those that count as
+// a loop.
+func findLoop(content string) (loop, bool) {
+	toks := tokenize(content)
+	n := len(toks)
+	ids := make([]int32, n) // dense copy for the inner loop
+	for i, t := range toks {
+		ids[i] = int32(t.id)
+	}
+	best, bestCover := loop{}, 0
+	for p := 1; p <= maxUnit && p*2 <= n; p++ {
+		// run counts positions i with toks[i] == toks[i+p]; a run of r such positions is a
+		// stretch of r+p tokens with period p.
+		run := 0
+		for i := 0; i+p <= n; i++ {
+			if i+p < n && ids[i] == ids[i+p] {
+				run++
+				continue
+			}
+			if run > 0 {
+				start, cover := i-run, run+p
+				if cover > bestCover && isLoop(toks[start:start+p], cover) {
+					bestCover = cover
+					best = loop{unit: p, repeats: cover / p, rune: utf8.RuneCountInString(content[:toks[start].off])}
+					best.excerpt = excerpt(content[toks[start].off:], excerptRunes)
+				}
+			}
+			run = 0
+		}
+	}
+	return best, bestCover > 0
+}
+
+// isLoop applies the thresholds to a stretch of cover tokens with period len(unit).
+func isLoop(unit []token, cover int) bool {
+	p := len(unit)
+	if p >= longUnit {
+		return cover/p >= longRepeats && primitive(unit)
+	}
+	words := 0
+	for _, t := range unit {
+		if t.word {
+			words++
+		}
+	}
+	return cover/p >= longRepeats && words*(cover/p) >= shortCover
+}
+
+// primitive reports whether unit is not a whole repeat of a shorter unit, so that a loop
+// of a short unit is judged by the short-unit rule only.
+func primitive(unit []token) bool {
+	p := len(unit)
+	// Prefix function: the longest proper border of unit gives its smallest period.
+	pi := make([]int, p)
+	for i := 1; i < p; i++ {
+		k := pi[i-1]
+		for k > 0 && unit[i].id != unit[k].id {
+			k = pi[k-1]
+		}
+		if unit[i].id == unit[k].id {
+			k++
+		}
+		pi[i] = k
+	}
+	period := p - pi[p-1]
+	return period == p || p%period != 0
+}

@@ -1,0 +1,120 @@
+package detectors
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+const prose = `HiCache keeps KV pages of finished turns in host memory and restores them when a
+session comes back. The restore runs on a side stream so that it overlaps with compute; the
+consumer must wait on the restore's event before it reads, or it may see the stale bytes of
+the page's previous owner. Under light load the copy usually wins the race, which is why the
+bug hides at one session and shows at sixty. The same test, at the same concurrency, with only
+one flag toggled, settles the question in an hour.
+
+To reproduce it, run 60 sessions of 4 rounds each against both arms, and compare the share of
+sessions with at least one corrupted response. A session, not a response, is the unit: the
+turns of one session share a cache and fail together.`
+
+const goCode = "```go\nfunc (s *Store) Flush(ctx context.Context) error {\n\ts.mu.Lock()\n\tdefer s.mu.Unlock()\n\tfor _, b := range s.pending {\n\t\tif err := s.write(ctx, b); err != nil {\n\t\t\treturn fmt.Errorf(\"flush: %w\", err)\n\t\t}\n\t}\n\ts.pending = s.pending[:0]\n\treturn nil\n}\n```"
+
+const pyCode = "```python\nimport numpy as np\n\ndef softmax(x):\n    e = np.exp(x - x.max())\n    return e / e.sum()\n\nprint(softmax(np.array([1.0, 2.0, 3.0])))\nprint(softmax(np.array([1.0, 2.0, 3.0])))\nprint(softmax(np.array([0.0, 0.0, 0.0])))\n```"
+
+func TestRepetition(t *testing.T) {
+	table := "| a | b | c | d | e | f | g | h | i | j | k | l | m | n | o | p | q | r |\n" +
+		"|" + strings.Repeat("---|", 18) + "\n" + "|" + strings.Repeat(" x |", 18) + "\n"
+	tests := []struct {
+		name    string
+		content string
+		want    string // substring of the reason; "" means clean
+	}{
+		{"prose", prose, ""},
+		{"go code", goCode, ""},
+		{"python code with repeated lines", pyCode, ""},
+		{"wide markdown table", table, ""},
+		{"horizontal rules", "Intro\n\n" + strings.Repeat("-", 80) + "\n\n" + strings.Repeat("=", 80), ""},
+		{"ellipsis and dots", "Wait" + strings.Repeat(".", 200) + " done", ""},
+		{"counting", "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30", ""},
+		{"a few zeros", "weights = [0, 0, 0, 0, 0, 0, 0, 0]", ""},
+		{"emphatic but short", "no no no no no no no no no no!", ""},
+		{"chinese prose", "高速缓存把已完成轮次的键值页保存在主机内存中，并在会话返回时恢复它们。恢复在旁路流上进行，以便与计算重叠。", ""},
+		{"one token 29 times", strings.Repeat("the ", 29), ""},
+		{"long span 3 times", strings.Repeat("I will now call the weather tool for Paris. ", 3), ""},
+
+		{"one token 30 times", "Answer: " + strings.Repeat("the ", 30), "a 1-token span repeated 30 times"},
+		{"sentence loop", "Sure. " + strings.Repeat("I will now call the weather tool for Paris. ", 6), "a 10-token span repeated 6 times"},
+		{"long span 4 times", strings.Repeat("I will now call the weather tool for Paris. ", 4), "repeated 4 times"},
+		{"paragraph loop", strings.Repeat(prose[:300]+" ", 4), "repeated 4 times"},
+		{"pair loop", strings.Repeat("tool call ", 15), "a 2-token span repeated 15 times"},
+		{"chinese loop", "好的，" + strings.Repeat("好的", 30), "a 2-token span repeated 30 times"},
+		{"separated word loop", strings.Repeat("0, ", 30), "a 2-token span repeated 30 times"},
+		{"separated word 29 times", strings.Repeat("0, ", 29), ""},
+		{"digit run", "ids: " + strings.Repeat("0 ", 40), "a 1-token span repeated 40 times"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, err := repetition{}.Detect(context.Background(), reply(tt.content))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.Detector != RepetitionName {
+				t.Errorf("detector = %q", l.Detector)
+			}
+			if tt.want == "" {
+				if l.Corrupted || l.Reason != "" {
+					t.Fatalf("want clean, got %+v", l)
+				}
+				return
+			}
+			if !l.Corrupted || !strings.Contains(l.Reason, tt.want) {
+				t.Fatalf("got %+v, want a reason containing %q", l, tt.want)
+			}
+			checkExcerpt(t, l.Reason)
+		})
+	}
+}
+
+func TestTokenize(t *testing.T) {
+	toks := tokenize("a_b, c--d 好的 ---")
+	var got []string
+	s := "a_b, c--d 好的 ---"
+	for i, tk := range toks {
+		end := len(s)
+		if i+1 < len(toks) {
+			end = toks[i+1].off
+		}
+		got = append(got, strings.TrimSpace(s[tk.off:end]))
+	}
+	want := []string{"a_b", ",", "c", "--", "d", "好", "的", "---"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("tokens = %q, want %q", got, want)
+	}
+}
+
+func FuzzRepetition(f *testing.F) {
+	for _, s := range []string{"", prose, goCode, pyCode, "I will now call the weather tool.", "a b a b a b a b", "好的好的", "| --- | --- |"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, unit string) {
+		l, err := repetition{}.Detect(context.Background(), reply(unit))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Corrupted == (l.Reason == "") {
+			t.Fatalf("corrupted=%v with reason %q", l.Corrupted, l.Reason)
+		}
+		// A primitive unit of 8 to maxUnit tokens said five times over is a loop.
+		toks := tokenize(unit)
+		if len(toks) < longUnit || len(toks) > maxUnit || !primitive(toks) {
+			return
+		}
+		looped := strings.Repeat(unit+" ", 5)
+		if len(tokenize(looped)) != 5*len(toks) {
+			return // the unit's ends merge into one token across the seam
+		}
+		if l, _ := (repetition{}).Detect(context.Background(), reply(looped)); !l.Corrupted {
+			t.Fatalf("five times %q judged clean", unit)
+		}
+	})
+}
