@@ -1,0 +1,483 @@
+package stats
+
+import (
+	"fmt"
+	"math"
+	"sort"
+)
+
+// The functions in this file treat a response as the unit of observation and a session as
+// the cluster it belongs to. Turns of one session share a KV cache, a schedule and a
+// prompt history, so their labels are correlated: counting responses as if they were
+// independent overstates the evidence by the design effect. These functions measure that
+// correlation and correct the response-level test for it.
+
+// ClusterCounts is one session's tally: how many of its responses were labelled corrupted
+// (Events) out of how many it produced (Responses).
+type ClusterCounts struct {
+	Events    int
+	Responses int
+}
+
+// ClusterSummary describes one arm's sessions as clusters of responses.
+type ClusterSummary struct {
+	Sessions  int     // sessions with at least one response
+	Responses int     // responses over all sessions
+	Events    int     // corrupted responses over all sessions
+	Rate      float64 // Events / Responses
+	MeanSize  float64 // m̄ = Responses / Sessions
+	// WeightedSize is Σm²/Σm, the session size that enters the design effect when
+	// sessions differ in length; it equals MeanSize when all sessions have the same size.
+	WeightedSize float64
+	// ICC is the one-way ANOVA estimate of the intra-session correlation (Fleiss; Donner
+	// 1986), which may be negative; NaN when undefined (no events, all events, fewer than
+	// two sessions, or one response per session).
+	ICC float64
+	// DesignEffect is 1 + (WeightedSize − 1)·max(ICC, 0): the factor by which clustering
+	// inflates the variance of Rate, in the variance-ratio form for unequal session sizes
+	// (Σ m_j(1 + (m_j − 1)ρ) / Σ m_j). With equal sizes it is the textbook 1 + (m̄ − 1)ρ.
+	// A negative ICC is truncated to 0 and an undefined one counts as 0.
+	DesignEffect float64
+	Warnings     []Warning
+}
+
+// checkClusters rejects impossible tallies, naming the offending session.
+func checkClusters(arm string, sessions []ClusterCounts) error {
+	for i, s := range sessions {
+		if s.Responses < 0 || s.Events < 0 || s.Events > s.Responses {
+			return fmt.Errorf("stats: %s session %d: %d events out of %d responses is not a valid tally", arm, i, s.Events, s.Responses)
+		}
+	}
+	return nil
+}
+
+// clusterSums holds the sufficient sums of the one-way ANOVA on 0/1 responses.
+type clusterSums struct {
+	k        int     // clusters with at least one response
+	n        int     // responses
+	y        int     // events
+	sumY2M   float64 // Σ y_j²/m_j
+	sumM2    float64 // Σ m_j²
+	skipped  int     // clusters with no responses
+	withinFn float64 // Σ m_j²/N_group, summed over groups (for the pooled m0)
+}
+
+func sumClusters(sessions []ClusterCounts) clusterSums {
+	var s clusterSums
+	for _, c := range sessions {
+		if c.Responses == 0 {
+			s.skipped++
+			continue
+		}
+		s.k++
+		s.n += c.Responses
+		s.y += c.Events
+		s.sumY2M += float64(c.Events) * float64(c.Events) / float64(c.Responses)
+		s.sumM2 += float64(c.Responses) * float64(c.Responses)
+	}
+	if s.n > 0 {
+		s.withinFn = s.sumM2 / float64(s.n)
+	}
+	return s
+}
+
+// anovaICC is the ANOVA estimator ρ = (MSB − MSW)/(MSB + (m0 − 1)MSW) for groups of
+// clusters; groups is the number of arms whose means are removed (1 for one arm, 2 for the
+// pooled within-arm estimate). It returns NaN when the estimate is undefined.
+func anovaICC(groups int, k, n int, sumY, sumY2M, sumYbar2N, sumWithin float64) float64 {
+	dfB := k - groups
+	dfW := n - k
+	if dfB <= 0 || dfW <= 0 {
+		return math.NaN()
+	}
+	ssb := sumY2M - sumYbar2N
+	ssw := sumY - sumY2M
+	msb := ssb / float64(dfB)
+	msw := ssw / float64(dfW)
+	m0 := (float64(n) - sumWithin) / float64(dfB)
+	den := msb + (m0-1)*msw
+	if !(den > 0) {
+		return math.NaN()
+	}
+	return (msb - msw) / den
+}
+
+// designEffect is Σ m_j(1 + (m_j − 1)ρ)/Σ m_j with ρ truncated at 0.
+func designEffect(weightedSize, icc float64) float64 {
+	if math.IsNaN(icc) || icc < 0 {
+		return 1
+	}
+	return 1 + (weightedSize-1)*icc
+}
+
+// SummarizeClusters computes one arm's rate, intra-session correlation and design effect.
+func SummarizeClusters(sessions []ClusterCounts) (ClusterSummary, error) {
+	if err := checkClusters("arm", sessions); err != nil {
+		return ClusterSummary{}, err
+	}
+	s := sumClusters(sessions)
+	out := ClusterSummary{Sessions: s.k, Responses: s.n, Events: s.y, ICC: math.NaN(), Rate: math.NaN(), DesignEffect: 1}
+	if s.skipped > 0 {
+		out.Warnings = append(out.Warnings, Warning(fmt.Sprintf("%d sessions produced no responses and were left out of the clustering", s.skipped)))
+	}
+	if s.n == 0 {
+		out.Warnings = append(out.Warnings, "no responses: rate and intra-session correlation are undefined")
+		return out, nil
+	}
+	out.Rate = float64(s.y) / float64(s.n)
+	out.MeanSize = float64(s.n) / float64(s.k)
+	out.WeightedSize = s.sumM2 / float64(s.n)
+	yf := float64(s.y)
+	out.ICC = anovaICC(1, s.k, s.n, yf, s.sumY2M, yf*yf/float64(s.n), s.withinFn)
+	switch {
+	case s.y == 0 || s.y == s.n:
+		out.Warnings = append(out.Warnings, Warning(fmt.Sprintf("all %d responses have the same label: intra-session correlation is undefined; design effect taken as 1", s.n)))
+	case math.IsNaN(out.ICC):
+		out.Warnings = append(out.Warnings, "intra-session correlation is undefined (fewer than two sessions or one response per session); design effect taken as 1")
+	case out.ICC < 0:
+		out.Warnings = append(out.Warnings, Warning(fmt.Sprintf("intra-session correlation estimate %.3g is negative; truncated to 0 for the design effect", out.ICC)))
+	}
+	out.DesignEffect = designEffect(out.WeightedSize, out.ICC)
+	return out, nil
+}
+
+// RaoScottResult is a test of equal corruption rates between two arms that counts
+// responses but corrects for their clustering in sessions.
+type RaoScottResult struct {
+	A, B ClusterSummary
+	// ICC is the pooled within-arm ANOVA estimate (each arm's mean removed), which stays
+	// defined when one arm has no events at all.
+	ICC float64
+	// DesignEffect is the pooled design effect 1 + (Σm²/Σm − 1)·max(ICC, 0) over both arms.
+	DesignEffect float64
+	ChiSquare    float64 // Pearson chi-square on responses, as if they were independent
+	NaiveP       float64 // its p-value, overstating the evidence
+	Adjusted     float64 // ChiSquare / DesignEffect
+	P            float64 // upper tail of chi-square with 1 df at Adjusted
+	Warnings     []Warning
+}
+
+// RaoScott tests equal response-level corruption rates in two arms with the first-order
+// Rao-Scott correction: the Pearson chi-square of the 2x2 table of responses divided by
+// one pooled design effect, referred to chi-square with 1 df. The pooled design effect is
+// built from the within-arm ANOVA intra-session correlation so that an arm with no events
+// (whose own correlation is undefined) does not break the test.
+func RaoScott(a, b []ClusterCounts) (RaoScottResult, error) {
+	if err := checkClusters("arm A", a); err != nil {
+		return RaoScottResult{}, err
+	}
+	if err := checkClusters("arm B", b); err != nil {
+		return RaoScottResult{}, err
+	}
+	var out RaoScottResult
+	out.A, _ = SummarizeClusters(a)
+	out.B, _ = SummarizeClusters(b)
+	sa, sb := sumClusters(a), sumClusters(b)
+	if sa.n == 0 || sb.n == 0 {
+		return out, fmt.Errorf("stats: Rao-Scott test needs responses in both arms (got %d and %d)", sa.n, sb.n)
+	}
+	k, n, y := sa.k+sb.k, sa.n+sb.n, sa.y+sb.y
+	yaf, ybf := float64(sa.y), float64(sb.y)
+	between := yaf*yaf/float64(sa.n) + ybf*ybf/float64(sb.n)
+	out.ICC = anovaICC(2, k, n, float64(y), sa.sumY2M+sb.sumY2M, between, sa.withinFn+sb.withinFn)
+	weighted := (sa.sumM2 + sb.sumM2) / float64(n)
+	out.DesignEffect = designEffect(weighted, out.ICC)
+	switch {
+	case y == 0 || y == n:
+		out.Warnings = append(out.Warnings, Warning(fmt.Sprintf("all %d responses in both arms have the same label: no difference can be tested", n)))
+		out.NaiveP, out.P = 1, 1
+		return out, nil
+	case math.IsNaN(out.ICC):
+		out.Warnings = append(out.Warnings, "pooled intra-session correlation is undefined; no clustering correction applied")
+	case out.ICC < 0:
+		out.Warnings = append(out.Warnings, Warning(fmt.Sprintf("pooled intra-session correlation %.3g is negative; truncated to 0", out.ICC)))
+	}
+	out.ChiSquare = pearson2x2(sa.y, sa.n, sb.y, sb.n)
+	out.NaiveP = chiSquare1Survival(out.ChiSquare)
+	out.Adjusted = out.ChiSquare / out.DesignEffect
+	out.P = chiSquare1Survival(out.Adjusted)
+	if out.DesignEffect > 1.5 {
+		out.Warnings = append(out.Warnings, Warning(fmt.Sprintf("responses within a session are correlated (design effect %.2f): the session, not the response, is the honest unit", out.DesignEffect)))
+	}
+	return out, nil
+}
+
+// pearson2x2 is the uncorrected Pearson chi-square of events a of n1 against b of n2.
+func pearson2x2(a, n1, b, n2 int) float64 {
+	n := float64(n1 + n2)
+	ev := float64(a + b)
+	ne := n - ev
+	if ev == 0 || ne == 0 || n1 == 0 || n2 == 0 {
+		return 0
+	}
+	d := float64(a)*float64(n2-b) - float64(b)*float64(n1-a)
+	return n * d * d / (ev * ne * float64(n1) * float64(n2))
+}
+
+// chiSquare1Survival is P(X > x) for a chi-square variable with one degree of freedom,
+// computed through erfc so that tiny p-values keep their relative precision.
+func chiSquare1Survival(x float64) float64 {
+	if x <= 0 {
+		return 1
+	}
+	return math.Erfc(math.Sqrt(x / 2))
+}
+
+// BetaBinomialFit is the maximum-likelihood beta-binomial model of one set of sessions:
+// each session's corruption probability is drawn from a beta distribution with mean Mu
+// and intra-session correlation Rho = 1/(α+β+1).
+type BetaBinomialFit struct {
+	Mu  float64
+	Rho float64 // NaN when not identified (no events or all events)
+	// LogLik is the full log-likelihood at the estimate, binomial coefficients included.
+	LogLik   float64
+	Warnings []Warning
+}
+
+// BetaBinomialTest compares the mean corruption probability of two arms in the
+// beta-binomial model with a common intra-session correlation: the alternative has
+// (MuA, MuB, Rho), the null (Pooled.Mu, Pooled.Rho), and Statistic = 2·(LogLikAlt −
+// Pooled.LogLik) is referred to chi-square with 1 df.
+type BetaBinomialTest struct {
+	A, B      BetaBinomialFit // each arm on its own, with its own correlation (descriptive)
+	Pooled    BetaBinomialFit // both arms as one: the null model
+	MuA, MuB  float64         // means under the alternative
+	Rho       float64         // common correlation under the alternative
+	LogLikAlt float64
+	Statistic float64
+	P         float64
+	Warnings  []Warning
+}
+
+// bbCell is a distinct (events, responses) pair with its multiplicity; sessions of equal
+// length make the likelihood a sum over few cells.
+type bbCell struct {
+	y, m  int
+	count float64
+	logC  float64 // count·log C(m, y)
+}
+
+func bbCells(sessions []ClusterCounts) (cells []bbCell, events, responses int) {
+	idx := map[[2]int]int{}
+	for _, s := range sessions {
+		if s.Responses == 0 {
+			continue
+		}
+		events += s.Events
+		responses += s.Responses
+		key := [2]int{s.Events, s.Responses}
+		if i, ok := idx[key]; ok {
+			cells[i].count++
+			continue
+		}
+		idx[key] = len(cells)
+		cells = append(cells, bbCell{y: s.Events, m: s.Responses, count: 1})
+	}
+	sort.Slice(cells, func(i, j int) bool {
+		if cells[i].m != cells[j].m {
+			return cells[i].m < cells[j].m
+		}
+		return cells[i].y < cells[j].y
+	})
+	for i := range cells {
+		c := &cells[i]
+		lm, _ := math.Lgamma(float64(c.m + 1))
+		ly, _ := math.Lgamma(float64(c.y + 1))
+		lr, _ := math.Lgamma(float64(c.m - c.y + 1))
+		c.logC = c.count * (lm - ly - lr)
+	}
+	return cells, events, responses
+}
+
+// bbLogLik is the beta-binomial log-likelihood in the product form of Prentice (1986),
+// which stays finite at ρ = 0 (binomial) and at µ ∈ {0, 1}.
+func bbLogLik(cells []bbCell, mu, rho float64) float64 {
+	q := 1 - rho
+	var ll float64
+	for _, c := range cells {
+		var s float64
+		for r := 0; r < c.y; r++ {
+			s += math.Log(mu*q + float64(r)*rho)
+		}
+		for r := 0; r < c.m-c.y; r++ {
+			s += math.Log((1-mu)*q + float64(r)*rho)
+		}
+		for r := 0; r < c.m; r++ {
+			s -= math.Log(q + float64(r)*rho)
+		}
+		ll += c.count*s + c.logC
+	}
+	return ll
+}
+
+// bbScore returns the first and second derivatives of the log-likelihood in µ.
+func bbScore(cells []bbCell, mu, rho float64) (d1, d2 float64) {
+	q := 1 - rho
+	for _, c := range cells {
+		var s1, s2 float64
+		for r := 0; r < c.y; r++ {
+			t := q / (mu*q + float64(r)*rho)
+			s1 += t
+			s2 -= t * t
+		}
+		for r := 0; r < c.m-c.y; r++ {
+			t := q / ((1-mu)*q + float64(r)*rho)
+			s1 -= t
+			s2 -= t * t
+		}
+		d1 += c.count * s1
+		d2 += c.count * s2
+	}
+	return d1, d2
+}
+
+// bbMu maximizes the log-likelihood over µ at fixed ρ. The log-likelihood is concave in
+// µ, so a Newton iteration kept inside a shrinking bracket finds the root of the score.
+func bbMu(cells []bbCell, events, responses int, rho float64) float64 {
+	if events == 0 {
+		return 0
+	}
+	if events == responses {
+		return 1
+	}
+	lo, hi := 0.0, 1.0
+	mu := float64(events) / float64(responses)
+	for i := 0; i < 200; i++ {
+		d1, d2 := bbScore(cells, mu, rho)
+		if d1 > 0 {
+			lo = mu
+		} else {
+			hi = mu
+		}
+		next := mu - d1/d2
+		if !(next > lo && next < hi) || d2 >= 0 {
+			next = (lo + hi) / 2
+		}
+		if math.Abs(next-mu) <= 1e-15*math.Max(mu, 1e-300) || hi-lo < 1e-300 {
+			return next
+		}
+		mu = next
+	}
+	return mu
+}
+
+// bbRhoMax keeps ρ off 1, where every session is all-or-nothing and the product form
+// divides 0 by 0.
+const bbRhoMax = 1 - 1e-9
+
+// maxRho maximizes a profile log-likelihood over ρ ∈ [0, bbRhoMax]: a grid finds the
+// basin, golden-section search refines it.
+func maxRho(profile func(rho float64) float64) (rho, ll float64) {
+	const grid = 48
+	best, bestLL := 0.0, profile(0)
+	pts := make([]float64, grid+1)
+	for i := 0; i <= grid; i++ {
+		// Denser near 0, where session correlations of serving faults usually are.
+		t := float64(i) / grid
+		pts[i] = bbRhoMax * t * t
+	}
+	bi := 0
+	for i := 1; i <= grid; i++ {
+		if l := profile(pts[i]); l > bestLL {
+			best, bestLL, bi = pts[i], l, i
+		}
+	}
+	lo := pts[max(bi-1, 0)]
+	hi := pts[min(bi+1, grid)]
+	const g = 0.3819660112501051
+	x1 := lo + g*(hi-lo)
+	x2 := hi - g*(hi-lo)
+	f1, f2 := profile(x1), profile(x2)
+	for i := 0; i < 200 && hi-lo > 1e-13; i++ {
+		if f1 >= f2 {
+			hi, x2, f2 = x2, x1, f1
+			x1 = lo + g*(hi-lo)
+			f1 = profile(x1)
+		} else {
+			lo, x1, f1 = x1, x2, f2
+			x2 = hi - g*(hi-lo)
+			f2 = profile(x2)
+		}
+	}
+	if f1 > bestLL {
+		best, bestLL = x1, f1
+	}
+	if f2 > bestLL {
+		best, bestLL = x2, f2
+	}
+	return best, bestLL
+}
+
+// FitBetaBinomial estimates (µ, ρ) by maximum likelihood for one arm's sessions.
+func FitBetaBinomial(sessions []ClusterCounts) (BetaBinomialFit, error) {
+	if err := checkClusters("arm", sessions); err != nil {
+		return BetaBinomialFit{}, err
+	}
+	cells, ev, n := bbCells(sessions)
+	if n == 0 {
+		return BetaBinomialFit{}, fmt.Errorf("stats: beta-binomial fit needs at least one response")
+	}
+	return fitBB(cells, ev, n), nil
+}
+
+func fitBB(cells []bbCell, ev, n int) BetaBinomialFit {
+	if ev == 0 || ev == n {
+		mu := bbMu(cells, ev, n, 0)
+		return BetaBinomialFit{Mu: mu, Rho: math.NaN(), LogLik: bbLogLik(cells, mu, 0), Warnings: []Warning{
+			Warning(fmt.Sprintf("all %d responses have the same label: the beta-binomial correlation is not identified; fitted with µ = %g", n, mu)),
+		}}
+	}
+	rho, ll := maxRho(func(rho float64) float64 {
+		return bbLogLik(cells, bbMu(cells, ev, n, rho), rho)
+	})
+	fit := BetaBinomialFit{Mu: bbMu(cells, ev, n, rho), Rho: rho, LogLik: ll}
+	if rho > 0.999 {
+		fit.Warnings = append(fit.Warnings, "sessions are all-or-nothing: beta-binomial correlation at its upper limit")
+	}
+	return fit
+}
+
+// BetaBinomialLRT fits the beta-binomial model to each arm, to both arms pooled, and to
+// both arms with separate means and a common correlation, and tests equal means by the
+// likelihood ratio. An arm without events has µ = 0 and contributes nothing to the
+// likelihood at any ρ, so the common correlation is then estimated from the other arm.
+func BetaBinomialLRT(a, b []ClusterCounts) (BetaBinomialTest, error) {
+	if err := checkClusters("arm A", a); err != nil {
+		return BetaBinomialTest{}, err
+	}
+	if err := checkClusters("arm B", b); err != nil {
+		return BetaBinomialTest{}, err
+	}
+	ca, eva, na := bbCells(a)
+	cb, evb, nb := bbCells(b)
+	if na == 0 || nb == 0 {
+		return BetaBinomialTest{}, fmt.Errorf("stats: beta-binomial test needs responses in both arms (got %d and %d)", na, nb)
+	}
+	var out BetaBinomialTest
+	out.A, out.B = fitBB(ca, eva, na), fitBB(cb, evb, nb)
+	pooled := append(append([]ClusterCounts{}, a...), b...)
+	cp, evp, np := bbCells(pooled)
+	out.Pooled = fitBB(cp, evp, np)
+	if evp == 0 || evp == np {
+		out.MuA, out.MuB, out.Rho = out.Pooled.Mu, out.Pooled.Mu, math.NaN()
+		out.LogLikAlt = out.Pooled.LogLik
+		out.P = 1
+		out.Warnings = append(out.Warnings, "both arms have the same label on every response: no difference can be tested")
+		return out, nil
+	}
+	alt := func(rho float64) float64 {
+		return bbLogLik(ca, bbMu(ca, eva, na, rho), rho) + bbLogLik(cb, bbMu(cb, evb, nb, rho), rho)
+	}
+	out.Rho, out.LogLikAlt = maxRho(alt)
+	out.MuA = bbMu(ca, eva, na, out.Rho)
+	out.MuB = bbMu(cb, evb, nb, out.Rho)
+	out.Statistic = math.Max(2*(out.LogLikAlt-out.Pooled.LogLik), 0)
+	out.P = chiSquare1Survival(out.Statistic)
+	if (eva == 0 || eva == na) != (evb == 0 || evb == nb) {
+		out.Warnings = append(out.Warnings, "one arm has the same label on every response: its correlation is taken from the other arm")
+	}
+	if out.Rho > 0.999 {
+		out.Warnings = append(out.Warnings, "sessions are all-or-nothing: common correlation at its upper limit, the test reduces to counting sessions")
+	}
+	return out, nil
+}
