@@ -79,6 +79,7 @@ func Parse(path string, data []byte) (*Spec, error) {
 	d := &decoder{
 		file:    path,
 		anchors: map[string]ast.Node{},
+		typos:   map[string]bool{},
 		spec:    &Spec{Path: path, Source: data, pos: map[string]Position{}},
 	}
 	f, err := parseYAML(data)
@@ -140,6 +141,9 @@ type decoder struct {
 	spec    *Spec
 	errs    []*SpecError
 	anchors map[string]ast.Node
+	// typos are the paths of known fields that an unknown field's name resembles:
+	// "missing required field" would only repeat that error.
+	typos map[string]bool
 }
 
 func (d *decoder) syntaxError(err error) *SpecError {
@@ -350,6 +354,7 @@ func (d *decoder) fields(n ast.Node, path string, known []string, set func(e ent
 			msg := "unknown field"
 			if s := suggest(e.key, known); s != "" {
 				msg += fmt.Sprintf(" (did you mean %s?)", s)
+				d.typos[joinPath(path, s)] = true
 			} else {
 				msg += fmt.Sprintf(" (known: %s)", strings.Join(known, ", "))
 			}
@@ -366,7 +371,7 @@ func (d *decoder) fields(n ast.Node, path string, known []string, set func(e ent
 // (the parent's key) when the field is missing.
 func (d *decoder) require(seen map[string]entry, at ast.Node, path string, names ...string) {
 	for _, name := range names {
-		if _, ok := seen[name]; !ok {
+		if _, ok := seen[name]; !ok && !d.typos[joinPath(path, name)] {
 			d.add(at, joinPath(path, name), "missing required field")
 		}
 	}
@@ -595,7 +600,7 @@ func (d *decoder) decodeSpec(root ast.Node) {
 		}
 	})
 	for _, name := range []string{"version", "name", "engine", "workload"} {
-		if _, ok := seen[name]; !ok {
+		if _, ok := seen[name]; !ok && !d.typos[name] {
 			d.addAt(Position{}, name, "missing required field")
 		}
 	}

@@ -49,7 +49,10 @@ func (s *Spec) Expand() ([]Arm, error) {
 	c.sharedFactorVariables()
 	c.sameLevels()
 	c.pinSets()
-	c.identical(arms)
+	if len(c.errs) == 0 {
+		// Identical arms are usually the echo of a refusal above; say it only alone.
+		c.identical(arms)
+	}
 	if err := joinSorted(c.errs); err != nil {
 		return nil, err
 	}
@@ -178,6 +181,9 @@ type pinSource struct {
 type confoundCheck struct {
 	spec *Spec
 	errs []*SpecError
+	// overrides are the variables already refused as engine overrides, so that the
+	// pin-set rule does not report them a second time.
+	overrides map[string]bool
 }
 
 func (c *confoundCheck) refuse(path, format string, args ...any) {
@@ -201,6 +207,7 @@ func (c *confoundCheck) sources() []pinSource {
 // engineOverrides refuses pins that change what the engine declares for every arm: a
 // shared setting silently changed in one arm is a second varied variable.
 func (c *confoundCheck) engineOverrides() {
+	c.overrides = map[string]bool{}
 	engineFlags := map[string]string{}
 	for _, f := range parseFlags(c.spec.Engine.Args) {
 		engineFlags[f.name] = f.value
@@ -209,11 +216,13 @@ func (c *confoundCheck) engineOverrides() {
 		for _, k := range slices.Sorted(maps.Keys(src.pins.Env)) {
 			if _, shared := c.spec.Engine.Env[k]; shared {
 				c.refuse(src.path, "%s pins %s, which engine.env sets for every arm; a shared setting must not change per arm: remove %s from engine.env or from the pins", src.what, k, k)
+				c.overrides[k] = true
 			}
 		}
 		for _, f := range parseFlags(src.pins.Args) {
 			if v, shared := engineFlags[f.name]; shared && v != f.value {
 				c.refuse(src.path, "%s sets %s, which engine.args sets to %q for every arm; a shared setting must not change per arm: remove %s from engine.args or from the pins", src.what, flagText(f), v, f.name)
+				c.overrides[f.name] = true
 			}
 		}
 	}
@@ -284,7 +293,7 @@ func (c *confoundCheck) pinSets() {
 	}
 	var partial []string
 	for _, v := range order {
-		if len(pinnedBy[v]) < len(arms) {
+		if len(pinnedBy[v]) < len(arms) && !c.overrides[v] {
 			partial = append(partial, v)
 		}
 	}
