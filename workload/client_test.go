@@ -1,0 +1,204 @@
+package workload
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/arbiterlab/arbiter/openai"
+)
+
+func weatherRequest(rid string, stream bool) openai.ChatRequest {
+	return openai.ChatRequest{
+		Model:    "scripted-1",
+		Messages: []openai.Message{{Role: "user", Content: "weather in Oslo?"}},
+		Tools:    []openai.Tool{toolSet[0].spec()},
+		Stream:   stream,
+		RID:      rid,
+	}
+}
+
+func TestChatStreamAssemblesToolCalls(t *testing.T) {
+	e := newScriptedEngine(t)
+	ex := (&Client{}).Chat(context.Background(), e.srv.URL, weatherRequest("r1", true))
+	if ex.Err != nil {
+		t.Fatal(ex.Err)
+	}
+	if ex.StatusCode != 200 {
+		t.Fatalf("status %d", ex.StatusCode)
+	}
+	e.mu.Lock()
+	sent, wantCalls := e.raws["r1"], e.calls["r1"]
+	e.mu.Unlock()
+	if !bytes.Equal(ex.Raw, sent) {
+		t.Fatalf("raw differs from the bytes sent:\n got %q\nwant %q", ex.Raw, sent)
+	}
+	msg := ex.Completion.Choices[0].Message
+	if !reflect.DeepEqual(msg.ToolCalls, wantCalls) {
+		t.Fatalf("tool calls\n got %+v\nwant %+v", msg.ToolCalls, wantCalls)
+	}
+	if ex.Completion.Choices[0].FinishReason != "tool_calls" || ex.Completion.Usage == nil || ex.Completion.Usage.CompletionTokens != 9 {
+		t.Fatalf("finish/usage not assembled: %+v", ex.Completion)
+	}
+	if ex.TTFT <= 0 || ex.TTFT > ex.Latency {
+		t.Fatalf("TTFT %v, latency %v: want 0 < TTFT <= latency", ex.TTFT, ex.Latency)
+	}
+	var req openai.ChatRequest
+	if err := json.Unmarshal(ex.Request, &req); err != nil || req.StreamOptions == nil || !req.StreamOptions.IncludeUsage || !req.Stream {
+		t.Fatalf("request did not ask for a stream with usage: %s (%v)", ex.Request, err)
+	}
+}
+
+func TestChatNonStreaming(t *testing.T) {
+	e := newScriptedEngine(t)
+	ex := (&Client{}).Chat(context.Background(), e.srv.URL, weatherRequest("r2", false))
+	if ex.Err != nil {
+		t.Fatal(ex.Err)
+	}
+	e.mu.Lock()
+	wantCalls := e.calls["r2"]
+	e.mu.Unlock()
+	if got := ex.Completion.Choices[0].Message.ToolCalls; !reflect.DeepEqual(got, wantCalls) {
+		t.Fatalf("tool calls\n got %+v\nwant %+v", got, wantCalls)
+	}
+	if bytes.Contains(ex.Request, []byte("stream")) {
+		t.Fatalf("non-streaming request mentions streaming: %s", ex.Request)
+	}
+	if ex.TTFT <= 0 || ex.TTFT > ex.Latency {
+		t.Fatalf("TTFT %v, latency %v", ex.TTFT, ex.Latency)
+	}
+}
+
+func TestChatHTTPError(t *testing.T) {
+	const body = `{"error":{"message":"KV cache pool exhausted","type":"server_error","code":500}}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = w.Write([]byte(body))
+	}))
+	defer srv.Close()
+	ex := (&Client{}).Chat(context.Background(), srv.URL, weatherRequest("r3", true))
+	var se *StatusError
+	if !errors.As(ex.Err, &se) || se.Code != 500 || se.Message != "KV cache pool exhausted" {
+		t.Fatalf("err = %v, want a StatusError 500 with the server's message", ex.Err)
+	}
+	if ex.StatusCode != 500 || string(ex.Raw) != body {
+		t.Fatalf("status %d raw %q", ex.StatusCode, ex.Raw)
+	}
+}
+
+// stallAfter answers with the first n bytes of a stream, then sends nothing until the
+// client goes away.
+func stallAfter(t *testing.T, n int) *httptest.Server {
+	partial := chunkStream(t, contentDelta("partial "), contentDelta("answer"))[:n]
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write(partial)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestChatStallTimeout(t *testing.T) {
+	first := len(chunkStream(t, contentDelta("partial ")))
+	first -= len("data: [DONE]\n\n")
+	srv := stallAfter(t, first+10)
+	c := &Client{StallTimeout: 50 * time.Millisecond}
+	ex := c.Chat(context.Background(), srv.URL, weatherRequest("r4", true))
+	if !errors.Is(ex.Err, ErrStalled) {
+		t.Fatalf("err = %v, want ErrStalled", ex.Err)
+	}
+	if len(ex.Raw) != first+10 || ex.Completion.Choices[0].Message.Content != "partial " {
+		t.Fatalf("what arrived was not kept: raw %q, completion %+v", ex.Raw, ex.Completion)
+	}
+}
+
+func TestChatRequestTimeout(t *testing.T) {
+	srv := stallAfter(t, 0)
+	c := &Client{RequestTimeout: 50 * time.Millisecond, StallTimeout: time.Hour}
+	ex := c.Chat(context.Background(), srv.URL, weatherRequest("r5", true))
+	if !errors.Is(ex.Err, ErrRequestTimeout) || errors.Is(ex.Err, ErrStalled) {
+		t.Fatalf("err = %v, want ErrRequestTimeout", ex.Err)
+	}
+}
+
+func TestChatCancelled(t *testing.T) {
+	srv := stallAfter(t, 20)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan Exchange)
+	go func() { done <- (&Client{}).Chat(ctx, srv.URL, weatherRequest("r6", true)) }()
+	cancel()
+	ex := <-done
+	if !errors.Is(ex.Err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", ex.Err)
+	}
+}
+
+func TestChatBrokenStream(t *testing.T) {
+	stream := chunkStream(t, contentDelta("half"), finishChunk("stop"))
+	cut := bytes.Index(stream, []byte("\n\n")) + 2 + 10 // the first event and a piece of the second
+	t.Run("connection reset", func(t *testing.T) {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = w.Write(stream[:cut])
+			w.(http.Flusher).Flush()
+			panic(http.ErrAbortHandler) // drops the connection mid-stream
+		}))
+		defer srv.Close()
+		ex := (&Client{}).Chat(context.Background(), srv.URL, weatherRequest("r7", true))
+		if !errors.Is(ex.Err, ErrBrokenStream) {
+			t.Fatalf("err = %v, want ErrBrokenStream", ex.Err)
+		}
+		if !bytes.Equal(ex.Raw, stream[:cut]) || ex.Completion.Choices[0].Message.Content != "half" {
+			t.Fatalf("what arrived was not kept: %q %+v", ex.Raw, ex.Completion)
+		}
+	})
+	t.Run("clean close before done", func(t *testing.T) {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = w.Write(stream[:cut])
+		}))
+		defer srv.Close()
+		ex := (&Client{}).Chat(context.Background(), srv.URL, weatherRequest("r8", true))
+		if !errors.Is(ex.Err, ErrIncompleteStream) || !errors.Is(ex.Err, ErrBrokenStream) {
+			t.Fatalf("err = %v, want ErrIncompleteStream", ex.Err)
+		}
+	})
+	t.Run("garbage event", func(t *testing.T) {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = w.Write([]byte("data: {\"choices\":[{\"delta\":{\"content\":\"ok\"}}]}\n\ndata: <|garbage|>\n\n"))
+		}))
+		defer srv.Close()
+		ex := (&Client{}).Chat(context.Background(), srv.URL, weatherRequest("r9", true))
+		if ex.Err == nil || !strings.Contains(ex.Err.Error(), "event 2") {
+			t.Fatalf("err = %v, want a protocol error naming event 2", ex.Err)
+		}
+	})
+}
+
+func TestListModels(t *testing.T) {
+	e := newScriptedEngine(t)
+	ids, err := ListModels(context.Background(), e.srv.URL+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(ids, []string{"scripted-1", "other"}) {
+		t.Fatalf("models = %q", ids)
+	}
+	srv := httptest.NewServer(http.NotFoundHandler())
+	defer srv.Close()
+	var se *StatusError
+	if _, err := ListModels(context.Background(), srv.URL); !errors.As(err, &se) || se.Code != 404 {
+		t.Fatalf("err = %v, want StatusError 404", err)
+	}
+}
