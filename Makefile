@@ -1,0 +1,38 @@
+# arbiter: controlled A/B experiments on LLM serving engines.
+GO      ?= go
+BIN     := bin
+DB      ?= arbiter.db
+
+.PHONY: all build demo test bench kernels fuzz clean
+
+all: build
+
+## build: the arbiter CLI and the refserve reference engine, into bin/
+build:
+	$(GO) build -o $(BIN)/arbiter ./cmd/arbiter
+	$(GO) build -o $(BIN)/refserve ./cmd/refserve
+
+## demo: the decisive BF16_INDEX_K A/B on local refserve processes, into ./arbiter.db
+demo: build
+	$(BIN)/arbiter run examples/quickstart.yaml --db $(DB)
+
+## test: vet and the whole test suite under the race detector
+test:
+	$(GO) vet ./...
+	$(GO) test -race -timeout 20m ./...
+
+## bench: every benchmark (speed and memory targets live here)
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+## fuzz: a short fuzzing pass over each parser and detector
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzSSE -fuzztime 30s ./workload
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./arms
+
+## kernels: the CUDA testbed (needs nvcc; see kernels/)
+kernels:
+	bash kernels/build.sh
+
+clean:
+	rm -rf $(BIN)
