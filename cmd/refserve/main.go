@@ -55,7 +55,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log.Error("refserve cannot listen", "err", err)
 		return 1
 	}
-	if err := serve(ctx, ln, cfg, b, log); err != nil {
+	if err := newServer(cfg, b, log).serve(ctx, ln); err != nil {
 		log.Error("refserve stopped", "err", err)
 		return 1
 	}
@@ -77,11 +77,11 @@ func logLevel(s string) slog.Level {
 // serve runs the server on ln until ctx ends, then aborts what is in flight and shuts
 // down. The listener is already bound, so a client may connect as soon as serve is
 // called.
-func serve(ctx context.Context, ln net.Listener, cfg config, b Backend, log *slog.Logger) error {
+func (s *server) serve(ctx context.Context, ln net.Listener) error {
+	cfg, log := &s.cfg, s.log
 	if a, ok := ln.Addr().(*net.TCPAddr); ok {
 		cfg.Port = a.Port
 	}
-	s := newServer(cfg, b, log)
 	schedCtx, stopSched := context.WithCancel(context.Background())
 	schedDone := make(chan struct{})
 	go func() {

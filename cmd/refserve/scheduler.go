@@ -55,6 +55,8 @@ type scheduler struct {
 	tp      throughput
 
 	wake chan struct{}
+	// changed is closed at the next admission, completion or abort; see changes.
+	changed chan struct{}
 
 	genTokens    atomic.Int64
 	promptTokens atomic.Int64
@@ -75,6 +77,7 @@ func (s *scheduler) submit(r *request) error {
 		return errClosed
 	}
 	s.queue = append(s.queue, r)
+	s.notifyLocked()
 	s.mu.Unlock()
 	select {
 	case s.wake <- struct{}{}:
@@ -126,6 +129,25 @@ func (s *scheduler) close() {
 	s.pruneLocked()
 }
 
+// changes returns a channel that is closed at the scheduler's next change of state
+// (a request queued, admitted or finished), so a watcher can wait for a condition
+// without polling.
+func (s *scheduler) changes() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.changed == nil {
+		s.changed = make(chan struct{})
+	}
+	return s.changed
+}
+
+func (s *scheduler) notifyLocked() {
+	if s.changed != nil {
+		close(s.changed)
+		s.changed = nil
+	}
+}
+
 // load is the number of running and queued requests.
 func (s *scheduler) load() (running, queued int) {
 	s.mu.Lock()
@@ -140,6 +162,7 @@ func (s *scheduler) finishLocked(r *request, reason string) {
 	r.finished = true
 	r.finish = reason
 	r.events <- event{Finish: reason, Tokens: r.gen.n}
+	s.notifyLocked()
 	s.requests.Add(1)
 	if reason == "abort" {
 		s.aborted.Add(1)
@@ -172,6 +195,7 @@ func (s *scheduler) admitLocked() {
 		s.queue = s.queue[1:]
 		s.running = append(s.running, r)
 		s.promptTokens.Add(int64(r.prompt))
+		s.notifyLocked()
 	}
 }
 
@@ -198,9 +222,14 @@ func (s *scheduler) run(ctx context.Context) {
 				return
 			}
 		}
-		if tick != nil {
+		for waiting := tick != nil; waiting; {
 			select {
 			case <-tick:
+				waiting = false
+			case <-s.wake: // admit arrivals now, as prefill would, not at the next step
+				s.mu.Lock()
+				s.admitLocked()
+				s.mu.Unlock()
 			case <-ctx.Done():
 				return
 			}
