@@ -1,0 +1,275 @@
+package verdict
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+
+	"github.com/arbiterlab/arbiter/stats"
+)
+
+// judge computes every arm's intervals, its comparison with the baseline, the
+// response-level view and the caveats.
+func (v *Verdict) judge() {
+	conf := 1 - v.Alpha
+	for i := range v.Arms {
+		a := &v.Arms[i]
+		if a.Sessions > 0 {
+			a.Rate = float64(a.Corrupted) / float64(a.Sessions)
+			a.Wilson = stats.Wilson(a.Corrupted, a.Sessions, 0.95)
+			a.Exact = stats.ClopperPearson(a.Corrupted, a.Sessions, 0.95)
+		} else {
+			a.Rate = math.NaN()
+			a.Wilson = stats.Interval{Lo: math.NaN(), Hi: math.NaN()}
+			a.Exact = a.Wilson
+		}
+	}
+	base := v.Arms[v.Baseline]
+	var ps []float64
+	var compared []int
+	for i := range v.Arms {
+		a := &v.Arms[i]
+		if i == v.Baseline || a.Sessions == 0 || base.Sessions == 0 {
+			continue
+		}
+		f := stats.FisherExact(base.Corrupted, base.Sessions, a.Corrupted, a.Sessions)
+		c := &Comparison{
+			Difference: a.Rate - base.Rate,
+			DiffCI:     stats.Newcombe(base.Corrupted, base.Sessions, a.Corrupted, a.Sessions, conf),
+			FisherP:    f.PTwoSided,
+			MidP:       f.MidP,
+		}
+		a.Compare = c
+		ps = append(ps, c.FisherP)
+		compared = append(compared, i)
+	}
+	adjusted := holm(ps)
+	for k, i := range compared {
+		c := v.Arms[i].Compare
+		c.AdjustedP = adjusted[k]
+		c.Significant = c.AdjustedP < v.Alpha
+		if c.Significant {
+			c.Direction = "higher"
+			if c.Difference < 0 {
+				c.Direction = "lower"
+			}
+		}
+		c.PowerObserved = stats.FisherPower(base.Rate, v.Arms[i].Rate, base.Sessions, v.Arms[i].Sessions, v.Alpha)
+	}
+	v.responseView()
+	v.caveats()
+}
+
+// holm adjusts p-values for several comparisons with Holm's step-down method.
+func holm(ps []float64) []float64 {
+	if len(ps) <= 1 {
+		return append([]float64(nil), ps...)
+	}
+	adj, err := stats.Holm(ps)
+	if err != nil {
+		// Fisher p-values are always in [0, 1]; an error here is a bug, so report the
+		// unadjusted values rather than invent adjusted ones.
+		return append([]float64(nil), ps...)
+	}
+	return adj
+}
+
+func (v *Verdict) responseView() {
+	if len(v.Arms) != 2 {
+		return
+	}
+	base, other := v.Arms[v.Baseline], v.Arms[1-v.Baseline]
+	if len(base.clusters) < 2 || len(other.clusters) < 2 {
+		return
+	}
+	rs, err := stats.RaoScott(base.clusters, other.clusters)
+	if err != nil {
+		return
+	}
+	nb, no := sumResponses(base.clusters), sumResponses(other.clusters)
+	f := stats.FisherExact(base.CorruptedTurns, nb, other.CorruptedTurns, no)
+	v.Responses = &ResponseView{
+		Responses: []int{nb, no}, Corrupted: []int{base.CorruptedTurns, other.CorruptedTurns},
+		FisherP: f.PTwoSided, ICC: rs.ICC, DesignEffect: rs.DesignEffect, RaoScottP: rs.P,
+		Available: base.CorruptedTurns+other.CorruptedTurns > 0 && !math.IsNaN(rs.ICC),
+	}
+}
+
+func sumResponses(cs []stats.ClusterCounts) int {
+	n := 0
+	for _, c := range cs {
+		n += c.Responses
+	}
+	return n
+}
+
+func (v *Verdict) caveats() {
+	add := func(format string, args ...any) { v.Caveats = append(v.Caveats, fmt.Sprintf(format, args...)) }
+	if v.Experiment.Status != "done" {
+		add("The experiment is **%s**: the counts cover only what was recorded before it stopped.", v.Experiment.Status)
+	}
+	for _, r := range v.Runs {
+		switch r.Status {
+		case "crashed", "wedged", "failed":
+			add("Run %s/b%d %s: %s. Its unfinished sessions count as lost, not as clean.", r.Arm, r.Block, r.Status, dash(r.Error))
+		}
+	}
+	for _, a := range v.Arms {
+		if a.Sessions == 0 {
+			add("Arm %s has no completed session: nothing can be said about it.", a.Name)
+			continue
+		}
+		if a.Corrupted == 0 {
+			add("Arm %s had no corrupted session in %d: that bounds its rate below %s (95%% exact upper bound), it does not show the rate is zero.",
+				a.Name, a.Sessions, pct(a.Exact.Hi))
+		}
+	}
+	lost := 0
+	for _, a := range v.Arms {
+		lost += a.Lost
+	}
+	if lost > 0 {
+		var parts []string
+		for _, a := range v.Arms {
+			parts = append(parts, fmt.Sprintf("%s %d of %d", a.Name, a.Lost, a.Started))
+		}
+		add("Sessions lost to errors, timeouts or aborts: %s. An arm that loses more sessions can look cleaner than it is.", strings.Join(parts, ", "))
+	}
+	for _, a := range v.Arms {
+		c := a.Compare
+		if c == nil {
+			continue
+		}
+		if !c.Significant && !math.IsNaN(c.PowerObserved) && c.Difference != 0 && c.PowerObserved < 0.8 {
+			add("%s vs %s: with %d and %d sessions the test had only %.0f%% power to detect a difference as large as the one seen (%s vs %s); a non-significant result here is not evidence of no difference. Plan more sessions with `arbiter stats power`.",
+				a.Name, v.Arms[v.Baseline].Name, v.Arms[v.Baseline].Sessions, a.Sessions, 100*c.PowerObserved,
+				pct(v.Arms[v.Baseline].Rate), pct(a.Rate))
+		}
+		if !c.Significant && c.Difference == 0 {
+			add("%s vs %s: identical rates; the interval of the difference (%+.1f to %+.1f pts) is how large a difference these sessions cannot rule out.",
+				a.Name, v.Arms[v.Baseline].Name, 100*c.DiffCI.Lo, 100*c.DiffCI.Hi)
+		}
+	}
+	if len(v.Arms) > 2 {
+		add("%d arms were compared with the baseline; p-values are Holm-adjusted for %d comparisons.", len(v.Arms), len(v.Arms)-1)
+	}
+}
+
+// decision is the table cell for one comparison.
+func (v *Verdict) decision(a ArmResult) string {
+	c := a.Compare
+	if c == nil {
+		return ""
+	}
+	if c.Significant {
+		return fmt.Sprintf("**%s** (p < %g)", c.Direction, v.Alpha)
+	}
+	return "no significant difference"
+}
+
+// sentence says one comparison in plain words.
+func (v *Verdict) sentence(a ArmResult) string {
+	base := v.Arms[v.Baseline]
+	c := a.Compare
+	s := fmt.Sprintf("**%s** corrupted %d of %d sessions (%s) against %d of %d (%s) for **%s**: a difference of %+.1f points (95%% CI %+.1f to %+.1f). ",
+		a.Name, a.Corrupted, a.Sessions, pct(a.Rate), base.Corrupted, base.Sessions, pct(base.Rate), base.Name,
+		100*c.Difference, 100*c.DiffCI.Lo, 100*c.DiffCI.Hi)
+	if c.Significant {
+		return s + fmt.Sprintf("Fisher's exact test gives p = %s, below alpha = %g: %s's rate is significantly %s.", pval(c.AdjustedP), v.Alpha, a.Name, c.Direction)
+	}
+	return s + fmt.Sprintf("Fisher's exact test gives p = %s, not below alpha = %g: no significant difference was shown, which is not the same as showing there is none.", pval(c.AdjustedP), v.Alpha)
+}
+
+// Headline is the verdict in a few lines, for the terminal and the top of the markdown.
+func (v *Verdict) Headline() []string {
+	var lines []string
+	for _, a := range v.Arms {
+		if a.Compare == nil {
+			continue
+		}
+		lines = append(lines, v.sentence(a))
+	}
+	if len(lines) == 0 {
+		a := v.Arms[0]
+		lines = append(lines, fmt.Sprintf("%s: %d of %d sessions corrupted (%s).", a.Name, a.Corrupted, a.Sessions, pct(a.Rate)))
+	}
+	return lines
+}
+
+// Summary is the verdict's machine-readable form (`--json`).
+func (v *Verdict) Summary() map[string]any {
+	arms := []map[string]any{}
+	for _, a := range v.Arms {
+		m := map[string]any{"name": a.Name, "pins": a.Pins, "sessions": a.Sessions, "lost": a.Lost,
+			"corrupted": a.Corrupted, "rate": nanNil(a.Rate), "wilson95": []any{nanNil(a.Wilson.Lo), nanNil(a.Wilson.Hi)},
+			"clopper_pearson95": []any{nanNil(a.Exact.Lo), nanNil(a.Exact.Hi)}, "baseline": a.Name == v.Arms[v.Baseline].Name}
+		if a.Levels != nil {
+			m["levels"] = a.Levels
+		}
+		if c := a.Compare; c != nil {
+			m["vs_baseline"] = map[string]any{"difference": c.Difference, "newcombe95": []float64{c.DiffCI.Lo, c.DiffCI.Hi},
+				"fisher_p": c.FisherP, "adjusted_p": c.AdjustedP, "significant": c.Significant, "direction": c.Direction}
+		}
+		arms = append(arms, m)
+	}
+	return map[string]any{"experiment_id": v.Experiment.ID, "name": v.Experiment.Name, "status": v.Experiment.Status,
+		"unit": v.Unit, "alpha": v.Alpha, "arms": arms, "caveats": append([]string{}, v.Caveats...)}
+}
+
+func nanNil(x float64) any {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return nil
+	}
+	return x
+}
+
+var gates = map[string]string{
+	"regression": "an arm's corruption rate is significantly higher than the baseline's",
+	"difference": "an arm's corruption rate differs significantly from the baseline's, either way",
+	"corruption": "any session of any arm was corrupted",
+	"loss":       "any session was lost, or any run crashed, wedged or failed",
+}
+
+// Gates lists the names --fail-on accepts.
+func Gates() []string {
+	var names []string
+	for n := range gates {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// IsGate reports whether name is a gate.
+func IsGate(name string) bool { _, ok := gates[name]; return ok }
+
+// Gate reports whether the verdict fails the named gate, and why.
+func (v *Verdict) Gate(name string) (bool, string) {
+	switch name {
+	case "regression", "difference":
+		for _, a := range v.Arms {
+			if c := a.Compare; c != nil && c.Significant && (name == "difference" || c.Direction == "higher") {
+				return true, v.sentence(a)
+			}
+		}
+	case "corruption":
+		for _, a := range v.Arms {
+			if a.Corrupted > 0 {
+				return true, fmt.Sprintf("%s: %d of %d sessions corrupted", a.Name, a.Corrupted, a.Sessions)
+			}
+		}
+	case "loss":
+		for _, r := range v.Runs {
+			if r.Status != "done" {
+				return true, fmt.Sprintf("run %s/b%d %s", r.Arm, r.Block, r.Status)
+			}
+		}
+		for _, a := range v.Arms {
+			if a.Lost > 0 {
+				return true, fmt.Sprintf("%s lost %d sessions", a.Name, a.Lost)
+			}
+		}
+	}
+	return false, ""
+}

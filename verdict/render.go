@@ -1,0 +1,278 @@
+package verdict
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+func between(from, to string) string {
+	a, err1 := time.Parse(time.RFC3339Nano, from)
+	b, err2 := time.Parse(time.RFC3339Nano, to)
+	if err1 != nil || err2 != nil {
+		return ""
+	}
+	return b.Sub(a).Round(10 * time.Millisecond).String()
+}
+
+func pct(x float64) string {
+	if math.IsNaN(x) {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f%%", 100*x)
+}
+
+func ci(lo, hi float64) string { return fmt.Sprintf("%s – %s", pct(lo), pct(hi)) }
+
+// pval prints a p-value the way a reader compares it with alpha.
+func pval(p float64) string {
+	switch {
+	case math.IsNaN(p):
+		return "–"
+	case p < 1e-4:
+		return fmt.Sprintf("%.1e", p)
+	case p < 0.001:
+		return fmt.Sprintf("%.4f", p)
+	}
+	return fmt.Sprintf("%.3f", p)
+}
+
+func ms(x float64) string {
+	if math.IsNaN(x) {
+		return "–"
+	}
+	if x >= 1000 {
+		return fmt.Sprintf("%.2f s", x/1000)
+	}
+	return fmt.Sprintf("%.0f ms", x)
+}
+
+// WriteFiles writes the markdown verdict to path and its SVG charts beside it
+// (PATH-rates.svg, PATH-rounds.svg).
+func (v *Verdict) WriteFiles(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	stem := strings.TrimSuffix(path, filepath.Ext(path))
+	charts, err := v.writeCharts(stem)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if err := v.markdown(&buf, charts); err != nil {
+		return err
+	}
+	return os.WriteFile(path, buf.Bytes(), 0o644)
+}
+
+// Markdown writes the verdict without charts.
+func (v *Verdict) Markdown(w io.Writer, _ string) error { return v.markdown(w, nil) }
+
+func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
+	e := v.Experiment
+	b := &strings.Builder{}
+	fmt.Fprintf(b, "# Verdict: %s (experiment %d)\n\n", e.Name, e.ID)
+	for _, line := range v.Headline() {
+		fmt.Fprintf(b, "%s\n\n", line)
+	}
+
+	fmt.Fprintf(b, "## What was compared\n\n")
+	fmt.Fprintf(b, "- Spec: `%s`; status **%s**; started %s", e.SpecPath, e.Status, e.CreatedAt)
+	if e.FinishedAt.Valid {
+		fmt.Fprintf(b, ", finished %s (%s)", e.FinishedAt.String, between(e.CreatedAt, e.FinishedAt.String))
+	}
+	fmt.Fprintf(b, ".\n")
+	fmt.Fprintf(b, "- Arms differ only in their pins; everything else in the engine's command and environment was identical.\n")
+	fmt.Fprintf(b, "- Unit of analysis: **%s**; a session counts as corrupted when any detector flagged any of its responses. Baseline: **%s**; alpha = %g, two-sided.\n", v.Unit, v.Arms[v.Baseline].Name, v.Alpha)
+	fmt.Fprintf(b, "- Workload seed %d: every arm received the same sessions.\n", e.Seed)
+	if e.Error.Valid {
+		fmt.Fprintf(b, "- The experiment ended with an error: %s\n", e.Error.String)
+	}
+	fmt.Fprintf(b, "\n| arm | pins |\n|---|---|\n")
+	for _, a := range v.Arms {
+		fmt.Fprintf(b, "| %s | `%s` |\n", a.Name, a.Pins)
+	}
+
+	fmt.Fprintf(b, "\n## Results by arm\n\n")
+	fmt.Fprintf(b, "| arm | sessions | lost | corrupted | rate | 95%% CI (Wilson) | 95%% CI (exact) |\n|---|---:|---:|---:|---:|---|---|\n")
+	for _, a := range v.Arms {
+		fmt.Fprintf(b, "| %s | %d | %d | %d | %s | %s | %s |\n", a.Name, a.Sessions, a.Lost, a.Corrupted, pct(a.Rate),
+			ci(a.Wilson.Lo, a.Wilson.Hi), ci(a.Exact.Lo, a.Exact.Hi))
+	}
+	for _, c := range charts {
+		if c.kind == "rates" {
+			fmt.Fprintf(b, "\n![%s](%s)\n", c.title, c.file)
+		}
+	}
+
+	if len(v.Arms) > 1 {
+		fmt.Fprintf(b, "\n## Against the baseline (%s)\n\n", v.Arms[v.Baseline].Name)
+		multi := len(v.Arms) > 2
+		if multi {
+			fmt.Fprintf(b, "| arm | difference | 95%% CI (Newcombe) | Fisher p | Holm-adjusted p | decision |\n|---|---:|---|---:|---:|---|\n")
+		} else {
+			fmt.Fprintf(b, "| arm | difference | 95%% CI (Newcombe) | Fisher p | mid-p | decision |\n|---|---:|---|---:|---:|---|\n")
+		}
+		for _, a := range v.Arms {
+			c := a.Compare
+			if c == nil {
+				continue
+			}
+			last := pval(c.MidP)
+			if multi {
+				last = pval(c.AdjustedP)
+			}
+			fmt.Fprintf(b, "| %s | %+.1f pts | %s | %s | %s | %s |\n", a.Name, 100*c.Difference,
+				fmt.Sprintf("%+.1f to %+.1f pts", 100*c.DiffCI.Lo, 100*c.DiffCI.Hi), pval(c.FisherP), last, v.decision(a))
+		}
+		fmt.Fprintf(b, "\n")
+		for _, a := range v.Arms {
+			if a.Compare != nil {
+				fmt.Fprintf(b, "- %s\n", v.sentence(a))
+			}
+		}
+	}
+
+	if len(v.Rounds) > 0 {
+		fmt.Fprintf(b, "\n## Corruption by round\n\nCorrupted sessions in each round, of the sessions that reached it.\n\n| round |")
+		for _, a := range v.Arms {
+			fmt.Fprintf(b, " %s |", a.Name)
+		}
+		fmt.Fprintf(b, "\n|---:|%s\n", strings.Repeat("---:|", len(v.Arms)))
+		for _, r := range v.Rounds {
+			fmt.Fprintf(b, "| %d |", r.Round+1)
+			for i := range v.Arms {
+				fmt.Fprintf(b, " %d/%d |", r.Corrupted[i], r.Sessions[i])
+			}
+			fmt.Fprintf(b, "\n")
+		}
+		for _, c := range charts {
+			if c.kind == "rounds" {
+				fmt.Fprintf(b, "\n![%s](%s)\n", c.title, c.file)
+			}
+		}
+	}
+
+	if len(v.Detectors) > 0 {
+		fmt.Fprintf(b, "\n## Corruption by detector\n\nSessions with at least one flagged response (flagged responses in brackets).\n\n| detector |")
+		for _, a := range v.Arms {
+			fmt.Fprintf(b, " %s |", a.Name)
+		}
+		fmt.Fprintf(b, " example |\n|---|%s---|\n", strings.Repeat("---:|", len(v.Arms)))
+		for _, d := range v.Detectors {
+			fmt.Fprintf(b, "| %s |", d.Detector)
+			for i := range v.Arms {
+				fmt.Fprintf(b, " %d (%d) |", d.Sessions[i], d.Turns[i])
+			}
+			fmt.Fprintf(b, " %s |\n", mdCell(d.Example))
+		}
+	}
+
+	if rv := v.Responses; rv != nil && rv.Available {
+		fmt.Fprintf(b, "\n## Why sessions, not responses\n\n")
+		fmt.Fprintf(b, "Counted as independent responses (%d of %d against %d of %d), the same data would give Fisher p = %s. ",
+			rv.Corrupted[1], rv.Responses[1], rv.Corrupted[0], rv.Responses[0], pval(rv.FisherP))
+		if rv.DesignEffect > 1.05 {
+			fmt.Fprintf(b, "But the responses of a session are correlated (intra-session correlation %.2f, design effect %.2f): ", rv.ICC, rv.DesignEffect)
+			fmt.Fprintf(b, "adjusted for that clustering (Rao-Scott), p = %s. Responses are not independent evidence; the session-level test above is the honest one.\n", pval(rv.RaoScottP))
+		} else {
+			fmt.Fprintf(b, "Here the responses of a session were barely correlated (intra-session correlation %.2f, design effect %.2f; Rao-Scott p = %s), so the two views agree; the session remains the unit the spec declared.\n", rv.ICC, rv.DesignEffect, pval(rv.RaoScottP))
+		}
+	}
+
+	fmt.Fprintf(b, "\n## Latency and throughput\n\nOver completed responses; tokens per second are per request, after the first token.\n\n")
+	fmt.Fprintf(b, "| arm | responses | failed | TTFT p50 | TTFT p95 | end-to-end p50 | end-to-end p95 | tok/s p50 |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, a := range v.Arms {
+		tps := "–"
+		if !math.IsNaN(a.TokensPerSecond) {
+			tps = fmt.Sprintf("%.0f", a.TokensPerSecond)
+		}
+		fmt.Fprintf(b, "| %s | %d | %d | %s | %s | %s | %s | %s |\n", a.Name, a.Turns, a.FailedTurns,
+			ms(a.TTFTp50), ms(a.TTFTp95), ms(a.Latencyp50), ms(a.Latencyp95), tps)
+	}
+
+	fmt.Fprintf(b, "\n## Runs\n\n| arm | block | status | startup | duration | exit | note |\n|---|---:|---|---:|---:|---:|---|\n")
+	for _, r := range v.Runs {
+		fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s |\n", r.Arm, r.Block, r.Status, dash(r.Startup), dash(r.Duration),
+			dash(r.ExitCode), mdCell(r.Error))
+	}
+	if info := v.serverFacts(); info != "" {
+		fmt.Fprintf(b, "\n%s", info)
+	}
+
+	fmt.Fprintf(b, "\n## Caveats\n\n")
+	if len(v.Caveats) == 0 {
+		fmt.Fprintf(b, "None found.\n")
+	}
+	for _, c := range v.Caveats {
+		fmt.Fprintf(b, "- %s\n", c)
+	}
+	fmt.Fprintf(b, "\n---\nQuery the raw data with `arbiter query \"SELECT ... FROM turns WHERE experiment_id = %d\"`; re-judge with `arbiter verdict %d`.\n", e.ID, e.ID)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "–"
+	}
+	return s
+}
+
+// mdCell makes text safe for one markdown table cell.
+func mdCell(s string) string {
+	s = strings.NewReplacer("|", `\|`, "\n", " ", "\r", " ", "`", "'").Replace(s)
+	if r := []rune(s); len(r) > 90 {
+		s = string(r[:89]) + "…"
+	}
+	return s
+}
+
+// serverFacts lists the server settings that differed between runs, which is where a
+// reader checks that the arms really ran as pinned.
+func (v *Verdict) serverFacts() string {
+	keys := map[string]bool{}
+	for _, r := range v.Runs {
+		for k := range r.ServerInfo {
+			keys[k] = true
+		}
+	}
+	if len(keys) == 0 {
+		return ""
+	}
+	var differing, same []string
+	for k := range keys {
+		vals := map[string]bool{}
+		for _, r := range v.Runs {
+			vals[fmt.Sprint(r.ServerInfo[k])] = true
+		}
+		if len(vals) > 1 {
+			differing = append(differing, k)
+		} else {
+			same = append(same, k)
+		}
+	}
+	sort.Strings(differing)
+	sort.Strings(same)
+	b := &strings.Builder{}
+	fmt.Fprintf(b, "Server settings reported by the engines (`get_server_info`): %d identical across runs", len(same))
+	if len(differing) == 0 {
+		fmt.Fprintf(b, ", none differing.\n")
+		return b.String()
+	}
+	fmt.Fprintf(b, "; these differed:\n\n| run | %s |\n|---|%s\n", strings.Join(differing, " | "), strings.Repeat("---|", len(differing)))
+	for _, r := range v.Runs {
+		fmt.Fprintf(b, "| %s/b%d |", r.Arm, r.Block)
+		for _, k := range differing {
+			fmt.Fprintf(b, " %s |", mdCell(fmt.Sprint(r.ServerInfo[k])))
+		}
+		fmt.Fprintf(b, "\n")
+	}
+	return b.String()
+}
