@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -200,5 +201,47 @@ func TestListModels(t *testing.T) {
 	var se *StatusError
 	if _, err := ListModels(context.Background(), srv.URL); !errors.As(err, &se) || se.Code != 404 {
 		t.Fatalf("err = %v, want StatusError 404", err)
+	}
+}
+
+// TestChatStallClockResets streams events spaced under the stall timeout for longer
+// than the timeout in total: every event must restart the clock.
+func TestChatStallClockResets(t *testing.T) {
+	const gap, stall, events = 30 * time.Millisecond, 250 * time.Millisecond, 12
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		tick := time.NewTicker(gap) // pacing of the stream, not synchronization
+		defer tick.Stop()
+		for i := range events {
+			j, _ := json.Marshal(contentDelta(fmt.Sprint(i % 10)))
+			fmt.Fprintf(w, "data: %s\n\n", j)
+			w.(http.Flusher).Flush()
+			<-tick.C
+		}
+		_, _ = w.Write([]byte("data: [DONE]\n\n"))
+	}))
+	defer srv.Close()
+	c := &Client{StallTimeout: stall}
+	ex := c.Chat(context.Background(), srv.URL, weatherRequest("r10", true))
+	if ex.Err != nil {
+		t.Fatalf("a steady stream of %d events %v apart ended with %v", events, gap, ex.Err)
+	}
+	if got := ex.Completion.Choices[0].Message.Content; got != "012345678901" {
+		t.Fatalf("content %q", got)
+	}
+}
+
+// TestChatTTFTWaitsForContent: a role-only or usage-only event is not a first token.
+func TestChatTTFTWaitsForContent(t *testing.T) {
+	role := openai.ChatCompletionChunk{ID: "c1", Choices: []openai.ChunkChoice{{Delta: openai.Delta{Role: "assistant"}}}}
+	body := chunkStream(t, role, finishChunk("stop"), usageChunk(5, 0))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write(body)
+	}))
+	defer srv.Close()
+	ex := (&Client{}).Chat(context.Background(), srv.URL, weatherRequest("r11", true))
+	if ex.Err != nil || ex.TTFT != 0 || ex.Latency <= 0 {
+		t.Fatalf("empty answer: TTFT %v latency %v err %v, want TTFT 0", ex.TTFT, ex.Latency, ex.Err)
 	}
 }

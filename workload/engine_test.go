@@ -63,6 +63,11 @@ func (e *scriptedEngine) chat(w http.ResponseWriter, r *http.Request) {
 	if e.hook != nil && e.hook(w, r, req) {
 		return
 	}
+	e.respond(w, req)
+}
+
+// respond answers req the scripted way.
+func (e *scriptedEngine) respond(w http.ResponseWriter, req openai.ChatRequest) {
 	last := req.Messages[len(req.Messages)-1]
 	var chunks []openai.ChatCompletionChunk
 	var calls []openai.ToolCall
