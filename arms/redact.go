@@ -20,16 +20,17 @@ const Redacted = "[redacted]"
 const minSecretLen = 4
 
 // credentialWords are the _-separated words that make a variable name look like it
-// holds a credential (API_KEY and ACCESS_KEY are two words each).
+// holds a credential (API_KEY and ACCESS_KEY are two words each). TOKENS is left out on
+// purpose: MAX_TOKENS and its kin count model tokens.
 var credentialWords = [][]string{
-	{"TOKEN"}, {"TOKENS"}, {"SECRET"}, {"SECRETS"}, {"PASSWORD"}, {"PASSWD"},
+	{"TOKEN"}, {"SECRET"}, {"SECRETS"}, {"PASSWORD"}, {"PASSWD"},
 	{"API", "KEY"}, {"ACCESS", "KEY"}, {"CREDENTIAL"}, {"CREDENTIALS"}, {"AUTH"},
 }
 
 // LooksLikeCredential reports whether a variable name suggests its value is a
-// credential: one of TOKEN, SECRET, PASSWORD, PASSWD, API_KEY, ACCESS_KEY, CREDENTIAL,
-// AUTH (or a plural) as whole _-separated words, in any case. BF16_INDEX_K is not one;
-// HF_TOKEN and AWS_SECRET_ACCESS_KEY are.
+// credential: one of TOKEN, SECRET(S), PASSWORD, PASSWD, API_KEY, ACCESS_KEY,
+// CREDENTIAL(S), AUTH as whole _-separated words, in any case. BF16_INDEX_K is not
+// one; HF_TOKEN and AWS_SECRET_ACCESS_KEY are.
 func LooksLikeCredential(name string) bool {
 	words := strings.Split(strings.ToUpper(name), "_")
 	for i := range words {

@@ -22,7 +22,12 @@ func newValidateCmd(g *globals) *cobra.Command {
 		Short: "Check an experiment spec and show the arms it expands to",
 		Long: "validate reads a spec, reports every problem with file:line:col, runs the confound check " +
 			"and prints the arms with their pins. It launches nothing. Exit code 2 when the spec is invalid.",
-		Args: cobra.ExactArgs(1),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return withCode(exitUsage, fmt.Errorf("validate takes one spec file, got %d arguments", len(args)))
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return validateSpec(g, args[0])
 		},

@@ -1,0 +1,141 @@
+package arms
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+)
+
+func environ(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		v, ok := m[k]
+		return v, ok
+	}
+}
+
+func TestLooksLikeCredential(t *testing.T) {
+	yes := []string{"HF_TOKEN", "TOKEN", "hf_token", "AWS_SECRET_ACCESS_KEY", "OPENAI_API_KEY", "DB_PASSWORD", "PASSWD",
+		"GCP_CREDENTIALS", "MY_CREDENTIAL_FILE", "AUTH", "BASIC_AUTH_HEADER", "AWS_ACCESS_KEY_ID"}
+	no := []string{"BF16_INDEX_K", "TOKENIZER_PATH", "AUTHOR", "KEY", "API", "MAX_TOKENS_PER_BATCH", "GH_TOKENS", "SECRETARY", "APIKEY", "ACCESS", ""}
+	for _, n := range yes {
+		if !LooksLikeCredential(n) {
+			t.Errorf("%s should look like a credential", n)
+		}
+	}
+	for _, n := range no {
+		if LooksLikeCredential(n) {
+			t.Errorf("%s should not look like a credential", n)
+		}
+	}
+}
+
+const secretSpec = `version: 1
+name: t
+engine:
+  preset: sglang
+  env: {WANDB_API_KEY: "wandb-0123456789", SHORT_TOKEN: "abc", LOG_LEVEL: "debug-verbose"}
+  secrets: [HF_TOKEN, MISSING_TOKEN]
+arms:
+  control:   {env: {BF16_INDEX_K: "0", DB_PASSWORD: "hunter2-long"}}
+  treatment: {env: {BF16_INDEX_K: "1", DB_PASSWORD: "hunter2-long"}}
+workload: {sessions: 4, rounds: 2}
+`
+
+func TestRedactor(t *testing.T) {
+	s := mustParse(t, secretSpec)
+	r := s.Redactor(environ(map[string]string{"HF_TOKEN": "hf_abcdefgh", "PATH": "/usr/bin"}))
+	in := "launch HF_TOKEN=hf_abcdefgh wandb=wandb-0123456789 pw=hunter2-long level=debug-verbose k=abc BF16_INDEX_K=1 path=/usr/bin"
+	want := "launch HF_TOKEN=[redacted] wandb=[redacted] pw=[redacted] level=debug-verbose k=abc BF16_INDEX_K=1 path=/usr/bin"
+	if got := r.Redact(in); got != want {
+		t.Errorf("Redact\n  %s\nwant\n  %s", got, want)
+	}
+	if got := r.RedactBytes([]byte(in)); string(got) != want {
+		t.Errorf("RedactBytes %s", got)
+	}
+	clean := []byte("nothing secret here")
+	if got := r.RedactBytes(clean); &got[0] != &clean[0] {
+		t.Error("RedactBytes copied a clean input")
+	}
+	var nilR *Redactor
+	if nilR.Redact("x") != "x" || (&Redactor{}).Redact("hf_abcdefgh") != "hf_abcdefgh" {
+		t.Error("empty redactor changed its input")
+	}
+}
+
+func TestRedactorLongestFirst(t *testing.T) {
+	r := newRedactor([]string{"abcd", "abcdefgh", "xy"})
+	if got := r.Redact("abcdefgh abcd xy"); got != "[redacted] [redacted] xy" {
+		t.Errorf("got %q", got)
+	}
+}
+
+func TestRedactorConcurrent(t *testing.T) {
+	s := mustParse(t, secretSpec)
+	r := s.Redactor(environ(map[string]string{"HF_TOKEN": "hf_abcdefgh"}))
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 100 {
+				if got := r.Redact("t=hf_abcdefgh"); got != "t=[redacted]" {
+					t.Errorf("got %q", got)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func TestRedactedSource(t *testing.T) {
+	s := mustParse(t, secretSpec)
+	out := s.RedactedSource()
+	for _, secret := range []string{"wandb-0123456789", "hunter2-long", `"abc"`} {
+		if bytes.Contains(out, []byte(secret)) {
+			t.Errorf("redacted source still holds %s:\n%s", secret, out)
+		}
+	}
+	for _, kept := range []string{`BF16_INDEX_K: "1"`, `LOG_LEVEL: "debug-verbose"`, "secrets: [HF_TOKEN, MISSING_TOKEN]", `SHORT_TOKEN: "[redacted]"`} {
+		if !bytes.Contains(out, []byte(kept)) {
+			t.Errorf("redacted source lost %s:\n%s", kept, out)
+		}
+	}
+	// The redacted text is still a valid spec with the same shape.
+	again, err := Parse("redacted.yaml", out)
+	if err != nil {
+		t.Fatalf("redacted source does not parse: %v\n%s", err, out)
+	}
+	if again.Engine.Env["WANDB_API_KEY"] != Redacted || again.Arms[1].Pins.Env["BF16_INDEX_K"] != "1" {
+		t.Errorf("reparsed %+v", again.Engine.Env)
+	}
+}
+
+func TestRedactedSourceBlockStyle(t *testing.T) {
+	src := strings.Replace(specWith(twoArms), "  preset: refserve\n", "  preset: refserve\n  env:\n    API_TOKEN: tok  # short, unquoted\n    HF_TOKEN: 'single-quoted-value'\n", 1)
+	out := string(mustParse(t, src).RedactedSource())
+	if strings.Contains(out, "tok ") || strings.Contains(out, "single-quoted-value") || !strings.Contains(out, "# short, unquoted") {
+		t.Errorf("got:\n%s", out)
+	}
+}
+
+func TestLaunchEnv(t *testing.T) {
+	s := mustParse(t, secretSpec)
+	arms, err := s.Expand()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = arms[0].LaunchEnv(environ(map[string]string{"HF_TOKEN": "hf_abcdefgh"}))
+	if err == nil || !strings.Contains(err.Error(), "MISSING_TOKEN") || strings.Contains(err.Error(), "hf_abcdefgh") {
+		t.Fatalf("missing secret: %v", err)
+	}
+	env, err := arms[1].LaunchEnv(environ(map[string]string{"HF_TOKEN": "hf_abcdefgh", "MISSING_TOKEN": "m-1234", "OTHER": "x"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"BF16_INDEX_K=1", "DB_PASSWORD=hunter2-long", "HF_TOKEN=hf_abcdefgh", "LOG_LEVEL=debug-verbose",
+		"MISSING_TOKEN=m-1234", "SHORT_TOKEN=abc", "WANDB_API_KEY=wandb-0123456789"}
+	if !slices.Equal(env, want) {
+		t.Errorf("env %q\nwant %q", env, want)
+	}
+}
