@@ -168,12 +168,16 @@ func (v *Verdict) decision(a ArmResult) string {
 	return "no significant difference"
 }
 
-// sentence says one comparison in plain words.
+// sentence says one comparison in plain words, with the arm names in bold for markdown.
 func (v *Verdict) sentence(a ArmResult) string {
+	return v.sentenceMarked(a, "**")
+}
+
+func (v *Verdict) sentenceMarked(a ArmResult, mark string) string {
 	base := v.Arms[v.Baseline]
 	c := a.Compare
-	s := fmt.Sprintf("**%s** corrupted %d of %d sessions (%s) against %d of %d (%s) for **%s**: a difference of %+.1f points (95%% CI %+.1f to %+.1f). ",
-		a.Name, a.Corrupted, a.Sessions, pct(a.Rate), base.Corrupted, base.Sessions, pct(base.Rate), base.Name,
+	s := fmt.Sprintf("%s%s%s corrupted %d of %d sessions (%s) against %d of %d (%s) for %s%s%s: a difference of %+.1f points (95%% CI %+.1f to %+.1f). ",
+		mark, a.Name, mark, a.Corrupted, a.Sessions, pct(a.Rate), base.Corrupted, base.Sessions, pct(base.Rate), mark, base.Name, mark,
 		100*c.Difference, 100*c.DiffCI.Lo, 100*c.DiffCI.Hi)
 	if c.Significant {
 		return s + fmt.Sprintf("Fisher's exact test gives p = %s, below alpha = %g: %s's rate is significantly %s.", pval(c.AdjustedP), v.Alpha, a.Name, c.Direction)
@@ -181,14 +185,16 @@ func (v *Verdict) sentence(a ArmResult) string {
 	return s + fmt.Sprintf("Fisher's exact test gives p = %s, not below alpha = %g: no significant difference was shown, which is not the same as showing there is none.", pval(c.AdjustedP), v.Alpha)
 }
 
-// Headline is the verdict in a few lines, for the terminal and the top of the markdown.
-func (v *Verdict) Headline() []string {
+// Headline is the verdict in a few plain lines, for the terminal.
+func (v *Verdict) Headline() []string { return v.headline("") }
+
+func (v *Verdict) headline(mark string) []string {
 	var lines []string
 	for _, a := range v.Arms {
 		if a.Compare == nil {
 			continue
 		}
-		lines = append(lines, v.sentence(a))
+		lines = append(lines, v.sentenceMarked(a, mark))
 	}
 	if len(lines) == 0 {
 		a := v.Arms[0]

@@ -78,7 +78,7 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 	e := v.Experiment
 	b := &strings.Builder{}
 	fmt.Fprintf(b, "# Verdict: %s (experiment %d)\n\n", e.Name, e.ID)
-	for _, line := range v.Headline() {
+	for _, line := range v.headline("**") {
 		fmt.Fprintf(b, "%s\n\n", line)
 	}
 

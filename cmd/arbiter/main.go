@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -107,9 +108,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&g.db, "db", "", "results database (default $ARBITER_DB, else ./arbiter.db)")
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print results as JSON")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &flagError{err} })
 	for _, newCmd := range subcommands {
 		root.AddCommand(newCmd(g))
 	}
+	markArgErrors(root)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return exitOK
@@ -127,10 +130,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitError
 }
 
+// markArgErrors makes every command's argument-count errors usage errors (exit 2).
+func markArgErrors(c *cobra.Command) {
+	if orig := c.Args; orig != nil {
+		c.Args = func(cmd *cobra.Command, args []string) error {
+			if err := orig(cmd, args); err != nil {
+				return &flagError{err}
+			}
+			return nil
+		}
+	}
+	for _, sub := range c.Commands() {
+		markArgErrors(sub)
+	}
+}
+
 // isUsageError reports whether cobra rejected the command line itself.
 func isUsageError(err error) bool {
 	var fe *flagError
-	return errors.As(err, &fe)
+	return errors.As(err, &fe) || strings.HasPrefix(err.Error(), "unknown command")
 }
 
 // flagError wraps cobra's flag parsing errors so they map to exit code 2.

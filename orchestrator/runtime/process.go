@@ -51,9 +51,9 @@ func (p Process) Start(ctx context.Context, l Launch) (Instance, error) {
 		portFlag = "--port"
 	}
 	args := append(append([]string{}, l.Command[1:]...), portFlag, strconv.Itoa(port))
-	bin, err := exec.LookPath(l.Command[0])
+	bin, err := lookCommand(l.Command[0])
 	if err != nil {
-		return nil, fmt.Errorf("process runtime: %s: %w", l.Command[0], err)
+		return nil, fmt.Errorf("process runtime: %w", err)
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(p.baseEnv(), l.Env...)
@@ -120,6 +120,24 @@ func (p Process) baseEnv() []string {
 		}
 	}
 	return env
+}
+
+// lookCommand finds an engine binary: a bare name is looked for beside arbiter's own
+// executable first (so bin/arbiter runs bin/refserve of the same build), then on PATH.
+func lookCommand(name string) (string, error) {
+	if !strings.ContainsRune(name, filepath.Separator) {
+		if self, err := os.Executable(); err == nil {
+			sibling := filepath.Join(filepath.Dir(self), name)
+			if fi, err := os.Stat(sibling); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+				return sibling, nil
+			}
+		}
+	}
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("%s: not found beside arbiter or on PATH (build it with make build): %w", name, err)
+	}
+	return p, nil
 }
 
 func freePort() (int, error) {

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/orchestrator"
+	"github.com/arbiterlab/arbiter/store"
+	"github.com/arbiterlab/arbiter/verdict"
+)
+
+func init() { subcommands = append(subcommands, newRunCmd) }
+
+type runOptions struct {
+	verdictPath string
+	logDir      string
+	failOn      string
+}
+
+func newRunCmd(g *globals) *cobra.Command {
+	var o runOptions
+	cmd := &cobra.Command{
+		Use:   "run SPEC",
+		Short: "Run an experiment and write its verdict",
+		Long: `Run the experiment a spec describes: launch every arm in turn, drive the identical
+seeded workload against each, label every response, store everything in the results database,
+and write the markdown verdict. The first Ctrl-C stops scheduling, stops the running arm and
+keeps what was recorded; a second exits at once.`,
+		Example: `  arbiter run examples/quickstart.yaml
+  arbiter run spec.yaml --db results.db --fail-on regression   # exit 3 if an arm is worse`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runExperiment(cmd.Context(), g, args[0], o)
+		},
+	}
+	cmd.Flags().StringVarP(&o.verdictPath, "verdict", "o", "", "verdict file (default verdicts/NAME-ID.md beside the database)")
+	cmd.Flags().StringVar(&o.logDir, "log-dir", "", "engine logs (default arbiter-logs beside the database)")
+	cmd.Flags().StringVar(&o.failOn, "fail-on", "", "exit 3 when the verdict shows: "+strings.Join(verdict.Gates(), ", "))
+	return cmd
+}
+
+func runExperiment(ctx context.Context, g *globals, specPath string, o runOptions) error {
+	if o.failOn != "" && !verdict.IsGate(o.failOn) {
+		return withCode(exitUsage, fmt.Errorf("--fail-on %q: want one of %s", o.failOn, strings.Join(verdict.Gates(), ", ")))
+	}
+	spec, err := arms.Load(specPath)
+	if err != nil {
+		return withCode(exitUsage, err)
+	}
+	if _, err := spec.Expand(); err != nil {
+		return withCode(exitUsage, err)
+	}
+	logger := slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	progress := newProgress(g.stderr, g.json)
+	opts := orchestrator.Options{Spec: spec, DBPath: g.dbPath(), LogDir: o.logDir, Logger: logger}
+	if progress != nil {
+		opts.Progress = progress
+		// Bars own the terminal; logs would tear them, so only warnings get through.
+		opts.Logger = slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	res, runErr := orchestrator.Run(ctx, opts)
+	if progress != nil {
+		progress.Wait()
+	}
+	if res.ExperimentID == 0 {
+		return runErr
+	}
+	path := o.verdictPath
+	if path == "" {
+		path = filepath.Join(filepath.Dir(g.dbPath()), "verdicts", fmt.Sprintf("%s-%d.md", res.Name, res.ExperimentID))
+	}
+	// The verdict is written even after an interrupt: it says what was recorded so far.
+	v, verr := writeVerdict(context.WithoutCancel(ctx), g.dbPath(), fmt.Sprint(res.ExperimentID), path)
+	if verr != nil {
+		return errors.Join(runErr, verr)
+	}
+	if g.json {
+		out := map[string]any{"experiment_id": res.ExperimentID, "name": res.Name, "status": res.Status,
+			"verdict": path, "database": g.dbPath(), "elapsed_s": res.Elapsed.Seconds(), "summary": v.Summary()}
+		if err := json.NewEncoder(g.stdout).Encode(out); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(g.stdout, "experiment %d (%s): %s in %s\n", res.ExperimentID, res.Name, res.Status, res.Elapsed.Round(1e8))
+		for _, line := range v.Headline() {
+			fmt.Fprintf(g.stdout, "  %s\n", line)
+		}
+		fmt.Fprintf(g.stdout, "verdict: %s\n", path)
+	}
+	if runErr != nil {
+		return runErr
+	}
+	if o.failOn != "" {
+		if failed, why := v.Gate(o.failOn); failed {
+			return withCode(exitGateFailed, fmt.Errorf("gate %s failed: %s", o.failOn, why))
+		}
+	}
+	return nil
+}
+
+// writeVerdict builds the verdict of experiment ref from the database at dbPath and writes
+// it (markdown and charts) to path.
+func writeVerdict(ctx context.Context, dbPath, ref, path string) (*verdict.Verdict, error) {
+	db, err := store.OpenReadOnly(dbPath)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	v, err := verdict.Build(ctx, db, ref)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	if err := v.WriteFiles(path); err != nil {
+		return nil, err
+	}
+	return v, nil
+}

@@ -1,0 +1,239 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/arbiterlab/arbiter/store"
+)
+
+var (
+	refserveOnce sync.Once
+	refserveDir  string
+	refserveErr  error
+)
+
+// buildRefserve builds the reference engine once per test binary and returns the folder
+// holding it, to be put on PATH.
+func buildRefserve(t *testing.T) string {
+	t.Helper()
+	refserveOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "arbiter-e2e-bin")
+		if err != nil {
+			refserveErr = err
+			return
+		}
+		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "refserve"), "github.com/arbiterlab/arbiter/cmd/refserve").CombinedOutput()
+		if err != nil {
+			refserveErr = &buildError{out: string(out), err: err}
+		}
+		refserveDir = dir
+	})
+	if refserveErr != nil {
+		t.Fatalf("build refserve: %v", refserveErr)
+	}
+	return refserveDir
+}
+
+type buildError struct {
+	out string
+	err error
+}
+
+func (e *buildError) Error() string { return e.err.Error() + "\n" + e.out }
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if refserveDir != "" {
+		os.RemoveAll(refserveDir)
+	}
+	os.Exit(code)
+}
+
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// e2eSpec is a small decisive experiment through real refserve processes. The engine is
+// wrapped in a shell that prints the secret to its log, as a careless engine might, so the
+// test can prove the log is redacted.
+const e2eSpec = `version: 1
+name: e2e-small
+engine:
+  preset: refserve
+  command: [sh, -c, 'echo "engine auth token: $ARBITER_E2E_TOKEN" >&2; exec refserve "$@"', refserve-wrapper]
+  args: [--enable-hierarchical-cache, --tool-call-parser, deepseekv4, --inter-token-delay, 1ms]
+  secrets: [ARBITER_E2E_TOKEN]
+arms:
+  control:   {env: {BF16_INDEX_K: "0"}}
+  treatment: {env: {BF16_INDEX_K: "1"}}
+workload: {kind: toolcall-agent, sessions: 24, rounds: 2, concurrency: 24, seed: 7, temperature: 0}
+detectors: [dsml-leak, toolcall-schema]
+analysis: {unit: session, alpha: 0.05, baseline: control}
+timeouts: {startup: 60s, request: 60s, stall: 30s}
+`
+
+func TestEndToEndExperimentThroughRealProcesses(t *testing.T) {
+	bin := buildRefserve(t)
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	const secret = "hf_e2eSecretValue_9f3k"
+	t.Setenv("ARBITER_E2E_TOKEN", secret)
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "spec.yaml")
+	if err := os.WriteFile(spec, []byte(e2eSpec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(dir, "results.db")
+	verdictPath := filepath.Join(dir, "verdict.md")
+	code, stdout, stderr := runCLI(t, "run", spec, "--db", db, "-o", verdictPath)
+	if code != 0 {
+		t.Fatalf("arbiter run exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	if !strings.Contains(stdout, "verdict: "+verdictPath) {
+		t.Errorf("run did not say where the verdict is:\n%s", stdout)
+	}
+
+	ro, err := store.OpenReadOnly(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	var counts []struct {
+		Arm      string `db:"name"`
+		Sessions int    `db:"sessions"`
+		OK       int    `db:"ok"`
+		Turns    int    `db:"turns"`
+	}
+	if err := ro.Select(&counts, `SELECT a.name, count(*) AS sessions, sum(s.status = 'ok') AS ok, sum(s.turns) AS turns
+		FROM sessions s JOIN arms a ON a.id = s.arm_id GROUP BY a.name ORDER BY a.name`); err != nil {
+		t.Fatal(err)
+	}
+	if len(counts) != 2 {
+		t.Fatalf("arms with sessions = %d, want 2", len(counts))
+	}
+	for _, c := range counts {
+		if c.Sessions != 24 || c.OK != 24 {
+			t.Errorf("arm %s: %d sessions, %d ok; want 24 and 24", c.Arm, c.Sessions, c.OK)
+		}
+		// Two rounds, each at least a tool call and an answer.
+		if c.Turns < 24*2*2 {
+			t.Errorf("arm %s: %d turns, want at least %d", c.Arm, c.Turns, 24*2*2)
+		}
+	}
+	var rawOK int
+	ro.Get(&rawOK, `SELECT count(*) FROM turns WHERE raw LIKE 'data: %' AND response LIKE '%chat.completion%'`)
+	if rawOK == 0 {
+		t.Error("no turn kept its raw SSE body and assembled response")
+	}
+	var fp8Corrupted int
+	ro.Get(&fp8Corrupted, `SELECT count(*) FROM sessions s JOIN arms a ON a.id = s.arm_id WHERE a.name = 'control' AND s.corrupted = 1`)
+	if fp8Corrupted != 0 {
+		t.Errorf("control (fp8 index-K) has %d corrupted sessions, want 0", fp8Corrupted)
+	}
+	var infos int
+	ro.Get(&infos, `SELECT count(*) FROM runs WHERE status = 'done' AND server_info LIKE '%BF16_INDEX_K%'`)
+	if infos != 2 {
+		t.Errorf("runs done with server info = %d, want 2", infos)
+	}
+
+	v, err := os.ReadFile(verdictPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"# Verdict: e2e-small", "| control |", "| treatment |", "Fisher", "## Corruption by round", "## Caveats"} {
+		if !bytes.Contains(v, []byte(want)) {
+			t.Errorf("verdict lacks %q", want)
+		}
+	}
+
+	// The secret must be nowhere: not in the database (WAL included), the engine logs or
+	// the verdict and its charts.
+	found := false
+	filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil || fi.IsDir() {
+			return err
+		}
+		b, _ := os.ReadFile(p)
+		if bytes.Contains(b, []byte(secret)) {
+			t.Errorf("%s contains the secret", p)
+		}
+		if strings.HasSuffix(p, ".log") && bytes.Contains(b, []byte("engine auth token: [redacted]")) {
+			found = true
+		}
+		return nil
+	})
+	if !found {
+		t.Error("no engine log shows the redacted token line: the redaction test proved nothing")
+	}
+
+	// ls, show and verdict read the same database.
+	code, stdout, _ = runCLI(t, "ls", "--db", db, "--json")
+	var exps []map[string]any
+	if code != 0 || json.Unmarshal([]byte(stdout), &exps) != nil || len(exps) != 1 {
+		t.Errorf("ls --json: code %d, %q", code, stdout)
+	}
+	code, stdout, _ = runCLI(t, "verdict", "e2e-small", "--db", db)
+	if code != 0 || !strings.Contains(stdout, "# Verdict: e2e-small") {
+		t.Errorf("verdict by name: code %d\n%s", code, stdout)
+	}
+}
+
+func TestQueryIsReadOnly(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "q.db")
+	s, err := store.Open(db, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp, _ := s.CreateExperiment(context.Background(), store.Experiment{Name: "q", Spec: "x"})
+	s.DB().MustExec(`INSERT INTO arms (experiment_id, name, position, pins, command, env) VALUES (?, 'a', 0, '{}', '[]', '{}')`, exp)
+	s.DB().MustExec(`INSERT INTO runs (experiment_id, arm_id, block, runtime, status, started_at) VALUES (?, 1, 0, 'process', 'done', 'now')`, exp)
+	s.DB().MustExec(`INSERT INTO turns (experiment_id, run_id, arm_id, session_index, turn_index, round, started_at, status_code,
+		finish_reason, ttft_ms, latency_ms, prompt_tokens, completion_tokens, content, corrupted, request, response, raw)
+		VALUES (?, 1, 1, 0, 0, 0, 'now', 200, 'stop', 1, 2, 3, 4, 'hello', 0, '{}', '{}', '')`, exp)
+	s.Close()
+
+	for _, sql := range []string{"DELETE FROM turns", "  delete from turns", "/* sneaky */ DROP TABLE turns",
+		"UPDATE turns SET content = 'x'", "SELECT 1; DELETE FROM turns", "WITH x AS (SELECT 1) DELETE FROM turns"} {
+		code, stdout, stderr := runCLI(t, "query", sql, "--db", db)
+		if code == 0 {
+			t.Errorf("query %q succeeded: %s", sql, stdout)
+		}
+		if !strings.Contains(stderr, "read-only") {
+			t.Errorf("query %q: message %q does not say the query is read-only", sql, stderr)
+		}
+	}
+	code, stdout, stderr := runCLI(t, "query", "SELECT count(*) AS n, max(content) AS c FROM turns", "--db", db, "--format", "json")
+	if code != 0 {
+		t.Fatalf("SELECT failed: %s", stderr)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal([]byte(stdout), &rows); err != nil || len(rows) != 1 || rows[0]["n"] != float64(1) || rows[0]["c"] != "hello" {
+		t.Fatalf("SELECT after refused writes = %s (err %v), want the one turn intact", stdout, err)
+	}
+	code, stdout, _ = runCLI(t, "query", "SELECT session_index, content FROM turns", "--db", db, "--format", "csv")
+	if code != 0 || stdout != "session_index,content\n0,hello\n" {
+		t.Errorf("csv = %q", stdout)
+	}
+}
+
+func TestUsageErrorsExitTwo(t *testing.T) {
+	if code, _, _ := runCLI(t, "query"); code != exitUsage {
+		t.Errorf("query without SQL: exit %d, want %d", code, exitUsage)
+	}
+	if code, _, _ := runCLI(t, "ls", "--no-such-flag"); code != exitUsage {
+		t.Errorf("unknown flag: exit %d, want %d", code, exitUsage)
+	}
+	if code, _, _ := runCLI(t, "no-such-command"); code != exitUsage {
+		t.Errorf("unknown command: exit %d, want %d", code, exitUsage)
+	}
+}

@@ -1,0 +1,307 @@
+package orchestrator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/openai"
+	"github.com/arbiterlab/arbiter/orchestrator/runtime"
+	"github.com/arbiterlab/arbiter/store"
+	"github.com/arbiterlab/arbiter/workload"
+)
+
+// runArm launches arm ai for block b, drives the workload against it and records it. An
+// error means the experiment cannot go on (the store failed); an arm that crashes or
+// wedges is data, recorded in the run's status, and the experiment continues.
+func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
+	arm := e.arms[ai]
+	preset := arms.PresetFor(e.spec.Engine.Preset)
+	rr := RunResult{Arm: arm.Name, Block: b}
+	log := e.log.With("arm", arm.Name, "block", b)
+	name := fmt.Sprintf("exp%d-%s-b%d", e.id, arm.Name, b)
+	run := store.Run{ExperimentID: e.id, ArmID: e.armIDs[ai], Block: b, Runtime: runtimeName(e.spec),
+		Status: RunStarting, Started: time.Now(), LogPath: filepath.Join(e.logDir, name+".log"), GPUs: ""}
+	var err error
+	if run.ID, err = e.store.StartRun(ctx, run); err != nil {
+		return rr, err
+	}
+	// From here on the run's row is always closed, also after an interrupt.
+	bg := context.WithoutCancel(ctx)
+	finish := func(status, errText string) (RunResult, error) {
+		run.Status, run.Error, run.Ended = status, errText, time.Now()
+		rr.Status, rr.Err = status, errText
+		if p := e.opts.Progress; p != nil {
+			p.RunEnded(arm.Name, b, status)
+		}
+		log.Info("run ended", "status", status, "sessions", rr.Sessions, "corrupted", rr.Corrupted, "err", errText)
+		return rr, e.store.UpdateRun(bg, run)
+	}
+
+	log.Info("launching", "command", e.redact(fmt.Sprint(arm.Command)))
+	inst, err := e.rt.Start(ctx, runtime.Launch{Name: name, Command: arm.Command, Env: e.envs[ai],
+		PortFlag: preset.PortFlag, LogPath: run.LogPath, Redact: e.redact, Image: e.spec.Engine.Image})
+	if err != nil {
+		if ctx.Err() != nil {
+			return finish(RunInterrupted, "")
+		}
+		return finish(RunFailed, err.Error())
+	}
+	run.Endpoint = inst.Endpoint()
+	stop := func() {
+		stopCtx, cancel := context.WithTimeout(bg, 30*time.Second)
+		defer cancel()
+		inst.Stop(stopCtx)
+		x := inst.Exit()
+		run.LogTail = x.LogTail
+		code := x.Code
+		run.ExitCode = &code
+	}
+
+	model, err := e.waitReady(ctx, inst, preset)
+	if err != nil {
+		crashed := false
+		select {
+		case <-inst.Done():
+			crashed = !inst.Exit().Stopped
+		default:
+		}
+		stop()
+		switch {
+		case ctx.Err() != nil:
+			return finish(RunInterrupted, "")
+		case crashed:
+			return finish(RunCrashed, fmt.Sprintf("%v before it was ready (%s)", runtime.ErrCrashed, inst.Exit()))
+		}
+		return finish(RunFailed, err.Error())
+	}
+	run.Status, run.Ready = RunReady, time.Now()
+	run.ServerInfo = e.serverInfo(ctx, inst.Endpoint(), preset)
+	if err := e.store.UpdateRun(ctx, run); err != nil {
+		stop()
+		return rr, err
+	}
+	log.Info("ready", "endpoint", inst.Endpoint(), "startup", run.Ready.Sub(run.Started).Round(time.Millisecond))
+
+	status, errText, werr := e.drive(ctx, inst, arm, ai, b, run.ID, model, &rr)
+	stop()
+	if werr != nil {
+		finish(RunFailed, werr.Error())
+		return rr, werr
+	}
+	return finish(status, errText)
+}
+
+// drive runs the workload against a ready engine under the liveness watchdog.
+func (e *experiment) drive(ctx context.Context, inst runtime.Instance, arm arms.Arm, ai, b int, runID int64,
+	model string, rr *RunResult) (status, errText string, err error) {
+	w := e.store.NewWriter(store.WriterOptions{})
+	var lastProgress atomic.Int64
+	lastProgress.Store(time.Now().UnixNano())
+	tracker := &sessionTracker{e: e, w: w, runID: runID, armID: e.armIDs[ai], arm: arm.Name, block: b,
+		firstBad: map[int]int{}, onTurn: func() { lastProgress.Store(time.Now().UnixNano()) }}
+
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stall := e.spec.Timeouts.Stall
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		e.watch(wctx, inst, stall, &lastProgress, cancel)
+	}()
+
+	ws := e.spec.Workload
+	if p := e.opts.Progress; p != nil {
+		p.RunStarted(arm.Name, b, ws.Sessions)
+	}
+	cfg := workload.Config{Kind: ws.Kind, Sessions: ws.Sessions, Rounds: ws.Rounds, Concurrency: ws.Concurrency,
+		Seed: ws.Seed, Temperature: ws.Temperature, MaxTokens: ws.MaxTokens, Model: model,
+		RequestTimeout: e.spec.Timeouts.Request, StallTimeout: stall, SessionOffset: b * ws.Sessions}
+	runErr := workload.Run(wctx, cfg, inst.Endpoint(), tracker)
+	cancel(nil)
+	<-watchDone
+	if cerr := w.Close(); cerr != nil {
+		return RunFailed, "", cerr
+	}
+	rr.Sessions, rr.Corrupted = tracker.sessions, tracker.corrupted
+
+	cause := context.Cause(wctx)
+	switch {
+	case ctx.Err() != nil:
+		return RunInterrupted, "", nil
+	case errors.Is(cause, runtime.ErrCrashed):
+		return RunCrashed, cause.Error(), nil
+	case errors.Is(cause, ErrWedged):
+		return RunWedged, cause.Error(), nil
+	case runErr != nil:
+		return RunFailed, runErr.Error(), nil
+	}
+	return RunDone, "", nil
+}
+
+// watch cancels the workload when the engine exits on its own, or when no turn has
+// completed for the stall timeout: an engine whose /health still answers but which
+// schedules nothing (the overlap-scheduler deadlock) is caught by progress, not health.
+func (e *experiment) watch(ctx context.Context, inst runtime.Instance, stall time.Duration, last *atomic.Int64,
+	cancel context.CancelCauseFunc) {
+	if stall <= 0 {
+		stall = 120 * time.Second
+	}
+	// The workload's own per-request stall timeout fires first for a single silent
+	// stream; the watchdog allows for it and a margin before it calls the engine wedged.
+	limit := 2*stall + time.Second
+	tick := time.NewTicker(stall / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-inst.Done():
+			cancel(fmt.Errorf("%w during the workload (%s)", runtime.ErrCrashed, inst.Exit()))
+			return
+		case now := <-tick.C:
+			if idle := now.Sub(time.Unix(0, last.Load())); idle > limit {
+				cancel(fmt.Errorf("%w (%s without a completed turn)", ErrWedged, idle.Round(time.Second)))
+				return
+			}
+		}
+	}
+}
+
+// waitReady polls the engine's health endpoint until it answers 200, then proves that a
+// new request is actually scheduled with one real generation. It returns the model name to
+// use.
+func (e *experiment) waitReady(ctx context.Context, inst runtime.Instance, preset arms.Preset) (string, error) {
+	timeout := e.spec.Timeouts.Startup
+	if timeout <= 0 {
+		timeout = 30 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	interval := e.opts.ProbeInterval
+	if interval <= 0 {
+		interval = 250 * time.Millisecond
+	}
+	client := &http.Client{Timeout: 30 * time.Second}
+	base := inst.Endpoint()
+	healthPath := preset.HealthPath
+	if healthPath == "" {
+		healthPath = "/health"
+	}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		if ok := probeOK(ctx, client, http.MethodGet, base+healthPath, nil); ok {
+			break
+		}
+		select {
+		case <-inst.Done():
+			return "", fmt.Errorf("%w before it was ready (%s)", runtime.ErrCrashed, inst.Exit())
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return "", fmt.Errorf("%w (%s; health %s never answered 200)", ErrNotReady, timeout, healthPath)
+			}
+			return "", ctx.Err()
+		case <-tick.C:
+		}
+	}
+	model := e.spec.Workload.Model
+	if model == "" {
+		var err error
+		if model, err = firstModel(ctx, client, base); err != nil {
+			return "", err
+		}
+	}
+	// One real generation through the scheduler: health passing does not prove that.
+	body, _ := json.Marshal(openai.ChatRequest{Model: model, MaxTokens: 1,
+		Messages: []openai.Message{{Role: "user", Content: "arbiter readiness probe"}}})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("readiness generation: %w", err)
+	}
+	defer resp.Body.Close()
+	var cc openai.ChatCompletion
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return "", fmt.Errorf("readiness generation: HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(b))
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&cc); err != nil || len(cc.Choices) == 0 {
+		return "", fmt.Errorf("readiness generation: no completion in the response (%v)", err)
+	}
+	return model, nil
+}
+
+func probeOK(ctx context.Context, client *http.Client, method, url string, body []byte) bool {
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+	if err != nil {
+		return false
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return false
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+func firstModel(ctx context.Context, client *http.Client, base string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/models", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("list models: %w", err)
+	}
+	defer resp.Body.Close()
+	var ml openai.ModelList
+	if err := json.NewDecoder(resp.Body).Decode(&ml); err != nil || len(ml.Data) == 0 {
+		return "", fmt.Errorf("list models: the engine lists no model at /v1/models")
+	}
+	return ml.Data[0].ID, nil
+}
+
+// serverInfo fetches the engine's resolved configuration, when its preset serves one.
+func (e *experiment) serverInfo(ctx context.Context, base string, preset arms.Preset) string {
+	if preset.ServerInfoPath == "" {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+preset.ServerInfoPath, nil)
+	if err != nil {
+		return ""
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.log.Warn("server info unavailable", "err", err)
+		return ""
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil || resp.StatusCode != http.StatusOK || !json.Valid(b) {
+		return ""
+	}
+	return string(b)
+}
+
+func runtimeName(s *arms.Spec) string {
+	if s.Runtime.Kind == "" {
+		return "process"
+	}
+	return s.Runtime.Kind
+}

@@ -1,0 +1,371 @@
+// Package orchestrator runs an experiment: it plans blocks of runs in a seeded random
+// order, launches each arm through a Runtime, waits for real readiness, drives the
+// workload while a watchdog checks liveness, labels every turn with the detectors and
+// writes everything to the store.
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/orchestrator/runtime"
+	"github.com/arbiterlab/arbiter/plugins"
+	"github.com/arbiterlab/arbiter/plugins/detectors"
+	"github.com/arbiterlab/arbiter/store"
+	"github.com/arbiterlab/arbiter/workload"
+)
+
+// Options configure one experiment. Spec and DBPath are required; every other zero value
+// is a working default.
+type Options struct {
+	Spec *arms.Spec
+	// DBPath is the results database; created if missing.
+	DBPath string
+	// Runtime launches arms (default: the spec's runtime kind; process for "process").
+	Runtime runtime.Runtime
+	// LogDir receives one engine log per run (default: "arbiter-logs" beside the database).
+	LogDir string
+	// Environ reads arbiter's own environment, for secrets (default os.LookupEnv).
+	Environ func(string) (string, bool)
+	// Logger receives progress and problems (default: slog's default logger).
+	Logger *slog.Logger
+	// Progress, if set, hears about runs and sessions as they happen.
+	Progress Progress
+	// ProbeInterval is how often readiness is polled (default 250ms).
+	ProbeInterval time.Duration
+}
+
+// Progress hears about an experiment as it runs; the CLI draws progress bars from it.
+type Progress interface {
+	RunStarted(arm string, block, sessions int)
+	SessionDone(arm string, block int, corrupted bool)
+	RunEnded(arm string, block int, status string)
+}
+
+// Result summarises a finished (or interrupted) experiment.
+type Result struct {
+	ExperimentID int64
+	Name         string
+	Status       string // done | interrupted | failed
+	Runs         []RunResult
+	Elapsed      time.Duration
+}
+
+// RunResult is one launch of one arm.
+type RunResult struct {
+	Arm       string
+	Block     int
+	Status    string // done | crashed | failed | wedged | interrupted
+	Sessions  int
+	Corrupted int
+	Err       string
+}
+
+// Run statuses.
+const (
+	RunStarting    = "starting"
+	RunReady       = "ready"
+	RunDone        = "done"
+	RunCrashed     = "crashed"     // the engine exited on its own
+	RunFailed      = "failed"      // it never became ready, or arbiter could not drive it
+	RunWedged      = "wedged"      // alive but no progress for the stall timeout
+	RunInterrupted = "interrupted" // the user stopped the experiment
+)
+
+// Sentinel errors the CLI maps to messages and exit codes.
+var (
+	// ErrWedged reports an engine that stopped making progress while it still answered.
+	ErrWedged = errors.New("engine wedged: no progress within the stall timeout")
+	// ErrNotReady reports an engine that did not become ready within the startup timeout.
+	ErrNotReady = errors.New("engine not ready within the startup timeout")
+)
+
+// Run executes the experiment the spec describes and returns once every run has ended.
+// Cancelling ctx stops scheduling, stops the running arm and keeps what was recorded; the
+// experiment is then marked interrupted and ctx.Err() is returned with the result.
+func Run(ctx context.Context, opts Options) (Result, error) {
+	start := time.Now()
+	spec := opts.Spec
+	if spec == nil {
+		return Result{}, errors.New("orchestrator: no spec")
+	}
+	armList, err := spec.Expand()
+	if err != nil {
+		return Result{}, err
+	}
+	environ := opts.Environ
+	if environ == nil {
+		environ = os.LookupEnv
+	}
+	redactor := spec.Redactor(environ)
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	rt := opts.Runtime
+	if rt == nil {
+		if spec.Runtime.Kind != "" && spec.Runtime.Kind != "process" {
+			return Result{}, fmt.Errorf("orchestrator: runtime %q needs a Runtime", spec.Runtime.Kind)
+		}
+		rt = runtime.Process{}
+	}
+	// Every launch environment is built before anything is stored, so a missing secret
+	// fails the experiment before it starts.
+	envs := make([][]string, len(armList))
+	for i, a := range armList {
+		if envs[i], err = a.LaunchEnv(environ); err != nil {
+			return Result{}, fmt.Errorf("arm %s: %w", a.Name, err)
+		}
+	}
+
+	dets, closeDets, err := resolveDetectors(ctx, spec.Detectors)
+	if err != nil {
+		return Result{}, err
+	}
+	defer closeDets()
+
+	st, err := store.Open(opts.DBPath, store.Options{Redact: redactor.Redact})
+	if err != nil {
+		return Result{}, err
+	}
+	defer st.Close()
+
+	host, _ := os.Hostname()
+	baseline := spec.Analysis.Baseline
+	if baseline == "" {
+		baseline = armList[0].Name
+	}
+	expID, err := st.CreateExperiment(ctx, store.Experiment{
+		Name: spec.Name, SpecPath: spec.Path, Spec: string(spec.RedactedSource()), Seed: spec.Workload.Seed,
+		Unit: spec.Analysis.Unit, Alpha: spec.Analysis.Alpha, Baseline: baseline, Version: Version(), Host: host,
+		Created: start,
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	armIDs := make([]int64, len(armList))
+	for i, a := range armList {
+		pins, _ := json.Marshal(map[string]any{"env": nonNilMap(a.Pins.Env), "args": nonNilSlice(a.Pins.Args)})
+		var levels []byte
+		if a.Levels != nil {
+			levels, _ = json.Marshal(a.Levels)
+		}
+		command, _ := json.Marshal(a.Command)
+		env, _ := json.Marshal(nonNilMap(a.Env))
+		armIDs[i], err = st.AddArm(ctx, store.Arm{ExperimentID: expID, Name: a.Name, Position: i, Pins: string(pins),
+			Levels: string(levels), Command: string(command), Env: string(env)})
+		if err != nil {
+			return Result{}, err
+		}
+	}
+
+	logDir := opts.LogDir
+	if logDir == "" {
+		logDir = filepath.Join(filepath.Dir(opts.DBPath), "arbiter-logs")
+	}
+	e := &experiment{
+		opts: opts, spec: spec, arms: armList, armIDs: armIDs, envs: envs, id: expID, store: st,
+		detectors: dets, redact: redactor.Redact, log: log.With("experiment", expID, "name", spec.Name), rt: rt,
+		logDir: filepath.Join(logDir, fmt.Sprintf("exp-%d", expID)),
+	}
+	res := Result{ExperimentID: expID, Name: spec.Name}
+	runErr := e.run(ctx, &res)
+	res.Elapsed = time.Since(start)
+
+	status, errText := "done", ""
+	switch {
+	case ctx.Err() != nil:
+		status = "interrupted"
+	case runErr != nil:
+		status, errText = "failed", runErr.Error()
+	}
+	res.Status = status
+	// The experiment's end is recorded even after an interrupt, hence a fresh context.
+	if err := st.FinishExperiment(context.WithoutCancel(ctx), expID, status, errText, time.Now()); err != nil && runErr == nil {
+		runErr = err
+	}
+	if ctx.Err() != nil {
+		return res, ctx.Err()
+	}
+	return res, runErr
+}
+
+// Version is arbiter's version as the build recorded it.
+func Version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "devel"
+}
+
+func resolveDetectors(ctx context.Context, names []string) ([]plugins.Detector, func(), error) {
+	var ds []plugins.Detector
+	var closers []func()
+	closeAll := func() {
+		for _, c := range closers {
+			c()
+		}
+	}
+	for _, n := range names {
+		d, closeFn, err := detectors.Resolve(ctx, n)
+		if err != nil {
+			closeAll()
+			return nil, func() {}, fmt.Errorf("detector %s: %w", n, err)
+		}
+		ds = append(ds, d)
+		if closeFn != nil {
+			closers = append(closers, closeFn)
+		}
+	}
+	return ds, closeAll, nil
+}
+
+type experiment struct {
+	opts      Options
+	spec      *arms.Spec
+	arms      []arms.Arm
+	armIDs    []int64
+	envs      [][]string
+	id        int64
+	store     *store.Store
+	detectors []plugins.Detector
+	redact    func(string) string
+	log       *slog.Logger
+	rt        runtime.Runtime
+	logDir    string
+}
+
+// plan returns, for each block, the order in which arms run: a fresh permutation per
+// block drawn from the workload seed, so that a slow drift (thermal, a neighbour's load)
+// does not line up with one arm.
+func plan(nArms, blocks int, seed int64) [][]int {
+	if blocks < 1 {
+		blocks = 1
+	}
+	out := make([][]int, blocks)
+	for b := range out {
+		r := rand.New(rand.NewPCG(uint64(seed), uint64(b)+0x9e3779b97f4a7c15))
+		out[b] = r.Perm(nArms)
+	}
+	return out
+}
+
+func (e *experiment) run(ctx context.Context, res *Result) error {
+	blocks := e.spec.Blocks
+	for b, order := range plan(len(e.arms), blocks, e.spec.Workload.Seed) {
+		for _, ai := range order {
+			if ctx.Err() != nil {
+				return nil
+			}
+			rr, err := e.runArm(ctx, ai, b)
+			res.Runs = append(res.Runs, rr)
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// sessionTracker turns the workload's stream of turns into labelled store rows and
+// per-session outcomes.
+type sessionTracker struct {
+	e      *experiment
+	w      *store.Writer
+	runID  int64
+	armID  int64
+	arm    string
+	block  int
+	onTurn func() // progress for the watchdog
+
+	mu        sync.Mutex
+	firstBad  map[int]int
+	sessions  int
+	corrupted int
+}
+
+func (t *sessionTracker) Turn(turn workload.Turn) {
+	t.onTurn()
+	ctx := context.Background()
+	labels, corrupted, err := detectors.Label(ctx, t.e.detectors, plugins.Response{Completion: turn.Response, Tools: turn.Tools})
+	if err != nil {
+		t.e.log.Warn("detector failed", "arm", t.arm, "session", turn.Session, "turn", turn.Index, "err", err)
+	}
+	row := store.Turn{
+		ExperimentID: t.e.id, RunID: t.runID, ArmID: t.armID, Session: turn.Session, Index: turn.Index,
+		Round: turn.Round, Started: turn.Started, StatusCode: turn.StatusCode, FinishReason: turn.FinishReason,
+		TTFT: turn.TTFT, Latency: turn.Latency, PromptTokens: turn.PromptTokens,
+		CompletionTokens: turn.CompletionTokens, Corrupted: corrupted, Error: turn.Err,
+		Request: string(turn.Request), Raw: string(turn.Raw),
+	}
+	if len(turn.Response.Choices) > 0 {
+		msg := turn.Response.Choices[0].Message
+		row.Content = msg.Content
+		if len(msg.ToolCalls) > 0 {
+			b, _ := json.Marshal(msg.ToolCalls)
+			row.ToolCalls = string(b)
+		}
+	}
+	if b, err := json.Marshal(turn.Response); err == nil {
+		row.Response = string(b)
+	}
+	if len(turn.Tools) > 0 {
+		b, _ := json.Marshal(turn.Tools)
+		row.Tools = string(b)
+	}
+	for _, l := range labels {
+		row.Labels = append(row.Labels, store.Label{Detector: l.Detector, Corrupted: l.Corrupted, Reason: l.Reason})
+	}
+	if corrupted {
+		t.mu.Lock()
+		if first, ok := t.firstBad[turn.Session]; !ok || turn.Index < first {
+			t.firstBad[turn.Session] = turn.Index
+		}
+		t.mu.Unlock()
+	}
+	t.w.Turn(row)
+}
+
+func (t *sessionTracker) SessionDone(s workload.SessionResult) {
+	t.onTurn()
+	t.mu.Lock()
+	first, corrupted := t.firstBad[s.Session]
+	t.sessions++
+	if corrupted {
+		t.corrupted++
+	}
+	t.mu.Unlock()
+	row := store.Session{ExperimentID: t.e.id, RunID: t.runID, ArmID: t.armID, Index: s.Session, Block: t.block,
+		Status: s.Status, Turns: s.Turns, Corrupted: corrupted, Error: s.Err}
+	if corrupted {
+		row.FirstCorruptedTurn = &first
+	}
+	t.w.Session(row)
+	if p := t.e.opts.Progress; p != nil {
+		p.SessionDone(t.arm, t.block, corrupted)
+	}
+}
+
+func nonNilMap(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+func nonNilSlice(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
