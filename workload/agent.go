@@ -24,7 +24,9 @@ var ErrUnknownKind = errors.New("unknown workload kind")
 // Run drives the workload cfg.Kind against the engine at baseURL, reporting every turn
 // and session to rec as it completes. Session failures are data: Run returns nil once
 // every session was attempted, ctx.Err() when cancelled (unfinished sessions then report
-// SessionAborted), and an error only when the run could not start at all.
+// SessionAborted; a request cut short is still reported as a Turn with Err set), and
+// another error only when the run could not start at all (bad config, unknown kind, no
+// model to be found at /v1/models); then no session is reported.
 func Run(ctx context.Context, cfg Config, baseURL string, rec Recorder) error {
 	switch cfg.Kind {
 	case "", KindToolcallAgent:
@@ -163,6 +165,10 @@ func runToolcallAgent(ctx context.Context, cfg Config, base string, rec Recorder
 	model := cfg.Model
 	if model == "" {
 		ids, err := client.ListModels(ctx, base)
+		if err != nil && ctx.Err() != nil {
+			abortAll(cfg, rec, ctx.Err())
+			return ctx.Err()
+		}
 		if err != nil {
 			return fmt.Errorf("workload: pick a model: %w", err)
 		}
@@ -190,6 +196,13 @@ func runToolcallAgent(ctx context.Context, cfg Config, base string, rec Recorder
 	}
 	_ = g.Wait() // sessions never return errors: their failures are reported as data
 	return ctx.Err()
+}
+
+// abortAll closes every session of cfg as aborted before any started.
+func abortAll(cfg Config, rec Recorder, err error) {
+	for i := cfg.SessionOffset; i < cfg.SessionOffset+cfg.Sessions; i++ {
+		rec.SessionDone(SessionResult{Session: i, Status: SessionAborted, Err: err.Error()})
+	}
 }
 
 // agentSession is one conversation of the tool-call agent.

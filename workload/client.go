@@ -57,7 +57,8 @@ type Client struct {
 	// RequestTimeout bounds one request end to end; 0: DefaultRequestTimeout.
 	RequestTimeout time.Duration
 	// StallTimeout bounds the silence between two stream events (and before the first);
-	// 0: DefaultStallTimeout.
+	// 0: DefaultStallTimeout. SSE comments do not count as events: a keep-alive says
+	// the connection lives, not that the engine makes progress.
 	StallTimeout time.Duration
 }
 
@@ -119,8 +120,10 @@ type Exchange struct {
 	// Completion is the assembled response (partial when Err is set).
 	Completion openai.ChatCompletion
 	// Raw is the body exactly as received, up to the failure if any.
-	Raw     []byte
-	TTFT    time.Duration // to the first content or tool-call delta; 0 if none
+	Raw []byte
+	// TTFT is the time to the first content or tool-call delta; 0 if none came. A
+	// non-streamed answer has its first token when it has all of them: TTFT = Latency.
+	TTFT    time.Duration
 	Latency time.Duration // from sending to the end of the body
 	// Err is nil when the request completed, whatever the content. It wraps ErrStalled,
 	// ErrRequestTimeout, ErrBrokenStream, ErrNoChoices, a *StatusError, or the context's

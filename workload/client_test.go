@@ -113,7 +113,7 @@ func TestChatStallTimeout(t *testing.T) {
 	first := len(chunkStream(t, contentDelta("partial ")))
 	first -= len("data: [DONE]\n\n")
 	srv := stallAfter(t, first+10)
-	c := &Client{StallTimeout: 50 * time.Millisecond}
+	c := &Client{StallTimeout: 300 * time.Millisecond} // long enough for the partial event to land first
 	ex := c.Chat(context.Background(), srv.URL, weatherRequest("r4", true))
 	if !errors.Is(ex.Err, ErrStalled) {
 		t.Fatalf("err = %v, want ErrStalled", ex.Err)
