@@ -2,6 +2,7 @@ package arms
 
 import (
 	"errors"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -283,5 +284,17 @@ func TestPresetFor(t *testing.T) {
 	r.Command[0] = "changed"
 	if PresetFor("refserve").Command[0] != "refserve" {
 		t.Error("PresetFor shares its command slice")
+	}
+}
+
+func BenchmarkParse(b *testing.B) {
+	data, err := os.ReadFile("../testdata/specs/valid-docker.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := Parse("spec.yaml", data); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -44,6 +44,10 @@ func (s *Spec) Expand() ([]Arm, error) {
 			arms = append(arms, s.render(strings.Join(names, ","), levels, pins))
 		}
 	}
+	if len(arms) == 0 {
+		// Parse never lets this through; a Spec built in code can.
+		return nil, joinSorted([]*SpecError{{File: s.Path, Path: "arms", Msg: "no arms: list explicit arms, or factors with levels"}})
+	}
 	c := confoundCheck{spec: s}
 	c.engineOverrides()
 	c.sharedFactorVariables()

@@ -127,6 +127,9 @@ func TestExpandHandBuiltSpec(t *testing.T) {
 	if !slices.Equal(arms[1].Command, []string{"vllm", "serve"}) {
 		t.Errorf("preset command not used: %q", arms[1].Command)
 	}
+	if _, err := (&Spec{Engine: Engine{Preset: "vllm"}}).Expand(); err == nil || !strings.Contains(err.Error(), "no arms") {
+		t.Errorf("a spec without arms: %v", err)
+	}
 	s.Arms[1].Pins.Env["X"] = "0"
 	_, err = s.Expand()
 	if !errors.Is(err, ErrConfounded) {

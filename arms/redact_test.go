@@ -139,3 +139,17 @@ func TestLaunchEnv(t *testing.T) {
 		t.Errorf("env %q\nwant %q", env, want)
 	}
 }
+
+// BenchmarkRedactBytes measures the cost the store pays on every raw response body.
+func BenchmarkRedactBytes(b *testing.B) {
+	s, err := Parse("spec.yaml", []byte(secretSpec))
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := s.Redactor(environ(map[string]string{"HF_TOKEN": "hf_abcdefgh"}))
+	body := bytes.Repeat([]byte(`data: {"choices":[{"delta":{"content":"<｜DSML｜invoke name=\"get_weather\">"}}]}`+"\n\n"), 200)
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		r.RedactBytes(body)
+	}
+}
