@@ -10,10 +10,8 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// Workload kinds Run accepts.
-const (
-	KindToolcallAgent = "toolcall-agent"
-)
+// KindToolcallAgent is the multi-turn tool-calling agent, Run's default kind.
+const KindToolcallAgent = "toolcall-agent"
 
 // DefaultMaxToolSteps caps the tool-answering requests of one round.
 const DefaultMaxToolSteps = 8

@@ -16,10 +16,10 @@ import (
 	"github.com/arbiterlab/arbiter/openai"
 )
 
-// Default timeouts of a Client whose fields are zero.
+// Default timeouts of a Client whose fields are zero, as in the spec's timeouts section.
 const (
-	DefaultRequestTimeout = 10 * time.Minute
-	DefaultStallTimeout   = 120 * time.Second
+	DefaultRequestTimeout = 10 * time.Minute  // a long agentic turn on a loaded engine
+	DefaultStallTimeout   = 120 * time.Second // longer than any healthy gap between tokens
 )
 
 // maxErrorBody bounds how much of a non-2xx body is kept.
@@ -208,14 +208,14 @@ func (c *Client) Chat(ctx context.Context, base string, req openai.ChatRequest) 
 	if !req.Stream || mt == "application/json" {
 		// An engine may answer a stream request with one JSON body (some do on
 		// validation errors that still carry 200); read it as such.
-		c.readWhole(&ex, resp.Body, failure)
+		readWhole(&ex, resp.Body, failure)
 		return ex
 	}
-	c.readStream(&ex, resp.Body, stallTimer, stall, failure)
+	readStream(&ex, resp.Body, stallTimer, stall, failure)
 	return ex
 }
 
-func (c *Client) readWhole(ex *Exchange, body io.Reader, failure func(string, error) error) {
+func readWhole(ex *Exchange, body io.Reader, failure func(string, error) error) {
 	raw, err := io.ReadAll(body)
 	ex.Raw = raw
 	ex.Latency = time.Since(ex.Started)
@@ -236,7 +236,7 @@ func (c *Client) readWhole(ex *Exchange, body io.Reader, failure func(string, er
 	}
 }
 
-func (c *Client) readStream(ex *Exchange, body io.Reader, stallTimer *time.Timer, stall time.Duration, failure func(string, error) error) {
+func readStream(ex *Exchange, body io.Reader, stallTimer *time.Timer, stall time.Duration, failure func(string, error) error) {
 	var (
 		dec sseDecoder
 		asm streamAssembly
