@@ -387,8 +387,8 @@ func (d *decoder) str(e entry) (string, bool) {
 		}
 		return "", true
 	case *ast.TagNode:
-		if v.Value != nil && v.Value.GetToken() != nil {
-			return v.Value.GetToken().Value, true
+		if sc, ok := v.Value.(ast.ScalarNode); ok && sc.GetToken() != nil {
+			return sc.GetToken().Value, true
 		}
 	case *ast.IntegerNode, *ast.FloatNode, *ast.BoolNode, *ast.InfinityNode, *ast.NanNode:
 		d.add(e.val, e.path, "value must be a string (write %q)", v.GetToken().Value)

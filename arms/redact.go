@@ -87,6 +87,11 @@ func (s *Spec) allEnv() []map[string]string {
 }
 
 func newRedactor(values []string) *Redactor {
+	// The core of a value is what leaks into logs; a block scalar's trailing newline
+	// is YAML's, and replacing it would join two lines.
+	for i, v := range values {
+		values[i] = strings.TrimSpace(v)
+	}
 	values = slices.DeleteFunc(values, func(v string) bool { return len(v) < minSecretLen })
 	if len(values) == 0 {
 		return &Redactor{}
@@ -166,8 +171,13 @@ func collectCredentialValues(n ast.Node, underEnv bool, spots *[]valueSpot, dept
 			if a, ok := val.(*ast.AnchorNode); ok {
 				val = a.Value
 			}
-			if tk := val.GetToken(); tk != nil && tk.Position != nil && val.Type() != ast.MappingType && val.Type() != ast.SequenceType {
-				*spots = append(*spots, valueSpot{line: tk.Position.Line, col: tk.Position.Column, text: strings.TrimSpace(tk.Origin)})
+			// Only one-line scalars are rewritten in place; a block or multi-line
+			// scalar is left to the value replacer, which keeps the YAML intact.
+			if sn, ok := val.(*ast.StringNode); ok && sn.Token != nil && sn.Token.Position != nil {
+				text := strings.TrimSpace(sn.Token.Origin)
+				if !strings.Contains(text, "\n") {
+					*spots = append(*spots, valueSpot{line: sn.Token.Position.Line, col: sn.Token.Position.Column, text: text})
+				}
 			}
 			return
 		}
@@ -244,7 +254,7 @@ func (a Arm) LaunchEnv(environ func(string) (string, bool)) ([]string, error) {
 		env[name] = v
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("arm %s: secret %s not set in arbiter's environment", a.Name, strings.Join(missing, ", "))
+		return nil, fmt.Errorf("secret %s not set in arbiter's environment (engine.secrets copies it from there)", strings.Join(missing, ", "))
 	}
 	out := make([]string, 0, len(env))
 	for _, k := range slices.Sorted(maps.Keys(env)) {

@@ -153,3 +153,14 @@ func BenchmarkRedactBytes(b *testing.B) {
 		r.RedactBytes(body)
 	}
 }
+
+func TestRedactedSourceKeepsBlockScalarsValid(t *testing.T) {
+	src := strings.Replace(specWith(twoArms), "  preset: refserve\n", "  preset: refserve\n  env:\n    SERVICE_TOKEN: |\n      line-one-secret\n", 1)
+	out := mustParse(t, src).RedactedSource()
+	if bytes.Contains(out, []byte("line-one-secret")) {
+		t.Errorf("block scalar secret kept:\n%s", out)
+	}
+	if _, err := Parse("redacted.yaml", out); err != nil {
+		t.Errorf("redacted source no longer parses: %v\n%s", err, out)
+	}
+}
