@@ -1,0 +1,61 @@
+package detectors
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestResolveBuiltinAndUnknown(t *testing.T) {
+	d, release, err := Resolve(context.Background(), "repetition")
+	if err != nil || d.Name() != "repetition" || release == nil {
+		t.Fatalf("Resolve(repetition) = %v, %v", d, err)
+	}
+	release()
+	_, _, err = Resolve(context.Background(), "dsml_leak")
+	if err == nil || !strings.Contains(err.Error(), `unknown detector "dsml_leak": built-in detectors are dsml-leak, repetition, toolcall-schema`) {
+		t.Errorf("err = %v", err)
+	}
+	if _, _, err := Resolve(context.Background(), "plugin:"); err == nil {
+		t.Error("empty plugin name resolved")
+	}
+	t.Setenv("PATH", t.TempDir())
+	_, _, err = Resolve(context.Background(), "plugin:nowhere")
+	if err == nil || !strings.Contains(err.Error(), "arbiter-detector-nowhere") {
+		t.Errorf("missing plugin: err = %v", err)
+	}
+}
+
+func TestResolvePluginOnPath(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go toolchain on PATH to build the example plugin:", err)
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, PluginBinaryPrefix+"example")
+	if out, err := exec.Command(goBin, "build", "-o", bin, "github.com/arbiterlab/arbiter/cmd/arbiter-detector-example").CombinedOutput(); err != nil {
+		t.Fatalf("build example plugin: %v\n%s", err, out)
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Setenv("ARBITER_CONTAINS_WORD", "paris")
+
+	ds, release, err := ResolveAll(context.Background(), []string{"dsml-leak", "plugin:example", "plugin:" + bin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	labels, corrupted, err := Label(context.Background(), ds, reply("Paris is sunny."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !corrupted || len(labels) != 3 || labels[0].Corrupted || !labels[1].Corrupted || labels[1].Detector != "contains-word" || !labels[2].Corrupted {
+		t.Errorf("labels = %+v", labels)
+	}
+	// A failing name releases the plugins already started and reports the name.
+	if _, _, err := ResolveAll(context.Background(), []string{"plugin:example", "bogus"}); err == nil || !strings.Contains(err.Error(), `"bogus"`) {
+		t.Errorf("err = %v", err)
+	}
+}

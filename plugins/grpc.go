@@ -1,0 +1,200 @@
+package plugins
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pluginpb "github.com/arbiterlab/arbiter/plugins/proto"
+)
+
+// Handshake is what arbiter and a detector binary check before they talk: a binary run by
+// hand, or built for another protocol version, refuses to start instead of misbehaving.
+var Handshake = plugin.HandshakeConfig{
+	ProtocolVersion:  1,
+	MagicCookieKey:   "ARBITER_DETECTOR_PLUGIN",
+	MagicCookieValue: "arbiter-detector-v1",
+}
+
+// DetectorPluginName is the name under which a binary serves its detector.
+const DetectorPluginName = "detector"
+
+// nameTimeout bounds the Name call made when a plugin is dispensed.
+const nameTimeout = 30 * time.Second
+
+// DetectorPlugin carries a Detector over gRPC. The plugin side sets Impl; the host side
+// leaves it nil and gets a Detector back from Dispense.
+type DetectorPlugin struct {
+	plugin.NetRPCUnsupportedPlugin
+	// Impl is the detector a plugin binary serves.
+	Impl Detector
+}
+
+var _ plugin.GRPCPlugin = (*DetectorPlugin)(nil)
+
+// GRPCServer registers Impl with the plugin's gRPC server.
+func (p *DetectorPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
+	if p.Impl == nil {
+		return errors.New("plugins: DetectorPlugin served without a detector (Impl is nil)")
+	}
+	pluginpb.RegisterDetectorServer(s, &detectorServer{impl: p.Impl})
+	return nil
+}
+
+// GRPCClient returns the host's Detector for a connected plugin. It asks the plugin's
+// name once, here, since Detector.Name cannot fail.
+func (p *DetectorPlugin) GRPCClient(ctx context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
+	client := pluginpb.NewDetectorClient(c)
+	ctx, cancel := context.WithTimeout(ctx, nameTimeout)
+	defer cancel()
+	resp, err := client.Name(ctx, &pluginpb.NameRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("plugin detector: name: %w", rpcError(err))
+	}
+	if resp.GetName() == "" {
+		return nil, errors.New("plugin detector: name: the plugin returned an empty name")
+	}
+	return &remoteDetector{name: resp.GetName(), client: client}, nil
+}
+
+// detectorServer is the plugin side: it decodes requests for the served detector.
+type detectorServer struct {
+	pluginpb.UnimplementedDetectorServer
+	impl Detector
+}
+
+func (s *detectorServer) Name(context.Context, *pluginpb.NameRequest) (*pluginpb.NameResponse, error) {
+	return &pluginpb.NameResponse{Name: s.impl.Name()}, nil
+}
+
+func (s *detectorServer) Detect(ctx context.Context, req *pluginpb.DetectRequest) (*pluginpb.DetectResponse, error) {
+	var r Response
+	if err := json.Unmarshal(req.GetCompletionJson(), &r.Completion); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "completion: %v", err)
+	}
+	if len(req.GetToolsJson()) > 0 {
+		if err := json.Unmarshal(req.GetToolsJson(), &r.Tools); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "tools: %v", err)
+		}
+	}
+	l, err := s.impl.Detect(ctx, r)
+	if err != nil {
+		return nil, status.Error(codes.Unknown, err.Error())
+	}
+	if l.Detector == "" {
+		l.Detector = s.impl.Name()
+	}
+	return &pluginpb.DetectResponse{Detector: l.Detector, Corrupted: l.Corrupted, Reason: l.Reason}, nil
+}
+
+// remoteDetector is the host side: a Detector whose judgement happens in the plugin.
+type remoteDetector struct {
+	name   string
+	client pluginpb.DetectorClient
+}
+
+func (d *remoteDetector) Name() string { return d.name }
+
+func (d *remoteDetector) Detect(ctx context.Context, r Response) (Label, error) {
+	completion, err := json.Marshal(r.Completion)
+	if err != nil {
+		return Label{}, fmt.Errorf("plugin detector %s: encode completion: %w", d.name, err)
+	}
+	req := &pluginpb.DetectRequest{CompletionJson: completion}
+	if len(r.Tools) > 0 {
+		if req.ToolsJson, err = json.Marshal(r.Tools); err != nil {
+			return Label{}, fmt.Errorf("plugin detector %s: encode tools: %w", d.name, err)
+		}
+	}
+	resp, err := d.client.Detect(ctx, req)
+	if err != nil {
+		return Label{}, fmt.Errorf("plugin detector %s: %w", d.name, rpcError(err))
+	}
+	l := Label{Detector: resp.GetDetector(), Corrupted: resp.GetCorrupted(), Reason: resp.GetReason()}
+	if l.Detector == "" {
+		l.Detector = d.name
+	}
+	return l, nil
+}
+
+// rpcError turns a gRPC status back into the plugin's own message where there is one, and
+// keeps cancellation recognisable with errors.Is.
+func rpcError(err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	switch st.Code() {
+	case codes.Canceled:
+		return fmt.Errorf("%s: %w", st.Message(), context.Canceled)
+	case codes.DeadlineExceeded:
+		return fmt.Errorf("%s: %w", st.Message(), context.DeadlineExceeded)
+	case codes.Unknown:
+		return errors.New(st.Message())
+	}
+	return fmt.Errorf("%s: %s", st.Code(), st.Message())
+}
+
+// Serve runs d as an external detector: the whole main of a detector binary is
+// plugins.Serve(myDetector{}). It returns only when arbiter stops the plugin; run by hand,
+// the binary says it is a plugin and exits.
+func Serve(d Detector) {
+	plugin.Serve(&plugin.ServeConfig{
+		HandshakeConfig: Handshake,
+		Plugins:         plugin.PluginSet{DetectorPluginName: &DetectorPlugin{Impl: d}},
+		GRPCServer:      plugin.DefaultGRPCServer,
+	})
+}
+
+// Launch starts the detector binary at path and returns its Detector and a function that
+// stops the process (safe to call more than once). The binary inherits arbiter's
+// environment, which is how a plugin is configured; its standard error goes to arbiter's.
+// ctx bounds the start only: its deadline, if it has one, replaces go-plugin's one-minute
+// start timeout, and the plugin then lives until release is called.
+func Launch(ctx context.Context, path string) (Detector, func(), error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("plugin %s: %w", path, err)
+	}
+	cfg := &plugin.ClientConfig{
+		HandshakeConfig:  Handshake,
+		Plugins:          plugin.PluginSet{DetectorPluginName: &DetectorPlugin{}},
+		Cmd:              exec.Command(path),
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		Stderr:           os.Stderr,
+		// go-plugin traces every step by default; arbiter's stderr wants problems only.
+		Logger: hclog.New(&hclog.LoggerOptions{Name: "plugin", Level: hclog.Warn, Output: os.Stderr}),
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		cfg.StartTimeout = max(time.Until(dl), time.Millisecond)
+	}
+	client := plugin.NewClient(cfg)
+	var once sync.Once
+	release := func() { once.Do(client.Kill) }
+	rpc, err := client.Client()
+	if err != nil {
+		release()
+		return nil, nil, fmt.Errorf("plugin %s: start: %w", path, err)
+	}
+	raw, err := rpc.Dispense(DetectorPluginName)
+	if err != nil {
+		release()
+		return nil, nil, fmt.Errorf("plugin %s: %w", path, err)
+	}
+	d, ok := raw.(Detector)
+	if !ok {
+		release()
+		return nil, nil, fmt.Errorf("plugin %s: served a %T, not a detector", path, raw)
+	}
+	return d, release, nil
+}
