@@ -303,14 +303,10 @@ func TestRunRejects(t *testing.T) {
 }
 
 func TestToolResult(t *testing.T) {
-	offered := NewScript(1, 0, 1).Tools
-	var weather openai.Tool
+	var offered []openai.Tool
 	for _, tl := range toolSet {
-		if tl.Name == "get_weather" {
-			weather = tl.spec()
-		}
+		offered = append(offered, tl.spec())
 	}
-	offered = append(offered, weather)
 	call := func(name, args string) string {
 		return ToolResult(offered, openai.FunctionCall{Name: name, Arguments: args})
 	}
@@ -325,17 +321,20 @@ func TestToolResult(t *testing.T) {
 	if other := call("get_weather", `{"city":"Lima","unit":"celsius"}`); other == good {
 		t.Fatal("different cities, same answer")
 	}
-	for args, want := range map[string]string{
-		`{"city":"Oslo"}`:                        `missing required argument \"unit\"`,
-		`{"city":"Oslo","unit":"kelvin"}`:        "is not one of",
-		`{"city":7,"unit":"celsius"}`:            "want string",
-		`{"city":"Oslo","unit":"celsius","x":1}`: `unexpected argument \"x\"`,
-		`{"arguments":{"city":"Oslo"}}`:          "missing required argument",
-		`<｜DSML｜invoke name="get_weather">`:      "not a JSON object",
-		`["Oslo"]`:                               "not a JSON object",
+	for _, c := range []struct{ tool, args, want string }{
+		{"get_weather", `{"city":"Oslo"}`, `missing required argument \"unit\"`},
+		{"get_weather", `{"city":"Oslo","unit":"kelvin"}`, "is not one of"},
+		{"get_weather", `{"city":7,"unit":"celsius"}`, "want string"},
+		{"get_weather", `{"city":"Oslo","unit":"celsius","x":1}`, `unexpected argument \"x\"`},
+		{"get_weather", `{"arguments":{"city":"Oslo"}}`, "missing required argument"},
+		{"get_weather", `<｜DSML｜invoke name="get_weather">`, "not a JSON object"},
+		{"get_weather", `["Oslo"]`, "not a JSON object"},
+		{"search_docs", `{"query":"q","top_k":11}`, "outside [1, 10]"},
+		{"search_docs", `{"query":"q","top_k":2.5}`, "want integer"},
+		{"run_sql", `{"query":"drop table t","read_only":true}`, "only SELECT"},
 	} {
-		if got := call("get_weather", args); !strings.Contains(got, want) || !strings.Contains(got, `"error"`) {
-			t.Errorf("arguments %s answered %s, want an error containing %s", args, got, want)
+		if got := call(c.tool, c.args); !strings.Contains(got, c.want) || !strings.Contains(got, `"error"`) {
+			t.Errorf("%s %s answered %s, want an error containing %s", c.tool, c.args, got, c.want)
 		}
 	}
 	if got := call("launch_missiles", `{}`); !strings.Contains(got, "unknown tool") {

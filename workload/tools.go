@@ -17,6 +17,8 @@ type param struct {
 	Type string   // string | integer | number | boolean
 	Enum []string // allowed values of a string, if restricted
 	Desc string
+	// Min and Max bound a number or integer when Max > Min.
+	Min, Max float64
 }
 
 // toolDef is one tool of the agent's fixed set: its schema and its deterministic answer.
@@ -53,11 +55,10 @@ var toolSet = []toolDef{
 		Name: "search_docs", Desc: "Search the product documentation.",
 		Params: []param{
 			{Name: "query", Type: "string", Desc: "Search terms"},
-			{Name: "top_k", Type: "integer", Desc: "How many results to return (1-10)"},
+			{Name: "top_k", Type: "integer", Desc: "How many results to return", Min: 1, Max: 10},
 		},
 		answer: func(a map[string]any) any {
 			k := int(a["top_k"].(float64))
-			k = max(1, min(k, 10))
 			hits := make([]map[string]any, 0, k)
 			for i := range k {
 				h := digest("search_docs", a["query"], i)
@@ -88,7 +89,7 @@ var toolSet = []toolDef{
 		answer: func(a map[string]any) any {
 			q := strings.ToLower(strings.TrimSpace(a["query"].(string)))
 			if a["read_only"] == true && !strings.HasPrefix(q, "select") && !strings.HasPrefix(q, "with") {
-				return map[string]any{"error": "read_only: statement would write"}
+				return map[string]any{"error": "read_only: only SELECT or WITH statements may run"}
 			}
 			h := digest("run_sql", a["query"], a["read_only"])
 			rows := int(h % 5)
@@ -102,7 +103,7 @@ var toolSet = []toolDef{
 	{
 		Name: "convert_currency", Desc: "Convert an amount between currencies.",
 		Params: []param{
-			{Name: "amount", Type: "number", Desc: "Amount to convert"},
+			{Name: "amount", Type: "number", Desc: "Amount to convert", Min: 0, Max: 1e9},
 			{Name: "from", Type: "string", Enum: currencies, Desc: "Source currency"},
 			{Name: "to", Type: "string", Enum: currencies, Desc: "Target currency"},
 		},
@@ -163,6 +164,9 @@ func (t toolDef) spec() openai.Tool {
 		if len(p.Enum) > 0 {
 			s["enum"] = p.Enum
 		}
+		if p.Max > p.Min {
+			s["minimum"], s["maximum"] = p.Min, p.Max
+		}
 		props[p.Name] = s
 	}
 	for _, p := range t.Params {
@@ -215,6 +219,9 @@ func (t toolDef) check(args map[string]any) error {
 		}
 		if !okType {
 			return fmt.Errorf("argument %q: want %s", n, p.Type)
+		}
+		if f, isNum := v.(float64); isNum && p.Max > p.Min && (f < p.Min || f > p.Max) {
+			return fmt.Errorf("argument %q: %v is outside [%v, %v]", n, f, p.Min, p.Max)
 		}
 	}
 	return nil
