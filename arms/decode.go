@@ -842,7 +842,7 @@ func (d *decoder) decodeEnvShorthand(fe entry) []Level {
 				d.spec.pos[joinPath(fe.path, v)] = posOf(it.val)
 				levels = append(levels, Level{Name: v})
 			})
-			if v, ok := f.val.(*ast.SequenceNode); ok && len(v.Values) < 2 {
+			if v, ok := f.val.(*ast.SequenceNode); ok && len(v.Values) < 2 || isNull(f.val) {
 				d.add(f.val, f.path, "a factor needs at least two levels")
 			}
 		}
