@@ -1,6 +1,7 @@
 package arms
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -80,7 +81,7 @@ func Parse(path string, data []byte) (*Spec, error) {
 		file:    path,
 		anchors: map[string]ast.Node{},
 		typos:   map[string]bool{},
-		spec:    &Spec{Path: path, Source: data, pos: map[string]Position{}},
+		spec:    &Spec{Path: path, Source: bytes.Clone(data), pos: map[string]Position{}},
 	}
 	f, err := parseYAML(data)
 	if err != nil {
