@@ -44,7 +44,12 @@ A line that is not a chat completion stops arbiter with exit status 2, naming FI
 the results of the lines before it are already printed.`,
 		Example: `  arbiter classify responses.jsonl --tools tools.json
   arbiter classify --json --detectors dsml-leak,plugin:contains-word - < responses.jsonl`,
-		Args: cobra.MaximumNArgs(1),
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 1 {
+				return withCode(exitUsage, fmt.Errorf("classify reads one FILE (or - for stdin), got %d", len(args)))
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			file := "-"
 			if len(args) == 1 {

@@ -128,7 +128,7 @@ func TestClassifyUsageErrors(t *testing.T) {
 		{"missing file", []string{"classify", filepath.Join(t.TempDir(), "absent.jsonl")}, "no such file"},
 		{"bad tools", []string{"classify", good, "--tools", writeFile(t, "tools.json", `{"name": "f"}`)}, "want a JSON array of tools"},
 		{"not a completion", []string{"classify", writeFile(t, "turn.jsonl", `{"response": {}, "tools": []}`)}, `turn.jsonl:1: not a chat completion: no "choices" field`},
-		{"two files", []string{"classify", good, good}, "accepts at most 1 arg"},
+		{"two files", []string{"classify", good, good}, "classify reads one FILE (or - for stdin), got 2"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
