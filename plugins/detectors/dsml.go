@@ -84,8 +84,11 @@ func dsmlName(m string) string {
 	case strings.HasSuffix(m, "function_calls"):
 		return "DeepSeek V3.2 DSML"
 	}
-	return "DeepSeek DSML"
+	return genericDSML
 }
+
+// genericDSML names DSML markup whose generation the match alone does not show.
+const genericDSML = "DeepSeek DSML"
 
 // dsmlLeak flags tool-call markup in the assistant's content: the engine's tool parser
 // failed to recognise a call (often because a corrupted token broke the markup), so the
@@ -139,6 +142,7 @@ func findLeak(content string) (leak, bool) {
 	best := leak{}
 	bestAt := -1
 	seen := map[int]bool{} // a marker two patterns match counts once
+	specificDSML := ""
 	for _, f := range leakFormats {
 		for _, m := range f.re.FindAllStringIndex(content, -1) {
 			if !quotedDone {
@@ -149,14 +153,23 @@ func findLeak(content string) (leak, bool) {
 			}
 			seen[m[0]] = true
 			best.count++
+			name := f.name(content[m[0]:m[1]])
+			if specificDSML == "" && name != genericDSML && strings.Contains(name, "DSML") {
+				specificDSML = name
+			}
 			if bestAt < 0 || m[0] < bestAt {
 				bestAt = m[0]
-				best.format = f.name(content[m[0]:m[1]])
+				best.format = name
 			}
 		}
 	}
 	if bestAt < 0 {
 		return leak{}, false
+	}
+	if best.format == genericDSML && specificDSML != "" {
+		// The first marker was an invoke or parameter tag; a wrapper or doubled bars
+		// further on tell which generation leaked.
+		best.format = specificDSML
 	}
 	best.rune = utf8.RuneCountInString(content[:bestAt])
 	best.excerpt = excerpt(content[bestAt:], excerptRunes)

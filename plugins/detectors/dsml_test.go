@@ -47,6 +47,7 @@ func TestDSMLLeak(t *testing.T) {
 		{"v4 leading space after bracket", "< ｜DSML｜tool_calls>", "DeepSeek V4 DSML"},
 		{"dsml ascii bars", "<|DSML|invoke name=\"f\">", "DeepSeek DSML"},
 		{"dsml fragment only", "the answer is</｜DSML｜parameter>", "DeepSeek DSML"},
+		{"dsml generation from a later wrapper", "<｜DSML｜invoke name=\"f\">\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>", "DeepSeek V4 DSML"},
 		{"v3 tokens", v3Leak, "DeepSeek V3 tool-call tokens"},
 		{"v3 ascii bars", "<|tool▁calls▁begin|><|tool▁call▁begin|>function<|tool▁sep|>f", "DeepSeek V3 tool-call tokens"},
 		{"v3 underscores full-width bars", "<｜tool_call_begin｜>function<｜tool_sep｜>f", "DeepSeek V3 tool-call tokens"},
