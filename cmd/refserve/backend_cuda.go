@@ -20,7 +20,7 @@ import (
 // environment, so an arm pins them like any other env var:
 //
 //	ARBITER_INDEX_K_GATE=1             the fix arm: compute waits on each restore's event
-//	ARBITER_INDEX_K_POOL_PAGES=1536    device pool, pages of 64 tokens
+//	ARBITER_INDEX_K_POOL_PAGES=2048    device pool, pages of 64 tokens
 //	ARBITER_INDEX_K_CONTEXT=4096       longest context the testbed holds, tokens
 //	ARBITER_INDEX_K_CONTEXT_BASE=2048  tokens of agent preamble (system prompt, tool
 //	                                   schemas) ahead of refserve's short scripted prompts
@@ -38,7 +38,7 @@ type cudaSettings struct {
 }
 
 func readCUDASettings(getenv func(string) string) (cudaSettings, error) {
-	s := cudaSettings{poolPages: 1536, context: 4096, contextBase: 2048, layerWorkUS: 40}
+	s := cudaSettings{poolPages: 2048, context: 4096, contextBase: 2048, layerWorkUS: 40}
 	switch v := getenv("ARBITER_INDEX_K_GATE"); v {
 	case "", "0", "false":
 	case "1", "true":

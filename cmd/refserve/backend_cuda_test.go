@@ -14,7 +14,7 @@ import (
 func TestReadCUDASettings(t *testing.T) {
 	env := func(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
 	s, err := readCUDASettings(env(nil))
-	if err != nil || s.gate || s.poolPages != 1536 || s.context != 4096 || s.contextBase != 2048 || s.layerWorkUS != 40 {
+	if err != nil || s.gate || s.poolPages != 2048 || s.context != 4096 || s.contextBase != 2048 || s.layerWorkUS != 40 {
 		t.Fatalf("defaults = %+v, %v", s, err)
 	}
 	s, err = readCUDASettings(env(map[string]string{"ARBITER_INDEX_K_GATE": "1", "ARBITER_INDEX_K_POOL_PAGES": "512",

@@ -14,6 +14,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -34,6 +35,7 @@ type options struct {
 	layerWork   int
 	seed        uint64
 	concurrency []int
+	sweep       []int
 	bench       bool
 }
 
@@ -43,6 +45,7 @@ type cell struct {
 	HiCache          bool    `json:"hicache"`
 	Gate             bool    `json:"gate"`
 	Concurrency      int     `json:"concurrency"`
+	LayerWorkUS      int     `json:"layer_work_us"`
 	RequestSteps     uint64  `json:"request_steps"`
 	CorruptedSteps   uint64  `json:"corrupted_steps"`
 	StepRate         float64 `json:"corrupted_step_rate"`
@@ -80,7 +83,7 @@ func main() {
 
 func run(args []string, stdout io.Writer) error {
 	var o options
-	var conc string
+	var conc, sweep string
 	fs := flag.NewFlagSet("racebench", flag.ContinueOnError)
 	fs.StringVar(&o.lib, "lib", "", "library path (default: the kernels search order)")
 	fs.StringVar(&o.jsonOut, "json", "", "also write the results as JSON to this file")
@@ -90,20 +93,21 @@ func run(args []string, stdout io.Writer) error {
 	fs.IntVar(&o.baseCtx, "context", 2048, "context of a session's first turn, tokens")
 	fs.IntVar(&o.growth, "growth", 512, "tokens a session's context grows between turns (tool result, next message)")
 	fs.IntVar(&o.maxRunning, "max-running", 32, "largest decode batch; more sessions wait, as in the field (batch <= 32)")
-	fs.IntVar(&o.poolPages, "pool-pages", 1536, "device pool in pages of 64 tokens (holds the running batch, not every session)")
+	fs.IntVar(&o.poolPages, "pool-pages", 2048, "device pool in pages of 64 tokens (holds the running batch, not every session)")
 	fs.IntVar(&o.layerWork, "layer-work-us", 40, "other work of a layer ahead of its indexer read, uniform in [0, this] us")
 	fs.Uint64Var(&o.seed, "seed", 42, "seed of content, queries and tool delays")
 	fs.StringVar(&conc, "concurrency", "1,60", "comma-separated concurrencies")
+	fs.StringVar(&sweep, "sweep", "5,10,20,80,160", "layer work bounds (us) for the ungated HiCache cells at the highest concurrency; empty: none")
 	fs.BoolVar(&o.bench, "bench", true, "also measure copy and pass bandwidth")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	for _, f := range strings.Split(conc, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return fmt.Errorf("-concurrency %q: want positive integers", conc)
-		}
-		o.concurrency = append(o.concurrency, n)
+	var err error
+	if o.concurrency, err = ints(conc, 1); err != nil || len(o.concurrency) == 0 {
+		return fmt.Errorf("-concurrency %q: want positive integers", conc)
+	}
+	if o.sweep, err = ints(sweep, 0); err != nil {
+		return fmt.Errorf("-sweep %q: want non-negative integers", sweep)
 	}
 	lib, err := kernels.Open(o.lib)
 	if err != nil {
@@ -119,6 +123,7 @@ func run(args []string, stdout io.Writer) error {
 		Options map[string]any `json:"options"`
 		Bench   []benchResult  `json:"bench,omitempty"`
 		Cells   []cell         `json:"cells"`
+		Sweep   []cell         `json:"sweep,omitempty"`
 	}{Device: name, Options: map[string]any{
 		"sessions": o.sessions, "rounds": o.rounds, "steps_per_turn": o.steps, "context": o.baseCtx,
 		"growth": o.growth, "max_running": o.maxRunning, "pool_pages": o.poolPages,
@@ -147,12 +152,36 @@ func run(args []string, stdout io.Writer) error {
 					if err != nil {
 						return err
 					}
+					res.LayerWorkUS = o.layerWork
 					report.Cells = append(report.Cells, res)
 					fmt.Fprintf(stdout, "| %s | %s | %s | %d | %d / %d | %.4f | %d | %d | %d / %d | %d / %d | %.3f |\n",
 						res.Dtype, onOff(res.HiCache), onOff(res.Gate), res.Concurrency, res.CorruptedSteps, res.RequestSteps,
 						res.StepRate, res.StalePages, res.RestoredPages, res.CorruptedTurns, res.Turns,
 						res.CorruptedSession, res.Sessions, res.MinJaccard)
 				}
+			}
+		}
+	}
+	if len(o.sweep) > 0 {
+		top := slices.Max(o.concurrency)
+		fmt.Fprintf(stdout, "\n| layer work ahead of the read (us, uniform up to) | index-K | concurrency | corrupted steps | step rate | stale page reads | corrupted turns | corrupted sessions |\n")
+		fmt.Fprintln(stdout, "|---|---|---|---|---|---|---|---|")
+		for _, us := range o.sweep {
+			for _, d := range []kernels.Dtype{kernels.FP8, kernels.BF16} {
+				so := o
+				so.layerWork = us
+				if us == 0 {
+					so.layerWork = -1 // the kernels' convention for none
+				}
+				res, err := runCell(lib, so, d, true, false, top)
+				if err != nil {
+					return err
+				}
+				res.LayerWorkUS = us
+				report.Sweep = append(report.Sweep, res)
+				fmt.Fprintf(stdout, "| %d | %s | %d | %d / %d | %.4f | %d | %d / %d | %d / %d |\n", us, res.Dtype, top,
+					res.CorruptedSteps, res.RequestSteps, res.StepRate, res.StalePages, res.CorruptedTurns, res.Turns,
+					res.CorruptedSession, res.Sessions)
 			}
 		}
 	}
@@ -163,6 +192,21 @@ func run(args []string, stdout io.Writer) error {
 		}
 	}
 	return nil
+}
+
+func ints(list string, lo int) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(list, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < lo {
+			return nil, fmt.Errorf("%q: want an integer of at least %d", f, lo)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 func onOff(b bool) string {
