@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 /* ARB_ABI_VERSION changes whenever a struct or signature below changes. */
-#define ARB_ABI_VERSION 1
+#define ARB_ABI_VERSION 2
 
 #define ARB_DTYPE_FP8 0  /* 128 fp8 e4m3 bytes + one fp32 scale per token: 132 B/token */
 #define ARB_DTYPE_BF16 1 /* 128 bf16 values per token: 256 B/token */
@@ -83,6 +83,8 @@ typedef struct arb_stats {
 /* arb_pass_timing is what arb_bench_pass measured. */
 typedef struct arb_pass_timing {
   double median_ms;      /* median over iterations of score + selection for all requests, one layer */
+  double score_ms;       /* median of the score kernel alone */
+  double select_ms;      /* median of the top-k selection alone */
   double index_k_bytes;  /* index-K bytes the pass reads */
   double total_bytes;    /* index-K read + scores written and read back + selections written */
 } arb_pass_timing;

@@ -30,7 +30,7 @@ const LibName = "libarbiter_kernels.so"
 const EnvLib = "ARBITER_KERNELS_LIB"
 
 // abiVersion must equal ARB_ABI_VERSION in arbiter_kernels.h.
-const abiVersion = 1
+const abiVersion = 2
 
 // ErrNoLibrary means no library file was found on the search path.
 var ErrNoLibrary = errors.New("kernels: " + LibName + " not found")
@@ -123,6 +123,8 @@ type Stats struct {
 // PassTiming is what Testbed.BenchPass measured.
 type PassTiming struct {
 	MedianMS    float64 // median time of score + top-k over all requests, one layer
+	ScoreMS     float64 // median time of the score kernel alone
+	SelectMS    float64 // median time of the top-k selection alone
 	IndexKBytes float64 // index-K bytes the pass reads
 	TotalBytes  float64 // index-K + scores written and read back + selections written
 }
@@ -147,7 +149,7 @@ type cStats struct {
 }
 
 type cPassTiming struct {
-	MedianMS, IndexKBytes, TotalBytes float64
+	MedianMS, ScoreMS, SelectMS, IndexKBytes, TotalBytes float64
 }
 
 // Lib is a loaded testbed library.
@@ -398,4 +400,6 @@ var (
 	_ [unsafe.Sizeof(cResult{}) - 24]struct{}
 	_ [72 - unsafe.Sizeof(cStats{})]struct{}
 	_ [unsafe.Sizeof(cStats{}) - 72]struct{}
+	_ [40 - unsafe.Sizeof(cPassTiming{})]struct{}
+	_ [unsafe.Sizeof(cPassTiming{}) - 40]struct{}
 )

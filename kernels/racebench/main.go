@@ -69,6 +69,8 @@ type benchResult struct {
 	Context     int     `json:"context"`
 	Heads       int     `json:"heads"`
 	MedianMS    float64 `json:"median_ms"`
+	ScoreMS     float64 `json:"score_ms"`
+	SelectMS    float64 `json:"select_ms"`
 	IndexKTBps  float64 `json:"index_k_tbps"`
 	TotalTBps   float64 `json:"total_tbps"`
 	IndexKBytes float64 `json:"index_k_bytes"`
@@ -89,7 +91,7 @@ func run(args []string, stdout io.Writer) error {
 	fs.StringVar(&o.jsonOut, "json", "", "also write the results as JSON to this file")
 	fs.IntVar(&o.sessions, "sessions", 60, "sessions per cell")
 	fs.IntVar(&o.rounds, "rounds", 4, "turns per session")
-	fs.IntVar(&o.steps, "steps", 32, "decode steps per turn")
+	fs.IntVar(&o.steps, "steps", 32, "mean decode steps per turn (uniform in [steps/2, 3*steps/2])")
 	fs.IntVar(&o.baseCtx, "context", 2048, "context of a session's first turn, tokens")
 	fs.IntVar(&o.growth, "growth", 512, "tokens a session's context grows between turns (tool result, next message)")
 	fs.IntVar(&o.maxRunning, "max-running", 32, "largest decode batch; more sessions wait, as in the field (batch <= 32)")
@@ -138,8 +140,8 @@ func run(args []string, stdout io.Writer) error {
 		fmt.Fprintln(stdout, "\n| dtype | requests x context | heads | pass median (ms) | index-K TB/s | counted TB/s | D2D copy TB/s |")
 		fmt.Fprintln(stdout, "|---|---|---|---|---|---|---|")
 		for _, r := range b {
-			fmt.Fprintf(stdout, "| %s | %d x %d | %d | %.4f | %.2f | %.2f | %.2f |\n", r.Dtype, r.Requests, r.Context, r.Heads,
-				r.MedianMS, r.IndexKTBps, r.TotalTBps, r.CopyTBps)
+			fmt.Fprintf(stdout, "| %s | %d x %d | %d | %.4f | %.4f | %.4f | %.2f | %.2f | %.2f |\n", r.Dtype, r.Requests, r.Context,
+				r.Heads, r.MedianMS, r.ScoreMS, r.SelectMS, r.IndexKTBps, r.TotalTBps, r.CopyTBps)
 		}
 	}
 	fmt.Fprintln(stdout, "\n| index-K | HiCache | gate | concurrency | corrupted steps | step rate | stale page reads | pages restored | corrupted turns | corrupted sessions | min Jaccard |")
@@ -209,6 +211,12 @@ func ints(list string, lo int) ([]int, error) {
 	return out, nil
 }
 
+// turnSteps draws a turn's length, so that sessions drift apart as real ones do instead of
+// finishing and returning in lockstep.
+func turnSteps(rng *rand.Rand, mean int) int {
+	return max(1, mean/2+rng.IntN(mean+1))
+}
+
 func onOff(b bool) string {
 	if b {
 		return "on"
@@ -237,7 +245,7 @@ func bench(lib *kernels.Lib, device string) ([]benchResult, error) {
 			}
 			s := p.MedianMS * 1e-3
 			out = append(out, benchResult{Device: device, CopyTBps: bw, Dtype: d.String(), Requests: reqs, Context: ctx, Heads: heads,
-				MedianMS: p.MedianMS, IndexKTBps: p.IndexKBytes / s / 1e12, TotalTBps: p.TotalBytes / s / 1e12, IndexKBytes: p.IndexKBytes})
+				MedianMS: p.MedianMS, ScoreMS: p.ScoreMS, SelectMS: p.SelectMS, IndexKTBps: p.IndexKBytes / s / 1e12, TotalTBps: p.TotalBytes / s / 1e12, IndexKBytes: p.IndexKBytes})
 		}
 	}
 	return out, nil
@@ -261,7 +269,7 @@ type session struct {
 // steps is.
 func runCell(lib *kernels.Lib, o options, d kernels.Dtype, hicache, gate bool, concurrency int) (cell, error) {
 	start := time.Now()
-	maxCtx := o.baseCtx + o.growth*o.rounds + o.steps*o.rounds
+	maxCtx := o.baseCtx + o.growth*o.rounds + 2*o.steps*o.rounds
 	maxCtx = (maxCtx + kernels.TokensPerPage - 1) / kernels.TokensPerPage * kernels.TokensPerPage
 	tb, err := lib.NewTestbed(kernels.Config{Seed: o.seed, Dtype: d, HiCache: hicache, Gate: gate, PoolPages: o.poolPages,
 		ContextLen: maxCtx, MaxSessions: max(128, o.sessions), MaxBatch: o.maxRunning, LayerWorkUS: o.layerWork})
@@ -285,13 +293,13 @@ func runCell(lib *kernels.Lib, o options, d kernels.Dtype, hicache, gate bool, c
 			s := ss[next]
 			next++
 			active++
-			s.started, s.left = true, o.steps
+			s.started, s.left = true, turnSteps(rng, o.steps)
 			queue = append(queue, s)
 		}
 		for _, s := range ss {
 			if s.started && !s.done && !s.queued && s.left == 0 {
 				if s.idle--; s.idle <= 0 {
-					s.left = o.steps
+					s.left = turnSteps(rng, o.steps)
 					queue = append(queue, s)
 				}
 			}
@@ -339,7 +347,7 @@ func runCell(lib *kernels.Lib, o options, d kernels.Dtype, hicache, gate bool, c
 				continue
 			}
 			s.ctx += o.growth
-			s.idle = 1 + rng.IntN(8)
+			s.idle = 1 + rng.IntN(16)
 		}
 		queue = append(rest, queue[n:]...)
 	}
