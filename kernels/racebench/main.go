@@ -137,8 +137,8 @@ func run(args []string, stdout io.Writer) error {
 			return err
 		}
 		report.Bench = b
-		fmt.Fprintln(stdout, "\n| dtype | requests x context | heads | pass median (ms) | index-K TB/s | counted TB/s | D2D copy TB/s |")
-		fmt.Fprintln(stdout, "|---|---|---|---|---|---|---|")
+		fmt.Fprintln(stdout, "\n| dtype | requests x context | heads | pass median (ms) | score alone | top-512 alone | index-K TB/s | counted TB/s | D2D copy TB/s |")
+		fmt.Fprintln(stdout, "|---|---|---|---|---|---|---|---|---|")
 		for _, r := range b {
 			fmt.Fprintf(stdout, "| %s | %d x %d | %d | %.4f | %.4f | %.4f | %.2f | %.2f | %.2f |\n", r.Dtype, r.Requests, r.Context,
 				r.Heads, r.MedianMS, r.ScoreMS, r.SelectMS, r.IndexKTBps, r.TotalTBps, r.CopyTBps)
