@@ -318,11 +318,17 @@ func snippet(s string, n int) string {
 	return strings.Join(f, " ")
 }
 
+// maxTopicRunes caps a word the agent repeats from the user's message.
+const maxTopicRunes = 24
+
 // topicOf picks a word of the user's message to talk about.
 func topicOf(text string, key uint64) string {
 	var words []string
 	for _, w := range strings.FieldsFunc(text, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) }) {
-		if len([]rune(w)) >= 4 {
+		if r := []rune(w); len(r) >= 4 {
+			if len(r) > maxTopicRunes { // a word is a word, not a paste of the prompt
+				w = string(r[:maxTopicRunes])
+			}
 			words = append(words, w)
 		}
 	}
@@ -356,14 +362,28 @@ type schema struct {
 // argumentsFor builds arguments that satisfy a tool's parameter schema: every required
 // property with the right type, some optional ones. A schema it cannot read gives {}.
 func argumentsFor(raw json.RawMessage, rng *rng, userText string) []param {
-	v := valueFor(raw, rng, userText, "", 0)
+	a := &argWriter{rng: rng, userText: userText, budget: argBudget}
+	v := a.value(raw, "", 0)
 	if ps, ok := v.([]param); ok {
 		return ps
 	}
 	return []param{}
 }
 
-func valueFor(raw json.RawMessage, rng *rng, userText, name string, depth int) any {
+// argBudget bounds the values one call's arguments hold, so that a schema of nested
+// arrays of objects cannot blow up; past it, nested containers come out empty.
+const argBudget = 256
+
+// argWriter fills in arguments from a schema.
+type argWriter struct {
+	rng      *rng
+	userText string
+	budget   int
+}
+
+func (a *argWriter) value(raw json.RawMessage, name string, depth int) any {
+	rng, userText := a.rng, a.userText
+	a.budget--
 	var s schema
 	if len(bytes.TrimSpace(raw)) == 0 || json.Unmarshal(raw, &s) != nil {
 		return []param{}
@@ -380,7 +400,7 @@ func valueFor(raw json.RawMessage, rng *rng, userText, name string, depth int) a
 		}
 	}
 	if alt := append(s.AnyOf, s.OneOf...); len(alt) > 0 && len(s.Type) == 0 {
-		return valueFor(alt[0], rng, userText, name, depth)
+		return a.value(alt[0], name, depth)
 	}
 	typ := schemaType(s.Type)
 	if typ == "" {
@@ -395,7 +415,7 @@ func valueFor(raw json.RawMessage, rng *rng, userText, name string, depth int) a
 	}
 	switch typ {
 	case "object":
-		if depth > 4 {
+		if depth > 4 || (a.budget <= 0 && depth > 0) {
 			return []param{}
 		}
 		var ps []param
@@ -404,8 +424,8 @@ func valueFor(raw json.RawMessage, rng *rng, userText, name string, depth int) a
 			required[r] = true
 		}
 		for _, p := range orderedProperties(s.Properties) {
-			if required[p.name] || rng.intn(2) == 0 {
-				ps = append(ps, param{Name: p.name, Value: valueFor(p.schema, rng, userText, p.name, depth+1)})
+			if required[p.name] || (a.budget > 0 && rng.intn(2) == 0) {
+				ps = append(ps, param{Name: p.name, Value: a.value(p.schema, p.name, depth+1)})
 				delete(required, p.name)
 			}
 		}
@@ -431,13 +451,16 @@ func valueFor(raw json.RawMessage, rng *rng, userText, name string, depth int) a
 			hi = lo
 		}
 		n := lo + rng.intn(hi-lo+1)
+		if a.budget <= 0 {
+			n = 0
+		}
 		items := make([]any, 0, n)
 		for range n {
 			if depth > 4 {
 				items = append(items, stringFor(name, "", rng, userText))
 				continue
 			}
-			items = append(items, valueFor(s.Items, rng, userText, name, depth+1))
+			items = append(items, a.value(s.Items, name, depth+1))
 		}
 		return items
 	case "integer":
