@@ -178,3 +178,32 @@ func TestDeviceAndBench(t *testing.T) {
 	}
 	t.Logf("%s: copy %.2f TB/s, pass %.3f ms", name, bw, p.MedianMS)
 }
+
+// BenchmarkStep times one decode step of 32 running requests of 4096 tokens whose pages
+// are resident: the indexer's steady state, without restores.
+func BenchmarkStep(b *testing.B) {
+	if os.Getenv(EnvLib) == "" {
+		b.Skip("no GPU testbed: set ARBITER_KERNELS_LIB")
+	}
+	l, err := Open("")
+	if err != nil {
+		b.Fatal(err)
+	}
+	tb, err := l.NewTestbed(Config{Dtype: FP8, HiCache: true, PoolPages: 2048, ContextLen: 4096})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tb.Close()
+	reqs := make([]Request, 32)
+	for i := range reqs {
+		reqs[i] = Request{Session: uint64(i + 1), ContextTokens: 4096}
+	}
+	if _, err := tb.Step(reqs); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := tb.Step(reqs); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

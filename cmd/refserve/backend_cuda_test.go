@@ -100,3 +100,30 @@ func TestCUDABackendOnGPU(t *testing.T) {
 		}
 	}
 }
+
+// FuzzReadCUDASettings: any environment either fails with an error that names the
+// variable or yields settings inside their bounds.
+func FuzzReadCUDASettings(f *testing.F) {
+	f.Add("1", "2048", "4096", "2048", "40")
+	f.Add("0", "1", "1", "0", "-1")
+	f.Add("true", "", "", "", "")
+	f.Add("yes", "0", "-3", "x", "-2")
+	f.Add("", "99999999999999999999", "4k", " 7", "1e3")
+	f.Fuzz(func(t *testing.T, gate, pool, ctx, base, work string) {
+		env := map[string]string{"ARBITER_INDEX_K_GATE": gate, "ARBITER_INDEX_K_POOL_PAGES": pool,
+			"ARBITER_INDEX_K_CONTEXT": ctx, "ARBITER_INDEX_K_CONTEXT_BASE": base, "ARBITER_INDEX_K_LAYER_WORK_US": work}
+		s, err := readCUDASettings(func(k string) string { return env[k] })
+		if err != nil {
+			if !strings.Contains(err.Error(), "ARBITER_INDEX_K_") {
+				t.Fatalf("error %q does not name the variable", err)
+			}
+			return
+		}
+		if s.poolPages < 1 || s.context < 1 || s.contextBase < 0 || s.layerWorkUS < -1 {
+			t.Fatalf("out-of-bounds settings %+v from %v", s, env)
+		}
+		if s.gate != (gate == "1" || gate == "true") {
+			t.Fatalf("gate %q read as %v", gate, s.gate)
+		}
+	})
+}
