@@ -51,16 +51,13 @@ type config struct {
 // envPins are the environment variables refserve reads.
 var envPins = []string{"BF16_INDEX_K", "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"}
 
-var (
-	disaggregationModes = []string{"null", "prefill", "decode"}
-	errHelp             = flag.ErrHelp
-)
+var disaggregationModes = []string{"null", "prefill", "decode"}
 
 // parseConfig reads the command line and the environment. Errors are usage errors.
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
 	c := config{}
 	fs := flag.NewFlagSet("refserve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard) // run prints the one error line itself
 	fs.StringVar(&c.Host, "host", "127.0.0.1", "address to listen on")
 	fs.IntVar(&c.Port, "port", 30000, "port to listen on; 0 picks a free one")
 	fs.StringVar(&c.ServedModelName, "served-model-name", "refserve-agent", "model name served at /v1/models")
@@ -91,7 +88,13 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.BoolVar(&c.TrustRemoteCode, "trust-remote-code", false, "accepted")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warning or error")
 	if err := fs.Parse(args); err != nil {
-		return c, err
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stderr, "usage: refserve [flags]  (SGLang's flag names; env BF16_INDEX_K=0|1)")
+			fs.SetOutput(stderr)
+			fs.PrintDefaults()
+			return c, err
+		}
+		return c, fmt.Errorf("%w (refserve -h lists the flags)", err)
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
