@@ -222,7 +222,7 @@ func SequentialDecision(looks []LookCounts, design []Boundary) (SequentialResult
 			return out, fmt.Errorf("stats: sequential decision: look %d: counts must be cumulative, but they fall from the previous look", i+1)
 		}
 		prev = l
-		p := fisherP(l.EventsA, l.SessionsA, l.EventsB, l.SessionsB)
+		p := FisherExact(l.EventsA, l.SessionsA, l.EventsB, l.SessionsB).PTwoSided
 		r := LookResult{Look: i + 1, P: p, Threshold: design[i].NominalP, Crossed: p <= design[i].NominalP}
 		out.Looks = append(out.Looks, r)
 		out.SessionsUsed = l.SessionsA + l.SessionsB
@@ -265,8 +265,8 @@ func SequentialDecision(looks []LookCounts, design []Boundary) (SequentialResult
 
 // SimResult summarizes simulated group-sequential experiments.
 type SimResult struct {
-	Reps      int
-	Rejected  int     // experiments that crossed a boundary
+	Reps       int
+	Rejected   int     // experiments that crossed a boundary
 	RejectRate float64 // type I error when p0 == p1, power otherwise
 	// StoppedAt counts, per look (index 0 is look 1), the experiments that stopped there.
 	StoppedAt []int
@@ -278,9 +278,9 @@ type SimResult struct {
 	// them within its Monte Carlo error.
 	ExactRejectRate   float64
 	ExactMeanSessions float64
-	// FixedSessions is the sessions (both arms) of the smallest fixed design, two-sided
-	// Fisher exact at the same α, whose exact power reaches ExactRejectRate; 0 under the
-	// null. The exact power is used rather than the simulated one, which is 1 whenever
+	// FixedSessions is the sessions (both arms) of the fixed design, two-sided Fisher
+	// exact at the same α, whose exact power reaches ExactRejectRate (SessionsFor); 0
+	// under the null. The exact power is used rather than the simulated one, which is 1 whenever
 	// no replication fails and would then ask the fixed design for certainty.
 	FixedSessions int
 	FixedPower    float64 // the exact power of that fixed design
@@ -317,7 +317,7 @@ func SimulateSequential(p0, p1 float64, nPerLook, K int, alpha float64, reps int
 			return v
 		}
 		n := (look + 1) * nPerLook
-		v := fisherP(a, n, b, n) <= design[look].NominalP
+		v := FisherExact(a, n, b, n).PTwoSided <= design[look].NominalP
 		cache[key] = v
 		return v
 	}
@@ -343,12 +343,12 @@ func SimulateSequential(p0, p1 float64, nPerLook, K int, alpha float64, reps int
 	if p0 == p1 {
 		return out
 	}
-	n, pw := fixedSessionsFor(p0, p1, alpha, out.ExactRejectRate, 4*K*nPerLook)
+	n := SessionsFor(p0, p1, alpha, out.ExactRejectRate, 1)
 	if n == 0 {
-		out.Warnings = append(out.Warnings, Warning(fmt.Sprintf("no fixed design up to %d sessions per arm reaches power %.4f", 4*K*nPerLook, out.ExactRejectRate)))
+		out.Warnings = append(out.Warnings, Warning(fmt.Sprintf("no fixed design reaches power %.4f", out.ExactRejectRate)))
 		return out
 	}
-	out.FixedSessions, out.FixedPower = 2*n, pw
+	out.FixedSessions, out.FixedPower = 2*n, FisherPower(p0, p1, n, n, alpha)
 	out.SessionRatio = out.ExactMeanSessions / float64(out.FixedSessions)
 	return out
 }
@@ -417,42 +417,6 @@ func binomialDraw(rng *rand.Rand, n int, p float64) int {
 	return x
 }
 
-// fixedSessionsFor returns the smallest sessions per arm, up to limit, at which the
-// two-sided Fisher exact test at alpha has exact power at least target, and that power.
-// Exact power is not monotone in n (the test is discrete), so the first crossing is
-// reported.
-func fixedSessionsFor(p0, p1, alpha, target float64, limit int) (int, float64) {
-	for n := 1; n <= limit; n++ {
-		if pw := fisherPowerExact(p0, p1, n, alpha); pw >= target {
-			return n, pw
-		}
-	}
-	return 0, 0
-}
-
-// fisherPowerExact is the exact power of the two-sided Fisher exact test at alpha with n
-// sessions per arm: the probability, under independent binomials, of a table whose p is
-// at or below alpha.
-func fisherPowerExact(p0, p1 float64, n int, alpha float64) float64 {
-	pa := binomialPMF(n, p0)
-	pb := binomialPMF(n, p1)
-	var pw float64
-	for a, wa := range pa {
-		if wa < 1e-17 {
-			continue
-		}
-		for b, wb := range pb {
-			if wa*wb < 1e-19 {
-				continue
-			}
-			if fisherP(a, n, b, n) <= alpha {
-				pw += wa * wb
-			}
-		}
-	}
-	return pw
-}
-
 func binomialPMF(n int, p float64) []float64 {
 	out := make([]float64, n+1)
 	switch p {
@@ -464,37 +428,11 @@ func binomialPMF(n int, p float64) []float64 {
 		return out
 	}
 	lp, lq := math.Log(p), math.Log1p(-p)
+	ln, _ := math.Lgamma(float64(n + 1))
 	for x := 0; x <= n; x++ {
-		out[x] = math.Exp(logChooseSeq(n, x) + float64(x)*lp + float64(n-x)*lq)
+		lx, _ := math.Lgamma(float64(x + 1))
+		ly, _ := math.Lgamma(float64(n - x + 1))
+		out[x] = math.Exp(ln - lx - ly + float64(x)*lp + float64(n-x)*lq)
 	}
 	return out
-}
-
-func logChooseSeq(n, k int) float64 {
-	a, _ := math.Lgamma(float64(n + 1))
-	b, _ := math.Lgamma(float64(k + 1))
-	c, _ := math.Lgamma(float64(n - k + 1))
-	return a - b - c
-}
-
-// fisherP is the two-sided Fisher exact p of a events out of n1 against b out of n2: the
-// total hypergeometric probability of tables no more likely than the observed one (with
-// R's relative tolerance of 1e-7 for ties).
-func fisherP(a, n1, b, n2 int) float64 {
-	m := a + b
-	lo, hi := max(0, m-n2), min(n1, m)
-	if lo == hi {
-		return 1
-	}
-	base := logChooseSeq(n1+n2, m)
-	logp := func(x int) float64 { return logChooseSeq(n1, x) + logChooseSeq(n2, m-x) - base }
-	obs := logp(a)
-	limit := obs + math.Log1p(1e-7)
-	var p float64
-	for x := lo; x <= hi; x++ {
-		if l := logp(x); l <= limit {
-			p += math.Exp(l)
-		}
-	}
-	return math.Min(p, 1)
 }
