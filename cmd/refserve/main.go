@@ -1,8 +1,15 @@
 // Command refserve is arbiter's reference serving engine: an OpenAI-compatible server
 // that behaves on the wire like SGLang serving a DeepSeek-class model with tool calling,
 // whose model is a deterministic scripted agent and whose faults are switched by the
-// same flags and env pins as the real engine (BF16_INDEX_K, --enable-hierarchical-cache).
-// arbiter's demo, tests and CI run experiments against it.
+// same flags and env pins as the real engine. arbiter's demo, tests and CI run
+// experiments against it.
+//
+// Faults, as seen in the field:
+//   - BF16_INDEX_K=1 with --enable-hierarchical-cache: under load, decode steps read stale
+//     index-K and replies degenerate into tool-call markup in content (backend sim or
+//     cuda decides which steps).
+//   - The overlap scheduler (on unless --disable-overlap-schedule) with --tp above 1: a
+//     mass abort wedges the scheduler for good while /health still answers.
 package main
 
 import (

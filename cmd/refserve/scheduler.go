@@ -58,6 +58,13 @@ type scheduler struct {
 	// changed is closed at the next admission, completion or abort; see changes.
 	changed chan struct{}
 
+	// wedgeOnMassAbort models the field's deadlock: with the overlap scheduler and
+	// tensor parallelism, a mass abort left ranks out of step, some in a collective and
+	// some idle, and the engine stopped decoding for good while /health still answered.
+	wedgeOnMassAbort bool
+	abortBurst       int  // requests aborted since the last decode iteration that saw none
+	wedged           bool // decoding and admission have stopped for good
+
 	genTokens    atomic.Int64
 	promptTokens atomic.Int64
 	requests     atomic.Int64 // finished requests, aborted ones included
@@ -94,13 +101,13 @@ func (s *scheduler) abort(rid string, all bool) int {
 	n := 0
 	for _, r := range s.queue {
 		if all || r.rid == rid {
-			s.finishLocked(r, "abort")
+			s.abortLocked(r)
 			n++
 		}
 	}
 	for _, r := range s.running {
 		if all || r.rid == rid {
-			s.finishLocked(r, "abort")
+			s.abortLocked(r)
 			n++
 		}
 	}
@@ -113,7 +120,7 @@ func (s *scheduler) cancel(r *request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !r.finished {
-		s.finishLocked(r, "abort")
+		s.abortLocked(r)
 		s.pruneLocked()
 	}
 }
@@ -155,6 +162,21 @@ func (s *scheduler) load() (running, queued int) {
 	return len(s.running), len(s.queue)
 }
 
+// abortLocked ends a request at a client's demand (abort_request or a disconnect) and
+// counts it towards a mass abort.
+func (s *scheduler) abortLocked(r *request) {
+	if r.finished {
+		return
+	}
+	s.finishLocked(r, "abort")
+	s.abortBurst++
+	if s.wedgeOnMassAbort && !s.wedged && s.abortBurst >= massAbort {
+		s.wedged = true
+		s.log.Warn("mass abort desynchronized the tensor-parallel ranks; the scheduler is wedged (--disable-overlap-schedule avoids this)",
+			"aborted", s.abortBurst)
+	}
+}
+
 func (s *scheduler) finishLocked(r *request, reason string) {
 	if r.finished {
 		return
@@ -187,9 +209,13 @@ func (s *scheduler) pruneLocked() {
 	s.running = keep(s.running)
 }
 
+// massAbort is how many requests aborted in a burst wedge a scheduler that can wedge:
+// the field's abort cascade killed 60 sessions at once.
+const massAbort = 16
+
 // admitLocked moves queued requests into the running batch while there is room.
 func (s *scheduler) admitLocked() {
-	for len(s.queue) > 0 && (s.maxRunning <= 0 || len(s.running) < s.maxRunning) {
+	for !s.wedged && len(s.queue) > 0 && (s.maxRunning <= 0 || len(s.running) < s.maxRunning) {
 		r := s.queue[0]
 		s.queue[0] = nil
 		s.queue = s.queue[1:]
@@ -209,11 +235,19 @@ func (s *scheduler) run(ctx context.Context) {
 	}
 	var batch []*request
 	var steps []Step
+	prevBurst := 0
 	for {
 		s.mu.Lock()
 		s.admitLocked()
-		idle := len(s.running) == 0
+		idle, wedged := len(s.running) == 0, s.wedged
+		if idle { // nothing left in flight: whatever burst of aborts there was is over
+			s.abortBurst, prevBurst = 0, 0
+		}
 		s.mu.Unlock()
+		if wedged { // as in the field: nothing moves until the process is restarted
+			<-ctx.Done()
+			return
+		}
 		if idle {
 			select {
 			case <-s.wake:
@@ -235,6 +269,10 @@ func (s *scheduler) run(ctx context.Context) {
 			}
 		}
 		s.mu.Lock()
+		if s.wedged {
+			s.mu.Unlock()
+			continue
+		}
 		s.admitLocked() // what arrived during the wait joins this iteration
 		batch = append(batch[:0], s.running...)
 		steps = steps[:0]
@@ -272,6 +310,10 @@ func (s *scheduler) run(ctx context.Context) {
 			}
 		}
 		s.pruneLocked()
+		if s.abortBurst == prevBurst { // no abort since the last iteration: the burst is over
+			s.abortBurst = 0
+		}
+		prevBurst = s.abortBurst
 		s.genTokens.Add(made)
 		s.tp.record(time.Now(), s.genTokens.Load())
 		s.mu.Unlock()

@@ -33,9 +33,11 @@ type server struct {
 }
 
 func newServer(cfg config, b Backend, log *slog.Logger) *server {
+	sched := newScheduler(b, cfg.InterTokenDelay, cfg.MaxRunningRequests, log)
+	sched.wedgeOnMassAbort = !cfg.DisableOverlapSchedule && cfg.TPSize > 1
 	return &server{
 		cfg:     cfg,
-		sched:   newScheduler(b, cfg.InterTokenDelay, cfg.MaxRunningRequests, log),
+		sched:   sched,
 		agent:   agent{seed: uint64(cfg.Seed)},
 		log:     log,
 		started: time.Now(),
