@@ -1,0 +1,355 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/orchestrator/runtime"
+	"github.com/arbiterlab/arbiter/store"
+)
+
+// engine is an in-test OpenAI-compatible server standing in for one launched arm: it
+// answers health and streams a short plain answer, and onChat lets a test make it crash,
+// wedge or observe load at a chosen request.
+type engine struct {
+	srv    *httptest.Server
+	done   chan struct{}
+	once   sync.Once
+	chats  atomic.Int64
+	onChat func(n int64, e *engine, r *http.Request) (handled bool)
+	health atomic.Bool
+	// trickle makes a handled request stream empty deltas until the client leaves or
+	// the engine stops, instead of returning at once.
+	trickle bool
+	stopped atomic.Bool
+}
+
+func newEngine(t *testing.T, onChat func(n int64, e *engine, r *http.Request) bool) *engine {
+	e := &engine{done: make(chan struct{}), onChat: onChat}
+	e.health.Store(true)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		if !e.health.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	})
+	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"object":"list","data":[{"id":"fake","object":"model"}]}`)
+	})
+	mux.HandleFunc("GET /get_server_info", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"engine":"fake"}`)
+	})
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
+		// Reading the body first lets the server notice a client that hangs up.
+		body, _ := io.ReadAll(r.Body)
+		n := e.chats.Add(1)
+		if e.onChat != nil && e.onChat(n, e, r) {
+			if e.trickle {
+				e.streamForever(w, r)
+			}
+			return
+		}
+		var req struct {
+			Stream bool `json:"stream"`
+		}
+		json.Unmarshal(body, &req)
+		if !req.Stream {
+			io.WriteString(w, `{"id":"x","object":"chat.completion","model":"fake","choices":[{"index":0,"message":{"role":"assistant","content":"pong"},"finish_reason":"stop"}]}`)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, c := range []string{
+			`{"id":"x","object":"chat.completion.chunk","model":"fake","choices":[{"index":0,"delta":{"role":"assistant","content":"All "}, "finish_reason":null}]}`,
+			`{"id":"x","object":"chat.completion.chunk","model":"fake","choices":[{"index":0,"delta":{"content":"done."}, "finish_reason":"stop"}]}`,
+			`{"id":"x","object":"chat.completion.chunk","model":"fake","choices":[],"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}}`,
+		} {
+			fmt.Fprintf(w, "data: %s\n\n", c)
+		}
+		io.WriteString(w, "data: [DONE]\n\n")
+	})
+	e.srv = httptest.NewServer(mux)
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+func (e *engine) streamForever(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		io.WriteString(w, `data: {"id":"x","object":"chat.completion.chunk","model":"fake","choices":[{"index":0,"delta":{"content":""},"finish_reason":null}]}`+"\n\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+			return
+		case <-e.done:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// crash makes the engine exit on its own.
+func (e *engine) crash() { e.once.Do(func() { close(e.done) }) }
+
+func (e *engine) Endpoint() string      { return e.srv.URL }
+func (e *engine) Done() <-chan struct{} { return e.done }
+func (e *engine) Exit() runtime.Exit {
+	select {
+	case <-e.done:
+		if e.stopped.Load() {
+			return runtime.Exit{Stopped: true}
+		}
+		return runtime.Exit{Code: 139, LogTail: "segfault in decode"}
+	default:
+		return runtime.Exit{}
+	}
+}
+
+func (e *engine) Stop(context.Context) error {
+	e.once.Do(func() { e.stopped.Store(true); close(e.done) })
+	return nil
+}
+
+// runtimeFunc adapts a function to the Runtime interface.
+type runtimeFunc func(ctx context.Context, l runtime.Launch) (runtime.Instance, error)
+
+func (f runtimeFunc) Start(ctx context.Context, l runtime.Launch) (runtime.Instance, error) { return f(ctx, l) }
+
+func testSpec(t *testing.T, extra string) *arms.Spec {
+	t.Helper()
+	src := `version: 1
+name: orchestrator-test
+engine: {preset: refserve}
+arms:
+  control:   {env: {BF16_INDEX_K: "0"}}
+  treatment: {env: {BF16_INDEX_K: "1"}}
+workload: {kind: toolcall-agent, sessions: 6, rounds: 2, concurrency: 3, seed: 1}
+detectors: [dsml-leak]
+timeouts: {startup: 5s, request: 5s, stall: 200ms}
+` + extra
+	s, err := arms.Parse("test.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// engines launches a fresh engine per arm, built by make(arm name).
+func engines(make func(arm string) *engine) runtime.Runtime {
+	return runtimeFunc(func(ctx context.Context, l runtime.Launch) (runtime.Instance, error) {
+		arm := strings.Split(l.Name, "-")[1]
+		return make(arm), nil
+	})
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func runStatuses(t *testing.T, db string, exp int64) map[string]string {
+	t.Helper()
+	ro, err := store.OpenReadOnly(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	var rows []struct {
+		Arm    string `db:"name"`
+		Status string `db:"status"`
+	}
+	ro.Select(&rows, `SELECT a.name, r.status FROM runs r JOIN arms a ON a.id = r.arm_id WHERE r.experiment_id = ?`, exp)
+	out := map[string]string{}
+	for _, r := range rows {
+		out[r.Arm] = r.Status
+	}
+	return out
+}
+
+func TestHealthyArmsRecordEverySession(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "a.db")
+	res, err := Run(context.Background(), Options{Spec: testSpec(t, ""), DBPath: db, Logger: quietLogger(),
+		Runtime: engines(func(string) *engine { return newEngine(t, nil) })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != "done" || len(res.Runs) != 2 {
+		t.Fatalf("result = %+v", res)
+	}
+	for _, r := range res.Runs {
+		if r.Status != RunDone || r.Sessions != 6 {
+			t.Errorf("run %+v", r)
+		}
+	}
+	ro, _ := store.OpenReadOnly(db)
+	defer ro.Close()
+	var turns, labels int
+	ro.Get(&turns, "SELECT count(*) FROM turns")
+	ro.Get(&labels, "SELECT count(*) FROM labels")
+	if turns != 2*6*2 || labels != turns {
+		t.Errorf("turns = %d, labels = %d; want %d each", turns, labels, 2*6*2)
+	}
+}
+
+func TestCrashDuringWorkloadIsRecordedAndTheNextArmRuns(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "a.db")
+	crashAt := func(n int64, e *engine, r *http.Request) bool {
+		if n == 4 {
+			e.crash()
+			// A dying engine drops the connection.
+			panic(http.ErrAbortHandler)
+		}
+		return false
+	}
+	res, err := Run(context.Background(), Options{Spec: testSpec(t, ""), DBPath: db, Logger: quietLogger(),
+		Runtime: engines(func(arm string) *engine {
+			if arm == "treatment" {
+				return newEngine(t, crashAt)
+			}
+			return newEngine(t, nil)
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := runStatuses(t, db, res.ExperimentID)
+	if st["treatment"] != RunCrashed || st["control"] != RunDone {
+		t.Fatalf("run statuses = %v", st)
+	}
+	ro, _ := store.OpenReadOnly(db)
+	defer ro.Close()
+	var errText, tail string
+	ro.Get(&errText, "SELECT error FROM runs WHERE status = 'crashed'")
+	ro.Get(&tail, "SELECT log_tail FROM runs WHERE status = 'crashed'")
+	if !strings.Contains(errText, "exit code 139") || !strings.Contains(tail, "segfault") {
+		t.Errorf("crash recorded as %q with tail %q", errText, tail)
+	}
+	var lost int
+	ro.Get(&lost, "SELECT count(*) FROM sessions s JOIN arms a ON a.id = s.arm_id WHERE a.name = 'treatment' AND s.status != 'ok'")
+	if lost == 0 {
+		t.Error("no treatment session was recorded as lost after the crash")
+	}
+}
+
+func TestWedgedEngineIsCaughtByProgressNotHealth(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "a.db")
+	// After three answers the engine keeps every new stream open, trickling empty deltas
+	// that never finish a turn, while /health keeps saying OK. Per-request stall timers
+	// see traffic; only the progress watchdog sees that nothing completes.
+	trickle := func(n int64, e *engine, r *http.Request) bool { return n > 3 }
+	spec := testSpec(t, "")
+	res, err := Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quietLogger(),
+		Runtime: engines(func(arm string) *engine {
+			if arm == "control" {
+				e := newEngine(t, trickle)
+				e.trickle = true
+				return e
+			}
+			return newEngine(t, nil)
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := runStatuses(t, db, res.ExperimentID)
+	if st["control"] != RunWedged || st["treatment"] != RunDone {
+		t.Fatalf("run statuses = %v, want control wedged and treatment done", st)
+	}
+	ro, _ := store.OpenReadOnly(db)
+	defer ro.Close()
+	var okSessions, lost int
+	ro.Get(&okSessions, "SELECT count(*) FROM sessions s JOIN arms a ON a.id = s.arm_id WHERE a.name = 'control' AND s.status = 'ok'")
+	ro.Get(&lost, "SELECT count(*) FROM sessions s JOIN arms a ON a.id = s.arm_id WHERE a.name = 'control' AND s.status != 'ok'")
+	if okSessions > 1 || lost < 5 {
+		t.Errorf("control on a wedged engine: %d sessions ok, %d lost", okSessions, lost)
+	}
+	var errText string
+	ro.Get(&errText, "SELECT error FROM runs WHERE status = 'wedged'")
+	if !strings.Contains(errText, "no progress") {
+		t.Errorf("wedged run error = %q", errText)
+	}
+}
+
+func TestInterruptKeepsWhatWasRecorded(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "a.db")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	interruptAt := func(n int64, e *engine, r *http.Request) bool {
+		if n == 5 {
+			cancel()
+		}
+		return false
+	}
+	res, err := Run(ctx, Options{Spec: testSpec(t, ""), DBPath: db, Logger: quietLogger(),
+		Runtime: engines(func(string) *engine { return newEngine(t, interruptAt) })})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	if res.Status != "interrupted" || res.ExperimentID == 0 {
+		t.Fatalf("result = %+v", res)
+	}
+	ro, _ := store.OpenReadOnly(db)
+	defer ro.Close()
+	var status string
+	var turns, runs int
+	ro.Get(&status, "SELECT status FROM experiments")
+	ro.Get(&turns, "SELECT count(*) FROM turns")
+	ro.Get(&runs, "SELECT count(*) FROM runs WHERE status = 'interrupted'")
+	if status != "interrupted" || turns < 4 || runs != 1 {
+		t.Errorf("after interrupt: experiment %q, %d turns, %d interrupted runs", status, turns, runs)
+	}
+}
+
+func TestEngineThatNeverBecomesReadyFailsItsRun(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "a.db")
+	spec := testSpec(t, "")
+	spec.Timeouts.Startup = 300e6 // 300ms
+	res, err := Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quietLogger(), ProbeInterval: 20e6,
+		Runtime: engines(func(arm string) *engine {
+			e := newEngine(t, nil)
+			e.health.Store(arm != "control")
+			return e
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := runStatuses(t, db, res.ExperimentID)
+	if st["control"] != RunFailed || st["treatment"] != RunDone {
+		t.Fatalf("statuses = %v", st)
+	}
+	for _, r := range res.Runs {
+		if r.Arm == "control" && !strings.Contains(r.Err, "not ready") {
+			t.Errorf("control error = %q", r.Err)
+		}
+	}
+}
+
+func TestPlanIsASeededPermutationPerBlock(t *testing.T) {
+	a, b := plan(3, 4, 42), plan(3, 4, 42)
+	if fmt.Sprint(a) != fmt.Sprint(b) {
+		t.Fatal("same seed, different plans")
+	}
+	distinct := map[string]bool{}
+	for _, order := range a {
+		seen := map[int]bool{}
+		for _, i := range order {
+			seen[i] = true
+		}
+		if len(seen) != 3 {
+			t.Fatalf("block order %v is not a permutation", order)
+		}
+		distinct[fmt.Sprint(order)] = true
+	}
+	if len(distinct) < 2 {
+		t.Errorf("4 blocks all ran arms in the same order %v", a)
+	}
+}
