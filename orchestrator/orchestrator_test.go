@@ -127,7 +127,9 @@ func (e *engine) Stop(context.Context) error {
 // runtimeFunc adapts a function to the Runtime interface.
 type runtimeFunc func(ctx context.Context, l runtime.Launch) (runtime.Instance, error)
 
-func (f runtimeFunc) Start(ctx context.Context, l runtime.Launch) (runtime.Instance, error) { return f(ctx, l) }
+func (f runtimeFunc) Start(ctx context.Context, l runtime.Launch) (runtime.Instance, error) {
+	return f(ctx, l)
+}
 
 func testSpec(t *testing.T, extra string) *arms.Spec {
 	t.Helper()
