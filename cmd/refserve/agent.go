@@ -183,7 +183,8 @@ type agent struct {
 	seed uint64
 }
 
-// next decides the reply to a request. The error is a client error (HTTP 400).
+// next decides the reply to a request and returns it with the conversation's session
+// key. The error is a client error (HTTP 400).
 func (a agent) next(req *openai.ChatRequest) (reply, uint64, error) {
 	choice, err := parseToolChoice(req.ToolChoice)
 	if err != nil {
