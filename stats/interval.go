@@ -187,7 +187,8 @@ var ErrNoRatio = errors.New("ratio interval undefined")
 // statsmodels' confint_proportions_2indep(compare='ratio', method='score',
 // correction=False)), found by inverting the score test numerically. It stays defined
 // at zero counts: with a = 0 < b the upper bound is +Inf, with b = 0 < a the lower bound
-// is 0, and with a = b = 0 it is [0, +Inf]. It fails (ErrNoRatio) only for an empty arm.
+// is 0, and with a = b = 0 it is [0, +Inf]. It fails (ErrNoRatio) for an empty arm, or
+// if the score test cannot bracket a bound.
 func KoopmanRatio(a, n1, b, n2 int, conf float64) (Interval, error) {
 	coreCheckCounts("KoopmanRatio", a, n1, b, n2)
 	if n1 == 0 || n2 == 0 {
@@ -232,33 +233,45 @@ func KoopmanRatio(a, n1, b, n2 int, conf float64) (Interval, error) {
 		}
 		return math.Sqrt(above * below)
 	}
+	// step moves θ by factor until score(θ) crosses target in direction sign, within
+	// ratios of 1e±300; past that the score test cannot bound the ratio.
+	step := func(theta, factor, target, sign float64) (float64, bool) {
+		for i := 0; i < 2000; i++ {
+			s := score(theta)
+			if math.IsNaN(s) || theta > 1e300 || theta < 1e-300 {
+				return theta, false
+			}
+			if sign*(s-target) >= 0 {
+				return theta, true
+			}
+			theta *= factor
+		}
+		return theta, false
+	}
+	fail := fmt.Errorf("stats: Koopman ratio of %d/%d vs %d/%d: score test does not bracket a bound: %w", a, n1, b, n2, ErrNoRatio)
 	iv := Interval{0, math.Inf(1)}
-	est := p1hat / p0hat // may be 0 or +Inf
-	start := est
+	start := p1hat / p0hat
 	if a == 0 || b == 0 {
 		start = 1
 	}
 	if b > 0 { // a finite lower bound exists
-		lo := start
-		for score(lo) < z {
-			lo /= 2
+		above, ok1 := step(start, 0.5, z, +1) // score >= z
+		below, ok2 := step(above, 2, z, -1)   // score <= z
+		if !ok1 || !ok2 {
+			return Interval{}, fail
 		}
-		hi := lo * 2
-		for score(hi) > z {
-			hi *= 2
-		}
-		iv.Lo = solve(lo, hi, z)
+		iv.Lo = solve(above, below, z)
 	}
 	if a > 0 { // a finite upper bound exists
-		hi := start
-		for score(hi) > -z {
-			hi *= 2
+		below, ok1 := step(start, 2, -z, -1)   // score <= -z
+		above, ok2 := step(below, 0.5, -z, +1) // score >= -z
+		if !ok1 || !ok2 {
+			return Interval{}, fail
 		}
-		lo := hi / 2
-		for score(lo) < -z {
-			lo /= 2
-		}
-		iv.Hi = solve(lo, hi, -z)
+		iv.Hi = solve(above, below, -z)
+	}
+	if math.IsNaN(iv.Lo) || math.IsNaN(iv.Hi) || iv.Lo > iv.Hi {
+		return Interval{}, fail
 	}
 	return iv, nil
 }

@@ -149,3 +149,30 @@ func FuzzIntervals(f *testing.F) {
 		}
 	})
 }
+
+// FuzzRiskRatio checks that the ratio interval is ordered, non-negative and contains the
+// estimate for any counts, and that the result marshals.
+func FuzzRiskRatio(f *testing.F) {
+	for _, c := range [][4]uint16{{0, 60, 11, 60}, {11, 60, 0, 60}, {5, 5, 5, 5}, {112, 112, 85, 91}, {1, 1, 0, 1}} {
+		f.Add(c[0], c[1], c[2], c[3])
+	}
+	f.Fuzz(func(t *testing.T, a, n1, b, n2 uint16) {
+		if n1 == 0 || n2 == 0 {
+			return
+		}
+		ai, bi := int(a)%(int(n1)+1), int(b)%(int(n2)+1)
+		r := RiskRatio(ai, int(n1), bi, int(n2), 0.95)
+		if r.Method != "koopman" {
+			t.Fatalf("%d/%d vs %d/%d: Koopman failed: %+v", ai, n1, bi, n2, r)
+		}
+		if !(r.CI.Lo >= 0 && r.CI.Lo <= r.CI.Hi) {
+			t.Fatalf("%d/%d vs %d/%d: interval %v", ai, n1, bi, n2, r.CI)
+		}
+		if !math.IsNaN(r.Estimate) && (r.Estimate < r.CI.Lo*(1-1e-9) || r.Estimate > r.CI.Hi*(1+1e-9)) {
+			t.Fatalf("%d/%d vs %d/%d: estimate %g outside %v", ai, n1, bi, n2, r.Estimate, r.CI)
+		}
+		if _, err := json.Marshal(r); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

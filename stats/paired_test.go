@@ -40,35 +40,6 @@ func TestMcNemarOddsRatio(t *testing.T) {
 	}
 }
 
-func TestMultipleMatchesStatsmodels(t *testing.T) {
-	ref := loadCoreReference(t)
-	if len(ref.Multiple) < 200 {
-		t.Fatalf("only %d reference vectors", len(ref.Multiple))
-	}
-	for _, c := range ref.Multiple {
-		holm, err := Holm(c.P)
-		if err != nil {
-			t.Fatal(err)
-		}
-		bh, err := BenjaminiHochberg(c.P)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range c.P {
-			if !coreClose(holm[i], c.Holm[i]) || !coreClose(bh[i], c.BH[i]) {
-				t.Errorf("%v: Holm %v (want %v), BH %v (want %v)", c.P, holm, c.Holm, bh, c.BH)
-				break
-			}
-		}
-	}
-	if _, err := Holm([]float64{0.2, math.NaN()}); err == nil {
-		t.Error("Holm accepted NaN")
-	}
-	if _, err := BenjaminiHochberg([]float64{1.5}); err == nil {
-		t.Error("BH accepted 1.5")
-	}
-}
-
 // FuzzMcNemar checks the exact p against a direct sum of the binomial(n, 1/2) pmf.
 func FuzzMcNemar(f *testing.F) {
 	f.Add(uint16(0), uint16(9))

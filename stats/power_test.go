@@ -71,3 +71,22 @@ func BenchmarkFisherPower500(b *testing.B) {
 		FisherPower(0.3, 0.4, 500, 500, 0.05)
 	}
 }
+
+func TestFisherPowerAgreesWithFisherExact(t *testing.T) {
+	// The power's precomputed rejection regions must reject exactly the tables whose
+	// FisherExact p is at most alpha.
+	p0, p1, n1, n2, alpha := 0.1, 0.3, 47, 61, 0.05
+	want := 0.0
+	for x := 0; x <= n1; x++ {
+		for y := 0; y <= n2; y++ {
+			if FisherExact(x, n1, y, n2).PTwoSided <= alpha {
+				px := math.Exp(coreLogChoose(n1, x) + float64(x)*math.Log(p0) + float64(n1-x)*math.Log1p(-p0))
+				py := math.Exp(coreLogChoose(n2, y) + float64(y)*math.Log(p1) + float64(n2-y)*math.Log1p(-p1))
+				want += px * py
+			}
+		}
+	}
+	if got := FisherPower(p0, p1, n1, n2, alpha); math.Abs(got-want) > 1e-12 {
+		t.Errorf("FisherPower = %.15g, enumeration with FisherExact %.15g", got, want)
+	}
+}

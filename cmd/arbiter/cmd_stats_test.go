@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -152,4 +153,26 @@ func TestStatsCMHAndMcNemar(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "p = 0.0215") || !strings.Contains(out, "significant at alpha 0.05") {
 		t.Errorf("exit %d: %s", code, out)
 	}
+}
+
+// FuzzParseStatsCount checks that the EVENTS/N parser accepts exactly what it promises:
+// any accepted count has 0 <= events <= n and n >= 1, and prints back to its input
+// (modulo spaces around it).
+func FuzzParseStatsCount(f *testing.F) {
+	for _, s := range []string{"0/60", "11/60", "11/6", "x/60", "60", "/", "-1/5", "3/0", " 7/60 ", "+3/5", "1/2/3"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := parseStatsCount(s)
+		if err != nil {
+			return
+		}
+		if c.events < 0 || c.n < 1 || c.events > c.n {
+			t.Fatalf("%q accepted as %d/%d", s, c.events, c.n)
+		}
+		back, err := parseStatsCount(fmt.Sprintf("%d/%d", c.events, c.n))
+		if err != nil || back != c {
+			t.Fatalf("%q: %d/%d does not parse back (%v)", s, c.events, c.n, err)
+		}
+	})
 }

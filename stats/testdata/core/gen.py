@@ -87,6 +87,15 @@ def boschloo_cases():
     return out
 
 
+def boschloo_large_cases():
+    """A few tables at arbiter's BoschlooMaxN scale (200 per arm); slow in scipy."""
+    out = []
+    for a, n1, b, n2 in [(3, 200, 14, 200), (0, 150, 6, 180), (40, 200, 58, 200)]:
+        p = stats.boschloo_exact([[a, b], [n1 - a, n2 - b]], "two-sided", n=128).pvalue
+        out.append({"a": a, "n1": n1, "b": b, "n2": n2, "p": num(p)})
+    return out
+
+
 def interval_cases():
     out = []
     pts = [(0, 240), (0, 1), (1, 1), (0, 60), (11, 60), (60, 60), (1, 2), (3, 7),
@@ -296,7 +305,7 @@ def main():
         "generator": "stats/testdata/core/gen.py",
         "versions": {"scipy": scipy.__version__, "statsmodels": statsmodels.__version__, "numpy": np.__version__},
         "fisher": fisher_cases(),
-        "boschloo": boschloo_cases(),
+        "boschloo": boschloo_cases() + boschloo_large_cases(),
         "intervals": interval_cases(),
         "two_sample": two_sample_cases(),
         "strata": strata_cases(),
