@@ -935,7 +935,7 @@ func (d *decoder) decodeDetectors(e entry) {
 
 func (d *decoder) decodeAnalysis(e entry) {
 	a := &d.spec.Analysis
-	known := []string{"unit", "alpha", "baseline", "margin", "sequential", "aa"}
+	known := []string{"unit", "alpha", "baseline", "margin", "sequential", "aa", "plan"}
 	d.fields(e.val, e.path, known, func(f entry) {
 		switch f.key {
 		case "unit":
@@ -964,12 +964,59 @@ func (d *decoder) decodeAnalysis(e entry) {
 		case "sequential":
 			d.fields(f.val, f.path, []string{"looks"}, func(g entry) {
 				a.Sequential.Looks, _ = d.count(g, 0)
+				d.spec.pos[g.path] = posOf(g.val)
 			})
+		case "plan":
+			d.decodePlan(f)
 		case "aa":
 			a.AA, _ = d.boolean(f)
 			d.spec.pos[f.path] = posOf(f.keyNode)
 		}
 	})
+}
+
+// decodePlan reads what `arbiter plan` needs: the rates the experiment expects, the
+// power it wants, the correlation of responses within a session, and a turn's duration.
+func (d *decoder) decodePlan(e entry) {
+	p := &d.spec.Analysis.Plan
+	rate := func(f entry, dst *float64) {
+		if v, ok := d.number(f); ok {
+			if !(v >= 0 && v <= 1) {
+				d.add(f.val, f.path, "a rate is between 0 and 1, e.g. 0.12")
+				return
+			}
+			*dst = v
+		}
+	}
+	d.fields(e.val, e.path, []string{"p0", "p1", "power", "icc", "turn_seconds"}, func(f entry) {
+		switch f.key {
+		case "p0":
+			rate(f, &p.P0)
+		case "p1":
+			rate(f, &p.P1)
+		case "power":
+			if v, ok := d.number(f); ok {
+				if !(v > 0 && v < 1) {
+					d.add(f.val, f.path, "power is between 0 and 1 (exclusive), e.g. 0.8")
+					return
+				}
+				p.Power = v
+			}
+		case "icc":
+			rate(f, &p.ICC)
+		case "turn_seconds":
+			if v, ok := d.number(f); ok {
+				if !(v > 0) {
+					d.add(f.val, f.path, "turn_seconds must be positive")
+					return
+				}
+				p.TurnSeconds = v
+			}
+		}
+	})
+	if p.P0 == p.P1 && len(d.errs) == 0 {
+		d.add(e.val, e.path, "plan needs two different rates p0 and p1 to plan for")
+	}
 }
 
 func (d *decoder) decodeTimeouts(e entry) {
@@ -1026,10 +1073,21 @@ func (d *decoder) crossCheck(seen map[string]entry) {
 	if s.Detectors == nil {
 		s.Detectors = slices.Clone(DefaultDetectors)
 	}
+	a := &s.Analysis
+	if looks := a.Sequential.Looks; looks > 0 {
+		// Each block is one look: a group-sequential design needs as many blocks as
+		// looks, and says so rather than guess which blocks to look after.
+		switch {
+		case s.Blocks == 0:
+			s.Blocks = looks
+		case s.Blocks != looks:
+			d.addAt(s.pos["analysis.sequential.looks"], "analysis.sequential.looks",
+				"%d looks need %d blocks (every block is one look), but blocks is %d; leave blocks out or make them equal", looks, looks, s.Blocks)
+		}
+	}
 	if s.Blocks == 0 {
 		s.Blocks = DefaultBlocks
 	}
-	a := &s.Analysis
 	if a.Unit == "" {
 		a.Unit = DefaultUnit
 	}

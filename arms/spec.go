@@ -116,15 +116,32 @@ type Analysis struct {
 	// Margin is the non-inferiority margin on the rate difference; 0 means none declared.
 	Margin     float64
 	Sequential Sequential
+	// Plan holds what `arbiter plan` needs; zero when the spec declares no plan.
+	Plan Plan
 	// AA declares an A/A check: every arm is meant to be identical, so the confound
 	// check allows (and requires) identical arms. Used to measure the false-positive
 	// rate of the whole pipeline before trusting an A/B.
 	AA bool
 }
 
+// Plan is what the experiment expects to see, for `arbiter plan`.
+type Plan struct {
+	P0, P1 float64 // the baseline's corruption rate and the rate the experiment must detect
+	// Power is the wanted probability of detecting P1 against P0 (default 0.8).
+	Power float64
+	// ICC is the expected correlation of responses within a session, for planning with
+	// responses as the unit (design effect 1 + (turns-1)·ICC).
+	ICC float64
+	// TurnSeconds is one turn's expected duration, for the wall-time estimate; 0 when
+	// unknown (plan then uses the last recorded experiment of the same name).
+	TurnSeconds float64
+}
+
 // Sequential configures group-sequential stopping over blocks.
 type Sequential struct {
-	Looks int // 0: a fixed design
+	// Looks is how many interim analyses the design has, one after each block (blocks
+	// default to looks); 0 is a fixed design.
+	Looks int
 }
 
 // Timeouts bound each phase of an arm's life.
