@@ -3,6 +3,7 @@ package stats
 import (
 	"fmt"
 	"math"
+	"sort"
 )
 
 // fisherTieTol is the relative tolerance under which two tables count as equally likely
@@ -350,14 +351,8 @@ func coreMaximise(f func(float64) float64) float64 {
 			peaks = append(peaks, peak{i, vs[i]})
 		}
 	}
-	// Keep the three highest peaks.
-	for i := 0; i < len(peaks); i++ {
-		for j := i + 1; j < len(peaks); j++ {
-			if peaks[j].v > peaks[i].v {
-				peaks[i], peaks[j] = peaks[j], peaks[i]
-			}
-		}
-	}
+	// Refine the three highest peaks.
+	sort.Slice(peaks, func(i, j int) bool { return peaks[i].v > peaks[j].v })
 	if len(peaks) > 3 {
 		peaks = peaks[:3]
 	}

@@ -175,11 +175,11 @@ func coreFisherRegion(lf []float64, n1, n2, k int, alpha float64) (xl, xr int) {
 // test at level alpha reaches the given power for rates p0 and p1, multiplied by the
 // design effect (rounded up) when responses, correlated within sessions, are the unit
 // being planned. The size is bracketed by doubling and then bisected. Exact power is a
-// sawtooth in n, so an n a little below the answer can occasionally reach the target
-// too; the answer is the first crossing bisection finds, and every n from it on the
-// bracket is at the target or within a sawtooth tooth of it. A design effect <= 0 counts
-// as 1. It returns 0 when the target cannot be reached: equal rates, power <= 0 or >= 1,
-// or more than SessionsCap per arm needed.
+// sawtooth in n, not monotone, so the answer is the crossing bisection finds: power
+// reaches the target there and not one unit below, but an isolated smaller n can
+// occasionally reach it too. A design effect <= 0 counts as 1. It returns 0 when the
+// target cannot be reached: equal rates, power or alpha outside (0, 1), or more than
+// SessionsCap per arm needed.
 func SessionsFor(p0, p1, alpha, power float64, designEffect float64) int {
 	if p0 == p1 || !(power > 0 && power < 1) || !(alpha > 0 && alpha < 1) {
 		return 0
