@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -12,20 +13,32 @@ import (
 
 // ExperimentRow is an experiment as stored.
 type ExperimentRow struct {
-	ID         int64          `db:"id"`
-	Name       string         `db:"name"`
-	SpecPath   string         `db:"spec_path"`
-	Spec       string         `db:"spec"`
-	Status     string         `db:"status"`
-	Seed       int64          `db:"seed"`
-	Unit       string         `db:"unit"`
-	Alpha      float64        `db:"alpha"`
-	Baseline   string         `db:"baseline"`
-	Version    string         `db:"arbiter_version"`
-	Host       string         `db:"host"`
-	CreatedAt  string         `db:"created_at"`
-	FinishedAt sql.NullString `db:"finished_at"`
-	Error      sql.NullString `db:"error"`
+	ID           int64          `db:"id"`
+	Name         string         `db:"name"`
+	SpecPath     string         `db:"spec_path"`
+	Spec         string         `db:"spec"`
+	Status       string         `db:"status"`
+	Seed         int64          `db:"seed"`
+	Unit         string         `db:"unit"`
+	Alpha        float64        `db:"alpha"`
+	Baseline     string         `db:"baseline"`
+	Version      string         `db:"arbiter_version"`
+	Host         string         `db:"host"`
+	CreatedAt    string         `db:"created_at"`
+	FinishedAt   sql.NullString `db:"finished_at"`
+	Error        sql.NullString `db:"error"`
+	Design       string         `db:"design"`
+	StoppedEarly sql.NullString `db:"stopped_early"`
+}
+
+// ParsedDesign decodes the experiment's design; an experiment recorded before designs
+// were stored gets one block and no looks.
+func (e ExperimentRow) ParsedDesign() Design {
+	var d Design
+	if json.Unmarshal([]byte(e.Design), &d) != nil || d.Blocks == 0 {
+		d.Blocks = 1
+	}
+	return d
 }
 
 // FindExperiment resolves what a user typed: an id, or a name (the newest experiment of

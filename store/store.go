@@ -203,15 +203,40 @@ type Experiment struct {
 	Baseline             string
 	Version, Host        string
 	Created              time.Time
+	// Design is the JSON of the experiment's design (see Design); empty stores "{}".
+	Design string
+}
+
+// Design is what the verdict needs to know about how the experiment was laid out.
+type Design struct {
+	Blocks      int            `json:"blocks"`
+	Looks       int            `json:"looks,omitempty"`
+	Margin      float64        `json:"margin,omitempty"`
+	AA          bool           `json:"aa,omitempty"`
+	Factors     []DesignFactor `json:"factors,omitempty"`
+	Sessions    int            `json:"sessions"` // per arm and block
+	Rounds      int            `json:"rounds"`
+	Concurrency int            `json:"concurrency"`
+}
+
+// DesignFactor is one factor with its levels in spec order; the first level is the
+// reference level of the factorial model.
+type DesignFactor struct {
+	Name   string   `json:"name"`
+	Levels []string `json:"levels"`
 }
 
 // CreateExperiment records a new experiment in state "running" and returns its id.
 func (s *Store) CreateExperiment(ctx context.Context, e Experiment) (int64, error) {
+	design := e.Design
+	if design == "" {
+		design = "{}"
+	}
 	res, err := s.db.ExecContext(ctx, `INSERT INTO experiments
-		(name, spec_path, spec, status, seed, unit, alpha, baseline, arbiter_version, host, created_at)
-		VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)`,
+		(name, spec_path, spec, status, seed, unit, alpha, baseline, arbiter_version, host, created_at, design)
+		VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?)`,
 		e.Name, s.redact(e.SpecPath), s.redact(e.Spec), e.Seed, e.Unit, e.Alpha, e.Baseline,
-		e.Version, s.redact(e.Host), Timestamp(e.Created))
+		e.Version, s.redact(e.Host), Timestamp(e.Created), s.redact(design))
 	if err != nil {
 		return 0, fmt.Errorf("create experiment: %w", err)
 	}
@@ -224,6 +249,15 @@ func (s *Store) FinishExperiment(ctx context.Context, id int64, status, errText 
 		status, Timestamp(at), s.nullText(errText), id)
 	if err != nil {
 		return fmt.Errorf("finish experiment %d: %w", id, err)
+	}
+	return nil
+}
+
+// StopEarly records why scheduling stopped before the planned blocks ran out.
+func (s *Store) StopEarly(ctx context.Context, id int64, why string) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE experiments SET stopped_early = ? WHERE id = ?`, s.redact(why), id)
+	if err != nil {
+		return fmt.Errorf("experiment %d: %w", id, err)
 	}
 	return nil
 }

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jmoiron/sqlx"
 )
 
 func newStore(t *testing.T, opts Options) *Store {
@@ -281,5 +283,35 @@ func BenchmarkWriterTurns(b *testing.B) {
 	}
 	if err := w.Close(); err != nil {
 		b.Fatal(err)
+	}
+}
+
+func TestOpenMigratesAVersionOneDatabaseKeepingItsRows(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "old.db")
+	old, err := sqlx.Open("sqlite3", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1, err := migrationFiles.ReadFile("migrations/001_init.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.MustExec(string(v1))
+	old.MustExec("PRAGMA user_version = 1")
+	old.MustExec(`INSERT INTO experiments (name, spec_path, spec, status, seed, unit, alpha, baseline, arbiter_version, host, created_at)
+		VALUES ('old', 's.yaml', 'version: 1', 'done', 1, 'session', 0.05, 'control', 'v0', 'h', '2026-01-01T00:00:00Z')`)
+	old.Close()
+
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	e, err := FindExperiment(context.Background(), s.DB(), "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Design != "{}" || e.ParsedDesign().Blocks != 1 || e.StoppedEarly.Valid {
+		t.Errorf("migrated row: design %q, stopped %v", e.Design, e.StoppedEarly)
 	}
 }
