@@ -132,6 +132,8 @@ func (e *experiment) drive(ctx context.Context, inst runtime.Instance, arm arms.
 		return RunFailed, "", cerr
 	}
 	rr.Sessions, rr.Corrupted = tracker.sessions, tracker.corrupted
+	e.counts[ai].sessions += tracker.completed.sessions
+	e.counts[ai].corrupted += tracker.completed.corrupted
 
 	cause := context.Cause(wctx)
 	switch {

@@ -59,6 +59,9 @@ type Result struct {
 	Status       string // done | interrupted | failed
 	Runs         []RunResult
 	Elapsed      time.Duration
+	// StoppedEarly says why scheduling stopped before the planned blocks, when a
+	// sequential boundary was crossed; empty otherwise.
+	StoppedEarly string
 }
 
 // RunResult is one launch of one arm.
@@ -148,7 +151,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	expID, err := st.CreateExperiment(ctx, store.Experiment{
 		Name: spec.Name, SpecPath: spec.Path, Spec: string(spec.RedactedSource()), Seed: spec.Workload.Seed,
 		Unit: spec.Analysis.Unit, Alpha: spec.Analysis.Alpha, Baseline: baseline, Version: Version(), Host: host,
-		Created: start,
+		Created: start, Design: designJSON(spec),
 	})
 	if err != nil {
 		return Result{}, err
@@ -176,7 +179,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	e := &experiment{
 		opts: opts, spec: spec, arms: armList, armIDs: armIDs, envs: envs, id: expID, store: st,
 		detectors: dets, redact: redactor.Redact, log: log.With("experiment", expID, "name", spec.Name), rt: rt,
-		logDir: filepath.Join(logDir, fmt.Sprintf("exp-%d", expID)),
+		logDir: filepath.Join(logDir, fmt.Sprintf("exp-%d", expID)), counts: make([]armCounts, len(armList)),
 	}
 	res := Result{ExperimentID: expID, Name: spec.Name}
 	runErr := e.run(ctx, &res)
@@ -206,6 +209,22 @@ func Version() string {
 		return bi.Main.Version
 	}
 	return "devel"
+}
+
+// designJSON records how the experiment is laid out, for verdicts rebuilt later.
+func designJSON(spec *arms.Spec) string {
+	d := store.Design{Blocks: max(spec.Blocks, 1), Looks: spec.Analysis.Sequential.Looks, Margin: spec.Analysis.Margin,
+		AA: spec.Analysis.AA, Sessions: spec.Workload.Sessions, Rounds: spec.Workload.Rounds,
+		Concurrency: spec.Workload.Concurrency}
+	for _, f := range spec.Factors {
+		df := store.DesignFactor{Name: f.Name}
+		for _, l := range f.Levels {
+			df.Levels = append(df.Levels, l.Name)
+		}
+		d.Factors = append(d.Factors, df)
+	}
+	b, _ := json.Marshal(d)
+	return string(b)
 }
 
 func resolveDetectors(ctx context.Context, names []string) ([]plugins.Detector, func(), error) {
@@ -243,7 +262,14 @@ type experiment struct {
 	log       *slog.Logger
 	rt        runtime.Runtime
 	logDir    string
+
+	// counts are each arm's cumulative completed and corrupted sessions, for the
+	// sequential looks; written by one run at a time.
+	counts []armCounts
 }
+
+// armCounts are an arm's sessions that completed every round, and the corrupted ones.
+type armCounts struct{ sessions, corrupted int }
 
 // plan returns, for each block, the order in which arms run: a fresh permutation per
 // block drawn from the workload seed, so that a slow drift (thermal, a neighbour's load)
@@ -262,6 +288,10 @@ func plan(nArms, blocks int, seed int64) [][]int {
 
 func (e *experiment) run(ctx context.Context, res *Result) error {
 	blocks := e.spec.Blocks
+	seq, err := newSequentialPlan(e.spec, len(e.arms))
+	if err != nil {
+		return err
+	}
 	for b, order := range plan(len(e.arms), blocks, e.spec.Workload.Seed) {
 		for _, ai := range order {
 			if ctx.Err() != nil {
@@ -273,8 +303,25 @@ func (e *experiment) run(ctx context.Context, res *Result) error {
 				return err
 			}
 		}
+		if seq == nil || b == blocks-1 || ctx.Err() != nil {
+			continue
+		}
+		if stop, why := seq.look(e.counts, e.baselineIndex()); stop {
+			e.log.Info("stopping early", "after_block", b, "why", why)
+			res.StoppedEarly = why
+			return e.store.StopEarly(ctx, e.id, why)
+		}
 	}
 	return nil
+}
+
+func (e *experiment) baselineIndex() int {
+	for i, a := range e.arms {
+		if a.Name == e.spec.Analysis.Baseline {
+			return i
+		}
+	}
+	return 0
 }
 
 // sessionTracker turns the workload's stream of turns into labelled store rows and
@@ -292,6 +339,7 @@ type sessionTracker struct {
 	firstBad  map[int]int
 	sessions  int
 	corrupted int
+	completed armCounts // sessions with status ok, the ones the analysis counts
 }
 
 func (t *sessionTracker) Turn(turn workload.Turn) {
@@ -343,6 +391,12 @@ func (t *sessionTracker) SessionDone(s workload.SessionResult) {
 	t.sessions++
 	if corrupted {
 		t.corrupted++
+	}
+	if s.Status == workload.SessionOK {
+		t.completed.sessions++
+		if corrupted {
+			t.completed.corrupted++
+		}
 	}
 	t.mu.Unlock()
 	row := store.Session{ExperimentID: t.e.id, RunID: t.runID, ArmID: t.armID, Index: s.Session, Block: t.block,

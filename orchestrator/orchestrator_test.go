@@ -34,6 +34,8 @@ type engine struct {
 	// trickle makes a handled request stream empty deltas until the client leaves or
 	// the engine stops, instead of returning at once.
 	trickle bool
+	// leak makes every streamed answer carry DSML tool-call markup in content.
+	leak    bool
 	stopped atomic.Bool
 }
 
@@ -72,7 +74,7 @@ func newEngine(t *testing.T, onChat func(n int64, e *engine, r *http.Request) bo
 		}
 		w.Header().Set("Content-Type", "text/event-stream")
 		for _, c := range []string{
-			`{"id":"x","object":"chat.completion.chunk","model":"fake","choices":[{"index":0,"delta":{"role":"assistant","content":"All "}, "finish_reason":null}]}`,
+			`{"id":"x","object":"chat.completion.chunk","model":"fake","choices":[{"index":0,"delta":{"role":"assistant","content":"` + e.firstWords() + `"}, "finish_reason":null}]}`,
 			`{"id":"x","object":"chat.completion.chunk","model":"fake","choices":[{"index":0,"delta":{"content":"done."}, "finish_reason":"stop"}]}`,
 			`{"id":"x","object":"chat.completion.chunk","model":"fake","choices":[],"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}}`,
 		} {
@@ -100,6 +102,13 @@ func (e *engine) streamForever(w http.ResponseWriter, r *http.Request) {
 		case <-tick.C:
 		}
 	}
+}
+
+func (e *engine) firstWords() string {
+	if e.leak {
+		return `<｜DSML｜tool_calls><｜DSML｜invoke name=\"get_weather\"><｜DSML｜parameter name=\"city\" string=\"true\">Par`
+	}
+	return "All "
 }
 
 // crash makes the engine exit on its own.
@@ -353,5 +362,34 @@ func TestPlanIsASeededPermutationPerBlock(t *testing.T) {
 	}
 	if len(distinct) < 2 {
 		t.Errorf("4 blocks all ran arms in the same order %v", a)
+	}
+}
+
+func TestSequentialDesignStopsSchedulingOnceTheBoundaryIsCrossed(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "a.db")
+	// The treatment engine garbles every reply into leaked DSML markup; control is clean.
+	// With 4 looks of 6 sessions, the first look (0/6 vs 6/6, p = 0.002) is above
+	// O'Brien-Fleming's first threshold and the second (0/12 vs 12/12) is far below its own.
+	spec := testSpec(t, "analysis: {baseline: control, sequential: {looks: 4}}\n")
+	res, err := Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quietLogger(),
+		Runtime: engines(func(arm string) *engine {
+			e := newEngine(t, nil)
+			e.leak = arm == "treatment"
+			return e
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StoppedEarly == "" || len(res.Runs) != 4 {
+		t.Fatalf("stopped early %q after %d runs, want a stop after 2 blocks (4 runs)", res.StoppedEarly, len(res.Runs))
+	}
+	ro, _ := store.OpenReadOnly(db)
+	defer ro.Close()
+	e, err := store.FindExperiment(context.Background(), ro, fmt.Sprint(res.ExperimentID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !e.StoppedEarly.Valid || !strings.Contains(e.StoppedEarly.String, "look 2 of 4") || e.ParsedDesign().Looks != 4 {
+		t.Errorf("stored stop = %v, design %+v", e.StoppedEarly, e.ParsedDesign())
 	}
 }
