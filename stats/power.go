@@ -2,11 +2,14 @@ package stats
 
 import (
 	"math"
+
+	"gonum.org/v1/gonum/stat/distuv"
 )
 
 // SessionsCap is the largest arm size SessionsFor will consider; a difference that needs
-// more is reported as unreachable (0).
-const SessionsCap = 1 << 20
+// more is reported as unreachable (0). An arbiter session is a whole multi-turn
+// conversation, so no experiment comes near it; near the cap one search takes seconds.
+const SessionsCap = 1 << 18
 
 // FisherPower is the exact power of the two-sided Fisher test at level alpha when arm A
 // (n1 sessions) has event rate p0 and arm B (n2 sessions) has rate p1: the probability,
@@ -28,22 +31,19 @@ func FisherPower(p0, p1 float64, n1, n2 int, alpha float64) float64 {
 	for i := range lf {
 		lf[i], _ = math.Lgamma(float64(i) + 1)
 	}
-	type region struct{ xl, xr int } // reject x <= xl or x >= xr
-	regions := make(map[int]region)
-	reject := func(x, k int) bool {
-		r, ok := regions[k]
-		if !ok {
-			r.xl, r.xr = coreFisherRegion(lf, n1, n2, k, alpha)
-			regions[k] = r
-		}
-		return x <= r.xl || x >= r.xr
+	// Rejection regions for every total k the bulk can reach: reject x <= xl or x >= xr.
+	kmin := lo1 + lo2
+	xl := make([]int, len(f1)+len(f2)-1)
+	xr := make([]int, len(xl))
+	for i := range xl {
+		xl[i], xr[i] = coreFisherRegion(lf, n1, n2, kmin+i, alpha)
 	}
 	power := 0.0
 	for i, px := range f1 {
 		x := lo1 + i
 		s := 0.0
 		for j, py := range f2 {
-			if reject(x, x+lo2+j) {
+			if k := i + j; x <= xl[k] || x >= xr[k] {
 				s += py
 			}
 		}
@@ -192,6 +192,15 @@ func SessionsFor(p0, p1, alpha, power float64, designEffect float64) int {
 		return pw >= power
 	}
 	if math.IsNaN(FisherPower(p0, p1, 1, 1, alpha)) {
+		return 0
+	}
+	// The normal approximation is off for rare events, but not by a factor of two (and
+	// the exact test needs more, not fewer): beyond that, skip exact evaluations at a
+	// million per arm.
+	za, zb := coreZ(1-alpha), distuv.UnitNormal.Quantile(power)
+	pbar := (p0 + p1) / 2
+	approx := math.Pow(za*math.Sqrt(2*pbar*(1-pbar))+zb*math.Sqrt(p0*(1-p0)+p1*(1-p1)), 2) / ((p1 - p0) * (p1 - p0))
+	if approx > 2*SessionsCap {
 		return 0
 	}
 	lo, hi := 0, 1
