@@ -58,6 +58,7 @@ func (v *Verdict) judge() {
 		c.PowerObserved = stats.FisherPower(base.Rate, v.Arms[i].Rate, base.Sessions, v.Arms[i].Sessions, v.Alpha)
 	}
 	v.responseView()
+	v.analyseDesign(v.sessions, v.index)
 	v.caveats()
 }
 
@@ -179,10 +180,56 @@ func (v *Verdict) sentenceMarked(a ArmResult, mark string) string {
 	s := fmt.Sprintf("%s%s%s corrupted %d of %d sessions (%s) against %d of %d (%s) for %s%s%s: a difference of %+.1f points (95%% CI %+.1f to %+.1f). ",
 		mark, a.Name, mark, a.Corrupted, a.Sessions, pct(a.Rate), base.Corrupted, base.Sessions, pct(base.Rate), mark, base.Name, mark,
 		100*c.Difference, 100*c.DiffCI.Lo, 100*c.DiffCI.Hi)
+	switch {
+	case c.Sequential:
+		for _, sv := range v.Sequential {
+			if sv.Arm == a.Name {
+				return s + sv.Result.Decision
+			}
+		}
+	case c.UnitDecides:
+		test := fmt.Sprintf("Counting %ss, corrected for their clustering (Rao-Scott), gives p = %s", v.Unit, pval(c.AdjustedP))
+		if c.Significant {
+			return s + fmt.Sprintf("%s, below alpha = %g: %s's rate is significantly %s.", test, v.Alpha, a.Name, c.Direction)
+		}
+		return s + fmt.Sprintf("%s, not below alpha = %g: no significant difference was shown, which is not the same as showing there is none.", test, v.Alpha)
+	}
 	if c.Significant {
 		return s + fmt.Sprintf("Fisher's exact test gives p = %s, below alpha = %g: %s's rate is significantly %s.", pval(c.AdjustedP), v.Alpha, a.Name, c.Direction)
 	}
 	return s + fmt.Sprintf("Fisher's exact test gives p = %s, not below alpha = %g: no significant difference was shown, which is not the same as showing there is none.", pval(c.AdjustedP), v.Alpha)
+}
+
+// interactionSentence names an interaction the data show, on either scale; empty when
+// neither shows one.
+func (v *Verdict) interactionSentence(ai AdditiveInteraction, mark string) string {
+	var logOdds *float64
+	for _, t := range v.Factorial.Result.Terms {
+		if len(t.Factors) == 2 && ((t.Factors[0] == ai.A && t.Factors[1] == ai.B) || (t.Factors[0] == ai.B && t.Factors[1] == ai.A)) {
+			p := t.P
+			logOdds = &p
+		}
+	}
+	r := ai.Result
+	ref := v.Factorial.Reference
+	name := fmt.Sprintf("%s%s x %s interaction%s", mark, ai.A, ai.B, mark)
+	switch {
+	case r.Significant:
+		s := fmt.Sprintf("The factorial analysis finds a %s: %s=%s changes the corruption rate by %+.1f points with %s=%s and by %+.1f points with %s=%s (difference %+.1f points, %.0f%% CI %+.1f to %+.1f).",
+			name, ai.A, ref[ai.A][1], 100*r.EffectAt[1], ai.B, ref[ai.B][1], 100*r.EffectAt[0], ai.B, ref[ai.B][0],
+			100*r.Estimate, 100*(1-v.Alpha), 100*r.CI.Lo, 100*r.CI.Hi)
+		if logOdds != nil {
+			if *logOdds < v.Alpha {
+				s += fmt.Sprintf(" The Firth logistic model agrees on the log-odds scale (p = %s).", pval(*logOdds))
+			} else {
+				s += fmt.Sprintf(" On the log-odds scale (Firth model) it is not significant (p = %s): cells without any corrupted session leave the odds scale uninformative.", pval(*logOdds))
+			}
+		}
+		return s
+	case logOdds != nil && *logOdds < v.Alpha:
+		return fmt.Sprintf("The Firth logistic model finds a %s on the log-odds scale (penalized likelihood-ratio p = %s), though not on the risk-difference scale.", name, pval(*logOdds))
+	}
+	return ""
 }
 
 // Headline is the verdict in a few plain lines, for the terminal.
@@ -195,6 +242,16 @@ func (v *Verdict) headline(mark string) []string {
 			continue
 		}
 		lines = append(lines, v.sentenceMarked(a, mark))
+	}
+	if f := v.Factorial; f != nil {
+		for _, ai := range f.Additive {
+			if line := v.interactionSentence(ai, mark); line != "" {
+				lines = append(lines, line)
+			}
+		}
+	}
+	for _, ni := range v.NonInferiority {
+		lines = append(lines, strings.Replace(strings.Replace(ni.Result.Sentence, "B ", ni.Arm+" ", 1), "A's", v.Arms[v.Baseline].Name+"'s", -1))
 	}
 	if len(lines) == 0 {
 		a := v.Arms[0]

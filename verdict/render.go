@@ -90,7 +90,14 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 	fmt.Fprintf(b, ".\n")
 	fmt.Fprintf(b, "- Arms differ only in their pins; everything else in the engine's command and environment was identical.\n")
 	fmt.Fprintf(b, "- Unit of analysis: **%s**; a session counts as corrupted when any detector flagged any of its responses. Baseline: **%s**; alpha = %g, two-sided.\n", v.Unit, v.Arms[v.Baseline].Name, v.Alpha)
-	fmt.Fprintf(b, "- Workload seed %d: every arm received the same sessions.\n", e.Seed)
+	fmt.Fprintf(b, "- Workload seed %d: every arm received the same sessions", e.Seed)
+	if d := v.Design; d.Sessions > 0 {
+		fmt.Fprintf(b, " (%d sessions x %d rounds per arm and block, %d at once; %d block(s))", d.Sessions, d.Rounds, d.Concurrency, d.Blocks)
+	}
+	fmt.Fprintf(b, ".\n")
+	if v.StoppedEarly != "" {
+		fmt.Fprintf(b, "- Scheduling stopped before the planned blocks: a sequential boundary was crossed.\n")
+	}
 	if e.Error.Valid {
 		fmt.Fprintf(b, "- The experiment ended with an error: %s\n", e.Error.String)
 	}
@@ -138,6 +145,8 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 			}
 		}
 	}
+
+	v.designSections(b)
 
 	if len(v.Rounds) > 0 {
 		fmt.Fprintf(b, "\n## Corruption by round\n\nCorrupted sessions in each round, of the sessions that reached it.\n\n| round |")

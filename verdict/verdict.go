@@ -29,6 +29,23 @@ type Verdict struct {
 	Detectors  []DetectorRow
 	Responses  *ResponseView // the response-level view, when turns were recorded
 	Caveats    []string
+
+	// Design is how the experiment was laid out (blocks, looks, margin, factors).
+	Design store.Design
+	// StoppedEarly says why scheduling stopped before the planned blocks; empty if it
+	// did not.
+	StoppedEarly string
+	// The design-dependent analyses; each is empty when the design does not call for it.
+	UnitView       *UnitView
+	Strata         []StrataView
+	Pairs          []PairView
+	Factorial      *FactorialView
+	NonInferiority []NIView
+	Losses         []LossView
+	Sequential     []SequentialView
+
+	sessions []store.SessionOutcome
+	index    map[int64]int
 }
 
 // ArmResult is one arm's outcome and, for arms other than the baseline, its comparison.
@@ -64,6 +81,10 @@ type Comparison struct {
 	Significant   bool
 	Direction     string  // "higher", "lower" or "" when not significant
 	PowerObserved float64 // exact power to detect the observed rates at these sizes
+	// Sequential is true when a group-sequential boundary, not FisherP, decides.
+	Sequential bool
+	// UnitDecides is true when the response- or launch-level test decides.
+	UnitDecides bool
 }
 
 // RunFact is one launch as the verdict reports it.
@@ -117,7 +138,10 @@ func Build(ctx context.Context, db *sqlx.DB, ref string) (*Verdict, error) {
 	if len(armRows) == 0 {
 		return nil, fmt.Errorf("experiment %d has no arms", exp.ID)
 	}
-	v := &Verdict{Experiment: exp, Alpha: exp.Alpha, Unit: exp.Unit}
+	v := &Verdict{Experiment: exp, Alpha: exp.Alpha, Unit: exp.Unit, Design: exp.ParsedDesign()}
+	if exp.StoppedEarly.Valid {
+		v.StoppedEarly = exp.StoppedEarly.String
+	}
 	if v.Alpha <= 0 || v.Alpha >= 1 {
 		v.Alpha = 0.05
 	}
@@ -141,6 +165,7 @@ func Build(ctx context.Context, db *sqlx.DB, ref string) (*Verdict, error) {
 	if err != nil {
 		return nil, err
 	}
+	v.sessions, v.index = sessions, index
 	for _, s := range sessions {
 		ar := &v.Arms[index[s.ArmID]]
 		ar.Started++
