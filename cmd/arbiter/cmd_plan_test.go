@@ -1,0 +1,71 @@
+package main
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestPlanGivesExactPowerAndSessionsNeeded(t *testing.T) {
+	spec := filepath.Join(t.TempDir(), "plan.yaml")
+	os.WriteFile(spec, []byte(`version: 1
+name: plan-check
+engine: {preset: refserve}
+arms:
+  control:   {env: {BF16_INDEX_K: "0"}}
+  treatment: {env: {BF16_INDEX_K: "1"}}
+workload: {kind: toolcall-agent, sessions: 60, rounds: 4, seed: 1}
+analysis: {baseline: control, plan: {p0: 0, p1: 0.12, power: 0.8, turn_seconds: 2}}
+`), 0o644)
+	code, stdout, stderr := runCLI(t, "plan", spec, "--json", "--db", filepath.Join(t.TempDir(), "none.db"))
+	if code != 0 {
+		t.Fatalf("plan exited %d: %s", code, stderr)
+	}
+	var p Plan
+	if err := json.Unmarshal([]byte(stdout), &p); err != nil {
+		t.Fatal(err)
+	}
+	// FACTS.md: 60 sessions per arm have 74% power for 0% vs 12%.
+	if math.Abs(p.Power-0.74) > 0.005 {
+		t.Errorf("power = %.4f, want 0.74", p.Power)
+	}
+	if p.SessionsNeeded <= 60 || p.SessionsNeeded > 80 {
+		t.Errorf("sessions needed for 80%% = %d, want a little over 60", p.SessionsNeeded)
+	}
+	// One wave of 60 sessions, 8 turns of 2 s, two arms.
+	if p.WallTimeSeconds == nil || math.Abs(*p.WallTimeSeconds-2*8*2) > 1e-9 {
+		t.Errorf("wall time = %v, want 32 s", p.WallTimeSeconds)
+	}
+	if code, _, stderr := runCLI(t, "plan", spec, "--simulate"); code != exitUsage || !strings.Contains(stderr, "sequential") {
+		t.Errorf("--simulate on a fixed design: exit %d, %q", code, stderr)
+	}
+}
+
+func TestPlanSimulatesTheSequentialExample(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "plan", "../../examples/sequential.yaml", "--simulate", "--json",
+		"--db", filepath.Join(t.TempDir(), "none.db"))
+	if code != 0 {
+		t.Fatalf("plan exited %d: %s", code, stderr)
+	}
+	var p Plan
+	if err := json.Unmarshal([]byte(stdout), &p); err != nil {
+		t.Fatal(err)
+	}
+	s := p.Sequential
+	if s == nil || s.Null == nil || s.Alt == nil {
+		t.Fatalf("no simulation in %s", stdout)
+	}
+	t.Logf("null (both arms at %.2f): type I error %.4f simulated, %.4f exact, over %d experiments",
+		s.Null.Rate, s.Null.RejectRate, s.Null.ExactRejectRate, s.Null.Reps)
+	t.Logf("0%% vs 15%%: power %.4f, %.1f sessions on average, fixed design of equal power %d: ratio %.3f",
+		s.Alt.ExactRejectRate, s.Alt.MeanSessions, s.Alt.FixedSessions, s.Alt.SessionRatio)
+	if s.Null.Reps != 10000 || s.Null.ExactRejectRate > p.Alpha || s.Null.RejectRate > p.Alpha {
+		t.Errorf("type I error %.4f (exact %.4f) exceeds alpha %g", s.Null.RejectRate, s.Null.ExactRejectRate, p.Alpha)
+	}
+	if s.Alt.SessionRatio <= 0 || s.Alt.SessionRatio > 0.6 {
+		t.Errorf("sequential design uses %.0f%% of the fixed design's sessions, want at most 60%%", 100*s.Alt.SessionRatio)
+	}
+}
