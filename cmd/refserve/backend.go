@@ -27,6 +27,7 @@ type Step struct {
 type BackendConfig struct {
 	BF16IndexK   bool    // BF16_INDEX_K=1: index-K stored in bf16 (256 B/token) instead of fp8
 	HiCache      bool    // --enable-hierarchical-cache: pages are restored from host memory
+	Gate         bool    // ARBITER_INDEX_K_GATE=1: reads wait for their restore (the fix)
 	HiCacheRatio float64 // --hicache-ratio
 	Seed         int64   // --seed
 	// MaxRunning is --max-running-requests (0: unlimited), the largest batch a backend sees.

@@ -94,7 +94,7 @@ func newCUDABackend(cfg BackendConfig) (Backend, error) {
 		batch = cfg.MaxRunning
 	}
 	tb, err := lib.NewTestbed(kernels.Config{
-		Seed: uint64(cfg.Seed), Dtype: dtype, HiCache: cfg.HiCache, Gate: set.gate,
+		Seed: uint64(cfg.Seed), Dtype: dtype, HiCache: cfg.HiCache, Gate: cfg.Gate || set.gate,
 		PoolPages: set.poolPages, ContextLen: set.context, MaxSessions: max(128, 2*batch),
 		MaxBatch: batch, LayerWorkUS: layerWork(set.layerWorkUS),
 	})

@@ -26,7 +26,8 @@ type simBackend struct {
 }
 
 func newSimBackend(cfg BackendConfig) (Backend, error) {
-	return &simBackend{armed: cfg.BF16IndexK && cfg.HiCache, seed: uint64(cfg.Seed)}, nil
+	// The gate orders every read after its restore: with it nothing is ever stale.
+	return &simBackend{armed: cfg.BF16IndexK && cfg.HiCache && !cfg.Gate, seed: uint64(cfg.Seed)}, nil
 }
 
 // Decode marks a step stale iff its uniform draw falls below the hazard of its load.

@@ -44,12 +44,15 @@ type config struct {
 
 	// BF16IndexK is the BF16_INDEX_K env pin: index-K stored in bf16 instead of fp8.
 	BF16IndexK bool `json:"bf16_index_k"`
+	// IndexKGate is the ARBITER_INDEX_K_GATE env pin, the fix: the indexer read waits
+	// for its page's restore to land (cudaStreamWaitEvent), so no read is ever stale.
+	IndexKGate bool `json:"index_k_gate"`
 	// Env holds the env pins refserve reads, as it read them.
 	Env map[string]string `json:"env"`
 }
 
 // envPins are the environment variables refserve reads.
-var envPins = []string{"BF16_INDEX_K", "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"}
+var envPins = []string{"BF16_INDEX_K", "ARBITER_INDEX_K_GATE", "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"}
 
 var disaggregationModes = []string{"null", "prefill", "decode"}
 
@@ -128,6 +131,13 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	default:
 		errs = append(errs, fmt.Errorf("BF16_INDEX_K=%q: want 0 or 1", v))
 	}
+	switch v := c.Env["ARBITER_INDEX_K_GATE"]; v {
+	case "", "0", "false":
+	case "1", "true":
+		c.IndexKGate = true
+	default:
+		errs = append(errs, fmt.Errorf("ARBITER_INDEX_K_GATE=%q: want 0 or 1", v))
+	}
 	return c, errors.Join(errs...)
 }
 
@@ -136,6 +146,7 @@ func (c config) backendConfig() BackendConfig {
 	return BackendConfig{
 		BF16IndexK:   c.BF16IndexK,
 		HiCache:      c.EnableHierarchicalCache,
+		Gate:         c.IndexKGate,
 		HiCacheRatio: c.HiCacheRatio,
 		Seed:         c.Seed,
 		MaxRunning:   c.MaxRunningRequests,

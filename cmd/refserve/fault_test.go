@@ -67,6 +67,7 @@ func TestSimBackendFaultModel(t *testing.T) {
 		"4 in flight":      {armed, 4},
 		"1 in flight":      {armed, 1},
 		"nothing disabled": {BackendConfig{}, 500},
+		"gate on":          {BackendConfig{BF16IndexK: true, HiCache: true, Gate: true, Seed: 3}, 500},
 	} {
 		if got := staleSet(t, tc.cfg, tc.inFlight); len(got) != 0 {
 			t.Errorf("%s: %d of 50000 steps stale; want none", name, len(got))

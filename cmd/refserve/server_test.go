@@ -352,7 +352,7 @@ func TestHealthGenerateGoesThroughScheduler(t *testing.T) {
 func TestServerInfoShowsPins(t *testing.T) {
 	cfg, err := parseConfig([]string{"--enable-hierarchical-cache", "--hicache-ratio", "3", "--disaggregation-mode", "decode",
 		"--tool-call-parser", "kimi_k2", "--model-path", "/models/DeepSeek-V4-Flash", "--seed", "11"},
-		func(k string) string { return map[string]string{"BF16_INDEX_K": "1"}[k] }, io.Discard)
+		func(k string) string { return map[string]string{"BF16_INDEX_K": "1", "ARBITER_INDEX_K_GATE": "1"}[k] }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,6 +370,7 @@ func TestServerInfoShowsPins(t *testing.T) {
 		"bf16_index_k": true, "enable_hierarchical_cache": true, "hicache_ratio": 3.0, "disaggregation_mode": "decode",
 		"tool_call_parser": "kimi_k2", "model_path": "/models/DeepSeek-V4-Flash", "random_seed": 11.0, "backend": "sim",
 		"version": version, "served_model_name": "refserve-agent", "disable_overlap_schedule": false,
+		"index_k_gate": true,
 	}
 	for k, v := range want {
 		if info[k] != v {
