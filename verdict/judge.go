@@ -45,9 +45,16 @@ func (v *Verdict) judge() {
 		compared = append(compared, i)
 	}
 	adjusted := holm(ps)
+	fdr := ps
+	if len(ps) > 1 {
+		if q, err := stats.BenjaminiHochberg(ps); err == nil {
+			fdr = q
+		}
+	}
 	for k, i := range compared {
 		c := v.Arms[i].Compare
 		c.AdjustedP = adjusted[k]
+		c.FDRQ = fdr[k]
 		c.Significant = c.AdjustedP < v.Alpha
 		if c.Significant {
 			c.Direction = "higher"
@@ -153,7 +160,7 @@ func (v *Verdict) caveats() {
 		}
 	}
 	if len(v.Arms) > 2 {
-		add("%d arms were compared with the baseline; p-values are Holm-adjusted for %d comparisons.", len(v.Arms), len(v.Arms)-1)
+		add("%d arms were compared with the baseline; decisions use Holm-adjusted p-values over %d comparisons (family-wise error at alpha); the BH q-values bound the false discovery rate instead, for screening.", len(v.Arms), len(v.Arms)-1)
 	}
 }
 
@@ -237,12 +244,7 @@ func (v *Verdict) Headline() []string { return v.headline("") }
 
 func (v *Verdict) headline(mark string) []string {
 	var lines []string
-	for _, a := range v.Arms {
-		if a.Compare == nil {
-			continue
-		}
-		lines = append(lines, v.sentenceMarked(a, mark))
-	}
+	// A factorial experiment is run to find which combination matters: say that first.
 	if f := v.Factorial; f != nil {
 		for _, ai := range f.Additive {
 			if line := v.interactionSentence(ai, mark); line != "" {
@@ -250,14 +252,33 @@ func (v *Verdict) headline(mark string) []string {
 			}
 		}
 	}
+	for _, a := range v.Arms {
+		if a.Compare == nil {
+			continue
+		}
+		lines = append(lines, v.sentenceMarked(a, mark))
+	}
 	for _, ni := range v.NonInferiority {
-		lines = append(lines, strings.Replace(strings.Replace(ni.Result.Sentence, "B ", ni.Arm+" ", 1), "A's", v.Arms[v.Baseline].Name+"'s", -1))
+		lines = append(lines, v.niSentence(ni, mark))
 	}
 	if len(lines) == 0 {
 		a := v.Arms[0]
 		lines = append(lines, fmt.Sprintf("%s: %d of %d sessions corrupted (%s).", a.Name, a.Corrupted, a.Sessions, pct(a.Rate)))
 	}
 	return lines
+}
+
+// niSentence says a non-inferiority judgement in the arms' names.
+func (v *Verdict) niSentence(ni NIView, mark string) string {
+	r := ni.Result
+	base := v.Arms[v.Baseline].Name
+	level := fmt.Sprintf("%g%%", 100*(1-r.Alpha))
+	if r.NonInferior {
+		return fmt.Sprintf("%s%s is non-inferior to %s%s: its corruption rate is at most %+.1f points above %s's (one-sided %s upper bound), inside the margin of %.1f points.",
+			mark, ni.Arm, base, mark, 100*r.Upper, base, level, 100*r.Margin)
+	}
+	return fmt.Sprintf("Non-inferiority of %s%s%s to %s not shown: its corruption rate may be up to %+.1f points above %s's (one-sided %s upper bound), beyond the margin of %.1f points; this is not evidence that it is worse, only that these sessions cannot rule it out.",
+		mark, ni.Arm, mark, base, 100*r.Upper, base, level, 100*r.Margin)
 }
 
 // Summary is the verdict's machine-readable form (`--json`).

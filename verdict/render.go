@@ -2,6 +2,7 @@ package verdict
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -122,7 +123,7 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 		fmt.Fprintf(b, "\n## Against the baseline (%s)\n\n", v.Arms[v.Baseline].Name)
 		multi := len(v.Arms) > 2
 		if multi {
-			fmt.Fprintf(b, "| arm | difference | 95%% CI (Newcombe) | Fisher p | Holm-adjusted p | decision |\n|---|---:|---|---:|---:|---|\n")
+			fmt.Fprintf(b, "| arm | difference | 95%% CI (Newcombe) | Fisher p | Holm-adjusted p | BH q | decision |\n|---|---:|---|---:|---:|---:|---|\n")
 		} else {
 			fmt.Fprintf(b, "| arm | difference | 95%% CI (Newcombe) | Fisher p | mid-p | decision |\n|---|---:|---|---:|---:|---|\n")
 		}
@@ -133,7 +134,7 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 			}
 			last := pval(c.MidP)
 			if multi {
-				last = pval(c.AdjustedP)
+				last = pval(c.AdjustedP) + " | " + pval(c.FDRQ)
 			}
 			fmt.Fprintf(b, "| %s | %+.1f pts | %s | %s | %s | %s |\n", a.Name, 100*c.Difference,
 				fmt.Sprintf("%+.1f to %+.1f pts", 100*c.DiffCI.Lo, 100*c.DiffCI.Hi), pval(c.FisherP), last, v.decision(a))
@@ -243,6 +244,24 @@ func mdCell(s string) string {
 	return s
 }
 
+// launchSpecific are server settings that differ between any two launches (the port
+// each was given), so comparing them says nothing about the arms.
+var launchSpecific = map[string]bool{"port": true, "pid": true, "start_time": true}
+
+// infoValue prints one server setting; nested values as compact JSON.
+func infoValue(x any) string {
+	switch x.(type) {
+	case map[string]any, []any:
+		b, err := json.Marshal(x)
+		if err == nil {
+			return string(b)
+		}
+	case nil:
+		return "–"
+	}
+	return fmt.Sprint(x)
+}
+
 // serverFacts lists the server settings that differed between runs, which is where a
 // reader checks that the arms really ran as pinned.
 func (v *Verdict) serverFacts() string {
@@ -257,9 +276,12 @@ func (v *Verdict) serverFacts() string {
 	}
 	var differing, same []string
 	for k := range keys {
+		if launchSpecific[k] {
+			continue
+		}
 		vals := map[string]bool{}
 		for _, r := range v.Runs {
-			vals[fmt.Sprint(r.ServerInfo[k])] = true
+			vals[infoValue(r.ServerInfo[k])] = true
 		}
 		if len(vals) > 1 {
 			differing = append(differing, k)
@@ -279,7 +301,7 @@ func (v *Verdict) serverFacts() string {
 	for _, r := range v.Runs {
 		fmt.Fprintf(b, "| %s/b%d |", r.Arm, r.Block)
 		for _, k := range differing {
-			fmt.Fprintf(b, " %s |", mdCell(fmt.Sprint(r.ServerInfo[k])))
+			fmt.Fprintf(b, " %s |", mdCell(infoValue(r.ServerInfo[k])))
 		}
 		fmt.Fprintf(b, "\n")
 	}

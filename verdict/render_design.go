@@ -96,7 +96,7 @@ func (v *Verdict) designSections(b *strings.Builder) {
 	if len(v.NonInferiority) > 0 {
 		fmt.Fprintf(b, "\n## Non-inferiority (margin %.1f points)\n\n", 100*v.Design.Margin)
 		for _, ni := range v.NonInferiority {
-			fmt.Fprintf(b, "- **%s**: %s\n", ni.Arm, strings.Replace(strings.Replace(ni.Result.Sentence, "B ", ni.Arm+" ", 1), "A's", base+"'s", -1))
+			fmt.Fprintf(b, "- %s\n", v.niSentence(ni, "**"))
 		}
 	}
 

@@ -73,11 +73,14 @@ type ArmResult struct {
 
 // Comparison is an arm against the baseline.
 type Comparison struct {
-	Difference    float64
-	DiffCI        stats.Interval // Newcombe hybrid score
-	FisherP       float64
-	MidP          float64
-	AdjustedP     float64 // Holm-adjusted over every comparison; equal to FisherP with one
+	Difference float64
+	DiffCI     stats.Interval // Newcombe hybrid score
+	FisherP    float64
+	MidP       float64
+	AdjustedP  float64 // Holm-adjusted over every comparison; equal to FisherP with one
+	// FDRQ is the Benjamini-Hochberg adjusted p (false discovery rate) over every
+	// comparison, for screening many arms; the decision uses AdjustedP.
+	FDRQ          float64
 	Significant   bool
 	Direction     string  // "higher", "lower" or "" when not significant
 	PowerObserved float64 // exact power to detect the observed rates at these sizes
