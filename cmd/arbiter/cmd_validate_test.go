@@ -43,7 +43,7 @@ func TestValidateJSON(t *testing.T) {
 		t.Fatalf("stdout is not JSON: %v\n%s", err, out)
 	}
 	if sum.Name != "bf16-index-k-x-hicache" || len(sum.Arms) != 4 || sum.Arms[3].Name != "bf16_index_k=1,hicache=on" ||
-		sum.Arms[3].Levels["hicache"] != "on" || sum.Workload.Concurrency != 40 {
+		sum.Arms[3].Levels["hicache"] != "on" || sum.Workload.Concurrency != 60 {
 		t.Errorf("summary %+v", sum)
 	}
 }
