@@ -191,7 +191,7 @@ func TestFactorialExample(t *testing.T) {
 	if !slices.Equal(names, want) {
 		t.Errorf("arms %q, want %q", names, want)
 	}
-	if spec.Workload.Sessions != 40 || spec.Workload.Rounds != 3 || spec.Workload.Concurrency != 40 {
+	if spec.Workload.Sessions != 60 || spec.Workload.Rounds != 4 || spec.Workload.Concurrency != 60 {
 		t.Errorf("workload %+v", spec.Workload)
 	}
 }

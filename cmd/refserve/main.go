@@ -112,8 +112,11 @@ func (s *server) serve(ctx context.Context, ln net.Listener) error {
 	s.sched.close() // in-flight streams end with finish_reason "abort"
 	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if serr := hs.Shutdown(shutCtx); serr != nil && err == nil {
-		err = fmt.Errorf("shutting down: %w", serr)
+	if serr := hs.Shutdown(shutCtx); serr != nil {
+		// A client's spare connection that never carried a request counts as active for
+		// its first seconds; it holds no work, so closing it is not a failure.
+		log.Warn("connections still open at shutdown; closing them", "err", serr)
+		hs.Close()
 	}
 	stopSched()
 	<-schedDone
