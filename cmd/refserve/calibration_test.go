@@ -101,8 +101,10 @@ func TestCalibration(t *testing.T) {
 		r := runAgentSessions(t, base, 60, 4, 60)
 		t.Logf("seed %d: %d of %d sessions corrupted (%d of %d turns), stale steps %v",
 			seed, r.corrupted, r.sessions, r.corruptedTurns, r.turns, metric(t, base, "refserve:stale_index_k_steps_total"))
-		// Binomial(60, 0.15) lies in [2, 18] with probability above 0.999.
-		if r.corrupted < 2 || r.corrupted > 18 {
+		// Binomial(60, 0.15) lies in [2, 18] with probability above 0.99. Under the race
+		// detector the server is slowed so much that the load it sees, and so the rate,
+		// drift below the field's: there the count is logged, not judged.
+		if !raceEnabled && (r.corrupted < 2 || r.corrupted > 18) {
 			t.Errorf("seed %d: %d of 60 sessions corrupted; the field saw 7-11", seed, r.corrupted)
 		}
 		total += r.corrupted
@@ -110,7 +112,9 @@ func TestCalibration(t *testing.T) {
 	}
 	mean := float64(total) / float64(seeds)
 	t.Logf("hazard at 60 in flight %g: corrupted sessions per seed %v, mean %.1f of 60 (%.1f%%)", simHazardAt60, counts, mean, mean/60*100)
-	if !raceEnabled && seeds >= 3 && (mean < 5.5 || mean > 13) {
+	// Three seeds' mean has a standard error of about 1.6 sessions: 4.5-13 keeps a
+	// correct model failing less than 1% of the time.
+	if !raceEnabled && seeds >= 3 && (mean < 4.5 || mean > 13) {
 		t.Errorf("mean %.1f corrupted sessions of 60 over %d seeds; want 7.2-10.8 (12-18%%), within sampling error", mean, seeds)
 	}
 
