@@ -90,7 +90,7 @@ func build(t *testing.T, db *sqlx.DB, name string) (*Verdict, string) {
 		t.Fatal(err)
 	}
 	var md strings.Builder
-	if err := v.Markdown(&md, ""); err != nil {
+	if err := v.Markdown(&md); err != nil {
 		t.Fatal(err)
 	}
 	return v, md.String()

@@ -72,8 +72,8 @@ func (v *Verdict) WriteFiles(path string) error {
 	return os.WriteFile(path, buf.Bytes(), 0o644)
 }
 
-// Markdown writes the verdict without charts.
-func (v *Verdict) Markdown(w io.Writer, _ string) error { return v.markdown(w, nil) }
+// Markdown writes the verdict without charts (WriteFiles writes it with them).
+func (v *Verdict) Markdown(w io.Writer) error { return v.markdown(w, nil) }
 
 func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 	e := v.Experiment

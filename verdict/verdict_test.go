@@ -172,7 +172,7 @@ func TestAAVerdictFindsNoDifferenceAndSaysWhatThatMeans(t *testing.T) {
 		t.Error("loss gate passed although a run crashed")
 	}
 	var md bytes.Buffer
-	v.Markdown(&md, "")
+	v.Markdown(&md)
 	for _, want := range []string{"not the same as showing there is none", "crashed", "a2 2 of 60", "bounds its rate below"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("A/A verdict lacks %q", want)
@@ -213,7 +213,7 @@ func TestBuildUnknownExperiment(t *testing.T) {
 func checkGolden(t *testing.T, v *Verdict, name string) {
 	t.Helper()
 	var got bytes.Buffer
-	if err := v.Markdown(&got, ""); err != nil {
+	if err := v.Markdown(&got); err != nil {
 		t.Fatal(err)
 	}
 	path := filepath.Join("testdata", name+".golden.md")

@@ -28,11 +28,7 @@ experiment. Without -o the markdown goes to stdout; with -o it is written with i
 			if failOn != "" && !verdict.IsGate(failOn) {
 				return withCode(exitUsage, fmt.Errorf("--fail-on %q: want one of %s", failOn, strings.Join(verdict.Gates(), ", ")))
 			}
-			ref := ""
-			if len(args) == 1 {
-				ref = args[0]
-			}
-			v, err := loadVerdict(cmd, g, ref)
+			v, err := loadVerdict(cmd, g, args)
 			if err != nil {
 				return err
 			}
@@ -47,7 +43,7 @@ experiment. Without -o the markdown goes to stdout; with -o it is written with i
 					return err
 				}
 			default:
-				if err := v.Markdown(g.stdout, ""); err != nil {
+				if err := v.Markdown(g.stdout); err != nil {
 					return err
 				}
 			}
@@ -70,11 +66,7 @@ func newShowCmd(g *globals) *cobra.Command {
 		Short: "Summarise an experiment: arms, runs, corrupted sessions, decisions",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ref := ""
-			if len(args) == 1 {
-				ref = args[0]
-			}
-			v, err := loadVerdict(cmd, g, ref)
+			v, err := loadVerdict(cmd, g, args)
 			if err != nil {
 				return err
 			}
@@ -89,7 +81,12 @@ func newShowCmd(g *globals) *cobra.Command {
 	}
 }
 
-func loadVerdict(cmd *cobra.Command, g *globals, ref string) (*verdict.Verdict, error) {
+// loadVerdict judges the experiment the optional argument names, else the newest.
+func loadVerdict(cmd *cobra.Command, g *globals, args []string) (*verdict.Verdict, error) {
+	ref := ""
+	if len(args) == 1 {
+		ref = args[0]
+	}
 	db, err := store.OpenReadOnly(g.dbPath())
 	if err != nil {
 		return nil, err
