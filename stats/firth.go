@@ -280,8 +280,11 @@ func (d *firthData) fit(beta []float64, fixed int) (int, error) {
 }
 
 // firthNewtonAfter is the number of modified-score iterations after which fit switches
-// to Newton steps on a numerically differentiated Hessian.
-const firthNewtonAfter = 25
+// to Newton steps on a numerically differentiated Hessian. Most fits converge long
+// before; keeping the plain iteration that long makes the path, and so the maximum it
+// reaches when sparse cells make the penalized likelihood multimodal, that of the
+// textbook algorithm.
+const firthNewtonAfter = 200
 
 // newtonStep solves H·δ = −U* on the free coefficients, with H the Hessian of the
 // penalized log-likelihood obtained by central differences of its gradient U*. It
@@ -527,6 +530,15 @@ func Factorial(cells []FactorialCell) FactorialResult {
 	out.Fit = fit
 	out.Intercept = fit.Coef[0]
 	d, _ := newFirthData(X, y, w)
+	if alt, ok := d.fitFromCellLogits(); ok {
+		var moved float64
+		for j := range alt {
+			moved = math.Max(moved, math.Abs(alt[j]-fit.Coef[j]))
+		}
+		if ll := d.evaluate(alt).loglik; moved > 1e-4 && ll > fit.LogLik-1e-6*math.Abs(fit.LogLik) {
+			out.Warnings = append(out.Warnings, Warning(fmt.Sprintf("the penalized likelihood has more than one maximum (cells with very few sessions and 0%% or 100%% events): estimates are not unique, coefficients move by up to %.2g between them", moved)))
+		}
+	}
 	zeroCells := 0
 	for i := range y {
 		if y[i] == 0 || y[i] == 1 {
@@ -553,12 +565,43 @@ func Factorial(cells []FactorialCell) FactorialResult {
 	return out
 }
 
+// fitFromCellLogits fits from a second start, the weighted least-squares projection of
+// the cells' half-corrected empirical logits, to detect a second maximum.
+func (d *firthData) fitFromCellLogits() ([]float64, bool) {
+	p := d.p
+	xtx := newSquare(p)
+	xtz := make([]float64, p)
+	for i, row := range d.x {
+		ev := d.y[i] * d.w[i]
+		z := math.Log((ev + 0.5) / (d.w[i] - ev + 0.5))
+		for a := 0; a < p; a++ {
+			xtz[a] += d.w[i] * row[a] * z
+			for b := 0; b < p; b++ {
+				xtx[a][b] += d.w[i] * row[a] * row[b]
+			}
+		}
+	}
+	chol, ok := cholesky(xtx)
+	if !ok {
+		return nil, false
+	}
+	beta := choleskySolve(chol, xtz)
+	if _, err := d.fit(beta, -1); err != nil {
+		return nil, false
+	}
+	return beta, true
+}
+
 // profileBound finds the coefficient value on side dir (−1 or +1) of the estimate where
 // the profile penalized log-likelihood has dropped by half the 95% chi-square quantile.
 func (d *firthData) profileBound(coef []float64, llMax float64, j int, dir float64, se float64) (float64, error) {
 	target := llMax - factorialChi2/2
-	start := append([]float64(nil), coef...)
+	start := make([]float64, len(coef))
 	profile := func(b float64) (float64, error) {
+		// Each point starts from the estimate, not from the previous point: with
+		// sparse cells the constrained likelihood can have more than one maximum, and a
+		// warm start from far along the profile may settle in a lower one.
+		copy(start, coef)
 		start[j] = b
 		if _, err := d.fit(start, j); err != nil {
 			return 0, err

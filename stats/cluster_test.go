@@ -1,0 +1,338 @@
+package stats
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// extraReference is stats/testdata/extra/reference.json, written by gen.py.
+type extraReference struct {
+	Cluster []struct {
+		A, B       [][2]int
+		ICCA       *float64 `json:"icc_a"`
+		ICCB       *float64 `json:"icc_b"`
+		DeffA      float64  `json:"deff_a"`
+		DeffB      float64  `json:"deff_b"`
+		ICCPooled  *float64 `json:"icc_pooled"`
+		DeffPooled float64  `json:"deff_pooled"`
+		ChiSq      float64  `json:"chisq"`
+		PNaive     float64  `json:"p_naive"`
+		Adjusted   float64
+		P          float64
+	}
+	BetaBinom []struct {
+		A, B         [][2]int
+		MuA          float64  `json:"mu_a"`
+		RhoA         *float64 `json:"rho_a"`
+		LLA          float64  `json:"ll_a"`
+		MuB          float64  `json:"mu_b"`
+		RhoB         *float64 `json:"rho_b"`
+		LLB          float64  `json:"ll_b"`
+		MuPooled     float64  `json:"mu_pooled"`
+		LLPooled     float64  `json:"ll_pooled"`
+		MuAltA       float64  `json:"mu_alt_a"`
+		MuAltB       float64  `json:"mu_alt_b"`
+		LLAlt        float64  `json:"ll_alt"`
+		Statistic, P float64
+	}
+	Firth []struct {
+		X        [][]float64
+		Y, W     []float64
+		Coef, SE []float64
+		LogLik   float64
+		LRT, P   []float64
+	}
+	Factorial []struct {
+		Cells []struct {
+			Levels map[string]int
+			Events int
+			N      int
+		}
+		Coef, SE []float64
+		LogLik   float64
+		LRT, P   []float64
+		CILo     []float64 `json:"ci_lo"`
+		CIHi     []float64 `json:"ci_hi"`
+	}
+	Boundaries []struct {
+		Alpha     float64
+		Fractions []float64
+		Z         []float64
+		NominalP  []float64 `json:"nominal_p"`
+	}
+	Noninf []struct {
+		A, N1, B, N2 int
+		Alpha, Upper float64
+	}
+	Fisher []struct {
+		A, N1, B, N2 int
+		P            float64
+	}
+}
+
+var (
+	extraOnce sync.Once
+	extraRef  extraReference
+	extraErr  error
+)
+
+func loadExtra(t testing.TB) *extraReference {
+	t.Helper()
+	extraOnce.Do(func() {
+		var b []byte
+		b, extraErr = os.ReadFile(filepath.Join("testdata", "extra", "reference.json"))
+		if extraErr == nil {
+			extraErr = json.Unmarshal(b, &extraRef)
+		}
+	})
+	if extraErr != nil {
+		t.Fatalf("reference values (regenerate with testdata/extra/gen.py): %v", extraErr)
+	}
+	return &extraRef
+}
+
+// closeTo reports whether got is within rel of want, relatively, or within abs.
+func closeTo(got, want, rel, abs float64) bool {
+	if math.IsNaN(want) {
+		return math.IsNaN(got)
+	}
+	d := math.Abs(got - want)
+	return d <= abs || d <= rel*math.Abs(want)
+}
+
+func sessionsOf(pairs [][2]int) []ClusterCounts {
+	out := make([]ClusterCounts, len(pairs))
+	for i, p := range pairs {
+		out[i] = ClusterCounts{Events: p[0], Responses: p[1]}
+	}
+	return out
+}
+
+func orNaN(p *float64) float64 {
+	if p == nil {
+		return math.NaN()
+	}
+	return *p
+}
+
+func TestClusterReference(t *testing.T) {
+	ref := loadExtra(t)
+	if len(ref.Cluster) < 200 {
+		t.Fatalf("only %d clustering reference cases", len(ref.Cluster))
+	}
+	const rel = 1e-6
+	for i, c := range ref.Cluster {
+		a, b := sessionsOf(c.A), sessionsOf(c.B)
+		sa, err := SummarizeClusters(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb, _ := SummarizeClusters(b)
+		rs, err := RaoScott(a, b)
+		if err != nil {
+			t.Fatalf("case %d: %v", i, err)
+		}
+		checks := []struct {
+			name      string
+			got, want float64
+		}{
+			{"ICC A", sa.ICC, orNaN(c.ICCA)},
+			{"ICC B", sb.ICC, orNaN(c.ICCB)},
+			{"design effect A", sa.DesignEffect, c.DeffA},
+			{"design effect B", sb.DesignEffect, c.DeffB},
+			{"pooled ICC", rs.ICC, orNaN(c.ICCPooled)},
+			{"pooled design effect", rs.DesignEffect, c.DeffPooled},
+			{"chi-square", rs.ChiSquare, c.ChiSq},
+			{"naive p", rs.NaiveP, c.PNaive},
+			{"adjusted chi-square", rs.Adjusted, c.Adjusted},
+			{"Rao-Scott p", rs.P, c.P},
+		}
+		for _, ch := range checks {
+			if !closeTo(ch.got, ch.want, rel, 1e-12) {
+				t.Errorf("case %d %s: got %.12g, want %.12g (A %v B %v)", i, ch.name, ch.got, ch.want, c.A, c.B)
+			}
+		}
+	}
+}
+
+func TestBetaBinomialReference(t *testing.T) {
+	ref := loadExtra(t)
+	if len(ref.BetaBinom) < 200 {
+		t.Fatalf("only %d beta-binomial reference cases", len(ref.BetaBinom))
+	}
+	for i, c := range ref.BetaBinom {
+		a, b := sessionsOf(c.A), sessionsOf(c.B)
+		bt, err := BetaBinomialLRT(a, b)
+		if err != nil {
+			t.Fatalf("case %d: %v", i, err)
+		}
+		// Log-likelihoods at the maximum to 1e-6 relative (1e-7 absolute near 0); the
+		// statistic is their difference, so it gets an absolute floor of 1e-6. The
+		// likelihood is flat at its maximum, so the estimates themselves agree less closely.
+		lls := []struct {
+			name      string
+			got, want float64
+		}{
+			{"loglik A", bt.A.LogLik, c.LLA},
+			{"loglik B", bt.B.LogLik, c.LLB},
+			{"loglik pooled", bt.Pooled.LogLik, c.LLPooled},
+			{"loglik alternative", bt.LogLikAlt, c.LLAlt},
+		}
+		for _, l := range lls {
+			if !closeTo(l.got, l.want, 1e-6, 1e-7) {
+				t.Errorf("case %d %s: got %.12g, want %.12g (A %v B %v)", i, l.name, l.got, l.want, c.A, c.B)
+			}
+		}
+		if !closeTo(bt.Statistic, c.Statistic, 1e-6, 1e-6) {
+			t.Errorf("case %d statistic: got %.10g, want %.10g", i, bt.Statistic, c.Statistic)
+		}
+		if !closeTo(bt.P, c.P, 1e-5, 1e-6) {
+			t.Errorf("case %d p: got %.10g, want %.10g", i, bt.P, c.P)
+		}
+		for _, m := range []struct {
+			name      string
+			got, want float64
+		}{{"mu A", bt.A.Mu, c.MuA}, {"mu B", bt.B.Mu, c.MuB}, {"mu pooled", bt.Pooled.Mu, c.MuPooled}} {
+			if !closeTo(m.got, m.want, 1e-3, 1e-4) {
+				t.Errorf("case %d %s: got %.8g, want %.8g", i, m.name, m.got, m.want)
+			}
+		}
+		if (c.RhoA == nil) != math.IsNaN(bt.A.Rho) {
+			t.Errorf("case %d: rho A defined mismatch: got %v, want %v", i, bt.A.Rho, c.RhoA)
+		}
+	}
+}
+
+// The field's story: 60 sessions of 4 responses per arm; in arm B 7 sessions went bad and
+// every response of a bad session was corrupted. Counting responses pretends to have 240
+// independent observations per arm; the clustering correction must bring the evidence
+// back to about what 7 of 60 sessions carry.
+func TestRaoScottFieldStory(t *testing.T) {
+	a := make([]ClusterCounts, 60)
+	b := make([]ClusterCounts, 60)
+	for i := range a {
+		a[i] = ClusterCounts{0, 4}
+		b[i] = ClusterCounts{0, 4}
+		if i < 7 {
+			b[i].Events = 4
+		}
+	}
+	rs, err := RaoScott(a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sessions := pearson2x2(0, 60, 7, 60)
+	t.Logf("ICC %.3f, design effect %.2f, naive p %.3g, Rao-Scott p %.3g, session-level chi-square p %.3g",
+		rs.ICC, rs.DesignEffect, rs.NaiveP, rs.P, chiSquare1Survival(sessions))
+	if rs.ICC < 0.99 || rs.DesignEffect < 3.9 {
+		t.Errorf("all-or-nothing sessions: ICC %.3f and design effect %.2f, want ≈ 1 and ≈ 4", rs.ICC, rs.DesignEffect)
+	}
+	if rs.NaiveP > rs.P/100 {
+		t.Errorf("response-level p %.3g should overstate the evidence by orders of magnitude against Rao-Scott %.3g", rs.NaiveP, rs.P)
+	}
+	if !closeTo(rs.Adjusted, sessions, 0.02, 0) {
+		t.Errorf("adjusted chi-square %.4g should be close to the session-level %.4g", rs.Adjusted, sessions)
+	}
+	if !hasWarning(rs.Warnings, "honest unit") {
+		t.Errorf("a design effect of %.1f should warn that the session is the unit: %v", rs.DesignEffect, rs.Warnings)
+	}
+	sa, _ := SummarizeClusters(a)
+	if !math.IsNaN(sa.ICC) || sa.DesignEffect != 1 || !hasWarning(sa.Warnings, "undefined") {
+		t.Errorf("all-zero arm: ICC %v, design effect %v, warnings %v; want NaN, 1 and a warning", sa.ICC, sa.DesignEffect, sa.Warnings)
+	}
+	bt, err := BetaBinomialLRT(a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bt.A.Mu != 0 || !math.IsNaN(bt.A.Rho) || !hasWarning(bt.A.Warnings, "not identified") {
+		t.Errorf("all-zero arm fit: %+v", bt.A)
+	}
+	if bt.Rho < 0.99 || bt.P < rs.NaiveP {
+		t.Errorf("beta-binomial: common rho %.4f (want ≈ 1), p %.3g (want well above the naive %.3g)", bt.Rho, bt.P, rs.NaiveP)
+	}
+}
+
+func TestClusterRejectsBadTallies(t *testing.T) {
+	bad := []ClusterCounts{{Events: 5, Responses: 4}}
+	if _, err := SummarizeClusters(bad); err == nil {
+		t.Error("5 events of 4 responses accepted")
+	}
+	if _, err := RaoScott([]ClusterCounts{{0, 4}}, bad); err == nil || !strings.Contains(err.Error(), "arm B session 0") {
+		t.Errorf("error %v should name arm B session 0", err)
+	}
+	if _, err := BetaBinomialLRT(nil, []ClusterCounts{{1, 4}}); err == nil {
+		t.Error("empty arm accepted")
+	}
+}
+
+func hasWarning(ws []Warning, sub string) bool {
+	for _, w := range ws {
+		if strings.Contains(string(w), sub) {
+			return true
+		}
+	}
+	return false
+}
+
+// sessionsFromBytes turns fuzz input into a list of tallies of up to 9 responses.
+func sessionsFromBytes(data []byte) []ClusterCounts {
+	var out []ClusterCounts
+	for _, c := range data {
+		m := int(c>>4) % 10
+		e := int(c & 15)
+		if e > m {
+			e = m
+		}
+		out = append(out, ClusterCounts{Events: e, Responses: m})
+	}
+	return out
+}
+
+func FuzzRaoScott(f *testing.F) {
+	f.Add([]byte{0x40, 0x40, 0x40}, []byte{0x44, 0x40, 0x41})
+	f.Add([]byte{0x10}, []byte{0x11})
+	f.Add([]byte{}, []byte{0x33, 0x33})
+	f.Add([]byte{0x92, 0x31, 0x00}, []byte{0x99, 0x99, 0x11, 0x10})
+	f.Fuzz(func(t *testing.T, da, db []byte) {
+		a, b := sessionsFromBytes(da), sessionsFromBytes(db)
+		rs, err := RaoScott(a, b)
+		if err != nil {
+			return
+		}
+		if !(rs.P >= 0 && rs.P <= 1) || !(rs.NaiveP >= 0 && rs.NaiveP <= 1) {
+			t.Fatalf("p-values out of [0, 1]: %+v", rs)
+		}
+		if !(rs.DesignEffect >= 1) || rs.NaiveP > rs.P+1e-15 {
+			t.Fatalf("the correction must never strengthen the evidence: %+v", rs)
+		}
+		if len(a)+len(b) > 24 {
+			return // keep each fuzz input cheap
+		}
+		bt, err := BetaBinomialLRT(a, b)
+		if err != nil {
+			return
+		}
+		if !(bt.Statistic >= 0) || !(bt.P >= 0 && bt.P <= 1) || bt.LogLikAlt < bt.Pooled.LogLik-1e-9 {
+			t.Fatalf("beta-binomial test inconsistent: %+v", bt)
+		}
+	})
+}
+
+func BenchmarkBetaBinomialLRT(b *testing.B) {
+	x := make([]ClusterCounts, 60)
+	y := make([]ClusterCounts, 60)
+	for i := range x {
+		x[i] = ClusterCounts{i % 5 / 4, 4}
+		y[i] = ClusterCounts{i % 3, 4}
+	}
+	for b.Loop() {
+		if _, err := BetaBinomialLRT(x, y); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
