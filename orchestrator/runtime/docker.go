@@ -1,0 +1,671 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/api/types/network"
+	"github.com/moby/moby/client"
+)
+
+// Labels every container of arbiter carries, so that `arbiter gc` finds leftovers of an
+// experiment that died with its containers still there.
+const (
+	// LabelManaged marks a container as arbiter's ("1").
+	LabelManaged = "arbiter.managed"
+	// LabelExperiment holds the experiment's ID in the results database.
+	LabelExperiment = "arbiter.experiment"
+	// LabelRun holds the launch's name (Launch.Name), e.g. "exp3-control-b0".
+	LabelRun = "arbiter.run"
+)
+
+// Docker runs each arm as a container of Launch.Image on one Docker Engine, its port
+// published on the engine host's loopback. The zero value is valid and talks to the
+// local daemon ($DOCKER_HOST, else the default socket) with the settings SGLang's own
+// instructions give for `docker run`.
+type Docker struct {
+	// Host is the daemon: "" for the local one ($DOCKER_HOST, else the default socket),
+	// "unix:///path/docker.sock" or "tcp://host:port". ssh:// is not supported yet.
+	Host string
+	// GPUs are the devices an arm gets when Launch.GPUs is empty: "all", a range such
+	// as "0-7", or a list such as "0,2,4"; empty for none (unless GPUCount is set).
+	GPUs string
+	// GPUCount, when above 0, takes the first GPUCount devices of GPUs (of 0..n-1 when
+	// GPUs is empty); 0 takes them all.
+	GPUCount int
+	// Mounts are "src:dst[:ro|:rw]" pairs; an absolute src is a bind mount, which must
+	// exist, any other src a named volume.
+	Mounts []string
+	// ShmSize is the container's /dev/shm in bytes when IPC is not "host" (default
+	// 32 GiB, SGLang's --shm-size 32g).
+	ShmSize int64
+	// IPC is the IPC namespace mode (default "host", as SGLang asks, so that the
+	// tensor-parallel ranks and NCCL share memory freely); "private" or "shareable"
+	// give the container its own /dev/shm of ShmSize.
+	IPC string
+	// Memlock is the locked-memory limit in bytes: -1 for unlimited, above 0 for a
+	// limit. 0 (default) means unlimited for an arm with GPUs (RDMA and NIXL register
+	// pinned host memory) and the daemon's default otherwise, since a daemon whose own
+	// hard limit is lower refuses to start a container that asks for more.
+	Memlock int64
+	// ContainerPort is the port the engine listens on inside the container (default
+	// 8000); it is published on a port the daemon picks.
+	ContainerPort int
+	// HostFlag is the engine's listen-address flag, given 0.0.0.0 so that the published
+	// port reaches it (default "--host"; engines such as SGLang listen on 127.0.0.1
+	// otherwise). "-" adds none; a command that already sets it is left alone.
+	HostFlag string
+	// PublishIP is the host address the port is published on (default 127.0.0.1, so
+	// that nothing beyond the engine host's loopback can reach an engine).
+	PublishIP string
+	// Grace is how long Stop waits after SIGTERM before SIGKILL (default 10s).
+	Grace time.Duration
+	// TailLines is how many log lines an Exit keeps (default 40).
+	TailLines int
+}
+
+// defaults fills in the documented zero-value settings.
+func (d Docker) defaults() Docker {
+	if d.ShmSize <= 0 {
+		d.ShmSize = 32 << 30
+	}
+	if d.IPC == "" {
+		d.IPC = "host"
+	}
+	if d.ContainerPort <= 0 {
+		d.ContainerPort = 8000
+	}
+	if d.HostFlag == "" {
+		d.HostFlag = "--host"
+	}
+	if d.PublishIP == "" {
+		d.PublishIP = "127.0.0.1"
+	}
+	if d.Grace <= 0 {
+		d.Grace = 10 * time.Second
+	}
+	if d.TailLines <= 0 {
+		d.TailLines = 40
+	}
+	return d
+}
+
+// ErrSSHHost reports a daemon address arbiter cannot reach by itself yet.
+var ErrSSHHost = errors.New("docker runtime: ssh:// daemon hosts are not supported yet; forward the remote socket (ssh -L /tmp/node.sock:/var/run/docker.sock host) and use unix:///tmp/node.sock")
+
+// client opens a client for d.Host; API version negotiation is on, so old daemons
+// (API 1.41, Docker 20.10) are spoken to in their own version.
+func (d Docker) client() (*client.Client, error) {
+	opts := []client.Opt{client.FromEnv}
+	switch u, err := url.Parse(d.Host); {
+	case d.Host == "":
+	case err != nil:
+		return nil, fmt.Errorf("docker runtime: host %q: %w", d.Host, err)
+	case u.Scheme == "ssh":
+		return nil, ErrSSHHost
+	case u.Scheme == "unix" || u.Scheme == "tcp":
+		opts = append(opts, client.WithHost(d.Host))
+	default:
+		return nil, fmt.Errorf("docker runtime: host %q: want unix:// or tcp:// (or empty for the local daemon)", d.Host)
+	}
+	cli, err := client.New(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("docker runtime: client for %q: %w", d.Host, err)
+	}
+	return cli, nil
+}
+
+// connect opens a client and checks that a daemon answers.
+func (d Docker) connect(ctx context.Context) (*client.Client, error) {
+	cli, err := d.client()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("docker runtime: no daemon answers at %s: %w", cli.DaemonHost(), err)
+	}
+	return cli, nil
+}
+
+// Start creates and starts a container for l and returns once it runs.
+func (d Docker) Start(ctx context.Context, l Launch) (Instance, error) {
+	d = d.defaults()
+	if l.Image == "" {
+		return nil, errors.New("docker runtime: no image (engine.image)")
+	}
+	if l.LogPath == "" {
+		return nil, errors.New("docker runtime: no log path")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	cfg, hostCfg, err := d.containerConfig(l)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.checkReachable(); err != nil {
+		return nil, err
+	}
+	cli, err := d.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(l.LogPath), 0o755); err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("docker runtime: %w", err)
+	}
+	logFile, err := os.OpenFile(l.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("docker runtime: %w", err)
+	}
+	name := ContainerName(l.Name)
+	created, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Config: cfg, HostConfig: hostCfg})
+	if err != nil {
+		logFile.Close()
+		cli.Close()
+		if cerrdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("docker runtime: image %s is not on the daemon (arbiter does not pull; pull or build it there first): %w", l.Image, err)
+		}
+		return nil, fmt.Errorf("docker runtime: create %s: %w", name, err)
+	}
+	// From here on a failure removes the container again: nothing is left for gc.
+	discard := func(cause error) (Instance, error) {
+		rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_, _ = cli.ContainerRemove(rmCtx, created.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		logFile.Close()
+		cli.Close()
+		return nil, cause
+	}
+	if _, err := cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
+		return discard(fmt.Errorf("docker runtime: start %s: %w", name, err))
+	}
+	// Neither follow-logs nor wait may die with the caller's ctx: the instance outlives it.
+	bg, cancelBG := context.WithCancel(context.WithoutCancel(ctx))
+	logs, err := cli.ContainerLogs(bg, created.ID, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Follow: true})
+	if err != nil {
+		cancelBG()
+		return discard(fmt.Errorf("docker runtime: logs of %s: %w", name, err))
+	}
+	inspect, err := cli.ContainerInspect(ctx, created.ID, client.ContainerInspectOptions{})
+	if err != nil {
+		logs.Close()
+		cancelBG()
+		return discard(fmt.Errorf("docker runtime: inspect %s: %w", name, err))
+	}
+	inst := &dockerInstance{cli: cli, id: created.ID, name: name, grace: d.Grace, cancel: cancelBG,
+		log: newLogSink(logFile, l.Redact, d.TailLines), done: make(chan struct{})}
+	inst.endpoint = d.endpoint(cli, inspect.Container.NetworkSettings)
+
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		stdout, stderr := &lineWriter{sink: inst.log}, &lineWriter{sink: inst.log}
+		_, _ = stdcopy.StdCopy(stdout, stderr, logs)
+		stdout.flush()
+		stderr.flush()
+	}()
+	go func() {
+		code, oom, waitErr := inst.wait(bg)
+		// The log stream ends when the container does; a daemon that keeps it open
+		// must not hold the exit back.
+		select {
+		case <-copied:
+		case <-time.After(5 * time.Second):
+		}
+		logs.Close()
+		<-copied
+		logFile.Close()
+		inst.finish(code, oom, waitErr)
+	}()
+	return inst, nil
+}
+
+// containerConfig renders l into the daemon's create request.
+func (d Docker) containerConfig(l Launch) (*container.Config, *container.HostConfig, error) {
+	port, err := network.ParsePort(strconv.Itoa(d.ContainerPort) + "/tcp")
+	if err != nil {
+		return nil, nil, fmt.Errorf("docker runtime: container port: %w", err)
+	}
+	publish, err := netip.ParseAddr(d.PublishIP)
+	if err != nil {
+		return nil, nil, fmt.Errorf("docker runtime: publish address %q: %w", d.PublishIP, err)
+	}
+	portFlag := l.PortFlag
+	if portFlag == "" {
+		portFlag = "--port"
+	}
+	cfg := &container.Config{
+		Image:        l.Image,
+		Env:          slices.Clone(l.Env),
+		ExposedPorts: network.PortSet{port: {}},
+		Labels: map[string]string{LabelManaged: "1", LabelRun: l.Name,
+			LabelExperiment: experimentOf(l.Name)},
+	}
+	var args []string
+	if len(l.Command) > 0 {
+		// The command's first element is the binary inside the image; the image's own
+		// entrypoint (often a shell wrapper) would otherwise swallow it.
+		cfg.Entrypoint = []string{l.Command[0]}
+		args = slices.Clone(l.Command[1:])
+	}
+	if d.HostFlag != "-" && !hasFlag(args, d.HostFlag) {
+		args = append(args, d.HostFlag, "0.0.0.0")
+	}
+	cfg.Cmd = append(args, portFlag, strconv.Itoa(d.ContainerPort))
+
+	mounts, err := parseMounts(d.Mounts)
+	if err != nil {
+		return nil, nil, err
+	}
+	gpus := l.GPUs
+	count := 0
+	if gpus == "" {
+		gpus, count = d.GPUs, d.GPUCount
+	}
+	devices, err := deviceRequests(gpus, count)
+	if err != nil {
+		return nil, nil, err
+	}
+	hostCfg := &container.HostConfig{
+		PortBindings: network.PortMap{port: {{HostIP: publish}}},
+		Mounts:       mounts,
+		IpcMode:      container.IpcMode(d.IPC),
+		ShmSize:      d.ShmSize,
+		Resources:    container.Resources{DeviceRequests: devices},
+	}
+	if d.IPC == "host" {
+		// The host's /dev/shm is used; a size would only be ignored.
+		hostCfg.ShmSize = 0
+	}
+	memlock := d.Memlock
+	if memlock == 0 && len(devices) > 0 {
+		memlock = -1
+	}
+	if memlock != 0 {
+		hostCfg.Ulimits = []*container.Ulimit{{Name: "memlock", Soft: memlock, Hard: memlock}}
+	}
+	return cfg, hostCfg, nil
+}
+
+// checkReachable refuses a remote daemon whose engines would be published on its own
+// loopback, where arbiter cannot reach them.
+func (d Docker) checkReachable() error {
+	u, err := url.Parse(d.Host)
+	if d.Host == "" || err != nil || u.Scheme != "tcp" {
+		return nil
+	}
+	if ip, err := netip.ParseAddr(d.PublishIP); err == nil && !ip.IsLoopback() {
+		return nil
+	}
+	if isLoopbackHost(u.Hostname()) {
+		return nil
+	}
+	return fmt.Errorf("docker runtime: daemon %s is on another machine, but engine ports are published on %s there; give the runtime a PublishIP that this machine can reach", d.Host, d.PublishIP)
+}
+
+func isLoopbackHost(h string) bool {
+	if h == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(h)
+	return err == nil && ip.IsLoopback()
+}
+
+// endpoint is the engine's URL as arbiter reaches it. It is empty when the container
+// exited before its port could be read (Done is then closed or about to be).
+func (d Docker) endpoint(cli *client.Client, ns *container.NetworkSettings) string {
+	if ns == nil {
+		return ""
+	}
+	port, _ := network.ParsePort(strconv.Itoa(d.ContainerPort) + "/tcp")
+	host := d.PublishIP
+	if ip, err := netip.ParseAddr(host); err == nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+		if u, err := url.Parse(cli.DaemonHost()); err == nil && u.Scheme == "tcp" {
+			host = u.Hostname()
+		}
+	}
+	for _, b := range ns.Ports[port] {
+		if b.HostPort != "" {
+			return "http://" + net.JoinHostPort(host, b.HostPort)
+		}
+	}
+	return ""
+}
+
+// hasFlag reports whether args already set flag, as "--flag v" or "--flag=v".
+func hasFlag(args []string, flag string) bool {
+	for _, a := range args {
+		if a == flag || strings.HasPrefix(a, flag+"=") {
+			return true
+		}
+	}
+	return false
+}
+
+var experimentPrefix = regexp.MustCompile(`^exp(\d+)-`)
+
+// experimentOf reads the experiment ID out of the orchestrator's launch names
+// ("exp3-control-b0"); empty for a name of another shape.
+func experimentOf(name string) string {
+	if m := experimentPrefix.FindStringSubmatch(name); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+// ContainerName derives a Docker-safe, unique container name from a launch name:
+// factorial arm names hold "=" and ",", which Docker refuses, and two databases may
+// both hold an experiment 3. The random suffix keeps a leftover of an earlier run
+// from blocking a new one.
+func ContainerName(launch string) string {
+	var b strings.Builder
+	b.WriteString("arbiter-")
+	for _, r := range launch {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_', r == '.', r == '-':
+			b.WriteRune(r)
+		case r == '=':
+			b.WriteByte('.')
+		default:
+			b.WriteByte('_')
+		}
+		if b.Len() >= 100 {
+			break
+		}
+	}
+	var suffix [3]byte
+	_, _ = rand.Read(suffix[:])
+	b.WriteByte('-')
+	b.WriteString(hex.EncodeToString(suffix[:]))
+	return b.String()
+}
+
+// parseMounts reads "src:dst[:ro|:rw]".
+func parseMounts(specs []string) ([]mount.Mount, error) {
+	var out []mount.Mount
+	for _, s := range specs {
+		parts := strings.Split(s, ":")
+		if len(parts) < 2 || len(parts) > 3 || parts[0] == "" || parts[1] == "" {
+			return nil, fmt.Errorf("docker runtime: mount %q: want src:dst or src:dst:ro", s)
+		}
+		m := mount.Mount{Type: mount.TypeVolume, Source: parts[0], Target: parts[1]}
+		if filepath.IsAbs(parts[0]) {
+			m.Type = mount.TypeBind
+		}
+		if !strings.HasPrefix(parts[1], "/") {
+			return nil, fmt.Errorf("docker runtime: mount %q: the container path must be absolute", s)
+		}
+		if len(parts) == 3 {
+			switch parts[2] {
+			case "ro":
+				m.ReadOnly = true
+			case "rw":
+			default:
+				return nil, fmt.Errorf("docker runtime: mount %q: option %q: want ro or rw", s, parts[2])
+			}
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// deviceRequests pins GPUs through the nvidia driver: "all", "0-3" or "0,2"; count
+// above 0 takes the first count of them.
+func deviceRequests(gpus string, count int) ([]container.DeviceRequest, error) {
+	gpu := [][]string{{"gpu"}}
+	if gpus == "" && count <= 0 {
+		return nil, nil
+	}
+	if gpus == "all" {
+		n := -1
+		if count > 0 {
+			n = count
+		}
+		return []container.DeviceRequest{{Driver: "nvidia", Count: n, Capabilities: gpu}}, nil
+	}
+	var ids []string
+	if gpus == "" {
+		for i := range count {
+			ids = append(ids, strconv.Itoa(i))
+		}
+	} else {
+		var err error
+		if ids, err = ParseGPUs(gpus); err != nil {
+			return nil, err
+		}
+	}
+	if count > 0 {
+		if count > len(ids) {
+			return nil, fmt.Errorf("docker runtime: %d GPUs per arm, but only %d in %q", count, len(ids), gpus)
+		}
+		ids = ids[:count]
+	}
+	return []container.DeviceRequest{{Driver: "nvidia", DeviceIDs: ids, Capabilities: gpu}}, nil
+}
+
+// ParseGPUs expands a device set such as "0-3" or "0,2,5-6" into device IDs, in order,
+// without duplicates.
+func ParseGPUs(s string) ([]string, error) {
+	var ids []string
+	seen := map[int]bool{}
+	for part := range strings.SplitSeq(s, ",") {
+		part = strings.TrimSpace(part)
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil || a < 0 {
+			return nil, fmt.Errorf("docker runtime: GPUs %q: %q is not a device number or range", s, part)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil || b < a {
+				return nil, fmt.Errorf("docker runtime: GPUs %q: %q is not a range low-high", s, part)
+			}
+		}
+		if b-a > 1024 {
+			return nil, fmt.Errorf("docker runtime: GPUs %q: range %q is too wide", s, part)
+		}
+		for i := a; i <= b; i++ {
+			if !seen[i] {
+				seen[i] = true
+				ids = append(ids, strconv.Itoa(i))
+			}
+		}
+	}
+	return ids, nil
+}
+
+type dockerInstance struct {
+	cli      *client.Client
+	id, name string
+	endpoint string
+	grace    time.Duration
+	log      *logSink
+	cancel   context.CancelFunc // ends the follow-logs and wait requests
+	done     chan struct{}
+
+	mu      sync.Mutex
+	stopped bool
+	exit    Exit
+
+	removeOnce sync.Once
+	removeErr  error
+}
+
+func (i *dockerInstance) Endpoint() string      { return i.endpoint }
+func (i *dockerInstance) Done() <-chan struct{} { return i.done }
+
+func (i *dockerInstance) Exit() Exit {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.exit
+}
+
+// wait blocks until the container is no longer running and reads how it ended.
+func (i *dockerInstance) wait(ctx context.Context) (code int, oom bool, err error) {
+	w := i.cli.ContainerWait(ctx, i.id, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
+	select {
+	case r := <-w.Result:
+		code = int(r.StatusCode)
+		if r.Error != nil && r.Error.Message != "" {
+			err = errors.New(r.Error.Message)
+		}
+	case err = <-w.Error:
+		code = -1
+	}
+	// OOM is only in the container's state; a failed wait may still have an answer there.
+	inspCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if insp, ierr := i.cli.ContainerInspect(inspCtx, i.id, client.ContainerInspectOptions{}); ierr == nil && insp.Container.State != nil {
+		st := insp.Container.State
+		oom = st.OOMKilled
+		if !st.Running {
+			code, err = st.ExitCode, nil
+		}
+	}
+	return code, oom, err
+}
+
+func (i *dockerInstance) finish(code int, oom bool, waitErr error) {
+	i.mu.Lock()
+	e := Exit{Code: code, Stopped: i.stopped, LogTail: i.log.tail()}
+	switch {
+	case oom:
+		e.Code, e.Signal = -1, "SIGKILL (out of memory)"
+	case code > 128 && code <= 128+64:
+		// The container's init was killed by a signal; Docker reports 128+signal.
+		e.Code, e.Signal = -1, signalName(syscall.Signal(code-128))
+	}
+	if waitErr != nil {
+		e.LogTail = strings.TrimLeft(e.LogTail+"\n[arbiter: lost track of the container: "+waitErr.Error()+"]", "\n")
+	}
+	i.exit = e
+	i.mu.Unlock()
+	close(i.done)
+}
+
+func signalName(s syscall.Signal) string {
+	names := map[syscall.Signal]string{syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT",
+		syscall.SIGILL: "SIGILL", syscall.SIGABRT: "SIGABRT", syscall.SIGBUS: "SIGBUS", syscall.SIGFPE: "SIGFPE",
+		syscall.SIGKILL: "SIGKILL", syscall.SIGSEGV: "SIGSEGV", syscall.SIGPIPE: "SIGPIPE", syscall.SIGTERM: "SIGTERM"}
+	if n, ok := names[s]; ok {
+		return n
+	}
+	return fmt.Sprintf("signal %d", int(s))
+}
+
+// Stop stops the container (SIGTERM, SIGKILL after the grace period or when ctx ends)
+// and removes it; its log file stays.
+func (i *dockerInstance) Stop(ctx context.Context) error {
+	i.mu.Lock()
+	i.stopped = true
+	i.mu.Unlock()
+	bg := context.WithoutCancel(ctx)
+	select {
+	case <-i.done:
+	default:
+		grace := int(i.grace.Round(time.Second) / time.Second)
+		stopErr := make(chan error, 1)
+		go func() {
+			_, err := i.cli.ContainerStop(ctx, i.id, client.ContainerStopOptions{Timeout: &grace})
+			stopErr <- err
+		}()
+		select {
+		case <-i.done:
+		case <-ctx.Done():
+			i.kill(bg)
+		case err := <-stopErr:
+			if err != nil {
+				// The daemon could not stop it gracefully: force it.
+				i.kill(bg)
+			}
+		}
+		select {
+		case <-i.done:
+		case <-time.After(i.grace + 30*time.Second):
+			return i.remove(bg, fmt.Errorf("docker runtime: container %s did not exit", i.name))
+		}
+	}
+	return i.remove(bg, nil)
+}
+
+func (i *dockerInstance) kill(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, _ = i.cli.ContainerKill(ctx, i.id, client.ContainerKillOptions{Signal: "SIGKILL"})
+}
+
+// remove deletes the container once, whatever happened before, and releases the client.
+func (i *dockerInstance) remove(ctx context.Context, cause error) error {
+	i.removeOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		_, err := i.cli.ContainerRemove(ctx, i.id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		if err != nil && !cerrdefs.IsNotFound(err) {
+			i.removeErr = fmt.Errorf("docker runtime: remove %s (arbiter gc removes it later): %w", i.name, err)
+		}
+		i.cancel()
+		<-i.done
+		i.cli.Close()
+	})
+	return errors.Join(cause, i.removeErr)
+}
+
+// lineWriter cuts one demultiplexed stream into whole lines for the log sink, so that a
+// line of stdout and a line of stderr never end up spliced into one.
+type lineWriter struct {
+	sink *logSink
+	buf  []byte
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.buf = append(w.buf, p...)
+	for {
+		n := bytes.IndexByte(w.buf, '\n')
+		if n < 0 {
+			break
+		}
+		w.sink.writeLine(string(w.buf[:n+1]))
+		w.buf = w.buf[n+1:]
+	}
+	// A line without an end that grows past the sink's reader size is cut, as a pipe
+	// reader would.
+	if len(w.buf) > 64<<10 {
+		w.sink.writeLine(string(w.buf) + "\n")
+		w.buf = w.buf[:0]
+	}
+	return len(p), nil
+}
+
+func (w *lineWriter) flush() {
+	if len(w.buf) > 0 {
+		w.sink.writeLine(string(w.buf) + "\n")
+		w.buf = nil
+	}
+}
+
+var _ io.Writer = (*lineWriter)(nil)

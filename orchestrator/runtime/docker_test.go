@@ -1,0 +1,504 @@
+package runtime
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+)
+
+// The docker tests run refserve in an image built from scratch on the local daemon,
+// once per test binary. Without a daemon they skip, except where ARBITER_REQUIRE_DOCKER=1
+// (CI) makes the missing daemon a failure.
+var (
+	imageOnce sync.Once
+	imageTag  string
+	imageErr  error
+	noDaemon  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if imageTag != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if err := (Docker{}).RemoveImage(ctx, imageTag); err != nil {
+			fmt.Fprintln(os.Stderr, "cleanup:", err)
+		}
+		cancel()
+	}
+	os.Exit(code)
+}
+
+// refserveImage returns the tag of the test image, building it on first use.
+func refserveImage(t *testing.T) string {
+	t.Helper()
+	imageOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cli, err := Docker{}.connect(ctx)
+		if err != nil {
+			noDaemon = err
+			return
+		}
+		cli.Close()
+		dir, err := os.MkdirTemp("", "arbiter-docker-test")
+		if err != nil {
+			imageErr = err
+			return
+		}
+		defer os.RemoveAll(dir)
+		bin := filepath.Join(dir, "refserve")
+		build := exec.Command("go", "build", "-o", bin, "github.com/arbiterlab/arbiter/cmd/refserve")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			imageErr = fmt.Errorf("build refserve: %w\n%s", err, out)
+			return
+		}
+		files, err := ExecutableFiles(bin, "/refserve")
+		if err != nil {
+			imageErr = err
+			return
+		}
+		tag := "arbiter-test/refserve:" + randomHex(6)
+		if imageErr = (Docker{}).BuildImage(ctx, tag, files); imageErr == nil {
+			imageTag = tag
+		}
+	})
+	if noDaemon != nil {
+		if os.Getenv("ARBITER_REQUIRE_DOCKER") == "1" {
+			t.Fatalf("ARBITER_REQUIRE_DOCKER=1 but no Docker daemon answers: %v", noDaemon)
+		}
+		t.Skipf("no Docker daemon answers (set ARBITER_REQUIRE_DOCKER=1 to make this a failure): %v", noDaemon)
+	}
+	if imageErr != nil {
+		t.Fatalf("test image: %v", imageErr)
+	}
+	return imageTag
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// waitHealthy polls the engine's /health until it answers 200: a readiness check with a
+// deadline, failing early if the container exits.
+func waitHealthy(t *testing.T, inst Instance) {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	client := &http.Client{Timeout: 2 * time.Second}
+	for {
+		if inst.Endpoint() != "" {
+			if resp, err := client.Get(inst.Endpoint() + "/health"); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return
+				}
+			}
+		}
+		select {
+		case <-inst.Done():
+			t.Fatalf("engine exited before it was healthy: %s\n%s", inst.Exit(), inst.Exit().LogTail)
+		case <-deadline:
+			t.Fatalf("engine at %s not healthy within 30s", inst.Endpoint())
+		case <-tick.C:
+		}
+	}
+}
+
+// containerExists asks the daemon whether a container with this name is there.
+func containerExists(t *testing.T, name string) bool {
+	t.Helper()
+	left, err := Docker{}.Leftovers(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.ContainsFunc(left, func(l Leftover) bool { return l.Name == name })
+}
+
+func TestDockerServesPinnedEngineAndStopRemovesContainer(t *testing.T) {
+	image := refserveImage(t)
+	const secret = "s3cr3tToken"
+	logPath := filepath.Join(t.TempDir(), "logs", "engine.log")
+	l := Launch{Name: "exp7-bf16_index_k=1,hicache=on-b0", Image: image,
+		Command: []string{"/refserve", "--served-model-name", secret + "-model", "--enable-hierarchical-cache"},
+		Env:     []string{"BF16_INDEX_K=1"}, LogPath: logPath,
+		Redact: func(s string) string { return strings.ReplaceAll(s, secret, "[redacted]") }}
+	inst, err := Docker{Grace: 5 * time.Second}.Start(context.Background(), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := inst.(*dockerInstance)
+	t.Cleanup(func() { inst.Stop(context.Background()) })
+	if !regexp.MustCompile(`^http://127\.0\.0\.1:\d+$`).MatchString(inst.Endpoint()) {
+		t.Fatalf("endpoint %q is not on the host's loopback", inst.Endpoint())
+	}
+	waitHealthy(t, inst)
+
+	resp, err := http.Get(inst.Endpoint() + "/get_server_info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info struct {
+		BF16IndexK bool              `json:"bf16_index_k"`
+		HiCache    bool              `json:"enable_hierarchical_cache"`
+		Port       int               `json:"port"`
+		Env        map[string]string `json:"env"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&info)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.BF16IndexK || info.Env["BF16_INDEX_K"] != "1" || !info.HiCache {
+		t.Errorf("server info = %+v, want the BF16_INDEX_K=1 pin and HiCache on", info)
+	}
+	if info.Port != 8000 {
+		t.Errorf("engine listens on %d inside the container, want 8000", info.Port)
+	}
+	if !containerExists(t, d.name) {
+		t.Fatalf("container %s is not listed as arbiter's", d.name)
+	}
+
+	if err := inst.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-inst.Done():
+	default:
+		t.Fatal("Stop returned before the engine was gone")
+	}
+	if e := inst.Exit(); e.Crashed() || e.Code != 0 {
+		t.Errorf("exit = %+v, want a clean stop (refserve exits 0 on SIGTERM)", e)
+	}
+	if containerExists(t, d.name) {
+		t.Errorf("container %s still exists after Stop", d.name)
+	}
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := string(b)
+	if !strings.Contains(log, "The server is fired up and ready to roll!") {
+		t.Errorf("log lacks the engine's ready line:\n%s", log)
+	}
+	if strings.Contains(log, secret) || !strings.Contains(log, "[redacted]-model") {
+		t.Errorf("log is not redacted:\n%s", log)
+	}
+}
+
+func TestDockerReportsCrashWithExitCodeAndLogTail(t *testing.T) {
+	image := refserveImage(t)
+	l := Launch{Name: "exp8-control-b1", Image: image, Command: []string{"/refserve", "--no-such-flag"},
+		LogPath: filepath.Join(t.TempDir(), "engine.log")}
+	inst, err := Docker{}.Start(context.Background(), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-inst.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("container with a bad flag did not exit")
+	}
+	e := inst.Exit()
+	if e.Code != 2 || !e.Crashed() || e.Signal != "" {
+		t.Fatalf("exit = %+v, want code 2 and crashed", e)
+	}
+	if !strings.Contains(e.LogTail, "flag provided but not defined: -no-such-flag") {
+		t.Errorf("log tail %q lacks the engine's last words", e.LogTail)
+	}
+	name := inst.(*dockerInstance).name
+	if !containerExists(t, name) {
+		t.Fatal("a crashed container must stay until Stop, for its logs")
+	}
+	if err := inst.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if e := inst.Exit(); !e.Crashed() {
+		t.Errorf("Stop after the crash turned it into a stop: %+v", e)
+	}
+	if containerExists(t, name) {
+		t.Errorf("container %s still exists after Stop", name)
+	}
+}
+
+func TestDockerStopKillsWhenContextEnds(t *testing.T) {
+	image := refserveImage(t)
+	l := Launch{Name: "exp9-treatment-b0", Image: image, Command: []string{"/refserve"},
+		LogPath: filepath.Join(t.TempDir(), "engine.log")}
+	inst, err := Docker{Grace: time.Minute}.Start(context.Background(), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitHealthy(t, inst)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := inst.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e := inst.Exit(); e.Signal != "SIGKILL" || e.Code != -1 || e.Crashed() {
+		t.Errorf("exit = %+v, want SIGKILL and stopped", e)
+	}
+}
+
+func TestDockerLeftoversFindsAndRemovesLabelledContainers(t *testing.T) {
+	image := refserveImage(t)
+	l := Launch{Name: "exp42-control-b3", Image: image, Command: []string{"/refserve"},
+		LogPath: filepath.Join(t.TempDir(), "engine.log")}
+	inst, err := Docker{}.Start(context.Background(), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inst.Stop(context.Background()) })
+	name := inst.(*dockerInstance).name
+	// arbiter was killed here, before it could stop the arm.
+	left, err := Docker{}.Leftovers(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(left, func(l Leftover) bool { return l.Name == name })
+	if i < 0 {
+		t.Fatalf("leftovers %+v lack %s", left, name)
+	}
+	if got := left[i]; got.Experiment != "42" || got.Run != "exp42-control-b3" || got.State != "running" || got.Image != image {
+		t.Errorf("leftover = %+v, want experiment 42, run exp42-control-b3, running, image %s", got, image)
+	}
+	if err := (Docker{}).Remove(context.Background(), left[i].ID); err != nil {
+		t.Fatal(err)
+	}
+	if containerExists(t, name) {
+		t.Fatalf("container %s survived Remove", name)
+	}
+	select {
+	case <-inst.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("instance did not notice its container was removed")
+	}
+	if err := inst.Stop(context.Background()); err != nil {
+		t.Errorf("Stop of a container already removed: %v", err)
+	}
+}
+
+func TestDockerStartErrors(t *testing.T) {
+	logPath := filepath.Join(t.TempDir(), "engine.log")
+	cases := []struct {
+		d    Docker
+		l    Launch
+		want string
+	}{
+		{Docker{}, Launch{Command: []string{"/refserve"}, LogPath: logPath}, "no image"},
+		{Docker{}, Launch{Image: "x", Command: []string{"/refserve"}}, "no log path"},
+		{Docker{Host: "ssh://ops@node-a"}, Launch{Image: "x", LogPath: logPath}, "ssh:// daemon hosts are not supported yet"},
+		{Docker{Host: "http://node-a"}, Launch{Image: "x", LogPath: logPath}, "want unix:// or tcp://"},
+		{Docker{Host: "tcp://node-a:2375"}, Launch{Image: "x", LogPath: logPath}, "is on another machine"},
+		{Docker{Mounts: []string{"/models"}}, Launch{Image: "x", LogPath: logPath}, "want src:dst"},
+		{Docker{GPUs: "0-1", GPUCount: 4}, Launch{Image: "x", LogPath: logPath}, "only 2"},
+	}
+	for _, c := range cases {
+		_, err := c.d.Start(context.Background(), c.l)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Start(%+v, %+v) = %v, want an error saying %q", c.d, c.l, err, c.want)
+		}
+	}
+}
+
+func TestDockerStartWithMissingImageSaysSo(t *testing.T) {
+	refserveImage(t)
+	l := Launch{Name: "exp1-a-b0", Image: "arbiter-test/absent:" + randomHex(4), Command: []string{"/refserve"},
+		LogPath: filepath.Join(t.TempDir(), "engine.log")}
+	_, err := Docker{}.Start(context.Background(), l)
+	if err == nil || !strings.Contains(err.Error(), "arbiter does not pull") {
+		t.Fatalf("Start with a missing image = %v, want an error that says it is not there", err)
+	}
+}
+
+func TestContainerConfigRendersLaunch(t *testing.T) {
+	d := Docker{GPUs: "0-7", GPUCount: 4, Mounts: []string{"/models:/models:ro", "hf-cache:/root/.cache/huggingface"}}.defaults()
+	l := Launch{Name: "exp3-hicache=on,overlap=off-b1", Image: "lmsysorg/sglang:v0.5",
+		Command: []string{"python3", "-m", "sglang.launch_server", "--tp", "4"}, Env: []string{"BF16_INDEX_K=1"}}
+	cfg, host, err := d.containerConfig(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"python3"}; !slices.Equal(cfg.Entrypoint, want) {
+		t.Errorf("entrypoint = %q, want %q", cfg.Entrypoint, want)
+	}
+	if want := []string{"-m", "sglang.launch_server", "--tp", "4", "--host", "0.0.0.0", "--port", "8000"}; !slices.Equal(cfg.Cmd, want) {
+		t.Errorf("cmd = %q, want %q", cfg.Cmd, want)
+	}
+	if cfg.Labels[LabelManaged] != "1" || cfg.Labels[LabelExperiment] != "3" || cfg.Labels[LabelRun] != l.Name {
+		t.Errorf("labels = %v", cfg.Labels)
+	}
+	if !slices.Equal(cfg.Env, l.Env) {
+		t.Errorf("env = %q, want %q", cfg.Env, l.Env)
+	}
+	want := []container.DeviceRequest{{Driver: "nvidia", DeviceIDs: []string{"0", "1", "2", "3"}, Capabilities: [][]string{{"gpu"}}}}
+	if got := host.DeviceRequests; len(got) != 1 || !slices.Equal(got[0].DeviceIDs, want[0].DeviceIDs) || got[0].Driver != "nvidia" {
+		t.Errorf("device requests = %+v, want %+v", got, want)
+	}
+	if host.IpcMode != "host" {
+		t.Errorf("ipc = %q, want host", host.IpcMode)
+	}
+	if len(host.Ulimits) != 1 || host.Ulimits[0].Name != "memlock" || host.Ulimits[0].Hard != -1 {
+		t.Errorf("ulimits = %+v, want memlock unlimited for an arm with GPUs", host.Ulimits)
+	}
+	wantMounts := []mount.Mount{{Type: mount.TypeBind, Source: "/models", Target: "/models", ReadOnly: true},
+		{Type: mount.TypeVolume, Source: "hf-cache", Target: "/root/.cache/huggingface"}}
+	if !slices.Equal(host.Mounts, wantMounts) {
+		t.Errorf("mounts = %+v, want %+v", host.Mounts, wantMounts)
+	}
+	for p, bs := range host.PortBindings {
+		if p.Num() != 8000 || len(bs) != 1 || bs[0].HostIP.String() != "127.0.0.1" || bs[0].HostPort != "" {
+			t.Errorf("port binding %v -> %+v, want 8000 on 127.0.0.1, host port picked by the daemon", p, bs)
+		}
+	}
+
+	// Without GPUs nothing asks for memlock (a daemon with a lower hard limit refuses it);
+	// a private IPC namespace gets SGLang's 32 GiB /dev/shm; a command that names its
+	// host keeps it.
+	d = Docker{IPC: "private"}.defaults()
+	l.Command = []string{"/refserve", "--host=0.0.0.0"}
+	cfg, host, err = d.containerConfig(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host.Ulimits != nil || host.DeviceRequests != nil || host.ShmSize != 32<<30 {
+		t.Errorf("host config = ulimits %+v, devices %+v, shm %d", host.Ulimits, host.DeviceRequests, host.ShmSize)
+	}
+	if want := []string{"--host=0.0.0.0", "--port", "8000"}; !slices.Equal(cfg.Cmd, want) {
+		t.Errorf("cmd = %q, want %q", cfg.Cmd, want)
+	}
+}
+
+func TestDeviceRequests(t *testing.T) {
+	cases := []struct {
+		gpus  string
+		count int
+		ids   []string
+		n     int
+	}{
+		{"", 0, nil, 0},
+		{"all", 0, nil, -1},
+		{"all", 2, nil, 2},
+		{"", 2, []string{"0", "1"}, 0},
+		{"0,1", 0, []string{"0", "1"}, 0},
+		{"4-7", 2, []string{"4", "5"}, 0},
+	}
+	for _, c := range cases {
+		got, err := deviceRequests(c.gpus, c.count)
+		if err != nil {
+			t.Fatalf("deviceRequests(%q, %d): %v", c.gpus, c.count, err)
+		}
+		if c.gpus == "" && c.count == 0 {
+			if got != nil {
+				t.Errorf("no GPUs asked, got %+v", got)
+			}
+			continue
+		}
+		if len(got) != 1 || !slices.Equal(got[0].DeviceIDs, c.ids) || got[0].Count != c.n || got[0].Driver != "nvidia" {
+			t.Errorf("deviceRequests(%q, %d) = %+v, want ids %q count %d", c.gpus, c.count, got, c.ids, c.n)
+		}
+	}
+}
+
+func TestParseGPUs(t *testing.T) {
+	good := map[string][]string{"0-3": {"0", "1", "2", "3"}, "0,1": {"0", "1"}, "0,2,5-6": {"0", "2", "5", "6"},
+		"3": {"3"}, "1,1,0-1": {"1", "0"}}
+	for in, want := range good {
+		got, err := ParseGPUs(in)
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("ParseGPUs(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "a", "3-1", "-1", "0-", "0,,1", "0-99999"} {
+		if got, err := ParseGPUs(in); err == nil {
+			t.Errorf("ParseGPUs(%q) = %q, want an error", in, got)
+		}
+	}
+}
+
+func FuzzParseGPUs(f *testing.F) {
+	for _, s := range []string{"0-7", "0,1", "all", "0,2,5-6", "3-1", "", "1,1", " 2 , 4-5"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ids, err := ParseGPUs(s)
+		if err != nil {
+			return
+		}
+		if len(ids) == 0 {
+			t.Fatalf("ParseGPUs(%q) gave no devices and no error", s)
+		}
+		seen := map[string]bool{}
+		for _, id := range ids {
+			if seen[id] || !regexp.MustCompile(`^(0|[1-9][0-9]*)$`).MatchString(id) {
+				t.Fatalf("ParseGPUs(%q) = %q: duplicate or malformed %q", s, ids, id)
+			}
+			seen[id] = true
+		}
+		// The expansion is a fixed point: parsing it again changes nothing.
+		again, err := ParseGPUs(strings.Join(ids, ","))
+		if err != nil || !slices.Equal(again, ids) {
+			t.Fatalf("ParseGPUs(%q) = %q, but its re-parse is %q, %v", s, ids, again, err)
+		}
+	})
+}
+
+var dockerName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]+$`)
+
+func FuzzContainerName(f *testing.F) {
+	for _, s := range []string{"exp3-control-b0", "exp12-bf16_index_k=1,hicache=on,overlap=off-b1", "", "ärm/💥 x", strings.Repeat("a", 300)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, launch string) {
+		a, b := ContainerName(launch), ContainerName(launch)
+		if !dockerName.MatchString(a) || len(a) > 128 {
+			t.Fatalf("ContainerName(%q) = %q: not a name Docker accepts", launch, a)
+		}
+		if a == b {
+			t.Fatalf("ContainerName(%q) gave %q twice: a leftover would block the next launch", launch, a)
+		}
+	})
+}
+
+func TestMountsParse(t *testing.T) {
+	for _, bad := range []string{"/models", "/a:b", "/a:/b:rx", ":/b", "/a:/b:ro:x"} {
+		if _, err := parseMounts([]string{bad}); err == nil {
+			t.Errorf("parseMounts(%q) accepted it", bad)
+		}
+	}
+}
+
+func TestLineWriterKeepsStreamsApart(t *testing.T) {
+	var sb strings.Builder
+	sink := newLogSink(&sb, nil, 10)
+	out, errw := &lineWriter{sink: sink}, &lineWriter{sink: sink}
+	out.Write([]byte("loading wei"))
+	errw.Write([]byte("warn: slow disk\n"))
+	out.Write([]byte("ghts\nready\npartial"))
+	out.flush()
+	want := "warn: slow disk\nloading weights\nready\npartial\n"
+	if sb.String() != want {
+		t.Errorf("log = %q, want %q", sb.String(), want)
+	}
+	if sink.tail() != "warn: slow disk\nloading weights\nready\npartial" {
+		t.Errorf("tail = %q", sink.tail())
+	}
+}
