@@ -64,8 +64,9 @@ func Firth(X [][]float64, y []float64, weights []float64) (FirthFit, error) {
 		return FirthFit{}, ev.err
 	}
 	fit := FirthFit{Coef: beta, SE: make([]float64, d.p), LogLik: ev.loglik, LRT: make([]float64, d.p), P: make([]float64, d.p), Iterations: it}
+	cov := choleskyInverse(ev.chol)
 	for j := 0; j < d.p; j++ {
-		fit.SE[j] = math.Sqrt(ev.cov[j][j])
+		fit.SE[j] = math.Sqrt(cov[j][j])
 	}
 	for j := 0; j < d.p; j++ {
 		b := append([]float64(nil), beta...)
@@ -127,7 +128,7 @@ type firthEval struct {
 	loglik float64
 	score  []float64   // modified score U*(β)
 	info   [][]float64 // Fisher information X'WX
-	cov    [][]float64 // its inverse
+	chol   [][]float64 // its lower Cholesky factor
 	err    error
 }
 
@@ -176,25 +177,27 @@ func (d *firthData) evaluate(beta []float64) firthEval {
 	for a := 0; a < p; a++ {
 		logdet += 2 * math.Log(chol[a][a])
 	}
-	cov := choleskyInverse(chol)
 	score := make([]float64, p)
+	z := make([]float64, p)
 	for i, row := range d.x {
 		pi := prob[i]
-		var h float64 // hat value: w_i·π(1−π)·x' I⁻¹ x
+		// Hat value w_i·π(1−π)·x'I⁻¹x = w_i·π(1−π)·|L⁻¹x|², by forward substitution.
+		var q float64
 		for a := 0; a < p; a++ {
-			var s float64
-			for b := 0; b < p; b++ {
-				s += cov[a][b] * row[b]
+			t := row[a]
+			for k := 0; k < a; k++ {
+				t -= chol[a][k] * z[k]
 			}
-			h += row[a] * s
+			z[a] = t / chol[a][a]
+			q += z[a] * z[a]
 		}
-		h *= d.w[i] * pi * (1 - pi)
+		h := q * d.w[i] * pi * (1 - pi)
 		r := d.w[i]*(d.y[i]-pi) + h*(0.5-pi)
 		for a := 0; a < p; a++ {
 			score[a] += row[a] * r
 		}
 	}
-	return firthEval{loglik: ll + 0.5*logdet, score: score, info: info, cov: cov}
+	return firthEval{loglik: ll + 0.5*logdet, score: score, info: info, chol: chol}
 }
 
 // fit maximizes the penalized likelihood from the start in beta (updated in place). With
@@ -284,7 +287,7 @@ func (d *firthData) fit(beta []float64, fixed int) (int, error) {
 // before; keeping the plain iteration that long makes the path, and so the maximum it
 // reaches when sparse cells make the penalized likelihood multimodal, that of the
 // textbook algorithm.
-const firthNewtonAfter = 200
+const firthNewtonAfter = 30
 
 // newtonStep solves H·δ = −U* on the free coefficients, with H the Hessian of the
 // penalized log-likelihood obtained by central differences of its gradient U*. It
@@ -594,62 +597,67 @@ func (d *firthData) fitFromCellLogits() ([]float64, bool) {
 
 // profileBound finds the coefficient value on side dir (−1 or +1) of the estimate where
 // the profile penalized log-likelihood has dropped by half the 95% chi-square quantile.
+// The profile's slope at b is the score of coefficient j at the constrained maximum (the
+// envelope theorem), so a Newton iteration kept inside the bracket converges in a few
+// constrained fits.
 func (d *firthData) profileBound(coef []float64, llMax float64, j int, dir float64, se float64) (float64, error) {
 	target := llMax - factorialChi2/2
 	start := make([]float64, len(coef))
-	profile := func(b float64) (float64, error) {
+	profile := func(b float64) (f, slope float64, err error) {
 		// Each point starts from the estimate, not from the previous point: with
 		// sparse cells the constrained likelihood can have more than one maximum, and a
 		// warm start from far along the profile may settle in a lower one.
 		copy(start, coef)
 		start[j] = b
 		if _, err := d.fit(start, j); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
-		return d.evaluate(start).loglik - target, nil
+		ev := d.evaluate(start)
+		return ev.loglik - target, ev.score[j], nil
 	}
 	inner := coef[j]
 	step := math.Max(se, 0.1)
-	outer := inner
-	var fOuter float64
+	var outer, fOuter, sOuter float64
 	found := false
-	for i := 0; i < 60; i++ {
+	for i := 0; i < 60 && step <= 1e4; i++ {
 		outer = coef[j] + dir*step
-		f, err := profile(outer)
+		f, sl, err := profile(outer)
 		if err != nil {
 			return 0, err
 		}
 		if f < 0 {
-			fOuter, found = f, true
+			fOuter, sOuter, found = f, sl, true
 			break
 		}
 		inner = outer
 		step *= 2
-		if step > 1e4 {
-			break
-		}
 	}
 	if !found {
 		return 0, fmt.Errorf("profile of coefficient %d does not fall below the 95%% level", j)
 	}
-	fInner := llMax - target
-	// Bisection with a regula-falsi first guess: the profile is smooth and monotone here.
-	a, b := inner, outer
-	fa, fb := fInner, fOuter
-	for i := 0; i < 200 && math.Abs(b-a) > 1e-11*math.Max(1, math.Abs(a)); i++ {
-		m := a - fa*(b-a)/(fb-fa)
-		if !(m > math.Min(a, b) && m < math.Max(a, b)) || i%3 == 2 {
-			m = (a + b) / 2
+	// Invariant: f(in) ≥ 0 > f(out).
+	in, out := inner, outer
+	x, f, sl := outer, fOuter, sOuter
+	for i := 0; i < 100; i++ {
+		next := x - f/sl
+		lo, hi := math.Min(in, out), math.Max(in, out)
+		if !(next > lo && next < hi) || sl == 0 {
+			next = (in + out) / 2
 		}
-		fm, err := profile(m)
+		if math.Abs(next-x) <= 1e-11*math.Max(1, math.Abs(x)) || hi-lo <= 1e-12*math.Max(1, math.Abs(x)) {
+			return next, nil
+		}
+		var err error
+		x = next
+		f, sl, err = profile(x)
 		if err != nil {
 			return 0, err
 		}
-		if fm >= 0 {
-			a, fa = m, fm
+		if f >= 0 {
+			in = x
 		} else {
-			b, fb = m, fm
+			out = x
 		}
 	}
-	return (a + b) / 2, nil
+	return x, nil
 }

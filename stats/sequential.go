@@ -102,30 +102,44 @@ func Boundaries(K int, alpha float64, fractions []float64) ([]Boundary, error) {
 		} else {
 			sigma := math.Sqrt(t[k] - t[k-1])
 			sqt := math.Sqrt(t[k])
-			cross := func(c float64) float64 {
-				var s float64
+			// cross is the probability of continuing to look k and crossing there, minus
+			// the α to spend, with its derivative in c.
+			cross := func(c float64) (f, df float64) {
 				for i, x := range nodes {
-					s += weights[i] * dens[i] * (normalLower((-c*sqt-x)/sigma) + normalLower((-c*sqt+x)/sigma))
+					u, v := (-c*sqt-x)/sigma, (-c*sqt+x)/sigma
+					m := weights[i] * dens[i]
+					f += m * (normalLower(u) + normalLower(v))
+					df -= m * (normalDensity(u) + normalDensity(v))
 				}
-				return s
+				return f - pi, df * sqt / sigma
 			}
-			// The crossing probability falls as the boundary rises: bisect.
+			// The crossing probability falls as the boundary rises: Newton's method kept
+			// inside a bracket, bisecting whenever a step would leave it.
 			lo, hi := 0.0, 1.0
-			for cross(hi) > pi {
-				hi *= 2
+			for f, _ := cross(hi); f > 0; f, _ = cross(hi) {
+				lo, hi = hi, 2*hi
 				if hi > 1e3 {
 					return nil, fmt.Errorf("stats: sequential design: look %d: cannot place a boundary for α increment %g", k+1, pi)
 				}
 			}
-			for i := 0; i < 200 && hi-lo > 1e-14*hi; i++ {
-				m := (lo + hi) / 2
-				if cross(m) > pi {
-					lo = m
-				} else {
-					hi = m
-				}
-			}
 			c = (lo + hi) / 2
+			for i := 0; i < 200; i++ {
+				f, df := cross(c)
+				if f > 0 {
+					lo = c
+				} else {
+					hi = c
+				}
+				next := c - f/df
+				if !(next > lo && next < hi) {
+					next = (lo + hi) / 2
+				}
+				if math.Abs(next-c) <= 1e-15*c || hi-lo <= 1e-15*hi {
+					c = next
+					break
+				}
+				c = next
+			}
 		}
 		out[k] = Boundary{Look: k + 1, Fraction: t[k], Z: c, NominalP: math.Erfc(c / math.Sqrt2), AlphaSpent: spent}
 		spentBefore = spent
@@ -140,7 +154,7 @@ func Boundaries(K int, alpha float64, fractions []float64) ([]Boundary, error) {
 		} else {
 			scale = math.Min(scale, math.Sqrt(t[k]-t[k-1]))
 		}
-		nx, nw := seqNodes(b, scale/2)
+		nx, nw := seqNodes(b, 2*scale)
 		nd := make([]float64, len(nx))
 		if k == 0 {
 			sd := math.Sqrt(t[0])
