@@ -441,7 +441,7 @@ type FactorialResult struct {
 	Warnings  []Warning
 }
 
-// factorialZ is the two-sided 95% chi-square (1 df) quantile used by the profile CIs.
+// factorialChi2 is the 95% quantile of chi-square with 1 df, used by the profile CIs.
 const factorialChi2 = 3.841458820694124
 
 // Factorial fits the main effects and two-way interactions of a 2^k design by Firth's

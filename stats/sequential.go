@@ -357,7 +357,8 @@ func SimulateSequential(p0, p1 float64, nPerLook, K int, alpha float64, reps int
 	if p0 == p1 {
 		return out
 	}
-	n := SessionsFor(p0, p1, alpha, out.ExactRejectRate, 1)
+	// A power that rounds to 1 asks the fixed design for certainty; cap it just below.
+	n := SessionsFor(p0, p1, alpha, math.Min(out.ExactRejectRate, 1-1e-9), 1)
 	if n == 0 {
 		out.Warnings = append(out.Warnings, Warning(fmt.Sprintf("no fixed design reaches power %.4f", out.ExactRejectRate)))
 		return out
