@@ -117,10 +117,19 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	}
 	rt := opts.Runtime
 	if rt == nil {
-		if spec.Runtime.Kind != "" && spec.Runtime.Kind != "process" {
+		switch spec.Runtime.Kind {
+		case "", "process":
+			rt = runtime.Process{}
+		case "docker":
+			// Arms run one at a time, on the first node (the local daemon when none).
+			d := runtime.Docker{GPUCount: spec.Engine.GPUs, Mounts: spec.Engine.Mounts}
+			if len(spec.Runtime.Nodes) > 0 {
+				d.Host, d.GPUs = spec.Runtime.Nodes[0].Host, spec.Runtime.Nodes[0].GPUs
+			}
+			rt = d
+		default:
 			return Result{}, fmt.Errorf("orchestrator: runtime %q needs a Runtime", spec.Runtime.Kind)
 		}
-		rt = runtime.Process{}
 	}
 	// Every launch environment is built before anything is stored, so a missing secret
 	// fails the experiment before it starts.

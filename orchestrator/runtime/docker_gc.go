@@ -24,15 +24,18 @@ type Leftover struct {
 }
 
 // Leftovers lists the containers labelled arbiter.managed=1 on the daemon, running or
-// not, oldest first.
-func (d Docker) Leftovers(ctx context.Context) ([]Leftover, error) {
+// not, oldest first; only those of one experiment when experiment is not empty.
+func (d Docker) Leftovers(ctx context.Context, experiment string) ([]Leftover, error) {
 	cli, err := d.connect(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer cli.Close()
-	res, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true,
-		Filters: client.Filters{}.Add("label", LabelManaged+"=1")})
+	filters := client.Filters{}.Add("label", LabelManaged+"=1")
+	if experiment != "" {
+		filters.Add("label", LabelExperiment+"="+experiment)
+	}
+	res, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: filters})
 	if err != nil {
 		return nil, fmt.Errorf("docker runtime: list containers: %w", err)
 	}

@@ -126,7 +126,7 @@ func waitHealthy(t *testing.T, inst Instance) {
 // containerExists asks the daemon whether a container with this name is there.
 func containerExists(t *testing.T, name string) bool {
 	t.Helper()
-	left, err := Docker{}.Leftovers(context.Background())
+	left, err := Docker{}.Leftovers(context.Background(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +269,7 @@ func TestDockerLeftoversFindsAndRemovesLabelledContainers(t *testing.T) {
 	t.Cleanup(func() { inst.Stop(context.Background()) })
 	name := inst.(*dockerInstance).name
 	// arbiter was killed here, before it could stop the arm.
-	left, err := Docker{}.Leftovers(context.Background())
+	left, err := Docker{}.Leftovers(context.Background(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
