@@ -119,6 +119,8 @@ var ErrSSHHost = errors.New("docker runtime: ssh:// daemon hosts are not support
 func (d Docker) client() (*client.Client, error) {
 	opts := []client.Opt{client.FromEnv}
 	switch u, err := url.Parse(d.Host); {
+	case d.Host == "" && strings.HasPrefix(os.Getenv(client.EnvOverrideHost), "ssh://"):
+		return nil, ErrSSHHost
 	case d.Host == "":
 	case err != nil:
 		return nil, fmt.Errorf("docker runtime: host %q: %w", d.Host, err)
@@ -182,7 +184,11 @@ func (d Docker) Start(ctx context.Context, l Launch) (Instance, error) {
 		return nil, fmt.Errorf("docker runtime: %w", err)
 	}
 	name := ContainerName(l.Name)
-	created, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Config: cfg, HostConfig: hostCfg})
+	// Create and start are not cut short by ctx: a create whose answer is lost would
+	// leave a container behind. An interrupt is honoured right after them instead.
+	opCtx, cancelOp := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancelOp()
+	created, err := cli.ContainerCreate(opCtx, client.ContainerCreateOptions{Name: name, Config: cfg, HostConfig: hostCfg})
 	if err != nil {
 		logFile.Close()
 		cli.Close()
@@ -200,8 +206,11 @@ func (d Docker) Start(ctx context.Context, l Launch) (Instance, error) {
 		cli.Close()
 		return nil, cause
 	}
-	if _, err := cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
+	if _, err := cli.ContainerStart(opCtx, created.ID, client.ContainerStartOptions{}); err != nil {
 		return discard(fmt.Errorf("docker runtime: start %s: %w", name, err))
+	}
+	if err := ctx.Err(); err != nil {
+		return discard(err)
 	}
 	// Neither follow-logs nor wait may die with the caller's ctx: the instance outlives it.
 	bg, cancelBG := context.WithCancel(context.WithoutCancel(ctx))
@@ -210,7 +219,7 @@ func (d Docker) Start(ctx context.Context, l Launch) (Instance, error) {
 		cancelBG()
 		return discard(fmt.Errorf("docker runtime: logs of %s: %w", name, err))
 	}
-	inspect, err := cli.ContainerInspect(ctx, created.ID, client.ContainerInspectOptions{})
+	inspect, err := cli.ContainerInspect(opCtx, created.ID, client.ContainerInspectOptions{})
 	if err != nil {
 		logs.Close()
 		cancelBG()

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -316,6 +317,10 @@ func TestDockerStartErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Start(%+v, %+v) = %v, want an error saying %q", c.d, c.l, err, c.want)
 		}
+	}
+	t.Setenv("DOCKER_HOST", "ssh://ops@node-a")
+	if _, err := (Docker{}).Start(context.Background(), Launch{Image: "x", LogPath: logPath}); !errors.Is(err, ErrSSHHost) {
+		t.Errorf("Start with DOCKER_HOST=ssh://... = %v, want ErrSSHHost", err)
 	}
 }
 
