@@ -45,8 +45,9 @@ var DefaultDetectors = []string{"dsml-leak", "toolcall-schema"}
 // plugin:NAME.
 var KnownDetectors = []string{"dsml-leak", "toolcall-schema", "repetition"}
 
-// KnownWorkloads are the built-in workload kinds; plugin:NAME names an external one.
-var KnownWorkloads = []string{"toolcall-agent", "long-context", "throughput", "abort-cascade"}
+// KnownWorkloads are the workload kinds this arbiter can drive. A spec naming another is
+// refused here rather than failing after the engines have started.
+var KnownWorkloads = []string{"toolcall-agent"}
 
 var (
 	runtimes = []string{"process", "docker"}
@@ -863,8 +864,8 @@ func (d *decoder) decodeWorkload(e entry) {
 		switch f.key {
 		case "kind":
 			if v, ok := d.str(f); ok {
-				if !isPluginRef(v) && !slices.Contains(KnownWorkloads, v) {
-					d.add(f.val, f.path, "unknown workload kind %q (known: %s, or plugin:NAME)", v, strings.Join(KnownWorkloads, ", "))
+				if !slices.Contains(KnownWorkloads, v) {
+					d.add(f.val, f.path, "unknown workload kind %q (known: %s)", v, strings.Join(KnownWorkloads, ", "))
 					return
 				}
 				w.Kind = v
