@@ -117,6 +117,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		fmt.Fprintln(stderr, "arbiter: interrupted; what was recorded is kept")
+		return exitInterrupted
+	}
 	fmt.Fprintln(stderr, "arbiter:", err)
 	var ce *exitCodeError
 	switch {
