@@ -3,8 +3,11 @@ package runtime
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -119,4 +122,56 @@ func waitForLog(t *testing.T, path, marker string, inst Instance) {
 		case <-tick.C:
 		}
 	}
+}
+
+// TestProcessEngineDiesWithArbiter kills a process that started an engine, as SIGKILL
+// would kill arbiter, and checks that the engine does not live on as an orphan.
+func TestProcessEngineDiesWithArbiter(t *testing.T) {
+	if os.Getenv("ARBITER_TEST_ENGINE_PARENT") != "" {
+		return // this is the parent run by the test below, see engineParent
+	}
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "engine.pid")
+	parent := exec.Command(os.Args[0], "-test.run=^TestProcessEngineParent$")
+	parent.Env = append(os.Environ(), "ARBITER_TEST_ENGINE_PARENT="+pidFile)
+	if err := parent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var enginePid int
+	deadline := time.Now().Add(20 * time.Second)
+	for enginePid == 0 {
+		if b, err := os.ReadFile(pidFile); err == nil && strings.HasSuffix(string(b), "\n") {
+			enginePid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		}
+		if time.Now().After(deadline) {
+			parent.Process.Kill()
+			t.Fatal("the engine never started")
+		}
+		time.Sleep(10 * time.Millisecond) // polling a file another process writes
+	}
+	parent.Process.Kill()
+	parent.Wait()
+	for syscall.Kill(enginePid, 0) == nil {
+		if time.Now().After(deadline) {
+			syscall.Kill(enginePid, syscall.SIGKILL)
+			t.Fatalf("engine %d outlived the process that started it", enginePid)
+		}
+		time.Sleep(10 * time.Millisecond) // polling for another process's exit
+	}
+}
+
+// TestProcessEngineParent is the parent of TestProcessEngineDiesWithArbiter: it starts an
+// engine that writes its pid, then waits to be killed.
+func TestProcessEngineParent(t *testing.T) {
+	pidFile := os.Getenv("ARBITER_TEST_ENGINE_PARENT")
+	if pidFile == "" {
+		t.Skip("run by TestProcessEngineDiesWithArbiter")
+	}
+	l := Launch{Name: "orphan", Command: []string{"sh", "-c", `echo $$ > "$0.tmp" && mv "$0.tmp" "$0"; exec sleep 600`, pidFile},
+		LogPath: filepath.Join(filepath.Dir(pidFile), "engine.log")}
+	// The rename makes the pid file appear whole, newline included.
+	if _, err := (Process{}).Start(context.Background(), l); err != nil {
+		t.Fatal(err)
+	}
+	select {} // killed by the test above
 }
