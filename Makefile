@@ -25,10 +25,15 @@ test:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
-## fuzz: a short fuzzing pass over each parser and detector
+## fuzz: a short fuzzing pass over each parser and detector (FUZZTIME each)
+FUZZTIME ?= 20s
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzSSE -fuzztime 30s ./workload
-	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./arms
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./arms
+	$(GO) test -run '^$$' -fuzz '^FuzzSSE$$' -fuzztime $(FUZZTIME) ./workload
+	$(GO) test -run '^$$' -fuzz '^FuzzDSMLLeak$$' -fuzztime $(FUZZTIME) ./plugins/detectors
+	$(GO) test -run '^$$' -fuzz '^FuzzToolcallSchema$$' -fuzztime $(FUZZTIME) ./plugins/detectors
+	$(GO) test -run '^$$' -fuzz '^FuzzRepetition$$' -fuzztime $(FUZZTIME) ./plugins/detectors
+	$(GO) test -run '^$$' -fuzz '^FuzzChatRequest$$' -fuzztime $(FUZZTIME) ./cmd/refserve
 
 ## kernels: the CUDA testbed (needs nvcc; see kernels/)
 kernels:
