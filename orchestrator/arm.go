@@ -28,11 +28,20 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 	rr := RunResult{Arm: arm.Name, Block: b}
 	log := e.log.With("arm", arm.Name, "block", b)
 	name := fmt.Sprintf("exp%d-%s-b%d", e.id, arm.Name, b)
+	if _, rerun := e.prior[runKey{ai, b}]; rerun {
+		name += "-rerun" // its own log, beside the one of the launch it replaces
+	}
 	run := store.Run{ExperimentID: e.id, ArmID: e.armIDs[ai], Block: b, Runtime: runtimeName(e.spec),
 		Status: RunStarting, Started: time.Now(), LogPath: filepath.Join(e.logDir, name+".log"), GPUs: ""}
 	var err error
 	if run.ID, err = e.store.StartRun(ctx, run); err != nil {
 		return rr, err
+	}
+	if p, ok := e.prior[runKey{ai, b}]; ok {
+		// A launch that did not finish before a resume: this run replaces it.
+		if err := e.store.Supersede(ctx, p.id, run.ID); err != nil {
+			return rr, err
+		}
 	}
 	// From here on the run's row is always closed, also after an interrupt.
 	bg := context.WithoutCancel(ctx)

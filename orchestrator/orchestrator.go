@@ -43,6 +43,9 @@ type Options struct {
 	Progress Progress
 	// ProbeInterval is how often readiness is polled (default 250ms).
 	ProbeInterval time.Duration
+	// Resume, when not 0, continues that recorded experiment instead of starting a new
+	// one: launches that finished are kept, the others run again (see Resume).
+	Resume int64
 }
 
 // Progress hears about an experiment as it runs; the CLI draws progress bars from it.
@@ -72,6 +75,8 @@ type RunResult struct {
 	Sessions  int
 	Corrupted int
 	Err       string
+	// Kept is true for a launch that finished before a resume and was not run again.
+	Kept bool
 }
 
 // Run statuses.
@@ -152,35 +157,16 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	}
 	defer st.Close()
 
-	host, _ := os.Hostname()
-	baseline := spec.Analysis.Baseline
-	if baseline == "" {
-		baseline = armList[0].Name
-	}
-	expID, err := st.CreateExperiment(ctx, store.Experiment{
-		Name: spec.Name, SpecPath: spec.Path, Spec: string(spec.RedactedSource()), Seed: spec.Workload.Seed,
-		Unit: spec.Analysis.Unit, Alpha: spec.Analysis.Alpha, Baseline: baseline, Version: Version(), Host: host,
-		Created: start, Design: designJSON(spec),
-	})
-	if err != nil {
-		return Result{}, err
-	}
-	armIDs := make([]int64, len(armList))
-	for i, a := range armList {
-		pins, _ := json.Marshal(map[string]any{"env": nonNilMap(a.Pins.Env), "args": nonNilSlice(a.Pins.Args)})
-		var levels []byte
-		if a.Levels != nil {
-			levels, _ = json.Marshal(a.Levels)
-		}
-		command, _ := json.Marshal(a.Command)
-		env, _ := json.Marshal(nonNilMap(a.Env))
-		armIDs[i], err = st.AddArm(ctx, store.Arm{ExperimentID: expID, Name: a.Name, Position: i, Pins: string(pins),
-			Levels: string(levels), Command: string(command), Env: string(env)})
-		if err != nil {
+	var expID int64
+	var armIDs []int64
+	var prior map[runKey]priorRun
+	if opts.Resume != 0 {
+		if expID, armIDs, prior, err = reopen(ctx, st, opts.Resume, spec, armList); err != nil {
 			return Result{}, err
 		}
+	} else if expID, armIDs, err = create(ctx, st, spec, armList, start); err != nil {
+		return Result{}, err
 	}
-
 	logDir := opts.LogDir
 	if logDir == "" {
 		logDir = filepath.Join(filepath.Dir(opts.DBPath), "arbiter-logs")
@@ -189,6 +175,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		opts: opts, spec: spec, arms: armList, armIDs: armIDs, envs: envs, id: expID, store: st,
 		detectors: dets, redact: redactor.Redact, log: log.With("experiment", expID, "name", spec.Name), rt: rt,
 		logDir: filepath.Join(logDir, fmt.Sprintf("exp-%d", expID)), counts: make([]armCounts, len(armList)),
+		prior: prior,
 	}
 	res := Result{ExperimentID: expID, Name: spec.Name}
 	runErr := e.run(ctx, &res)
@@ -218,6 +205,39 @@ func Version() string {
 		return bi.Main.Version
 	}
 	return "devel"
+}
+
+// create records a new experiment and its arms.
+func create(ctx context.Context, st *store.Store, spec *arms.Spec, armList []arms.Arm, start time.Time) (int64, []int64, error) {
+	host, _ := os.Hostname()
+	baseline := spec.Analysis.Baseline
+	if baseline == "" {
+		baseline = armList[0].Name
+	}
+	expID, err := st.CreateExperiment(ctx, store.Experiment{
+		Name: spec.Name, SpecPath: spec.Path, Spec: string(spec.RedactedSource()), Seed: spec.Workload.Seed,
+		Unit: spec.Analysis.Unit, Alpha: spec.Analysis.Alpha, Baseline: baseline, Version: Version(), Host: host,
+		Created: start, Design: designJSON(spec),
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	armIDs := make([]int64, len(armList))
+	for i, a := range armList {
+		pins, _ := json.Marshal(map[string]any{"env": nonNilMap(a.Pins.Env), "args": nonNilSlice(a.Pins.Args)})
+		var levels []byte
+		if a.Levels != nil {
+			levels, _ = json.Marshal(a.Levels)
+		}
+		command, _ := json.Marshal(a.Command)
+		env, _ := json.Marshal(nonNilMap(a.Env))
+		armIDs[i], err = st.AddArm(ctx, store.Arm{ExperimentID: expID, Name: a.Name, Position: i, Pins: string(pins),
+			Levels: string(levels), Command: string(command), Env: string(env)})
+		if err != nil {
+			return 0, nil, err
+		}
+	}
+	return expID, armIDs, nil
 }
 
 // designJSON records how the experiment is laid out, for verdicts rebuilt later.
@@ -275,6 +295,8 @@ type experiment struct {
 	// counts are each arm's cumulative completed and corrupted sessions, for the
 	// sequential looks; written by one run at a time.
 	counts []armCounts
+	// prior are the launches recorded before a resume; nil for a new experiment.
+	prior map[runKey]priorRun
 }
 
 // armCounts are an arm's sessions that completed every round, and the corrupted ones.
@@ -305,6 +327,14 @@ func (e *experiment) run(ctx context.Context, res *Result) error {
 		for _, ai := range order {
 			if ctx.Err() != nil {
 				return nil
+			}
+			if p, ok := e.prior[runKey{ai, b}]; ok && p.done {
+				// Finished before the resume: kept as it is.
+				e.counts[ai].sessions += p.counts.sessions
+				e.counts[ai].corrupted += p.counts.corrupted
+				res.Runs = append(res.Runs, RunResult{Arm: e.arms[ai].Name, Block: b, Status: RunDone,
+					Sessions: p.counts.sessions, Corrupted: p.counts.corrupted, Kept: true})
+				continue
 			}
 			rr, err := e.runArm(ctx, ai, b)
 			res.Runs = append(res.Runs, rr)

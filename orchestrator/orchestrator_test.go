@@ -393,3 +393,65 @@ func TestSequentialDesignStopsSchedulingOnceTheBoundaryIsCrossed(t *testing.T) {
 		t.Errorf("stored stop = %v, design %+v", e.StoppedEarly, e.ParsedDesign())
 	}
 }
+
+func TestResumeKeepsFinishedLaunchesAndRerunsTheRest(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "a.db")
+	spec := testSpec(t, "blocks: 2\n")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The first attempt is interrupted during its second launch.
+	launches := 0
+	interruptSecond := func(arm string) *engine {
+		launches++
+		if launches == 2 {
+			return newEngine(t, func(n int64, e *engine, r *http.Request) bool {
+				if n == 3 {
+					cancel()
+				}
+				return false
+			})
+		}
+		return newEngine(t, nil)
+	}
+	first, err := Run(ctx, Options{Spec: spec, DBPath: db, Logger: quietLogger(), Runtime: engines(interruptSecond)})
+	if !errors.Is(err, context.Canceled) || first.Status != "interrupted" {
+		t.Fatalf("first attempt: %v, %+v", err, first)
+	}
+
+	res, err := Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quietLogger(), Resume: first.ExperimentID,
+		Runtime: engines(func(string) *engine { return newEngine(t, nil) })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExperimentID != first.ExperimentID || res.Status != "done" || len(res.Runs) != 4 {
+		t.Fatalf("resume = %+v", res)
+	}
+	kept := 0
+	for _, r := range res.Runs {
+		if r.Kept {
+			kept++
+		}
+	}
+	if kept != 1 {
+		t.Errorf("%d launches kept, want the one that finished", kept)
+	}
+	ro, _ := store.OpenReadOnly(db)
+	defer ro.Close()
+	var superseded, active int
+	ro.Get(&superseded, "SELECT count(*) FROM runs WHERE superseded_by IS NOT NULL")
+	ro.Get(&active, "SELECT count(*) FROM runs WHERE superseded_by IS NULL AND status = 'done'")
+	if superseded != 1 || active != 4 {
+		t.Errorf("runs: %d superseded, %d done and active; want 1 and 4", superseded, active)
+	}
+	outs, err := store.Sessions(context.Background(), ro, res.ExperimentID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(outs) != 4*6 {
+		t.Errorf("sessions in the analysis = %d, want %d (the interrupted launch's left out)", len(outs), 4*6)
+	}
+	if _, err := Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quietLogger(), Resume: first.ExperimentID,
+		Runtime: engines(func(string) *engine { return newEngine(t, nil) })}); !errors.Is(err, ErrNothingToResume) {
+		t.Errorf("resuming a done experiment: %v", err)
+	}
+}

@@ -87,8 +87,10 @@ func ListExperiments(ctx context.Context, db *sqlx.DB) ([]ExperimentSummary, err
 	var out []ExperimentSummary
 	err := db.SelectContext(ctx, &out, `SELECT e.id, e.name, e.status, e.created_at, e.finished_at,
 		(SELECT count(*) FROM arms a WHERE a.experiment_id = e.id) AS arms,
-		(SELECT count(*) FROM sessions s WHERE s.experiment_id = e.id) AS sessions,
-		(SELECT coalesce(sum(s.corrupted), 0) FROM sessions s WHERE s.experiment_id = e.id) AS corrupted
+		(SELECT count(*) FROM sessions s JOIN runs r ON r.id = s.run_id
+			WHERE s.experiment_id = e.id AND r.superseded_by IS NULL) AS sessions,
+		(SELECT coalesce(sum(s.corrupted), 0) FROM sessions s JOIN runs r ON r.id = s.run_id
+			WHERE s.experiment_id = e.id AND r.superseded_by IS NULL) AS corrupted
 		FROM experiments e ORDER BY e.id DESC`)
 	return out, err
 }
@@ -131,6 +133,9 @@ type RunRow struct {
 	Error        sql.NullString `db:"error"`
 	LogTail      sql.NullString `db:"log_tail"`
 	ServerInfo   sql.NullString `db:"server_info"`
+	// SupersededBy is the run that re-ran this launch on resume; the analysis leaves a
+	// superseded run out.
+	SupersededBy sql.NullInt64 `db:"superseded_by"`
 }
 
 // Runs lists an experiment's runs in launch order.
@@ -161,7 +166,7 @@ func Sessions(ctx context.Context, db *sqlx.DB, experimentID int64) ([]SessionOu
 		s.corrupted, s.first_corrupted_turn, r.node,
 		(SELECT count(*) FROM turns t WHERE t.run_id = s.run_id AND t.session_index = s.session_index AND t.corrupted = 1) AS corrupted_turns
 		FROM sessions s JOIN runs r ON r.id = s.run_id
-		WHERE s.experiment_id = ? ORDER BY s.arm_id, s.block, s.session_index`, experimentID)
+		WHERE s.experiment_id = ? AND r.superseded_by IS NULL ORDER BY s.arm_id, s.block, s.session_index`, experimentID)
 	return out, err
 }
 
@@ -180,7 +185,8 @@ func RoundCounts(ctx context.Context, db *sqlx.DB, experimentID int64) ([]RoundC
 	var out []RoundCount
 	err := db.SelectContext(ctx, &out, `SELECT arm_id, round, count(*) AS sessions, sum(c) AS corrupted, sum(n) AS turns FROM (
 			SELECT arm_id, run_id, session_index, round, max(corrupted) AS c, count(*) AS n
-			FROM turns WHERE experiment_id = ? GROUP BY arm_id, run_id, session_index, round)
+			FROM turns WHERE experiment_id = ? AND run_id IN (SELECT id FROM runs WHERE superseded_by IS NULL)
+			GROUP BY arm_id, run_id, session_index, round)
 		GROUP BY arm_id, round ORDER BY arm_id, round`, experimentID)
 	return out, err
 }
@@ -205,7 +211,8 @@ func DetectorCounts(ctx context.Context, db *sqlx.DB, experimentID int64) ([]Det
 			coalesce(max(CASE WHEN l.corrupted = 1 THEN l.reason END), '') AS example,
 			count(*) AS evaluated
 		FROM labels l JOIN turns t ON t.run_id = l.run_id AND t.session_index = l.session_index AND t.turn_index = l.turn_index
-		WHERE l.experiment_id = ? GROUP BY t.arm_id, l.detector ORDER BY t.arm_id, l.detector`, experimentID)
+		WHERE l.experiment_id = ? AND l.run_id IN (SELECT id FROM runs WHERE superseded_by IS NULL)
+		GROUP BY t.arm_id, l.detector ORDER BY t.arm_id, l.detector`, experimentID)
 	return out, err
 }
 
@@ -223,6 +230,8 @@ type TurnTiming struct {
 func TurnTimings(ctx context.Context, db *sqlx.DB, experimentID int64) ([]TurnTiming, error) {
 	var out []TurnTiming
 	err := db.SelectContext(ctx, &out, `SELECT arm_id, ttft_ms, latency_ms, completion_tokens, status_code,
-		(error IS NOT NULL) AS failed FROM turns WHERE experiment_id = ? ORDER BY arm_id, started_at`, experimentID)
+		(error IS NOT NULL) AS failed FROM turns
+		WHERE experiment_id = ? AND run_id IN (SELECT id FROM runs WHERE superseded_by IS NULL)
+		ORDER BY arm_id, started_at`, experimentID)
 	return out, err
 }

@@ -329,5 +329,24 @@ func (s *Store) UpdateRun(ctx context.Context, r Run) error {
 	return nil
 }
 
+// Supersede records that run newID re-ran the launch of run oldID, which the analysis
+// then leaves out.
+func (s *Store) Supersede(ctx context.Context, oldID, newID int64) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE runs SET superseded_by = ? WHERE id = ?`, newID, oldID)
+	if err != nil {
+		return fmt.Errorf("supersede run %d: %w", oldID, err)
+	}
+	return nil
+}
+
+// ReopenExperiment marks a stopped experiment as running again, for a resume.
+func (s *Store) ReopenExperiment(ctx context.Context, id int64) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE experiments SET status = 'running', finished_at = NULL, error = NULL WHERE id = ?`, id)
+	if err != nil {
+		return fmt.Errorf("reopen experiment %d: %w", id, err)
+	}
+	return nil
+}
+
 // ErrNotFound is returned when an experiment named on the command line does not exist.
 var ErrNotFound = errors.New("not found")

@@ -118,6 +118,9 @@ func (v *Verdict) caveats() {
 		add("The experiment is **%s**: the counts cover only what was recorded before it stopped.", v.Experiment.Status)
 	}
 	for _, r := range v.Runs {
+		if r.Superseded {
+			continue
+		}
 		switch r.Status {
 		case "crashed", "wedged", "failed":
 			add("Run %s/b%d %s: %s. Its unfinished sessions count as lost, not as clean.", r.Arm, r.Block, r.Status, dash(r.Error))
@@ -345,7 +348,7 @@ func (v *Verdict) Gate(name string) (bool, string) {
 		}
 	case "loss":
 		for _, r := range v.Runs {
-			if r.Status != "done" {
+			if r.Status != "done" && !r.Superseded {
 				return true, fmt.Sprintf("run %s/b%d %s", r.Arm, r.Block, r.Status)
 			}
 		}

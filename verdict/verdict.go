@@ -98,6 +98,9 @@ type RunFact struct {
 	ExitCode           string
 	Endpoint           string
 	ServerInfo         map[string]any
+	// Superseded is true for a launch that did not finish and was run again on resume;
+	// the analysis leaves it out.
+	Superseded bool
 }
 
 // RoundRow is corruption by round: for each arm, corrupted sessions of those that reached
@@ -342,6 +345,10 @@ func (v *Verdict) loadRuns(ctx context.Context, db *sqlx.DB, index map[int64]int
 		}
 		if r.ServerInfo.Valid {
 			json.Unmarshal([]byte(r.ServerInfo.String), &f.ServerInfo)
+		}
+		if r.SupersededBy.Valid {
+			f.Superseded = true
+			f.Error = strings.TrimSpace(f.Error + " (run again on resume; left out of the analysis)")
 		}
 		v.Runs = append(v.Runs, f)
 	}

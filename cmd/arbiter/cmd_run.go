@@ -56,12 +56,15 @@ func runExperiment(ctx context.Context, g *globals, specPath string, o runOption
 	if err != nil {
 		return withCode(exitUsage, err)
 	}
-	if _, err := spec.Expand(); err != nil {
-		return withCode(exitUsage, err)
-	}
+	return execute(ctx, g, spec, 0, o)
+}
+
+// execute runs (or, with resume set, resumes) the experiment of spec, writes its verdict
+// and prints where it is.
+func execute(ctx context.Context, g *globals, spec *arms.Spec, resume int64, o runOptions) error {
 	logger := slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	progress := newProgress(g.stderr, g.json)
-	opts := orchestrator.Options{Spec: spec, DBPath: g.dbPath(), LogDir: o.logDir, Logger: logger}
+	opts := orchestrator.Options{Spec: spec, DBPath: g.dbPath(), LogDir: o.logDir, Logger: logger, Resume: resume}
 	if progress != nil {
 		opts.Progress = progress
 		// Bars own the terminal; logs would tear them, so only warnings get through.

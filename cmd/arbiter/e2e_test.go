@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/arbiterlab/arbiter/store"
 )
@@ -235,5 +236,24 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 	}
 	if code, _, _ := runCLI(t, "no-such-command"); code != exitUsage {
 		t.Errorf("unknown command: exit %d, want %d", code, exitUsage)
+	}
+}
+
+func TestResumeRefusesWhatCannotBeResumed(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "r.db")
+	s, err := store.Open(db, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	spec, _ := os.ReadFile("../../examples/quickstart.yaml")
+	done, _ := s.CreateExperiment(ctx, store.Experiment{Name: "finished", SpecPath: "../../examples/quickstart.yaml", Spec: string(spec)})
+	s.FinishExperiment(ctx, done, "done", "", time.Now())
+	s.Close()
+	if code, _, stderr := runCLI(t, "resume", "finished", "--db", db); code != exitUsage || !strings.Contains(stderr, "nothing to resume") {
+		t.Errorf("resume of a done experiment: exit %d, %q", code, stderr)
+	}
+	if code, _, stderr := runCLI(t, "resume", "no-such", "--db", db); code != exitUsage || !strings.Contains(stderr, "not found") {
+		t.Errorf("resume of an unknown experiment: exit %d, %q", code, stderr)
 	}
 }

@@ -1,0 +1,80 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/store"
+)
+
+// ErrNothingToResume reports an experiment that already ran its whole plan.
+var ErrNothingToResume = errors.New("nothing to resume")
+
+// runKey names one launch of the plan: an arm (by index) in a block.
+type runKey struct{ arm, block int }
+
+// priorRun is a launch recorded before a resume.
+type priorRun struct {
+	id     int64
+	done   bool
+	counts armCounts
+}
+
+// reopen prepares a recorded experiment to be resumed: the spec must be the one it was
+// recorded with, and the launches that finished are kept. A resumed experiment follows the
+// same seeded plan, so the launches it still runs are the ones it would have run.
+func reopen(ctx context.Context, st *store.Store, id int64, spec *arms.Spec, armList []arms.Arm) (int64, []int64, map[runKey]priorRun, error) {
+	db := st.DB()
+	exp, err := store.FindExperiment(ctx, db, fmt.Sprint(id))
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	switch {
+	case exp.Status == "done":
+		return 0, nil, nil, fmt.Errorf("experiment %d is done: %w", id, ErrNothingToResume)
+	case exp.StoppedEarly.Valid:
+		return 0, nil, nil, fmt.Errorf("experiment %d stopped at a sequential boundary: %w", id, ErrNothingToResume)
+	case exp.Spec != string(spec.RedactedSource()):
+		return 0, nil, nil, fmt.Errorf("experiment %d was recorded with another spec than %s: resume needs the same one", id, spec.Path)
+	}
+	rows, err := store.Arms(ctx, db, id)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	if len(rows) != len(armList) {
+		return 0, nil, nil, fmt.Errorf("experiment %d has %d arms, the spec %d", id, len(rows), len(armList))
+	}
+	armIDs := make([]int64, len(rows))
+	index := map[int64]int{}
+	for i, r := range rows {
+		if r.Name != armList[i].Name {
+			return 0, nil, nil, fmt.Errorf("experiment %d: arm %d is %s, the spec's is %s", id, i, r.Name, armList[i].Name)
+		}
+		armIDs[i], index[r.ID] = r.ID, i
+	}
+	runs, err := store.Runs(ctx, db, id)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	prior := map[runKey]priorRun{}
+	for _, r := range runs {
+		if r.SupersededBy.Valid {
+			continue
+		}
+		p := priorRun{id: r.ID, done: r.Status == RunDone}
+		if p.done {
+			err := db.QueryRowxContext(ctx, `SELECT count(*), coalesce(sum(corrupted), 0) FROM sessions
+				WHERE run_id = ? AND status = 'ok'`, r.ID).Scan(&p.counts.sessions, &p.counts.corrupted)
+			if err != nil {
+				return 0, nil, nil, err
+			}
+		}
+		prior[runKey{index[r.ArmID], r.Block}] = p
+	}
+	if err := st.ReopenExperiment(ctx, id); err != nil {
+		return 0, nil, nil, err
+	}
+	return id, armIDs, prior, nil
+}
