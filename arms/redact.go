@@ -2,6 +2,7 @@ package arms
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -96,6 +97,11 @@ func newRedactor(values []string) *Redactor {
 	if len(values) == 0 {
 		return &Redactor{}
 	}
+	// A value written inside JSON (a stored env, an engine's server info) is escaped
+	// there: "p&ss" becomes "p\u0026ss". Its escaped forms are secrets too.
+	for _, v := range values {
+		values = append(values, jsonEscapedForms(v)...)
+	}
 	// Longest first: strings.Replacer tries old strings in argument order at each
 	// position, so a secret that contains another is replaced whole.
 	slices.SortFunc(values, func(a, b string) int {
@@ -107,6 +113,26 @@ func newRedactor(values []string) *Redactor {
 		pairs = append(pairs, v, Redacted)
 	}
 	return &Redactor{replacer: strings.NewReplacer(pairs...)}
+}
+
+// jsonEscapedForms are the ways encoding/json may write v inside a string, other than
+// v itself: with and without escaping <, > and & as \u003c, \u003e and \u0026.
+func jsonEscapedForms(v string) []string {
+	var out []string
+	for _, html := range []bool{true, false} {
+		var b strings.Builder
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(html)
+		if enc.Encode(v) != nil {
+			continue
+		}
+		e := strings.TrimSuffix(b.String(), "\n")
+		e = e[1 : len(e)-1] // the quotes
+		if e != v && !slices.Contains(out, e) {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // Redact returns s with every secret value replaced by [redacted].

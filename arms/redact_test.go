@@ -2,6 +2,7 @@ package arms
 
 import (
 	"bytes"
+	"encoding/json"
 	"slices"
 	"strings"
 	"sync"
@@ -162,5 +163,18 @@ func TestRedactedSourceKeepsBlockScalarsValid(t *testing.T) {
 	}
 	if _, err := Parse("redacted.yaml", out); err != nil {
 		t.Errorf("redacted source no longer parses: %v\n%s", err, out)
+	}
+}
+
+func TestRedactorHidesJSONEscapedSecrets(t *testing.T) {
+	spec := &Spec{Engine: Engine{Env: map[string]string{"DB_PASSWORD": `p&ss<w>rd"9\x`}}}
+	r := spec.Redactor(nil)
+	b, _ := json.Marshal(map[string]string{"DB_PASSWORD": spec.Engine.Env["DB_PASSWORD"]})
+	got := r.Redact(string(b))
+	if got != `{"DB_PASSWORD":"[redacted]"}` {
+		t.Errorf("redacted JSON = %s (from %s)", got, b)
+	}
+	if got := r.Redact(`p&ss<w>rd"9\x`); got != Redacted {
+		t.Errorf("plain value: %q", got)
 	}
 }

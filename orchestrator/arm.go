@@ -32,7 +32,7 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 		name += "-rerun" // its own log, beside the one of the launch it replaces
 	}
 	run := store.Run{ExperimentID: e.id, ArmID: e.armIDs[ai], Block: b, Runtime: runtimeName(e.spec),
-		Status: RunStarting, Started: time.Now(), LogPath: filepath.Join(e.logDir, name+".log"), GPUs: ""}
+		Status: RunStarting, Started: time.Now(), LogPath: filepath.Join(e.logDir, name+".log"), GPUs: e.gpus}
 	var err error
 	if run.ID, err = e.store.StartRun(ctx, run); err != nil {
 		return rr, err
@@ -57,7 +57,7 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 
 	log.Info("launching", "command", e.redact(fmt.Sprint(arm.Command)))
 	inst, err := e.rt.Start(ctx, runtime.Launch{Name: name, Command: arm.Command, Env: e.envs[ai],
-		PortFlag: preset.PortFlag, LogPath: run.LogPath, Redact: e.redact, Image: e.spec.Engine.Image})
+		PortFlag: preset.PortFlag, LogPath: run.LogPath, Redact: e.redact, Image: e.spec.Engine.Image, GPUs: e.gpus})
 	if err != nil {
 		if ctx.Err() != nil {
 			return finish(RunInterrupted, "")
@@ -113,10 +113,12 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 func (e *experiment) drive(ctx context.Context, inst runtime.Instance, arm arms.Arm, ai, b int, runID int64,
 	model string, rr *RunResult) (status, errText string, err error) {
 	w := e.store.NewWriter(store.WriterOptions{})
-	var lastProgress atomic.Int64
+	var lastProgress, stalledStreak atomic.Int64
 	lastProgress.Store(time.Now().UnixNano())
 	tracker := &sessionTracker{e: e, w: w, runID: runID, armID: e.armIDs[ai], arm: arm.Name, block: b,
-		firstBad: map[int]int{}, onTurn: func() { lastProgress.Store(time.Now().UnixNano()) }}
+		firstBad: map[int]int{},
+		progress: func() { lastProgress.Store(time.Now().UnixNano()); stalledStreak.Store(0) },
+		stalled:  func() { stalledStreak.Add(1) }}
 
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -124,7 +126,7 @@ func (e *experiment) drive(ctx context.Context, inst runtime.Instance, arm arms.
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
-		e.watch(wctx, inst, stall, &lastProgress, cancel)
+		e.watch(wctx, inst, &lastProgress, &stalledStreak, cancel)
 	}()
 
 	ws := e.spec.Workload
@@ -158,18 +160,20 @@ func (e *experiment) drive(ctx context.Context, inst runtime.Instance, arm arms.
 	return RunDone, "", nil
 }
 
-// watch cancels the workload when the engine exits on its own, or when no turn has
-// completed for the stall timeout: an engine whose /health still answers but which
-// schedules nothing (the overlap-scheduler deadlock) is caught by progress, not health.
-func (e *experiment) watch(ctx context.Context, inst runtime.Instance, stall time.Duration, last *atomic.Int64,
+// watch cancels the workload when the engine exits on its own, or when it stops making
+// progress while it still answers (the overlap-scheduler deadlock: /health says OK, nothing
+// is scheduled). Progress is a completed turn, never mere liveness: the engine is wedged
+// when as many turns in a row as run at once failed without one completing, or when no
+// turn completed for longer than a request may take.
+func (e *experiment) watch(ctx context.Context, inst runtime.Instance, last, streak *atomic.Int64,
 	cancel context.CancelCauseFunc) {
-	if stall <= 0 {
-		stall = 120 * time.Second
+	t := e.spec.Timeouts
+	limit := t.Request + t.Stall
+	if limit <= 0 {
+		limit = 10*time.Minute + 2*time.Minute
 	}
-	// The workload's own per-request stall timeout fires first for a single silent
-	// stream; the watchdog allows for it and a margin before it calls the engine wedged.
-	limit := 2*stall + time.Second
-	tick := time.NewTicker(stall / 4)
+	streakLimit := int64(max(e.spec.Workload.Concurrency, 1))
+	tick := time.NewTicker(max(min(t.Stall/4, time.Second), 10*time.Millisecond))
 	defer tick.Stop()
 	for {
 		select {
@@ -179,6 +183,17 @@ func (e *experiment) watch(ctx context.Context, inst runtime.Instance, stall tim
 			cancel(fmt.Errorf("%w during the workload (%s)", runtime.ErrCrashed, inst.Exit()))
 			return
 		case now := <-tick.C:
+			select {
+			case <-inst.Done():
+				// An engine that died also fails its turns: say it crashed, not wedged.
+				cancel(fmt.Errorf("%w during the workload (%s)", runtime.ErrCrashed, inst.Exit()))
+				return
+			default:
+			}
+			if n := streak.Load(); n >= streakLimit {
+				cancel(fmt.Errorf("%w (%d turns in a row failed, none completed)", ErrWedged, n))
+				return
+			}
 			if idle := now.Sub(time.Unix(0, last.Load())); idle > limit {
 				cancel(fmt.Errorf("%w (%s without a completed turn)", ErrWedged, idle.Round(time.Second)))
 				return

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -93,7 +94,7 @@ const (
 // Sentinel errors the CLI maps to messages and exit codes.
 var (
 	// ErrWedged reports an engine that stopped making progress while it still answered.
-	ErrWedged = errors.New("engine wedged: no progress within the stall timeout")
+	ErrWedged = errors.New("engine wedged: it still answers but completes no turn")
 	// ErrNotReady reports an engine that did not become ready within the startup timeout.
 	ErrNotReady = errors.New("engine not ready within the startup timeout")
 )
@@ -120,6 +121,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	log = slog.New(redactingHandler{next: log.Handler(), redact: redactor.Redact})
 	rt := opts.Runtime
 	if rt == nil {
 		switch spec.Runtime.Kind {
@@ -135,6 +137,10 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		default:
 			return Result{}, fmt.Errorf("orchestrator: runtime %q needs a Runtime", spec.Runtime.Kind)
 		}
+	}
+	gpus, err := gpuSlot(spec)
+	if err != nil {
+		return Result{}, err
 	}
 	// Every launch environment is built before anything is stored, so a missing secret
 	// fails the experiment before it starts.
@@ -175,10 +181,13 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		opts: opts, spec: spec, arms: armList, armIDs: armIDs, envs: envs, id: expID, store: st,
 		detectors: dets, redact: redactor.Redact, log: log.With("experiment", expID, "name", spec.Name), rt: rt,
 		logDir: filepath.Join(logDir, fmt.Sprintf("exp-%d", expID)), counts: make([]armCounts, len(armList)),
-		prior: prior,
+		prior: prior, gpus: gpus,
 	}
 	res := Result{ExperimentID: expID, Name: spec.Name}
 	runErr := e.run(ctx, &res)
+	if runErr == nil && ctx.Err() == nil {
+		runErr = e.checkData(res.Runs)
+	}
 	res.Elapsed = time.Since(start)
 
 	status, errText := "done", ""
@@ -196,8 +205,22 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	if ctx.Err() != nil {
 		return res, ctx.Err()
 	}
+	if runErr != nil {
+		// The error is printed; an engine's words inside it may quote a secret.
+		runErr = &redactedError{err: runErr, msg: redactor.Redact(runErr.Error())}
+	}
 	return res, runErr
 }
+
+// redactedError is an error whose text went through the redactor; errors.Is still sees
+// what it wraps.
+type redactedError struct {
+	err error
+	msg string
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
 
 // Version is arbiter's version as the build recorded it.
 func Version() string {
@@ -205,6 +228,36 @@ func Version() string {
 		return bi.Main.Version
 	}
 	return "devel"
+}
+
+// gpuSlot is the list of devices an arm runs on: the first engine.gpus of the node's
+// gpus ("0-7", "0,2"; all of them when engine.gpus is 0). Empty when the spec pins none or
+// says "all", which leaves the engine every device it sees.
+func gpuSlot(spec *arms.Spec) (string, error) {
+	node := ""
+	if len(spec.Runtime.Nodes) > 0 {
+		node = strings.TrimSpace(spec.Runtime.Nodes[0].GPUs)
+	}
+	n := spec.Engine.GPUs
+	var ids []string
+	switch {
+	case node == "" || node == "all":
+		for i := range n {
+			ids = append(ids, fmt.Sprint(i))
+		}
+	default:
+		var err error
+		if ids, err = runtime.ParseGPUs(node); err != nil {
+			return "", err
+		}
+		if n > len(ids) {
+			return "", fmt.Errorf("engine.gpus: %d GPUs per arm, but node %s has %d (%s)", n, spec.Runtime.Nodes[0].Name, len(ids), node)
+		}
+		if n > 0 {
+			ids = ids[:n]
+		}
+	}
+	return strings.Join(ids, ","), nil
 }
 
 // create records a new experiment and its arms.
@@ -297,6 +350,9 @@ type experiment struct {
 	counts []armCounts
 	// prior are the launches recorded before a resume; nil for a new experiment.
 	prior map[runKey]priorRun
+	// gpus are the devices every launch is pinned to (arms run one at a time, so each
+	// gets the same slot); empty for no pinning.
+	gpus string
 }
 
 // armCounts are an arm's sessions that completed every round, and the corrupted ones.
@@ -354,6 +410,31 @@ func (e *experiment) run(ctx context.Context, res *Result) error {
 	return nil
 }
 
+// ErrNoData reports an experiment in which an arm completed no session at all: there is
+// nothing to compare, and a CI gate must not pass on it.
+var ErrNoData = errors.New("no completed session")
+
+// checkData fails the experiment when an arm has no session to analyse.
+func (e *experiment) checkData(runs []RunResult) error {
+	var errs []error
+	for i, a := range e.arms {
+		if e.counts[i].sessions > 0 {
+			continue
+		}
+		var what []string
+		for _, r := range runs {
+			if r.Arm == a.Name {
+				what = append(what, fmt.Sprintf("block %d %s", r.Block, r.Status))
+				if r.Err != "" {
+					what[len(what)-1] += ": " + r.Err
+				}
+			}
+		}
+		errs = append(errs, fmt.Errorf("arm %s: %w (%s)", a.Name, ErrNoData, strings.Join(what, "; ")))
+	}
+	return errors.Join(errs...)
+}
+
 func (e *experiment) baselineIndex() int {
 	for i, a := range e.arms {
 		if a.Name == e.spec.Analysis.Baseline {
@@ -366,13 +447,17 @@ func (e *experiment) baselineIndex() int {
 // sessionTracker turns the workload's stream of turns into labelled store rows and
 // per-session outcomes.
 type sessionTracker struct {
-	e      *experiment
-	w      *store.Writer
-	runID  int64
-	armID  int64
-	arm    string
-	block  int
-	onTurn func() // progress for the watchdog
+	e     *experiment
+	w     *store.Writer
+	runID int64
+	armID int64
+	arm   string
+	block int
+	// progress is called for every turn that completed; stalled is called for every
+	// turn that ended without one (timeout, stall, transport error). Both feed the
+	// watchdog.
+	progress func()
+	stalled  func()
 
 	mu        sync.Mutex
 	firstBad  map[int]int
@@ -382,10 +467,18 @@ type sessionTracker struct {
 }
 
 func (t *sessionTracker) Turn(turn workload.Turn) {
-	t.onTurn()
-	ctx := context.Background()
+	if turn.Err == "" {
+		t.progress()
+	} else {
+		t.stalled()
+	}
+	// A detector gets as long as a request; one that hangs must not stall the session.
+	ctx, cancel := context.WithTimeout(context.Background(), t.e.spec.Timeouts.Request)
 	labels, corrupted, err := detectors.Label(ctx, t.e.detectors, plugins.Response{Completion: turn.Response, Tools: turn.Tools})
+	cancel()
 	if err != nil {
+		// The turn keeps the labels that were given; the verdict reports how many
+		// responses each detector judged.
 		t.e.log.Warn("detector failed", "arm", t.arm, "session", turn.Session, "turn", turn.Index, "err", err)
 	}
 	row := store.Turn{
@@ -424,14 +517,15 @@ func (t *sessionTracker) Turn(turn workload.Turn) {
 }
 
 func (t *sessionTracker) SessionDone(s workload.SessionResult) {
-	t.onTurn()
 	t.mu.Lock()
 	first, corrupted := t.firstBad[s.Session]
 	t.sessions++
 	if corrupted {
 		t.corrupted++
 	}
-	if s.Status == workload.SessionOK {
+	// A session counts when it completed, or when it was corrupted before it was lost:
+	// its outcome is known either way (the verdict counts the same).
+	if s.Status == workload.SessionOK || corrupted {
 		t.completed.sessions++
 		if corrupted {
 			t.completed.corrupted++
