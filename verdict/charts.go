@@ -141,7 +141,7 @@ func (v *Verdict) roundsChart() *plot.Plot {
 		}
 	}
 	// Each legend entry takes about 8% of the plot's height at the top.
-	p.Y.Max = math.Max(5, top*1.1) / (1 - 0.09*float64(len(lines)/2))
+	p.Y.Max = math.Max(5, top*1.1) / math.Max(0.5, 1-0.09*float64(len(lines)/2))
 	p.Legend.Top = true
 	p.Legend.Left = true
 	p.Add(plotter.NewGrid())

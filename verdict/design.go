@@ -109,7 +109,7 @@ func (v *Verdict) strata(sessions []store.SessionOutcome, index map[int64]int) {
 	}
 	counts := map[key][]armCounts{}
 	for _, s := range sessions {
-		if s.Status != "ok" {
+		if !analysed(s) {
 			continue
 		}
 		k := key{s.Block, s.Node}
@@ -166,7 +166,7 @@ func (v *Verdict) pairs(sessions []store.SessionOutcome, index map[int64]int) {
 				outcome[k][i] = -1
 			}
 		}
-		if s.Status == "ok" {
+		if analysed(s) {
 			outcome[k][index[s.ArmID]] = map[bool]int8{false: 0, true: 1}[s.Corrupted]
 		}
 	}
@@ -267,16 +267,16 @@ func (v *Verdict) losses(sessions []store.SessionOutcome, index map[int64]int) {
 	lost := false
 	for _, s := range sessions {
 		o := &out[index[s.ArmID]]
-		switch s.Status {
-		case "ok":
+		switch {
+		case analysed(s):
 			o.Completed++
 			if s.Corrupted {
 				o.Corrupted++
 			}
-		case "timeout":
+		case s.Status == "timeout":
 			o.TimedOut++
 			lost = true
-		case "aborted":
+		case s.Status == "aborted":
 			// A session cut off mid-run: its engine crashed, wedged or was stopped.
 			o.Crashed++
 			lost = true
@@ -327,7 +327,7 @@ func (v *Verdict) sequential(sessions []store.SessionOutcome, index map[int64]in
 			perBlock[s.Block] = make([]armCounts, len(v.Arms))
 		}
 		maxBlock = max(maxBlock, s.Block)
-		if s.Status != "ok" {
+		if !analysed(s) {
 			continue
 		}
 		c := &perBlock[s.Block][index[s.ArmID]]
@@ -388,7 +388,7 @@ func (v *Verdict) unitView(sessions []store.SessionOutcome, index map[int64]int)
 		runArm := map[int64]int{}
 		var runs []int64
 		for _, s := range sessions {
-			if s.Status != "ok" {
+			if !analysed(s) {
 				continue
 			}
 			c, ok := perRun[s.RunID]
@@ -423,6 +423,8 @@ func (v *Verdict) unitView(sessions []store.SessionOutcome, index map[int64]int)
 		uv.DE = append(uv.DE, math.NaN())
 	}
 	v.UnitView = uv
+	var unitPs []float64
+	var decided []int
 	for _, i := range v.others() {
 		if len(clusters[i]) < 2 || len(clusters[v.Baseline]) < 2 {
 			uv.Fallback = fmt.Sprintf("each arm needs at least two %ss to estimate their correlation; the session-level test decides", map[string]string{"response": "session", "launch": "launch"}[v.Unit])
@@ -434,12 +436,18 @@ func (v *Verdict) unitView(sessions []store.SessionOutcome, index map[int64]int)
 			return
 		}
 		uv.P[i], uv.NaiveP[i], uv.ICC[i], uv.DE[i] = rs.P, rs.NaiveP, rs.ICC, rs.DesignEffect
-		c := v.Arms[i].Compare
-		if c.Sequential {
-			continue
+		if !v.Arms[i].Compare.Sequential {
+			unitPs = append(unitPs, rs.P)
+			decided = append(decided, i)
 		}
-		c.AdjustedP = rs.P
-		c.Significant = rs.P < v.Alpha
+	}
+	// Several arms against the baseline: Holm over the clustered p-values, as over the
+	// exact ones.
+	adjusted := holm(unitPs)
+	for k, i := range decided {
+		c := v.Arms[i].Compare
+		c.AdjustedP = adjusted[k]
+		c.Significant = c.AdjustedP < v.Alpha
 		c.Direction = ""
 		if c.Significant {
 			c.Direction = "higher"

@@ -22,6 +22,7 @@ type fixtureRun struct {
 	block                     int
 	sessions, corrupted, lost int
 	turnsPerSession           int
+	lostCorrupted             int // of the lost sessions, how many were corrupted first
 }
 
 func record(t *testing.T, name, unit string, design store.Design, runs []fixtureRun) *sqlx.DB {
@@ -57,8 +58,8 @@ func record(t *testing.T, name, unit string, design store.Design, runs []fixture
 		runID, _ := s.StartRun(ctx, store.Run{ExperimentID: exp, ArmID: id, Block: r.block, Runtime: "process", Status: "done", Started: t0})
 		tps := max(r.turnsPerSession, 2)
 		for si := 0; si < r.sessions+r.lost; si++ {
-			bad := si < r.corrupted
 			lost := si >= r.sessions
+			bad := si < r.corrupted || (lost && si-r.sessions < r.lostCorrupted)
 			for k := 0; k < tps; k++ {
 				w.Turn(store.Turn{ExperimentID: exp, RunID: runID, ArmID: id, Session: r.block*1000 + si, Index: k, Round: k / 2,
 					Started: t0, StatusCode: 200, FinishReason: "stop", Corrupted: bad && k > 0, Request: "{}", Response: "{}"})
@@ -211,5 +212,50 @@ func TestResponseUnitIsDecidedByTheClusteredTest(t *testing.T) {
 	}
 	if !strings.Contains(md, "## Unit of analysis: response") || !strings.Contains(md, "Rao-Scott") {
 		t.Errorf("markdown lacks the response-unit section")
+	}
+}
+
+func TestCorruptedThenLostSessionsCountAsCorrupted(t *testing.T) {
+	db := record(t, "lostbad", "session", store.Design{Blocks: 1}, []fixtureRun{
+		{arm: "control", sessions: 30},
+		{arm: "treatment", sessions: 20, lost: 10, lostCorrupted: 6},
+	})
+	v, _ := build(t, db, "lostbad")
+	tr := v.Arms[1]
+	if tr.Sessions != 26 || tr.Corrupted != 6 || tr.Lost != 4 {
+		t.Fatalf("treatment: %d analysed, %d corrupted, %d lost; want 26, 6, 4", tr.Sessions, tr.Corrupted, tr.Lost)
+	}
+	if failed, _ := v.Gate("corruption"); !failed {
+		t.Error("corruption gate passed with corrupted sessions")
+	}
+}
+
+func TestNoComparisonFailsTheGatesAndSaysSo(t *testing.T) {
+	db := record(t, "nodata", "session", store.Design{Blocks: 1}, []fixtureRun{
+		{arm: "control", sessions: 30},
+		{arm: "treatment", sessions: 0, lost: 30},
+	})
+	v, _ := build(t, db, "nodata")
+	for _, g := range []string{"regression", "difference"} {
+		if failed, why := v.Gate(g); !failed || !strings.Contains(why, "could not be compared") {
+			t.Errorf("gate %s on no data: %v %q", g, failed, why)
+		}
+	}
+	if h := strings.Join(v.Headline(), " "); !strings.Contains(h, "No comparison was possible") || !strings.Contains(h, "treatment 0 of 0 sessions corrupted (30 lost)") {
+		t.Errorf("headline = %q", h)
+	}
+}
+
+func TestResponseUnitHolmAdjustsAcrossArms(t *testing.T) {
+	db := record(t, "resp3", "response", store.Design{Blocks: 1}, []fixtureRun{
+		{arm: "control", sessions: 60, turnsPerSession: 8},
+		{arm: "b", sessions: 60, corrupted: 3, turnsPerSession: 8},
+		{arm: "c", sessions: 60, turnsPerSession: 8},
+	})
+	v, _ := build(t, db, "resp3")
+	uv := v.UnitView
+	c := v.Arms[1].Compare
+	if !c.UnitDecides || c.AdjustedP <= uv.P[1] || math.Abs(c.AdjustedP-math.Min(1, 2*uv.P[1])) > 1e-12 {
+		t.Errorf("arm b: Rao-Scott p %g, adjusted %g; want Holm's 2p", uv.P[1], c.AdjustedP)
 	}
 }

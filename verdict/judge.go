@@ -12,7 +12,8 @@ import (
 // judge computes every arm's intervals, its comparison with the baseline, the
 // response-level view and the caveats.
 func (v *Verdict) judge() {
-	conf := 1 - v.Alpha
+	// Intervals are 95% whatever alpha is, as their labels say; alpha sets decisions.
+	const conf = 0.95
 	for i := range v.Arms {
 		a := &v.Arms[i]
 		if a.Sessions > 0 {
@@ -62,7 +63,6 @@ func (v *Verdict) judge() {
 				c.Direction = "lower"
 			}
 		}
-		c.PowerObserved = stats.FisherPower(base.Rate, v.Arms[i].Rate, base.Sessions, v.Arms[i].Sessions, v.Alpha)
 	}
 	v.responseView()
 	v.analyseDesign(v.sessions, v.index)
@@ -152,14 +152,29 @@ func (v *Verdict) caveats() {
 		if c == nil {
 			continue
 		}
-		if !c.Significant && !math.IsNaN(c.PowerObserved) && c.Difference != 0 && c.PowerObserved < 0.8 {
-			add("%s vs %s: with %d and %d sessions the test had only %.0f%% power to detect a difference as large as the one seen (%s vs %s); a non-significant result here is not evidence of no difference. Plan more sessions with `arbiter stats power`.",
-				a.Name, v.Arms[v.Baseline].Name, v.Arms[v.Baseline].Sessions, a.Sessions, 100*c.PowerObserved,
-				pct(v.Arms[v.Baseline].Rate), pct(a.Rate))
+		if !c.Significant && c.Difference != 0 {
+			add("%s vs %s: not significant, but the 95%% interval of the difference runs from %+.1f to %+.1f points: differences that large are not ruled out by %d and %d sessions. `arbiter plan` says how many sessions would tell them apart.",
+				a.Name, v.Arms[v.Baseline].Name, 100*c.DiffCI.Lo, 100*c.DiffCI.Hi, v.Arms[v.Baseline].Sessions, a.Sessions)
 		}
 		if !c.Significant && c.Difference == 0 {
 			add("%s vs %s: identical rates; the interval of the difference (%+.1f to %+.1f pts) is how large a difference these sessions cannot rule out.",
 				a.Name, v.Arms[v.Baseline].Name, 100*c.DiffCI.Lo, 100*c.DiffCI.Hi)
+		}
+	}
+	for _, d := range v.Detectors {
+		judged, turns := 0, 0
+		for i, a := range v.Arms {
+			judged += d.Evaluated[i]
+			turns += a.Turns
+		}
+		if judged < turns {
+			add("Detector %s judged %d of %d responses (it failed on the others, which count as clean for it): its counts are a lower bound.", d.Detector, judged, turns)
+		}
+	}
+	for _, sv := range v.Sequential {
+		if sv.Result.Significant && sv.Result.StoppedAt < len(sv.Design) {
+			add("%s stopped early at look %d: the decision holds at alpha, but rates and differences estimated at an early stop tend to overstate the effect.", sv.Arm, sv.Result.StoppedAt)
+			break
 		}
 	}
 	if len(v.Arms) > 2 {
@@ -265,8 +280,15 @@ func (v *Verdict) headline(mark string) []string {
 		lines = append(lines, v.niSentence(ni, mark))
 	}
 	if len(lines) == 0 {
-		a := v.Arms[0]
-		lines = append(lines, fmt.Sprintf("%s: %d of %d sessions corrupted (%s).", a.Name, a.Corrupted, a.Sessions, pct(a.Rate)))
+		var parts []string
+		for _, a := range v.Arms {
+			parts = append(parts, fmt.Sprintf("%s %d of %d sessions corrupted (%d lost)", a.Name, a.Corrupted, a.Sessions, a.Lost))
+		}
+		what := "No comparison was possible"
+		if len(v.Arms) == 1 {
+			what = "One arm, nothing to compare"
+		}
+		lines = append(lines, fmt.Sprintf("%s: %s.", what, strings.Join(parts, "; ")))
 	}
 	return lines
 }
@@ -335,6 +357,12 @@ func IsGate(name string) bool { _, ok := gates[name]; return ok }
 func (v *Verdict) Gate(name string) (bool, string) {
 	switch name {
 	case "regression", "difference":
+		// A gate that cannot compare must not pass: no data is not a clean result.
+		for i, a := range v.Arms {
+			if i != v.Baseline && a.Compare == nil {
+				return true, fmt.Sprintf("%s could not be compared with %s (%d and %d analysed sessions)", a.Name, v.Arms[v.Baseline].Name, a.Sessions, v.Arms[v.Baseline].Sessions)
+			}
+		}
 		for _, a := range v.Arms {
 			if c := a.Compare; c != nil && c.Significant && (name == "difference" || c.Direction == "higher") {
 				return true, v.sentence(a)

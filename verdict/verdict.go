@@ -53,8 +53,8 @@ type ArmResult struct {
 	Name      string
 	Pins      string // "BF16_INDEX_K=1 --enable-hierarchical-cache"
 	Levels    map[string]string
-	Sessions  int // sessions that completed every round (the analysed ones)
-	Lost      int // sessions that ended in an error, a timeout or an abort
+	Sessions  int // analysed sessions: completed, or corrupted before they were lost
+	Lost      int // sessions that ended in an error, a timeout or an abort, uncorrupted
 	Corrupted int // corrupted sessions among the analysed ones
 	Started   int // every session recorded
 	Rate      float64
@@ -80,10 +80,9 @@ type Comparison struct {
 	AdjustedP  float64 // Holm-adjusted over every comparison; equal to FisherP with one
 	// FDRQ is the Benjamini-Hochberg adjusted p (false discovery rate) over every
 	// comparison, for screening many arms; the decision uses AdjustedP.
-	FDRQ          float64
-	Significant   bool
-	Direction     string  // "higher", "lower" or "" when not significant
-	PowerObserved float64 // exact power to detect the observed rates at these sizes
+	FDRQ        float64
+	Significant bool
+	Direction   string // "higher", "lower" or "" when not significant
 	// Sequential is true when a group-sequential boundary, not FisherP, decides.
 	Sequential bool
 	// UnitDecides is true when the response- or launch-level test decides.
@@ -117,6 +116,8 @@ type DetectorRow struct {
 	Sessions []int // sessions with at least one turn flagged
 	Turns    []int
 	Example  string
+	// Evaluated counts, per arm, the responses the detector judged.
+	Evaluated []int
 }
 
 // ResponseView is what the analysis would say if responses were the unit, and why it
@@ -175,7 +176,7 @@ func Build(ctx context.Context, db *sqlx.DB, ref string) (*Verdict, error) {
 	for _, s := range sessions {
 		ar := &v.Arms[index[s.ArmID]]
 		ar.Started++
-		if s.Status != "ok" {
+		if !analysed(s) {
 			ar.Lost++
 			continue
 		}
@@ -201,6 +202,11 @@ func Build(ctx context.Context, db *sqlx.DB, ref string) (*Verdict, error) {
 	v.judge()
 	return v, nil
 }
+
+// analysed reports whether a session's outcome is known: it completed, or a response was
+// corrupted before it was lost (corruption cannot be undone by what did not happen next).
+// A lost session without a corrupted response has no outcome and is counted as lost.
+func analysed(s store.SessionOutcome) bool { return s.Status == "ok" || s.Corrupted }
 
 func describePins(pinsJSON string) string {
 	var p struct {
@@ -306,13 +312,15 @@ func (v *Verdict) loadDetectors(ctx context.Context, db *sqlx.DB, index map[int6
 	for _, c := range counts {
 		r, ok := byName[c.Detector]
 		if !ok {
-			r = &DetectorRow{Detector: c.Detector, Sessions: make([]int, len(v.Arms)), Turns: make([]int, len(v.Arms))}
+			r = &DetectorRow{Detector: c.Detector, Sessions: make([]int, len(v.Arms)), Turns: make([]int, len(v.Arms)),
+				Evaluated: make([]int, len(v.Arms))}
 			byName[c.Detector] = r
 			order = append(order, c.Detector)
 		}
 		i := index[c.ArmID]
 		r.Sessions[i] += c.Sessions
 		r.Turns[i] += c.Turns
+		r.Evaluated[i] += c.Evaluated
 		if r.Example == "" && c.Example != "" {
 			r.Example = c.Example
 		}
