@@ -66,7 +66,7 @@ func reopen(ctx context.Context, st *store.Store, id int64, spec *arms.Spec, arm
 		p := priorRun{id: r.ID, done: r.Status == RunDone}
 		if p.done {
 			err := db.QueryRowxContext(ctx, `SELECT count(*), coalesce(sum(corrupted), 0) FROM sessions
-				WHERE run_id = ? AND status = 'ok'`, r.ID).Scan(&p.counts.sessions, &p.counts.corrupted)
+				WHERE run_id = ? AND (status = 'ok' OR corrupted = 1)`, r.ID).Scan(&p.counts.sessions, &p.counts.corrupted)
 			if err != nil {
 				return 0, nil, nil, err
 			}

@@ -13,7 +13,9 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
+	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -43,6 +45,11 @@ type Store struct {
 // Open opens (creating if needed) the database at path, applies pending migrations and
 // switches it to WAL.
 func Open(path string, opts Options) (*Store, error) {
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("open %s: %w", path, err)
+		}
+	}
 	dsn := "file:" + escapePath(path) + "?_busy_timeout=10000&_foreign_keys=on&_journal_mode=WAL&_synchronous=NORMAL"
 	db, err := sqlx.Open("sqlite3", dsn)
 	if err != nil {

@@ -92,6 +92,9 @@ type SimFigures struct {
 }
 
 func runPlan(ctx context.Context, g *globals, path string, o planOptions) error {
+	if o.reps < 1 {
+		return withCode(exitUsage, fmt.Errorf("--reps %d: simulate at least one experiment", o.reps))
+	}
 	spec, err := arms.Load(path)
 	if err != nil {
 		return withCode(exitUsage, err)

@@ -56,8 +56,14 @@ func runQuery(ctx context.Context, g *globals, sql string, o queryOptions) error
 		return withCode(exitUsage, fmt.Errorf("--format %q: want table, csv or json", o.format))
 	}
 	verb := strings.ToUpper(firstWord(sql))
-	if !readOnlyVerbs[verb] {
+	switch {
+	case verb == "":
+		return withCode(exitUsage, fmt.Errorf("query: no SQL statement (try \"SELECT * FROM experiments\")"))
+	case !readOnlyVerbs[verb]:
 		return withCode(exitUsage, fmt.Errorf("query refused: arbiter query is read-only and %s would change the database; nothing was changed", verb))
+	case verb == "PRAGMA" && strings.Contains(sql, "="):
+		// PRAGMA x = y sets a value; on a read-only connection some fail oddly.
+		return withCode(exitUsage, fmt.Errorf("query refused: arbiter query is read-only and this PRAGMA sets a value; nothing was changed"))
 	}
 	db, err := store.OpenReadOnly(g.dbPath())
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 )
@@ -46,10 +47,19 @@ func signalContext(parent context.Context) (context.Context, func()) {
 		case <-done:
 			return
 		}
-		select {
-		case <-sigs:
-			os.Exit(exitInterrupted)
-		case <-done:
+		// A signal sent to the whole process group (GNU timeout, a shell's Ctrl-C seen
+		// twice) arrives at once; only a later one means "exit now".
+		first := time.Now()
+		for {
+			select {
+			case <-sigs:
+				if time.Since(first) < time.Second {
+					continue
+				}
+				os.Exit(exitInterrupted)
+			case <-done:
+				return
+			}
 		}
 	}()
 	return ctx, func() { signal.Stop(sigs); close(done); cancel() }
