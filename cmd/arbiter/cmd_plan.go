@@ -136,6 +136,9 @@ func runPlan(ctx context.Context, g *globals, path string, o planOptions) error 
 		// responses / design effect.
 		n = int(math.Floor(float64(p.SessionsPerArm) * p.TurnsPerSession / p.DesignEffect))
 	}
+	if p.Unit == "launch" {
+		p.Notes = append(p.Notes, fmt.Sprintf("launches are the unit: the figures treat sessions as independent, but the verdict clusters them in %d launch(es) per arm; it needs at least 2 (blocks), and more launches buy more power than more sessions per launch", blocks))
+	}
 	p.Power = stats.FisherPower(pl.P0, pl.P1, n, n, p.AlphaPerComparison)
 	need := stats.SessionsFor(pl.P0, pl.P1, p.AlphaPerComparison, p.TargetPower, p.DesignEffect)
 	if p.Unit == "response" && need > 0 {
