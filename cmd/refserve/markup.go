@@ -91,8 +91,12 @@ const (
 	numVariants
 )
 
-// applyVariant rewrites one markup token the way a variant build prints it.
+// applyVariant rewrites one markup token the way a variant build prints it. The field saw
+// these variants from DeepSeek's DSML builds only, so other formats leak plain.
 func applyVariant(parser string, variant int, piece string) string {
+	if parser != "deepseekv4" && parser != "deepseekv32" {
+		return piece
+	}
 	switch variant {
 	case variantDoubled:
 		if strings.Contains(piece, dsmlBar) {
