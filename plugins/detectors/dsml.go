@@ -23,6 +23,10 @@ type leakFormat struct {
 	re *regexp.Regexp
 	// name names the format of a match; it may look at the match for the variant.
 	name func(match string) string
+	// closer, when set, matches closing tags that prose can name too ("</tool_call>"):
+	// one counts only after an unquoted marker of re or an unquoted JSON key, the body a
+	// leaked call would have had.
+	closer *regexp.Regexp
 }
 
 func fixedName(n string) func(string) string { return func(string) string { return n } }
@@ -38,6 +42,8 @@ func v3Token(sep string) string {
 
 // leakFormats are the formats FACTS.md lists. Each pattern needs a token that does not
 // occur in prose; a bare word like "invoke" or "tool_call" never matches on its own.
+// Every pattern tolerates the garbled spellings corrupted replies show: a space after '<'
+// and one or two bars wherever the format has bars.
 var leakFormats = []leakFormat{
 	{
 		// DeepSeek V3.2 and V4 DSML, with the doubled bars and leading-space tag names that
@@ -48,31 +54,42 @@ var leakFormats = []leakFormat{
 	{
 		// DeepSeek V3/V3.1 special tokens; ▁ is U+2581. With ASCII bars and _ the tokens
 		// would be Kimi's, so that spelling is left to the Kimi pattern.
-		re:   regexp.MustCompile(`<\s*(?:｜\s*` + v3Token(`[▁_]`) + `\s*｜|\|\s*` + v3Token(`▁`) + `\s*\|)\s*>`),
+		re: regexp.MustCompile(`<\s*(?:｜{1,2}\s*` + v3Token(`[▁_]`) + `\s*｜{1,2}|\|{1,2}\s*` +
+			v3Token(`▁`) + `\s*\|{1,2})\s*>`),
 		name: fixedName("DeepSeek V3 tool-call tokens"),
 	},
 	{
 		// Kimi K2 sections.
-		re:   regexp.MustCompile(`<\s*` + bars + `\s*tool_(?:calls_section|call|call_argument)_(?:begin|end)\s*` + bars + `\s*>`),
+		re: regexp.MustCompile(`<\s*` + bars + `{1,2}\s*tool_(?:calls_section|call|call_argument)_(?:begin|end)\s*` +
+			bars + `{1,2}\s*>`),
 		name: fixedName("Kimi tool-call section tokens"),
 	},
 	{
 		// Llama 3 built-in tool calls.
-		re:   regexp.MustCompile(`<` + bars + `python_tag` + bars + `>`),
+		re:   regexp.MustCompile(`<\s*` + bars + `{1,2}\s*python_tag\s*` + bars + `{1,2}\s*>`),
 		name: fixedName("Llama <|python_tag|>"),
 	},
 	{
-		// Qwen/Hermes: the tag followed by its JSON (or Qwen3-Coder's <function=...>); a
-		// bare "<tool_call>" in prose is not enough.
-		re:   regexp.MustCompile(`<tool_call>\s*(?:\{|\[|<function=)|</tool_call>`),
-		name: fixedName("Qwen/Hermes <tool_call>"),
+		// Qwen/Hermes: the opening tag followed by what only a call puts there: its JSON
+		// (an opening bracket, a quote, a key cut short like `elimit":`), another tag
+		// (Qwen3-Coder's <function=...>, a repeated <tool_call>), or glued to the word
+		// before it as a decoded token is. A bare "<tool_call>" in prose is not enough.
+		re: regexp.MustCompile(`<\s*tool_call\s*>\s*(?:[{\[\]}"]|<\s*/?\s*[A-Za-z_|｜]|[\w.-]+"\s*[:,}\]])` +
+			`|[\p{L}\p{N}.,;:!?)]<\s*tool_call\s*>`),
+		name:   fixedName("Qwen/Hermes <tool_call>"),
+		closer: regexp.MustCompile(`<\s*/\s*tool_call\s*>`),
 	},
 	{
 		// Anthropic-style XML calls, with or without a namespace prefix.
-		re:   regexp.MustCompile(`</?(?:[A-Za-z]+:)?function_calls>|<(?:[A-Za-z]+:)?invoke\s+name\s*=`),
-		name: fixedName("Anthropic-style <function_calls>"),
+		re:     regexp.MustCompile(`<\s*(?:[A-Za-z]+:)?function_calls\s*>|<\s*(?:[A-Za-z]+:)?invoke\s+name\s*=`),
+		name:   fixedName("Anthropic-style <function_calls>"),
+		closer: regexp.MustCompile(`<\s*/\s*(?:[A-Za-z]+:)?function_calls\s*>`),
 	},
 }
+
+// jsonKey matches the key of a JSON object, the body of a leaked call whose opening tag
+// was lost.
+var jsonKey = regexp.MustCompile(`"\s*:`)
 
 // dsmlName tells DeepSeek's DSML generations apart by the wrapper tag and the bars.
 func dsmlName(m string) string {
@@ -139,28 +156,59 @@ func findLeak(content string) (leak, bool) {
 	}
 	var quoted []span
 	quotedDone := false
+	isQuoted := func(off int) bool {
+		if !quotedDone {
+			quoted, quotedDone = quotedSpans(content), true
+		}
+		return inSpans(quoted, off)
+	}
 	best := leak{}
 	bestAt := -1
 	seen := map[int]bool{} // a marker two patterns match counts once
 	specificDSML := ""
+	mark := func(at int, name string) {
+		if seen[at] {
+			return
+		}
+		seen[at] = true
+		best.count++
+		if specificDSML == "" && name != genericDSML && strings.Contains(name, "DSML") {
+			specificDSML = name
+		}
+		if bestAt < 0 || at < bestAt {
+			bestAt = at
+			best.format = name
+		}
+	}
+	firstKey := -2 // -2: not looked for yet; -1: none unquoted
 	for _, f := range leakFormats {
+		firstOpen := -1
 		for _, m := range f.re.FindAllStringIndex(content, -1) {
-			if !quotedDone {
-				quoted, quotedDone = quotedSpans(content), true
-			}
-			if seen[m[0]] || inSpans(quoted, m[0]) {
+			// A pattern may start on the character before the tag it found.
+			at := m[0] + strings.IndexByte(content[m[0]:m[1]], '<')
+			if isQuoted(at) {
 				continue
 			}
-			seen[m[0]] = true
-			best.count++
-			name := f.name(content[m[0]:m[1]])
-			if specificDSML == "" && name != genericDSML && strings.Contains(name, "DSML") {
-				specificDSML = name
+			if firstOpen < 0 {
+				firstOpen = at
 			}
-			if bestAt < 0 || m[0] < bestAt {
-				bestAt = m[0]
-				best.format = name
+			mark(at, f.name(content[at:m[1]]))
+		}
+		if f.closer == nil {
+			continue
+		}
+		for _, m := range f.closer.FindAllStringIndex(content, -1) {
+			if isQuoted(m[0]) {
+				continue
 			}
+			if firstKey == -2 {
+				firstKey = firstUnquoted(jsonKey, content, isQuoted)
+			}
+			opened := firstOpen >= 0 && firstOpen < m[0]
+			if !opened && (firstKey < 0 || firstKey > m[0]) {
+				continue // a closing tag named in prose
+			}
+			mark(m[0], f.name(content[m[0]:m[1]]))
 		}
 	}
 	if bestAt < 0 {
@@ -174,6 +222,17 @@ func findLeak(content string) (leak, bool) {
 	best.rune = utf8.RuneCountInString(content[:bestAt])
 	best.excerpt = excerpt(content[bestAt:], excerptRunes)
 	return best, true
+}
+
+// firstUnquoted returns the offset of the first match of re in content that isQuoted
+// rejects, or -1.
+func firstUnquoted(re *regexp.Regexp, content string, isQuoted func(int) bool) int {
+	for _, m := range re.FindAllStringIndex(content, -1) {
+		if !isQuoted(m[0]) {
+			return m[0]
+		}
+	}
+	return -1
 }
 
 // excerpt returns at most n runes of the start of s.

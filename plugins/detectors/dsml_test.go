@@ -72,6 +72,45 @@ func TestDSMLLeak(t *testing.T) {
 		{"unmatched backtick", "It's `broken " + v32Leak, "DeepSeek V3.2 DSML"},
 		{"inline span does not cross a blank line", "A `tick\n\n" + v4Leak + "\n\nand another` here", "DeepSeek V4 DSML"},
 		{"leak beside a quoted mention", "Format: `<tool_call>{}`.\n" + qwen, "Qwen/Hermes <tool_call>"},
+
+		// Garbled variants of the non-DSML formats: doubled bars and a space after '<'.
+		{"v3 doubled bars", "Sure.<｜｜tool▁calls▁begin｜｜><｜｜tool▁call▁begin｜｜>function", "DeepSeek V3 tool-call tokens"},
+		{"v3 spaced", "Sure.< ｜tool▁calls▁begin｜>< ｜tool▁call▁begin｜>function", "DeepSeek V3 tool-call tokens"},
+		{"llama doubled bars", "Here:<||python_tag||>{\"name\": \"f\"", "Llama <|python_tag|>"},
+		{"llama spaced", "Here:< |python_tag|>{\"name\": \"f\"", "Llama <|python_tag|>"},
+		{"qwen spaced", "Let me know if< tool_call>\n{\"name\": \"f\"", "Qwen/Hermes <tool_call>"},
+		{"qwen spaced closer after json", "{\"city\": \"Paris\"}}\n< /tool_call>", "Qwen/Hermes <tool_call>"},
+		{"kimi doubled bars", "<||tool_calls_section_begin||><||tool_call_begin||>functions.f:0", "Kimi tool-call section tokens"},
+		{"kimi spaced", "< |tool_calls_section_begin|>< |tool_call_begin|>functions.f:0", "Kimi tool-call section tokens"},
+		{"anthropic spaced", "I'll search.\n< function_calls>\n< invoke name=\"search\">", "Anthropic-style <function_calls>"},
+
+		// An opening <tool_call> followed by another tag, a quote or a JSON key is a leak.
+		{"qwen opener then opener", "Let me know if<tool_call><tool_call>\nelimit\": 3}", "Qwen/Hermes <tool_call>"},
+		{"qwen opener then json key fragment", "Let me know if <tool_call>\nelimit\": 3, \"city", "Qwen/Hermes <tool_call>"},
+		{"qwen opener then quote", "<tool_call> \"name\"", "Qwen/Hermes <tool_call>"},
+		{"qwen opener then closer", "done.<tool_call>\n</tool_call>", "Qwen/Hermes <tool_call>"},
+		{"qwen opener glued to a word at the end", "Let me know if<tool_call>", "Qwen/Hermes <tool_call>"},
+		{"qwen bare opener at the end of prose", "The parser waits for <tool_call>", ""},
+		{"qwen opener then word", "A <tool_call> block holds one call.", ""},
+
+		// Closing tags alone, in prose, are not leaks.
+		{"qwen tags named in prose", "Wrap each call in <tool_call> and </tool_call> tags, one call per block.", ""},
+		{"qwen closer in prose", "The block ends with </tool_call> on its own line.", ""},
+		{"anthropic closer in prose", "Claude ends its calls with </function_calls>, which the parser strips.", ""},
+		{"qwen closer after its json", "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", "Qwen/Hermes <tool_call>"},
+		{"anthropic closer after its opener", "<function_calls> then </function_calls>", "Anthropic-style <function_calls>"},
+		{"qwen closer after a quoted opener", "Like `<tool_call>{}` and then </tool_call> closes it.", ""},
+
+		// Indented code blocks and <pre> blocks are quotes.
+		{"quoted in indented block", "An example:\n\n    " + strings.ReplaceAll(qwen, "\n", "\n    ") + "\n\nThat is the format.", ""},
+		{"quoted in indented block at start", "    " + llama + "\n\nis what Llama emits.", ""},
+		{"quoted in tab-indented block", "Example:\n\n\t" + kimi + "\n", ""},
+		{"indented line without a blank line before is not a quote", "Example:\n    " + kimi, "Kimi tool-call section tokens"},
+		{"leak after an indented block", "Example:\n\n    code\n\n" + llama, "Llama <|python_tag|>"},
+		{"quoted in pre", "Example: <pre>" + claude + "</pre> done.", ""},
+		{"quoted in pre with attributes", "<PRE class=\"x\">\n" + v3Leak + "\n</Pre >\n", ""},
+		{"unclosed pre is not a quote", "<pre>\n" + llama, "Llama <|python_tag|>"},
+		{"leak after a pre", "<pre>x</pre>" + kimi, "Kimi tool-call section tokens"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
