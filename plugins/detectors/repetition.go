@@ -3,6 +3,7 @@ package detectors
 import (
 	"context"
 	"fmt"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 
@@ -20,19 +21,30 @@ const (
 	// ...when it repeats back to back at least longRepeats times.
 	longRepeats = 4
 	// A shorter unit must repeat back to back until its words alone number shortCover (30
-	// runs of one word, 15 of a pair of words): punctuation does not count, since "| x |"
-	// cells and "---" rules are the stuff of markdown tables.
+	// runs of one word, 15 of a pair of words): punctuation and numbers do not count, since
+	// "| x |" cells and "---" rules are the stuff of markdown tables and a list of zeros or
+	// an identity matrix is data.
 	shortCover = 30
+	// A long unit of structure rather than language (a table row, a JSON object, a row of
+	// a matrix) must repeat structRepeats times: a table of identical rows or an array of
+	// identical objects is legitimate at the sizes people ask for, while a model stuck on
+	// one row repeats it until the token limit.
+	structRepeats = 16
+	// A long unit is language when it holds at least proseWords distinct words and words
+	// are at least half of its tokens.
+	proseWords = 4
 	// maxUnit bounds the unit searched for, which keeps the pass linear in the content.
 	maxUnit = 256
 )
 
 // repetition flags a degenerate loop in the content: the same span of tokens over and over.
 // Tokens are words (letters, digits, _), single CJK characters, and runs of one
-// punctuation character; whitespace separates and is not a token. A loop is a tandem
-// repeat of a primitive unit (one that is not itself a repeat of a shorter one) of
-// longUnit or more tokens at least longRepeats times, or of a shorter unit whose repeats
-// hold shortCover words.
+// punctuation character; whitespace separates and is not a token. A token without a letter
+// (a number) counts as punctuation, not as a word. A loop is a tandem repeat of a primitive
+// unit (one that is not itself a repeat of a shorter one) of longUnit or more tokens at
+// least longRepeats times (structRepeats for a unit of structure), or of a shorter unit
+// whose repeats hold shortCover words. Closed fenced code blocks are skipped: code and data
+// quoted whole repeat legitimately, and a loop cannot close the fence it runs in.
 type repetition struct{}
 
 func (repetition) Name() string { return RepetitionName }
@@ -63,7 +75,7 @@ func (repetition) Detect(ctx context.Context, r plugins.Response) (plugins.Label
 // token is one token of content, interned as id, at byte offset off.
 type token struct {
 	id, off int
-	word    bool
+	word    bool // holds a letter
 }
 
 // tokenize splits content into tokens as the repetition detector defines them.
@@ -95,7 +107,7 @@ func tokenize(s string) []token {
 				}
 				j += s2
 			}
-			toks = append(toks, token{id: intern(s[i:j]), off: i, word: true})
+			toks = append(toks, token{id: intern(s[i:j]), off: i, word: hasLetter(s[i:j])})
 			i = j
 		default:
 			j := i + size
@@ -111,6 +123,16 @@ func tokenize(s string) []token {
 		}
 	}
 	return toks
+}
+
+// hasLetter reports whether a word token is more than digits and underscores.
+func hasLetter(w string) bool {
+	for _, r := range w {
+		if unicode.IsLetter(r) {
+			return true
+		}
+	}
+	return false
 }
 
 func isWordRune(r rune) bool { return r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r) }
@@ -129,7 +151,7 @@ type loop struct {
 // findLoop returns the tandem repeat that covers the most tokens among those that count as
 // a loop.
 func findLoop(content string) (loop, bool) {
-	toks := tokenize(content)
+	toks := unfenced(content, tokenize(content))
 	n := len(toks)
 	ids := make([]int32, n) // dense copy for the inner loop
 	for i, t := range toks {
@@ -159,11 +181,34 @@ func findLoop(content string) (loop, bool) {
 	return best, bestCover > 0
 }
 
+// unfenced drops the tokens of content's closed fenced code blocks. The text on either side
+// of a block is joined, so that a loop which quotes the same block every time is still one.
+func unfenced(content string, toks []token) []token {
+	if !strings.Contains(content, "```") && !strings.Contains(content, "~~~") {
+		return toks
+	}
+	fenced := fencedSpans(content)
+	if len(fenced) == 0 {
+		return toks
+	}
+	out := toks[:0]
+	for _, t := range toks {
+		if !inSpans(fenced, t.off) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 // isLoop applies the thresholds to a stretch of cover tokens with period len(unit).
 func isLoop(unit []token, cover int) bool {
 	p := len(unit)
 	if p >= longUnit {
-		return cover/p >= longRepeats && primitive(unit)
+		repeats := longRepeats
+		if !language(unit) {
+			repeats = structRepeats
+		}
+		return cover/p >= repeats && primitive(unit)
 	}
 	words := 0
 	for _, t := range unit {
@@ -172,6 +217,19 @@ func isLoop(unit []token, cover int) bool {
 		}
 	}
 	return cover/p >= longRepeats && words*(cover/p) >= shortCover
+}
+
+// language reports whether a long unit is language rather than structure.
+func language(unit []token) bool {
+	words := 0
+	distinct := map[int]bool{}
+	for _, t := range unit {
+		if t.word {
+			words++
+			distinct[t.id] = true
+		}
+	}
+	return len(distinct) >= proseWords && 2*words >= len(unit)
 }
 
 // primitive reports whether unit is not a whole repeat of a shorter unit, so that a loop

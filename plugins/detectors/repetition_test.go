@@ -48,9 +48,25 @@ func TestRepetition(t *testing.T) {
 		{"paragraph loop", strings.Repeat(prose[:300]+" ", 4), "repeated 4 times"},
 		{"pair loop", strings.Repeat("tool call ", 15), "a 2-token span repeated 15 times"},
 		{"chinese loop", "好的，" + strings.Repeat("好的", 30), "a 2-token span repeated 30 times"},
-		{"separated word loop", strings.Repeat("0, ", 30), "a 2-token span repeated 30 times"},
-		{"separated word 29 times", strings.Repeat("0, ", 29), ""},
-		{"digit run", "ids: " + strings.Repeat("0 ", 40), "a 1-token span repeated 40 times"},
+		{"separated word loop", strings.Repeat("ok, ", 30), "a 2-token span repeated 30 times"},
+		{"separated word 29 times", strings.Repeat("ok, ", 29), ""},
+		{"token run of 40", "ids: " + strings.Repeat("the ", 40), "a 1-token span repeated 40 times"},
+		{"sentence 10 times", strings.Repeat("The cache restores the page before the read. ", 10), "repeated 10 times"},
+		{"table row loop", "| a | b |\n|---|---|\n" + strings.Repeat("| Yes | Yes | Yes | Yes | Yes | Yes |\n", 40), "repeated"},
+		{"loop around closed fences", strings.Repeat("Here is the code again:\n```\nx := 1\n```\n", 12), "repeated"},
+		{"loop in an unclosed fence", "```python\n" + strings.Repeat("print(\"the weather in Paris is sunny today\")\n", 20), "repeated"},
+
+		// Legitimate repetition in content.
+		{"identity matrix in a fence", "The 8x8 identity:\n\n```python\nI = [\n" + identity(8) + "]\n```\n", ""},
+		{"identity matrix", "I = [\n" + identity(8) + "]", ""},
+		{"bare identity matrix in a fence", "```\n" + bareIdentity(8) + "```", ""},
+		{"bare identity matrix", bareIdentity(8), ""},
+		{"forty zeros", "zeros = [" + strings.TrimSuffix(strings.Repeat("0, ", 40), ", ") + "]", ""},
+		{"forty zeros spaced", "ids: " + strings.Repeat("0 ", 40), ""},
+		{"json array of identical objects", "[" + strings.TrimSuffix(strings.Repeat(`{"name": "slot", "status": "free", "owner": null}, `, 5), ", ") + "]", ""},
+		{"markdown table of Yes", "| | A | B | C | D | E | F |\n|---|---|---|---|---|---|---|\n" + strings.Repeat("| Yes | Yes | Yes | Yes | Yes | Yes |\n", 6), ""},
+		{"square table of Yes", strings.Repeat("| Yes | Yes | Yes | Yes | Yes | Yes |\n", 6), ""},
+		{"loop inside a closed fence", "```\n" + strings.Repeat("the ", 60) + "\n```", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -75,6 +91,38 @@ func TestRepetition(t *testing.T) {
 	}
 }
 
+// identity returns the rows of an n×n identity matrix as Python list literals.
+func identity(n int) string {
+	var b strings.Builder
+	for i := range n {
+		b.WriteString("    [")
+		for j := range n {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			if i == j {
+				b.WriteString("1")
+			} else {
+				b.WriteString("0")
+			}
+		}
+		b.WriteString("],\n")
+	}
+	return b.String()
+}
+
+// bareIdentity returns an n×n identity matrix as rows of space-separated digits, where
+// every 1 is n zeros after the last.
+func bareIdentity(n int) string {
+	var b strings.Builder
+	for i := range n {
+		row := strings.Split(strings.Repeat("0", n), "")
+		row[i] = "1"
+		b.WriteString(strings.Join(row, " ") + "\n")
+	}
+	return b.String()
+}
+
 func TestTokenize(t *testing.T) {
 	toks := tokenize("a_b, c--d 好的 ---")
 	var got []string
@@ -93,7 +141,8 @@ func TestTokenize(t *testing.T) {
 }
 
 func FuzzRepetition(f *testing.F) {
-	for _, s := range []string{"", prose, goCode, pyCode, "I will now call the weather tool.", "a b a b a b a b", "好的好的", "| --- | --- |"} {
+	for _, s := range []string{"", prose, goCode, pyCode, "I will now call the weather tool.", "a b a b a b a b", "好的好的", "| --- | --- |",
+		"| Yes | Yes | Yes | Yes | Yes | Yes |\n", `{"name": "slot", "status": "free"},`, "1 0 0 0 0 0 0 0 0 0\n"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, unit string) {
@@ -104,17 +153,25 @@ func FuzzRepetition(f *testing.F) {
 		if l.Corrupted == (l.Reason == "") {
 			t.Fatalf("corrupted=%v with reason %q", l.Corrupted, l.Reason)
 		}
-		// A primitive unit of 8 to maxUnit tokens said five times over is a loop.
+		// A primitive unit of 8 to maxUnit tokens said five times over is a loop, or
+		// structRepeats+1 times when it is structure rather than language.
 		toks := tokenize(unit)
 		if len(toks) < longUnit || len(toks) > maxUnit || !primitive(toks) {
 			return
 		}
-		looped := strings.Repeat(unit+" ", 5)
-		if len(tokenize(looped)) != 5*len(toks) {
+		times := 5
+		if !language(toks) {
+			times = structRepeats + 1
+		}
+		looped := strings.Repeat(unit+" ", times)
+		if len(tokenize(looped)) != times*len(toks) {
 			return // the unit's ends merge into one token across the seam
 		}
+		if len(fencedSpans(looped)) > 0 {
+			return // closed fenced blocks are skipped
+		}
 		if l, _ := (repetition{}).Detect(context.Background(), reply(looped)); !l.Corrupted {
-			t.Fatalf("five times %q judged clean", unit)
+			t.Fatalf("%d times %q judged clean", times, unit)
 		}
 	})
 }
