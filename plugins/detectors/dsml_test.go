@@ -229,6 +229,12 @@ func FuzzDSMLLeak(f *testing.F) {
 		"```\n" + v4Leak + "\n```", "`" + llama + "`", "```\n" + qwen, "<｜｜DSML｜｜ tool_calls>", "~~~\n~~~~\n<|python_tag|>"} {
 		f.Add(s)
 	}
+	for _, g := range garbledReplies {
+		f.Add(g.content)
+	}
+	for _, s := range []string{"<tool_call> and </tool_call>", "\n    <|python_tag|>", "<pre><tool_call>{}</pre>", "`<pre>`<tool_call>{}`</pre>`"} {
+		f.Add(s)
+	}
 	f.Fuzz(func(t *testing.T, content string) {
 		l, err := dsmlLeak{}.Detect(context.Background(), reply(content))
 		if err != nil {
