@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
@@ -42,7 +43,7 @@ const (
 var DefaultDetectors = []string{"dsml-leak", "toolcall-schema"}
 
 // KnownDetectors are the built-in detectors; a spec may also name an external one as
-// plugin:NAME.
+// plugin:NAME or plugin:PATH.
 var KnownDetectors = []string{"dsml-leak", "toolcall-schema", "repetition"}
 
 // KnownWorkloads are the workload kinds this arbiter can drive. A spec naming another is
@@ -670,7 +671,8 @@ func (d *decoder) decodeEngine(e entry) {
 	}
 	for _, name := range en.Secrets {
 		if _, clash := en.Env[name]; clash {
-			d.add(e.keyNode, joinPath(e.path, "env."+name), "%s is both a secret and a plain env value; keep it only in secrets", name)
+			path := joinPath(e.path, "env."+name)
+			d.addAt(d.spec.pos[path], path, "%s is both a secret and a plain env value; keep it only in secrets", name)
 		}
 	}
 }
@@ -900,9 +902,19 @@ func (d *decoder) decodeWorkload(e entry) {
 	}
 }
 
+// isPluginRef reports whether s names an external detector: plugin:PATH (any path with
+// a slash, as plugins/detectors runs it) or plugin:NAME (arbiter-detector-NAME on PATH).
+// Whitespace and control characters are refused: they are typos far more often than
+// parts of a real path.
 func isPluginRef(s string) bool {
-	name, ok := strings.CutPrefix(s, pluginPrefix)
-	return ok && identRE.MatchString(name)
+	ref, ok := strings.CutPrefix(s, pluginPrefix)
+	if !ok || ref == "" {
+		return false
+	}
+	if strings.ContainsRune(ref, '/') {
+		return !strings.ContainsFunc(ref, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) })
+	}
+	return identRE.MatchString(ref)
 }
 
 func (d *decoder) decodeDetectors(e entry) {
@@ -918,7 +930,7 @@ func (d *decoder) decodeDetectors(e entry) {
 			if s := suggest(v, KnownDetectors); s != "" {
 				msg += fmt.Sprintf(" (did you mean %s?)", s)
 			} else {
-				msg += fmt.Sprintf(" (known: %s, or plugin:NAME)", strings.Join(KnownDetectors, ", "))
+				msg += fmt.Sprintf(" (known: %s, plugin:NAME or plugin:PATH)", strings.Join(KnownDetectors, ", "))
 			}
 			d.add(it.val, it.path, "%s", msg)
 		case slices.Contains(d.spec.Detectors, v):

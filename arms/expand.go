@@ -3,6 +3,7 @@ package arms
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,6 +25,9 @@ import (
 // Expand runs the confound check and returns every refusal as a *SpecError wrapping
 // ErrConfounded, joined.
 func (s *Spec) Expand() ([]Arm, error) {
+	if err := s.checkArmCount(); err != nil {
+		return nil, err
+	}
 	var arms []Arm
 	if len(s.Arms) > 0 {
 		for _, a := range s.Arms {
@@ -61,6 +65,75 @@ func (s *Spec) Expand() ([]Arm, error) {
 		return nil, err
 	}
 	return arms, nil
+}
+
+// MaxArms is the most arms a spec may expand to. Every arm is at least one engine
+// launch, so a spec over it is almost always a mistake (twelve binary factors are 4096
+// launches), and the confound check stays cheap below it.
+const MaxArms = 256
+
+// armCount is how many arms the spec expands to, computed without expanding; over is
+// true when the count does not fit an int64.
+func (s *Spec) armCount() (n int64, over bool) {
+	if len(s.Arms) > 0 || len(s.Factors) == 0 {
+		return int64(len(s.Arms)), false
+	}
+	if s.Design == DesignOneAtATime {
+		n = 1
+		for _, f := range s.Factors {
+			n += int64(max(len(f.Levels)-1, 0))
+		}
+		return n, false
+	}
+	n = 1
+	for _, f := range s.Factors {
+		l := int64(len(f.Levels))
+		if l == 0 {
+			return 0, false
+		}
+		if n > math.MaxInt64/l {
+			over = true
+			continue // a later factor without levels still makes it 0
+		}
+		n *= l
+	}
+	if over {
+		return math.MaxInt64, true
+	}
+	return n, false
+}
+
+// checkArmCount refuses a spec that expands to more than MaxArms arms, naming the
+// count and what produced it.
+func (s *Spec) checkArmCount() error {
+	n, over := s.armCount()
+	if n <= MaxArms {
+		return nil
+	}
+	count := strconv.FormatInt(n, 10)
+	if over {
+		count = "more than " + strconv.FormatInt(math.MaxInt64, 10)
+	}
+	if len(s.Arms) > 0 {
+		p := s.pos["arms"]
+		return joinSorted([]*SpecError{{File: s.Path, Line: p.Line, Col: p.Col, Path: "arms",
+			Msg: fmt.Sprintf("%s arms listed, more than %d; split the experiment", count, MaxArms)}})
+	}
+	sizes := make([]string, len(s.Factors))
+	names := make([]string, len(s.Factors))
+	for i, f := range s.Factors {
+		names[i] = f.Name
+		sizes[i] = strconv.Itoa(len(f.Levels))
+	}
+	how := "x"
+	hint := "use fewer factors or levels, or design: one-at-a-time"
+	if s.Design == DesignOneAtATime {
+		how, hint = "+", "use fewer factors or levels"
+	}
+	p := s.pos["factors"]
+	return joinSorted([]*SpecError{{File: s.Path, Line: p.Line, Col: p.Col, Path: "factors",
+		Msg: fmt.Sprintf("design %s expands factors %s (levels %s) to %s arms, more than %d; %s",
+			s.Design, strings.Join(names, ", "), strings.Join(sizes, how), count, MaxArms, hint)}})
 }
 
 // combinations lists level indexes per arm, one index per factor.
@@ -265,13 +338,14 @@ func (c *confoundCheck) sharedFactorVariables() {
 // one would be identical to its twin with the other.
 func (c *confoundCheck) sameLevels() {
 	for _, f := range c.spec.Factors {
-		for i, l := range f.Levels {
-			for _, prev := range f.Levels[:i] {
-				if pinsKey(prev.Pins) == pinsKey(l.Pins) {
-					c.refuse("factors."+f.Name+"."+l.Name, "levels %s and %s of factor %s set the same pins, so their arms would be identical", prev.Name, l.Name, f.Name)
-					break
-				}
+		first := map[string]string{} // pins key -> the first level with those pins
+		for _, l := range f.Levels {
+			key := pinsKey(l.Pins)
+			if prev, twin := first[key]; twin {
+				c.refuse("factors."+f.Name+"."+l.Name, "levels %s and %s of factor %s set the same pins, so their arms would be identical", prev, l.Name, f.Name)
+				continue
 			}
+			first[key] = l.Name
 		}
 	}
 }
@@ -344,7 +418,7 @@ func onlyToggles(arms []ArmSpec, flagName string) bool {
 				rest = append(rest, f)
 			}
 		}
-		key := fmt.Sprint(envKey(a.Pins.Env), rest)
+		key := envKey(a.Pins.Env) + "\x01" + flagsKey(rest)
 		if i == 0 {
 			first = key
 		} else if key != first {
@@ -368,21 +442,22 @@ func (c *confoundCheck) identical(arms []Arm) {
 		}
 		return
 	}
-	for i, a := range arms {
-		for _, prev := range arms[:i] {
-			if armKey(a) != armKey(prev) {
-				continue
-			}
-			path := "arms." + a.Name
-			if a.Levels != nil {
-				if c.hasLevelTwins() {
-					break // already explained per factor
-				}
-				path = "factors"
-			}
-			c.refuse(path, "arms %s and %s are identical (same command and env), so nothing varies; for an A/A check set analysis.aa: true", prev.Name, a.Name)
-			break
+	first := make(map[string]string, len(arms)) // arm key -> the first arm with it
+	for _, a := range arms {
+		key := armKey(a)
+		prev, twin := first[key]
+		if !twin {
+			first[key] = a.Name
+			continue
 		}
+		path := "arms." + a.Name
+		if a.Levels != nil {
+			if c.hasLevelTwins() {
+				continue // already explained per factor
+			}
+			path = "factors"
+		}
+		c.refuse(path, "arms %s and %s are identical (same command and env), so nothing varies; for an A/A check set analysis.aa: true", prev, a.Name)
 	}
 }
 
@@ -403,10 +478,23 @@ func envKey(env map[string]string) string {
 	return b.String()
 }
 
+// flagsKey is the canonical form of a command line: its flags with their values,
+// sorted by name, so that [--a, --b] and [--b, --a] compare equal. The sort is stable:
+// a repeated flag's last value wins, so the order among its repeats still counts.
+func flagsKey(flags []flag) string {
+	flags = slices.Clone(flags)
+	slices.SortStableFunc(flags, func(a, b flag) int { return strings.Compare(a.name, b.name) })
+	var b strings.Builder
+	for _, f := range flags {
+		fmt.Fprintf(&b, "%s\x00%s\x00", f.name, f.value)
+	}
+	return b.String()
+}
+
 func pinsKey(p Pins) string {
-	return envKey(p.Env) + "\x01" + strings.Join(p.Args, "\x00")
+	return envKey(p.Env) + "\x01" + flagsKey(parseFlags(p.Args))
 }
 
 func armKey(a Arm) string {
-	return envKey(a.Env) + "\x01" + strings.Join(a.Command, "\x00")
+	return envKey(a.Env) + "\x01" + flagsKey(parseFlags(a.Command))
 }

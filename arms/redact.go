@@ -7,9 +7,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-
-	"github.com/goccy/go-yaml/ast"
-	"github.com/goccy/go-yaml/parser"
 )
 
 // Redacted replaces a secret wherever arbiter writes text.
@@ -21,17 +18,29 @@ const Redacted = "[redacted]"
 const minSecretLen = 4
 
 // credentialWords are the _-separated words that make a variable name look like it
-// holds a credential (API_KEY and ACCESS_KEY are two words each). TOKENS is left out on
-// purpose: MAX_TOKENS and its kin count model tokens.
+// holds a credential wherever they stand (API_KEY and ACCESS_KEY are two words each).
+// TOKENS is left out on purpose: MAX_TOKENS and its kin count model tokens.
 var credentialWords = [][]string{
-	{"TOKEN"}, {"SECRET"}, {"SECRETS"}, {"PASSWORD"}, {"PASSWD"},
-	{"API", "KEY"}, {"ACCESS", "KEY"}, {"CREDENTIAL"}, {"CREDENTIALS"}, {"AUTH"},
+	{"TOKEN"}, {"SECRET"}, {"SECRETS"}, {"PASSWORD"}, {"PASSWD"}, {"PASSPHRASE"},
+	{"API", "KEY"}, {"ACCESS", "KEY"}, {"CREDENTIAL"}, {"CREDENTIALS"}, {"AUTH"}, {"AUTHORIZATION"},
 }
 
+// credentialLastWords count only as the last word of a longer name: OPENAI_KEY,
+// PRIVATE_KEY, DB_PASS and GITHUB_PAT are credentials, while KEY_VALUE_CACHE,
+// PASS_THROUGH or PAT_SIZE are not. A lone KEY, PASS or PAT says too little to hide.
+var credentialLastWords = []string{"KEY", "PASS", "PAT"}
+
 // LooksLikeCredential reports whether a variable name suggests its value is a
-// credential: one of TOKEN, SECRET(S), PASSWORD, PASSWD, API_KEY, ACCESS_KEY,
-// CREDENTIAL(S), AUTH as whole _-separated words, in any case. BF16_INDEX_K is not
-// one; HF_TOKEN and AWS_SECRET_ACCESS_KEY are.
+// credential. The rule, on the name's _-separated words in any case: one of TOKEN,
+// SECRET(S), PASSWORD, PASSWD, PASSPHRASE, API_KEY, ACCESS_KEY, CREDENTIAL(S), AUTH or
+// AUTHORIZATION anywhere, or KEY, PASS or PAT as the last of two or more words. So
+// HF_TOKEN, AWS_SECRET_ACCESS_KEY, OPENAI_KEY and DB_PASS are credentials, and
+// BF16_INDEX_K, MAX_TOKENS and KEY_VALUE_CACHE are not.
+//
+// The trade-off: a name that matches by accident (CACHE_KEY, FUSION_PASS) has its value
+// hidden in the stored spec and in every record that holds it, which can garble a
+// record; a secret that does not match is stored in clear. The rule errs towards
+// hiding, and a secret with an unusual name belongs in engine.secrets anyway.
 func LooksLikeCredential(name string) bool {
 	words := strings.Split(strings.ToUpper(name), "_")
 	for i := range words {
@@ -41,7 +50,66 @@ func LooksLikeCredential(name string) bool {
 			}
 		}
 	}
-	return false
+	return len(words) >= 2 && words[len(words)-2] != "" && slices.Contains(credentialLastWords, words[len(words)-1])
+}
+
+// looksLikeCredentialFlag applies LooksLikeCredential to a flag's name, dashes read as
+// underscores: --api-key, --hf-token and --password=... are credential flags.
+func looksLikeCredentialFlag(name string) bool {
+	name = strings.TrimLeft(name, "-")
+	return name != "" && LooksLikeCredential(strings.ReplaceAll(name, "-", "_"))
+}
+
+// credentialArgs walks a command line and calls secret for each argument that is the
+// value of a credential flag (--api-key X, or every argument up to the next flag) and
+// keyed for each --flag=VALUE whose value is one, with the flag's name.
+func credentialArgs(args []string, secret func(i int), keyed func(i int, name, value string)) {
+	secretNext := false
+	for i, a := range args {
+		if !isFlagToken(a) {
+			if secretNext {
+				secret(i)
+			}
+			continue
+		}
+		name, value, hasValue := strings.Cut(a, "=")
+		cred := looksLikeCredentialFlag(name)
+		secretNext = cred && !hasValue
+		if cred && value != "" {
+			keyed(i, name, value)
+		}
+	}
+}
+
+// RedactArgs returns a copy of a command line with the value of every credential flag
+// (--api-key X, --hf-token=X, --password X; see LooksLikeCredential) replaced by
+// [redacted], whatever its length; the flags themselves stay, so the command still
+// reads as what was launched.
+func RedactArgs(args []string) []string {
+	if args == nil {
+		return nil
+	}
+	out := slices.Clone(args)
+	credentialArgs(args, func(i int) { out[i] = Redacted },
+		func(i int, name, _ string) { out[i] = name + "=" + Redacted })
+	return out
+}
+
+// RedactEnv returns a copy of env in which the value of every credential-named entry
+// (see LooksLikeCredential) and of every variable listed in engine.secrets is
+// [redacted], whatever its length: the form in which an arm's env may be stored or
+// printed. A nil env stays nil.
+func (s *Spec) RedactEnv(env map[string]string) map[string]string {
+	if env == nil {
+		return nil
+	}
+	out := maps.Clone(env)
+	for k := range out {
+		if LooksLikeCredential(k) || (s != nil && slices.Contains(s.Engine.Secrets, k)) {
+			out[k] = Redacted
+		}
+	}
+	return out
 }
 
 // Redactor replaces secret values with [redacted]. It is immutable once built, so it is
@@ -51,9 +119,12 @@ type Redactor struct {
 }
 
 // Redactor collects the values to hide: every variable named in engine.secrets, as
-// arbiter's environment holds it (environ is os.LookupEnv in production), and every env
-// value of the engine, an arm or a factor level whose name looks like a credential.
-// Values shorter than 4 bytes are not replaced: they would match everywhere.
+// arbiter's environment holds it (environ is os.LookupEnv in production), every env
+// value of the engine, an arm or a factor level whose name looks like a credential, and
+// every value given to a credential flag in the engine's command or args or an arm's or
+// level's args (--api-key X, --hf-token=X). Values shorter than 4 bytes, and true,
+// false and null, are not replaced: they would match everywhere. RedactEnv and
+// RedactArgs hide those where they are written.
 func (s *Spec) Redactor(environ func(string) (string, bool)) *Redactor {
 	var values []string
 	if environ != nil {
@@ -70,8 +141,30 @@ func (s *Spec) Redactor(environ func(string) (string, bool)) *Redactor {
 			}
 		}
 	}
+	for _, args := range s.allArgs() {
+		credentialArgs(args, func(i int) { values = append(values, args[i]) },
+			func(_ int, _, value string) { values = append(values, value) })
+	}
 	return newRedactor(values)
 }
+
+// allArgs lists every command line fragment in the spec.
+func (s *Spec) allArgs() [][]string {
+	out := [][]string{s.Engine.Command, s.Engine.Args}
+	for _, a := range s.Arms {
+		out = append(out, a.Pins.Args)
+	}
+	for _, f := range s.Factors {
+		for _, l := range f.Levels {
+			out = append(out, l.Pins.Args)
+		}
+	}
+	return out
+}
+
+// commonWords are values a Redactor never replaces: they are no one's secret, and
+// replacing them would garble every JSON record ("stream":true).
+var commonWords = []string{"true", "false", "null", "yes", "no", "on", "off"}
 
 // allEnv lists every env mapping in the spec.
 func (s *Spec) allEnv() []map[string]string {
@@ -93,7 +186,9 @@ func newRedactor(values []string) *Redactor {
 	for i, v := range values {
 		values[i] = strings.TrimSpace(v)
 	}
-	values = slices.DeleteFunc(values, func(v string) bool { return len(v) < minSecretLen })
+	values = slices.DeleteFunc(values, func(v string) bool {
+		return len(v) < minSecretLen || slices.Contains(commonWords, strings.ToLower(v))
+	})
 	if len(values) == 0 {
 		return &Redactor{}
 	}
@@ -153,109 +248,6 @@ func (r *Redactor) RedactBytes(b []byte) []byte {
 		return b
 	}
 	return []byte(out)
-}
-
-// RedactedSource is the spec's text as the store keeps it: every inline env value
-// whose name looks like a credential is replaced by "[redacted]" where it is written,
-// whatever its length, and any other occurrence of a value of 4 bytes or more too.
-func (s *Spec) RedactedSource() []byte {
-	src := s.Source
-	if f, err := parser.ParseBytes(src, 0, parser.AllowDuplicateMapKey()); err == nil {
-		var spots []valueSpot
-		for _, doc := range f.Docs {
-			collectCredentialValues(doc.Body, false, &spots, 0)
-		}
-		src = replaceSpots(src, spots)
-	}
-	return s.Redactor(nil).RedactBytes(src)
-}
-
-// valueSpot is where a scalar value is written: line and column from 1, and its text.
-type valueSpot struct {
-	line, col int
-	text      string
-}
-
-// collectCredentialValues finds the scalar values of credential-looking keys under any
-// mapping key named env (the engine's, an arm's or a level's).
-func collectCredentialValues(n ast.Node, underEnv bool, spots *[]valueSpot, depth int) {
-	if n == nil || depth > 200 {
-		return
-	}
-	switch v := n.(type) {
-	case *ast.MappingNode:
-		for _, mv := range v.Values {
-			collectCredentialValues(mv, underEnv, spots, depth+1)
-		}
-	case *ast.MappingValueNode:
-		key := ""
-		if tk := v.Key.GetToken(); tk != nil {
-			key = tk.Value
-		}
-		if underEnv && LooksLikeCredential(key) {
-			val := v.Value
-			if a, ok := val.(*ast.AnchorNode); ok {
-				val = a.Value
-			}
-			// Only one-line scalars are rewritten in place; a block or multi-line
-			// scalar is left to the value replacer, which keeps the YAML intact.
-			if sn, ok := val.(*ast.StringNode); ok && sn.Token != nil && sn.Token.Position != nil {
-				text := strings.TrimSpace(sn.Token.Origin)
-				if !strings.Contains(text, "\n") {
-					*spots = append(*spots, valueSpot{line: sn.Token.Position.Line, col: sn.Token.Position.Column, text: text})
-				}
-			}
-			return
-		}
-		collectCredentialValues(v.Value, key == "env", spots, depth+1)
-	case *ast.SequenceNode:
-		for _, e := range v.Values {
-			collectCredentialValues(e, false, spots, depth+1)
-		}
-	case *ast.AnchorNode:
-		collectCredentialValues(v.Value, underEnv, spots, depth+1)
-	case *ast.TagNode:
-		collectCredentialValues(v.Value, underEnv, spots, depth+1)
-	}
-}
-
-// replaceSpots writes "[redacted]" over each spot whose text is found where the parser
-// put it; a spot that does not match (a multi-line scalar) is left to the value
-// replacer.
-func replaceSpots(src []byte, spots []valueSpot) []byte {
-	lines := strings.SplitAfter(string(src), "\n")
-	quoted := fmt.Sprintf("%q", Redacted)
-	// Right to left, so that earlier columns on the same line stay valid.
-	slices.SortFunc(spots, func(a, b valueSpot) int {
-		return cmp.Or(cmp.Compare(a.line, b.line), cmp.Compare(b.col, a.col))
-	})
-	for _, sp := range spots {
-		if sp.line < 1 || sp.line > len(lines) || sp.text == "" {
-			continue
-		}
-		line := lines[sp.line-1]
-		for _, at := range []int{runeOffset(line, sp.col-1), sp.col - 1} {
-			if at >= 0 && at <= len(line) && strings.HasPrefix(line[at:], sp.text) {
-				lines[sp.line-1] = line[:at] + quoted + line[at+len(sp.text):]
-				break
-			}
-		}
-	}
-	return []byte(strings.Join(lines, ""))
-}
-
-// runeOffset is the byte offset of the n-th rune of s, or -1 past its end.
-func runeOffset(s string, n int) int {
-	for i := range s {
-		if n == 0 {
-			return i
-		}
-		n--
-	}
-	if n == 0 {
-		return len(s)
-	}
-	return -1
 }
 
 // LaunchEnv is the environment an arm's process gets, as sorted KEY=VALUE pairs: the

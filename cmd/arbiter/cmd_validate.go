@@ -120,13 +120,18 @@ func summarize(s *arms.Spec, expanded []arms.Arm, r *arms.Redactor) specSummary 
 		Secrets:  s.Engine.Secrets,
 	}
 	for _, a := range expanded {
-		as := armSummary{Name: a.Name, Levels: a.Levels, Args: a.Pins.Args}
-		for _, c := range a.Command {
+		// RedactEnv and RedactArgs hide credential values of any length where they are
+		// written; the Redactor then catches a secret repeated under another name.
+		as := armSummary{Name: a.Name, Levels: a.Levels}
+		for _, c := range arms.RedactArgs(a.Pins.Args) {
+			as.Args = append(as.Args, r.Redact(c))
+		}
+		for _, c := range arms.RedactArgs(a.Command) {
 			as.Command = append(as.Command, r.Redact(c))
 		}
 		if len(a.Pins.Env) > 0 {
 			as.Env = map[string]string{}
-			for k, v := range a.Pins.Env {
+			for k, v := range s.RedactEnv(a.Pins.Env) {
 				as.Env[k] = r.Redact(v)
 			}
 		}

@@ -96,3 +96,32 @@ func TestValidateUsage(t *testing.T) {
 		t.Errorf("no argument: exit %d", code)
 	}
 }
+
+func TestValidateRedactsShortSecretsAndCredentialFlags(t *testing.T) {
+	spec := filepath.Join(t.TempDir(), "spec.yaml")
+	src := `version: 1
+name: t
+engine: {preset: refserve, args: [--api-key, sk1, --hf-token=hf9]}
+arms:
+  a: {env: {K: "0", API_TOKEN: "k9x"}, args: [--password, pw1]}
+  b: {env: {K: "1", API_TOKEN: "k9x"}, args: [--password, pw1]}
+workload: {sessions: 2, rounds: 1}
+`
+	if err := os.WriteFile(spec, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"validate", spec}, {"--json", "validate", spec}} {
+		code, out, errs := runArbiter(t, args...)
+		if code != exitOK {
+			t.Fatalf("%v: exit %d, stderr:\n%s", args, code, errs)
+		}
+		for _, leak := range []string{"k9x", "sk1", "hf9", "pw1"} {
+			if strings.Contains(out, leak) {
+				t.Errorf("%v: stdout holds %s:\n%s", args, leak, out)
+			}
+		}
+		if !strings.Contains(out, "API_TOKEN=[redacted]") && !strings.Contains(out, `"API_TOKEN": "[redacted]"`) {
+			t.Errorf("%v: API_TOKEN not shown as redacted:\n%s", args, out)
+		}
+	}
+}

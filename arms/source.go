@@ -1,0 +1,348 @@
+package arms
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/token"
+)
+
+// RedactedSource is the spec's text as the store keeps it. The value of every
+// credential-named env entry and of every credential flag in command and args
+// (--api-key X, --hf-token=X) is replaced by "[redacted]" where it is written, whatever
+// its length and scalar style: the whole value, from its first character to its last,
+// so that nothing of a block scalar, an escaped or a wrapped string survives. Any other
+// scalar that holds a secret of 4 bytes or more is rewritten as a quoted string with
+// the secret replaced, and comments are redacted as text, so the result is still the
+// same spec.
+func (s *Spec) RedactedSource() []byte {
+	r := s.Redactor(nil)
+	f, err := parseYAML(s.Source)
+	if err != nil {
+		return r.RedactBytes(s.Source)
+	}
+	w := &sourceRewrite{src: s.Source, r: r, anchors: map[string]ast.Node{}}
+	w.lineStarts = append(w.lineStarts, 0)
+	for i, c := range s.Source {
+		if c == '\n' {
+			w.lineStarts = append(w.lineStarts, i+1)
+		}
+	}
+	d := &decoder{anchors: w.anchors}
+	for _, doc := range f.Docs {
+		d.collectAnchors(doc.Body, 0)
+	}
+	for _, doc := range f.Docs {
+		w.walk(doc.Body, false, 0)
+	}
+	return w.apply()
+}
+
+// sourceRewrite collects the byte ranges of a spec's text to write over.
+type sourceRewrite struct {
+	src        []byte
+	lineStarts []int // byte offset of each line
+	r          *Redactor
+	anchors    map[string]ast.Node
+	spots      []spot
+}
+
+// spot is a byte range [start, end) of the source and what replaces it.
+type spot struct {
+	start, end int
+	text       string
+}
+
+var quotedRedacted = quoteYAML(Redacted)
+
+// quoteYAML writes s as a double-quoted YAML scalar: JSON's escapes are YAML's too.
+func quoteYAML(s string) string {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // a string always encodes
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// walk visits the nodes under n; underEnv says n's entries are env variables.
+func (w *sourceRewrite) walk(n ast.Node, underEnv bool, depth int) {
+	if n == nil || depth > 200 {
+		return
+	}
+	switch v := n.(type) {
+	case *ast.MappingNode:
+		for _, mv := range v.Values {
+			w.walk(mv, underEnv, depth+1)
+		}
+	case *ast.MappingValueNode:
+		w.walk(v.Key, false, depth+1)
+		key := w.keyText(v.Key)
+		switch {
+		case underEnv && LooksLikeCredential(key):
+			w.hide(v.Value, depth+1)
+		case key == "args" || key == "command":
+			w.walkArgs(v.Value, depth+1)
+		default:
+			w.walk(v.Value, key == "env", depth+1)
+		}
+	case *ast.MappingKeyNode:
+		w.walk(v.Value, false, depth+1)
+	case *ast.SequenceNode:
+		for _, e := range v.Values {
+			w.walk(e, false, depth+1)
+		}
+	case *ast.AnchorNode:
+		w.walk(v.Value, underEnv, depth+1)
+	case *ast.TagNode:
+		w.walk(v.Value, underEnv, depth+1)
+	case ast.ScalarNode:
+		w.scalar(n)
+	}
+}
+
+// keyText is a mapping key's text, looking through ? keys, tags and anchors.
+func (w *sourceRewrite) keyText(k ast.Node) string {
+	for range maxAliasResolveDepth {
+		switch v := k.(type) {
+		case *ast.MappingKeyNode:
+			k = v.Value
+		case *ast.TagNode:
+			k = v.Value
+		case *ast.AnchorNode:
+			k = v.Value
+		case ast.ScalarNode:
+			if tk := v.GetToken(); tk != nil {
+				return tk.Value
+			}
+			return ""
+		default:
+			return ""
+		}
+	}
+	return ""
+}
+
+// walkArgs visits a command line, hiding the values of credential flags.
+func (w *sourceRewrite) walkArgs(n ast.Node, depth int) {
+	for range maxAliasResolveDepth {
+		switch v := n.(type) {
+		case *ast.AnchorNode:
+			n = v.Value
+			continue
+		case *ast.TagNode:
+			n = v.Value
+			continue
+		}
+		break
+	}
+	seq, ok := n.(*ast.SequenceNode)
+	if !ok {
+		w.walk(n, false, depth)
+		return
+	}
+	texts := make([]string, len(seq.Values))
+	for i, e := range seq.Values {
+		if sc, ok := w.scalarOf(e).(ast.ScalarNode); ok && sc.GetToken() != nil {
+			texts[i] = scalarValue(sc)
+		}
+	}
+	done := make([]bool, len(texts))
+	credentialArgs(texts, func(i int) {
+		w.hide(seq.Values[i], depth+1)
+		done[i] = true
+	}, func(i int, name, _ string) {
+		if sc, ok := w.scalarOf(seq.Values[i]).(ast.ScalarNode); ok {
+			w.replace(sc, quoteYAML(name+"="+Redacted))
+			done[i] = true
+		}
+	})
+	for i, e := range seq.Values {
+		if !done[i] {
+			w.walk(e, false, depth+1)
+		}
+	}
+}
+
+// scalarOf looks through anchors and tags (not aliases) to the node that is written.
+func (w *sourceRewrite) scalarOf(n ast.Node) ast.Node {
+	for range maxAliasResolveDepth {
+		switch v := n.(type) {
+		case *ast.AnchorNode:
+			n = v.Value
+		case *ast.TagNode:
+			n = v.Value
+		default:
+			return n
+		}
+	}
+	return n
+}
+
+// scalarValue is a scalar's value as decoded.
+func scalarValue(n ast.ScalarNode) string {
+	if l, ok := n.(*ast.LiteralNode); ok {
+		if l.Value == nil {
+			return ""
+		}
+		return l.Value.Value
+	}
+	return n.GetToken().Value
+}
+
+// hide replaces the value n with "[redacted]". An alias is replaced, and so is the
+// scalar it points at, wherever that is written.
+func (w *sourceRewrite) hide(n ast.Node, depth int) {
+	n = w.scalarOf(n)
+	if a, ok := n.(*ast.AliasNode); ok {
+		w.replace(a, quotedRedacted)
+		if a.Value != nil && a.Value.GetToken() != nil {
+			if target, ok := w.anchors[a.Value.GetToken().Value]; ok && depth < maxAliasResolveDepth {
+				w.hide(target, depth+1)
+			}
+		}
+		return
+	}
+	if sc, ok := n.(ast.ScalarNode); ok {
+		w.replace(sc, quotedRedacted)
+		return
+	}
+	// Not a string, so not a valid env value; its scalars may still hold secrets.
+	w.walk(n, false, depth)
+}
+
+// scalar rewrites a scalar that holds a secret as a quoted string without it.
+func (w *sourceRewrite) scalar(n ast.Node) {
+	sc, ok := n.(ast.ScalarNode)
+	if !ok || sc.GetToken() == nil {
+		return
+	}
+	start, end, ok := w.span(n)
+	if !ok {
+		return
+	}
+	v := scalarValue(sc)
+	written := string(w.src[start:end])
+	if w.r.Redact(v) == v && w.r.Redact(written) == written {
+		return
+	}
+	w.spots = append(w.spots, spot{start: start, end: end, text: quoteYAML(w.r.Redact(v))})
+}
+
+func (w *sourceRewrite) replace(n ast.Node, text string) {
+	if start, end, ok := w.span(n); ok {
+		w.spots = append(w.spots, spot{start: start, end: end, text: text})
+	}
+}
+
+// span is the byte range in which a scalar or alias is written: from its first token
+// (the quote, the | or > of a block scalar, the * of an alias) to the last character
+// before the token that follows it, less the whitespace in between.
+func (w *sourceRewrite) span(n ast.Node) (start, end int, ok bool) {
+	var first, last *token.Token
+	switch v := n.(type) {
+	case *ast.LiteralNode:
+		first, last = v.Start, v.Start
+		if v.Value != nil && v.Value.Token != nil {
+			last = v.Value.Token
+		}
+	case *ast.AliasNode:
+		first, last = v.Start, v.Start
+		if v.Value != nil && v.Value.GetToken() != nil {
+			last = v.Value.GetToken()
+		}
+	default:
+		first = n.GetToken()
+		last = first
+	}
+	if first == nil || first.Position == nil {
+		return 0, 0, false
+	}
+	start, ok = w.offset(first)
+	if !ok {
+		return 0, 0, false
+	}
+	end = len(w.src)
+	for next := last.Next; next != nil; next = next.Next {
+		if next.Position == nil {
+			continue
+		}
+		if at, ok := w.offset(next); ok && at > start {
+			end = at
+		}
+		break
+	}
+	for end > start && strings.IndexByte(" \t\r\n", w.src[end-1]) >= 0 {
+		end--
+	}
+	return start, end, end > start
+}
+
+// offset is the byte offset at which tk is written. The parser counts columns in
+// runes; the token's own text confirms the place, so a miscount is never written over.
+func (w *sourceRewrite) offset(tk *token.Token) (int, bool) {
+	line, col := tk.Position.Line, tk.Position.Column
+	if line < 1 || line > len(w.lineStarts) || col < 1 {
+		return 0, false
+	}
+	ls := w.lineStarts[line-1]
+	le := len(w.src)
+	if line < len(w.lineStarts) {
+		le = w.lineStarts[line]
+	}
+	want := strings.TrimLeft(tk.Origin, " \t\r\n")
+	if want == "" {
+		want = tk.Value
+	}
+	for _, at := range []int{runeOffset(w.src[ls:le], col-1), col - 1} {
+		if at < 0 || ls+at > le {
+			continue
+		}
+		// The lexer places a scalar after a tag one column early, on the space.
+		for ls+at < le && (w.src[ls+at] == ' ' || w.src[ls+at] == '\t') && want != "" && want[0] != ' ' {
+			at++
+		}
+		if want == "" || (ls+at < len(w.src) && w.src[ls+at] == want[0]) {
+			return ls + at, true
+		}
+	}
+	return 0, false
+}
+
+// runeOffset is the byte offset of the n-th rune of b, or -1 past its end.
+func runeOffset(b []byte, n int) int {
+	for i := 0; i < len(b); {
+		if n == 0 {
+			return i
+		}
+		_, size := utf8.DecodeRune(b[i:])
+		i += size
+		n--
+	}
+	if n == 0 {
+		return len(b)
+	}
+	return -1
+}
+
+// apply writes the spots over the source, first come first served where two overlap,
+// and redacts the text between them (comments, anchors) as plain text.
+func (w *sourceRewrite) apply() []byte {
+	slices.SortStableFunc(w.spots, func(a, b spot) int { return cmp.Compare(a.start, b.start) })
+	var out bytes.Buffer
+	at := 0
+	for _, sp := range w.spots {
+		if sp.start < at {
+			continue
+		}
+		out.Write(w.r.RedactBytes(w.src[at:sp.start]))
+		out.WriteString(sp.text)
+		at = sp.end
+	}
+	out.Write(w.r.RedactBytes(w.src[at:]))
+	return out.Bytes()
+}
