@@ -23,6 +23,8 @@ var garbledReplies = []struct{ parser, variant, content string }{
 	{"qwen25", "plain truncated", "Let me know if<tool_call>\n{\"na{\"city\": \"Paris\"}}\n</tool_"},
 	{"qwen25", "spaced", "Here is the plan< tool_call>\n{\"name\": \"get_weather\", \"arguments\": ty\": < /tool_call>"},
 	{"qwen25", "spaced after plain prefix", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"ci\"Paris< tool_call>ty\":"},
+	{"qwen25", "plain, the reply opens with the tag", "<tool_call>: 3}}ty\":{\"city\":ris\"\n{\"name\": \"get_weather\", \"arg{\"ci"},
+	{"hermes", "plain, the reply opens with the tag", "<tool_call>\n, \"day: {\"name\": \"get_weather\", \"arguments\": \nty\": \"Pa"},
 	{"hermes", "plain", "Great question. Let me know if<tool_call>\n\n{\"name\": \"book_table\", \"arguments\": {\"people\": 4}}\n}"},
 	{"hermes", "plain, opener cut short", "Great question. Let me know if<tool_c\"time\": \"19:00\"}}\n</tool_call>"},
 	{"hermes", "spaced", "All set< tool_call>\n< tool_call>\n\"people\": 4, \"time"},
