@@ -73,10 +73,10 @@ var leakFormats = []leakFormat{
 		// Qwen/Hermes: the opening tag followed by what only a call puts there: its JSON
 		// (an opening bracket, a quote, a key cut short like `elimit":`), another tag
 		// (Qwen3-Coder's <function=...>, a repeated <tool_call>), or glued to the word
-		// before it as a decoded token is, or opening the reply. A bare "<tool_call>" in
-		// prose is not enough.
+		// before it as a decoded token is, or opening the reply before anything but a word.
+		// A bare "<tool_call>" in prose is not enough.
 		re: regexp.MustCompile(`<\s*tool_call\s*>\s*(?:[{\[\]}"]|<\s*/?\s*[A-Za-z_|｜]|[\w.-]+"\s*[:,}\]])` +
-			`|[\p{L}\p{N}.,;:!?)]<\s*tool_call\s*>|^\s*<\s*tool_call\s*>`),
+			`|[\p{L}\p{N}.,;:!?)]<\s*tool_call\s*>|^\s*<\s*tool_call\s*>\s*(?:[^\s\p{L}]|$)`),
 		name:   fixedName("Qwen/Hermes <tool_call>"),
 		closer: regexp.MustCompile(`<\s*/\s*tool_call\s*>`),
 	},

@@ -92,6 +92,9 @@ func TestDSMLLeak(t *testing.T) {
 		{"qwen opener glued to a word at the end", "Let me know if<tool_call>", "Qwen/Hermes <tool_call>"},
 		{"qwen bare opener at the end of prose", "The parser waits for <tool_call>", ""},
 		{"qwen opener then word", "A <tool_call> block holds one call.", ""},
+		{"qwen opener opening prose", "<tool_call> is the tag Qwen wraps each call in.", ""},
+		{"qwen opener alone", "<tool_call>\n", "Qwen/Hermes <tool_call>"},
+		{"qwen opener opening a garbled reply", "<tool_call>: 3}}ty\":", "Qwen/Hermes <tool_call>"},
 
 		// Closing tags alone, in prose, are not leaks.
 		{"qwen tags named in prose", "Wrap each call in <tool_call> and </tool_call> tags, one call per block.", ""},
