@@ -390,8 +390,9 @@ func (d *decoder) str(e entry) (string, bool) {
 		}
 		return "", true
 	case *ast.TagNode:
+		// !!str before a block scalar: the value is the block's text, not its | or >.
 		if sc, ok := v.Value.(ast.ScalarNode); ok && sc.GetToken() != nil {
-			return sc.GetToken().Value, true
+			return scalarValue(sc), true
 		}
 	case *ast.IntegerNode, *ast.FloatNode, *ast.BoolNode, *ast.InfinityNode, *ast.NanNode:
 		d.add(e.val, e.path, "value must be a string (write %q)", v.GetToken().Value)

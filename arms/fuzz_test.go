@@ -1,8 +1,11 @@
 package arms
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -24,6 +27,8 @@ func FuzzParse(f *testing.F) {
 		"version: 1\nname: x\nengine: {preset: refserve}\narms: {a: &p {env: {K: \"0\"}}, b: *p}\nworkload: {sessions: 1, rounds: 1}\n",
 		"version: 1\n---\nversion: 1\n", "version: !!str 1\n", "arms:\n  <<: {a: {}}\n",
 		"workload: {sessions: 99999999999999999999, rounds: -1}\n",
+		"version: 1\nname: x\nengine:\n  preset: refserve\n  env:\n    A_TOKEN: |\n      line-one\n      line-two\n    B_KEY: \"a\\u00e9b\n      c\"\n    C_PASS:\t!!str >-\n      zz\n" +
+			"  args: [--api-key, &k sk-123456, --token=abc]\narms: {a: {env: {K: \"0\"}, args: [--password, *k]}, b: {env: {K: \"1\"}, args: [--password, x]}}\nworkload: {sessions: 1, rounds: 1}\n",
 	} {
 		f.Add([]byte(seed))
 	}
@@ -48,7 +53,54 @@ func FuzzParse(f *testing.F) {
 		if len(arms) < 2 || s.Analysis.Baseline == "" {
 			t.Fatalf("accepted spec with %d arms, baseline %q", len(arms), s.Analysis.Baseline)
 		}
-		_ = s.RedactedSource()
 		_ = s.Redactor(nil).Redact(string(data))
+		checkRedactedSource(t, s)
 	})
+}
+
+// checkRedactedSource asserts what the store relies on: the redacted text is still
+// YAML, no credential value of an accepted spec is left in it, and read back as a spec
+// every credential env value and flag value reads [redacted].
+func checkRedactedSource(t *testing.T, s *Spec) {
+	t.Helper()
+	out := s.RedactedSource()
+	if _, err := parseYAML(out); err != nil {
+		t.Fatalf("redacted source is not YAML: %v\n%s", err, out)
+	}
+	var secrets []string
+	for _, env := range s.allEnv() {
+		for k, v := range env {
+			if LooksLikeCredential(k) {
+				secrets = append(secrets, v)
+			}
+		}
+	}
+	for _, args := range s.allArgs() {
+		credentialArgs(args, func(i int) { secrets = append(secrets, args[i]) },
+			func(_ int, _, v string) { secrets = append(secrets, v) })
+	}
+	for _, v := range secrets {
+		// Only distinctive values: a short or punctuated one can be rebuilt by the
+		// replacement text itself ("dact", "ed]\"").
+		if len(v) >= 6 && !strings.Contains(Redacted, v) && strings.Trim(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") == "" &&
+			bytes.Contains(out, []byte(v)) {
+			t.Fatalf("redacted source holds %q:\n%s", v, out)
+		}
+	}
+	again, err := Parse("redacted.yaml", out)
+	if err != nil {
+		return // redacting can make arms alike or names invalid; the YAML check above holds
+	}
+	for _, env := range again.allEnv() {
+		for k, v := range env {
+			if LooksLikeCredential(k) && v != Redacted {
+				t.Fatalf("redacted source sets %s to %q:\n%s", k, v, out)
+			}
+		}
+	}
+	for _, args := range again.allArgs() {
+		if got := RedactArgs(args); !slices.Equal(got, args) {
+			t.Fatalf("redacted source keeps a credential flag value: %q:\n%s", args, out)
+		}
+	}
 }

@@ -246,3 +246,35 @@ func BenchmarkExpandFactors(b *testing.B) {
 		}
 	}
 }
+
+func TestSecretsSpecFileStoredWithoutSecrets(t *testing.T) {
+	s, err := Load("../testdata/specs/valid-secrets.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := string(s.RedactedSource())
+	for _, leak := range []string{"sk-live-0123456789abcdef", "hf_abcdefghijklmnop", "MIIEvQ", "PRIVATE KEY-----", "ssword1",
+		"first-half", "second-half", "k9x", "q7z", "Bearer", "it''s-mine"} {
+		if strings.Contains(out, leak) {
+			t.Errorf("stored spec holds %q:\n%s", leak, out)
+		}
+	}
+	again, err := Parse("stored.yaml", []byte(out))
+	if err != nil {
+		t.Fatalf("stored spec does not parse: %v\n%s", err, out)
+	}
+	if !slices.Equal(again.Detectors, s.Detectors) || again.Engine.Env["LOG_LEVEL"] != "info" {
+		t.Errorf("stored spec changed: detectors %q env %v", again.Detectors, again.Engine.Env)
+	}
+}
+
+func TestTaggedBlockScalarValue(t *testing.T) {
+	s := mustParse(t, specWithEngine("  env:\n    NOTE: !!str |\n      two\n      lines\n    X_TOKEN:\t!!str >-\n      zz\n"))
+	if got := s.Engine.Env["NOTE"]; got != "two\nlines\n" {
+		t.Errorf("NOTE = %q, want the block's text", got)
+	}
+	out := string(s.RedactedSource())
+	if strings.Contains(out, "zz") || !strings.Contains(out, "      lines\n") {
+		t.Errorf("redacted source:\n%s", out)
+	}
+}

@@ -298,16 +298,26 @@ func (w *sourceRewrite) offset(tk *token.Token) (int, bool) {
 	if want == "" {
 		want = tk.Value
 	}
-	for _, at := range []int{runeOffset(w.src[ls:le], col-1), col - 1} {
-		if at < 0 || ls+at > le {
+	if want == "" {
+		return 0, false
+	}
+	text := w.src[ls:le]
+	for _, at := range []int{runeOffset(text, col-1), col - 1} {
+		if at < 0 || at > len(text) {
 			continue
 		}
-		// The lexer places a scalar after a tag one column early, on the space.
-		for ls+at < le && (w.src[ls+at] == ' ' || w.src[ls+at] == '\t') && want != "" && want[0] != ' ' {
-			at++
-		}
-		if want == "" || (ls+at < len(w.src) && w.src[ls+at] == want[0]) {
-			return ls + at, true
+		// After a tag, or a tab, the lexer counts a column or two short; the token
+		// is then the next word on the line.
+		for range 4 {
+			if at < len(text) && text[at] == want[0] {
+				return ls + at, true
+			}
+			for at < len(text) && text[at] != ' ' && text[at] != '\t' {
+				at++
+			}
+			for at < len(text) && (text[at] == ' ' || text[at] == '\t') {
+				at++
+			}
 		}
 	}
 	return 0, false
