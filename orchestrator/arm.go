@@ -55,7 +55,7 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 		return rr, e.store.UpdateRun(bg, run)
 	}
 
-	log.Info("launching", "command", e.redact(fmt.Sprint(arm.Command)))
+	log.Info("launching", "command", fmt.Sprint(arms.RedactArgs(arm.Command)))
 	inst, err := e.rt.Start(ctx, runtime.Launch{Name: name, Command: arm.Command, Env: e.envs[ai],
 		PortFlag: preset.PortFlag, LogPath: run.LogPath, Redact: e.redact, Image: e.spec.Engine.Image, GPUs: e.gpus})
 	if err != nil {

@@ -277,13 +277,16 @@ func create(ctx context.Context, st *store.Store, spec *arms.Spec, armList []arm
 	}
 	armIDs := make([]int64, len(armList))
 	for i, a := range armList {
-		pins, _ := json.Marshal(map[string]any{"env": nonNilMap(a.Pins.Env), "args": nonNilSlice(a.Pins.Args)})
+		// Credential-named values are hidden by name, whatever their length, before the
+		// store's redactor sees the text.
+		pins, _ := json.Marshal(map[string]any{"env": nonNilMap(spec.RedactEnv(a.Pins.Env)),
+			"args": nonNilSlice(arms.RedactArgs(a.Pins.Args))})
 		var levels []byte
 		if a.Levels != nil {
 			levels, _ = json.Marshal(a.Levels)
 		}
-		command, _ := json.Marshal(a.Command)
-		env, _ := json.Marshal(nonNilMap(a.Env))
+		command, _ := json.Marshal(arms.RedactArgs(a.Command))
+		env, _ := json.Marshal(nonNilMap(spec.RedactEnv(a.Env)))
 		armIDs[i], err = st.AddArm(ctx, store.Arm{ExperimentID: expID, Name: a.Name, Position: i, Pins: string(pins),
 			Levels: string(levels), Command: string(command), Env: string(env)})
 		if err != nil {

@@ -533,3 +533,33 @@ func TestGPUSlot(t *testing.T) {
 		}
 	}
 }
+
+func TestStoredArmsHideCredentialsByName(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "a.db")
+	spec := testSpec(t, "")
+	spec.Engine.Env = map[string]string{"API_TOKEN": "k9x"} // too short for value matching
+	for i := range spec.Arms {
+		spec.Arms[i].Pins.Args = append(spec.Arms[i].Pins.Args, "--api-key", "sk-live-abcdef")
+	}
+	_, err := Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quietLogger(),
+		Runtime: engines(func(string) *engine { return newEngine(t, nil) })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro, _ := store.OpenReadOnly(db)
+	defer ro.Close()
+	var rows []struct {
+		Pins    string `db:"pins"`
+		Command string `db:"command"`
+		Env     string `db:"env"`
+	}
+	if err := ro.Select(&rows, "SELECT pins, command, env FROM arms"); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		all := r.Pins + r.Command + r.Env
+		if strings.Contains(all, "k9x") || strings.Contains(all, "sk-live-abcdef") || !strings.Contains(all, "[redacted]") {
+			t.Errorf("stored arm shows a credential: %s", all)
+		}
+	}
+}
