@@ -104,3 +104,34 @@ func checkRedactedSource(t *testing.T, s *Spec) {
 		}
 	}
 }
+
+// FuzzRedactedSource writes arbitrary text as the value of a credential-named env entry
+// and as a credential flag's value, and checks every spec that parses with
+// checkRedactedSource: whatever style the value is written in, none of it is stored.
+func FuzzRedactedSource(f *testing.F) {
+	for _, seed := range [][2]string{
+		{"|\n      -----BEGIN KEY-----\n      abcdef\n", "sk-live-1"},
+		{`"p\u00e9ssword1"`, `"--x"`}, {"\"wrapped\n      value\"", "'a''b'"}, {">-\n      k9x", "!!str q7z"},
+		{"!!str q7z  # note", "&a tok"}, {"'it''s'", "\"a,b\""}, {"plain\n      continued", "x # c"},
+		{"!!str |+\n      keep\n\n", "|\n  x"}, {"\t\"tab\"", "[a]"}, {"&s secret-value", "*s"},
+	} {
+		f.Add(seed[0], seed[1])
+	}
+	f.Fuzz(func(t *testing.T, value, flagValue string) {
+		src := "version: 1\nname: t\nengine:\n  preset: refserve\n  env:\n    LOG_LEVEL: info\n    X_TOKEN: " + value +
+			"\n    AFTER: kept\n  args: [--served-model-name, m, --api-key, " + flagValue + "]\n" +
+			"workload: {sessions: 1, rounds: 1}\narms:\n  a: {env: {K: \"0\"}}\n  b: {env: {K: \"1\"}}\n"
+		s, err := Parse("fuzz.yaml", []byte(src))
+		if err != nil {
+			return
+		}
+		checkRedactedSource(t, s)
+		again, err := Parse("redacted.yaml", s.RedactedSource())
+		if err != nil {
+			t.Fatalf("redacted source no longer parses: %v\n%s", err, s.RedactedSource())
+		}
+		if again.Engine.Env["AFTER"] != s.Engine.Env["AFTER"] && s.Redactor(nil).Redact(s.Engine.Env["AFTER"]) == s.Engine.Env["AFTER"] {
+			t.Fatalf("AFTER changed from %q to %q", s.Engine.Env["AFTER"], again.Engine.Env["AFTER"])
+		}
+	})
+}

@@ -26,16 +26,23 @@ func (s *Spec) RedactedSource() []byte {
 	if err != nil {
 		return r.RedactBytes(s.Source)
 	}
-	w := &sourceRewrite{src: s.Source, r: r, anchors: map[string]ast.Node{}}
+	w := &sourceRewrite{src: s.Source, r: r, anchors: map[string]ast.Node{}, at: map[*token.Token]int{}}
+	// YAML breaks lines at \n, \r\n and a lone \r, and so does the lexer's count.
 	w.lineStarts = append(w.lineStarts, 0)
 	for i, c := range s.Source {
-		if c == '\n' {
+		if c == '\n' || (c == '\r' && (i+1 == len(s.Source) || s.Source[i+1] != '\n')) {
 			w.lineStarts = append(w.lineStarts, i+1)
 		}
 	}
 	d := &decoder{anchors: w.anchors}
 	for _, doc := range f.Docs {
 		d.collectAnchors(doc.Body, 0)
+	}
+	for _, doc := range f.Docs {
+		if doc.Body != nil && doc.Body.GetToken() != nil {
+			w.locate(doc.Body.GetToken())
+			break // one stream holds every document's tokens
+		}
 	}
 	for _, doc := range f.Docs {
 		w.walk(doc.Body, false, 0)
@@ -50,6 +57,7 @@ type sourceRewrite struct {
 	r          *Redactor
 	anchors    map[string]ast.Node
 	spots      []spot
+	at         map[*token.Token]int // where each token is written; see locate
 }
 
 // spot is a byte range [start, end) of the source and what replaces it.
@@ -266,15 +274,25 @@ func (w *sourceRewrite) span(n ast.Node) (start, end int, ok bool) {
 	if !ok {
 		return 0, 0, false
 	}
-	end = len(w.src)
-	for next := last.Next; next != nil; next = next.Next {
-		if next.Position == nil {
-			continue
+	switch first.Type {
+	case token.DoubleQuoteType, token.SingleQuoteType:
+		// A quoted scalar ends at its closing quote, which the source says exactly.
+		if end, ok = quotedEnd(w.src, start); !ok {
+			return 0, 0, false
 		}
-		if at, ok := w.offset(next); ok && at > start {
+	default:
+		end = len(w.src)
+		for next := last.Next; next != nil; next = next.Next {
+			if next.Position == nil {
+				continue
+			}
+			at, ok := w.offset(next)
+			if !ok || at <= start {
+				return 0, 0, false // never guess where a value ends
+			}
 			end = at
+			break
 		}
-		break
 	}
 	for end > start && strings.IndexByte(" \t\r\n", w.src[end-1]) >= 0 {
 		end--
@@ -282,11 +300,37 @@ func (w *sourceRewrite) span(n ast.Node) (start, end int, ok bool) {
 	return start, end, end > start
 }
 
-// offset is the byte offset at which tk is written. The parser counts columns in
-// runes; the token's own text confirms the place, so a miscount is never written over.
+// offset is the byte offset at which tk is written, as located by locate.
 func (w *sourceRewrite) offset(tk *token.Token) (int, bool) {
+	at, ok := w.at[tk]
+	return at, ok
+}
+
+// locate finds where each token of the stream that holds tk is written. The lexer's
+// columns are hints only: a column or two short after a tag or a tab, several long
+// before trailing blanks. So each token is looked for on its line, after the token
+// before it, nearest its column: its first character at a token boundary (a scalar
+// follows a space or a flow indicator, an anchor or alias name its & or *; a flow
+// indicator or a colon may follow anything). A token not found is left out, and nothing that needs it is rewritten.
+func (w *sourceRewrite) locate(tk *token.Token) {
+	for tk != nil && tk.Prev != nil {
+		tk = tk.Prev
+	}
+	cursor := 0
+	for ; tk != nil; tk = tk.Next {
+		if tk.Position == nil {
+			continue
+		}
+		if at, ok := w.find(tk, cursor); ok {
+			w.at[tk] = at
+			cursor = at + 1
+		}
+	}
+}
+
+func (w *sourceRewrite) find(tk *token.Token, cursor int) (int, bool) {
 	line, col := tk.Position.Line, tk.Position.Column
-	if line < 1 || line > len(w.lineStarts) || col < 1 {
+	if line < 1 || line > len(w.lineStarts) {
 		return 0, false
 	}
 	ls := w.lineStarts[line-1]
@@ -298,26 +342,47 @@ func (w *sourceRewrite) offset(tk *token.Token) (int, bool) {
 	if want == "" {
 		want = tk.Value
 	}
-	if want == "" {
+	if want == "" || cursor >= le {
 		return 0, false
 	}
+	// Compared as runes: the lexer writes an invalid byte as U+FFFD.
+	first, _ := utf8.DecodeRuneInString(want)
+	anywhere := strings.IndexByte(",]}:", want[0]) >= 0
 	text := w.src[ls:le]
-	for _, at := range []int{runeOffset(text, col-1), col - 1} {
-		if at < 0 || at > len(text) {
+	hint := runeOffset(text, max(col-1, 0))
+	if hint < 0 {
+		hint = len(text)
+	}
+	best, bestDist := -1, 0
+	for p := max(cursor-ls, 0); p < len(text); p++ {
+		if r, _ := utf8.DecodeRune(text[p:]); r != first {
 			continue
 		}
-		// After a tag, or a tab, the lexer counts a column or two short; the token
-		// is then the next word on the line.
-		for range 4 {
-			if at < len(text) && text[at] == want[0] {
-				return ls + at, true
-			}
-			for at < len(text) && text[at] != ' ' && text[at] != '\t' {
-				at++
-			}
-			for at < len(text) && (text[at] == ' ' || text[at] == '\t') {
-				at++
-			}
+		if !anywhere && p > 0 && strings.IndexByte(" \t[{,:&*", text[p-1]) < 0 {
+			continue
+		}
+		if d := max(p-hint, hint-p); best < 0 || d < bestDist {
+			best, bestDist = p, d
+		}
+	}
+	if best < 0 {
+		return 0, false
+	}
+	return ls + best, true
+}
+
+// quotedEnd is the offset just past the quoted scalar that starts at start: a double
+// quote ends at the next unescaped ", a single quote at the next ' not doubled.
+func quotedEnd(src []byte, start int) (int, bool) {
+	q := src[start]
+	for i := start + 1; i < len(src); i++ {
+		switch {
+		case q == '"' && src[i] == '\\':
+			i++
+		case src[i] == q && q == '\'' && i+1 < len(src) && src[i+1] == '\'':
+			i++
+		case src[i] == q:
+			return i + 1, true
 		}
 	}
 	return 0, false
