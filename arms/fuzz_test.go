@@ -106,7 +106,7 @@ func checkRedactedSource(t *testing.T, s *Spec) {
 }
 
 // FuzzRedactedSource writes arbitrary text as the value of a credential-named env entry
-// and as a credential flag's value, and checks every spec that parses with
+// (in block and in flow style) and as a credential flag's value, and checks every spec that parses with
 // checkRedactedSource: whatever style the value is written in, none of it is stored.
 func FuzzRedactedSource(f *testing.F) {
 	for _, seed := range [][2]string{
@@ -115,12 +115,18 @@ func FuzzRedactedSource(f *testing.F) {
 		{"!!str q7z  # note", "&a tok"}, {"'it''s'", "\"a,b\""}, {"plain\n      continued", "x # c"},
 		{"!!str |+\n      keep\n\n", "|\n  x"}, {"\t\"tab\"", "[a]"}, {"&s secret-value", "*s"},
 	} {
-		f.Add(seed[0], seed[1])
+		f.Add(seed[0], seed[1], "")
 	}
-	f.Fuzz(func(t *testing.T, value, flagValue string) {
+	f.Add("x", "y", "\"wrapped\n    flow\"")
+	f.Add("x", "y", "!!str 'q'")
+	f.Add("x", "y", "plain # c\n ")
+	f.Fuzz(func(t *testing.T, value, flagValue, flowValue string) {
+		if flowValue == "" {
+			flowValue = "fv"
+		}
 		src := "version: 1\nname: t\nengine:\n  preset: refserve\n  env:\n    LOG_LEVEL: info\n    X_TOKEN: " + value +
 			"\n    AFTER: kept\n  args: [--served-model-name, m, --api-key, " + flagValue + "]\n" +
-			"workload: {sessions: 1, rounds: 1}\narms:\n  a: {env: {K: \"0\"}}\n  b: {env: {K: \"1\"}}\n"
+			"workload: {sessions: 1, rounds: 1}\narms:\n  a: {env: {K: \"0\", Y_TOKEN: " + flowValue + "}}\n  b: {env: {K: \"1\"}}\n"
 		s, err := Parse("fuzz.yaml", []byte(src))
 		if err != nil {
 			return

@@ -1,6 +1,7 @@
 package arms
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"maps"
@@ -276,5 +277,26 @@ func TestTaggedBlockScalarValue(t *testing.T) {
 	out := string(s.RedactedSource())
 	if strings.Contains(out, "zz") || !strings.Contains(out, "      lines\n") {
 		t.Errorf("redacted source:\n%s", out)
+	}
+}
+
+// BenchmarkRedactedSourceOneLine measures a spec written as one line of flow YAML, the
+// shape a generated spec takes; redaction must stay linear in its length.
+func BenchmarkRedactedSourceOneLine(b *testing.B) {
+	var env strings.Builder
+	for i := range 2000 {
+		fmt.Fprintf(&env, "V%d: \"value-%d\", ", i, i)
+	}
+	src := "{version: 1, name: t, engine: {preset: refserve, env: {" + env.String() + "API_TOKEN: tok-123456}}, " +
+		"workload: {sessions: 1, rounds: 1}, arms: {a: {env: {K: \"0\"}}, b: {env: {K: \"1\"}}}}\n"
+	s, err := Parse("spec.yaml", []byte(src))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(src)))
+	for b.Loop() {
+		if bytes.Contains(s.RedactedSource(), []byte("tok-123456")) {
+			b.Fatal("secret kept")
+		}
 	}
 }

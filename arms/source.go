@@ -57,7 +57,8 @@ type sourceRewrite struct {
 	r          *Redactor
 	anchors    map[string]ast.Node
 	spots      []spot
-	at         map[*token.Token]int // where each token is written; see locate
+	at         map[*token.Token]int              // where each token is written; see locate
+	col        struct{ line, byteAt, runes int } // columnOffset's last answer
 }
 
 // spot is a byte range [start, end) of the source and what replaces it.
@@ -349,12 +350,15 @@ func (w *sourceRewrite) find(tk *token.Token, cursor int) (int, bool) {
 	first, _ := utf8.DecodeRuneInString(want)
 	anywhere := strings.IndexByte(",]}:", want[0]) >= 0
 	text := w.src[ls:le]
-	hint := runeOffset(text, max(col-1, 0))
-	if hint < 0 {
-		hint = len(text)
-	}
+	hint := w.columnOffset(line, text, max(col-1, 0))
 	best, bestDist := -1, 0
-	for p := max(cursor-ls, 0); p < len(text); p++ {
+	// Bounded, so that a spec written on one long line stays linear: the lexer is never
+	// off by more than a few columns past where it says.
+	limit := min(len(text), max(hint, cursor-ls)+64)
+	for p := max(cursor-ls, 0); p < limit; p++ {
+		if best >= 0 && p-hint >= bestDist {
+			break // only farther from the hint from here on
+		}
 		if r, _ := utf8.DecodeRune(text[p:]); r != first {
 			continue
 		}
@@ -388,20 +392,20 @@ func quotedEnd(src []byte, start int) (int, bool) {
 	return 0, false
 }
 
-// runeOffset is the byte offset of the n-th rune of b, or -1 past its end.
-func runeOffset(b []byte, n int) int {
-	for i := 0; i < len(b); {
-		if n == 0 {
-			return i
-		}
-		_, size := utf8.DecodeRune(b[i:])
+// columnOffset is the byte offset in text (line number line) of the rune at column n
+// from 0, or len(text) past its end. Tokens come left to right, so it counts on from
+// the previous answer on the same line rather than from the line's start.
+func (w *sourceRewrite) columnOffset(line int, text []byte, n int) int {
+	i, r := 0, 0
+	if w.col.line == line && w.col.runes <= n {
+		i, r = w.col.byteAt, w.col.runes
+	}
+	for ; i < len(text) && r < n; r++ {
+		_, size := utf8.DecodeRune(text[i:])
 		i += size
-		n--
 	}
-	if n == 0 {
-		return len(b)
-	}
-	return -1
+	w.col.line, w.col.byteAt, w.col.runes = line, i, r
+	return i
 }
 
 // apply writes the spots over the source, first come first served where two overlap,
