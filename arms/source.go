@@ -275,25 +275,17 @@ func (w *sourceRewrite) span(n ast.Node) (start, end int, ok bool) {
 	if !ok {
 		return 0, 0, false
 	}
-	switch first.Type {
-	case token.DoubleQuoteType, token.SingleQuoteType:
-		// A quoted scalar ends at its closing quote, which the source says exactly.
-		if end, ok = quotedEnd(w.src, start); !ok {
-			return 0, 0, false
+	end = len(w.src)
+	for next := last.Next; next != nil; next = next.Next {
+		if next.Position == nil {
+			continue
 		}
-	default:
-		end = len(w.src)
-		for next := last.Next; next != nil; next = next.Next {
-			if next.Position == nil {
-				continue
-			}
-			at, ok := w.offset(next)
-			if !ok || at <= start {
-				return 0, 0, false // never guess where a value ends
-			}
-			end = at
-			break
+		at, ok := w.offset(next)
+		if !ok || at <= start {
+			return 0, 0, false // never guess where a value ends
 		}
+		end = at
+		break
 	}
 	for end > start && strings.IndexByte(" \t\r\n", w.src[end-1]) >= 0 {
 		end--
@@ -373,23 +365,6 @@ func (w *sourceRewrite) find(tk *token.Token, cursor int) (int, bool) {
 		return 0, false
 	}
 	return ls + best, true
-}
-
-// quotedEnd is the offset just past the quoted scalar that starts at start: a double
-// quote ends at the next unescaped ", a single quote at the next ' not doubled.
-func quotedEnd(src []byte, start int) (int, bool) {
-	q := src[start]
-	for i := start + 1; i < len(src); i++ {
-		switch {
-		case q == '"' && src[i] == '\\':
-			i++
-		case src[i] == q && q == '\'' && i+1 < len(src) && src[i+1] == '\'':
-			i++
-		case src[i] == q:
-			return i + 1, true
-		}
-	}
-	return 0, false
 }
 
 // columnOffset is the byte offset in text (line number line) of the rune at column n
