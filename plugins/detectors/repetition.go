@@ -3,6 +3,7 @@ package detectors
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -204,11 +205,12 @@ func unfenced(content string, toks []token) []token {
 func isLoop(unit []token, cover int) bool {
 	p := len(unit)
 	if p >= longUnit {
-		repeats := longRepeats
-		if !language(unit) {
-			repeats = structRepeats
+		// Cheapest test first: most stretches repeat too few times to matter.
+		repeats := cover / p
+		if repeats < longRepeats || (repeats < structRepeats && !language(unit)) {
+			return false
 		}
-		return cover/p >= repeats && primitive(unit)
+		return primitive(unit)
 	}
 	words := 0
 	for _, t := range unit {
@@ -222,14 +224,19 @@ func isLoop(unit []token, cover int) bool {
 // language reports whether a long unit is language rather than structure.
 func language(unit []token) bool {
 	words := 0
-	distinct := map[int]bool{}
+	var distinct [proseWords]int // the first proseWords distinct words are enough
+	nd := 0
 	for _, t := range unit {
-		if t.word {
-			words++
-			distinct[t.id] = true
+		if !t.word {
+			continue
+		}
+		words++
+		if nd < proseWords && !slices.Contains(distinct[:nd], t.id) {
+			distinct[nd] = t.id
+			nd++
 		}
 	}
-	return len(distinct) >= proseWords && 2*words >= len(unit)
+	return nd >= proseWords && 2*words >= len(unit)
 }
 
 // primitive reports whether unit is not a whole repeat of a shorter unit, so that a loop
