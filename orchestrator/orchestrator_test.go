@@ -174,6 +174,15 @@ func engines(make func(arm string) *engine) runtime.Runtime {
 	})
 }
 
+// wantNoData checks that an experiment in which an arm completed no session failed: there
+// is nothing to compare, and a CI gate must not pass on it. What was recorded stays.
+func wantNoData(t *testing.T, res Result, err error) {
+	t.Helper()
+	if !errors.Is(err, ErrNoData) || res.Status != "failed" {
+		t.Fatalf("err = %v, status %q; want ErrNoData and failed", err, res.Status)
+	}
+}
+
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func runStatuses(t *testing.T, db string, exp int64) map[string]string {
@@ -239,11 +248,7 @@ func TestCrashDuringWorkloadIsRecordedAndTheNextArmRuns(t *testing.T) {
 			}
 			return newEngine(t, nil)
 		})})
-	// An arm without a single completed session fails the experiment: there is nothing
-	// to compare, and a CI gate must not pass on it. What was recorded stays.
-	if !errors.Is(err, ErrNoData) || res.Status != "failed" {
-		t.Fatalf("err = %v, status %q; want ErrNoData and failed", err, res.Status)
-	}
+	wantNoData(t, res, err)
 	st := runStatuses(t, db, res.ExperimentID)
 	if st["treatment"] != RunCrashed || st["control"] != RunDone {
 		t.Fatalf("run statuses = %v", st)
@@ -280,11 +285,7 @@ func TestWedgedEngineIsCaughtByProgressNotHealth(t *testing.T) {
 			}
 			return newEngine(t, nil)
 		})})
-	// An arm without a single completed session fails the experiment: there is nothing
-	// to compare, and a CI gate must not pass on it. What was recorded stays.
-	if !errors.Is(err, ErrNoData) || res.Status != "failed" {
-		t.Fatalf("err = %v, status %q; want ErrNoData and failed", err, res.Status)
-	}
+	wantNoData(t, res, err)
 	st := runStatuses(t, db, res.ExperimentID)
 	if st["control"] != RunWedged || st["treatment"] != RunDone {
 		t.Fatalf("run statuses = %v, want control wedged and treatment done", st)
@@ -344,11 +345,7 @@ func TestEngineThatNeverBecomesReadyFailsItsRun(t *testing.T) {
 			e.health.Store(arm != "control")
 			return e
 		})})
-	// An arm without a single completed session fails the experiment: there is nothing
-	// to compare, and a CI gate must not pass on it. What was recorded stays.
-	if !errors.Is(err, ErrNoData) || res.Status != "failed" {
-		t.Fatalf("err = %v, status %q; want ErrNoData and failed", err, res.Status)
-	}
+	wantNoData(t, res, err)
 	st := runStatuses(t, db, res.ExperimentID)
 	if st["control"] != RunFailed || st["treatment"] != RunDone {
 		t.Fatalf("statuses = %v", st)
