@@ -325,17 +325,7 @@ func TestHealthGenerateGoesThroughScheduler(t *testing.T) {
 	cfg.InterTokenDelay = time.Hour // nothing decodes: the probe must wait in the scheduler
 	s, base := startServer(t, cfg, nil)
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	go func() {
-		hr, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/health_generate", nil)
-		resp, err := http.DefaultClient.Do(hr)
-		if err != nil {
-			done <- 0
-			return
-		}
-		resp.Body.Close()
-		done <- resp.StatusCode
-	}()
+	done := probeHealthGenerate(ctx, base)
 	waitFor(t, s, "the probe to run", func() bool { r, _ := s.sched.load(); return r == 1 })
 	select {
 	case code := <-done:
@@ -383,4 +373,21 @@ func TestServerInfoShowsPins(t *testing.T) {
 	if port, _ := info["port"].(float64); port == 0 {
 		t.Error("server info does not report the bound port")
 	}
+}
+
+// probeHealthGenerate calls /health_generate in the background; the channel gets its
+// status code, or 0 when the call failed or was cancelled.
+func probeHealthGenerate(ctx context.Context, base string) <-chan int {
+	done := make(chan int, 1)
+	go func() {
+		hr, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/health_generate", nil)
+		resp, err := http.DefaultClient.Do(hr)
+		if err != nil {
+			done <- 0
+			return
+		}
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	return done
 }

@@ -75,17 +75,7 @@ func TestMassAbortWedge(t *testing.T) {
 				return
 			}
 			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan int, 1)
-			go func() {
-				hr, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/health_generate", nil)
-				resp, err := http.DefaultClient.Do(hr)
-				if err != nil {
-					done <- 0
-					return
-				}
-				resp.Body.Close()
-				done <- resp.StatusCode
-			}()
+			done := probeHealthGenerate(ctx, base)
 			waitFor(t, s, "the probe to queue", func() bool { _, q := s.sched.load(); return q == 1 })
 			if r, q := s.sched.load(); r != 0 || q != 1 {
 				t.Errorf("wedged scheduler: %d running, %d queued; want the probe stuck in the queue", r, q)
