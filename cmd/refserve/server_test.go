@@ -391,3 +391,17 @@ func probeHealthGenerate(ctx context.Context, base string) <-chan int {
 	}()
 	return done
 }
+
+func TestChatAcceptsContentParts(t *testing.T) {
+	_, base := startServer(t, testConfig(t), nil)
+	body := `{"model":"refserve-agent","messages":[{"role":"user","content":[{"type":"text","text":"What is the weather "},{"type":"text","text":"in Lisbon?"}]}]}`
+	resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var cc openai.ChatCompletion
+	if err := json.NewDecoder(resp.Body).Decode(&cc); err != nil || resp.StatusCode != http.StatusOK || len(cc.Choices) != 1 {
+		t.Fatalf("status %d, %v, %+v", resp.StatusCode, err, cc)
+	}
+}
