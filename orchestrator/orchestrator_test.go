@@ -58,6 +58,12 @@ func newEngine(t *testing.T, onChat func(n int64, e *engine, r *http.Request) bo
 		io.WriteString(w, `{"engine":"fake"}`)
 	})
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
+		// A crashed engine answers nothing more.
+		select {
+		case <-e.done:
+			panic(http.ErrAbortHandler)
+		default:
+		}
 		// Reading the body first lets the server notice a client that hangs up.
 		body, _ := io.ReadAll(r.Body)
 		n := e.chats.Add(1)
@@ -234,7 +240,7 @@ func TestCrashDuringWorkloadIsRecordedAndTheNextArmRuns(t *testing.T) {
 	// The first request after the readiness probe kills the engine, so no session of
 	// the arm completes.
 	crashAt := func(n int64, e *engine, r *http.Request) bool {
-		if n == 2 {
+		if n >= 2 {
 			e.crash()
 			// A dying engine drops the connection.
 			panic(http.ErrAbortHandler)
