@@ -235,3 +235,23 @@ func TurnTimings(ctx context.Context, db *sqlx.DB, experimentID int64) ([]TurnTi
 		ORDER BY arm_id, started_at`, experimentID)
 	return out, err
 }
+
+// DatabaseID is the database's unique id (a random UUID made when the file was created).
+// Names of files and containers that belong to one database carry it, so that databases
+// sharing a folder or a Docker host never overwrite or remove each other's.
+func DatabaseID(ctx context.Context, db *sqlx.DB) (string, error) {
+	var id string
+	if err := db.GetContext(ctx, &id, `SELECT value FROM database_info WHERE key = 'uuid'`); err != nil {
+		return "", fmt.Errorf("database id: %w", err)
+	}
+	return id, nil
+}
+
+// ShortID is the first eight hex digits of a database id: enough to tell databases apart
+// in a file or container name while staying readable.
+func ShortID(uuid string) string {
+	if len(uuid) > 8 {
+		return uuid[:8]
+	}
+	return uuid
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -313,5 +314,44 @@ func TestOpenMigratesAVersionOneDatabaseKeepingItsRows(t *testing.T) {
 	}
 	if e.Design != "{}" || e.ParsedDesign().Blocks != 1 || e.StoppedEarly.Valid {
 		t.Errorf("migrated row: design %q, stopped %v", e.Design, e.StoppedEarly)
+	}
+}
+
+func TestDatabaseIDIsAUUIDUniquePerFileAndStable(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	ids := map[string]bool{}
+	uuidShape := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+	for i := range 20 {
+		path := filepath.Join(dir, fmt.Sprintf("db%d.db", i))
+		s, err := Open(path, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := DatabaseID(ctx, s.DB())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !uuidShape.MatchString(id) {
+			t.Fatalf("database id %q is not a version-4 UUID", id)
+		}
+		if ids[id] {
+			t.Fatalf("database id %q made twice", id)
+		}
+		ids[id] = true
+		s.Close()
+		// Reopening keeps the id the file was created with.
+		s, err = Open(path, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := DatabaseID(ctx, s.DB())
+		s.Close()
+		if err != nil || again != id {
+			t.Fatalf("reopened database id %q, %v; want %q", again, err, id)
+		}
+		if ShortID(id) != id[:8] {
+			t.Fatalf("ShortID(%q) = %q", id, ShortID(id))
+		}
 	}
 }
