@@ -16,8 +16,17 @@ type Step struct {
 	// Position is the token position this step decodes in the sequence (prompt tokens
 	// plus tokens generated so far), i.e. the KV slot whose index-K the step reads.
 	Position int
-	// InFlight is the number of requests running in this decode iteration.
+	// InFlight is the number of requests running in this decode iteration: the physical
+	// batch, which depends on how fast the clients send their next requests.
 	InFlight int
+	// Load is the logical load: the sessions in the scheduler's cohort (cohort.go) when
+	// the step's request arrived, capped at --max-running-requests. The same seeded
+	// workload meets the same loads on any machine, however its clients are scheduled.
+	Load int
+	// Restored says the step's request opens a later round of its conversation: its
+	// client was away, so its prefix comes back from HiCache's host copy and the step
+	// reads restored index-K.
+	Restored bool
 	// Stale is set by the backend: whether this step read stale index-K.
 	Stale bool
 }

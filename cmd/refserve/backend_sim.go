@@ -3,23 +3,30 @@ package main
 import (
 	"context"
 	"math"
+	"math/bits"
 )
 
-// Calibration of the sim backend's hazard. At 60 requests in flight every decode step
-// reads stale index-K with probability simHazardAt60; below that the hazard falls off
-// quadratically in the requests beyond simSafeInFlight and is exactly zero at or below
-// it. The value was fitted with TestCalibration (60 streaming tool-call sessions x 4
-// rounds, about 10 turns and 280 decode steps per session, default 2ms inter-token
-// delay): seeds 1-20 corrupted 8.7 of 60 sessions on average (14.4%), as in the field.
+// Calibration of the sim backend's hazard. With 33 to 64 sessions in the cohort (the
+// field's 60) every decode step that reads restored index-K reads it stale with
+// probability simHazard64. The hazard steps up with the cohort in powers of two, as a
+// decode batch padded to its CUDA graph's size runs the same kernels for every size up
+// to it; between steps it grows quadratically in the sessions beyond simSafeSessions,
+// and it is exactly zero at or below that. Steps make the draws immune to a session
+// that starts a little late: whether 57 or 60 sessions had begun when a round reopened,
+// the hazard is the same. The value was fitted with TestCalibration
+// (REFSERVE_CALIBRATION_SEEDS=40: 60 streaming tool-call sessions x 4 rounds) to the
+// field's 12-18%; its doc comment has the figures.
 const (
-	simHazardAt60   = 5.7e-4
-	simSafeInFlight = 4
+	simHazard64     = 2.2e-3
+	simSafeSessions = 4
 )
 
 // simBackend is the fault model on the CPU: with bf16 index-K and HiCache on, an
-// ungated restore races the selection kernel more often the more requests share the
-// iteration. Draws are a hash of (seed, session, position), so the same seed and load
-// corrupt the same sessions.
+// ungated restore races the selection kernel more often the more sessions share the
+// device pool, so the more pages are evicted to host memory and restored. The load it
+// reads is the logical one (Step.Load, the scheduler's cohort), not the requests that
+// happen to share an iteration, and a draw is a hash of (seed, session, position): the
+// same seed and workload corrupt the same sessions on any machine, however loaded.
 type simBackend struct {
 	armed bool
 	seed  uint64
@@ -30,11 +37,12 @@ func newSimBackend(cfg BackendConfig) (Backend, error) {
 	return &simBackend{armed: cfg.BF16IndexK && cfg.HiCache && !cfg.Gate, seed: uint64(cfg.Seed)}, nil
 }
 
-// Decode marks a step stale iff its uniform draw falls below the hazard of its load.
+// Decode marks a step stale iff it reads restored index-K (its request opens a later
+// round) and its uniform draw falls below the hazard of the logical load.
 func (b *simBackend) Decode(_ context.Context, steps []Step) error {
 	for i := range steps {
 		s := &steps[i]
-		s.Stale = b.armed && stepUniform(b.seed, s.Session, s.Position) < simHazard(s.InFlight)
+		s.Stale = b.armed && s.Restored && stepUniform(b.seed, s.Session, s.Position) < simHazard(s.Load)
 	}
 	return nil
 }
@@ -42,15 +50,17 @@ func (b *simBackend) Decode(_ context.Context, steps []Step) error {
 // Close has nothing to release.
 func (b *simBackend) Close() error { return nil }
 
-// simHazard is the probability that one decode step reads stale index-K when inFlight
-// requests run. It is zero at simSafeInFlight or fewer: small batches finish their
-// restores long before the selection kernel reads them.
-func simHazard(inFlight int) float64 {
-	if inFlight <= simSafeInFlight {
+// simHazard is the probability that one decode step reads stale index-K when the engine
+// serves sessions sessions. It is zero at simSafeSessions or fewer: a small working set
+// stays on the device, and what little is restored lands long before the selection
+// kernel reads it.
+func simHazard(sessions int) float64 {
+	if sessions <= simSafeSessions {
 		return 0
 	}
-	x := float64(inFlight-simSafeInFlight) / float64(60-simSafeInFlight)
-	return math.Min(1, simHazardAt60*x*x)
+	step := 1 << bits.Len(uint(sessions-1)) // the power of two at or above sessions
+	x := float64(step-simSafeSessions) / float64(64-simSafeSessions)
+	return math.Min(1, simHazard64*x*x)
 }
 
 // stepUniform is a uniform draw in [0, 1) fixed by (seed, session, position).

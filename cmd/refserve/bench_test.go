@@ -19,7 +19,7 @@ func BenchmarkDecodeIteration(b *testing.B) {
 			b.Fatal(err)
 		}
 		gens[i] = newGeneration("deepseekv4", rep, 0, 1, session)
-		steps[i] = Step{Session: session, Position: 200, InFlight: 60}
+		steps[i] = Step{Session: session, Position: 200, InFlight: 60, Load: 60, Restored: true}
 	}
 	for i := range gens {
 		reset(i)

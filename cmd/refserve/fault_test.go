@@ -12,26 +12,40 @@ import (
 )
 
 func TestSimHazardShape(t *testing.T) {
-	for n := 0; n <= simSafeInFlight; n++ {
+	for n := 0; n <= simSafeSessions; n++ {
 		if h := simHazard(n); h != 0 {
-			t.Errorf("hazard at %d in flight = %g; want exactly 0", n, h)
+			t.Errorf("hazard at %d sessions = %g; want exactly 0", n, h)
 		}
 	}
-	if h := simHazard(60); h != simHazardAt60 {
-		t.Errorf("hazard at 60 = %g; want %g", h, simHazardAt60)
+	for n := 33; n <= 64; n++ {
+		if h := simHazard(n); h != simHazard64 {
+			t.Errorf("hazard at %d sessions = %g; want %g, the hazard of 33-64", n, h, simHazard64)
+		}
 	}
+	// Flat within each power-of-two step, higher at each step, within (0, 1].
 	prev := 0.0
-	for n := simSafeInFlight + 1; n <= 2000; n++ {
+	for n := simSafeSessions + 1; n <= 4096; n++ {
 		h := simHazard(n)
-		if h <= prev && prev < 1 || h > 1 {
-			t.Fatalf("hazard not increasing within (0, 1] at %d: %g after %g", n, h, prev)
+		stepStart := (n-1)&(n-2) == 0 // n-1 is a power of two: n begins a step
+		switch {
+		case h <= 0 || h > 1:
+			t.Fatalf("hazard at %d sessions = %g; want within (0, 1]", n, h)
+		case stepStart && h <= prev && prev < 1:
+			t.Fatalf("hazard at %d sessions = %g, not above %g at %d", n, h, prev, n-1)
+		case !stepStart && h != prev:
+			t.Fatalf("hazard at %d sessions = %g, but %g at %d within the same step", n, h, prev, n-1)
 		}
 		prev = h
 	}
 }
 
-// staleSet runs many steps through a sim backend and returns which were stale.
-func staleSet(t *testing.T, cfg BackendConfig, inFlight int) map[[2]int]bool {
+// staleSet runs many steps that read restored index-K through a sim backend, at a
+// logical load of sessions, and returns which were stale.
+func staleSet(t *testing.T, cfg BackendConfig, sessions int) map[[2]int]bool {
+	return staleSteps(t, cfg, sessions, true)
+}
+
+func staleSteps(t *testing.T, cfg BackendConfig, sessions int, restored bool) map[[2]int]bool {
 	t.Helper()
 	b, err := newSimBackend(cfg)
 	if err != nil {
@@ -42,7 +56,9 @@ func staleSet(t *testing.T, cfg BackendConfig, inFlight int) map[[2]int]bool {
 	for s := range 100 {
 		steps = steps[:0]
 		for p := range 500 {
-			steps = append(steps, Step{Session: hashString(fmt.Sprint("session ", s)), Position: p, InFlight: inFlight})
+			// InFlight, the physical batch, is left at its most dangerous: only Load counts.
+			steps = append(steps, Step{Session: hashString(fmt.Sprint("session ", s)), Position: p,
+				InFlight: 1000, Load: sessions, Restored: restored})
 		}
 		if err := b.Decode(context.Background(), steps); err != nil {
 			t.Fatal(err)
@@ -60,18 +76,21 @@ func TestSimBackendFaultModel(t *testing.T) {
 	armed := BackendConfig{BF16IndexK: true, HiCache: true, Seed: 3}
 	for name, tc := range map[string]struct {
 		cfg      BackendConfig
-		inFlight int
+		sessions int
 	}{
 		"fp8 index-K":      {BackendConfig{HiCache: true, Seed: 3}, 500},
 		"HiCache off":      {BackendConfig{BF16IndexK: true, Seed: 3}, 500},
-		"4 in flight":      {armed, 4},
-		"1 in flight":      {armed, 1},
+		"4 sessions":       {armed, 4},
+		"1 session":        {armed, 1},
 		"nothing disabled": {BackendConfig{}, 500},
 		"gate on":          {BackendConfig{BF16IndexK: true, HiCache: true, Gate: true, Seed: 3}, 500},
 	} {
-		if got := staleSet(t, tc.cfg, tc.inFlight); len(got) != 0 {
+		if got := staleSet(t, tc.cfg, tc.sessions); len(got) != 0 {
 			t.Errorf("%s: %d of 50000 steps stale; want none", name, len(got))
 		}
+	}
+	if got := staleSteps(t, armed, 500, false); len(got) != 0 {
+		t.Errorf("steps that read nothing restored: %d of 50000 stale; want none", len(got))
 	}
 
 	a, b := staleSet(t, armed, 60), staleSet(t, armed, 60)
@@ -81,7 +100,7 @@ func TestSimBackendFaultModel(t *testing.T) {
 	// 50000 steps at hazard h: the count is binomial; allow five standard deviations.
 	n, h := 50000.0, simHazard(60)
 	if d := math.Abs(float64(len(a)) - n*h); d > 5*math.Sqrt(n*h*(1-h)) {
-		t.Errorf("%d stale steps at 60 in flight; want about %.0f", len(a), n*h)
+		t.Errorf("%d stale steps at 60 sessions; want about %.0f", len(a), n*h)
 	}
 	other := armed
 	other.Seed = 4
@@ -89,7 +108,7 @@ func TestSimBackendFaultModel(t *testing.T) {
 		t.Error("seeds 3 and 4 corrupted the same steps")
 	}
 	if more := staleSet(t, armed, 200); len(more) <= len(a) {
-		t.Errorf("200 in flight gave %d stale steps, 60 gave %d; want more under more load", len(more), len(a))
+		t.Errorf("200 sessions gave %d stale steps, 60 gave %d; want more under more load", len(more), len(a))
 	}
 }
 

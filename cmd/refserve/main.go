@@ -7,7 +7,10 @@
 // Faults, as seen in the field:
 //   - BF16_INDEX_K=1 with --enable-hierarchical-cache: under load, decode steps read stale
 //     index-K and replies degenerate into tool-call markup in content (backend sim or
-//     cuda decides which steps).
+//     cuda decides which steps). The sim backend's load is logical: the conversations
+//     refserve serves at once, counted from the requests themselves (cohort.go), so a
+//     seeded workload corrupts the same sessions on any machine, however busy; only the
+//     requests that reopen a conversation for a later round read restored pages.
 //   - The overlap scheduler (on unless --disable-overlap-schedule) with --tp above 1: a
 //     mass abort wedges the scheduler for good while /health still answers.
 package main

@@ -19,10 +19,12 @@ type event struct {
 
 // request is one chat completion inside the scheduler.
 type request struct {
-	rid     string
-	session uint64
-	prompt  int // prompt tokens
-	gen     *generation
+	rid    string
+	place  sessionPlace
+	probe  bool // the health generation: no conversation, outside the cohort
+	load   int  // the logical load when it arrived (logicalLoadLocked)
+	prompt int  // prompt tokens
+	gen    *generation
 	// events never blocks the scheduler: it holds one event per possible step plus the
 	// final one.
 	events chan event
@@ -32,8 +34,15 @@ type request struct {
 	finish   string
 }
 
-func newRequest(rid string, session uint64, prompt int, gen *generation) *request {
-	return &request{rid: rid, session: session, prompt: prompt, gen: gen, events: make(chan event, gen.maxSteps()+1)}
+func newRequest(rid string, place sessionPlace, prompt int, gen *generation) *request {
+	return &request{rid: rid, place: place, prompt: prompt, gen: gen, events: make(chan event, gen.maxSteps()+1)}
+}
+
+// newProbe is a request of the health generation, which belongs to no conversation.
+func newProbe(rid string, gen *generation) *request {
+	r := newRequest(rid, sessionPlace{}, 1, gen)
+	r.probe = true
+	return r
 }
 
 // errClosed is returned for requests submitted while the server shuts down.
@@ -41,7 +50,9 @@ var errClosed = errors.New("scheduler: shutting down")
 
 // scheduler admits requests up to --max-running-requests, queues the rest, and runs
 // decode iterations at the inter-token delay: every running request advances one token
-// per iteration, and every step goes through the backend.
+// per iteration, and every step goes through the backend. Each step carries both loads:
+// the requests physically in the iteration, which depends on how fast clients come back,
+// and the logical load its request met on arrival (the cohort, cohort.go), which does not.
 type scheduler struct {
 	backend    Backend
 	delay      time.Duration
@@ -53,6 +64,7 @@ type scheduler struct {
 	running []*request
 	closed  bool
 	tp      throughput
+	cohort  cohort
 
 	wake chan struct{}
 	// changed is closed at the next admission, completion or abort; see changes.
@@ -84,6 +96,10 @@ func (s *scheduler) submit(r *request) error {
 		return errClosed
 	}
 	s.queue = append(s.queue, r)
+	if !r.probe {
+		s.cohort.arrive(r.place)
+		r.load = s.logicalLoadLocked()
+	}
 	s.notifyLocked()
 	s.mu.Unlock()
 	select {
@@ -183,6 +199,9 @@ func (s *scheduler) finishLocked(r *request, reason string) {
 	}
 	r.finished = true
 	r.finish = reason
+	if !r.probe {
+		s.cohort.finish(r.place.key, reason == "tool_calls")
+	}
 	r.events <- event{Finish: reason, Tokens: r.gen.n}
 	s.notifyLocked()
 	s.requests.Add(1)
@@ -207,6 +226,17 @@ func (s *scheduler) pruneLocked() {
 	}
 	s.queue = keep(s.queue)
 	s.running = keep(s.running)
+}
+
+// logicalLoadLocked is the load the sim fault model draws against: the sessions of the
+// cohort, of which no more than --max-running-requests share a decode batch. A request
+// keeps the value it met on arrival, when its pages were restored.
+func (s *scheduler) logicalLoadLocked() int {
+	n := s.cohort.size()
+	if s.maxRunning > 0 {
+		n = min(n, s.maxRunning)
+	}
+	return n
 }
 
 // massAbort is how many requests aborted in a burst wedge a scheduler that can wedge:
@@ -277,7 +307,8 @@ func (s *scheduler) run(ctx context.Context) {
 		batch = append(batch[:0], s.running...)
 		steps = steps[:0]
 		for _, r := range batch {
-			steps = append(steps, Step{Session: r.session, Position: r.prompt + r.gen.n, InFlight: len(batch)})
+			steps = append(steps, Step{Session: r.place.key, Position: r.prompt + r.gen.n, InFlight: len(batch),
+				Load: r.load, Restored: r.place.restores()})
 		}
 		s.mu.Unlock()
 		if len(batch) == 0 {

@@ -133,7 +133,7 @@ func (s *server) chat(w http.ResponseWriter, hr *http.Request) {
 		rid = s.newRID()
 	}
 	prompt := promptTokens(req)
-	r := newRequest(rid, session, prompt, newGeneration(s.cfg.ToolCallParser, rep, req.MaxTokens, uint64(s.cfg.Seed), session))
+	r := newRequest(rid, placeOf(session, req.Messages), prompt, newGeneration(s.cfg.ToolCallParser, rep, req.MaxTokens, uint64(s.cfg.Seed), session))
 	if err := s.sched.submit(r); err != nil {
 		writeError(w, http.StatusServiceUnavailable, "ServiceUnavailableError", "%v", err)
 		return
@@ -279,7 +279,7 @@ func (s *server) health(w http.ResponseWriter, hr *http.Request) {
 // behind the queue like any request and fails if the scheduler does not run it.
 func (s *server) healthGenerate(w http.ResponseWriter, hr *http.Request) {
 	rep := reply{Text: "ok", Lure: call{Name: "search", Params: []param{{Name: "query", Value: "health"}}}}
-	r := newRequest("health-"+s.newRID(), 0, 1, newGeneration(s.cfg.ToolCallParser, rep, 1, uint64(s.cfg.Seed), 0))
+	r := newProbe("health-"+s.newRID(), newGeneration(s.cfg.ToolCallParser, rep, 1, uint64(s.cfg.Seed), 0))
 	if err := s.sched.submit(r); err != nil {
 		writeError(w, http.StatusServiceUnavailable, "ServiceUnavailableError", "%v", err)
 		return
@@ -340,6 +340,7 @@ func (s *server) abortRequest(w http.ResponseWriter, hr *http.Request) {
 func (s *server) metrics(w http.ResponseWriter, _ *http.Request) {
 	s.sched.mu.Lock()
 	running, queued := len(s.sched.running), len(s.sched.queue)
+	cohort := s.sched.cohort.size()
 	gen := s.sched.genTokens.Load()
 	rate := s.sched.tp.rate(time.Now(), gen)
 	s.sched.mu.Unlock()
@@ -355,6 +356,7 @@ func (s *server) metrics(w http.ResponseWriter, _ *http.Request) {
 	metric("sglang:prompt_tokens_total", "counter", "Number of prefill tokens processed.", float64(s.sched.promptTokens.Load()))
 	metric("sglang:num_requests_total", "counter", "Number of requests finished.", float64(s.sched.requests.Load()))
 	metric("sglang:num_aborted_requests_total", "counter", "Number of requests aborted.", float64(s.sched.aborted.Load()))
+	metric("refserve:cohort_sessions", "gauge", "Sessions the engine is serving: the logical load the sim fault model draws against (refserve only).", float64(cohort))
 	metric("refserve:stale_index_k_steps_total", "counter", "Decode steps that read stale index-K (refserve only).", float64(s.sched.staleSteps.Load()))
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 	_, _ = io.WriteString(w, b.String())
