@@ -466,7 +466,7 @@ type sessionTracker struct {
 	firstBad  map[int]int
 	sessions  int
 	corrupted int
-	completed armCounts // sessions with status ok, the ones the analysis counts
+	completed armCounts // the sessions the analysis counts (store.Analysed)
 }
 
 func (t *sessionTracker) Turn(turn workload.Turn) {
@@ -526,9 +526,9 @@ func (t *sessionTracker) SessionDone(s workload.SessionResult) {
 	if corrupted {
 		t.corrupted++
 	}
-	// A session counts when it completed, or when it was corrupted before it was lost:
-	// its outcome is known either way (the verdict counts the same).
-	if s.Status == workload.SessionOK || corrupted {
+	// The sequential looks count what the verdict analyses: store.Analysed is the one
+	// rule (a session corrupted and then lost is not analysed).
+	if store.Analysed(s.Status) {
 		t.completed.sessions++
 		if corrupted {
 			t.completed.corrupted++
