@@ -300,7 +300,7 @@ func create(ctx context.Context, st *store.Store, spec *arms.Spec, armList []arm
 func designJSON(spec *arms.Spec) string {
 	d := store.Design{Blocks: max(spec.Blocks, 1), Looks: spec.Analysis.Sequential.Looks, Margin: spec.Analysis.Margin,
 		AA: spec.Analysis.AA, Sessions: spec.Workload.Sessions, Rounds: spec.Workload.Rounds,
-		Concurrency: spec.Workload.Concurrency}
+		Concurrency: spec.Workload.Concurrency, MaxLoss: &spec.Analysis.MaxLoss}
 	for _, f := range spec.Factors {
 		df := store.DesignFactor{Name: f.Name}
 		for _, l := range f.Levels {
