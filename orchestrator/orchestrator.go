@@ -34,7 +34,8 @@ type Options struct {
 	DBPath string
 	// Runtime launches arms (default: the spec's runtime kind; process for "process").
 	Runtime runtime.Runtime
-	// LogDir receives one engine log per run (default: "arbiter-logs" beside the database).
+	// LogDir receives one engine log per run, under LogDir/DB/exp-ID with DB the
+	// database's short id (default: "arbiter-logs" beside the database).
 	LogDir string
 	// Environ reads arbiter's own environment, for secrets (default os.LookupEnv).
 	Environ func(string) (string, bool)
@@ -177,6 +178,13 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	if logDir == "" {
 		logDir = filepath.Join(filepath.Dir(opts.DBPath), "arbiter-logs")
 	}
+	// Experiment ids restart in every database: the database's own id keeps the logs of
+	// two databases in one folder apart.
+	dbID, err := store.DatabaseID(ctx, st.DB())
+	if err != nil {
+		return Result{}, err
+	}
+	logDir = filepath.Join(logDir, store.ShortID(dbID))
 	e := &experiment{
 		opts: opts, spec: spec, arms: armList, armIDs: armIDs, envs: envs, id: expID, store: st,
 		detectors: dets, redact: redactor.Redact, log: log.With("experiment", expID, "name", spec.Name), rt: rt,

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -255,5 +258,226 @@ func TestResumeRefusesWhatCannotBeResumed(t *testing.T) {
 	}
 	if code, _, stderr := runCLI(t, "resume", "no-such", "--db", db); code != exitUsage || !strings.Contains(stderr, "not found") {
 		t.Errorf("resume of an unknown experiment: exit %d, %q", code, stderr)
+	}
+}
+
+// crashSpec is a decisive A/B whose engine command records the treatment engine's pid, so
+// that the test can kill that engine mid-run as an OOM killer or a segfault would.
+const crashSpec = `version: 1
+name: e2e-crash
+engine:
+  preset: refserve
+  command: [sh, -c, 'if [ "$BF16_INDEX_K" = 1 ]; then echo $$ > %s; fi; exec refserve "$@"', refserve-wrapper]
+  args: [--enable-hierarchical-cache, --tool-call-parser, deepseekv4, --inter-token-delay, 5ms]
+arms:
+  control:   {env: {BF16_INDEX_K: "0"}}
+  treatment: {env: {BF16_INDEX_K: "1"}}
+workload: {kind: toolcall-agent, sessions: 24, rounds: 3, concurrency: 4, seed: 7, temperature: 0}
+detectors: [dsml-leak, toolcall-schema]
+analysis: {unit: session, alpha: 0.05, baseline: control}
+timeouts: {startup: 60s, request: 60s, stall: 30s}
+`
+
+// An engine killed mid-run must not turn into a corruption finding: the headline says the
+// arm crashed and that its corruption is inconclusive, nothing reads "significantly
+// higher", and the regression gate fails (exit 3) unless inconclusive arms are allowed.
+func TestEngineKilledMidRunMakesItsArmInconclusive(t *testing.T) {
+	bin := buildRefserve(t)
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "treatment.pid")
+	spec := filepath.Join(dir, "spec.yaml")
+	if err := os.WriteFile(spec, []byte(fmt.Sprintf(crashSpec, pidFile)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(dir, "results.db")
+	verdictPath := filepath.Join(dir, "verdict.md")
+
+	done := make(chan cliResult, 1)
+	go func() {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), []string{"run", spec, "--db", db, "-o", verdictPath, "--fail-on", "regression"}, &out, &errb)
+		done <- cliResult{code, out.String(), errb.String()}
+	}()
+
+	// Kill the treatment engine once some of its sessions have finished and the rest
+	// are still running: the crash must come mid-run, not before or after.
+	pid := waitForTreatmentMidRun(t, db, pidFile, done)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill the treatment engine (pid %d): %v", pid, err)
+	}
+	res := <-done
+
+	if res.code != exitGateFailed {
+		t.Fatalf("arbiter run --fail-on regression exited %d, want %d (the gate fails on an inconclusive arm)\nstdout:\n%s\nstderr:\n%s",
+			res.code, exitGateFailed, res.stdout, res.stderr)
+	}
+	if !strings.Contains(res.stderr, "gate regression failed: treatment's corruption is inconclusive") {
+		t.Errorf("the gate does not say why it failed:\n%s", res.stderr)
+	}
+	ro, err := store.OpenReadOnly(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	var status string
+	ro.Get(&status, `SELECT r.status FROM runs r JOIN arms a ON a.id = r.arm_id WHERE a.name = 'treatment'`)
+	var finished, lost int
+	ro.Get(&finished, `SELECT count(*) FROM sessions s JOIN arms a ON a.id = s.arm_id WHERE a.name = 'treatment' AND s.status = 'ok'`)
+	ro.Get(&lost, `SELECT count(*) FROM sessions s JOIN arms a ON a.id = s.arm_id WHERE a.name = 'treatment' AND s.status <> 'ok'`)
+	if status != "crashed" || finished == 0 || finished == 24 {
+		t.Fatalf("treatment run %s with %d of 24 sessions finished (%d recorded lost): the kill did not land mid-run", status, finished, lost)
+	}
+
+	md, err := os.ReadFile(verdictPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := strings.SplitN(string(md), "\n\n", 3)[1]
+	if !strings.HasPrefix(head, "The engine of **treatment** crashed (block 0)") || !strings.Contains(head, "The corruption of treatment is inconclusive") {
+		t.Errorf("headline does not say first that treatment crashed and is inconclusive:\n%s", head)
+	}
+	if strings.Contains(string(md), "significantly higher") || strings.Contains(res.stdout, "significantly higher") {
+		t.Errorf("a killed engine reads as significantly higher:\n%s", md)
+	}
+	if !strings.Contains(res.stdout, "treatment crashed") {
+		t.Errorf("the terminal headline does not say treatment crashed:\n%s", res.stdout)
+	}
+
+	// Re-judged, the same verdict gates the same way; --allow-inconclusive lets it pass.
+	if code, _, stderr := runCLI(t, "verdict", "e2e-crash", "--db", db, "--fail-on", "regression"); code != exitGateFailed {
+		t.Errorf("verdict --fail-on regression exited %d, want %d: %s", code, exitGateFailed, stderr)
+	}
+	if code, _, stderr := runCLI(t, "verdict", "e2e-crash", "--db", db, "--fail-on", "regression", "--allow-inconclusive"); code != exitOK {
+		t.Errorf("verdict --fail-on regression --allow-inconclusive exited %d, want 0: %s", code, stderr)
+	}
+	code, stdout, _ := runCLI(t, "verdict", "e2e-crash", "--db", db, "--json")
+	var summary struct {
+		Arms []struct {
+			Name       string `json:"name"`
+			VsBaseline struct {
+				Decision string `json:"decision"`
+			} `json:"vs_baseline"`
+			Launches map[string]int `json:"launches"`
+		} `json:"arms"`
+	}
+	if code != 0 || json.Unmarshal([]byte(stdout), &summary) != nil || len(summary.Arms) != 2 ||
+		summary.Arms[1].VsBaseline.Decision != "inconclusive" || summary.Arms[1].Launches["crashed"] != 1 {
+		t.Errorf("verdict --json: code %d, %s", code, stdout)
+	}
+}
+
+// cliResult is what one arbiter command returned.
+type cliResult struct {
+	code           int
+	stdout, stderr string
+}
+
+// waitForTreatmentMidRun waits until the treatment engine has written its pid and three of
+// its sessions have finished, and returns the pid. It fails the test if arbiter ends
+// first.
+func waitForTreatmentMidRun(t *testing.T, dbPath, pidFile string, done <-chan cliResult) int {
+	t.Helper()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(2 * time.Minute)
+	for {
+		select {
+		case r := <-done:
+			t.Fatalf("arbiter ended (exit %d) before the treatment engine could be killed mid-run\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+		case <-deadline:
+			t.Fatal("the treatment engine never reached the middle of its run")
+		case <-tick.C:
+		}
+		b, err := os.ReadFile(pidFile)
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			continue
+		}
+		ro, err := store.OpenReadOnly(dbPath)
+		if err != nil {
+			continue
+		}
+		var finished int
+		err = ro.Get(&finished, `SELECT count(*) FROM sessions s JOIN arms a ON a.id = s.arm_id WHERE a.name = 'treatment' AND s.status = 'ok'`)
+		ro.Close()
+		if err == nil && finished >= 3 {
+			return pid
+		}
+	}
+}
+
+const twoDBSpec = `version: 1
+name: e2e-two-dbs
+engine:
+  preset: refserve
+  args: [--inter-token-delay, 1ms]
+arms:
+  control:   {env: {BF16_INDEX_K: "0"}}
+  treatment: {env: {BF16_INDEX_K: "1"}}
+workload: {kind: toolcall-agent, sessions: 4, rounds: 1, concurrency: 4, seed: 7, temperature: 0}
+timeouts: {startup: 60s, request: 60s, stall: 30s}
+`
+
+// Experiment ids restart in every database: two databases in one folder both have an
+// experiment 1. Their verdicts and engine logs carry the database's own id, so neither
+// overwrites the other's.
+func TestTwoDatabasesInOneFolderKeepTheirOwnVerdictsAndLogs(t *testing.T) {
+	bin := buildRefserve(t)
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "spec.yaml")
+	if err := os.WriteFile(spec, []byte(twoDBSpec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	type recorded struct {
+		short, verdict string
+		text           []byte
+	}
+	var dbs []recorded
+	for _, name := range []string{"a.db", "b.db"} {
+		db := filepath.Join(dir, name)
+		code, stdout, stderr := runCLI(t, "run", spec, "--db", db)
+		if code != 0 {
+			t.Fatalf("run --db %s: exit %d\n%s\n%s", name, code, stdout, stderr)
+		}
+		ro, err := store.OpenReadOnly(db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		uuid, err := store.DatabaseID(context.Background(), ro)
+		ro.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		short := store.ShortID(uuid)
+		want := filepath.Join(dir, "verdicts", "e2e-two-dbs-"+short+"-1.md")
+		if !strings.Contains(stdout, "verdict: "+want) {
+			t.Fatalf("run --db %s wrote its verdict elsewhere than %s:\n%s", name, want, stdout)
+		}
+		text, err := os.ReadFile(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dbs = append(dbs, recorded{short, want, text})
+	}
+	if dbs[0].short == dbs[1].short {
+		t.Fatalf("two databases share the id %s", dbs[0].short)
+	}
+	if now, _ := os.ReadFile(dbs[0].verdict); !bytes.Equal(now, dbs[0].text) {
+		t.Errorf("the second database's run rewrote the first one's verdict %s", dbs[0].verdict)
+	}
+	verdicts, _ := filepath.Glob(filepath.Join(dir, "verdicts", "*.md"))
+	if len(verdicts) != 2 {
+		t.Errorf("verdicts = %q, want one per database", verdicts)
+	}
+	for _, r := range dbs {
+		logs, _ := filepath.Glob(filepath.Join(dir, "arbiter-logs", r.short, "exp-1", "*.log"))
+		if len(logs) != 2 {
+			t.Errorf("database %s: engine logs %q, want one per arm under arbiter-logs/%s/exp-1", r.short, logs, r.short)
+		}
 	}
 }
