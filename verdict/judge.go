@@ -205,7 +205,9 @@ func (v *Verdict) tipping(i int) *TippingPoint {
 	return t
 }
 
-// Sentence says the tipping point in plain words; arm is the compared arm's name.
+// Sentence says the tipping point in plain words; arm is the compared arm's name. It
+// speaks of what the exact test would find, never of a decision, since it describes
+// sessions that carry no label.
 func (t *TippingPoint) Sentence(arm string) string {
 	switch {
 	case t.Sessions < 0 && t.From == "none":
@@ -213,24 +215,25 @@ func (t *TippingPoint) Sentence(arm string) string {
 	case t.Sessions < 0:
 		return "no labelling of the lost sessions would change the decision"
 	case t.Sessions == 0:
-		return fmt.Sprintf("counted as clean, the lost sessions alone would already change the decision to %s", decisionWords(t.To))
+		return "counted as clean, the lost sessions alone would already " + t.outcome(arm)
 	}
 	n := t.LostBase
 	if t.Side == arm {
 		n = t.LostArm
 	}
-	return fmt.Sprintf("%d of the %d lost %s sessions would have to be corrupted (every other lost session counted clean) to change the decision to %s",
-		t.Sessions, n, t.Side, decisionWords(t.To))
+	return fmt.Sprintf("%d of the %d lost %s sessions would have to be corrupted (every other lost session counted clean) to %s",
+		t.Sessions, n, t.Side, t.outcome(arm))
 }
 
-func decisionWords(d string) string {
-	switch d {
+// outcome is what the re-run exact test would then find.
+func (t *TippingPoint) outcome(arm string) string {
+	switch t.To {
 	case "higher":
-		return "significantly higher"
+		return fmt.Sprintf("make the exact test find %s's rate higher", arm)
 	case "lower":
-		return "significantly lower"
+		return fmt.Sprintf("make the exact test find %s's rate lower", arm)
 	}
-	return "no significant difference"
+	return "take the difference below significance"
 }
 
 func plural(n int) string {
