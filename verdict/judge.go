@@ -571,7 +571,23 @@ func bold(s, mark string) string { return mark + s + mark }
 // when either of two scales shows it would double the chance of a false claim. (Where the
 // design's analysis gives the interactions a Holm-adjusted p over the factorial family,
 // that decision belongs here.)
-func (v *Verdict) interactionShown(ai AdditiveInteraction) bool { return ai.Result.Significant }
+//
+// No interaction is claimed while any arm is inconclusive: every interaction pools over
+// the other factors, so the surviving sessions of a crashed arm would feed each of them.
+func (v *Verdict) interactionShown(ai AdditiveInteraction) bool {
+	return ai.Result.Significant && len(v.inconclusiveArms()) == 0
+}
+
+// inconclusiveArms names the arms whose corruption cannot be judged.
+func (v *Verdict) inconclusiveArms() []string {
+	var names []string
+	for _, a := range v.Arms {
+		if len(a.Problems) > 0 {
+			names = append(names, a.Name)
+		}
+	}
+	return names
+}
 
 // interactionEvidence is the headline sentence naming the interactions shown.
 func (v *Verdict) interactionEvidence(shown []AdditiveInteraction, mark string) string {
@@ -753,7 +769,13 @@ func (v *Verdict) multiEvidence(mark string) string {
 		if c.Inconclusive {
 			continue
 		}
-		if best < 0 || c.AdjustedP < v.Arms[best].Compare.AdjustedP {
+		if best < 0 {
+			best = i
+			continue
+		}
+		// The smallest p; among equal ones (Holm caps them at 1), the largest difference.
+		bc := v.Arms[best].Compare
+		if c.AdjustedP < bc.AdjustedP || (c.AdjustedP == bc.AdjustedP && math.Abs(c.Difference) > math.Abs(bc.Difference)) {
 			best = i
 		}
 	}

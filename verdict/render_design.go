@@ -161,6 +161,9 @@ func (v *Verdict) factorialSection(b *strings.Builder) {
 	if note := sharedPNote(f.Result.Terms); note != "" {
 		fmt.Fprintf(b, "\n%s\n", note)
 	}
+	if bad := v.inconclusiveArms(); len(bad) > 0 {
+		fmt.Fprintf(b, "\nThe model counts the sessions that survived in %s, which is inconclusive: no interaction is claimed from it.\n", joinAnd(bad))
+	}
 }
 
 // sharedPNote explains terms that share one p-value. With corrupted sessions in only a few

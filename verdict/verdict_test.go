@@ -629,3 +629,90 @@ func TestSentencesCountsWhatAReaderCounts(t *testing.T) {
 	}
 	_ = fmt.Sprint()
 }
+
+// bad is n finished sessions, all corrupted from round 1.
+func bad(n, of int) []outcome {
+	r := make([]int, n)
+	for i := range r {
+		r[i] = 1
+	}
+	return finished(of, r...)
+}
+
+// TestEveryDesignReadsInThirtySeconds checks the structure of verdicts beyond the
+// examples' goldens: the GPU examples, several arms with one crashed, a crashed baseline,
+// a sequential design that never crossed, a non-inferiority margin and an A/A with a
+// significant difference. Each must keep a headline of at most three sentences, say
+// nothing twice, and never call a crashed arm significantly anything.
+func TestEveryDesignReadsInThirtySeconds(t *testing.T) {
+	level := func(b, h, g int) string {
+		return fmt.Sprintf("bf16_index_k=%d,hicache=%s,gate=%d", b, map[int]string{0: "off", 1: "on"}[h], g)
+	}
+	var h200 []launch // docs/results/2026-11-30-h200/run3: 11/60 and 54/60 where hicache=on,gate=0
+	for _, b := range []int{0, 1} {
+		for _, h := range []int{0, 1} {
+			for _, g := range []int{0, 1} {
+				n := 0
+				if h == 1 && g == 0 {
+					n = map[int]int{0: 11, 1: 54}[b]
+				}
+				h200 = append(h200, launch{arm: level(b, h, g), sessions: bad(n, 60)})
+			}
+		}
+	}
+	factorialCrash := fixture{example: "factorial", runs: []launch{
+		{arm: "bf16_index_k=0,hicache=off", sessions: finished(60)},
+		{arm: "bf16_index_k=0,hicache=on", sessions: finished(60)},
+		{arm: "bf16_index_k=1,hicache=off", sessions: finished(60, 1)},
+		{arm: "bf16_index_k=1,hicache=on", status: "wedged", err: "engine wedged: it still answers but completes no turn (60 turns in a row failed, none completed)",
+			sessions: join(bad(4, 20), lostAt("timeout", 40, 2, 1))},
+	}}
+	cases := map[string]fixture{
+		"gpu factorial (2^3, three interactions)": {example: "gpu-factorial", runs: h200},
+		"gpu decisive": {example: "gpu-decisive", runs: []launch{
+			{arm: "control", sessions: finished(60)}, {arm: "treatment", sessions: bad(22, 60)}}},
+		"gpu low load": {example: "gpu-low-load", runs: []launch{
+			{arm: "control", sessions: finished(60)}, {arm: "treatment", sessions: finished(60)}}},
+		"factorial with a wedged arm": factorialCrash,
+		"crashed baseline": {example: "quickstart", runs: []launch{
+			{arm: "control", status: "crashed", err: "engine exited on its own during the workload (exit code 139)", sessions: join(finished(20), lostAt("aborted", 40, 0, 1))},
+			{arm: "treatment", sessions: bad(9, 60)}}},
+		"sequential, never crossed": {example: "sequential", runs: []launch{
+			{arm: "control", block: 0, sessions: finished(60)}, {arm: "treatment", block: 0, sessions: finished(60, 1)},
+			{arm: "control", block: 1, sessions: finished(60)}, {arm: "treatment", block: 1, sessions: finished(60)},
+			{arm: "control", block: 2, sessions: finished(60, 2)}, {arm: "treatment", block: 2, sessions: finished(60, 1)},
+			{arm: "control", block: 3, sessions: finished(60)}, {arm: "treatment", block: 3, sessions: finished(60, 3)}}},
+		"aa failed": {example: "aa", runs: []launch{
+			{arm: "a1", sessions: finished(60)}, {arm: "a2", sessions: bad(8, 60)}}},
+		"interrupted": {example: "quickstart", status: "interrupted", runs: []launch{
+			{arm: "control", sessions: finished(60)},
+			{arm: "treatment", status: "interrupted", sessions: join(finished(30, 1, 2), lostAt("aborted", 30, 0, 1))}}},
+	}
+	for name, f := range cases {
+		t.Run(name, func(t *testing.T) {
+			db, ref := recordFixture(t, f)
+			v, err := Build(context.Background(), db, ref)
+			if err != nil {
+				t.Fatal(err)
+			}
+			md := markdown(t, v)
+			checkStructure(t, md)
+			for _, a := range v.Arms {
+				if len(a.Problems) > 0 && strings.Contains(headlineOf(md), "**"+a.Name+"** (+") {
+					t.Errorf("the headline judges %s, which has no decision:\n%s", a.Name, headlineOf(md))
+				}
+			}
+			if t.Failed() || testing.Verbose() {
+				t.Logf("headline: %s", headlineOf(md))
+			}
+		})
+	}
+
+	// A non-inferiority margin adds its own decision to a two-arm headline.
+	db := record(t, "ni", "session", store.Design{Blocks: 1, Margin: 0.1}, []fixtureRun{
+		{arm: "baseline", sessions: 200, corrupted: 2},
+		{arm: "fixed", sessions: 200, corrupted: 1, lost: 12},
+	})
+	_, md := build(t, db, "ni")
+	checkStructure(t, md)
+}
