@@ -125,7 +125,7 @@ func textStyle(size vg.Length) text.Style {
 type percentTicks struct{}
 
 func (percentTicks) Ticks(min, max float64) []plot.Tick {
-	step := niceStep(max - min)
+	step := niceStep(max - math.Max(min, 0)) // a sliver below zero is margin, not range
 	var ts []plot.Tick
 	for x := math.Ceil(min/step-1e-9) * step; x <= max+1e-9; x += step {
 		// Adding 0 turns a -0 into 0: no "-0%" label.
@@ -210,13 +210,19 @@ func (r armRows) Plot(c draw.Canvas, p *plot.Plot) {
 			}
 		}
 		// One string, so that a viewer's substitute font, wider or narrower, can never
-		// make the name and its counts overlap.
-		c.FillText(label, vg.Point{X: x0, Y: trY(y + 0.2)}, row.name+"  ·  "+row.note)
+		// make the name and its counts overlap; and small enough to fit the width even
+		// in a face 15% wider than the one measured.
+		text := row.name + "  ·  " + row.note
+		sty := label
+		if w, room := 1.15*sty.Width(text), c.Max.X-x0; w > room {
+			sty.Font.Size = max(vg.Points(6), sty.Font.Size*room/w)
+		}
+		c.FillText(sty, vg.Point{X: x0, Y: trY(y + 0.2)}, text)
 	}
 }
 
 func (r armRows) DataRange() (xmin, xmax, ymin, ymax float64) {
-	return 0, 5, -0.45, float64(len(r.rows)) - 0.2
+	return -0.075, 5, -0.45, float64(len(r.rows)) - 0.2
 }
 
 // ratesChart is each arm's corruption rate as a bar with its 95% Wilson interval and its
@@ -240,7 +246,11 @@ func (v *Verdict) ratesChart() *chart {
 		switch {
 		case len(a.Problems) > 0:
 			row.inconclusive = true
-			row.note = fmt.Sprintf("%s: %d of %d sessions finished, %d corrupted — inconclusive", a.failure(), a.Sessions, a.Planned, a.Corrupted)
+			row.note = fmt.Sprintf("%s: %d of %d sessions finished, %d corrupted", a.failure(), a.Sessions, a.Planned, a.Corrupted)
+			if a.CorruptedThenLost > 0 {
+				row.note += fmt.Sprintf(" (%d more corrupted, then lost)", a.CorruptedThenLost)
+			}
+			row.note += " — inconclusive"
 		case a.Lost > 0:
 			row.note += fmt.Sprintf("; %d lost", a.Lost)
 		}
@@ -256,7 +266,9 @@ func (v *Verdict) ratesChart() *chart {
 	sans(p)
 	p.Title.Text = "Corrupted sessions by arm (95% Wilson intervals)"
 	p.X.Label.Text = "sessions corrupted"
-	p.X.Min, p.X.Max = 0, niceMax(hi*1.05)
+	p.X.Max = niceMax(hi * 1.05)
+	// A sliver left of zero keeps a zero rate's glyph whole.
+	p.X.Min = -0.015 * p.X.Max
 	p.X.Tick.Marker = percentTicks{}
 	p.HideY()
 	grid := plotter.NewGrid()

@@ -634,15 +634,22 @@ func (v *Verdict) headline(mark string) string {
 	others := v.others()
 	switch {
 	case len(others) == 0:
-		var parts []string
-		for _, a := range v.Arms {
+		var parts, names []string
+		for i, a := range v.Arms {
 			parts = append(parts, fmt.Sprintf("%s %d of %d sessions corrupted (%d lost)", a.Name, a.Corrupted, a.Sessions, a.Lost))
+			if i != v.Baseline && len(v.Arms[i].Problems)+len(v.Arms[v.Baseline].Problems) > 0 {
+				names = append(names, a.Name)
+			}
 		}
 		what := "No comparison was possible"
 		if len(v.Arms) == 1 {
 			what = "One arm, nothing to compare"
 		}
 		sentences = append(sentences, problems, fmt.Sprintf("%s: %s.", what, strings.Join(parts, "; ")))
+		if len(names) > 0 {
+			// An arm died before any session finished: nothing can be judged.
+			sentences = append(sentences, fmt.Sprintf("The corruption of %s is inconclusive.", joinAnd(names)))
+		}
 	case len(v.Arms) == 2:
 		a := v.Arms[others[0]]
 		c := a.Compare

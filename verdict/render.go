@@ -29,7 +29,12 @@ func pct(x float64) string {
 	return fmt.Sprintf("%.1f%%", 100*x)
 }
 
-func ci(lo, hi float64) string { return fmt.Sprintf("%s – %s", pct(lo), pct(hi)) }
+func ci(lo, hi float64) string {
+	if math.IsNaN(lo) || math.IsNaN(hi) {
+		return "–"
+	}
+	return fmt.Sprintf("%s – %s", pct(lo), pct(hi))
+}
 
 // pval prints a p-value the way a reader compares it with alpha.
 func pval(p float64) string {

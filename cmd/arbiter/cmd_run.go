@@ -113,6 +113,13 @@ func execute(ctx context.Context, g *globals, spec *arms.Spec, resume int64, o r
 		}
 		fmt.Fprintf(g.stdout, "verdict: %s\n", path)
 	}
+	if errors.Is(runErr, orchestrator.ErrNoData) && o.failOn != "" {
+		// An arm whose engine died before any session finished is the verdict's to judge
+		// (inconclusive, or no comparison): a failed gate says more than "error".
+		if err := gate(v, o.failOn, o.allowInconclusive); err != nil {
+			return withCode(exitGateFailed, errors.Join(err, runErr))
+		}
+	}
 	if runErr != nil {
 		return runErr
 	}
