@@ -272,7 +272,7 @@ engine:
 arms:
   control:   {env: {BF16_INDEX_K: "0"}}
   treatment: {env: {BF16_INDEX_K: "1"}}
-workload: {kind: toolcall-agent, sessions: 24, rounds: 3, concurrency: 4, seed: 7, temperature: 0}
+workload: {kind: toolcall-agent, sessions: 24, rounds: 3, concurrency: %d, seed: 7, temperature: 0}
 detectors: [dsml-leak, toolcall-schema]
 analysis: {unit: session, alpha: 0.05, baseline: control}
 timeouts: {startup: 60s, request: 60s, stall: 30s}
@@ -287,7 +287,7 @@ func TestEngineKilledMidRunMakesItsArmInconclusive(t *testing.T) {
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "treatment.pid")
 	spec := filepath.Join(dir, "spec.yaml")
-	if err := os.WriteFile(spec, []byte(fmt.Sprintf(crashSpec, pidFile)), 0o644); err != nil {
+	if err := os.WriteFile(spec, []byte(fmt.Sprintf(crashSpec, pidFile, 4)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	db := filepath.Join(dir, "results.db")
@@ -302,7 +302,7 @@ func TestEngineKilledMidRunMakesItsArmInconclusive(t *testing.T) {
 
 	// Kill the treatment engine once some of its sessions have finished and the rest
 	// are still running: the crash must come mid-run, not before or after.
-	pid := waitForTreatmentMidRun(t, db, pidFile, done)
+	pid := waitForTreatment(t, db, pidFile, done, "SELECT count(*) FROM sessions s JOIN arms a ON a.id = s.arm_id WHERE a.name = 'treatment' AND s.status = 'ok'", 3)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill the treatment engine (pid %d): %v", pid, err)
 	}
@@ -373,10 +373,10 @@ type cliResult struct {
 	stdout, stderr string
 }
 
-// waitForTreatmentMidRun waits until the treatment engine has written its pid and three of
-// its sessions have finished, and returns the pid. It fails the test if arbiter ends
-// first.
-func waitForTreatmentMidRun(t *testing.T, dbPath, pidFile string, done <-chan cliResult) int {
+// waitForTreatment waits until the treatment engine has written its pid and query (a
+// count over the database) reaches at least n, and returns the pid. It fails the test if
+// arbiter ends first.
+func waitForTreatment(t *testing.T, dbPath, pidFile string, done <-chan cliResult, query string, n int) int {
 	t.Helper()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
@@ -401,83 +401,49 @@ func waitForTreatmentMidRun(t *testing.T, dbPath, pidFile string, done <-chan cl
 		if err != nil {
 			continue
 		}
-		var finished int
-		err = ro.Get(&finished, `SELECT count(*) FROM sessions s JOIN arms a ON a.id = s.arm_id WHERE a.name = 'treatment' AND s.status = 'ok'`)
+		var got int
+		err = ro.Get(&got, query)
 		ro.Close()
-		if err == nil && finished >= 3 {
+		if err == nil && got >= n {
 			return pid
 		}
 	}
 }
 
-const twoDBSpec = `version: 1
-name: e2e-two-dbs
-engine:
-  preset: refserve
-  args: [--inter-token-delay, 1ms]
-arms:
-  control:   {env: {BF16_INDEX_K: "0"}}
-  treatment: {env: {BF16_INDEX_K: "1"}}
-workload: {kind: toolcall-agent, sessions: 4, rounds: 1, concurrency: 4, seed: 7, temperature: 0}
-timeouts: {startup: 60s, request: 60s, stall: 30s}
-`
-
-// Experiment ids restart in every database: two databases in one folder both have an
-// experiment 1. Their verdicts and engine logs carry the database's own id, so neither
-// overwrites the other's.
-func TestTwoDatabasesInOneFolderKeepTheirOwnVerdictsAndLogs(t *testing.T) {
+// The field's case: every session in flight at once when the engine dies, so none
+// finishes. Sessions corrupted before the crash used to be all that survived, and the
+// verdict read "treatment corrupted 3 of 3 sessions (100.0%) … significantly higher"
+// with exit 0. Now nothing is analysed, the arm is inconclusive, and the gate fails.
+func TestEngineKilledWithEverySessionInFlight(t *testing.T) {
 	bin := buildRefserve(t)
 	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
 	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "treatment.pid")
 	spec := filepath.Join(dir, "spec.yaml")
-	if err := os.WriteFile(spec, []byte(twoDBSpec), 0o644); err != nil {
+	if err := os.WriteFile(spec, []byte(fmt.Sprintf(crashSpec, pidFile, 24)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	type recorded struct {
-		short, verdict string
-		text           []byte
+	db := filepath.Join(dir, "results.db")
+	done := make(chan cliResult, 1)
+	go func() {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), []string{"run", spec, "--db", db, "--fail-on", "regression"}, &out, &errb)
+		done <- cliResult{code, out.String(), errb.String()}
+	}()
+	pid := waitForTreatment(t, db, pidFile, done, "SELECT count(*) FROM turns t JOIN arms a ON a.id = t.arm_id WHERE a.name = 'treatment'", 24)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill the treatment engine (pid %d): %v", pid, err)
 	}
-	var dbs []recorded
-	for _, name := range []string{"a.db", "b.db"} {
-		db := filepath.Join(dir, name)
-		code, stdout, stderr := runCLI(t, "run", spec, "--db", db)
-		if code != 0 {
-			t.Fatalf("run --db %s: exit %d\n%s\n%s", name, code, stdout, stderr)
-		}
-		ro, err := store.OpenReadOnly(db)
-		if err != nil {
-			t.Fatal(err)
-		}
-		uuid, err := store.DatabaseID(context.Background(), ro)
-		ro.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		short := store.ShortID(uuid)
-		want := filepath.Join(dir, "verdicts", "e2e-two-dbs-"+short+"-1.md")
-		if !strings.Contains(stdout, "verdict: "+want) {
-			t.Fatalf("run --db %s wrote its verdict elsewhere than %s:\n%s", name, want, stdout)
-		}
-		text, err := os.ReadFile(want)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dbs = append(dbs, recorded{short, want, text})
+	res := <-done
+	if res.code != exitGateFailed {
+		t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", res.code, exitGateFailed, res.stdout, res.stderr)
 	}
-	if dbs[0].short == dbs[1].short {
-		t.Fatalf("two databases share the id %s", dbs[0].short)
-	}
-	if now, _ := os.ReadFile(dbs[0].verdict); !bytes.Equal(now, dbs[0].text) {
-		t.Errorf("the second database's run rewrote the first one's verdict %s", dbs[0].verdict)
-	}
-	verdicts, _ := filepath.Glob(filepath.Join(dir, "verdicts", "*.md"))
-	if len(verdicts) != 2 {
-		t.Errorf("verdicts = %q, want one per database", verdicts)
-	}
-	for _, r := range dbs {
-		logs, _ := filepath.Glob(filepath.Join(dir, "arbiter-logs", r.short, "exp-1", "*.log"))
-		if len(logs) != 2 {
-			t.Errorf("database %s: engine logs %q, want one per arm under arbiter-logs/%s/exp-1", r.short, logs, r.short)
+	for _, want := range []string{"The engine of treatment crashed (block 0)", "inconclusive"} {
+		if !strings.Contains(strings.Join(strings.Fields(res.stdout), " "), want) {
+			t.Errorf("headline lacks %q:\n%s", want, res.stdout)
 		}
+	}
+	if strings.Contains(res.stdout, "significantly higher") {
+		t.Errorf("a killed engine reads as significantly higher:\n%s", res.stdout)
 	}
 }
