@@ -59,6 +59,11 @@ func TestSessionCountsFollowTheOneRule(t *testing.T) {
 		t.Errorf("SessionOutcome.Analysed counts %d, the tally %d", analysed, want.Analysed)
 	}
 
+	list, err := ListExperiments(ctx, s.DB())
+	if err != nil || len(list) != 1 || list[0].Sessions != 3 || list[0].Corrupted != 2 || list[0].Lost != 4 {
+		t.Errorf("ListExperiments = %+v, %v; want 3 analysed, 2 corrupted, 4 lost", list, err)
+	}
+
 	// A launch that a resume ran again is left out of the experiment's tally.
 	rerun, err := s.StartRun(ctx, Run{ExperimentID: exp, ArmID: arm, Runtime: "process", Status: "starting"})
 	if err != nil {
