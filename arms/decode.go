@@ -29,6 +29,10 @@ const (
 	DefaultStallTimeout   = 120 * time.Second
 )
 
+// DefaultMaxLoss is analysis.max_loss when the spec leaves it out (store.DefaultMaxLoss is
+// the same number, for experiments recorded without one).
+const DefaultMaxLoss = 0.10
+
 // Designs, in the words a spec uses.
 const (
 	DesignExplicit       = "explicit"
@@ -949,7 +953,7 @@ func (d *decoder) decodeDetectors(e entry) {
 
 func (d *decoder) decodeAnalysis(e entry) {
 	a := &d.spec.Analysis
-	known := []string{"unit", "alpha", "baseline", "margin", "sequential", "aa", "plan"}
+	known := []string{"unit", "alpha", "baseline", "margin", "max_loss", "sequential", "aa", "plan"}
 	d.fields(e.val, e.path, known, func(f entry) {
 		switch f.key {
 		case "unit":
@@ -974,6 +978,15 @@ func (d *decoder) decodeAnalysis(e entry) {
 					return
 				}
 				a.Margin = v
+			}
+		case "max_loss":
+			d.spec.pos[f.path] = posOf(f.val)
+			if v, ok := d.number(f); ok {
+				if !(v >= 0 && v < 1) {
+					d.add(f.val, f.path, "max_loss is a share of an arm's sessions: 0 or more and below 1, e.g. 0.1")
+					return
+				}
+				a.MaxLoss = v
 			}
 		case "sequential":
 			d.fields(f.val, f.path, []string{"looks"}, func(g entry) {
@@ -1107,6 +1120,11 @@ func (d *decoder) crossCheck(seen map[string]entry) {
 	}
 	if a.Alpha == 0 {
 		a.Alpha = DefaultAlpha
+	}
+	if _, set := s.pos["analysis.max_loss"]; !set {
+		// 0 is a valid setting (any lost session makes the decision inconclusive), so
+		// only a spec that leaves the field out gets the default.
+		a.MaxLoss = DefaultMaxLoss
 	}
 	if a.AA && hasFactors {
 		d.addAt(s.pos["analysis.aa"], "analysis.aa", "an A/A check compares identical explicit arms, not factors")

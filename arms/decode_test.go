@@ -138,6 +138,17 @@ func TestDefaults(t *testing.T) {
 	if !slices.Equal(s.Engine.Command, []string{"refserve"}) {
 		t.Errorf("command %q", s.Engine.Command)
 	}
+	if s.Analysis.MaxLoss != DefaultMaxLoss {
+		t.Errorf("max_loss %g, want the default %g", s.Analysis.MaxLoss, DefaultMaxLoss)
+	}
+	// 0 is a setting of its own (any lost session makes the decision inconclusive), not
+	// "use the default".
+	if z := mustParse(t, specWith(twoArms+"analysis: {max_loss: 0}\n")); z.Analysis.MaxLoss != 0 {
+		t.Errorf("max_loss: 0 read as %g", z.Analysis.MaxLoss)
+	}
+	if q := mustParse(t, specWith(twoArms+"analysis: {max_loss: 0.25}\n")); q.Analysis.MaxLoss != 0.25 {
+		t.Errorf("max_loss: 0.25 read as %g", q.Analysis.MaxLoss)
+	}
 	f := mustParse(t, specWith("factors:\n  k: {env: K, levels: [\"0\", \"1\"]}\n"))
 	if f.Design != "full-factorial" || f.Analysis.Baseline != "k=0" {
 		t.Errorf("factor spec design %q baseline %q", f.Design, f.Analysis.Baseline)
@@ -161,6 +172,9 @@ func TestRejections(t *testing.T) {
 		{"duplicate detector", specWith(twoArms + "detectors: [repetition, repetition]\n"), "detectors.1", "twice"},
 		{"empty detectors", specWith(twoArms + "detectors: []\n"), "detectors", "at least one detector"},
 		{"alpha zero", specWith(twoArms + "analysis: {alpha: 0}\n"), "analysis.alpha", "between 0 and 1"},
+		{"max_loss of one", specWith(twoArms + "analysis: {max_loss: 1}\n"), "analysis.max_loss", "below 1"},
+		{"max_loss negative", specWith(twoArms + "analysis: {max_loss: -0.1}\n"), "analysis.max_loss", "0 or more"},
+		{"max_loss as percent text", specWith(twoArms + "analysis: {max_loss: \"10%\"}\n"), "analysis.max_loss", "must be a number"},
 		{"alpha as string", specWith(twoArms + "analysis: {alpha: \"0.05\"}\n"), "analysis.alpha", "must be a number"},
 		{"baseline names no arm", specWith(twoArms + "analysis: {baseline: treatmnt}\n"), "analysis.baseline", "did you mean treatment?"},
 		{"factor baseline names no arm", specWith("factors:\n  k: {env: K, levels: [\"0\", \"1\"]}\nanalysis: {baseline: control}\n"), "analysis.baseline", "names no arm"},

@@ -114,7 +114,11 @@ type Analysis struct {
 	Alpha    float64 // default 0.05
 	Baseline string  // arm name; default the first arm
 	// Margin is the non-inferiority margin on the rate difference; 0 means none declared.
-	Margin     float64
+	Margin float64
+	// MaxLoss is the largest share of an arm's sessions that may be lost (to errors,
+	// timeouts, a crash or a wedge) before the verdict calls that arm's corruption
+	// decision inconclusive; default DefaultMaxLoss (10%).
+	MaxLoss    float64
 	Sequential Sequential
 	// Plan holds what `arbiter plan` needs; zero when the spec declares no plan.
 	Plan Plan

@@ -34,7 +34,8 @@ type Options struct {
 	DBPath string
 	// Runtime launches arms (default: the spec's runtime kind; process for "process").
 	Runtime runtime.Runtime
-	// LogDir receives one engine log per run (default: "arbiter-logs" beside the database).
+	// LogDir receives one engine log per run, under LogDir/DB/exp-ID with DB the
+	// database's short id (default: "arbiter-logs" beside the database).
 	LogDir string
 	// Environ reads arbiter's own environment, for secrets (default os.LookupEnv).
 	Environ func(string) (string, bool)
@@ -177,6 +178,13 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	if logDir == "" {
 		logDir = filepath.Join(filepath.Dir(opts.DBPath), "arbiter-logs")
 	}
+	// Experiment ids restart in every database: the database's own id keeps the logs of
+	// two databases in one folder apart.
+	dbID, err := store.DatabaseID(ctx, st.DB())
+	if err != nil {
+		return Result{}, err
+	}
+	logDir = filepath.Join(logDir, store.ShortID(dbID))
 	e := &experiment{
 		opts: opts, spec: spec, arms: armList, armIDs: armIDs, envs: envs, id: expID, store: st,
 		detectors: dets, redact: redactor.Redact, log: log.With("experiment", expID, "name", spec.Name), rt: rt,
@@ -300,7 +308,7 @@ func create(ctx context.Context, st *store.Store, spec *arms.Spec, armList []arm
 func designJSON(spec *arms.Spec) string {
 	d := store.Design{Blocks: max(spec.Blocks, 1), Looks: spec.Analysis.Sequential.Looks, Margin: spec.Analysis.Margin,
 		AA: spec.Analysis.AA, Sessions: spec.Workload.Sessions, Rounds: spec.Workload.Rounds,
-		Concurrency: spec.Workload.Concurrency}
+		Concurrency: spec.Workload.Concurrency, MaxLoss: &spec.Analysis.MaxLoss}
 	for _, f := range spec.Factors {
 		df := store.DesignFactor{Name: f.Name}
 		for _, l := range f.Levels {
@@ -466,7 +474,7 @@ type sessionTracker struct {
 	firstBad  map[int]int
 	sessions  int
 	corrupted int
-	completed armCounts // sessions with status ok, the ones the analysis counts
+	completed armCounts // the sessions the analysis counts (store.Analysed)
 }
 
 func (t *sessionTracker) Turn(turn workload.Turn) {
@@ -526,9 +534,9 @@ func (t *sessionTracker) SessionDone(s workload.SessionResult) {
 	if corrupted {
 		t.corrupted++
 	}
-	// A session counts when it completed, or when it was corrupted before it was lost:
-	// its outcome is known either way (the verdict counts the same).
-	if s.Status == workload.SessionOK || corrupted {
+	// The sequential looks count what the verdict analyses: store.Analysed is the one
+	// rule (a session corrupted and then lost is not analysed).
+	if store.Analysed(s.Status) {
 		t.completed.sessions++
 		if corrupted {
 			t.completed.corrupted++

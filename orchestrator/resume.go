@@ -65,11 +65,12 @@ func reopen(ctx context.Context, st *store.Store, id int64, spec *arms.Spec, arm
 		}
 		p := priorRun{id: r.ID, done: r.Status == RunDone}
 		if p.done {
-			err := db.QueryRowxContext(ctx, `SELECT count(*), coalesce(sum(corrupted), 0) FROM sessions
-				WHERE run_id = ? AND (status = 'ok' OR corrupted = 1)`, r.ID).Scan(&p.counts.sessions, &p.counts.corrupted)
+			// A kept launch counts toward the sequential looks as the verdict counts it.
+			c, err := store.RunSessionCounts(ctx, db, r.ID)
 			if err != nil {
 				return 0, nil, nil, err
 			}
+			p.counts = armCounts{sessions: c.Analysed, corrupted: c.Corrupted}
 		}
 		prior[runKey{index[r.ArmID], r.Block}] = p
 	}

@@ -78,19 +78,25 @@ type ExperimentSummary struct {
 	CreatedAt string         `db:"created_at" json:"created_at"`
 	Finished  sql.NullString `db:"finished_at" json:"-"`
 	Arms      int            `db:"arms" json:"arms"`
-	Sessions  int            `db:"sessions" json:"sessions"`
-	Corrupted int            `db:"corrupted" json:"corrupted_sessions"`
+	// Sessions are the analysed sessions (Analysed), Corrupted the corrupted ones among
+	// them, and Lost the recorded sessions that did not finish.
+	Sessions  int `db:"sessions" json:"sessions"`
+	Corrupted int `db:"corrupted" json:"corrupted_sessions"`
+	Lost      int `db:"lost" json:"lost_sessions"`
 }
 
-// ListExperiments lists every experiment, newest first.
+// ListExperiments lists every experiment, newest first, counting sessions as the verdict
+// does.
 func ListExperiments(ctx context.Context, db *sqlx.DB) ([]ExperimentSummary, error) {
 	var out []ExperimentSummary
 	err := db.SelectContext(ctx, &out, `SELECT e.id, e.name, e.status, e.created_at, e.finished_at,
 		(SELECT count(*) FROM arms a WHERE a.experiment_id = e.id) AS arms,
-		(SELECT count(*) FROM sessions s JOIN runs r ON r.id = s.run_id
+		(SELECT coalesce(sum(s.`+analysedSQL+`), 0) FROM sessions s JOIN runs r ON r.id = s.run_id
 			WHERE s.experiment_id = e.id AND r.superseded_by IS NULL) AS sessions,
-		(SELECT coalesce(sum(s.corrupted), 0) FROM sessions s JOIN runs r ON r.id = s.run_id
-			WHERE s.experiment_id = e.id AND r.superseded_by IS NULL) AS corrupted
+		(SELECT coalesce(sum(s.`+analysedSQL+` AND s.corrupted = 1), 0) FROM sessions s JOIN runs r ON r.id = s.run_id
+			WHERE s.experiment_id = e.id AND r.superseded_by IS NULL) AS corrupted,
+		(SELECT coalesce(sum(NOT (s.`+analysedSQL+`)), 0) FROM sessions s JOIN runs r ON r.id = s.run_id
+			WHERE s.experiment_id = e.id AND r.superseded_by IS NULL) AS lost
 		FROM experiments e ORDER BY e.id DESC`)
 	return out, err
 }

@@ -224,6 +224,22 @@ type Design struct {
 	Sessions    int            `json:"sessions"` // per arm and block
 	Rounds      int            `json:"rounds"`
 	Concurrency int            `json:"concurrency"`
+	// MaxLoss is the largest share of an arm's sessions that may be lost before its
+	// corruption decision becomes inconclusive; nil (experiments recorded before it was
+	// stored) means DefaultMaxLoss.
+	MaxLoss *float64 `json:"max_loss,omitempty"`
+}
+
+// DefaultMaxLoss is analysis.max_loss when a spec does not set it (arms.DefaultMaxLoss
+// is the same number, for specs).
+const DefaultMaxLoss = 0.10
+
+// LossLimit is the design's MaxLoss, or DefaultMaxLoss when none was recorded.
+func (d Design) LossLimit() float64 {
+	if d.MaxLoss == nil {
+		return DefaultMaxLoss
+	}
+	return *d.MaxLoss
 }
 
 // DesignFactor is one factor with its levels in spec order; the first level is the

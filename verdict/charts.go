@@ -1,15 +1,18 @@
 package verdict
 
 import (
+	"bytes"
 	"fmt"
 	"image/color"
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/font"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/text"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgsvg"
@@ -19,19 +22,28 @@ type chartRef struct {
 	kind, title, file string // file relative to the markdown
 }
 
+// chart is one figure: how to draw it on a canvas of the given height (the width is
+// chartWidth).
+type chart struct {
+	height vg.Length
+	draw   func(draw.Canvas)
+}
+
+const chartWidth = 18 * vg.Centimeter
+
 // writeCharts writes the verdict's SVG charts beside stem and returns their references.
 func (v *Verdict) writeCharts(stem string) ([]chartRef, error) {
 	var refs []chartRef
-	if p, height := v.ratesChart(); p != nil {
+	if ch := v.ratesChart(); ch != nil {
 		path := stem + "-rates.svg"
-		if err := saveSVG(p, path, height); err != nil {
+		if err := saveSVG(ch, path); err != nil {
 			return nil, err
 		}
 		refs = append(refs, chartRef{"rates", "Corrupted sessions by arm, with 95% Wilson intervals", filepath.Base(path)})
 	}
-	if p := v.roundsChart(); p != nil {
+	if ch := v.roundsChart(); ch != nil {
 		path := stem + "-rounds.svg"
-		if err := saveSVG(p, path, 9*vg.Centimeter); err != nil {
+		if err := saveSVG(ch, path); err != nil {
 			return nil, err
 		}
 		refs = append(refs, chartRef{"rounds", "Corrupted sessions by round", filepath.Base(path)})
@@ -39,112 +51,307 @@ func (v *Verdict) writeCharts(stem string) ([]chartRef, error) {
 	return refs, nil
 }
 
-func saveSVG(p *plot.Plot, path string, height vg.Length) error {
-	c := vgsvg.New(18*vg.Centimeter, height)
-	p.Draw(draw.New(c))
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := c.WriteTo(f); err != nil {
-		f.Close()
+func saveSVG(ch *chart, path string) error {
+	c := vgsvg.New(chartWidth, ch.height)
+	dc := draw.New(c)
+	// A white ground: a chart viewed on a dark page stays readable.
+	dc.SetColor(color.White)
+	dc.Fill(dc.Rectangle.Path())
+	ch.draw(dc)
+	var buf bytes.Buffer
+	if _, err := c.WriteTo(&buf); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	return f.Close()
+	// Text is laid out with Liberation Sans's metrics. A viewer without that font would
+	// fall back to its default, often wider, face; Arial and Helvetica share Liberation
+	// Sans's metrics, so they come next.
+	svg := bytes.ReplaceAll(buf.Bytes(), []byte("font-family:Liberation Sans;"),
+		[]byte("font-family:'Liberation Sans',Arial,Helvetica,sans-serif;"))
+	return os.WriteFile(path, svg, 0o644)
 }
 
-// errorPoints are the arms' rates with their intervals, one row per arm: the arms go
-// down the Y axis so that long factorial arm names stay readable.
-type errorPoints struct {
-	plotter.XYs
-	plotter.XErrors
+// sansFont is the face of every chart's text: sans serif reads better at small sizes.
+func sansFont(size vg.Length) font.Font {
+	return font.Font{Typeface: "Liberation", Variant: "Sans", Size: size}
 }
 
-func (v *Verdict) ratesChart() (*plot.Plot, vg.Length) {
-	var pts errorPoints
-	n := len(v.Arms)
-	for i, a := range v.Arms {
-		if a.Sessions == 0 {
-			continue
-		}
-		// The first arm at the top, as in the verdict's tables.
-		pts.XYs = append(pts.XYs, plotter.XY{X: 100 * a.Rate, Y: float64(n - 1 - i)})
-		pts.XErrors = append(pts.XErrors, struct{ Low, High float64 }{100 * (a.Rate - a.Wilson.Lo), 100 * (a.Wilson.Hi - a.Rate)})
+// sans sets every text of a plot in sansFont.
+func sans(p *plot.Plot) {
+	p.Title.TextStyle.Font = sansFont(vg.Points(12))
+	for _, a := range []*plot.Axis{&p.X, &p.Y} {
+		a.Label.TextStyle.Font = sansFont(vg.Points(10))
+		a.Tick.Label.Font = sansFont(vg.Points(9))
 	}
-	if len(pts.XYs) == 0 {
-		return nil, 0
+}
+
+// The Okabe-Ito palette, which readers with any common colour-vision deficiency can tell
+// apart, ordered so that the first arms never meet as a red/green pair. The baseline is
+// neutral grey: it is the reference, not a contender.
+var (
+	baselineColour = color.RGBA{R: 0x80, G: 0x80, B: 0x80, A: 0xff}
+	okabeIto       = []color.RGBA{
+		{R: 0x00, G: 0x72, B: 0xB2, A: 0xff}, // blue
+		{R: 0xE6, G: 0x9F, B: 0x00, A: 0xff}, // orange
+		{R: 0xCC, G: 0x79, B: 0xA7, A: 0xff}, // reddish purple
+		{R: 0x56, G: 0xB4, B: 0xE9, A: 0xff}, // sky blue
+		{R: 0xD5, G: 0x5E, B: 0x00, A: 0xff}, // vermillion
+		{R: 0x00, G: 0x00, B: 0x00, A: 0xff}, // black
+		{R: 0x00, G: 0x9E, B: 0x73, A: 0xff}, // bluish green
+		{R: 0xB8, G: 0xA8, B: 0x00, A: 0xff}, // yellow, darkened to show on white
+	}
+	glyphs = []draw.GlyphDrawer{draw.CircleGlyph{}, draw.SquareGlyph{}, draw.TriangleGlyph{}, draw.PyramidGlyph{},
+		draw.CrossGlyph{}, draw.RingGlyph{}, draw.BoxGlyph{}, draw.PlusGlyph{}}
+)
+
+// armStyle gives arm i its colour and glyph, the same in every chart.
+func (v *Verdict) armStyle(i int) (color.RGBA, draw.GlyphDrawer) {
+	if i == v.Baseline {
+		return baselineColour, draw.CircleGlyph{}
+	}
+	k := i
+	if i > v.Baseline {
+		k--
+	}
+	return okabeIto[k%len(okabeIto)], glyphs[(k+1)%len(glyphs)]
+}
+
+func textStyle(size vg.Length) text.Style {
+	return text.Style{Color: color.Black, Font: sansFont(size), Handler: plot.DefaultTextHandler,
+		XAlign: draw.XLeft, YAlign: draw.YBottom}
+}
+
+// percentTicks are tick marks at a round step giving five to eight labelled ticks, with a
+// minor tick between each, labelled "0%", "5%", ...
+type percentTicks struct{}
+
+func (percentTicks) Ticks(min, max float64) []plot.Tick {
+	step := niceStep(max - math.Max(min, 0)) // a sliver below zero is margin, not range
+	var ts []plot.Tick
+	for x := math.Ceil(min/step-1e-9) * step; x <= max+1e-9; x += step {
+		// Adding 0 turns a -0 into 0: no "-0%" label.
+		ts = append(ts, plot.Tick{Value: x, Label: fmt.Sprintf("%g%%", math.Round(x*100)/100+0)})
+		if m := x + step/2; m < max {
+			ts = append(ts, plot.Tick{Value: m})
+		}
+	}
+	return ts
+}
+
+// niceStep is the round step (1, 2, 2.5 or 5 times a power of ten) that cuts span into
+// four to seven parts.
+func niceStep(span float64) float64 {
+	if span <= 0 {
+		return 1
+	}
+	mag := math.Pow(10, math.Floor(math.Log10(span/5)))
+	for _, f := range []float64{1, 2, 2.5, 5, 10} {
+		if span/(f*mag) <= 7 {
+			return f * mag
+		}
+	}
+	return 10 * mag
+}
+
+// niceMax rounds a chart's upper limit up to a whole step, at least 5%, at most 100%.
+func niceMax(hi float64) float64 {
+	hi = math.Max(hi, 5)
+	step := niceStep(hi)
+	return math.Min(100, math.Ceil(hi/step-1e-9)*step)
+}
+
+// armRow is one arm of the rates chart.
+type armRow struct {
+	name, note   string
+	rate, lo, hi float64 // percent; NaN when nothing was analysed
+	colour       color.RGBA
+	inconclusive bool
+	glyph        draw.GlyphDrawer
+}
+
+// armRows draws each arm as a bar of its corruption rate with its interval, and above it
+// the arm's name with its counts, inside the plotting area, so that no name is clipped or
+// runs into the ticks however long it is.
+type armRows struct{ rows []armRow }
+
+func (r armRows) Plot(c draw.Canvas, p *plot.Plot) {
+	trX, trY := p.Transforms(&c)
+	n := len(r.rows)
+	label := textStyle(vg.Points(10))
+	for i, row := range r.rows {
+		y := float64(n - 1 - i)
+		yLo, yHi := trY(y-0.17), trY(y+0.13)
+		x0 := trX(0)
+		if !math.IsNaN(row.rate) {
+			bar := vg.Path{}
+			x1 := trX(row.rate)
+			bar.Move(vg.Point{X: x0, Y: yLo})
+			bar.Line(vg.Point{X: x1, Y: yLo})
+			bar.Line(vg.Point{X: x1, Y: yHi})
+			bar.Line(vg.Point{X: x0, Y: yHi})
+			bar.Close()
+			if row.inconclusive {
+				// What survived a crash is not a rate: drawn hollow and dashed, never as
+				// a solid bar.
+				c.SetLineStyle(draw.LineStyle{Color: row.colour, Width: vg.Points(1.2), Dashes: []vg.Length{vg.Points(3), vg.Points(2)}})
+				c.Stroke(bar)
+			} else {
+				c.SetColor(color.NRGBA{R: row.colour.R, G: row.colour.G, B: row.colour.B, A: 0xb0})
+				c.Fill(bar)
+			}
+			ym := trY(y - 0.02)
+			whisker := draw.LineStyle{Color: color.Black, Width: vg.Points(1)}
+			c.StrokeLine2(whisker, trX(row.lo), ym, trX(row.hi), ym)
+			for _, x := range []float64{row.lo, row.hi} {
+				c.StrokeLine2(whisker, trX(x), ym-vg.Points(3), trX(x), ym+vg.Points(3))
+			}
+			if row.rate == 0 {
+				// No bar to see: the arm's glyph marks the zero.
+				c.DrawGlyph(draw.GlyphStyle{Color: row.colour, Radius: vg.Points(3.5), Shape: row.glyph}, vg.Point{X: x0, Y: ym})
+			}
+		}
+		// One string, so that a viewer's substitute font, wider or narrower, can never
+		// make the name and its counts overlap; and small enough to fit the width even
+		// in a face 15% wider than the one measured.
+		text := row.name + "  ·  " + row.note
+		sty := label
+		if w, room := 1.15*sty.Width(text), c.Max.X-x0; w > room {
+			sty.Font.Size = max(vg.Points(6), sty.Font.Size*room/w)
+		}
+		c.FillText(sty, vg.Point{X: x0, Y: trY(y + 0.2)}, text)
+	}
+}
+
+func (r armRows) DataRange() (xmin, xmax, ymin, ymax float64) {
+	return -0.075, 5, -0.45, float64(len(r.rows)) - 0.2
+}
+
+// ratesChart is each arm's corruption rate as a bar with its 95% Wilson interval and its
+// counts; an arm whose corruption is inconclusive is drawn hollow and says why.
+func (v *Verdict) ratesChart() *chart {
+	var rows []armRow
+	hi := 0.0
+	drawn := false
+	for i, a := range v.Arms {
+		col, g := v.armStyle(i)
+		row := armRow{name: a.Name, colour: col, glyph: g, rate: math.NaN(), lo: math.NaN(), hi: math.NaN()}
+		if i == v.Baseline {
+			row.name += " (baseline)"
+		}
+		if a.Sessions > 0 {
+			drawn = true
+			row.rate, row.lo, row.hi = 100*a.Rate, 100*a.Wilson.Lo, 100*a.Wilson.Hi
+			hi = math.Max(hi, row.hi)
+			row.note = fmt.Sprintf("%d of %d corrupted (%s)", a.Corrupted, a.Sessions, pct(a.Rate))
+		}
+		switch {
+		case len(a.Problems) > 0:
+			row.inconclusive = true
+			row.note = fmt.Sprintf("%s: %d of %d sessions finished, %d corrupted", a.failure(), a.Sessions, a.Planned, a.Corrupted)
+			if a.CorruptedThenLost > 0 {
+				row.note += fmt.Sprintf(" (%d more corrupted, then lost)", a.CorruptedThenLost)
+			}
+			row.note += " — inconclusive"
+		case a.Lost > 0:
+			row.note += fmt.Sprintf("; %d lost", a.Lost)
+		}
+		if a.Sessions == 0 && len(a.Problems) == 0 {
+			row.note = "no analysed session"
+		}
+		rows = append(rows, row)
+	}
+	if !drawn {
+		return nil
 	}
 	p := plot.New()
+	sans(p)
 	p.Title.Text = "Corrupted sessions by arm (95% Wilson intervals)"
-	p.X.Label.Text = "sessions corrupted (%)"
-	p.X.Min = 0
-	hi := 0.0
-	for i := range pts.XYs {
-		hi = math.Max(hi, pts.XYs[i].X+pts.XErrors[i].High)
-	}
-	p.X.Max = math.Max(5, math.Min(100, hi*1.1))
-	// A little room left of zero keeps a 0% point off the arm names.
-	p.X.Min = -0.08 * p.X.Max
-	p.Y.Min, p.Y.Max = -0.6, float64(n)-0.4
-	sc, err := plotter.NewScatter(pts)
-	if err != nil {
-		return nil, 0
-	}
-	sc.GlyphStyle.Shape = draw.CircleGlyph{}
-	sc.GlyphStyle.Radius = vg.Points(4)
-	sc.GlyphStyle.Color = color.RGBA{R: 0x1f, G: 0x4e, B: 0x9a, A: 0xff}
-	eb, err := plotter.NewXErrorBars(pts)
-	if err != nil {
-		return nil, 0
-	}
-	eb.LineStyle.Width = vg.Points(1.2)
-	p.Add(plotter.NewGrid(), eb, sc)
-	var ticks []plot.Tick
-	for i, a := range v.Arms {
-		ticks = append(ticks, plot.Tick{Value: float64(n - 1 - i), Label: a.Name})
-	}
-	p.Y.Tick.Marker = plot.ConstantTicks(ticks)
-	return p, vg.Length(2.2+0.9*float64(n)) * vg.Centimeter
+	p.X.Label.Text = "sessions corrupted"
+	p.X.Max = niceMax(hi * 1.05)
+	// A sliver left of zero keeps a zero rate's glyph whole.
+	p.X.Min = -0.015 * p.X.Max
+	p.X.Tick.Marker = percentTicks{}
+	p.HideY()
+	grid := plotter.NewGrid()
+	grid.Horizontal.Color = nil
+	grid.Vertical.Color = color.RGBA{R: 0xdd, G: 0xdd, B: 0xdd, A: 0xff}
+	p.Add(grid, armRows{rows: rows})
+	p.Y.Min, p.Y.Max = -0.45, float64(len(rows))-0.2
+	height := vg.Length(2.4+1.25*float64(len(rows))) * vg.Centimeter
+	return &chart{height: height, draw: func(c draw.Canvas) {
+		// Room on the right for the last tick label ("100%").
+		p.Draw(draw.Crop(c, vg.Points(8), -vg.Points(14), vg.Points(4), -vg.Points(4)))
+	}}
 }
 
-func (v *Verdict) roundsChart() *plot.Plot {
+// roundsChart is the share of each arm's sessions corrupted in each round. Arms with the
+// same values would hide one another, so each arm's points are shifted a little sideways
+// and each has its own glyph; the legend sits below the plot, off the data, with each
+// arm's n.
+func (v *Verdict) roundsChart() *chart {
 	if len(v.Rounds) < 2 {
 		return nil
 	}
 	p := plot.New()
+	sans(p)
 	p.Title.Text = "Corrupted sessions by round"
 	p.X.Label.Text = "round"
-	p.Y.Label.Text = "corrupted (%)"
-	p.Y.Min = 0
-	var lines []any
+	p.Y.Label.Text = "sessions corrupted"
+	p.Y.Tick.Marker = percentTicks{}
+	leg := plot.NewLegend()
+	leg.TextStyle.Font = sansFont(vg.Points(9))
+	leg.Top, leg.Left = true, true
+	m := len(v.Arms)
+	top := 0.0
+	lastRound := 0
 	for i, a := range v.Arms {
 		var xy plotter.XYs
+		nMin, nMax := math.MaxInt, 0
+		shift := 0.0
+		if m > 1 {
+			shift = (float64(i) - float64(m-1)/2) * math.Min(0.06, 0.3/float64(m-1))
+		}
 		for _, r := range v.Rounds {
-			if r.Sessions[i] > 0 {
-				xy = append(xy, plotter.XY{X: float64(r.Round + 1), Y: 100 * float64(r.Corrupted[i]) / float64(r.Sessions[i])})
+			n := r.Sessions[i]
+			if n == 0 {
+				continue
 			}
+			y := 100 * float64(r.Corrupted[i]) / float64(n)
+			xy = append(xy, plotter.XY{X: float64(r.Round+1) + shift, Y: y})
+			top = math.Max(top, y)
+			nMin, nMax = min(nMin, n), max(nMax, n)
+			lastRound = max(lastRound, r.Round+1)
 		}
-		if len(xy) > 0 {
-			lines = append(lines, a.Name, xy)
+		if len(xy) == 0 {
+			continue
 		}
-	}
-	if err := plotutil.AddLinePoints(p, lines...); err != nil {
-		return nil
-	}
-	// Headroom above the highest point keeps the legend off the lines.
-	top := 0.0
-	for _, r := range v.Rounds {
-		for i := range v.Arms {
-			if r.Sessions[i] > 0 {
-				top = math.Max(top, 100*float64(r.Corrupted[i])/float64(r.Sessions[i]))
-			}
+		col, g := v.armStyle(i)
+		line, points, err := plotter.NewLinePoints(xy)
+		if err != nil {
+			return nil
 		}
+		line.Color, line.Width = col, vg.Points(1.5)
+		if len(a.Problems) > 0 {
+			// An arm without a decision is drawn dashed, as in the rates chart.
+			line.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		}
+		points.Shape, points.Color, points.Radius = g, col, vg.Points(3.5)
+		p.Add(line, points)
+		label := a.Name
+		if i == v.Baseline {
+			label += " (baseline)"
+		}
+		ns := fmt.Sprintf("n = %d", nMax)
+		if nMin != nMax {
+			ns = fmt.Sprintf("n = %d to %d", nMin, nMax)
+		}
+		extra := []string{ns}
+		if len(a.Problems) > 0 {
+			extra = append([]string{a.failure() + ": inconclusive"}, extra...)
+		}
+		leg.Add(fmt.Sprintf("%s (%s)", label, strings.Join(extra, ", ")), line, points)
 	}
-	// Each legend entry takes about 8% of the plot's height at the top.
-	p.Y.Max = math.Max(5, top*1.1) / math.Max(0.5, 1-0.09*float64(len(lines)/2))
-	p.Legend.Top = true
-	p.Legend.Left = true
-	p.Add(plotter.NewGrid())
+	p.Y.Min, p.Y.Max = 0, niceMax(top*1.1)
+	p.X.Min, p.X.Max = 0.7, float64(lastRound)+0.3
 	p.X.Tick.Marker = plot.TickerFunc(func(min, max float64) []plot.Tick {
 		var t []plot.Tick
 		for r := math.Ceil(min); r <= max; r++ {
@@ -152,5 +359,27 @@ func (v *Verdict) roundsChart() *plot.Plot {
 		}
 		return t
 	})
-	return p
+	grid := plotter.NewGrid()
+	grid.Vertical.Color = nil
+	grid.Horizontal.Color = color.RGBA{R: 0xdd, G: 0xdd, B: 0xdd, A: 0xff}
+	p.Add(grid)
+	entry := leg.TextStyle.Rectangle("Xg").Size().Y + vg.Points(2)
+	leg.Padding = vg.Points(2)
+	legendHeight := vg.Length(m)*entry + vg.Points(12)
+	plotHeight := 8 * vg.Centimeter
+	return &chart{height: plotHeight + legendHeight, draw: func(c draw.Canvas) {
+		p.Draw(draw.Crop(c, vg.Points(4), -vg.Points(14), legendHeight, -vg.Points(4)))
+		strip := draw.Crop(c, vg.Points(40), 0, vg.Points(4), -(c.Max.Y - c.Min.Y - legendHeight))
+		leg.Draw(strip)
+	}}
+}
+
+// failure names in a word what made an arm's decision inconclusive.
+func (a ArmResult) failure() string {
+	for _, k := range faultKinds {
+		if _, ok := a.faults[k.verb]; ok {
+			return k.verb
+		}
+	}
+	return "lost too many sessions"
 }

@@ -210,20 +210,24 @@ func TestResponseUnitIsDecidedByTheClusteredTest(t *testing.T) {
 	if !c.UnitDecides || !(uv.NaiveP[1] < 1e-5) || !(uv.P[1] > uv.NaiveP[1]*100) || math.IsNaN(uv.DE[1]) || uv.DE[1] < 2 {
 		t.Fatalf("response unit: %+v, naive p %g, Rao-Scott p %g, DE %g", c, uv.NaiveP[1], uv.P[1], uv.DE[1])
 	}
-	if !strings.Contains(md, "## Unit of analysis: response") || !strings.Contains(md, "Rao-Scott") {
+	if !strings.Contains(md, "## Unit of analysis: response") || !strings.Contains(md, "Donner's adjusted chi-square") {
 		t.Errorf("markdown lacks the response-unit section")
 	}
 }
 
-func TestCorruptedThenLostSessionsCountAsCorrupted(t *testing.T) {
+// A session corrupted and then lost is not analysed: counting it while a lost session
+// that stayed clean is not would keep only the corrupted ones of a crash. It is counted
+// beside the analysis, and the corruption gate still sees it.
+func TestCorruptedThenLostSessionsAreReportedNotAnalysed(t *testing.T) {
 	db := record(t, "lostbad", "session", store.Design{Blocks: 1}, []fixtureRun{
 		{arm: "control", sessions: 30},
 		{arm: "treatment", sessions: 20, lost: 10, lostCorrupted: 6},
 	})
 	v, _ := build(t, db, "lostbad")
 	tr := v.Arms[1]
-	if tr.Sessions != 26 || tr.Corrupted != 6 || tr.Lost != 4 {
-		t.Fatalf("treatment: %d analysed, %d corrupted, %d lost; want 26, 6, 4", tr.Sessions, tr.Corrupted, tr.Lost)
+	if tr.Sessions != 20 || tr.Corrupted != 0 || tr.Lost != 10 || tr.CorruptedThenLost != 6 {
+		t.Fatalf("treatment: %d analysed, %d corrupted, %d lost, %d corrupted then lost; want 20, 0, 10, 6",
+			tr.Sessions, tr.Corrupted, tr.Lost, tr.CorruptedThenLost)
 	}
 	if failed, _ := v.Gate("corruption"); !failed {
 		t.Error("corruption gate passed with corrupted sessions")

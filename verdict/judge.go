@@ -10,7 +10,8 @@ import (
 )
 
 // judge computes every arm's intervals, its comparison with the baseline, the
-// response-level view and the caveats.
+// response-level view, the design's analyses, which decisions are inconclusive, and the
+// caveats.
 func (v *Verdict) judge() {
 	// Intervals are 95% whatever alpha is, as their labels say; alpha sets decisions.
 	const conf = 0.95
@@ -56,7 +57,7 @@ func (v *Verdict) judge() {
 		c := v.Arms[i].Compare
 		c.AdjustedP = adjusted[k]
 		c.FDRQ = fdr[k]
-		c.Significant = c.AdjustedP < v.Alpha
+		c.Significant = stats.Reject(c.AdjustedP, v.Alpha)
 		if c.Significant {
 			c.Direction = "higher"
 			if c.Difference < 0 {
@@ -66,7 +67,32 @@ func (v *Verdict) judge() {
 	}
 	v.responseView()
 	v.analyseDesign(v.sessions, v.index)
+	// After the design's analyses, which may replace a decision (a sequential boundary,
+	// a clustered unit): an arm whose engine crashed, wedged or lost too much has no
+	// decision, whatever the tests say about what survived.
+	for i := range v.Arms {
+		c := v.Arms[i].Compare
+		if c == nil {
+			continue
+		}
+		c.Inconclusive, c.Why = v.inconclusive(i)
+		c.Tipping = v.tipping(i)
+		c.Launch = v.launchComparison(i)
+	}
 	v.caveats()
+}
+
+// inconclusive says whether the comparison of arm i with the baseline can decide, and
+// why not.
+func (v *Verdict) inconclusive(i int) (bool, string) {
+	var why []string
+	for _, k := range []int{i, v.Baseline} {
+		a := v.Arms[k]
+		if len(a.Problems) > 0 && !(k == v.Baseline && k == i) {
+			why = append(why, a.Name+": "+strings.Join(a.Problems, "; "))
+		}
+	}
+	return len(why) > 0, strings.Join(why, "; ")
 }
 
 // holm adjusts p-values for several comparisons with Holm's step-down method.
@@ -81,6 +107,153 @@ func holm(ps []float64) []float64 {
 		return append([]float64(nil), ps...)
 	}
 	return adj
+}
+
+// TippingPoint is how far the lost sessions could move a decision: Fisher's exact test
+// re-run with every lost session of both arms counted, labelled against the decision, and
+// the fewest lost sessions that must be corrupted to change it.
+type TippingPoint struct {
+	LostArm, LostBase int
+	// LossP is Fisher's exact p of lost against planned sessions, arm against baseline:
+	// lost sessions are missing at random only if the arms lose alike.
+	LossP float64
+	// Bounds are the extremes of the rate difference over every planned session: Lo with
+	// every lost arm session clean and every lost baseline session corrupted, Hi the
+	// reverse.
+	Bounds stats.Interval
+	// From is the exact test's decision on the analysed sessions ("higher", "lower",
+	// "none"), at the level the comparison was decided at.
+	From string
+	// Sessions is the fewest lost sessions of Side that, counted corrupted while every
+	// other lost session is counted clean, change the decision to To; -1 when no
+	// labelling of the lost sessions changes it.
+	Sessions int
+	Side     string
+	To       string
+}
+
+// tipping computes the tipping point of arm i against the baseline; nil when neither
+// lost a session.
+func (v *Verdict) tipping(i int) *TippingPoint {
+	a, b := v.Arms[i], v.Arms[v.Baseline]
+	c := a.Compare
+	if a.Lost == 0 && b.Lost == 0 {
+		return nil
+	}
+	// The level the decision was taken at: Holm multiplies an arm's p by its rank's
+	// factor, so the exact test alone decides at alpha·p/p_adjusted.
+	level := v.Alpha
+	if c.AdjustedP > 0 && c.FisherP > 0 && c.AdjustedP > c.FisherP {
+		level = v.Alpha * c.FisherP / c.AdjustedP
+	}
+	decide := func(base, arm, baseN, armN int) string {
+		p := stats.FisherExact(base, baseN, arm, armN).PTwoSided
+		if !stats.Reject(p, level) {
+			return "none"
+		}
+		if float64(arm)/float64(armN) > float64(base)/float64(baseN) {
+			return "higher"
+		}
+		return "lower"
+	}
+	t := &TippingPoint{LostArm: a.Lost, LostBase: b.Lost, Sessions: -1,
+		From: decide(b.Corrupted, a.Corrupted, b.Sessions, a.Sessions)}
+	nb, na := b.Sessions+b.Lost, a.Sessions+a.Lost
+	t.LossP = stats.FisherExact(b.Lost, nb, a.Lost, na).PTwoSided
+	t.Bounds = stats.Interval{
+		Lo: float64(a.Corrupted)/float64(na) - float64(b.Corrupted+b.Lost)/float64(nb),
+		Hi: float64(a.Corrupted+a.Lost)/float64(na) - float64(b.Corrupted)/float64(nb),
+	}
+	// armSide: the arm's lost sessions are counted corrupted (k of them), the baseline's
+	// clean; otherwise the reverse.
+	search := func(armSide bool, stop func(string) bool) (int, string) {
+		lost := b.Lost
+		if armSide {
+			lost = a.Lost
+		}
+		for k := 0; k <= lost; k++ {
+			d := decide(b.Corrupted+k, a.Corrupted, nb, na)
+			if armSide {
+				d = decide(b.Corrupted, a.Corrupted+k, nb, na)
+			}
+			if stop(d) {
+				return k, d
+			}
+		}
+		return -1, ""
+	}
+	switch t.From {
+	case "higher":
+		t.Side = b.Name
+		t.Sessions, t.To = search(false, func(d string) bool { return d != "higher" })
+	case "lower":
+		t.Side = a.Name
+		t.Sessions, t.To = search(true, func(d string) bool { return d != "lower" })
+	default:
+		ka, da := search(true, func(d string) bool { return d == "higher" })
+		kb, db := search(false, func(d string) bool { return d == "lower" })
+		switch {
+		case ka >= 0 && (kb < 0 || ka <= kb):
+			t.Side, t.Sessions, t.To = a.Name, ka, da
+		case kb >= 0:
+			t.Side, t.Sessions, t.To = b.Name, kb, db
+		}
+	}
+	if t.Sessions < 0 {
+		t.Side, t.To = "", ""
+	}
+	return t
+}
+
+// Sentence says the tipping point in plain words; arm is the compared arm's name. It
+// speaks of what the exact test would find, never of a decision, since it describes
+// sessions that carry no label.
+func (t *TippingPoint) Sentence(arm string) string {
+	switch {
+	case t.Sessions < 0 && t.From == "none":
+		return "no labelling of the lost sessions would make the difference significant"
+	case t.Sessions < 0:
+		return "no labelling of the lost sessions would change the decision"
+	case t.Sessions == 0:
+		return "counted as clean, the lost sessions alone would already " + t.outcome(arm)
+	}
+	n := t.LostBase
+	if t.Side == arm {
+		n = t.LostArm
+	}
+	return fmt.Sprintf("%d of the %d lost %s sessions would have to be corrupted (every other lost session counted clean) to %s",
+		t.Sessions, n, t.Side, t.outcome(arm))
+}
+
+// outcome is what the re-run exact test would then find.
+func (t *TippingPoint) outcome(arm string) string {
+	switch t.To {
+	case "higher":
+		return fmt.Sprintf("make the exact test find %s's rate higher", arm)
+	case "lower":
+		return fmt.Sprintf("make the exact test find %s's rate lower", arm)
+	}
+	return "take the difference below significance"
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+// launchComparison tests arm i's crashed or wedged launches against the baseline's.
+// Interrupted launches are left out: the user, not the engine, ended them.
+func (v *Verdict) launchComparison(i int) LaunchComparison {
+	a, b := v.Arms[i].Launches, v.Arms[v.Baseline].Launches
+	lc := LaunchComparison{Faulted: a.Faulted(), Launches: a.Total - a.Interrupted,
+		BaseFaulted: b.Faulted(), BaseLaunches: b.Total - b.Interrupted, FisherP: math.NaN()}
+	if lc.Launches > 0 && lc.BaseLaunches > 0 {
+		lc.FisherP = stats.FisherExact(lc.BaseFaulted, lc.BaseLaunches, lc.Faulted, lc.Launches).PTwoSided
+		lc.Significant = stats.Reject(lc.FisherP, v.Alpha)
+	}
+	return lc
 }
 
 func (v *Verdict) responseView() {
@@ -112,53 +285,68 @@ func sumResponses(cs []stats.ClusterCounts) int {
 	return n
 }
 
+// Caveats are ranked: what can overturn the verdict first, what qualifies a number last.
+const (
+	rankProblem      = iota // an arm crashed, wedged or lost too much
+	rankStatus              // the experiment did not finish
+	rankLoss                // lost sessions and what they could change
+	rankDesign              // the design's own warnings
+	rankDetector            // a detector that did not judge every response
+	rankPower               // not significant, but not ruled out either
+	rankBound               // no corrupted session: a bound, not a zero
+	rankMultiplicity        // how several comparisons were adjusted
+)
+
+type caveat struct {
+	rank int
+	text string
+}
+
+// caveats merges what every analysis noted into one ranked list, each point once.
 func (v *Verdict) caveats() {
-	add := func(format string, args ...any) { v.Caveats = append(v.Caveats, fmt.Sprintf(format, args...)) }
-	if v.Experiment.Status != "done" {
-		add("The experiment is **%s**: the counts cover only what was recorded before it stopped.", v.Experiment.Status)
+	var cs []caveat
+	add := func(rank int, format string, args ...any) {
+		cs = append(cs, caveat{rank, fmt.Sprintf(format, args...)})
 	}
+	// The design's analyses (design.go) noted theirs as plain text, ranked with the
+	// design. Its two notes on lost sessions (unequal losses, a decision that labelling
+	// them could change) say over recorded sessions what lossCaveat says over planned ones,
+	// in the same point as the tipping point; they are left to it.
+	for _, text := range v.Caveats {
+		if strings.Contains(text, "lost significantly more or fewer sessions") || strings.Contains(text, "had the lost sessions been labelled") {
+			continue
+		}
+		if !strings.HasSuffix(text, ".") {
+			text += "."
+		}
+		cs = append(cs, caveat{rankDesign, text})
+	}
+	var faulted []string
 	for _, r := range v.Runs {
 		if r.Superseded {
 			continue
 		}
 		switch r.Status {
 		case "crashed", "wedged", "failed":
-			add("Run %s/b%d %s: %s. Its unfinished sessions count as lost, not as clean.", r.Arm, r.Block, r.Status, dash(r.Error))
+			faulted = append(faulted, fmt.Sprintf("%s/b%d %s (%s)", r.Arm, r.Block, r.Status, dash(r.Error)))
 		}
+	}
+	if len(faulted) > 0 {
+		add(rankProblem, "Launches that did not finish: %s. Their unfinished sessions count as lost, not as clean, and are not analysed.", strings.Join(faulted, "; "))
+	}
+	if v.Experiment.Status != "done" {
+		add(rankStatus, "The experiment is **%s**: the counts cover only what was recorded before it stopped.", v.Experiment.Status)
 	}
 	for _, a := range v.Arms {
 		if a.Sessions == 0 {
-			add("Arm %s has no completed session: nothing can be said about it.", a.Name)
-			continue
-		}
-		if a.Corrupted == 0 {
-			add("Arm %s had no corrupted session in %d: that bounds its rate below %s (95%% exact upper bound), it does not show the rate is zero.",
-				a.Name, a.Sessions, pct(a.Exact.Hi))
+			add(rankProblem, "Arm %s has no analysed session: nothing can be said about its corruption.", a.Name)
 		}
 	}
-	lost := 0
-	for _, a := range v.Arms {
-		lost += a.Lost
-	}
-	if lost > 0 {
-		var parts []string
-		for _, a := range v.Arms {
-			parts = append(parts, fmt.Sprintf("%s %d of %d", a.Name, a.Lost, a.Started))
-		}
-		add("Sessions lost to errors, timeouts or aborts: %s. An arm that loses more sessions can look cleaner than it is.", strings.Join(parts, ", "))
-	}
-	for _, a := range v.Arms {
-		c := a.Compare
-		if c == nil {
-			continue
-		}
-		if !c.Significant && c.Difference != 0 {
-			add("%s vs %s: not significant, but the 95%% interval of the difference runs from %+.1f to %+.1f points: differences that large are not ruled out by %d and %d sessions. `arbiter plan` says how many sessions would tell them apart.",
-				a.Name, v.Arms[v.Baseline].Name, 100*c.DiffCI.Lo, 100*c.DiffCI.Hi, v.Arms[v.Baseline].Sessions, a.Sessions)
-		}
-		if !c.Significant && c.Difference == 0 {
-			add("%s vs %s: identical rates; the interval of the difference (%+.1f to %+.1f pts) is how large a difference these sessions cannot rule out.",
-				a.Name, v.Arms[v.Baseline].Name, 100*c.DiffCI.Lo, 100*c.DiffCI.Hi)
+	v.lossCaveat(add)
+	for _, sv := range v.Sequential {
+		if sv.Result.Significant && sv.Result.StoppedAt < len(sv.Design) {
+			add(rankDesign, "The experiment stopped early at look %d: rates and differences estimated at an early stop tend to overstate the effect.", sv.Result.StoppedAt)
+			break
 		}
 	}
 	for _, d := range v.Detectors {
@@ -168,129 +356,557 @@ func (v *Verdict) caveats() {
 			turns += a.Turns
 		}
 		if judged < turns {
-			add("Detector %s judged %d of %d responses (it failed on the others, which count as clean for it): its counts are a lower bound.", d.Detector, judged, turns)
+			add(rankDetector, "Detector %s judged %d of %d responses (it failed on the others, which count as clean for it): its counts are a lower bound.", d.Detector, judged, turns)
 		}
 	}
-	for _, sv := range v.Sequential {
-		if sv.Result.Significant && sv.Result.StoppedAt < len(sv.Design) {
-			add("%s stopped early at look %d: the decision holds at alpha, but rates and differences estimated at an early stop tend to overstate the effect.", sv.Arm, sv.Result.StoppedAt)
-			break
-		}
+	v.powerCaveat(add)
+	v.boundCaveat(add)
+	if m := len(v.others()); m > 1 {
+		add(rankMultiplicity, "%d arms were compared with the baseline: decisions use Holm-adjusted p-values over those %d comparisons (family-wise error at alpha); the BH q-values bound the false discovery rate instead, for screening.", m, m)
 	}
-	if len(v.Arms) > 2 {
-		add("%d arms were compared with the baseline; decisions use Holm-adjusted p-values over %d comparisons (family-wise error at alpha); the BH q-values bound the false discovery rate instead, for screening.", len(v.Arms), len(v.Arms)-1)
+	sort.SliceStable(cs, func(i, j int) bool { return cs[i].rank < cs[j].rank })
+	seen := map[string]bool{}
+	v.Caveats = v.Caveats[:0]
+	for _, c := range cs {
+		if !seen[c.text] {
+			seen[c.text] = true
+			v.Caveats = append(v.Caveats, c.text)
+		}
 	}
 }
 
-// decision is the table cell for one comparison.
+// lossCaveat says, in one point, which arms lost sessions, whether they lost alike, and
+// what labelling the lost sessions could change.
+func (v *Verdict) lossCaveat(add func(int, string, ...any)) {
+	var parts []string
+	for _, a := range v.Arms {
+		if a.Lost == 0 {
+			continue
+		}
+		p := fmt.Sprintf("%s %d of %d", a.Name, a.Lost, a.Planned)
+		if a.CorruptedThenLost > 0 {
+			p += fmt.Sprintf(" (%d corrupted before %s lost)", a.CorruptedThenLost, map[bool]string{true: "it was", false: "they were"}[a.CorruptedThenLost == 1])
+		}
+		parts = append(parts, p)
+	}
+	if len(parts) == 0 {
+		return
+	}
+	text := fmt.Sprintf("Sessions lost (not analysed): %s. A lost session carries no verdict, and one corrupted before it was lost is not counted as corrupted, or every crash would leave only its corrupted sessions behind.", joinAnd(parts))
+	base := v.Arms[v.Baseline]
+	var tips []string
+	for _, a := range v.Arms {
+		c := a.Compare
+		if c == nil || c.Tipping == nil {
+			continue
+		}
+		t := c.Tipping
+		if stats.Reject(t.LossP, v.Alpha) {
+			text += fmt.Sprintf(" %s lost significantly %s sessions than %s (%d of %d against %d of %d, Fisher p = %s): the arms are not compared on equal footing, and the lost sessions may be the fault itself.",
+				a.Name, map[bool]string{true: "more", false: "fewer"}[lossShare(&a) > lossShare(&base)], base.Name,
+				a.Lost, a.Planned, base.Lost, base.Planned, pval(t.LossP))
+		}
+		if !c.Inconclusive {
+			tips = append(tips, fmt.Sprintf("for %s, %s", a.Name, t.Sentence(a.Name)))
+		}
+	}
+	if len(tips) > 0 {
+		text += " Re-running the exact test with the lost sessions counted: " + strings.Join(tips, "; ") + "."
+	}
+	add(rankLoss, "%s", text)
+}
+
+// powerCaveat says once that comparisons without a significant difference did not show
+// the arms equal, with the largest difference each cannot rule out.
+func (v *Verdict) powerCaveat(add func(int, string, ...any)) {
+	var parts []string
+	for _, a := range v.Arms {
+		c := a.Compare
+		if c == nil || c.Significant || c.Inconclusive {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s (%+.1f to %+.1f points)", a.Name, 100*c.DiffCI.Lo, 100*c.DiffCI.Hi))
+	}
+	if len(parts) == 0 {
+		return
+	}
+	add(rankPower, "No significant difference is not the same as no difference: the 95%% intervals against %s still include differences as large as %s. `arbiter plan` says how many sessions would tell such differences apart.",
+		v.Arms[v.Baseline].Name, joinAnd(parts))
+}
+
+// boundCaveat says once, for every arm without a corrupted session, that zero seen is a
+// bound and not a zero.
+func (v *Verdict) boundCaveat(add func(int, string, ...any)) {
+	type group struct {
+		n     int
+		bound string
+		arms  []string
+	}
+	var groups []*group
+	for _, a := range v.Arms {
+		if a.Sessions == 0 || a.Corrupted != 0 {
+			continue
+		}
+		b := pct(a.Exact.Hi)
+		var g *group
+		for _, x := range groups {
+			if x.n == a.Sessions && x.bound == b {
+				g = x
+			}
+		}
+		if g == nil {
+			g = &group{n: a.Sessions, bound: b}
+			groups = append(groups, g)
+		}
+		g.arms = append(g.arms, a.Name)
+	}
+	for _, g := range groups {
+		if len(g.arms) == 1 {
+			add(rankBound, "%s had no corrupted session in %d: that bounds its rate below %s (95%% exact upper bound); it does not show the rate is zero.", g.arms[0], g.n, g.bound)
+			continue
+		}
+		add(rankBound, "%s had no corrupted session in %d each: that bounds each rate below %s (95%% exact upper bound); it does not show the rates are zero.", joinAnd(g.arms), g.n, g.bound)
+	}
+}
+
+// decision is the table cell for one comparison: the direction when significant, `~`
+// when nothing was shown (benchstat's mark), or why no decision is possible.
 func (v *Verdict) decision(a ArmResult) string {
 	c := a.Compare
 	if c == nil {
-		return ""
+		return "no comparison"
 	}
-	if c.Significant {
-		return fmt.Sprintf("**%s** (p < %g)", c.Direction, v.Alpha)
+	switch c.Decision() {
+	case "inconclusive":
+		return "**inconclusive**"
+	case "higher", "lower":
+		return fmt.Sprintf("**%s**", c.Direction)
 	}
-	return "no significant difference"
+	return "~"
 }
 
-// sentence says one comparison in plain words, with the arm names in bold for markdown.
-func (v *Verdict) sentence(a ArmResult) string {
-	return v.sentenceMarked(a, "**")
+// pLabel names the p-value that decided a comparison, for a sentence: "Fisher's exact
+// test gives p = 0.003" or "Holm-adjusted p = 0.004 (Fisher's exact test, 3 comparisons)".
+func (v *Verdict) pLabel(c *Comparison) string {
+	m := len(v.others())
+	switch {
+	case c.UnitDecides:
+		what := map[string]string{"response": "Counting responses, corrected for their clustering in sessions (Donner's adjusted chi-square),",
+			"launch": "Counting sessions, corrected for their clustering in launches (Donner's adjusted chi-square),"}[v.Unit]
+		if m > 1 {
+			return fmt.Sprintf("%s gives a Holm-adjusted p = %s over %d comparisons", what, pval(c.AdjustedP), m)
+		}
+		return fmt.Sprintf("%s gives p = %s", what, pval(c.AdjustedP))
+	case m > 1:
+		return fmt.Sprintf("Fisher's exact test gives a Holm-adjusted p = %s over %d comparisons", pval(c.AdjustedP), m)
+	}
+	return fmt.Sprintf("Fisher's exact test gives p = %s", pval(c.AdjustedP))
 }
 
-func (v *Verdict) sentenceMarked(a ArmResult, mark string) string {
+// against compares p with alpha in symbols a reader checks at a glance.
+func (v *Verdict) against(p float64) string {
+	if stats.Reject(p, v.Alpha) {
+		return fmt.Sprintf("≤ alpha %g", v.Alpha)
+	}
+	return fmt.Sprintf("> alpha %g", v.Alpha)
+}
+
+// counted is "9 of 60 sessions (15.0%)".
+func counted(a ArmResult) string {
+	return fmt.Sprintf("%d of %d sessions (%s)", a.Corrupted, a.Sessions, pct(a.Rate))
+}
+
+// evidence is the sentence with one comparison's counts and difference.
+func (v *Verdict) evidence(a ArmResult, mark string) string {
 	base := v.Arms[v.Baseline]
 	c := a.Compare
-	s := fmt.Sprintf("%s%s%s corrupted %d of %d sessions (%s) against %d of %d (%s) for %s%s%s: a difference of %+.1f points (95%% CI %+.1f to %+.1f). ",
-		mark, a.Name, mark, a.Corrupted, a.Sessions, pct(a.Rate), base.Corrupted, base.Sessions, pct(base.Rate), mark, base.Name, mark,
-		100*c.Difference, 100*c.DiffCI.Lo, 100*c.DiffCI.Hi)
-	switch {
-	case c.Sequential:
+	lo, hi, label := v.diffInterval(a)
+	return fmt.Sprintf("%s corrupted %s against %d of %d (%s) for %s: a difference of %+.1f points (%s %+.1f to %+.1f).",
+		bold(a.Name, mark), counted(a), base.Corrupted, base.Sessions, pct(base.Rate), bold(base.Name, mark),
+		100*c.Difference, label, 100*lo, 100*hi)
+}
+
+// diffInterval is the interval the headline gives for a difference, and its label. After
+// an early stop the fixed-sample interval is too narrow; it says so until the design's
+// own interval (a repeated confidence interval from the sequential view) replaces it.
+func (v *Verdict) diffInterval(a ArmResult) (lo, hi float64, label string) {
+	c := a.Compare
+	label = "95% CI"
+	for _, sv := range v.Sequential {
+		if sv.Arm == a.Name && sv.Result.Significant && sv.Result.StoppedAt < len(sv.Design) {
+			label = "95% CI, not adjusted for the early stop,"
+		}
+	}
+	return c.DiffCI.Lo, c.DiffCI.Hi, label
+}
+
+// decisionSentence says how one comparison was decided, ending with the decision.
+func (v *Verdict) decisionSentence(a ArmResult, mark string) string {
+	c := a.Compare
+	if c.Sequential {
 		for _, sv := range v.Sequential {
-			if sv.Arm == a.Name {
-				return s + sv.Result.Decision
+			if sv.Arm != a.Name {
+				continue
 			}
+			r := sv.Result
+			last := r.Looks[len(r.Looks)-1]
+			if r.Significant {
+				return fmt.Sprintf("The experiment stopped at look %d of %d (%d of a planned %d sessions) when the exact p = %s crossed the look's boundary %.3g: %s's corruption rate is significantly %s at overall alpha %g.",
+					last.Look, len(sv.Design), r.SessionsUsed, r.SessionsPlanned, pval(last.P), last.Threshold, a.Name, c.Direction, v.Alpha)
+			}
+			return fmt.Sprintf("No look crossed its boundary (look %d of %d: exact p = %s, boundary %.3g): no significant difference; chance alone could produce a difference this large.",
+				last.Look, len(sv.Design), pval(last.P), last.Threshold)
 		}
-	case c.UnitDecides:
-		test := fmt.Sprintf("Counting %ss, corrected for their clustering (Rao-Scott), gives p = %s", v.Unit, pval(c.AdjustedP))
-		if c.Significant {
-			return s + fmt.Sprintf("%s, below alpha = %g: %s's rate is significantly %s.", test, v.Alpha, a.Name, c.Direction)
-		}
-		return s + fmt.Sprintf("%s, not below alpha = %g: no significant difference was shown, which is not the same as showing there is none.", test, v.Alpha)
 	}
 	if c.Significant {
-		return s + fmt.Sprintf("Fisher's exact test gives p = %s, below alpha = %g: %s's rate is significantly %s.", pval(c.AdjustedP), v.Alpha, a.Name, c.Direction)
+		return fmt.Sprintf("%s %s: %s's corruption rate is significantly %s.", v.pLabel(c), v.against(c.AdjustedP), a.Name, c.Direction)
 	}
-	return s + fmt.Sprintf("Fisher's exact test gives p = %s, not below alpha = %g: no significant difference was shown, which is not the same as showing there is none.", pval(c.AdjustedP), v.Alpha)
+	return fmt.Sprintf("%s %s: no significant difference; chance alone could produce a difference this large.", v.pLabel(c), v.against(c.AdjustedP))
 }
 
-// interactionSentence names an interaction the data show, on either scale; empty when
-// neither shows one.
-func (v *Verdict) interactionSentence(ai AdditiveInteraction, mark string) string {
-	var logOdds *float64
-	for _, t := range v.Factorial.Result.Terms {
-		if len(t.Factors) == 2 && ((t.Factors[0] == ai.A && t.Factors[1] == ai.B) || (t.Factors[0] == ai.B && t.Factors[1] == ai.A)) {
-			p := t.P
-			logOdds = &p
-		}
-	}
-	r := ai.Result
-	ref := v.Factorial.Reference
-	name := fmt.Sprintf("%s%s x %s interaction%s", mark, ai.A, ai.B, mark)
-	switch {
-	case r.Significant:
-		s := fmt.Sprintf("The factorial analysis finds a %s: %s=%s changes the corruption rate by %+.1f points with %s=%s and by %+.1f points with %s=%s (difference %+.1f points, %.0f%% CI %+.1f to %+.1f).",
-			name, ai.A, ref[ai.A][1], 100*r.EffectAt[1], ai.B, ref[ai.B][1], 100*r.EffectAt[0], ai.B, ref[ai.B][0],
-			100*r.Estimate, 100*(1-v.Alpha), 100*r.CI.Lo, 100*r.CI.Hi)
-		if logOdds != nil {
-			if *logOdds < v.Alpha {
-				s += fmt.Sprintf(" The Firth logistic model agrees on the log-odds scale (p = %s).", pval(*logOdds))
-			} else {
-				s += fmt.Sprintf(" On the log-odds scale (Firth model) it is not significant (p = %s): cells without any corrupted session leave the odds scale uninformative.", pval(*logOdds))
-			}
-		}
-		return s
-	case logOdds != nil && *logOdds < v.Alpha:
-		return fmt.Sprintf("The Firth logistic model finds a %s on the log-odds scale (penalized likelihood-ratio p = %s), though not on the risk-difference scale.", name, pval(*logOdds))
-	}
-	return ""
+func bold(s, mark string) string { return mark + s + mark }
+
+// interactionShown says whether the headline may claim an interaction. It is the
+// risk-difference scale's decision, the one scale declared for interactions: claiming one
+// when either of two scales shows it would double the chance of a false claim. (Where the
+// design's analysis gives the interactions a Holm-adjusted p over the factorial family,
+// that decision belongs here.)
+//
+// No interaction is claimed while any arm is inconclusive: every interaction pools over
+// the other factors, so the surviving sessions of a crashed arm would feed each of them.
+func (v *Verdict) interactionShown(ai AdditiveInteraction) bool {
+	return ai.Result.Significant && len(v.inconclusiveArms()) == 0
 }
 
-// Headline is the verdict in a few plain lines, for the terminal.
-func (v *Verdict) Headline() []string { return v.headline("") }
-
-func (v *Verdict) headline(mark string) []string {
-	var lines []string
-	// A factorial experiment is run to find which combination matters: say that first.
-	if f := v.Factorial; f != nil {
-		for _, ai := range f.Additive {
-			if line := v.interactionSentence(ai, mark); line != "" {
-				lines = append(lines, line)
-			}
-		}
-	}
+// inconclusiveArms names the arms whose corruption cannot be judged.
+func (v *Verdict) inconclusiveArms() []string {
+	var names []string
 	for _, a := range v.Arms {
-		if a.Compare == nil {
-			continue
+		if len(a.Problems) > 0 {
+			names = append(names, a.Name)
 		}
-		lines = append(lines, v.sentenceMarked(a, mark))
 	}
-	for _, ni := range v.NonInferiority {
-		lines = append(lines, v.niSentence(ni, mark))
+	return names
+}
+
+// interactionEvidence is the headline sentence naming the interactions shown.
+func (v *Verdict) interactionEvidence(shown []AdditiveInteraction, mark string) string {
+	ref := v.Factorial.Reference
+	conf := fmt.Sprintf("%.0f%% CI", 100*(1-v.Alpha))
+	if len(shown) == 1 {
+		ai := shown[0]
+		r := ai.Result
+		return fmt.Sprintf("The factorial analysis finds a %s interaction: %s=%s changes the corruption rate by %+.1f points with %s=%s and by %+.1f points with %s=%s (difference %+.1f points, %s %+.1f to %+.1f).",
+			bold(ai.A+" x "+ai.B, mark), ai.A, ref[ai.A][1], 100*r.EffectAt[1], ai.B, ref[ai.B][1], 100*r.EffectAt[0], ai.B, ref[ai.B][0],
+			100*r.Estimate, conf, 100*r.CI.Lo, 100*r.CI.Hi)
 	}
-	if len(lines) == 0 {
-		var parts []string
-		for _, a := range v.Arms {
+	var parts []string
+	for _, ai := range shown {
+		parts = append(parts, fmt.Sprintf("%s (%+.1f points, %s %+.1f to %+.1f)", bold(ai.A+" x "+ai.B, mark), 100*ai.Result.Estimate, conf, 100*ai.Result.CI.Lo, 100*ai.Result.CI.Hi))
+	}
+	return fmt.Sprintf("The factorial analysis finds %d interactions on the risk-difference scale: %s.", len(shown), joinAnd(parts))
+}
+
+// Headline is the verdict in at most three sentences, for the terminal: what went wrong
+// with an arm (if anything) first, then the evidence, then the decision.
+func (v *Verdict) Headline() []string { return []string{v.headline("")} }
+
+// aaOutcome reports whether the experiment was an A/A check and whether it passed.
+func (v *Verdict) aaOutcome() (aa, passed bool) {
+	if !v.Design.AA {
+		return false, false
+	}
+	for i, a := range v.Arms {
+		if len(a.Problems) > 0 {
+			return true, false
+		}
+		if i != v.Baseline && (a.Compare == nil || a.Compare.Decision() != "none") {
+			return true, false
+		}
+	}
+	return true, true
+}
+
+func (v *Verdict) headline(mark string) string {
+	var sentences []string
+	problems := v.problemSentence(mark)
+	aa, passed := v.aaOutcome()
+	others := v.others()
+	switch {
+	case len(others) == 0:
+		var parts, names []string
+		for i, a := range v.Arms {
 			parts = append(parts, fmt.Sprintf("%s %d of %d sessions corrupted (%d lost)", a.Name, a.Corrupted, a.Sessions, a.Lost))
+			if i != v.Baseline && len(v.Arms[i].Problems)+len(v.Arms[v.Baseline].Problems) > 0 {
+				names = append(names, a.Name)
+			}
 		}
 		what := "No comparison was possible"
 		if len(v.Arms) == 1 {
 			what = "One arm, nothing to compare"
 		}
-		lines = append(lines, fmt.Sprintf("%s: %s.", what, strings.Join(parts, "; ")))
+		sentences = append(sentences, problems, fmt.Sprintf("%s: %s.", what, strings.Join(parts, "; ")))
+		if len(names) > 0 {
+			// An arm died before any session finished: nothing can be judged.
+			sentences = append(sentences, fmt.Sprintf("The corruption of %s is inconclusive.", joinAnd(names)))
+		}
+	case len(v.Arms) == 2:
+		a := v.Arms[others[0]]
+		c := a.Compare
+		if c.Inconclusive {
+			sentences = append(sentences, problems,
+				fmt.Sprintf("Of the sessions that finished, %s corrupted %s against %d of %d (%s) for %s.", bold(a.Name, mark), counted(a),
+					v.Arms[v.Baseline].Corrupted, v.Arms[v.Baseline].Sessions, pct(v.Arms[v.Baseline].Rate), bold(v.Arms[v.Baseline].Name, mark)),
+				v.inconclusiveSentence([]int{others[0]}))
+			break
+		}
+		sentences = append(sentences, problems, v.evidence(a, mark), v.decisionSentence(a, mark))
+		if len(v.NonInferiority) > 0 && problems == "" {
+			sentences = append(sentences, v.niSentence(v.NonInferiority[0], mark))
+		}
+	default:
+		sentences = append(sentences, problems, v.multiEvidence(mark), v.multiDecision(mark))
 	}
-	return lines
+	var out []string
+	for _, s := range sentences {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	text := strings.Join(out, " ")
+	if aa {
+		if passed {
+			return "A/A check passed: " + lowerFirst(text, mark)
+		}
+		if problems == "" {
+			return "A/A check FAILED: the pipeline sees a difference between identical arms. " + text
+		}
+		return "A/A check FAILED: " + lowerFirst(text, mark)
+	}
+	return text
+}
+
+// lowerFirst lowercases the first letter of a sentence that now follows a colon, unless
+// it starts with a name.
+func lowerFirst(s, mark string) string {
+	if mark != "" && strings.HasPrefix(s, mark) {
+		return s
+	}
+	if len(s) > 1 && s[0] >= 'A' && s[0] <= 'Z' && s[1] >= 'a' && s[1] <= 'z' {
+		return strings.ToLower(s[:1]) + s[1:]
+	}
+	return s
+}
+
+// problemSentence says, first, which arms crashed, wedged, failed or lost too much. It
+// never starts with an arm's name, which must keep its case.
+func (v *Verdict) problemSentence(mark string) string {
+	var parts []string
+	for _, a := range v.Arms {
+		if len(a.Problems) == 0 {
+			continue
+		}
+		var what []string
+		for _, k := range faultKinds {
+			if blocks, ok := a.faults[k.verb]; ok {
+				what = append(what, fmt.Sprintf("%s (%s)", k.verb, blocks))
+			}
+		}
+		var p string
+		switch {
+		case len(what) > 0 && a.lossOver:
+			p = fmt.Sprintf("the engine of %s %s, and %d of its %d sessions were lost (%s; analysis.max_loss allows %s)",
+				bold(a.Name, mark), joinAnd(what), a.Lost, a.Planned, pct(lossShare(&a)), pct(v.MaxLoss))
+		case len(what) > 0 && a.Lost > 0:
+			p = fmt.Sprintf("the engine of %s %s, and %d of its %d sessions were lost", bold(a.Name, mark), joinAnd(what), a.Lost, a.Planned)
+		case len(what) > 0:
+			p = fmt.Sprintf("the engine of %s %s", bold(a.Name, mark), joinAnd(what))
+		default:
+			p = fmt.Sprintf("arm %s lost %d of its %d sessions (%s), more than analysis.max_loss allows (%s)",
+				bold(a.Name, mark), a.Lost, a.Planned, pct(lossShare(&a)), pct(v.MaxLoss))
+		}
+		parts = append(parts, p)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return capitalize(strings.Join(parts, "; ")) + "."
+}
+
+func capitalize(s string) string {
+	if s == "" || s[0] < 'a' || s[0] > 'z' {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// inconclusiveSentence is the decision for arms whose comparison cannot decide.
+func (v *Verdict) inconclusiveSentence(arms []int) string {
+	var names []string
+	for _, i := range arms {
+		names = append(names, v.Arms[i].Name)
+	}
+	if len(v.Arms[v.Baseline].Problems) > 0 {
+		return fmt.Sprintf("The corruption of %s against the baseline %s is inconclusive: the baseline's surviving sessions are not a fair sample of its sessions.",
+			joinAnd(names), v.Arms[v.Baseline].Name)
+	}
+	if len(names) == 1 {
+		return fmt.Sprintf("The corruption of %s is inconclusive: the sessions that survived are not a fair sample of its sessions.", names[0])
+	}
+	return fmt.Sprintf("The corruption of %s is inconclusive: the sessions that survived are not a fair sample of theirs.", joinAnd(names))
+}
+
+// multiEvidence is the evidence sentence of a design with several arms: the interaction
+// the factorial analysis shows, else the comparison closest to a decision.
+func (v *Verdict) multiEvidence(mark string) string {
+	if f := v.Factorial; f != nil {
+		var shown []AdditiveInteraction
+		for _, ai := range f.Additive {
+			if v.interactionShown(ai) {
+				shown = append(shown, ai)
+			}
+		}
+		if len(shown) > 0 {
+			return v.interactionEvidence(shown, mark)
+		}
+	}
+	best := -1
+	for _, i := range v.others() {
+		c := v.Arms[i].Compare
+		if c.Inconclusive {
+			continue
+		}
+		if best < 0 {
+			best = i
+			continue
+		}
+		// The smallest p; among equal ones (Holm caps them at 1), the largest difference.
+		bc := v.Arms[best].Compare
+		if c.AdjustedP < bc.AdjustedP || (c.AdjustedP == bc.AdjustedP && math.Abs(c.Difference) > math.Abs(bc.Difference)) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return ""
+	}
+	a := v.Arms[best]
+	c := a.Compare
+	lo, hi, label := v.diffInterval(a)
+	return fmt.Sprintf("The largest difference from the baseline %s (%d of %d, %s) is %s's: %s, a difference of %+.1f points (%s %+.1f to %+.1f; %s).",
+		bold(v.Arms[v.Baseline].Name, mark), v.Arms[v.Baseline].Corrupted, v.Arms[v.Baseline].Sessions, pct(v.Arms[v.Baseline].Rate),
+		bold(a.Name, mark), counted(a), 100*c.Difference, label, 100*lo, 100*hi, v.shortP(c))
+}
+
+// shortP is the p that decided a comparison, with its name: "Holm-adjusted p = 0.004".
+func (v *Verdict) shortP(c *Comparison) string {
+	if c.Sequential {
+		for _, sv := range v.Sequential {
+			for _, a := range v.Arms {
+				if a.Compare == c && sv.Arm == a.Name {
+					last := sv.Result.Looks[len(sv.Result.Looks)-1]
+					return fmt.Sprintf("look %d exact p = %s against its boundary %.3g", last.Look, pval(last.P), last.Threshold)
+				}
+			}
+		}
+	}
+	if len(v.others()) > 1 {
+		return "Holm-adjusted p = " + pval(c.AdjustedP)
+	}
+	return "p = " + pval(c.AdjustedP)
+}
+
+// multiDecision is the decision sentence of a design with several arms.
+func (v *Verdict) multiDecision(mark string) string {
+	var higher, lower, none, inconclusive []int
+	for _, i := range v.others() {
+		switch v.Arms[i].Compare.Decision() {
+		case "higher":
+			higher = append(higher, i)
+		case "lower":
+			lower = append(lower, i)
+		case "inconclusive":
+			inconclusive = append(inconclusive, i)
+		default:
+			none = append(none, i)
+		}
+	}
+	for i, a := range v.Arms {
+		if i != v.Baseline && a.Compare == nil {
+			inconclusive = append(inconclusive, i)
+		}
+	}
+	list := func(ix []int) string {
+		const most = 3
+		var parts []string
+		for k, i := range ix {
+			if k == most {
+				parts = append(parts, fmt.Sprintf("%d more", len(ix)-most))
+				break
+			}
+			c := v.Arms[i].Compare
+			parts = append(parts, fmt.Sprintf("%s (%+.1f points, %s)", bold(v.Arms[i].Name, mark), 100*c.Difference, v.shortP(c)))
+		}
+		return joinAnd(parts)
+	}
+	base := bold(v.Arms[v.Baseline].Name, mark)
+	var clauses []string
+	if len(higher) > 0 {
+		clauses = append(clauses, fmt.Sprintf("significantly higher than %s: %s", base, list(higher)))
+	}
+	if len(lower) > 0 {
+		clauses = append(clauses, fmt.Sprintf("significantly lower: %s", list(lower)))
+	}
+	if len(inconclusive) > 0 {
+		var names []string
+		for _, i := range inconclusive {
+			names = append(names, bold(v.Arms[i].Name, mark))
+		}
+		clauses = append(clauses, "inconclusive: "+joinAnd(names))
+	}
+	if len(higher)+len(lower) == 0 {
+		if len(none) == 0 {
+			return capitalize(strings.Join(clauses, "; ")) + "."
+		}
+		smallest := 1.0
+		for _, i := range none {
+			smallest = math.Min(smallest, v.Arms[i].Compare.AdjustedP)
+		}
+		s := fmt.Sprintf("No arm's corruption rate differs significantly from %s's (smallest Holm-adjusted p = %s); chance alone could produce differences this large", base, pval(smallest))
+		if len(clauses) > 0 {
+			s = capitalize(strings.Join(clauses, "; ")) + "; of the others, no arm's corruption rate differs significantly from " + base + "'s"
+		}
+		return s + v.niClause(mark) + "."
+	}
+	if len(none) > 0 {
+		clauses = append(clauses, fmt.Sprintf("the other %d arms show no significant difference", len(none)))
+	}
+	return capitalize(strings.Join(clauses, "; ")) + v.niClause(mark) + "."
+}
+
+// niClause adds the non-inferiority decisions of several arms to the decision sentence.
+func (v *Verdict) niClause(mark string) string {
+	var yes, no []string
+	for _, ni := range v.NonInferiority {
+		if c := v.Arms[v.armIndex(ni.Arm)].Compare; c != nil && c.Inconclusive {
+			continue
+		}
+		if ni.Result.NonInferior {
+			yes = append(yes, bold(ni.Arm, mark))
+		} else {
+			no = append(no, bold(ni.Arm, mark))
+		}
+	}
+	var parts []string
+	if len(yes) > 0 {
+		parts = append(parts, fmt.Sprintf("non-inferior within the %.1f-point margin: %s", 100*v.Design.Margin, joinAnd(yes)))
+	}
+	if len(no) > 0 {
+		parts = append(parts, "non-inferiority not shown: "+joinAnd(no))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(parts, "; ")
 }
 
 // niSentence says a non-inferiority judgement in the arms' names.
@@ -299,31 +915,50 @@ func (v *Verdict) niSentence(ni NIView, mark string) string {
 	base := v.Arms[v.Baseline].Name
 	level := fmt.Sprintf("%g%%", 100*(1-r.Alpha))
 	if r.NonInferior {
-		return fmt.Sprintf("%s%s is non-inferior to %s%s: its corruption rate is at most %+.1f points above %s's (one-sided %s upper bound), inside the margin of %.1f points.",
-			mark, ni.Arm, base, mark, 100*r.Upper, base, level, 100*r.Margin)
+		return fmt.Sprintf("%s is non-inferior to %s: its corruption rate is at most %+.1f points above %s's (one-sided %s upper bound), inside the margin of %.1f points.",
+			bold(ni.Arm, mark), bold(base, mark), 100*r.Upper, base, level, 100*r.Margin)
 	}
-	return fmt.Sprintf("Non-inferiority of %s%s%s to %s not shown: its corruption rate may be up to %+.1f points above %s's (one-sided %s upper bound), beyond the margin of %.1f points; this is not evidence that it is worse, only that these sessions cannot rule it out.",
-		mark, ni.Arm, mark, base, 100*r.Upper, base, level, 100*r.Margin)
+	return fmt.Sprintf("Non-inferiority of %s to %s is not shown: its corruption rate may be up to %+.1f points above %s's (one-sided %s upper bound), beyond the margin of %.1f points, which is not evidence that it is worse.",
+		bold(ni.Arm, mark), base, 100*r.Upper, base, level, 100*r.Margin)
 }
 
 // Summary is the verdict's machine-readable form (`--json`).
 func (v *Verdict) Summary() map[string]any {
 	arms := []map[string]any{}
 	for _, a := range v.Arms {
-		m := map[string]any{"name": a.Name, "pins": a.Pins, "sessions": a.Sessions, "lost": a.Lost,
-			"corrupted": a.Corrupted, "rate": nanNil(a.Rate), "wilson95": []any{nanNil(a.Wilson.Lo), nanNil(a.Wilson.Hi)},
-			"clopper_pearson95": []any{nanNil(a.Exact.Lo), nanNil(a.Exact.Hi)}, "baseline": a.Name == v.Arms[v.Baseline].Name}
+		m := map[string]any{"name": a.Name, "pins": a.Pins, "sessions": a.Sessions, "planned": a.Planned, "lost": a.Lost,
+			"corrupted_then_lost": a.CorruptedThenLost, "corrupted": a.Corrupted, "rate": nanNil(a.Rate),
+			"wilson95":          []any{nanNil(a.Wilson.Lo), nanNil(a.Wilson.Hi)},
+			"clopper_pearson95": []any{nanNil(a.Exact.Lo), nanNil(a.Exact.Hi)}, "baseline": a.Name == v.Arms[v.Baseline].Name,
+			"launches": map[string]int{"total": a.Launches.Total, "done": a.Launches.Done, "crashed": a.Launches.Crashed,
+				"wedged": a.Launches.Wedged, "failed": a.Launches.Failed, "interrupted": a.Launches.Interrupted},
+			"problems": append([]string{}, a.Problems...)}
 		if a.Levels != nil {
 			m["levels"] = a.Levels
 		}
 		if c := a.Compare; c != nil {
-			m["vs_baseline"] = map[string]any{"difference": c.Difference, "newcombe95": []float64{c.DiffCI.Lo, c.DiffCI.Hi},
-				"fisher_p": c.FisherP, "adjusted_p": c.AdjustedP, "significant": c.Significant, "direction": c.Direction}
+			cm := map[string]any{"difference": c.Difference, "newcombe95": []float64{c.DiffCI.Lo, c.DiffCI.Hi},
+				"fisher_p": c.FisherP, "adjusted_p": c.AdjustedP, "significant": c.Significant && !c.Inconclusive,
+				"direction": c.Direction, "decision": c.Decision(), "launch_faults_p": nanNil(c.Launch.FisherP)}
+			if c.Inconclusive {
+				cm["direction"] = ""
+				cm["why_inconclusive"] = c.Why
+			}
+			if t := c.Tipping; t != nil {
+				cm["tipping_point"] = map[string]any{"lost_arm": t.LostArm, "lost_baseline": t.LostBase, "from": t.From,
+					"sessions": t.Sessions, "side": t.Side, "to": t.To}
+			}
+			m["vs_baseline"] = cm
 		}
 		arms = append(arms, m)
 	}
-	return map[string]any{"experiment_id": v.Experiment.ID, "name": v.Experiment.Name, "status": v.Experiment.Status,
-		"unit": v.Unit, "alpha": v.Alpha, "arms": arms, "caveats": append([]string{}, v.Caveats...)}
+	out := map[string]any{"experiment_id": v.Experiment.ID, "name": v.Experiment.Name, "status": v.Experiment.Status,
+		"unit": v.Unit, "alpha": v.Alpha, "max_loss": v.MaxLoss, "arms": arms, "headline": v.headline(""),
+		"caveats": append([]string{}, v.Caveats...)}
+	if aa, passed := v.aaOutcome(); aa {
+		out["aa_passed"] = passed
+	}
+	return out
 }
 
 func nanNil(x float64) any {
@@ -334,8 +969,8 @@ func nanNil(x float64) any {
 }
 
 var gates = map[string]string{
-	"regression": "an arm's corruption rate is significantly higher than the baseline's",
-	"difference": "an arm's corruption rate differs significantly from the baseline's, either way",
+	"regression": "an arm's corruption rate is significantly higher than the baseline's, or cannot be judged",
+	"difference": "an arm's corruption rate differs significantly from the baseline's, either way, or cannot be judged",
 	"corruption": "any session of any arm was corrupted",
 	"loss":       "any session was lost, or any run crashed, wedged or failed",
 }
@@ -353,25 +988,46 @@ func Gates() []string {
 // IsGate reports whether name is a gate.
 func IsGate(name string) bool { _, ok := gates[name]; return ok }
 
-// Gate reports whether the verdict fails the named gate, and why.
-func (v *Verdict) Gate(name string) (bool, string) {
+// GateOptions tune a gate. The zero value is the strict gate.
+type GateOptions struct {
+	// AllowInconclusive lets the regression and difference gates pass an arm whose
+	// corruption cannot be judged (it crashed, wedged, lost too much, or has no analysed
+	// session). By default such an arm fails them: a CI gate must not pass on a crash.
+	AllowInconclusive bool
+}
+
+// Gate reports whether the verdict fails the named gate, and why; an arm whose corruption
+// cannot be judged fails the regression and difference gates (GateWith can allow it).
+func (v *Verdict) Gate(name string) (bool, string) { return v.GateWith(name, GateOptions{}) }
+
+// GateWith is Gate with options.
+func (v *Verdict) GateWith(name string, o GateOptions) (bool, string) {
 	switch name {
 	case "regression", "difference":
-		// A gate that cannot compare must not pass: no data is not a clean result.
-		for i, a := range v.Arms {
-			if i != v.Baseline && a.Compare == nil {
-				return true, fmt.Sprintf("%s could not be compared with %s (%d and %d analysed sessions)", a.Name, v.Arms[v.Baseline].Name, a.Sessions, v.Arms[v.Baseline].Sessions)
+		for _, a := range v.Arms {
+			if c := a.Compare; c != nil && !c.Inconclusive && c.Significant && (name == "difference" || c.Direction == "higher") {
+				return true, v.evidence(a, "") + " " + v.decisionSentence(a, "")
 			}
 		}
-		for _, a := range v.Arms {
-			if c := a.Compare; c != nil && c.Significant && (name == "difference" || c.Direction == "higher") {
-				return true, v.sentence(a)
+		if o.AllowInconclusive {
+			return false, ""
+		}
+		for i, a := range v.Arms {
+			if i == v.Baseline {
+				continue
+			}
+			switch c := a.Compare; {
+			case c == nil:
+				return true, fmt.Sprintf("%s could not be compared with %s (%d and %d analysed sessions); --allow-inconclusive lets it pass",
+					a.Name, v.Arms[v.Baseline].Name, a.Sessions, v.Arms[v.Baseline].Sessions)
+			case c.Inconclusive:
+				return true, fmt.Sprintf("%s's corruption is inconclusive (%s); --allow-inconclusive lets it pass", a.Name, c.Why)
 			}
 		}
 	case "corruption":
 		for _, a := range v.Arms {
-			if a.Corrupted > 0 {
-				return true, fmt.Sprintf("%s: %d of %d sessions corrupted", a.Name, a.Corrupted, a.Sessions)
+			if a.Corrupted+a.CorruptedThenLost > 0 {
+				return true, fmt.Sprintf("%s: %d of %d analysed sessions corrupted, %d more corrupted before they were lost", a.Name, a.Corrupted, a.Sessions, a.CorruptedThenLost)
 			}
 		}
 	case "loss":
@@ -382,7 +1038,7 @@ func (v *Verdict) Gate(name string) (bool, string) {
 		}
 		for _, a := range v.Arms {
 			if a.Lost > 0 {
-				return true, fmt.Sprintf("%s lost %d sessions", a.Name, a.Lost)
+				return true, fmt.Sprintf("%s lost %d of %d sessions", a.Name, a.Lost, a.Planned)
 			}
 		}
 	}

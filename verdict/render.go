@@ -29,7 +29,12 @@ func pct(x float64) string {
 	return fmt.Sprintf("%.1f%%", 100*x)
 }
 
-func ci(lo, hi float64) string { return fmt.Sprintf("%s – %s", pct(lo), pct(hi)) }
+func ci(lo, hi float64) string {
+	if math.IsNaN(lo) || math.IsNaN(hi) {
+		return "–"
+	}
+	return fmt.Sprintf("%s – %s", pct(lo), pct(hi))
+}
 
 // pval prints a p-value the way a reader compares it with alpha.
 func pval(p float64) string {
@@ -79,9 +84,7 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 	e := v.Experiment
 	b := &strings.Builder{}
 	fmt.Fprintf(b, "# Verdict: %s (experiment %d)\n\n", e.Name, e.ID)
-	for _, line := range v.headline("**") {
-		fmt.Fprintf(b, "%s\n\n", line)
-	}
+	fmt.Fprintf(b, "%s\n\n", v.headline("**"))
 
 	fmt.Fprintf(b, "## What was compared\n\n")
 	fmt.Fprintf(b, "- Spec: `%s`; status **%s**; started %s", e.SpecPath, e.Status, e.CreatedAt)
@@ -89,16 +92,18 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 		fmt.Fprintf(b, ", finished %s (%s)", e.FinishedAt.String, between(e.CreatedAt, e.FinishedAt.String))
 	}
 	fmt.Fprintf(b, ".\n")
-	fmt.Fprintf(b, "- Arms differ only in their pins; everything else in the engine's command and environment was identical.\n")
+	if v.Design.AA {
+		fmt.Fprintf(b, "- An A/A check: every arm runs the same pins, so a significant difference is the pipeline's (load, placement, detectors, the engine's own nondeterminism), not the pins'.\n")
+	} else {
+		fmt.Fprintf(b, "- Arms differ only in their pins; everything else in the engine's command and environment was identical.\n")
+	}
 	fmt.Fprintf(b, "- Unit of analysis: **%s**; a session counts as corrupted when any detector flagged any of its responses. Baseline: **%s**; alpha = %g, two-sided.\n", v.Unit, v.Arms[v.Baseline].Name, v.Alpha)
+	fmt.Fprintf(b, "- A session is analysed when it finished every round; lost sessions are counted beside the analysis. An arm whose engine crashed or wedged, or that lost more than %s of its sessions (`analysis.max_loss`), gets no corruption decision: it is inconclusive.\n", pct(v.MaxLoss))
 	fmt.Fprintf(b, "- Workload seed %d: every arm received the same sessions", e.Seed)
 	if d := v.Design; d.Sessions > 0 {
 		fmt.Fprintf(b, " (%d sessions x %d rounds per arm and block, %d at once; %d block(s))", d.Sessions, d.Rounds, d.Concurrency, d.Blocks)
 	}
 	fmt.Fprintf(b, ".\n")
-	if v.StoppedEarly != "" {
-		fmt.Fprintf(b, "- Scheduling stopped before the planned blocks: a sequential boundary was crossed.\n")
-	}
 	if e.Error.Valid {
 		fmt.Fprintf(b, "- The experiment ended with an error: %s\n", e.Error.String)
 	}
@@ -108,10 +113,14 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 	}
 
 	fmt.Fprintf(b, "\n## Results by arm\n\n")
-	fmt.Fprintf(b, "| arm | sessions | lost | corrupted | rate | 95%% CI (Wilson) | 95%% CI (exact) |\n|---|---:|---:|---:|---:|---|---|\n")
+	fmt.Fprintf(b, "| arm | analysed | corrupted | rate | 95%% CI (Wilson) | 95%% CI (exact) | lost | corrupted, then lost |\n|---|---:|---:|---:|---|---|---:|---:|\n")
 	for _, a := range v.Arms {
-		fmt.Fprintf(b, "| %s | %d | %d | %d | %s | %s | %s |\n", a.Name, a.Sessions, a.Lost, a.Corrupted, pct(a.Rate),
-			ci(a.Wilson.Lo, a.Wilson.Hi), ci(a.Exact.Lo, a.Exact.Hi))
+		lost := fmt.Sprintf("%d of %d", a.Lost, a.Planned)
+		if len(a.Problems) > 0 {
+			lost += " ⚠"
+		}
+		fmt.Fprintf(b, "| %s | %d | %d | %s | %s | %s | %s | %d |\n", a.Name, a.Sessions, a.Corrupted, pct(a.Rate),
+			ci(a.Wilson.Lo, a.Wilson.Hi), ci(a.Exact.Lo, a.Exact.Hi), lost, a.CorruptedThenLost)
 	}
 	for _, c := range charts {
 		if c.kind == "rates" {
@@ -121,29 +130,54 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 
 	if len(v.Arms) > 1 {
 		fmt.Fprintf(b, "\n## Against the baseline (%s)\n\n", v.Arms[v.Baseline].Name)
-		multi := len(v.Arms) > 2
+		multi := len(v.others()) > 1
 		if multi {
 			fmt.Fprintf(b, "| arm | difference | 95%% CI (Newcombe) | Fisher p | Holm-adjusted p | BH q | decision |\n|---|---:|---|---:|---:|---:|---|\n")
 		} else {
 			fmt.Fprintf(b, "| arm | difference | 95%% CI (Newcombe) | Fisher p | mid-p | decision |\n|---|---:|---|---:|---:|---|\n")
 		}
-		for _, a := range v.Arms {
+		base := v.Arms[v.Baseline]
+		seq, unit, tilde := false, false, false
+		for i, a := range v.Arms {
 			c := a.Compare
-			if c == nil {
+			if i == v.Baseline {
 				continue
 			}
-			last := pval(c.MidP)
+			if c == nil {
+				cols := "| – | – | – | – |"
+				if multi {
+					cols = "| – | – | – | – | – |"
+				}
+				fmt.Fprintf(b, "| %s %s no comparison: no analysed session |\n", a.Name, cols)
+				continue
+			}
+			seq, unit = seq || c.Sequential, unit || c.UnitDecides
+			tilde = tilde || c.Decision() == "none"
+			// Mid-p says nothing where neither arm has an event: every table is then
+			// the observed one.
+			mid := pval(c.MidP)
+			if base.Corrupted+a.Corrupted == 0 {
+				mid = "–"
+			}
+			last := mid
 			if multi {
 				last = pval(c.AdjustedP) + " | " + pval(c.FDRQ)
 			}
 			fmt.Fprintf(b, "| %s | %+.1f pts | %s | %s | %s | %s |\n", a.Name, 100*c.Difference,
 				fmt.Sprintf("%+.1f to %+.1f pts", 100*c.DiffCI.Lo, 100*c.DiffCI.Hi), pval(c.FisherP), last, v.decision(a))
 		}
-		fmt.Fprintf(b, "\n")
-		for _, a := range v.Arms {
-			if a.Compare != nil {
-				fmt.Fprintf(b, "- %s\n", v.sentence(a))
-			}
+		var notes []string
+		if tilde {
+			notes = append(notes, fmt.Sprintf("`~`: no significant difference at alpha %g.", v.Alpha))
+		}
+		if seq {
+			notes = append(notes, "Decisions come from the sequential boundaries (below), not from the fixed-design p.")
+		}
+		if unit {
+			notes = append(notes, fmt.Sprintf("Decisions come from the %s-level test (below), which accounts for clustering.", v.Unit))
+		}
+		if len(notes) > 0 {
+			fmt.Fprintf(b, "\n%s\n", strings.Join(notes, " "))
 		}
 	}
 
@@ -190,9 +224,9 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 			rv.Corrupted[1], rv.Responses[1], rv.Corrupted[0], rv.Responses[0], pval(rv.FisherP))
 		if rv.DesignEffect > 1.05 {
 			fmt.Fprintf(b, "But the responses of a session are correlated (intra-session correlation %.2f, design effect %.2f): ", rv.ICC, rv.DesignEffect)
-			fmt.Fprintf(b, "adjusted for that clustering (Rao-Scott), p = %s. Responses are not independent evidence; the session-level test above is the honest one.\n", pval(rv.RaoScottP))
+			fmt.Fprintf(b, "adjusted for that clustering (Donner's adjusted chi-square), p = %s. Responses are not independent evidence; the session-level test above is the honest one.\n", pval(rv.RaoScottP))
 		} else {
-			fmt.Fprintf(b, "Here the responses of a session were barely correlated (intra-session correlation %.2f, design effect %.2f; Rao-Scott p = %s), so the two views agree; the session remains the unit the spec declared.\n", rv.ICC, rv.DesignEffect, pval(rv.RaoScottP))
+			fmt.Fprintf(b, "Here the responses of a session were barely correlated (intra-session correlation %.2f, design effect %.2f; Donner's adjusted chi-square p = %s), so the two views agree; the session remains the unit the spec declared.\n", rv.ICC, rv.DesignEffect, pval(rv.RaoScottP))
 		}
 	}
 
@@ -207,7 +241,9 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 			ms(a.TTFTp50), ms(a.TTFTp95), ms(a.Latencyp50), ms(a.Latencyp95), tps)
 	}
 
-	fmt.Fprintf(b, "\n## Runs\n\n| arm | block | status | startup | duration | exit | note |\n|---|---:|---|---:|---:|---:|---|\n")
+	fmt.Fprintf(b, "\n## Runs\n\n")
+	v.launchTable(b)
+	fmt.Fprintf(b, "| arm | block | status | startup | duration | exit | note |\n|---|---:|---|---:|---:|---:|---|\n")
 	for _, r := range v.Runs {
 		fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s |\n", r.Arm, r.Block, r.Status, dash(r.Startup), dash(r.Duration),
 			dash(r.ExitCode), mdCell(r.Error))
@@ -226,6 +262,33 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 	fmt.Fprintf(b, "\n---\nQuery the raw data with `arbiter query \"SELECT ... FROM turns WHERE experiment_id = %d\"`; re-judge with `arbiter verdict %d`.\n", e.ID, e.ID)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// launchTable compares, when any launch crashed, wedged or failed, how the arms'
+// launches ended: a crash or a wedge is an outcome in itself.
+func (v *Verdict) launchTable(b *strings.Builder) {
+	bad := false
+	for _, a := range v.Arms {
+		bad = bad || a.Launches.Faulted()+a.Launches.Failed > 0
+	}
+	if !bad {
+		return
+	}
+	base := v.Arms[v.Baseline]
+	fmt.Fprintf(b, "A crash or a wedge is an outcome in itself: each arm's crashed or wedged launches against %s's, by Fisher's exact test on launches (launches a user interrupted are left out).\n\n", base.Name)
+	fmt.Fprintf(b, "| arm | launches | done | crashed | wedged | failed to start | Fisher p (crashed or wedged) |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, a := range v.Arms {
+		p := "–"
+		if c := a.Compare; c != nil && !math.IsNaN(c.Launch.FisherP) {
+			p = pval(c.Launch.FisherP)
+			if c.Launch.Launches+c.Launch.BaseLaunches <= 2 {
+				p += " (one launch each cannot show a difference)"
+			}
+		}
+		l := a.Launches
+		fmt.Fprintf(b, "| %s | %d | %d | %d | %d | %d | %s |\n", a.Name, l.Total, l.Done, l.Crashed, l.Wedged, l.Failed, p)
+	}
+	fmt.Fprintf(b, "\n")
 }
 
 func dash(s string) string {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/arbiterlab/arbiter/stats"
 )
 
 // designSections writes the sections of the design-dependent analyses.
@@ -12,8 +14,8 @@ func (v *Verdict) designSections(b *strings.Builder) {
 	if uv := v.UnitView; uv != nil {
 		fmt.Fprintf(b, "\n## Unit of analysis: %s\n\n", uv.Unit)
 		what := map[string]string{"response": "responses, clustered in sessions", "launch": "sessions, clustered in launches (engine runs)"}[uv.Unit]
-		fmt.Fprintf(b, "The spec counts %s. Items of one cluster are correlated, so the test divides the chi-square by the design effect (first-order Rao-Scott).\n\n", what)
-		fmt.Fprintf(b, "| arm | corrupted | of | clusters | intra-cluster correlation | design effect | naive p | Rao-Scott p |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+		fmt.Fprintf(b, "The spec counts %s. Items of one cluster are correlated, so the test divides the chi-square by one pooled design effect (Donner's adjusted chi-square).\n\n", what)
+		fmt.Fprintf(b, "| arm | corrupted | of | clusters | intra-cluster correlation | design effect | naive p | adjusted p |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
 		for i, a := range v.Arms {
 			fmt.Fprintf(b, "| %s | %d | %d | %d | %s | %s | %s | %s |\n", a.Name, uv.Events[i], uv.N[i], uv.Clusters[i],
 				num(uv.ICC[i]), num(uv.DE[i]), pval(uv.NaiveP[i]), pval(uv.P[i]))
@@ -25,13 +27,9 @@ func (v *Verdict) designSections(b *strings.Builder) {
 
 	if len(v.Sequential) > 0 {
 		fmt.Fprintf(b, "\n## Sequential design\n\n")
-		fmt.Fprintf(b, "%d looks, one after each block, with Lan-DeMets O'Brien-Fleming alpha spending on the exact test; an arm is judged at the first look whose Fisher p falls to the look's threshold.", v.Design.Looks)
-		if v.StoppedEarly != "" {
-			fmt.Fprintf(b, " Scheduling stopped early: %s", v.StoppedEarly)
-		}
-		fmt.Fprintf(b, "\n")
+		fmt.Fprintf(b, "%d looks, one after each block, with Lan-DeMets O'Brien-Fleming alpha spending on the exact test; an arm is judged at the first look whose Fisher p falls to the look's boundary.\n", v.Design.Looks)
 		for _, sv := range v.Sequential {
-			fmt.Fprintf(b, "\n**%s** against %s:\n\n| look | information | threshold | Fisher p | crossed |\n|---:|---:|---:|---:|---|\n", sv.Arm, base)
+			fmt.Fprintf(b, "\n**%s** against %s:\n\n| look | information | boundary | Fisher p | crossed |\n|---:|---:|---:|---:|---|\n", sv.Arm, base)
 			for k, bd := range sv.Design {
 				p, crossed := "–", "not taken"
 				if k < len(sv.Result.Looks) {
@@ -39,9 +37,8 @@ func (v *Verdict) designSections(b *strings.Builder) {
 					p = pval(l.P)
 					crossed = map[bool]string{true: "**yes**", false: "no"}[l.Crossed]
 				}
-				fmt.Fprintf(b, "| %d | %.0f%% | %s | %s | %s |\n", bd.Look, 100*bd.Fraction, pval(bd.NominalP), p, crossed)
+				fmt.Fprintf(b, "| %d | %.0f%% | %.3g | %s | %s |\n", bd.Look, 100*bd.Fraction, bd.NominalP, p, crossed)
 			}
-			fmt.Fprintf(b, "\n%s\n", sv.Result.Decision)
 		}
 	}
 
@@ -64,50 +61,137 @@ func (v *Verdict) designSections(b *strings.Builder) {
 	}
 
 	if f := v.Factorial; f != nil {
-		fmt.Fprintf(b, "\n## Factorial model\n\nFirth-penalized logistic regression of corrupted sessions on the factors (coded -1/2 and +1/2) and their two-way interactions; penalized likelihood-ratio tests. It stays finite when a cell has no corrupted session.\n\n")
-		var refs []string
-		for _, name := range f.Result.Factors {
-			r := f.Reference[name]
-			refs = append(refs, fmt.Sprintf("%s: %s → %s", name, r[0], r[1]))
-		}
-		fmt.Fprintf(b, "Levels compared: %s.\n\n", strings.Join(refs, "; "))
-		fmt.Fprintf(b, "Interactions on the risk-difference scale (pooled over any other factor; MOVER-Wilson interval): how much the first factor's effect changes with the second.\n\n")
-		fmt.Fprintf(b, "| interaction | effect of the first at the second's reference | at its other level | difference | %.0f%% CI | |\n|---|---:|---:|---:|---|---|\n", 100*(1-v.Alpha))
-		for _, ai := range f.Additive {
-			r := ai.Result
-			mark := ""
-			if r.Significant {
-				mark = "**significant**"
-			}
-			fmt.Fprintf(b, "| %s x %s | %+.1f pts | %+.1f pts | %+.1f pts | %+.1f to %+.1f pts | %s |\n", ai.A, ai.B,
-				100*r.EffectAt[0], 100*r.EffectAt[1], 100*r.Estimate, 100*r.CI.Lo, 100*r.CI.Hi, mark)
-		}
-		fmt.Fprintf(b, "\nThe same terms on the log-odds scale:\n\n")
-		fmt.Fprintf(b, "| term | odds ratio | 95%% CI | p | |\n|---|---:|---|---:|---|\n")
-		for _, t := range f.Result.Terms {
-			mark := ""
-			if t.P < v.Alpha {
-				mark = "**significant**"
-			}
-			fmt.Fprintf(b, "| %s | %s | %s – %s | %s | %s |\n", factorLabel(t), num(math.Exp(t.Estimate)), num(math.Exp(t.CI.Lo)), num(math.Exp(t.CI.Hi)), pval(t.P), mark)
-		}
+		v.factorialSection(b)
 	}
 
 	if len(v.NonInferiority) > 0 {
 		fmt.Fprintf(b, "\n## Non-inferiority (margin %.1f points)\n\n", 100*v.Design.Margin)
+		fmt.Fprintf(b, "An arm is non-inferior when the one-sided upper bound of its excess over %s stays below the margin; \"not shown\" is not evidence that it is worse.\n\n", base)
+		fmt.Fprintf(b, "| arm | difference | one-sided upper bound | margin | decision |\n|---|---:|---:|---:|---|\n")
 		for _, ni := range v.NonInferiority {
-			fmt.Fprintf(b, "- %s\n", v.niSentence(ni, "**"))
+			r := ni.Result
+			d := "not shown"
+			if r.NonInferior {
+				d = "**non-inferior**"
+			}
+			if c := v.Arms[v.armIndex(ni.Arm)].Compare; c != nil && c.Inconclusive {
+				d = "**inconclusive**"
+			}
+			fmt.Fprintf(b, "| %s | %+.1f pts | %+.1f pts (%g%%) | %.1f pts | %s |\n", ni.Arm, 100*r.Difference, 100*r.Upper, 100*(1-r.Alpha), 100*r.Margin, d)
 		}
 	}
 
-	if len(v.Losses) > 0 {
-		fmt.Fprintf(b, "\n## Lost sessions\n\nSessions lost to crashes, timeouts or errors carry no label. If losses differ between arms, or if labelling them could change the decision, the comparison is fragile.\n\n")
-		fmt.Fprintf(b, "| arm | lost (arm) | lost (%s) | Fisher p on losses | difference if lost sessions were labelled |\n|---|---:|---:|---:|---|\n", base)
-		for _, l := range v.Losses {
-			r := l.Result
-			fmt.Fprintf(b, "| %s | %s | %s | %s | %+.1f to %+.1f pts |\n", l.Arm, pct(r.LossRateB), pct(r.LossRateA), pval(r.LossP), 100*r.Bounds.Lo, 100*r.Bounds.Hi)
+	v.lossSection(b)
+}
+
+// lossSection shows, when sessions were lost, how many each arm lost and how, whether
+// losses differ between arms, and how far labelling the lost sessions could move each
+// decision.
+func (v *Verdict) lossSection(b *strings.Builder) {
+	lost := false
+	for _, a := range v.Arms {
+		lost = lost || a.Lost > 0
+	}
+	if !lost {
+		return
+	}
+	base := v.Arms[v.Baseline]
+	fmt.Fprintf(b, "\n## Lost sessions\n\nA lost session (an error, a timeout, a crash or a wedge under it, or a launch that died before it started) carries no verdict and is not analysed, even when a response was corrupted before it was lost: counting those would keep only the corrupted sessions of a crash. The tipping point re-runs Fisher's exact test with every lost session counted, labelled against the decision.\n\n")
+	fmt.Fprintf(b, "| arm | lost | corrupted, then lost | Fisher p on losses vs %s | difference if lost sessions were labelled | tipping point |\n|---|---:|---:|---:|---|---|\n", base.Name)
+	for i, a := range v.Arms {
+		lossP, bounds, tip := "–", "–", "–"
+		if c := a.Compare; c != nil && c.Tipping != nil {
+			t := c.Tipping
+			lossP = pval(t.LossP)
+			bounds = fmt.Sprintf("%+.1f to %+.1f pts", 100*t.Bounds.Lo, 100*t.Bounds.Hi)
+			tip = t.Sentence(a.Name)
+		}
+		name := a.Name
+		if i == v.Baseline {
+			name += " (baseline)"
+		}
+		fmt.Fprintf(b, "| %s | %d of %d (%s) | %d | %s | %s | %s |\n", name, a.Lost, a.Planned, pct(float64(a.Lost)/float64(max(a.Planned, 1))),
+			a.CorruptedThenLost, lossP, bounds, tip)
+	}
+}
+
+// factorialSection is the factorial model in one table: every main effect and two-way
+// interaction, on the risk-difference scale (interactions) and the log-odds scale
+// (Firth), with `~` where a scale shows nothing.
+func (v *Verdict) factorialSection(b *strings.Builder) {
+	f := v.Factorial
+	fmt.Fprintf(b, "\n## Factorial model\n\n")
+	var refs []string
+	for _, name := range f.Result.Factors {
+		r := f.Reference[name]
+		refs = append(refs, fmt.Sprintf("%s: %s → %s", name, r[0], r[1]))
+	}
+	fmt.Fprintf(b, "Levels compared: %s. Interactions on the risk-difference scale (pooled over any other factor; MOVER-Wilson interval) say how much the first factor's effect on the corruption rate changes with the second; the log-odds scale is a Firth-penalized logistic regression on every main effect and two-way interaction (factors coded -1/2 and +1/2, penalized likelihood-ratio p), which stays finite when a cell has no corrupted session. `~`: nothing shown on that scale at alpha %g.\n\n", strings.Join(refs, "; "), v.Alpha)
+	conf := fmt.Sprintf("%.0f%% CI", 100*(1-v.Alpha))
+	fmt.Fprintf(b, "| term | change in corruption rate | %s | odds ratio | 95%% CI | p (log-odds) |\n|---|---:|---|---:|---|---:|\n", conf)
+	additive := map[string]AdditiveInteraction{}
+	for _, ai := range f.Additive {
+		additive[ai.A+"\x00"+ai.B] = ai
+		additive[ai.B+"\x00"+ai.A] = ai
+	}
+	for _, t := range f.Result.Terms {
+		rd, rdCI := "", ""
+		if len(t.Factors) == 2 {
+			if ai, ok := additive[t.Factors[0]+"\x00"+t.Factors[1]]; ok {
+				r := ai.Result
+				rd = "~"
+				if v.interactionShown(ai) {
+					rd = fmt.Sprintf("**%+.1f pts**", 100*r.Estimate)
+				}
+				rdCI = fmt.Sprintf("%+.1f to %+.1f pts", 100*r.CI.Lo, 100*r.CI.Hi)
+				if ai.A != t.Factors[0] {
+					// The model names a pair in name order; the interaction table in
+					// factor order. Same interaction, same number.
+					rdCI += fmt.Sprintf(" (%s's effect across %s)", ai.A, ai.B)
+				}
+			}
+		}
+		or := "~"
+		if stats.Reject(t.P, v.Alpha) {
+			or = "**" + num(math.Exp(t.Estimate)) + "**"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s – %s | %s |\n", factorLabel(t), dash(rd), dash(rdCI), or,
+			num(math.Exp(t.CI.Lo)), num(math.Exp(t.CI.Hi)), pval(t.P))
+	}
+	if note := sharedPNote(f.Result.Terms); note != "" {
+		fmt.Fprintf(b, "\n%s\n", note)
+	}
+	if bad := v.inconclusiveArms(); len(bad) > 0 {
+		fmt.Fprintf(b, "\nThe model counts the sessions that survived in %s, which is inconclusive: no interaction is claimed from it.\n", joinAnd(bad))
+	}
+}
+
+// sharedPNote explains terms that share one p-value. With corrupted sessions in only a few
+// cells, the data are symmetric in the factors involved: dropping any one of those terms
+// from the penalized model costs the same likelihood, so their tests coincide (checked
+// against an independent fit, testdata/firth_symmetry.py). It is a property of the data,
+// not a fault, and a reader must know the model cannot tell those terms apart.
+func sharedPNote(terms []stats.FactorialTerm) string {
+	groups := map[string][]string{}
+	var order []string
+	for _, t := range terms {
+		k := fmt.Sprintf("%.9g", t.P)
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], factorLabel(t))
+	}
+	var parts []string
+	for _, k := range order {
+		if len(groups[k]) > 1 {
+			parts = append(parts, joinAnd(groups[k]))
 		}
 	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("Equal p-values (%s) are not a fault: with the corrupted sessions in few cells, the data are symmetric in those terms, so the penalized model cannot tell them apart; the corruption by arm above shows where the corruption is.",
+		strings.Join(parts, "; "))
 }
 
 // noteOnce adds a caveat unless it is already there.

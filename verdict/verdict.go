@@ -32,6 +32,9 @@ type Verdict struct {
 
 	// Design is how the experiment was laid out (blocks, looks, margin, factors).
 	Design store.Design
+	// MaxLoss is the share of an arm's sessions it may lose before its decision becomes
+	// inconclusive (analysis.max_loss).
+	MaxLoss float64
 	// StoppedEarly says why scheduling stopped before the planned blocks; empty if it
 	// did not.
 	StoppedEarly string
@@ -50,16 +53,34 @@ type Verdict struct {
 
 // ArmResult is one arm's outcome and, for arms other than the baseline, its comparison.
 type ArmResult struct {
-	Name      string
-	Pins      string // "BF16_INDEX_K=1 --enable-hierarchical-cache"
-	Levels    map[string]string
-	Sessions  int // analysed sessions: completed, or corrupted before they were lost
-	Lost      int // sessions that ended in an error, a timeout or an abort, uncorrupted
-	Corrupted int // corrupted sessions among the analysed ones
-	Started   int // every session recorded
-	Rate      float64
-	Wilson    stats.Interval
-	Exact     stats.Interval // Clopper-Pearson
+	Name   string
+	Pins   string // "BF16_INDEX_K=1 --enable-hierarchical-cache"
+	Levels map[string]string
+	// Sessions are the analysed sessions: those that finished (store.Analysed).
+	Sessions int
+	// Corrupted are the corrupted sessions among the analysed ones.
+	Corrupted int
+	// Planned is every session the arm's launches were to run; Started those recorded.
+	Planned, Started int
+	// Lost is every planned session that did not finish: ended by an error, a timeout, a
+	// crash or a wedge, or never started because its launch died first.
+	Lost int
+	// CorruptedThenLost are lost sessions that had a corrupted response before they
+	// were lost. They are not analysed (that would count only the corrupted ones of the
+	// lost sessions); the verdict reports them beside the analysis.
+	CorruptedThenLost int
+	// Launches are the arm's launches (resumed-over ones left out), by how they ended.
+	Launches LaunchCounts
+	// Problems say why the arm's corruption cannot be judged (a crash, a wedge, a failed
+	// launch, losses above analysis.max_loss); empty when it can.
+	Problems []string
+	// faults names, per way a launch can fail ("crashed", "wedged", "failed to start"),
+	// the blocks it happened in; lossOver is true when Lost exceeds analysis.max_loss.
+	faults   map[string]string
+	lossOver bool
+	Rate     float64
+	Wilson   stats.Interval
+	Exact    stats.Interval // Clopper-Pearson
 	// Against the baseline; nil for the baseline itself.
 	Compare *Comparison
 	// Timing over completed turns.
@@ -87,6 +108,48 @@ type Comparison struct {
 	Sequential bool
 	// UnitDecides is true when the response- or launch-level test decides.
 	UnitDecides bool
+	// Inconclusive is true when the arm or the baseline crashed, wedged, failed to
+	// launch or lost more than analysis.max_loss of its sessions: what survived is not a
+	// fair sample, so no corruption decision is made, whatever the test says. Why names
+	// the arms and what happened to them.
+	Inconclusive bool
+	Why          string
+	// Tipping is how many lost sessions, labelled against the decision, would change it;
+	// nil when no session was lost on either side.
+	Tipping *TippingPoint
+	// Launch compares crashed or wedged launches with the baseline's.
+	Launch LaunchComparison
+}
+
+// Decision is the comparison's outcome in one word: "higher", "lower", "none" (no
+// difference shown) or "inconclusive".
+func (c *Comparison) Decision() string {
+	switch {
+	case c.Inconclusive:
+		return "inconclusive"
+	case c.Significant:
+		return c.Direction
+	}
+	return "none"
+}
+
+// LaunchCounts tallies an arm's launches by how they ended.
+type LaunchCounts struct {
+	Total, Done, Crashed, Wedged, Failed, Interrupted int
+}
+
+// Faulted are the launches whose engine crashed or wedged under the workload: the
+// faults arbiter exists to find, compared between arms like corruption.
+func (l LaunchCounts) Faulted() int { return l.Crashed + l.Wedged }
+
+// LaunchComparison is an exact test of faulted (crashed or wedged) launches of an arm
+// against the baseline's. With one launch per arm it cannot show a difference; it says
+// how often an arm's engine dies, which blocks and resumes accumulate.
+type LaunchComparison struct {
+	Faulted, Launches         int // the arm's
+	BaseFaulted, BaseLaunches int
+	FisherP                   float64
+	Significant               bool
 }
 
 // RunFact is one launch as the verdict reports it.
@@ -146,6 +209,7 @@ func Build(ctx context.Context, db *sqlx.DB, ref string) (*Verdict, error) {
 		return nil, fmt.Errorf("experiment %d has no arms", exp.ID)
 	}
 	v := &Verdict{Experiment: exp, Alpha: exp.Alpha, Unit: exp.Unit, Design: exp.ParsedDesign()}
+	v.MaxLoss = v.Design.LossLimit()
 	if exp.StoppedEarly.Valid {
 		v.StoppedEarly = exp.StoppedEarly.String
 	}
@@ -173,19 +237,20 @@ func Build(ctx context.Context, db *sqlx.DB, ref string) (*Verdict, error) {
 		return nil, err
 	}
 	v.sessions, v.index = sessions, index
+	counts := make([]store.SessionCounts, len(v.Arms))
 	for _, s := range sessions {
-		ar := &v.Arms[index[s.ArmID]]
-		ar.Started++
+		i := index[s.ArmID]
+		counts[i].Count(s.Status, s.Corrupted)
 		if !analysed(s) {
-			ar.Lost++
 			continue
 		}
-		ar.Sessions++
-		if s.Corrupted {
-			ar.Corrupted++
-		}
+		ar := &v.Arms[i]
 		ar.clusters = append(ar.clusters, stats.ClusterCounts{Events: s.CorruptedTurns, Responses: s.Turns})
 		ar.CorruptedTurns += s.CorruptedTurns
+	}
+	for i, c := range counts {
+		ar := &v.Arms[i]
+		ar.Started, ar.Sessions, ar.Corrupted, ar.CorruptedThenLost = c.Recorded, c.Analysed, c.Corrupted, c.CorruptedThenLost
 	}
 	if err := v.loadTimings(ctx, db, index); err != nil {
 		return nil, err
@@ -199,14 +264,105 @@ func Build(ctx context.Context, db *sqlx.DB, ref string) (*Verdict, error) {
 	if err := v.loadRuns(ctx, db, index); err != nil {
 		return nil, err
 	}
+	v.account()
 	v.judge()
 	return v, nil
 }
 
-// analysed reports whether a session's outcome is known: it completed, or a response was
-// corrupted before it was lost (corruption cannot be undone by what did not happen next).
-// A lost session without a corrupted response has no outcome and is counted as lost.
-func analysed(s store.SessionOutcome) bool { return s.Status == "ok" || s.Corrupted }
+// analysed reports whether a session enters the analysis: store.Analysed is the one rule
+// (it finished), shared with the orchestrator's sequential looks and resume.
+func analysed(s store.SessionOutcome) bool { return s.Analysed() }
+
+// account counts every arm's planned and lost sessions and its launches, and says why an
+// arm's corruption cannot be judged, if it cannot.
+func (v *Verdict) account() {
+	runsOf := make([][]RunFact, len(v.Arms))
+	for _, r := range v.Runs {
+		if r.Superseded {
+			continue
+		}
+		i := v.armIndex(r.Arm)
+		runsOf[i] = append(runsOf[i], r)
+		l := &v.Arms[i].Launches
+		l.Total++
+		switch r.Status {
+		case "done":
+			l.Done++
+		case "crashed":
+			l.Crashed++
+		case "wedged":
+			l.Wedged++
+		case "failed":
+			l.Failed++
+		case "interrupted":
+			l.Interrupted++
+		}
+	}
+	for i := range v.Arms {
+		a := &v.Arms[i]
+		a.Planned = a.Started
+		if per := v.Design.Sessions; per > 0 {
+			a.Planned = max(a.Started, per*a.Launches.Total)
+		}
+		a.Lost = a.Planned - a.Sessions
+		a.faults = map[string]string{}
+		for _, k := range faultKinds {
+			if blocks := blocksWith(runsOf[i], k.status); blocks != "" {
+				a.faults[k.verb] = blocks
+				a.Problems = append(a.Problems, fmt.Sprintf("its engine %s (%s)", k.verb, blocks))
+			}
+		}
+		if a.Planned > 0 && lossShare(a) > v.MaxLoss*(1+1e-9) {
+			a.lossOver = true
+			a.Problems = append(a.Problems, fmt.Sprintf("it lost %d of %d sessions (%s), more than analysis.max_loss allows (%s)",
+				a.Lost, a.Planned, pct(lossShare(a)), pct(v.MaxLoss)))
+		}
+	}
+}
+
+// faultKinds are the ways a launch fails that make its arm's decision inconclusive, by
+// run status, in the words a verdict uses.
+var faultKinds = []struct{ status, verb string }{{"crashed", "crashed"}, {"wedged", "wedged"}, {"failed", "failed to start"}}
+
+func lossShare(a *ArmResult) float64 { return float64(a.Lost) / float64(a.Planned) }
+
+// blocksWith names the blocks of the launches that ended with status: "block 0", "blocks 1
+// and 3".
+func blocksWith(runs []RunFact, status string) string {
+	var bs []string
+	for _, r := range runs {
+		if r.Status == status {
+			bs = append(bs, fmt.Sprint(r.Block))
+		}
+	}
+	switch len(bs) {
+	case 0:
+		return ""
+	case 1:
+		return "block " + bs[0]
+	}
+	return "blocks " + joinAnd(bs)
+}
+
+// joinAnd lists words as a sentence does: "a", "a and b", "a, b and c".
+func joinAnd(ws []string) string {
+	switch len(ws) {
+	case 0:
+		return ""
+	case 1:
+		return ws[0]
+	}
+	return strings.Join(ws[:len(ws)-1], ", ") + " and " + ws[len(ws)-1]
+}
+
+func (v *Verdict) armIndex(name string) int {
+	for i, a := range v.Arms {
+		if a.Name == name {
+			return i
+		}
+	}
+	return 0
+}
 
 func describePins(pinsJSON string) string {
 	var p struct {

@@ -3,96 +3,200 @@ package verdict
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/store"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
-// fixture writes a recorded experiment into a real SQLite file: per arm, how many of its
-// sessions are corrupted (in which round) and how many were lost.
-type fixtureArm struct {
-	name, pins        string
-	sessions, lost    int
-	corruptedByRound  []int // corrupted sessions whose first bad turn is in round r
-	runStatus, runErr string
+// The example verdicts are rendered from databases written through the store API from
+// fixed outcomes, so that their wording and structure can be pinned: a real run's timings
+// and its scheduling-dependent corruption vary from run to run. Arms, pins, factors and
+// the design come from the example spec itself, so a change to an example shows here.
+
+// outcome is one session of a fixture.
+type outcome struct {
+	status   string // ok, error, timeout or aborted
+	badRound int    // first round with a corrupted response; -1 for none
+	rounds   int    // rounds reached; 0 for all of them
 }
 
-func writeFixture(t *testing.T, name string, arms []fixtureArm, rounds int) (*sqlx.DB, int64) {
+// finished is n sessions that completed every round; the first len(badRounds) of them were
+// corrupted from those rounds on.
+func finished(n int, badRounds ...int) []outcome {
+	out := make([]outcome, n)
+	for i := range out {
+		out[i] = outcome{status: "ok", badRound: -1}
+		if i < len(badRounds) {
+			out[i].badRound = badRounds[i]
+		}
+	}
+	return out
+}
+
+// lostAt is n sessions lost with status after reaching round reached; the first
+// corrupted of them had a corrupted response in that round before they were lost.
+func lostAt(status string, n, corrupted, reached int) []outcome {
+	out := make([]outcome, n)
+	for i := range out {
+		out[i] = outcome{status: status, badRound: -1, rounds: reached + 1}
+		if i < corrupted {
+			out[i].badRound = reached
+		}
+	}
+	return out
+}
+
+func join(parts ...[]outcome) []outcome {
+	var out []outcome
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// launch is one run of a fixture.
+type launch struct {
+	arm      string
+	block    int
+	status   string // "done" when empty
+	err      string
+	sessions []outcome
+}
+
+// fixture is an example's recorded experiment.
+type fixture struct {
+	example      string // examples/NAME.yaml
+	runs         []launch
+	stoppedEarly string
+	status       string // "done" when empty
+}
+
+func designOf(spec *arms.Spec) store.Design {
+	maxLoss := spec.Analysis.MaxLoss
+	d := store.Design{Blocks: max(spec.Blocks, 1), Looks: spec.Analysis.Sequential.Looks, Margin: spec.Analysis.Margin,
+		AA: spec.Analysis.AA, Sessions: spec.Workload.Sessions, Rounds: spec.Workload.Rounds,
+		Concurrency: spec.Workload.Concurrency, MaxLoss: &maxLoss}
+	for _, f := range spec.Factors {
+		df := store.DesignFactor{Name: f.Name}
+		for _, l := range f.Levels {
+			df.Levels = append(df.Levels, l.Name)
+		}
+		d.Factors = append(d.Factors, df)
+	}
+	return d
+}
+
+// recordFixture writes f into a fresh database and returns it opened read-only.
+func recordFixture(t *testing.T, f fixture) (*sqlx.DB, string) {
 	t.Helper()
-	dir := t.TempDir()
-	s, err := store.Open(filepath.Join(dir, "v.db"), store.Options{})
+	specPath := filepath.Join("..", "examples", f.example+".yaml")
+	spec, err := arms.Load(specPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	armList, err := spec.Expand()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "v.db")
+	s, err := store.Open(path, store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
 	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	exp, err := s.CreateExperiment(ctx, store.Experiment{Name: name, SpecPath: "examples/" + name + ".yaml", Spec: "version: 1",
-		Seed: 42, Unit: "session", Alpha: 0.05, Baseline: arms[0].name, Version: "test", Host: "h", Created: t0})
+	dj, _ := json.Marshal(designOf(spec))
+	baseline := spec.Analysis.Baseline
+	if baseline == "" {
+		baseline = armList[0].Name
+	}
+	exp, err := s.CreateExperiment(ctx, store.Experiment{Name: spec.Name, SpecPath: "examples/" + f.example + ".yaml", Spec: "version: 1",
+		Seed: spec.Workload.Seed, Unit: spec.Analysis.Unit, Alpha: spec.Analysis.Alpha, Baseline: baseline, Version: "test",
+		Host: "h", Created: t0, Design: string(dj)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := s.NewWriter(store.WriterOptions{})
-	for ai, a := range arms {
-		armID, err := s.AddArm(ctx, store.Arm{ExperimentID: exp, Name: a.name, Position: ai, Pins: a.pins, Command: `["refserve"]`, Env: "{}"})
+	armIDs := map[string]int64{}
+	envs := map[string]map[string]string{}
+	for i, a := range armList {
+		pins, _ := json.Marshal(map[string]any{"env": a.Pins.Env, "args": append([]string{}, a.Pins.Args...)})
+		var levels []byte
+		if a.Levels != nil {
+			levels, _ = json.Marshal(a.Levels)
+		}
+		id, err := s.AddArm(ctx, store.Arm{ExperimentID: exp, Name: a.Name, Position: i, Pins: string(pins), Levels: string(levels), Command: `["refserve"]`, Env: "{}"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		start := t0.Add(time.Duration(ai) * time.Minute)
-		runID, _ := s.StartRun(ctx, store.Run{ExperimentID: exp, ArmID: armID, Runtime: "process", Status: "starting", Started: start})
-		status := a.runStatus
+		armIDs[a.Name], envs[a.Name] = id, a.Pins.Env
+	}
+	rounds := spec.Workload.Rounds
+	w := s.NewWriter(store.WriterOptions{})
+	for k, r := range f.runs {
+		armID, ok := armIDs[r.arm]
+		if !ok {
+			t.Fatalf("fixture names arm %q, which %s does not have", r.arm, specPath)
+		}
+		start := t0.Add(time.Duration(k) * time.Minute)
+		runID, err := s.StartRun(ctx, store.Run{ExperimentID: exp, ArmID: armID, Block: r.block, Runtime: "process", Status: "starting", Started: start})
+		if err != nil {
+			t.Fatal(err)
+		}
+		status, code := r.status, 0
 		if status == "" {
 			status = "done"
 		}
-		code := 0
-		s.UpdateRun(ctx, store.Run{ID: runID, Status: status, Error: a.runErr, Started: start, Ready: start.Add(300 * time.Millisecond),
-			Ended: start.Add(20 * time.Second), ExitCode: &code, ServerInfo: fmt.Sprintf(`{"version":"0.1","BF16_INDEX_K":"%d"}`, ai)})
-		// Corrupted sessions come first, by round; then clean ones; then lost ones.
-		var firstBad []int
-		for r, n := range a.corruptedByRound {
-			for i := 0; i < n; i++ {
-				firstBad = append(firstBad, r)
-			}
+		if status == "crashed" {
+			code = 139
 		}
-		for si := 0; si < a.sessions+a.lost; si++ {
-			lost := si >= a.sessions
-			bad := -1
-			if si < len(firstBad) {
-				bad = firstBad[si]
+		info, _ := json.Marshal(map[string]any{"version": "refserve 0.1", "env": envs[r.arm]})
+		if err := s.UpdateRun(ctx, store.Run{ID: runID, Status: status, Error: r.err, Started: start, Ready: start.Add(300 * time.Millisecond),
+			Ended: start.Add(20 * time.Second), ExitCode: &code, ServerInfo: string(info)}); err != nil {
+			t.Fatal(err)
+		}
+		for si, o := range r.sessions {
+			index := r.block*spec.Workload.Sessions + si
+			reached := rounds
+			if o.rounds > 0 {
+				reached = o.rounds
 			}
 			turns := 0
-			for r := 0; r < rounds; r++ {
-				if lost && r > 0 {
-					break
-				}
-				for k := 0; k < 2; k++ {
-					corrupted := bad >= 0 && r >= bad && k == 1
-					w.Turn(store.Turn{ExperimentID: exp, RunID: runID, ArmID: armID, Session: si, Index: turns, Round: r,
+			first := -1
+			for round := 0; round < reached; round++ {
+				for step := 0; step < 2; step++ {
+					bad := o.badRound >= 0 && round >= o.badRound && step == 1
+					if bad && first < 0 {
+						first = turns
+					}
+					reason := ""
+					if bad {
+						reason = "DeepSeek V4 DSML markup in content (8 markers), first at rune 0: \"<｜DSML｜tool_calls>\""
+					}
+					// Timings vary with the session and the turn, never with the clock.
+					w.Turn(store.Turn{ExperimentID: exp, RunID: runID, ArmID: armID, Session: index, Index: turns, Round: round,
 						Started: start.Add(time.Duration(turns) * time.Second), StatusCode: 200, FinishReason: "stop",
-						TTFT: time.Duration(20+si%7) * time.Millisecond, Latency: time.Duration(120+si%11) * time.Millisecond,
-						CompletionTokens: 40, Content: "ok", Corrupted: corrupted, Request: "{}", Response: "{}",
-						Labels: []store.Label{{Detector: "dsml-leak", Corrupted: corrupted, Reason: map[bool]string{true: "deepseek-v4 markup in content: <｜DSML｜tool_calls>"}[corrupted]}}})
+						TTFT: time.Duration(20+(si*7+turns)%13) * time.Millisecond, Latency: time.Duration(110+(si*11+turns*3)%37) * time.Millisecond,
+						CompletionTokens: 40, Content: "ok", Corrupted: bad, Request: "{}", Response: "{}",
+						Labels: []store.Label{{Detector: "dsml-leak", Corrupted: bad, Reason: reason}, {Detector: "toolcall-schema"}}})
 					turns++
 				}
 			}
-			st := "ok"
-			if lost {
-				st = "error"
-			}
-			row := store.Session{ExperimentID: exp, RunID: runID, ArmID: armID, Index: si, Status: st, Turns: turns, Corrupted: bad >= 0}
-			if bad >= 0 {
-				ft := 2*bad + 1
-				row.FirstCorruptedTurn = &ft
+			row := store.Session{ExperimentID: exp, RunID: runID, ArmID: armID, Index: index, Block: r.block, Status: o.status, Turns: turns, Corrupted: first >= 0}
+			if first >= 0 {
+				row.FirstCorruptedTurn = &first
 			}
 			w.Session(row)
 		}
@@ -100,92 +204,402 @@ func writeFixture(t *testing.T, name string, arms []fixtureArm, rounds int) (*sq
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s.FinishExperiment(ctx, exp, "done", "", t0.Add(time.Hour))
+	if f.stoppedEarly != "" {
+		s.StopEarly(ctx, exp, f.stoppedEarly)
+	}
+	status := f.status
+	if status == "" {
+		status = "done"
+	}
+	s.FinishExperiment(ctx, exp, status, "", t0.Add(time.Hour))
 	s.Close()
-	db, err := store.OpenReadOnly(filepath.Join(dir, "v.db"))
+	db, err := store.OpenReadOnly(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	return db, exp
+	return db, spec.Name
 }
 
-func decisiveFixture(t *testing.T) (*sqlx.DB, int64) {
-	return writeFixture(t, "decisive", []fixtureArm{
-		{name: "control", pins: `{"env":{"BF16_INDEX_K":"0"},"args":[]}`, sessions: 60},
-		{name: "treatment", pins: `{"env":{"BF16_INDEX_K":"1"},"args":[]}`, sessions: 60, corruptedByRound: []int{1, 3, 3, 4}},
-	}, 4)
+// The examples' recorded outcomes: what a run of each against refserve typically gives.
+var examples = map[string]fixture{
+	// The decisive A/B: bf16 index-K corrupts about 15% of sessions, fp8 none.
+	"quickstart": {example: "quickstart", runs: []launch{
+		{arm: "treatment", sessions: join(finished(60, 0, 1, 1, 2, 2, 2, 3, 3, 3))},
+		{arm: "control", sessions: finished(60)},
+	}},
+	// Identical arms: nothing to find.
+	"aa": {example: "aa", runs: []launch{
+		{arm: "a2", sessions: finished(60)},
+		{arm: "a1", sessions: finished(60)},
+	}},
+	// Corruption needs bf16 index-K and HiCache together: the interaction.
+	"factorial": {example: "factorial", runs: []launch{
+		{arm: "bf16_index_k=1,hicache=on", sessions: finished(60, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3, 3)},
+		{arm: "bf16_index_k=0,hicache=on", sessions: finished(60)},
+		{arm: "bf16_index_k=1,hicache=off", sessions: finished(60, 3)},
+		{arm: "bf16_index_k=0,hicache=off", sessions: finished(60)},
+	}},
+	// Stopped for efficacy at the second of four looks.
+	"sequential": {example: "sequential", stoppedEarly: "a boundary was crossed at look 2", runs: []launch{
+		{arm: "control", block: 0, sessions: finished(60)},
+		{arm: "treatment", block: 0, sessions: finished(60, 0, 1, 1, 2, 2, 3, 3, 3)},
+		{arm: "treatment", block: 1, sessions: finished(60, 0, 1, 1, 2, 2, 2, 3, 3, 3)},
+		{arm: "control", block: 1, sessions: finished(60)},
+	}},
+	// The decisive A/B whose treatment engine was killed mid-run: 9 sessions had
+	// finished (2 corrupted), 48 were cut off (3 of them already corrupted) and 3 never
+	// started. Counting the corrupted-then-lost sessions would read as 5 of 12 corrupted.
+	"crash": {example: "quickstart", runs: []launch{
+		{arm: "control", sessions: finished(60)},
+		{arm: "treatment", status: "crashed", err: "engine exited on its own during the workload (exit code 137, signal: killed)",
+			sessions: join(finished(9, 1, 2), lostAt("aborted", 48, 3, 1))},
+	}},
 }
 
-func TestDecisiveVerdict(t *testing.T) {
-	db, exp := decisiveFixture(t)
-	v, err := Build(context.Background(), db, fmt.Sprint(exp))
+func buildExample(t *testing.T, name string) *Verdict {
+	t.Helper()
+	db, ref := recordFixture(t, examples[name])
+	v, err := Build(context.Background(), db, ref)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return v
+}
+
+func markdown(t *testing.T, v *Verdict) string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := v.Markdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// TestExampleVerdicts pins every example's verdict (markdown and charts) to its golden
+// file, and checks the structure every verdict must have: a headline of at most three
+// sentences, and no paragraph said twice.
+func TestExampleVerdicts(t *testing.T) {
+	for _, name := range []string{"quickstart", "aa", "factorial", "sequential", "crash"} {
+		t.Run(name, func(t *testing.T) {
+			v := buildExample(t, name)
+			dir := t.TempDir()
+			path := filepath.Join(dir, name+".md")
+			if err := v.WriteFiles(path); err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range []string{name + ".md", name + "-rates.svg", name + "-rounds.svg"} {
+				got, err := os.ReadFile(filepath.Join(dir, f))
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkGolden(t, got, filepath.Join("testdata", strings.Replace(f, name, name+".golden", 1)))
+			}
+			md, _ := os.ReadFile(path)
+			checkStructure(t, string(md))
+		})
+	}
+}
+
+// headlineOf is the paragraph under the title.
+func headlineOf(md string) string {
+	paras := strings.Split(md, "\n\n")
+	if len(paras) < 2 {
+		return ""
+	}
+	return strings.TrimSpace(paras[1])
+}
+
+// sentences splits prose at a full stop, question or exclamation mark followed by a space
+// or the end; decimals ("15.0%") and names ("bf16_index_k=0") never match.
+var sentenceEnd = regexp.MustCompile(`[.!?](\s+|$)`)
+
+func sentences(text string) []string {
+	var out []string
+	for _, s := range sentenceEnd.Split(strings.TrimSpace(text), -1) {
+		if strings.TrimSpace(s) != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// checkStructure checks what makes a verdict a 30-second read: a headline of at most three
+// sentences that ends with the decision, no paragraph, list item or headline sentence said
+// twice.
+func checkStructure(t *testing.T, md string) {
+	t.Helper()
+	head := headlineOf(md)
+	if strings.HasPrefix(head, "#") || head == "" {
+		t.Fatalf("no headline paragraph under the title:\n%s", md)
+	}
+	if n := len(sentences(head)); n > 3 {
+		t.Errorf("headline has %d sentences, want at most 3:\n%s", n, head)
+	}
+	// Every paragraph and every line of one (a list item) counts once per place it
+	// appears; table rows repeat by design ("| 1 | 0/60 |") and are left out.
+	seen := map[string]bool{}
+	for _, block := range strings.Split(md, "\n\n") {
+		units := map[string]bool{strings.TrimSpace(block): true}
+		for _, line := range strings.Split(block, "\n") {
+			units[strings.TrimSpace(line)] = true
+		}
+		for unit := range units {
+			if len(unit) < 40 || strings.HasPrefix(unit, "|") {
+				continue
+			}
+			if seen[unit] {
+				t.Errorf("paragraph appears twice:\n%s", unit)
+			}
+			seen[unit] = true
+		}
+	}
+	rest := strings.Replace(md, head, "", 1)
+	for _, s := range sentences(head) {
+		if len(s) > 40 && strings.Contains(rest, s) {
+			t.Errorf("headline sentence repeated in the body:\n%s", s)
+		}
+	}
+	for _, banned := range []string{"explains", "explained by chance"} {
+		if strings.Contains(md, banned) {
+			t.Errorf("verdict says chance %q a difference", banned)
+		}
+	}
+}
+
+func checkGolden(t *testing.T, got []byte, path string) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./verdict -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from its golden file (go test ./verdict -update rewrites it):\n%s", path, got)
+	}
+}
+
+func TestQuickstartIsSignificantAndGated(t *testing.T) {
+	v := buildExample(t, "quickstart")
 	base, tr := v.Arms[0], v.Arms[1]
-	if base.Corrupted != 0 || tr.Corrupted != 11 || tr.Sessions != 60 {
-		t.Fatalf("counts: control %d/%d, treatment %d/%d", base.Corrupted, base.Sessions, tr.Corrupted, tr.Sessions)
+	if base.Corrupted != 0 || tr.Corrupted != 9 || tr.Sessions != 60 || tr.Lost != 0 {
+		t.Fatalf("counts: control %d/%d, treatment %d/%d (%d lost)", base.Corrupted, base.Sessions, tr.Corrupted, tr.Sessions, tr.Lost)
 	}
 	c := tr.Compare
-	// FACTS.md: 0/60 vs 11/60 gives a two-sided Fisher p of 6e-4.
-	if c == nil || math.Abs(c.FisherP-6.0e-4) > 0.5e-4 || !c.Significant || c.Direction != "higher" {
+	// 0/60 vs 9/60: scipy.stats.fisher_exact gives p = 0.0029 (two-sided).
+	if c == nil || c.FisherP < 0.0028 || c.FisherP > 0.0030 || c.Decision() != "higher" {
 		t.Fatalf("comparison = %+v", c)
 	}
 	if failed, _ := v.Gate("regression"); !failed {
 		t.Error("regression gate passed on a significant regression")
 	}
+	head := v.Headline()[0]
+	if !strings.HasSuffix(head, "treatment's corruption rate is significantly higher.") {
+		t.Errorf("headline does not end with the decision: %q", head)
+	}
 	if v.Responses == nil || !v.Responses.Available || v.Responses.FisherP >= c.FisherP {
 		t.Errorf("response view = %+v: counting responses should look (wrongly) more certain", v.Responses)
 	}
-	var r4 RoundRow
-	for _, r := range v.Rounds {
-		if r.Round == 3 {
-			r4 = r
-		}
-	}
-	if r4.Corrupted[1] != 11 || r4.Sessions[1] != 60 {
-		t.Errorf("round 4 of treatment: %d/%d, want every corrupted session, 11/60", r4.Corrupted[1], r4.Sessions[1])
-	}
-	checkGolden(t, v, "decisive")
 }
 
-func TestAAVerdictFindsNoDifferenceAndSaysWhatThatMeans(t *testing.T) {
-	db, _ := writeFixture(t, "aa", []fixtureArm{
-		{name: "a1", pins: `{"env":{"BF16_INDEX_K":"0"}}`, sessions: 60},
-		{name: "a2", pins: `{"env":{"BF16_INDEX_K":"0"}}`, sessions: 58, lost: 2, runStatus: "crashed", runErr: "engine exited during the workload (exit code 139)"},
-	}, 2)
-	v, err := Build(context.Background(), db, "aa")
+// The bug this guards against: after a crash only the sessions corrupted before the
+// crash used to count, so the crashed arm read as "corrupted 5 of 14 … significantly
+// higher" and the gate passed or failed on a corruption that the crash made up.
+func TestCrashedArmIsInconclusiveNotCorrupted(t *testing.T) {
+	v := buildExample(t, "crash")
+	tr := v.Arms[1]
+	if tr.Sessions != 9 || tr.Corrupted != 2 || tr.CorruptedThenLost != 3 || tr.Lost != 51 || tr.Planned != 60 {
+		t.Fatalf("treatment: %d analysed, %d corrupted, %d corrupted then lost, %d lost of %d planned; want 9, 2, 3, 51, 60",
+			tr.Sessions, tr.Corrupted, tr.CorruptedThenLost, tr.Lost, tr.Planned)
+	}
+	c := tr.Compare
+	if c == nil || !c.Inconclusive || c.Decision() != "inconclusive" || !strings.Contains(c.Why, "crashed") {
+		t.Fatalf("comparison = %+v, want inconclusive because treatment crashed", c)
+	}
+	head := v.Headline()[0]
+	if !strings.HasPrefix(head, "The engine of treatment crashed (block 0)") || !strings.Contains(head, "The corruption of treatment is inconclusive") {
+		t.Errorf("headline does not say first that treatment crashed and is inconclusive:\n%s", head)
+	}
+	md := markdown(t, v)
+	if strings.Contains(md, "significantly higher") {
+		t.Errorf("a crashed arm reads as significantly higher:\n%s", md)
+	}
+	for _, gate := range []string{"regression", "difference"} {
+		if failed, why := v.Gate(gate); !failed || !strings.Contains(why, "inconclusive") {
+			t.Errorf("gate %s on a crash: failed %v (%s), want failed as inconclusive", gate, failed, why)
+		}
+		if failed, why := v.GateWith(gate, GateOptions{AllowInconclusive: true}); failed {
+			t.Errorf("gate %s --allow-inconclusive failed: %s", gate, why)
+		}
+	}
+	if failed, _ := v.Gate("corruption"); !failed {
+		t.Error("corruption gate passed although sessions were corrupted")
+	}
+	if c.Launch.Faulted != 1 || c.Launch.Launches != 1 || c.Launch.BaseFaulted != 0 || c.Launch.FisherP != 1 {
+		t.Errorf("launch comparison = %+v, want 1 of 1 crashed against 0 of 1, p = 1", c.Launch)
+	}
+	if !strings.Contains(md, "| treatment | 1 | 0 | 1 | 0 | 0 |") {
+		t.Errorf("no launch table showing the crash:\n%s", md)
+	}
+}
+
+// A loss above analysis.max_loss makes an arm inconclusive even without a crash; at or
+// below it, the arm is judged and the tipping point says how fragile that is.
+func TestLossAboveMaxLossIsInconclusive(t *testing.T) {
+	f := fixture{example: "quickstart", runs: []launch{
+		{arm: "control", sessions: finished(60)},
+		{arm: "treatment", sessions: join(finished(53, 0, 1, 2, 3, 3, 3, 3, 3), lostAt("timeout", 7, 0, 2))},
+	}}
+	db, ref := recordFixture(t, f)
+	v, err := Build(context.Background(), db, ref)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := v.Arms[1].Compare
-	if c == nil || c.Significant || c.FisherP != 1 {
-		t.Fatalf("A/A comparison = %+v, want p = 1, not significant", c)
+	if !c.Inconclusive || !strings.Contains(c.Why, "lost 7 of 60 sessions (11.7%), more than analysis.max_loss allows (10.0%)") {
+		t.Fatalf("7 of 60 lost (11.7%%) at max_loss 10%%: %+v", c)
 	}
-	for _, g := range []string{"regression", "difference", "corruption"} {
+	f.runs[1].sessions = join(finished(54, 0, 1, 2, 3, 3, 3, 3, 3), lostAt("timeout", 6, 0, 2))
+	db, ref = recordFixture(t, f)
+	if v, err = Build(context.Background(), db, ref); err != nil {
+		t.Fatal(err)
+	}
+	c = v.Arms[1].Compare
+	if c.Inconclusive || c.Decision() != "higher" || c.Tipping == nil {
+		t.Fatalf("6 of 60 lost (10%%, at the limit) should be judged: %+v", c)
+	}
+}
+
+// The tipping point re-runs Fisher's exact test with the lost sessions counted. The
+// expected numbers were found by brute force with scipy (testdata/tipping.py).
+func TestTippingPointMatchesABruteForceSearch(t *testing.T) {
+	cases := []struct {
+		name               string
+		control, treatment []outcome
+		from, side, to     string
+		sessions           int
+	}{
+		// 0/60 vs 8/50, 10 treatment sessions lost: p = 0.0013. Counted clean, 0/60 vs
+		// 8/60 stays significant, and control lost nothing: no labelling changes it.
+		{"significant, robust", finished(60), join(finished(50, 0, 0, 0, 0, 0, 0, 0, 0), lostAt("error", 10, 0, 0)), "higher", "", "", -1},
+		// 0/50 (10 lost) vs 5/60: p = 0.062. Even all 10 lost control sessions corrupted
+		// would not make treatment significantly lower.
+		{"not significant, control lost", join(finished(50), lostAt("error", 10, 0, 0)), finished(60, 0, 0, 0, 0, 0), "none", "", "", -1},
+		// 1/60 vs 5/52, 8 treatment sessions lost: p = 0.095; 3 of the 8 corrupted would
+		// make treatment significantly higher.
+		{"not significant, treatment lost", finished(60, 0), join(finished(52, 0, 0, 0, 0, 0), lostAt("timeout", 8, 0, 0)), "none", "treatment", "higher", 3},
+		// 2/45 (15 control lost) vs 12/60: p = 0.022; 2 of the 15 lost control sessions
+		// corrupted would remove the difference.
+		{"significant, control lost", join(finished(45, 0, 0), lostAt("error", 15, 0, 0)), finished(60, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), "higher", "control", "none", 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			db, ref := recordFixture(t, fixture{example: "quickstart", runs: []launch{
+				{arm: "control", sessions: tc.control}, {arm: "treatment", sessions: tc.treatment}}})
+			v, err := Build(context.Background(), db, ref)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tp := v.Arms[1].Compare.Tipping
+			if tp == nil {
+				t.Fatal("no tipping point although sessions were lost")
+			}
+			if tp.From != tc.from || tp.Sessions != tc.sessions || tp.Side != tc.side || tp.To != tc.to {
+				t.Errorf("tipping point = %+v, want from %s: %d of %s's lost sessions → %s", *tp, tc.from, tc.sessions, tc.side, tc.to)
+			}
+		})
+	}
+}
+
+func TestAAVerdictSaysWhetherTheCheckPassed(t *testing.T) {
+	v := buildExample(t, "aa")
+	head := v.Headline()[0]
+	if !strings.HasPrefix(head, "A/A check passed: ") {
+		t.Errorf("A/A headline = %q", head)
+	}
+	for _, g := range []string{"regression", "difference", "corruption", "loss"} {
 		if failed, why := v.Gate(g); failed {
-			t.Errorf("gate %s failed on an A/A: %s", g, why)
+			t.Errorf("gate %s failed on a clean A/A: %s", g, why)
 		}
 	}
-	if failed, _ := v.Gate("loss"); !failed {
-		t.Error("loss gate passed although a run crashed")
+
+	// The same identical arms, but the pipeline sees a difference.
+	db, ref := recordFixture(t, fixture{example: "aa", runs: []launch{
+		{arm: "a1", sessions: finished(60)},
+		{arm: "a2", sessions: finished(60, 0, 0, 1, 1, 2, 2, 3, 3)},
+	}})
+	if v, err := Build(context.Background(), db, ref); err != nil {
+		t.Fatal(err)
+	} else if head := v.Headline()[0]; !strings.HasPrefix(head, "A/A check FAILED: the pipeline sees a difference between identical arms.") {
+		t.Errorf("A/A with a significant difference: headline %q", head)
+	} else {
+		checkStructure(t, markdown(t, v))
 	}
-	var md bytes.Buffer
-	v.Markdown(&md)
-	for _, want := range []string{"not the same as showing there is none", "crashed", "a2 2 of 60", "bounds its rate below"} {
-		if !strings.Contains(md.String(), want) {
-			t.Errorf("A/A verdict lacks %q", want)
+
+	// Identical arms, but one crashed: the check cannot pass.
+	db, ref = recordFixture(t, fixture{example: "aa", runs: []launch{
+		{arm: "a1", sessions: finished(60)},
+		{arm: "a2", status: "crashed", err: "engine exited on its own during the workload (exit code 139)", sessions: join(finished(58), lostAt("aborted", 2, 0, 1))},
+	}})
+	if v, err := Build(context.Background(), db, ref); err != nil {
+		t.Fatal(err)
+	} else if head := v.Headline()[0]; !strings.HasPrefix(head, "A/A check FAILED: the engine of a2 crashed (block 0)") {
+		t.Errorf("A/A with a crash: headline %q", head)
+	}
+}
+
+func TestFactorialHeadlineNamesTheInteractionAndEndsWithTheDecision(t *testing.T) {
+	v := buildExample(t, "factorial")
+	head := v.Headline()[0]
+	if !strings.HasPrefix(head, "The factorial analysis finds a bf16_index_k x hicache interaction") {
+		t.Errorf("headline does not open with the interaction: %q", head)
+	}
+	if !strings.Contains(head, "Holm-adjusted p = ") {
+		t.Errorf("headline does not say its p-values are Holm-adjusted: %q", head)
+	}
+	md := markdown(t, v)
+	if strings.Count(md, "## Factorial model") != 1 || strings.Count(md, "| term |") != 1 {
+		t.Errorf("the factorial model is not one table:\n%s", md)
+	}
+	if !strings.Contains(md, "3 arms were compared with the baseline") {
+		t.Errorf("the multiplicity caveat miscounts the comparisons:\n%s", md)
+	}
+}
+
+func TestCaveatsAreMergedAndRanked(t *testing.T) {
+	v := buildExample(t, "crash")
+	if len(v.Caveats) == 0 || !strings.HasPrefix(v.Caveats[0], "Launches that did not finish: treatment/b0 crashed") {
+		t.Fatalf("the crash is not the first caveat: %q", v.Caveats)
+	}
+	f := buildExample(t, "factorial")
+	bounds := 0
+	for _, c := range f.Caveats {
+		if strings.Contains(c, "bounds") {
+			bounds++
 		}
+	}
+	if bounds != 1 {
+		t.Errorf("%d zero-event caveats, want them merged into 1: %q", bounds, f.Caveats)
+	}
+	last := f.Caveats[len(f.Caveats)-1]
+	if !strings.Contains(last, "bounds") && !strings.Contains(last, "compared with the baseline") {
+		t.Errorf("caveats not ranked (bounds and multiplicity last): %q", f.Caveats)
+	}
+}
+
+func TestBuildUnknownExperiment(t *testing.T) {
+	db, _ := recordFixture(t, examples["quickstart"])
+	if _, err := Build(context.Background(), db, "no-such"); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Fatalf("err = %v", err)
 	}
 }
 
 func TestWriteFilesWritesChartsBesideTheMarkdown(t *testing.T) {
-	db, exp := decisiveFixture(t)
-	v, err := Build(context.Background(), db, fmt.Sprint(exp))
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := buildExample(t, "quickstart")
 	dir := t.TempDir()
 	path := filepath.Join(dir, "out", "verdict.md")
 	if err := v.WriteFiles(path); err != nil {
@@ -203,28 +617,102 @@ func TestWriteFilesWritesChartsBesideTheMarkdown(t *testing.T) {
 	}
 }
 
-func TestBuildUnknownExperiment(t *testing.T) {
-	db, _ := decisiveFixture(t)
-	if _, err := Build(context.Background(), db, "no-such"); err == nil || !strings.Contains(err.Error(), "not found") {
-		t.Fatalf("err = %v", err)
+func TestSentencesCountsWhatAReaderCounts(t *testing.T) {
+	for text, want := range map[string]int{
+		"treatment corrupted 9 of 60 sessions (15.0%) against 0 of 60 (0.0%). Fisher's exact test gives p = 0.003 ≤ alpha 0.05: higher.": 2,
+		"bf16_index_k=1,hicache=on: a difference of +8.3 points (95% CI +0.7 to +18.1).":                                                 1,
+		"One. Two! Three? Four.": 4,
+	} {
+		if got := len(sentences(text)); got != want {
+			t.Errorf("%d sentences in %q, want %d", got, text, want)
+		}
 	}
+	_ = fmt.Sprint()
 }
 
-func checkGolden(t *testing.T, v *Verdict, name string) {
-	t.Helper()
-	var got bytes.Buffer
-	if err := v.Markdown(&got); err != nil {
-		t.Fatal(err)
+// bad is n finished sessions, all corrupted from round 1.
+func bad(n, of int) []outcome {
+	r := make([]int, n)
+	for i := range r {
+		r[i] = 1
 	}
-	path := filepath.Join("testdata", name+".golden.md")
-	if *update {
-		os.WriteFile(path, got.Bytes(), 0o644)
+	return finished(of, r...)
+}
+
+// TestEveryDesignReadsInThirtySeconds checks the structure of verdicts beyond the
+// examples' goldens: the GPU examples, several arms with one crashed, a crashed baseline,
+// a sequential design that never crossed, a non-inferiority margin and an A/A with a
+// significant difference. Each must keep a headline of at most three sentences, say
+// nothing twice, and never call a crashed arm significantly anything.
+func TestEveryDesignReadsInThirtySeconds(t *testing.T) {
+	level := func(b, h, g int) string {
+		return fmt.Sprintf("bf16_index_k=%d,hicache=%s,gate=%d", b, map[int]string{0: "off", 1: "on"}[h], g)
 	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./verdict -update to create it)", err)
+	var h200 []launch // docs/results/2026-11-30-h200/run3: 11/60 and 54/60 where hicache=on,gate=0
+	for _, b := range []int{0, 1} {
+		for _, h := range []int{0, 1} {
+			for _, g := range []int{0, 1} {
+				n := 0
+				if h == 1 && g == 0 {
+					n = map[int]int{0: 11, 1: 54}[b]
+				}
+				h200 = append(h200, launch{arm: level(b, h, g), sessions: bad(n, 60)})
+			}
+		}
 	}
-	if !bytes.Equal(got.Bytes(), want) {
-		t.Errorf("verdict differs from %s (go test ./verdict -update rewrites it):\n%s", path, got.String())
+	factorialCrash := fixture{example: "factorial", runs: []launch{
+		{arm: "bf16_index_k=0,hicache=off", sessions: finished(60)},
+		{arm: "bf16_index_k=0,hicache=on", sessions: finished(60)},
+		{arm: "bf16_index_k=1,hicache=off", sessions: finished(60, 1)},
+		{arm: "bf16_index_k=1,hicache=on", status: "wedged", err: "engine wedged: it still answers but completes no turn (60 turns in a row failed, none completed)",
+			sessions: join(bad(4, 20), lostAt("timeout", 40, 2, 1))},
+	}}
+	cases := map[string]fixture{
+		"gpu factorial (2^3, three interactions)": {example: "gpu-factorial", runs: h200},
+		"gpu decisive": {example: "gpu-decisive", runs: []launch{
+			{arm: "control", sessions: finished(60)}, {arm: "treatment", sessions: bad(22, 60)}}},
+		"gpu low load": {example: "gpu-low-load", runs: []launch{
+			{arm: "control", sessions: finished(60)}, {arm: "treatment", sessions: finished(60)}}},
+		"factorial with a wedged arm": factorialCrash,
+		"crashed baseline": {example: "quickstart", runs: []launch{
+			{arm: "control", status: "crashed", err: "engine exited on its own during the workload (exit code 139)", sessions: join(finished(20), lostAt("aborted", 40, 0, 1))},
+			{arm: "treatment", sessions: bad(9, 60)}}},
+		"sequential, never crossed": {example: "sequential", runs: []launch{
+			{arm: "control", block: 0, sessions: finished(60)}, {arm: "treatment", block: 0, sessions: finished(60, 1)},
+			{arm: "control", block: 1, sessions: finished(60)}, {arm: "treatment", block: 1, sessions: finished(60)},
+			{arm: "control", block: 2, sessions: finished(60, 2)}, {arm: "treatment", block: 2, sessions: finished(60, 1)},
+			{arm: "control", block: 3, sessions: finished(60)}, {arm: "treatment", block: 3, sessions: finished(60, 3)}}},
+		"aa failed": {example: "aa", runs: []launch{
+			{arm: "a1", sessions: finished(60)}, {arm: "a2", sessions: bad(8, 60)}}},
+		"interrupted": {example: "quickstart", status: "interrupted", runs: []launch{
+			{arm: "control", sessions: finished(60)},
+			{arm: "treatment", status: "interrupted", sessions: join(finished(30, 1, 2), lostAt("aborted", 30, 0, 1))}}},
 	}
+	for name, f := range cases {
+		t.Run(name, func(t *testing.T) {
+			db, ref := recordFixture(t, f)
+			v, err := Build(context.Background(), db, ref)
+			if err != nil {
+				t.Fatal(err)
+			}
+			md := markdown(t, v)
+			checkStructure(t, md)
+			for _, a := range v.Arms {
+				if len(a.Problems) > 0 && strings.Contains(headlineOf(md), "**"+a.Name+"** (+") {
+					t.Errorf("the headline judges %s, which has no decision:\n%s", a.Name, headlineOf(md))
+				}
+			}
+			if t.Failed() || testing.Verbose() {
+				t.Logf("headline: %s", headlineOf(md))
+			}
+		})
+	}
+
+	// A non-inferiority margin adds its own decision to a two-arm headline.
+	db := record(t, "ni", "session", store.Design{Blocks: 1, Margin: 0.1}, []fixtureRun{
+		{arm: "baseline", sessions: 200, corrupted: 2},
+		{arm: "fixed", sessions: 200, corrupted: 1, lost: 12},
+	})
+	_, md := build(t, db, "ni")
+	checkStructure(t, md)
 }

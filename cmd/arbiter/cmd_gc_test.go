@@ -131,7 +131,7 @@ func TestDockerRuntime(t *testing.T) {
 				t.Errorf("container %s of the experiment was left behind", l.Name)
 			}
 		}
-		logs, _ := filepath.Glob(filepath.Join(dir, "arbiter-logs", "*", "*.log"))
+		logs, _ := filepath.Glob(filepath.Join(dir, "arbiter-logs", "*", "*", "*.log")) // DB id / exp-ID / run
 		if len(logs) != 2 {
 			t.Fatalf("engine logs = %q, want one per run", logs)
 		}

@@ -34,9 +34,10 @@ func newLsCmd(g *globals) *cobra.Command {
 				return json.NewEncoder(g.stdout).Encode(exps)
 			}
 			tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tSTATUS\tSTARTED\tARMS\tSESSIONS\tCORRUPTED")
+			// Sessions as the verdict counts them: analysed (finished) and lost.
+			fmt.Fprintln(tw, "ID\tNAME\tSTATUS\tSTARTED\tARMS\tSESSIONS\tCORRUPTED\tLOST")
 			for _, e := range exps {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%d\n", e.ID, e.Name, e.Status, e.CreatedAt, e.Arms, e.Sessions, e.Corrupted)
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%d\t%d\n", e.ID, e.Name, e.Status, e.CreatedAt, e.Arms, e.Sessions, e.Corrupted, e.Lost)
 			}
 			return tw.Flush()
 		},

@@ -43,9 +43,9 @@ the environment again.`,
 		},
 	}
 	cmd.Flags().StringVar(&o.spec, "spec", "", "the experiment's spec file (default: the text recorded with it)")
-	cmd.Flags().StringVarP(&o.run.verdictPath, "verdict", "o", "", "verdict file (default verdicts/NAME-ID.md beside the database)")
-	cmd.Flags().StringVar(&o.run.logDir, "log-dir", "", "engine logs (default arbiter-logs beside the database)")
-	cmd.Flags().StringVar(&o.run.failOn, "fail-on", "", "exit 3 when the verdict shows: "+strings.Join(verdict.Gates(), ", "))
+	cmd.Flags().StringVarP(&o.run.verdictPath, "verdict", "o", "", "verdict file (default verdicts/NAME-DB-ID.md beside the database, DB the database's short id)")
+	cmd.Flags().StringVar(&o.run.logDir, "log-dir", "", "engine logs, under DIR/DB/exp-ID (default arbiter-logs beside the database)")
+	addGateFlags(cmd, &o.run.failOn, &o.run.allowInconclusive)
 	return cmd
 }
 

@@ -24,6 +24,16 @@ type runOptions struct {
 	verdictPath string
 	logDir      string
 	failOn      string
+	// allowInconclusive lets the regression and difference gates pass an arm whose
+	// corruption cannot be judged (it crashed, wedged or lost too much).
+	allowInconclusive bool
+}
+
+// addGateFlags adds --fail-on and --allow-inconclusive, shared by run, resume and verdict.
+func addGateFlags(cmd *cobra.Command, failOn *string, allow *bool) {
+	cmd.Flags().StringVar(failOn, "fail-on", "", "exit 3 when the verdict shows: "+strings.Join(verdict.Gates(), ", ")+
+		" (regression and difference also fail on an arm whose corruption is inconclusive)")
+	cmd.Flags().BoolVar(allow, "allow-inconclusive", false, "let --fail-on regression or difference pass an arm that crashed, wedged or lost more than analysis.max_loss")
 }
 
 func newRunCmd(g *globals) *cobra.Command {
@@ -36,15 +46,16 @@ seeded workload against each, label every response, store everything in the resu
 and write the markdown verdict. The first Ctrl-C stops scheduling, stops the running arm and
 keeps what was recorded; a second exits at once.`,
 		Example: `  arbiter run examples/quickstart.yaml
-  arbiter run spec.yaml --db results.db --fail-on regression   # exit 3 if an arm is worse`,
+  arbiter run spec.yaml --db results.db --fail-on regression   # exit 3 if an arm is worse, or crashed
+  arbiter run spec.yaml --fail-on regression --allow-inconclusive   # a crashed arm alone does not fail`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runExperiment(cmd.Context(), g, args[0], o)
 		},
 	}
-	cmd.Flags().StringVarP(&o.verdictPath, "verdict", "o", "", "verdict file (default verdicts/NAME-ID.md beside the database)")
-	cmd.Flags().StringVar(&o.logDir, "log-dir", "", "engine logs (default arbiter-logs beside the database)")
-	cmd.Flags().StringVar(&o.failOn, "fail-on", "", "exit 3 when the verdict shows: "+strings.Join(verdict.Gates(), ", "))
+	cmd.Flags().StringVarP(&o.verdictPath, "verdict", "o", "", "verdict file (default verdicts/NAME-DB-ID.md beside the database, DB the database's short id)")
+	cmd.Flags().StringVar(&o.logDir, "log-dir", "", "engine logs, under DIR/DB/exp-ID (default arbiter-logs beside the database)")
+	addGateFlags(cmd, &o.failOn, &o.allowInconclusive)
 	return cmd
 }
 
@@ -79,7 +90,10 @@ func execute(ctx context.Context, g *globals, spec *arms.Spec, resume int64, o r
 	}
 	path := o.verdictPath
 	if path == "" {
-		path = filepath.Join(filepath.Dir(g.dbPath()), "verdicts", fmt.Sprintf("%s-%d.md", res.Name, res.ExperimentID))
+		var err error
+		if path, err = defaultVerdictPath(ctx, g.dbPath(), res.Name, res.ExperimentID); err != nil {
+			return errors.Join(runErr, err)
+		}
 	}
 	// The verdict is written even after an interrupt: it says what was recorded so far.
 	v, verr := writeVerdict(context.WithoutCancel(ctx), g.dbPath(), fmt.Sprint(res.ExperimentID), path)
@@ -95,19 +109,48 @@ func execute(ctx context.Context, g *globals, spec *arms.Spec, resume int64, o r
 	} else {
 		fmt.Fprintf(g.stdout, "experiment %d (%s): %s in %s\n", res.ExperimentID, res.Name, res.Status, res.Elapsed.Round(1e8))
 		for _, line := range v.Headline() {
-			fmt.Fprintf(g.stdout, "  %s\n", line)
+			fmt.Fprint(g.stdout, wrap(line, "  ", 100))
 		}
 		fmt.Fprintf(g.stdout, "verdict: %s\n", path)
+	}
+	if errors.Is(runErr, orchestrator.ErrNoData) && o.failOn != "" {
+		// An arm whose engine died before any session finished is the verdict's to judge
+		// (inconclusive, or no comparison): a failed gate says more than "error".
+		if err := gate(v, o.failOn, o.allowInconclusive); err != nil {
+			return withCode(exitGateFailed, errors.Join(err, runErr))
+		}
 	}
 	if runErr != nil {
 		return runErr
 	}
-	if o.failOn != "" {
-		if failed, why := v.Gate(o.failOn); failed {
-			return withCode(exitGateFailed, fmt.Errorf("gate %s failed: %s", o.failOn, why))
-		}
+	return gate(v, o.failOn, o.allowInconclusive)
+}
+
+// gate applies --fail-on to a verdict: an error with exit code 3 when it fails.
+func gate(v *verdict.Verdict, name string, allowInconclusive bool) error {
+	if name == "" {
+		return nil
+	}
+	if failed, why := v.GateWith(name, verdict.GateOptions{AllowInconclusive: allowInconclusive}); failed {
+		return withCode(exitGateFailed, fmt.Errorf("gate %s failed: %s", name, why))
 	}
 	return nil
+}
+
+// defaultVerdictPath is verdicts/NAME-DB-ID.md beside the database, DB being the
+// database's short id: experiment ids restart in every database, so two databases in one
+// folder would otherwise write each other's verdicts.
+func defaultVerdictPath(ctx context.Context, dbPath, name string, id int64) (string, error) {
+	db, err := store.OpenReadOnly(dbPath)
+	if err != nil {
+		return "", err
+	}
+	defer db.Close()
+	uuid, err := store.DatabaseID(ctx, db)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(filepath.Dir(dbPath), "verdicts", fmt.Sprintf("%s-%s-%d.md", name, store.ShortID(uuid), id)), nil
 }
 
 // writeVerdict builds the verdict of experiment ref from the database at dbPath and writes
@@ -129,4 +172,25 @@ func writeVerdict(ctx context.Context, dbPath, ref, path string) (*verdict.Verdi
 		return nil, err
 	}
 	return v, nil
+}
+
+// wrap breaks text into lines of at most width columns (a longer word stays whole), each
+// starting with indent.
+func wrap(text, indent string, width int) string {
+	var b strings.Builder
+	line := indent
+	for _, w := range strings.Fields(text) {
+		if len(line) > len(indent) && len(line)+1+len(w) > width {
+			b.WriteString(line + "\n")
+			line = indent
+		}
+		if len(line) > len(indent) {
+			line += " "
+		}
+		line += w
+	}
+	if len(line) > len(indent) {
+		b.WriteString(line + "\n")
+	}
+	return b.String()
 }

@@ -17,6 +17,7 @@ func init() {
 
 func newVerdictCmd(g *globals) *cobra.Command {
 	var out, failOn string
+	var allowInconclusive bool
 	cmd := &cobra.Command{
 		Use:   "verdict [EXP]",
 		Short: "Write the markdown verdict of an experiment (default: the newest)",
@@ -47,16 +48,11 @@ experiment. Without -o the markdown goes to stdout; with -o it is written with i
 					return err
 				}
 			}
-			if failOn != "" {
-				if failed, why := v.Gate(failOn); failed {
-					return withCode(exitGateFailed, fmt.Errorf("gate %s failed: %s", failOn, why))
-				}
-			}
-			return nil
+			return gate(v, failOn, allowInconclusive)
 		},
 	}
 	cmd.Flags().StringVarP(&out, "output", "o", "", "write the verdict (and its SVG charts) to this file")
-	cmd.Flags().StringVar(&failOn, "fail-on", "", "exit 3 when the verdict shows: "+strings.Join(verdict.Gates(), ", "))
+	addGateFlags(cmd, &failOn, &allowInconclusive)
 	return cmd
 }
 

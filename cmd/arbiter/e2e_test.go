@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -255,5 +258,192 @@ func TestResumeRefusesWhatCannotBeResumed(t *testing.T) {
 	}
 	if code, _, stderr := runCLI(t, "resume", "no-such", "--db", db); code != exitUsage || !strings.Contains(stderr, "not found") {
 		t.Errorf("resume of an unknown experiment: exit %d, %q", code, stderr)
+	}
+}
+
+// crashSpec is a decisive A/B whose engine command records the treatment engine's pid, so
+// that the test can kill that engine mid-run as an OOM killer or a segfault would.
+const crashSpec = `version: 1
+name: e2e-crash
+engine:
+  preset: refserve
+  command: [sh, -c, 'if [ "$BF16_INDEX_K" = 1 ]; then echo $$ > %s; fi; exec refserve "$@"', refserve-wrapper]
+  args: [--enable-hierarchical-cache, --tool-call-parser, deepseekv4, --inter-token-delay, 5ms]
+arms:
+  control:   {env: {BF16_INDEX_K: "0"}}
+  treatment: {env: {BF16_INDEX_K: "1"}}
+workload: {kind: toolcall-agent, sessions: 24, rounds: 3, concurrency: %d, seed: 7, temperature: 0}
+detectors: [dsml-leak, toolcall-schema]
+analysis: {unit: session, alpha: 0.05, baseline: control}
+timeouts: {startup: 60s, request: 60s, stall: 30s}
+`
+
+// An engine killed mid-run must not turn into a corruption finding: the headline says the
+// arm crashed and that its corruption is inconclusive, nothing reads "significantly
+// higher", and the regression gate fails (exit 3) unless inconclusive arms are allowed.
+func TestEngineKilledMidRunMakesItsArmInconclusive(t *testing.T) {
+	bin := buildRefserve(t)
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "treatment.pid")
+	spec := filepath.Join(dir, "spec.yaml")
+	if err := os.WriteFile(spec, []byte(fmt.Sprintf(crashSpec, pidFile, 4)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(dir, "results.db")
+	verdictPath := filepath.Join(dir, "verdict.md")
+
+	done := make(chan cliResult, 1)
+	go func() {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), []string{"run", spec, "--db", db, "-o", verdictPath, "--fail-on", "regression"}, &out, &errb)
+		done <- cliResult{code, out.String(), errb.String()}
+	}()
+
+	// Kill the treatment engine once some of its sessions have finished and the rest
+	// are still running: the crash must come mid-run, not before or after.
+	pid := waitForTreatment(t, db, pidFile, done, "SELECT count(*) FROM sessions s JOIN arms a ON a.id = s.arm_id WHERE a.name = 'treatment' AND s.status = 'ok'", 3)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill the treatment engine (pid %d): %v", pid, err)
+	}
+	res := <-done
+
+	if res.code != exitGateFailed {
+		t.Fatalf("arbiter run --fail-on regression exited %d, want %d (the gate fails on an inconclusive arm)\nstdout:\n%s\nstderr:\n%s",
+			res.code, exitGateFailed, res.stdout, res.stderr)
+	}
+	if !strings.Contains(res.stderr, "gate regression failed: treatment's corruption is inconclusive") {
+		t.Errorf("the gate does not say why it failed:\n%s", res.stderr)
+	}
+	ro, err := store.OpenReadOnly(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	var status string
+	ro.Get(&status, `SELECT r.status FROM runs r JOIN arms a ON a.id = r.arm_id WHERE a.name = 'treatment'`)
+	var finished, lost int
+	ro.Get(&finished, `SELECT count(*) FROM sessions s JOIN arms a ON a.id = s.arm_id WHERE a.name = 'treatment' AND s.status = 'ok'`)
+	ro.Get(&lost, `SELECT count(*) FROM sessions s JOIN arms a ON a.id = s.arm_id WHERE a.name = 'treatment' AND s.status <> 'ok'`)
+	if status != "crashed" || finished == 0 || finished == 24 {
+		t.Fatalf("treatment run %s with %d of 24 sessions finished (%d recorded lost): the kill did not land mid-run", status, finished, lost)
+	}
+
+	md, err := os.ReadFile(verdictPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := strings.SplitN(string(md), "\n\n", 3)[1]
+	if !strings.HasPrefix(head, "The engine of **treatment** crashed (block 0)") || !strings.Contains(head, "The corruption of treatment is inconclusive") {
+		t.Errorf("headline does not say first that treatment crashed and is inconclusive:\n%s", head)
+	}
+	if strings.Contains(string(md), "significantly higher") || strings.Contains(res.stdout, "significantly higher") {
+		t.Errorf("a killed engine reads as significantly higher:\n%s", md)
+	}
+	if !strings.Contains(res.stdout, "treatment crashed") {
+		t.Errorf("the terminal headline does not say treatment crashed:\n%s", res.stdout)
+	}
+
+	// Re-judged, the same verdict gates the same way; --allow-inconclusive lets it pass.
+	if code, _, stderr := runCLI(t, "verdict", "e2e-crash", "--db", db, "--fail-on", "regression"); code != exitGateFailed {
+		t.Errorf("verdict --fail-on regression exited %d, want %d: %s", code, exitGateFailed, stderr)
+	}
+	if code, _, stderr := runCLI(t, "verdict", "e2e-crash", "--db", db, "--fail-on", "regression", "--allow-inconclusive"); code != exitOK {
+		t.Errorf("verdict --fail-on regression --allow-inconclusive exited %d, want 0: %s", code, stderr)
+	}
+	code, stdout, _ := runCLI(t, "verdict", "e2e-crash", "--db", db, "--json")
+	var summary struct {
+		Arms []struct {
+			Name       string `json:"name"`
+			VsBaseline struct {
+				Decision string `json:"decision"`
+			} `json:"vs_baseline"`
+			Launches map[string]int `json:"launches"`
+		} `json:"arms"`
+	}
+	if code != 0 || json.Unmarshal([]byte(stdout), &summary) != nil || len(summary.Arms) != 2 ||
+		summary.Arms[1].VsBaseline.Decision != "inconclusive" || summary.Arms[1].Launches["crashed"] != 1 {
+		t.Errorf("verdict --json: code %d, %s", code, stdout)
+	}
+}
+
+// cliResult is what one arbiter command returned.
+type cliResult struct {
+	code           int
+	stdout, stderr string
+}
+
+// waitForTreatment waits until the treatment engine has written its pid and query (a
+// count over the database) reaches at least n, and returns the pid. It fails the test if
+// arbiter ends first.
+func waitForTreatment(t *testing.T, dbPath, pidFile string, done <-chan cliResult, query string, n int) int {
+	t.Helper()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(2 * time.Minute)
+	for {
+		select {
+		case r := <-done:
+			t.Fatalf("arbiter ended (exit %d) before the treatment engine could be killed mid-run\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+		case <-deadline:
+			t.Fatal("the treatment engine never reached the middle of its run")
+		case <-tick.C:
+		}
+		b, err := os.ReadFile(pidFile)
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			continue
+		}
+		ro, err := store.OpenReadOnly(dbPath)
+		if err != nil {
+			continue
+		}
+		var got int
+		err = ro.Get(&got, query)
+		ro.Close()
+		if err == nil && got >= n {
+			return pid
+		}
+	}
+}
+
+// The field's case: every session in flight at once when the engine dies, so none
+// finishes. Sessions corrupted before the crash used to be all that survived, and the
+// verdict read "treatment corrupted 3 of 3 sessions (100.0%) … significantly higher"
+// with exit 0. Now nothing is analysed, the arm is inconclusive, and the gate fails.
+func TestEngineKilledWithEverySessionInFlight(t *testing.T) {
+	bin := buildRefserve(t)
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "treatment.pid")
+	spec := filepath.Join(dir, "spec.yaml")
+	if err := os.WriteFile(spec, []byte(fmt.Sprintf(crashSpec, pidFile, 24)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(dir, "results.db")
+	done := make(chan cliResult, 1)
+	go func() {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), []string{"run", spec, "--db", db, "--fail-on", "regression"}, &out, &errb)
+		done <- cliResult{code, out.String(), errb.String()}
+	}()
+	pid := waitForTreatment(t, db, pidFile, done, "SELECT count(*) FROM turns t JOIN arms a ON a.id = t.arm_id WHERE a.name = 'treatment'", 24)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill the treatment engine (pid %d): %v", pid, err)
+	}
+	res := <-done
+	if res.code != exitGateFailed {
+		t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", res.code, exitGateFailed, res.stdout, res.stderr)
+	}
+	for _, want := range []string{"The engine of treatment crashed (block 0)", "inconclusive"} {
+		if !strings.Contains(strings.Join(strings.Fields(res.stdout), " "), want) {
+			t.Errorf("headline lacks %q:\n%s", want, res.stdout)
+		}
+	}
+	if strings.Contains(res.stdout, "significantly higher") {
+		t.Errorf("a killed engine reads as significantly higher:\n%s", res.stdout)
 	}
 }

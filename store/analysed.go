@@ -1,0 +1,109 @@
+package store
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jmoiron/sqlx"
+)
+
+// Which sessions an analysis counts is decided here and nowhere else: the orchestrator's
+// sequential looks, a resumed experiment's kept launches and the verdict all ask the same
+// question, so that a session cannot count in one and not in another.
+//
+// A session is analysed only when it finished: every round ran and every response was
+// labelled, clean or corrupted. A session that was lost (an error, a timeout, an engine
+// that crashed or wedged under it) is not analysed, whatever its responses showed before
+// it was lost. Counting a session that was corrupted and then lost, while a lost session
+// that stayed clean is not counted, would keep exactly the corrupted ones after a crash and
+// turn the crash into a corruption finding. Such sessions are counted on their own
+// (CorruptedThenLost) and reported beside the analysis.
+
+// SessionFinished is the status of a session that completed every round.
+const SessionFinished = "ok"
+
+// Analysed reports whether a session with this status enters the analysis: only a
+// session that finished does.
+func Analysed(status string) bool { return status == SessionFinished }
+
+// Analysed reports whether the session enters the analysis (see the package-level
+// Analysed).
+func (s SessionOutcome) Analysed() bool { return Analysed(s.Status) }
+
+// analysedSQL is Analysed as a condition on the sessions table.
+const analysedSQL = "status = 'ok'"
+
+// SessionCounts are the sessions of one launch (or one arm) as every analysis counts them.
+type SessionCounts struct {
+	// Recorded is every session with a row: analysed or lost.
+	Recorded int `db:"recorded"`
+	// Analysed are the sessions that finished; Corrupted are the corrupted ones among them.
+	Analysed  int `db:"analysed"`
+	Corrupted int `db:"corrupted"`
+	// Lost are recorded sessions that did not finish; CorruptedThenLost are those among
+	// them that had a corrupted response before they were lost.
+	Lost              int `db:"lost"`
+	CorruptedThenLost int `db:"corrupted_then_lost"`
+}
+
+// Add returns the sum of two tallies.
+func (c SessionCounts) Add(o SessionCounts) SessionCounts {
+	return SessionCounts{Recorded: c.Recorded + o.Recorded, Analysed: c.Analysed + o.Analysed,
+		Corrupted: c.Corrupted + o.Corrupted, Lost: c.Lost + o.Lost, CorruptedThenLost: c.CorruptedThenLost + o.CorruptedThenLost}
+}
+
+// Count adds one session to the tally, by the rule of Analysed.
+func (c *SessionCounts) Count(status string, corrupted bool) {
+	c.Recorded++
+	switch {
+	case Analysed(status):
+		c.Analysed++
+		if corrupted {
+			c.Corrupted++
+		}
+	default:
+		c.Lost++
+		if corrupted {
+			c.CorruptedThenLost++
+		}
+	}
+}
+
+// RunSessionCounts tallies the sessions of one launch.
+func RunSessionCounts(ctx context.Context, db *sqlx.DB, runID int64) (SessionCounts, error) {
+	var c SessionCounts
+	err := db.GetContext(ctx, &c, `SELECT count(*) AS recorded,
+			coalesce(sum(`+analysedSQL+`), 0) AS analysed,
+			coalesce(sum(`+analysedSQL+` AND corrupted = 1), 0) AS corrupted,
+			coalesce(sum(NOT (`+analysedSQL+`)), 0) AS lost,
+			coalesce(sum(NOT (`+analysedSQL+`) AND corrupted = 1), 0) AS corrupted_then_lost
+		FROM sessions WHERE run_id = ?`, runID)
+	if err != nil {
+		return c, fmt.Errorf("sessions of run %d: %w", runID, err)
+	}
+	return c, nil
+}
+
+// ArmSessionCounts tallies the sessions of every arm of an experiment, by arm id, leaving
+// out launches that a resume ran again.
+func ArmSessionCounts(ctx context.Context, db *sqlx.DB, experimentID int64) (map[int64]SessionCounts, error) {
+	var rows []struct {
+		ArmID int64 `db:"arm_id"`
+		SessionCounts
+	}
+	err := db.SelectContext(ctx, &rows, `SELECT s.arm_id, count(*) AS recorded,
+			coalesce(sum(s.`+analysedSQL+`), 0) AS analysed,
+			coalesce(sum(s.`+analysedSQL+` AND s.corrupted = 1), 0) AS corrupted,
+			coalesce(sum(NOT (s.`+analysedSQL+`)), 0) AS lost,
+			coalesce(sum(NOT (s.`+analysedSQL+`) AND s.corrupted = 1), 0) AS corrupted_then_lost
+		FROM sessions s JOIN runs r ON r.id = s.run_id
+		WHERE s.experiment_id = ? AND r.superseded_by IS NULL GROUP BY s.arm_id`, experimentID)
+	if err != nil {
+		return nil, fmt.Errorf("sessions of experiment %d: %w", experimentID, err)
+	}
+	out := make(map[int64]SessionCounts, len(rows))
+	for _, r := range rows {
+		out[r.ArmID] = r.SessionCounts
+	}
+	return out, nil
+}

@@ -1,0 +1,94 @@
+package store
+
+import (
+	"context"
+	"testing"
+)
+
+// One rule decides which sessions an analysis counts; the SQL tallies must agree with it
+// session by session.
+func TestSessionCountsFollowTheOneRule(t *testing.T) {
+	s := newStore(t, Options{})
+	exp, arm, run := seedExperiment(t, s)
+	ctx := context.Background()
+	w := s.NewWriter(WriterOptions{})
+	sessions := []struct {
+		status    string
+		corrupted bool
+	}{
+		{"ok", false}, {"ok", true}, {"ok", true}, // finished: analysed
+		{"aborted", true}, {"timeout", true}, // corrupted, then lost: not analysed
+		{"error", false}, {"aborted", false}, // lost clean
+	}
+	var want SessionCounts
+	for i, x := range sessions {
+		w.Session(Session{ExperimentID: exp, RunID: run, ArmID: arm, Index: i, Status: x.status, Turns: 2, Corrupted: x.corrupted})
+		want.Count(x.status, x.corrupted)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if want != (SessionCounts{Recorded: 7, Analysed: 3, Corrupted: 2, Lost: 4, CorruptedThenLost: 2}) {
+		t.Fatalf("Count tallied %+v", want)
+	}
+	got, err := RunSessionCounts(ctx, s.DB(), run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Errorf("RunSessionCounts = %+v, want %+v", got, want)
+	}
+	byArm, err := ArmSessionCounts(ctx, s.DB(), exp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if byArm[arm] != want {
+		t.Errorf("ArmSessionCounts = %+v, want %+v", byArm[arm], want)
+	}
+	outcomes, err := Sessions(ctx, s.DB(), exp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	analysed := 0
+	for _, o := range outcomes {
+		if o.Analysed() {
+			analysed++
+		}
+	}
+	if analysed != want.Analysed {
+		t.Errorf("SessionOutcome.Analysed counts %d, the tally %d", analysed, want.Analysed)
+	}
+
+	list, err := ListExperiments(ctx, s.DB())
+	if err != nil || len(list) != 1 || list[0].Sessions != 3 || list[0].Corrupted != 2 || list[0].Lost != 4 {
+		t.Errorf("ListExperiments = %+v, %v; want 3 analysed, 2 corrupted, 4 lost", list, err)
+	}
+
+	// A launch that a resume ran again is left out of the experiment's tally.
+	rerun, err := s.StartRun(ctx, Run{ExperimentID: exp, ArmID: arm, Runtime: "process", Status: "starting"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Supersede(ctx, run, rerun); err != nil {
+		t.Fatal(err)
+	}
+	if byArm, err = ArmSessionCounts(ctx, s.DB(), exp); err != nil || byArm[arm] != (SessionCounts{}) {
+		t.Errorf("after the launch was superseded: %+v, %v; want nothing counted", byArm[arm], err)
+	}
+}
+
+func TestDesignLossLimitDefaultsForOldExperiments(t *testing.T) {
+	var d Design
+	if d.LossLimit() != DefaultMaxLoss {
+		t.Errorf("no max_loss recorded: limit %g, want %g", d.LossLimit(), DefaultMaxLoss)
+	}
+	zero := 0.0
+	d.MaxLoss = &zero
+	if d.LossLimit() != 0 {
+		t.Errorf("max_loss 0 recorded: limit %g, want 0", d.LossLimit())
+	}
+	e := ExperimentRow{Design: `{"blocks":1,"max_loss":0.25}`}
+	if got := e.ParsedDesign().LossLimit(); got != 0.25 {
+		t.Errorf("parsed max_loss %g, want 0.25", got)
+	}
+}
