@@ -146,6 +146,17 @@ func digest(vals ...any) uint64 {
 	return h.Sum64()
 }
 
+// ToolSpecs returns every tool of the agent's fixed set as a request offers it, in the
+// set's order; each session offers a seeded subset of them. Detector tests and
+// `arbiter classify --tools` read the workload's own schemas from here.
+func ToolSpecs() []openai.Tool {
+	out := make([]openai.Tool, len(toolSet))
+	for i, t := range toolSet {
+		out[i] = t.spec()
+	}
+	return out
+}
+
 func toolByName(name string) (toolDef, bool) {
 	for _, t := range toolSet {
 		if t.Name == name {
