@@ -3,7 +3,8 @@
 //
 // Built in:
 //   - dsml-leak: tool-call markup (DeepSeek DSML and V3 tokens, Qwen/Hermes, Kimi, Llama,
-//     Anthropic-style) leaked into the assistant's content outside code.
+//     Anthropic-style) leaked into the assistant's content outside code, and DeepSeek
+//     markup fragments whose angle brackets were lost.
 //   - toolcall-schema: structured tool calls that name an unknown tool, carry arguments
 //     that are not a JSON object, or break the tool's JSON schema.
 //   - repetition: degenerate repetition loops in the content.
