@@ -477,7 +477,7 @@ func (t *sessionTracker) Turn(turn workload.Turn) {
 	}
 	// A detector gets as long as a request; one that hangs must not stall the session.
 	ctx, cancel := context.WithTimeout(context.Background(), t.e.spec.Timeouts.Request)
-	labels, corrupted, err := detectors.Label(ctx, t.e.detectors, plugins.Response{Completion: turn.Response, Tools: turn.Tools})
+	labels, corrupted, err := detectors.Label(ctx, t.e.detectors, plugins.Response{Completion: turn.Response, Tools: turn.Tools, ToolChoice: turn.ToolChoice})
 	cancel()
 	if err != nil {
 		// The turn keeps the labels that were given; the verdict reports how many
