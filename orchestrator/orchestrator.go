@@ -186,7 +186,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	res := Result{ExperimentID: expID, Name: spec.Name}
 	runErr := e.run(ctx, &res)
 	if runErr == nil && ctx.Err() == nil {
-		runErr = e.checkData(res.Runs)
+		runErr = errors.Join(e.checkData(res.Runs), e.labelDivergence(ctx))
 	}
 	res.Elapsed = time.Since(start)
 

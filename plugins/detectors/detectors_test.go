@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/plugins"
 )
 
@@ -101,5 +102,14 @@ func BenchmarkRepetitionLongReply(b *testing.B) {
 		if _, err := (repetition{}).Detect(context.Background(), r); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestSpecsKnowEveryBuiltin: arms validates a spec's detectors list against its own list
+// of names (it cannot import this package); the two must not drift apart.
+func TestSpecsKnowEveryBuiltin(t *testing.T) {
+	known := slices.Sorted(slices.Values(arms.KnownDetectors))
+	if !slices.Equal(known, Names()) {
+		t.Errorf("arms.KnownDetectors = %v, built-ins = %v", known, Names())
 	}
 }
