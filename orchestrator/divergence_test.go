@@ -184,7 +184,7 @@ func TestDivergenceOnRealRefserve(t *testing.T) {
 	run := func(armsYAML string) (string, int64) {
 		src := fmt.Sprintf(`version: 1
 name: divergence-refserve
-engine: {preset: refserve, command: [%q], args: [--enable-hierarchical-cache, --inter-token-delay, 5ms]}
+engine: {preset: refserve, command: [%q], args: [--enable-hierarchical-cache, --inter-token-delay, 10ms]}
 %s
 workload: {kind: toolcall-agent, sessions: 100, rounds: 3, concurrency: 100, seed: 42, temperature: 0}
 detectors: [dsml-leak, divergence]
