@@ -23,6 +23,11 @@ import (
 // maxLength, pattern, format (dates, emails, URIs), $ref, and the first branch of anyOf,
 // oneOf and allOf. Ignored: not, if/then/else, dependencies, patternProperties, contains,
 // uniqueItems, minProperties and maxProperties.
+//
+// This makes openai/toolschema, and the JSON Schema library under it, refserve's one
+// import beyond the standard library, openai and the kernels loader: refserve reads
+// schemas the way the engines it stands in for do (with a real validator), and a second,
+// hand-written reader here is exactly the disagreement this package exists to prevent.
 
 // argumentsFor builds arguments that satisfy a tool's parameter schema: every required
 // property with the right type, some optional ones. A tool without a readable schema
