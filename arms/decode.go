@@ -48,7 +48,7 @@ var DefaultDetectors = []string{"dsml-leak", "toolcall-schema"}
 
 // KnownDetectors are the built-in detectors; a spec may also name an external one as
 // plugin:NAME or plugin:PATH.
-var KnownDetectors = []string{"dsml-leak", "toolcall-schema", "repetition"}
+var KnownDetectors = []string{"dsml-leak", "toolcall-schema", "repetition", "finish-anomaly", "divergence"}
 
 // KnownWorkloads are the workload kinds this arbiter can drive. A spec naming another is
 // refused here rather than failing after the engines have started.
@@ -942,6 +942,7 @@ func (d *decoder) decodeDetectors(e entry) {
 			d.add(it.val, it.path, "detector %s is listed twice", v)
 		default:
 			d.spec.Detectors = append(d.spec.Detectors, v)
+			d.spec.pos["detectors."+v] = posOf(it.val)
 		}
 	})
 	if seq, ok := e.val.(*ast.SequenceNode); !ok || len(seq.Values) == 0 {
@@ -1099,6 +1100,9 @@ func (d *decoder) crossCheck(seen map[string]entry) {
 	}
 	if s.Detectors == nil {
 		s.Detectors = slices.Clone(DefaultDetectors)
+	}
+	if slices.Contains(s.Detectors, "divergence") && s.Workload.Temperature != 0 {
+		d.addAt(s.pos["detectors.divergence"], "detectors", "divergence compares arms token for token at temperature 0, but workload.temperature is %g: sampling would make every arm diverge", s.Workload.Temperature)
 	}
 	a := &s.Analysis
 	if looks := a.Sequential.Looks; looks > 0 {

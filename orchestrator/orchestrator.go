@@ -194,7 +194,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	res := Result{ExperimentID: expID, Name: spec.Name}
 	runErr := e.run(ctx, &res)
 	if runErr == nil && ctx.Err() == nil {
-		runErr = e.checkData(res.Runs)
+		runErr = errors.Join(e.checkData(res.Runs), e.labelDivergence(ctx))
 	}
 	res.Elapsed = time.Since(start)
 
@@ -485,7 +485,7 @@ func (t *sessionTracker) Turn(turn workload.Turn) {
 	}
 	// A detector gets as long as a request; one that hangs must not stall the session.
 	ctx, cancel := context.WithTimeout(context.Background(), t.e.spec.Timeouts.Request)
-	labels, corrupted, err := detectors.Label(ctx, t.e.detectors, plugins.Response{Completion: turn.Response, Tools: turn.Tools})
+	labels, corrupted, err := detectors.Label(ctx, t.e.detectors, plugins.Response{Completion: turn.Response, Tools: turn.Tools, ToolChoice: turn.ToolChoice})
 	cancel()
 	if err != nil {
 		// The turn keeps the labels that were given; the verdict reports how many

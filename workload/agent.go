@@ -285,6 +285,7 @@ func (s *agentSession) send(ctx context.Context, round int) Exchange {
 		Started:    ex.Started,
 		Request:    ex.Request,
 		Tools:      s.script.Tools,
+		ToolChoice: req.ToolChoice,
 		StatusCode: ex.StatusCode,
 		Response:   ex.Completion,
 		Raw:        ex.Raw,

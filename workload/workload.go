@@ -4,6 +4,7 @@
 package workload
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/arbiterlab/arbiter/openai"
@@ -46,6 +47,8 @@ type Turn struct {
 	Request []byte
 	// Tools are the tools the request offered (for schema checks).
 	Tools []openai.Tool
+	// ToolChoice is the request's tool_choice as sent; empty when it sent none.
+	ToolChoice json.RawMessage
 	// StatusCode is the HTTP status; 0 when no response arrived.
 	StatusCode int
 	// Response is the assembled completion (from the SSE chunks when streaming).
