@@ -430,7 +430,7 @@ func (v *Verdict) unitView(sessions []store.SessionOutcome, index map[int64]int)
 			uv.Fallback = fmt.Sprintf("each arm needs at least two %ss to estimate their correlation; the session-level test decides", map[string]string{"response": "session", "launch": "launch"}[v.Unit])
 			return
 		}
-		rs, err := stats.RaoScott(clusters[v.Baseline], clusters[i])
+		rs, err := stats.DonnerAdjusted(clusters[v.Baseline], clusters[i])
 		if err != nil {
 			uv.Fallback = err.Error()
 			return

@@ -91,7 +91,7 @@ func (v *Verdict) responseView() {
 	if len(base.clusters) < 2 || len(other.clusters) < 2 {
 		return
 	}
-	rs, err := stats.RaoScott(base.clusters, other.clusters)
+	rs, err := stats.DonnerAdjusted(base.clusters, other.clusters)
 	if err != nil {
 		return
 	}
