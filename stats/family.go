@@ -54,6 +54,22 @@ type Claim struct {
 	Reject bool `json:"reject"`
 }
 
+// MarshalJSON writes the claim with undefined numbers (a claim that could not be
+// tested) as null.
+func (c Claim) MarshalJSON() ([]byte, error) {
+	return coreJSONObject(
+		coreJSONField{"kind", c.Kind},
+		coreJSONField{"name", c.Name},
+		coreJSONField{"factors", c.Factors},
+		coreJSONField{"scale", c.Scale},
+		coreJSONField{"test", c.Test},
+		coreJSONField{"estimate", c.Estimate},
+		coreJSONField{"p", c.P},
+		coreJSONField{"adjusted_p", c.AdjustedP},
+		coreJSONField{"reject", c.Reject},
+	)
+}
+
 // Family is a declared set of claims judged together at one family-wise alpha.
 type Family struct {
 	Name string `json:"name"`

@@ -41,6 +41,25 @@ type LaunchTest struct {
 	Warnings     []Warning
 }
 
+// MarshalJSON writes the test with the figures that are undefined when no conclusion
+// is possible as null.
+func (l LaunchTest) MarshalJSON() ([]byte, error) {
+	return coreJSONObject(
+		coreJSONField{"launches_a", l.LaunchesA},
+		coreJSONField{"launches_b", l.LaunchesB},
+		coreJSONField{"possible", l.Possible},
+		coreJSONField{"rate_a", l.RateA},
+		coreJSONField{"rate_b", l.RateB},
+		coreJSONField{"difference", l.Difference},
+		coreJSONField{"se", l.SE},
+		coreJSONField{"t", l.T},
+		coreJSONField{"df", l.DF},
+		coreJSONField{"p", l.P},
+		coreJSONField{"ci" + coreConfLabel(l.Conf), Bounds(l.CI)},
+		coreJSONField{"warnings", l.Warnings},
+	)
+}
+
 // LaunchTTest compares the corruption rates of two arms' launches: each launch counts
 // once, with its share of corrupted sessions (ClusterCounts.Events of Responses), and
 // the two arms' means are compared by the pooled two-sample t test on DF = launches − 2

@@ -1,6 +1,7 @@
 package stats
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -114,5 +115,25 @@ func TestLaunchTTestNeedsTwoLaunchesPerArm(t *testing.T) {
 	}
 	if _, err := LaunchTTest([]ClusterCounts{{3, 2}}, two, 0.95); err == nil {
 		t.Error("3 events of 2 sessions accepted")
+	}
+}
+
+func TestLaunchTestJSONWritesUndefinedFiguresAsNull(t *testing.T) {
+	lt, _ := LaunchTTest([]ClusterCounts{{0, 60}}, []ClusterCounts{{9, 60}, {7, 60}}, 0.95)
+	b, err := json.Marshal(lt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	if m["possible"] != false || m["p"] != nil || m["ci95"].([]any)[0] != nil {
+		t.Errorf("no conclusion possible: %s", b)
+	}
+	f, _ := FactorialFamily(FactorialFamilyInput{Alpha: 0.05, Arms: []string{"a", "b"}, Cells: []FactorialCell{
+		{Levels: map[string]int{"x": 0}, N: 10}, {Levels: map[string]int{"x": 1}, N: 0}}})
+	if _, err := json.Marshal(f); err != nil {
+		t.Errorf("a family with untested claims does not marshal: %v", err)
 	}
 }
