@@ -623,6 +623,9 @@ func (v *Verdict) unitView(sessions []store.SessionOutcome, index map[int64]int)
 			if !lt.Possible {
 				uv.Inconclusive = true
 			}
+			for _, w := range lt.Warnings {
+				v.noteOnce(fmt.Sprintf("%s against %s, launches as the unit: %s.", v.Arms[i].Name, v.Arms[v.Baseline].Name, w))
+			}
 		}
 		if !v.Arms[i].Compare.Sequential {
 			unitPs = append(unitPs, uv.P[i])
@@ -653,6 +656,40 @@ func (v *Verdict) unitView(sessions []store.SessionOutcome, index map[int64]int)
 			c.Direction = direction(v.armRateDifference(i))
 		}
 	}
+}
+
+// HeadlineFamily is the declared family of claims a headline may draw from: in a
+// factorial experiment FactorialView.Family; otherwise every arm against the baseline
+// that a p-value decides (on sessions, or on the spec's unit), Holm-adjusted together,
+// the same adjustment as each Comparison.AdjustedP. Arms decided by a sequential
+// boundary spend their own alpha and are not in it; neither are arms that could not be
+// tested (no launch-level conclusion possible). A claim may be headlined only when its
+// Reject is true, quoting its AdjustedP.
+func (v *Verdict) HeadlineFamily() stats.Family {
+	if v.Factorial != nil {
+		return v.Factorial.Family
+	}
+	var claims []stats.Claim
+	for i, a := range v.Arms {
+		c := a.Compare
+		if i == v.Baseline || c == nil || c.Sequential {
+			continue
+		}
+		cl := stats.Claim{Kind: stats.ClaimArm, Name: a.Name, Scale: stats.ScaleRiskDifference, Test: "Fisher exact",
+			Estimate: c.Difference, P: c.FisherP}
+		if uv := v.UnitView; c.UnitDecides && uv != nil {
+			cl.Test, cl.P, cl.Estimate = uv.Test, uv.P[i], v.armRateDifference(i)
+		}
+		claims = append(claims, cl)
+	}
+	desc := fmt.Sprintf("%d %s against %s", len(claims), map[bool]string{true: "arm", false: "arms"}[len(claims) == 1], v.Arms[v.Baseline].Name)
+	f, err := stats.NewFamily("arms", desc, v.Alpha, claims)
+	if err != nil {
+		// Alpha is checked when the verdict is built; an error here is a bug.
+		return stats.Family{Name: "arms", Description: err.Error()}
+	}
+	f.Description = fmt.Sprintf("%d %s, Holm-adjusted together: %s", f.Tested, map[bool]string{true: "claim", false: "claims"}[f.Tested == 1], desc)
+	return f
 }
 
 // factorLabel names a term for a reader: "bf16_index_k x hicache interaction".

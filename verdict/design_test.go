@@ -253,6 +253,31 @@ func TestNoComparisonFailsTheGatesAndSaysSo(t *testing.T) {
 	}
 }
 
+// Outside a factorial design the headline family is the arms against the baseline,
+// with the same Holm adjustment as each comparison.
+func TestHeadlineFamilyOfSeveralArms(t *testing.T) {
+	db := record(t, "arms3", "session", store.Design{Blocks: 1}, []fixtureRun{
+		{arm: "control", sessions: 60},
+		{arm: "b", sessions: 60, corrupted: 12},
+		{arm: "c", sessions: 60, corrupted: 4},
+	})
+	v, _ := build(t, db, "arms3")
+	f := v.HeadlineFamily()
+	if f.Tested != 2 || f.Method != "Holm" || !strings.Contains(f.Description, "2 claims") {
+		t.Fatalf("family %+v", f)
+	}
+	for _, cl := range f.Claims {
+		for _, a := range v.Arms {
+			if a.Name == cl.Name && (a.Compare.AdjustedP != cl.AdjustedP || a.Compare.Significant != cl.Reject || a.Compare.FisherP != cl.P) {
+				t.Errorf("%s: family %+v, comparison %+v", a.Name, cl, a.Compare)
+			}
+		}
+	}
+	if h := f.Headlined(); len(h) != 1 || h[0].Name != "b" {
+		t.Errorf("headlined %+v", h)
+	}
+}
+
 func TestResponseUnitHolmAdjustsAcrossArms(t *testing.T) {
 	db := record(t, "resp3", "response", store.Design{Blocks: 1}, []fixtureRun{
 		{arm: "control", sessions: 60, turnsPerSession: 8},
@@ -360,6 +385,12 @@ func TestLaunchUnitIsDecidedOnLaunches(t *testing.T) {
 	// 14 of 60 against 0 of 60 is p = 3e-5 on sessions, but the spec chose launches.
 	if !(c.FisherP < 1e-4) || c.Significant || !c.UnitDecides || !math.IsNaN(c.AdjustedP) {
 		t.Errorf("one launch per arm decided anyway: %+v", c)
+	}
+	if f := v.HeadlineFamily(); f.Tested != 0 || len(f.Headlined()) != 0 {
+		t.Errorf("an arm with no launch-level conclusion entered the headline family: %+v", f)
+	}
+	if !strings.Contains(strings.Join(v.Caveats, "\n"), "no launch-level conclusion is possible") {
+		t.Errorf("caveats do not say it: %q", v.Caveats)
 	}
 }
 
