@@ -163,7 +163,8 @@ type DonnerResult struct {
 }
 
 // DonnerAdjusted tests equal response-level corruption rates in two arms with Donner's
-// adjusted chi-square (Donner, Birkett and Buck 1981; Donner and Klar 2000, §6.3):
+// adjusted chi-square (Donner, Birkett and Buck 1981; Donner and Klar, Design and
+// Analysis of Cluster Randomization Trials, 2000):
 //
 //	X²_A = Σ_i n_i (p̂_i − p̂)² / (C_i · p̂(1 − p̂)),
 //

@@ -14,8 +14,10 @@ import (
 // by an estimated design effect (DonnerAdjusted) needs many clusters; with two to eight
 // launches per arm it rejects a true null up to twice as often as it should. The
 // launch-level test here compares the launches' own corruption rates with Student's t on
-// launches − 2 degrees of freedom (Donner and Klar 2000, §6.2; Hayes and Moulton 2017,
-// §9.2), whose size stays near alpha down to two launches per arm.
+// launches − 2 degrees of freedom, the cluster-level analysis that the literature on
+// trials with few clusters recommends (Donner and Klar 2000; Hayes and Moulton 2017),
+// whose size stays near alpha down to two launches per arm
+// (TestLaunchTTestSizeWithFewLaunches).
 
 // MinLaunchesPerArm is the fewest launches (with at least one analysed session) each arm
 // needs before the launch-level test can conclude anything: the t reference estimates

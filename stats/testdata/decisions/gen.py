@@ -2,7 +2,7 @@
 """Reference values for the statistics a verdict decides with, written independently of
 the Go code (numpy, scipy, statsmodels):
 
-  donner        Donner's adjusted chi-square (Donner & Klar 2000, sec. 6.3): the pooled
+  donner        Donner's adjusted chi-square (Donner & Klar 2000): the pooled
                 within-arm one-way ANOVA ICC on the expanded 0/1 responses, each arm's
                 correction C_i = sum m(1 + (m - 1) rho) / sum m, and
                 X2 = sum_i n_i (p_i - p)^2 / (C_i p (1 - p)); on the clustering cases of
