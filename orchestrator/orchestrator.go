@@ -304,11 +304,16 @@ func create(ctx context.Context, st *store.Store, spec *arms.Spec, armList []arm
 	return expID, armIDs, nil
 }
 
-// designJSON records how the experiment is laid out, for verdicts rebuilt later.
-func designJSON(spec *arms.Spec) string {
+// DesignOf is how the spec lays the experiment out, as the store records it for
+// verdicts rebuilt later.
+func DesignOf(spec *arms.Spec) store.Design {
+	maxLoss := spec.Analysis.MaxLoss
 	d := store.Design{Blocks: max(spec.Blocks, 1), Looks: spec.Analysis.Sequential.Looks, Margin: spec.Analysis.Margin,
 		AA: spec.Analysis.AA, Sessions: spec.Workload.Sessions, Rounds: spec.Workload.Rounds,
-		Concurrency: spec.Workload.Concurrency, MaxLoss: &spec.Analysis.MaxLoss}
+		Concurrency: spec.Workload.Concurrency, MaxLoss: &maxLoss}
+	if p := spec.Analysis.Plan; p.P0 != p.P1 {
+		d.Plan = &store.DesignPlan{P0: p.P0, P1: p.P1, Power: p.Power}
+	}
 	for _, f := range spec.Factors {
 		df := store.DesignFactor{Name: f.Name}
 		for _, l := range f.Levels {
@@ -316,7 +321,11 @@ func designJSON(spec *arms.Spec) string {
 		}
 		d.Factors = append(d.Factors, df)
 	}
-	b, _ := json.Marshal(d)
+	return d
+}
+
+func designJSON(spec *arms.Spec) string {
+	b, _ := json.Marshal(DesignOf(spec))
 	return string(b)
 }
 

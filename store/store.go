@@ -228,6 +228,17 @@ type Design struct {
 	// corruption decision becomes inconclusive; nil (experiments recorded before it was
 	// stored) means DefaultMaxLoss.
 	MaxLoss *float64 `json:"max_loss,omitempty"`
+	// Plan is the spec's analysis.plan (the rates to tell apart and the power wanted),
+	// against which a sequential verdict measures the sessions it saved; nil when the
+	// spec plans nothing.
+	Plan *DesignPlan `json:"plan,omitempty"`
+}
+
+// DesignPlan is what an experiment was planned to detect.
+type DesignPlan struct {
+	P0    float64 `json:"p0"`
+	P1    float64 `json:"p1"`
+	Power float64 `json:"power"`
 }
 
 // DefaultMaxLoss is analysis.max_loss when a spec does not set it (arms.DefaultMaxLoss

@@ -131,12 +131,17 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 	if len(v.Arms) > 1 {
 		fmt.Fprintf(b, "\n## Against the baseline (%s)\n\n", v.Arms[v.Baseline].Name)
 		multi := len(v.others()) > 1
-		if multi {
-			fmt.Fprintf(b, "| arm | difference | 95%% CI (Newcombe) | Fisher p | Holm-adjusted p | BH q | decision |\n|---|---:|---|---:|---:|---:|---|\n")
-		} else {
-			fmt.Fprintf(b, "| arm | difference | 95%% CI (Newcombe) | Fisher p | mid-p | decision |\n|---|---:|---|---:|---:|---|\n")
+		ciLabel := "95% CI (Newcombe)"
+		for i, a := range v.Arms {
+			if i != v.Baseline && a.Compare != nil && a.Compare.Sequential {
+				ciLabel = "95% CI (repeated, sequential)"
+			}
 		}
-		base := v.Arms[v.Baseline]
+		if multi {
+			fmt.Fprintf(b, "| arm | difference | %s | Fisher p | Holm-adjusted p | BH q | decision |\n|---|---:|---|---:|---:|---:|---|\n", ciLabel)
+		} else {
+			fmt.Fprintf(b, "| arm | difference | %s | Fisher p | mid-p | decision |\n|---|---:|---|---:|---:|---|\n", ciLabel)
+		}
 		seq, unit, tilde := false, false, false
 		for i, a := range v.Arms {
 			c := a.Compare
@@ -153,11 +158,11 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 			}
 			seq, unit = seq || c.Sequential, unit || c.UnitDecides
 			tilde = tilde || c.Decision() == "none"
-			// Mid-p says nothing where neither arm has an event: every table is then
-			// the observed one.
+			// Fay's mid-p is undefined where the margins allow a single table (no
+			// event in either arm, say): every table is then the observed one.
 			mid := pval(c.MidP)
-			if base.Corrupted+a.Corrupted == 0 {
-				mid = "–"
+			if math.IsNaN(c.MidP) {
+				mid = "no mid-p"
 			}
 			last := mid
 			if multi {
@@ -224,9 +229,9 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 			rv.Corrupted[1], rv.Responses[1], rv.Corrupted[0], rv.Responses[0], pval(rv.FisherP))
 		if rv.DesignEffect > 1.05 {
 			fmt.Fprintf(b, "But the responses of a session are correlated (intra-session correlation %.2f, design effect %.2f): ", rv.ICC, rv.DesignEffect)
-			fmt.Fprintf(b, "adjusted for that clustering (Donner's adjusted chi-square), p = %s. Responses are not independent evidence; the session-level test above is the honest one.\n", pval(rv.RaoScottP))
+			fmt.Fprintf(b, "adjusted for that clustering (Donner's adjusted chi-square), p = %s. Responses are not independent evidence; the session-level test above is the honest one.\n", pval(rv.DonnerP))
 		} else {
-			fmt.Fprintf(b, "Here the responses of a session were barely correlated (intra-session correlation %.2f, design effect %.2f; Donner's adjusted chi-square p = %s), so the two views agree; the session remains the unit the spec declared.\n", rv.ICC, rv.DesignEffect, pval(rv.RaoScottP))
+			fmt.Fprintf(b, "Here the responses of a session were barely correlated (intra-session correlation %.2f, design effect %.2f; Donner's adjusted chi-square p = %s), so the two views agree; the session remains the unit the spec declared.\n", rv.ICC, rv.DesignEffect, pval(rv.DonnerP))
 		}
 	}
 

@@ -95,7 +95,7 @@ type ArmResult struct {
 // Comparison is an arm against the baseline.
 type Comparison struct {
 	Difference float64
-	DiffCI     stats.Interval // Newcombe hybrid score
+	DiffCI     stats.Interval // Newcombe hybrid score; the repeated confidence interval for sequential arms
 	FisherP    float64
 	MidP       float64
 	AdjustedP  float64 // Holm-adjusted over every comparison; equal to FisherP with one
@@ -191,7 +191,7 @@ type ResponseView struct {
 	FisherP      float64 // naive, responses as independent
 	ICC          float64
 	DesignEffect float64
-	RaoScottP    float64
+	DonnerP      float64
 	Available    bool
 }
 

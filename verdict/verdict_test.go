@@ -16,6 +16,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/orchestrator"
 	"github.com/arbiterlab/arbiter/store"
 )
 
@@ -84,21 +85,6 @@ type fixture struct {
 	status       string // "done" when empty
 }
 
-func designOf(spec *arms.Spec) store.Design {
-	maxLoss := spec.Analysis.MaxLoss
-	d := store.Design{Blocks: max(spec.Blocks, 1), Looks: spec.Analysis.Sequential.Looks, Margin: spec.Analysis.Margin,
-		AA: spec.Analysis.AA, Sessions: spec.Workload.Sessions, Rounds: spec.Workload.Rounds,
-		Concurrency: spec.Workload.Concurrency, MaxLoss: &maxLoss}
-	for _, f := range spec.Factors {
-		df := store.DesignFactor{Name: f.Name}
-		for _, l := range f.Levels {
-			df.Levels = append(df.Levels, l.Name)
-		}
-		d.Factors = append(d.Factors, df)
-	}
-	return d
-}
-
 // recordFixture writes f into a fresh database and returns it opened read-only.
 func recordFixture(t *testing.T, f fixture) (*sqlx.DB, string) {
 	t.Helper()
@@ -118,7 +104,7 @@ func recordFixture(t *testing.T, f fixture) (*sqlx.DB, string) {
 	}
 	ctx := context.Background()
 	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	dj, _ := json.Marshal(designOf(spec))
+	dj, _ := json.Marshal(orchestrator.DesignOf(spec))
 	baseline := spec.Analysis.Baseline
 	if baseline == "" {
 		baseline = armList[0].Name
