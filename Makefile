@@ -34,6 +34,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzToolcallSchema$$' -fuzztime $(FUZZTIME) ./plugins/detectors
 	$(GO) test -run '^$$' -fuzz '^FuzzRepetition$$' -fuzztime $(FUZZTIME) ./plugins/detectors
 	$(GO) test -run '^$$' -fuzz '^FuzzChatRequest$$' -fuzztime $(FUZZTIME) ./cmd/refserve
+	$(GO) test -run '^$$' -fuzz '^FuzzLineWriter$$' -fuzztime $(FUZZTIME) ./orchestrator/runtime
+	$(GO) test -run '^$$' -fuzz '^FuzzParseStat$$' -fuzztime $(FUZZTIME) ./orchestrator/runtime
 
 ## kernels: the CUDA testbed (needs nvcc; see kernels/)
 kernels:
