@@ -72,7 +72,7 @@ type Result struct {
 type RunResult struct {
 	Arm       string
 	Block     int
-	Status    string // done | crashed | failed | wedged | interrupted
+	Status    string // done | crashed | failed | wedged | erroring | timed-out | interrupted
 	Sessions  int
 	Corrupted int
 	Err       string
@@ -87,14 +87,16 @@ const (
 	RunDone        = "done"
 	RunCrashed     = "crashed"     // the engine exited on its own
 	RunFailed      = "failed"      // it never became ready, or arbiter could not drive it
-	RunWedged      = "wedged"      // alive but no progress for the stall timeout
+	RunWedged      = "wedged"      // alive, but no turn completed and no token arrived for the stall timeout
+	RunErroring    = "erroring"    // turns in a row failed fast (HTTP errors, broken replies), none completed
+	RunTimedOut    = "timed-out"   // turns in a row ran past the request timeout, none completed
 	RunInterrupted = "interrupted" // the user stopped the experiment
 )
 
 // Sentinel errors the CLI maps to messages and exit codes.
 var (
-	// ErrWedged reports an engine that stopped making progress while it still answered.
-	ErrWedged = errors.New("engine wedged: it still answers but completes no turn")
+	// ErrWedged reports an engine that stopped making progress while it still ran.
+	ErrWedged = errors.New("engine wedged: it runs but completes no turn")
 	// ErrNotReady reports an engine that did not become ready within the startup timeout.
 	ErrNotReady = errors.New("engine not ready within the startup timeout")
 )
@@ -456,11 +458,8 @@ type sessionTracker struct {
 	armID int64
 	arm   string
 	block int
-	// progress is called for every turn that completed; stalled is called for every
-	// turn that ended without one (timeout, stall, transport error). Both feed the
-	// watchdog.
-	progress func()
-	stalled  func()
+	// ended hears every turn end, completed or not; it feeds the watchdog.
+	ended func(f workload.Failure, errText string)
 
 	mu        sync.Mutex
 	firstBad  map[int]int
@@ -470,11 +469,7 @@ type sessionTracker struct {
 }
 
 func (t *sessionTracker) Turn(turn workload.Turn) {
-	if turn.Err == "" {
-		t.progress()
-	} else {
-		t.stalled()
-	}
+	t.ended(turn.Failure, turn.Err)
 	// A detector gets as long as a request; one that hangs must not stall the session.
 	ctx, cancel := context.WithTimeout(context.Background(), t.e.spec.Timeouts.Request)
 	labels, corrupted, err := detectors.Label(ctx, t.e.detectors, plugins.Response{Completion: turn.Response, Tools: turn.Tools})

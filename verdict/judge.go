@@ -122,7 +122,7 @@ func (v *Verdict) caveats() {
 			continue
 		}
 		switch r.Status {
-		case "crashed", "wedged", "failed":
+		case "crashed", "wedged", "erroring", "timed-out", "failed":
 			add("Run %s/b%d %s: %s. Its unfinished sessions count as lost, not as clean.", r.Arm, r.Block, r.Status, dash(r.Error))
 		}
 	}
