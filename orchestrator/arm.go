@@ -55,8 +55,9 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 	}
 
 	log.Info("launching", "command", fmt.Sprint(arms.RedactArgs(arm.Command)))
-	inst, err := e.rt.Start(ctx, runtime.Launch{Name: name, Command: arm.Command, Env: e.envs[ai],
-		PortFlag: preset.PortFlag, LogPath: run.LogPath, Redact: e.redact, Image: e.spec.Engine.Image, GPUs: e.gpus})
+	inst, err := e.rt.Start(ctx, runtime.Launch{Name: name, ExperimentID: e.id, RunID: run.ID, DatabaseID: e.dbID,
+		Command: arm.Command, Env: e.envs[ai], PortFlag: preset.PortFlag, LogPath: run.LogPath, Redact: e.redact,
+		Image: e.spec.Engine.Image, GPUs: e.gpus})
 	if err != nil {
 		if ctx.Err() != nil {
 			return finish(RunInterrupted, "")
@@ -64,6 +65,7 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 		return finish(RunFailed, err.Error())
 	}
 	run.Endpoint = inst.Endpoint()
+	recorded := e.recordEngineProcess(bg, inst, run.ID, log)
 	stop := func() {
 		stopCtx, cancel := context.WithTimeout(bg, 30*time.Second)
 		defer cancel()
@@ -72,6 +74,11 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 		run.LogTail = x.LogTail
 		code := x.Code
 		run.ExitCode = &code
+		if recorded {
+			if err := e.store.EngineProcessEnded(bg, run.ID, time.Now()); err != nil {
+				log.Warn("could not record that the engine ended", "err", err)
+			}
+		}
 	}
 
 	model, err := e.waitReady(ctx, inst, preset)

@@ -144,6 +144,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	self, _ := runtime.Self() // zero where processes cannot be identified: nothing recorded
 	// Every launch environment is built before anything is stored, so a missing secret
 	// fails the experiment before it starts.
 	envs := make([][]string, len(armList))
@@ -164,6 +165,15 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		return Result{}, err
 	}
 	defer st.Close()
+	dbID, err := store.DatabaseID(ctx, st.DB())
+	if err != nil {
+		return Result{}, err
+	}
+	if opts.Resume != 0 {
+		// Engines an earlier arbiter left running hold ports and GPUs the resumed
+		// launches need.
+		reapOrphans(ctx, st, log)
+	}
 
 	var expID int64
 	var armIDs []int64
@@ -183,7 +193,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		opts: opts, spec: spec, arms: armList, armIDs: armIDs, envs: envs, id: expID, store: st,
 		detectors: dets, redact: redactor.Redact, log: log.With("experiment", expID, "name", spec.Name), rt: rt,
 		logDir: filepath.Join(logDir, fmt.Sprintf("exp-%d", expID)), counts: make([]armCounts, len(armList)),
-		prior: prior, gpus: gpus,
+		prior: prior, gpus: gpus, dbID: dbID, self: self,
 	}
 	res := Result{ExperimentID: expID, Name: spec.Name}
 	runErr := e.run(ctx, &res)
@@ -358,6 +368,11 @@ type experiment struct {
 	// gpus are the devices every launch is pinned to (arms run one at a time, so each
 	// gets the same slot); empty for no pinning.
 	gpus string
+	// dbID is the database's unique id, which launches carry (runtime.Launch).
+	dbID string
+	// self is this arbiter's process, recorded with every engine process group so that a
+	// later arbiter can tell whether the engine's arbiter still runs.
+	self runtime.ProcessID
 }
 
 // armCounts are an arm's sessions that completed every round, and the corrupted ones.

@@ -145,6 +145,18 @@ func TestFastErrorsAreErroringNotWedged(t *testing.T) {
 					t.Errorf("%s: erroring took %v to decide, not less than the %v stall timeout", arm, took, stall)
 				}
 			}
+			// Each engine's process group was recorded, and recorded as ended once stopped.
+			ro, err := store.OpenReadOnly(db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ro.Close()
+			var recorded, ended int
+			ro.Get(&recorded, `SELECT count(*) FROM engine_processes`)
+			ro.Get(&ended, `SELECT count(*) FROM engine_processes WHERE ended_at IS NOT NULL`)
+			if recorded != 2 || ended != 2 {
+				t.Errorf("engine process groups: %d recorded, %d ended; want 2 and 2", recorded, ended)
+			}
 		})
 	}
 }
