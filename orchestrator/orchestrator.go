@@ -47,6 +47,9 @@ type Options struct {
 	// Resume, when not 0, continues that recorded experiment instead of starting a new
 	// one: launches that finished are kept, the others run again (see Resume).
 	Resume int64
+	// GPULockDir is where the GPU claims of every arbiter on this host meet (default
+	// $ARBITER_GPU_LOCK_DIR, else DefaultGPULockDir); see claimGPUs.
+	GPULockDir string
 }
 
 // Progress hears about an experiment as it runs; the CLI draws progress bars from it.
@@ -159,6 +162,14 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		return Result{}, err
 	}
 	defer closeDets()
+
+	// The GPUs are claimed before anything is recorded: an arbiter that waits for
+	// another to finish has nothing in the database yet.
+	claim, err := claimGPUs(ctx, gpuLockDir(opts.GPULockDir), gpuScope(spec), gpus, holderText(spec, opts.DBPath), log)
+	if err != nil {
+		return Result{}, err
+	}
+	defer claim.release()
 
 	st, err := store.Open(opts.DBPath, store.Options{Redact: redactor.Redact})
 	if err != nil {

@@ -268,6 +268,70 @@ func TestResumeAndGCEndEnginesWhoseSupervisorDied(t *testing.T) {
 	})
 }
 
+// TestTwoArbitersNeverShareAGPU: two arbiters on one host pin the same GPU. The second
+// waits, says who holds it, and launches only once the first has finished.
+func TestTwoArbitersNeverShareAGPU(t *testing.T) {
+	t.Parallel()
+	locks := []string{"ARBITER_GPU_LOCK_DIR=" + t.TempDir()}
+	const pin = "  gpus: 1\nruntime: {kind: process, nodes: [{name: local, gpus: \"0\"}]}"
+	first := startArbiter(t, t.TempDir(), "wedge", "3s", pin, locks)
+	first.engineGroupReady(t)
+	second := startArbiter(t, t.TempDir(), "", "3s", pin, locks)
+	if err := first.cmd.Wait(); err != nil && first.cmd.ProcessState.ExitCode() != exitError {
+		t.Fatalf("first arbiter: %v\n%s", err, first.stderr.String())
+	}
+	if err := second.cmd.Wait(); err != nil {
+		t.Fatalf("second arbiter: %v\n%s", err, second.stderr.String())
+	}
+	want := fmt.Sprintf("GPU 0 is in use by arbiter pid %d", first.cmd.Process.Pid)
+	if !strings.Contains(second.stderr.String(), want) {
+		t.Errorf("the second arbiter did not say who held GPU 0 (%q):\n%s", want, second.stderr.String())
+	}
+	firstEnd := runTimes(t, first.db, "max(ended_at)")
+	secondStart := runTimes(t, second.db, "min(started_at)")
+	if !secondStart.After(firstEnd) {
+		t.Errorf("the second arbiter launched at %v, before the first ended at %v", secondStart, firstEnd)
+	}
+}
+
+// engineGroupReady waits until the first run's engine is up (its run is ready).
+func (a *arbiterProc) engineGroupReady(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if ro, err := store.OpenReadOnly(a.db); err == nil {
+			var n int
+			ro.Get(&n, `SELECT count(*) FROM runs WHERE ready_at IS NOT NULL`)
+			ro.Close()
+			if n > 0 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the first arbiter never had a ready engine\n%s", a.stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond) // polling another process's database
+	}
+}
+
+func runTimes(t *testing.T, db, agg string) time.Time {
+	t.Helper()
+	ro, err := store.OpenReadOnly(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	var s string
+	if err := ro.Get(&s, "SELECT "+agg+" FROM runs"); err != nil {
+		t.Fatal(err)
+	}
+	ts, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ts
+}
+
 // runLogFlood runs an experiment whose engine writes 64 MiB of log as one line
 // (hostileserve's log-flood mode) and returns arbiter's peak resident memory in bytes.
 func runLogFlood(tb testing.TB, dir string) (peak int64, db string) {
