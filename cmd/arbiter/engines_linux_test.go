@@ -102,10 +102,11 @@ func (a *arbiterProc) lookGroup(t *testing.T) (runtime.ProcessID, []int, bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The child is logged once it runs; only then is the group whole.
+	// The group is whole once the child has said it waits. (Killed before that, arbiter
+	// would take the child's first write with it: SIGPIPE.)
 	logs, _ := filepath.Glob(filepath.Join(filepath.Dir(a.db), "arbiter-logs", "*", "*.log"))
 	for _, l := range logs {
-		if b, _ := os.ReadFile(l); regexp.MustCompile(`started child pid=\d+`).Match(b) {
+		if b, _ := os.ReadFile(l); regexp.MustCompile(`hostileserve child pid=\d+ waiting`).Match(b) {
 			return leader, pids, true
 		}
 	}

@@ -214,6 +214,17 @@ func TestProcessGroupDiesWithArbiter(t *testing.T) {
 	supervisor := readPid(t, info, "supervisor", 20*time.Second)
 	engine := readPid(t, info, "engine", time.Second)
 	child := readPid(t, filepath.Join(dir, "engine.log"), "hostileserve started child pid", 20*time.Second)
+	// Only once the child has written its own line can the kill not be what ends it
+	// (a write to the dead parent's pipe would: SIGPIPE).
+	waiting := fmt.Sprintf("hostileserve child pid=%d waiting", child)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if b, _ := os.ReadFile(filepath.Join(dir, "engine.log")); strings.Contains(string(b), waiting) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the child never said %q", waiting)
+		}
+	}
 	for _, p := range []int{supervisor, engine, child} {
 		if !alive(p) {
 			t.Fatalf("process %d is not running before the kill", p)
