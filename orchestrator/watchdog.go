@@ -132,8 +132,12 @@ func (d *watchdog) mostFrequent() workload.Failure {
 }
 
 func (d *watchdog) wedged(idle time.Duration, n int) *stopCause {
-	return &stopCause{RunWedged, fmt.Errorf("%w (no turn completed and no token arrived for %v; %d turns in a row failed)",
-		ErrWedged, idle.Round(10*time.Millisecond), n)}
+	streak := ""
+	if n > 0 {
+		streak = fmt.Sprintf("; %d turns in a row failed", n)
+	}
+	return &stopCause{RunWedged, fmt.Errorf("%w (no turn completed and no token arrived for %v%s)",
+		ErrWedged, idle.Round(10*time.Millisecond), streak)}
 }
 
 // watch stops the workload (through cancel) when the engine exits on its own or when the
