@@ -197,6 +197,11 @@ func TestResumeAndGCEndEnginesWhoseSupervisorDied(t *testing.T) {
 				engine = append(engine, p)
 			}
 		}
+		t.Cleanup(func() { // whatever the test's outcome, nothing of the engine outlives it
+			for _, p := range running(engine) {
+				syscall.Kill(p, syscall.SIGKILL)
+			}
+		})
 		time.Sleep(time.Second) // long enough for anything that would end them to act
 		if left := running(engine); len(left) != len(engine) {
 			var cmds []string
