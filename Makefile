@@ -38,6 +38,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./openai/toolschema
 	$(GO) test -run '^$$' -fuzz '^FuzzChatRequest$$' -fuzztime $(FUZZTIME) ./cmd/refserve
 	$(GO) test -run '^$$' -fuzz '^FuzzArgumentsForSchema$$' -fuzztime $(FUZZTIME) ./cmd/refserve
+	$(GO) test -run '^$$' -fuzz '^FuzzLineWriter$$' -fuzztime $(FUZZTIME) ./orchestrator/runtime
+	$(GO) test -run '^$$' -fuzz '^FuzzParseStat$$' -fuzztime $(FUZZTIME) ./orchestrator/runtime
 
 ## kernels: the CUDA testbed (needs nvcc; see kernels/)
 kernels:

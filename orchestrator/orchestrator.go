@@ -48,6 +48,9 @@ type Options struct {
 	// Resume, when not 0, continues that recorded experiment instead of starting a new
 	// one: launches that finished are kept, the others run again (see Resume).
 	Resume int64
+	// GPULockDir is where the GPU claims of every arbiter on this host meet (default
+	// $ARBITER_GPU_LOCK_DIR, else DefaultGPULockDir); see claimGPUs.
+	GPULockDir string
 }
 
 // Progress hears about an experiment as it runs; the CLI draws progress bars from it.
@@ -73,7 +76,7 @@ type Result struct {
 type RunResult struct {
 	Arm       string
 	Block     int
-	Status    string // done | crashed | failed | wedged | interrupted
+	Status    string // done | crashed | failed | wedged | erroring | timed-out | interrupted
 	Sessions  int
 	Corrupted int
 	Err       string
@@ -88,14 +91,16 @@ const (
 	RunDone        = "done"
 	RunCrashed     = "crashed"     // the engine exited on its own
 	RunFailed      = "failed"      // it never became ready, or arbiter could not drive it
-	RunWedged      = "wedged"      // alive but no progress for the stall timeout
+	RunWedged      = "wedged"      // alive, but no turn completed and no token arrived for the stall timeout
+	RunErroring    = "erroring"    // turns in a row failed fast (HTTP errors, broken replies), none completed
+	RunTimedOut    = "timed-out"   // turns in a row ran past the request timeout, none completed
 	RunInterrupted = "interrupted" // the user stopped the experiment
 )
 
 // Sentinel errors the CLI maps to messages and exit codes.
 var (
-	// ErrWedged reports an engine that stopped making progress while it still answered.
-	ErrWedged = errors.New("engine wedged: it still answers but completes no turn")
+	// ErrWedged reports an engine that stopped making progress while it still ran.
+	ErrWedged = errors.New("engine wedged: it runs but completes no turn")
 	// ErrNotReady reports an engine that did not become ready within the startup timeout.
 	ErrNotReady = errors.New("engine not ready within the startup timeout")
 )
@@ -143,6 +148,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	self, _ := runtime.Self() // zero where processes cannot be identified: nothing recorded
 	// Every launch environment is built before anything is stored, so a missing secret
 	// fails the experiment before it starts.
 	envs := make([][]string, len(armList))
@@ -158,11 +164,28 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	}
 	defer closeDets()
 
+	// The GPUs are claimed before anything is recorded: an arbiter that waits for
+	// another to finish has nothing in the database yet.
+	claim, err := claimGPUs(ctx, gpuLockDir(opts.GPULockDir), gpuScope(spec), gpus, holderText(spec, opts.DBPath), log)
+	if err != nil {
+		return Result{}, err
+	}
+	defer claim.release()
+
 	st, err := store.Open(opts.DBPath, store.Options{Redact: redactor.Redact})
 	if err != nil {
 		return Result{}, err
 	}
 	defer st.Close()
+	dbID, err := store.DatabaseID(ctx, st.DB())
+	if err != nil {
+		return Result{}, err
+	}
+	if opts.Resume != 0 {
+		// Engines an earlier arbiter left running hold ports and GPUs the resumed
+		// launches need.
+		reapOrphans(ctx, st, log)
+	}
 
 	var expID int64
 	var armIDs []int64
@@ -180,16 +203,12 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	}
 	// Experiment ids restart in every database: the database's own id keeps the logs of
 	// two databases in one folder apart.
-	dbID, err := store.DatabaseID(ctx, st.DB())
-	if err != nil {
-		return Result{}, err
-	}
 	logDir = filepath.Join(logDir, store.ShortID(dbID))
 	e := &experiment{
 		opts: opts, spec: spec, arms: armList, armIDs: armIDs, envs: envs, id: expID, store: st,
 		detectors: dets, redact: redactor.Redact, log: log.With("experiment", expID, "name", spec.Name), rt: rt,
 		logDir: filepath.Join(logDir, fmt.Sprintf("exp-%d", expID)), counts: make([]armCounts, len(armList)),
-		prior: prior, gpus: gpus,
+		prior: prior, gpus: gpus, dbID: dbID, self: self,
 	}
 	res := Result{ExperimentID: expID, Name: spec.Name}
 	runErr := e.run(ctx, &res)
@@ -373,6 +392,11 @@ type experiment struct {
 	// gpus are the devices every launch is pinned to (arms run one at a time, so each
 	// gets the same slot); empty for no pinning.
 	gpus string
+	// dbID is the database's unique id, which launches carry (runtime.Launch).
+	dbID string
+	// self is this arbiter's process, recorded with every engine process group so that a
+	// later arbiter can tell whether the engine's arbiter still runs.
+	self runtime.ProcessID
 }
 
 // armCounts are an arm's sessions that completed every round, and the corrupted ones.
@@ -473,11 +497,8 @@ type sessionTracker struct {
 	armID int64
 	arm   string
 	block int
-	// progress is called for every turn that completed; stalled is called for every
-	// turn that ended without one (timeout, stall, transport error). Both feed the
-	// watchdog.
-	progress func()
-	stalled  func()
+	// ended hears every turn end, completed or not; it feeds the watchdog.
+	ended func(f workload.Failure, errText string)
 
 	mu        sync.Mutex
 	firstBad  map[int]int
@@ -487,11 +508,7 @@ type sessionTracker struct {
 }
 
 func (t *sessionTracker) Turn(turn workload.Turn) {
-	if turn.Err == "" {
-		t.progress()
-	} else {
-		t.stalled()
-	}
+	t.ended(turn.Failure, turn.Err)
 	// A detector gets as long as a request; one that hangs must not stall the session.
 	ctx, cancel := context.WithTimeout(context.Background(), t.e.spec.Timeouts.Request)
 	labels, corrupted, err := detectors.Label(ctx, t.e.detectors, plugins.Response{Completion: turn.Response, Tools: turn.Tools, ToolChoice: turn.ToolChoice})

@@ -32,9 +32,10 @@ type engine struct {
 	chats  atomic.Int64
 	onChat func(n int64, e *engine, r *http.Request) (handled bool)
 	health atomic.Bool
-	// trickle makes a handled request stream empty deltas until the client leaves or
-	// the engine stops, instead of returning at once.
-	trickle bool
+	// trickle makes a handled request stream deltas of trickleText (empty by default)
+	// until the client leaves or the engine stops, instead of returning at once.
+	trickle     bool
+	trickleText string
 	// failChat, when set, answers every chat request with HTTP 500 and this body.
 	failChat string
 	// leak makes every streamed answer carry DSML tool-call markup in content.
@@ -105,7 +106,7 @@ func (e *engine) streamForever(w http.ResponseWriter, r *http.Request) {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		io.WriteString(w, `data: {"id":"x","object":"chat.completion.chunk","model":"fake","choices":[{"index":0,"delta":{"content":""},"finish_reason":null}]}`+"\n\n")
+		io.WriteString(w, `data: {"id":"x","object":"chat.completion.chunk","model":"fake","choices":[{"index":0,"delta":{"content":"`+e.trickleText+`"},"finish_reason":null}]}`+"\n\n")
 		w.(http.Flusher).Flush()
 		select {
 		case <-r.Context().Done():

@@ -327,7 +327,7 @@ func (v *Verdict) caveats() {
 			continue
 		}
 		switch r.Status {
-		case "crashed", "wedged", "failed":
+		case "crashed", "wedged", "erroring", "timed-out", "failed":
 			faulted = append(faulted, fmt.Sprintf("%s/b%d %s (%s)", r.Arm, r.Block, r.Status, dash(r.Error)))
 		}
 	}
@@ -945,7 +945,7 @@ func (v *Verdict) Summary() map[string]any {
 			"wilson95":          []any{nanNil(a.Wilson.Lo), nanNil(a.Wilson.Hi)},
 			"clopper_pearson95": []any{nanNil(a.Exact.Lo), nanNil(a.Exact.Hi)}, "baseline": a.Name == v.Arms[v.Baseline].Name,
 			"launches": map[string]int{"total": a.Launches.Total, "done": a.Launches.Done, "crashed": a.Launches.Crashed,
-				"wedged": a.Launches.Wedged, "failed": a.Launches.Failed, "interrupted": a.Launches.Interrupted},
+				"wedged": a.Launches.Wedged, "erroring": a.Launches.Erroring, "timed_out": a.Launches.TimedOut, "failed": a.Launches.Failed, "interrupted": a.Launches.Interrupted},
 			"problems": append([]string{}, a.Problems...)}
 		if a.Levels != nil {
 			m["levels"] = a.Levels

@@ -280,8 +280,8 @@ func (v *Verdict) launchTable(b *strings.Builder) {
 		return
 	}
 	base := v.Arms[v.Baseline]
-	fmt.Fprintf(b, "A crash or a wedge is an outcome in itself: each arm's crashed or wedged launches against %s's, by Fisher's exact test on launches (launches a user interrupted are left out).\n\n", base.Name)
-	fmt.Fprintf(b, "| arm | launches | done | crashed | wedged | failed to start | Fisher p (crashed or wedged) |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(b, "A crash, a wedge, an engine that keeps failing requests or lets them time out is an outcome in itself: each arm's faulted launches against %s's, by Fisher's exact test on launches (launches a user interrupted are left out).\n\n", base.Name)
+	fmt.Fprintf(b, "| arm | launches | done | crashed | wedged | erroring | timed out | failed to start | Fisher p (faulted) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, a := range v.Arms {
 		p := "–"
 		if c := a.Compare; c != nil && !math.IsNaN(c.Launch.FisherP) {
@@ -291,7 +291,7 @@ func (v *Verdict) launchTable(b *strings.Builder) {
 			}
 		}
 		l := a.Launches
-		fmt.Fprintf(b, "| %s | %d | %d | %d | %d | %d | %s |\n", a.Name, l.Total, l.Done, l.Crashed, l.Wedged, l.Failed, p)
+		fmt.Fprintf(b, "| %s | %d | %d | %d | %d | %d | %d | %d | %s |\n", a.Name, l.Total, l.Done, l.Crashed, l.Wedged, l.Erroring, l.TimedOut, l.Failed, p)
 	}
 	fmt.Fprintf(b, "\n")
 }

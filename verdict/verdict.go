@@ -135,12 +135,13 @@ func (c *Comparison) Decision() string {
 
 // LaunchCounts tallies an arm's launches by how they ended.
 type LaunchCounts struct {
-	Total, Done, Crashed, Wedged, Failed, Interrupted int
+	Total, Done, Crashed, Wedged, Erroring, TimedOut, Failed, Interrupted int
 }
 
-// Faulted are the launches whose engine crashed or wedged under the workload: the
-// faults arbiter exists to find, compared between arms like corruption.
-func (l LaunchCounts) Faulted() int { return l.Crashed + l.Wedged }
+// Faulted are the launches whose engine crashed, wedged, kept failing requests or let
+// them time out under the workload: the faults arbiter exists to find, compared between
+// arms like corruption.
+func (l LaunchCounts) Faulted() int { return l.Crashed + l.Wedged + l.Erroring + l.TimedOut }
 
 // LaunchComparison is an exact test of faulted (crashed or wedged) launches of an arm
 // against the baseline's. With one launch per arm it cannot show a difference; it says
@@ -292,6 +293,10 @@ func (v *Verdict) account() {
 			l.Crashed++
 		case "wedged":
 			l.Wedged++
+		case "erroring":
+			l.Erroring++
+		case "timed-out":
+			l.TimedOut++
 		case "failed":
 			l.Failed++
 		case "interrupted":
@@ -322,7 +327,8 @@ func (v *Verdict) account() {
 
 // faultKinds are the ways a launch fails that make its arm's decision inconclusive, by
 // run status, in the words a verdict uses.
-var faultKinds = []struct{ status, verb string }{{"crashed", "crashed"}, {"wedged", "wedged"}, {"failed", "failed to start"}}
+var faultKinds = []struct{ status, verb string }{{"crashed", "crashed"}, {"wedged", "wedged"},
+	{"erroring", "kept failing requests"}, {"timed-out", "let requests time out"}, {"failed", "failed to start"}}
 
 func lossShare(a *ArmResult) float64 { return float64(a.Lost) / float64(a.Planned) }
 

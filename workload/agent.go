@@ -158,6 +158,7 @@ func runToolcallAgent(ctx context.Context, cfg Config, base string, rec Recorder
 	conc := max(cfg.Concurrency, 1)
 	client := NewClient(conc)
 	client.RequestTimeout, client.StallTimeout = cfg.RequestTimeout, cfg.StallTimeout
+	client.OnToken = cfg.OnToken
 	defer client.CloseIdleConnections()
 
 	model := cfg.Model
@@ -300,6 +301,7 @@ func (s *agentSession) send(ctx context.Context, round int) Exchange {
 	}
 	if ex.Err != nil {
 		t.Err = ex.Err.Error()
+		t.Failure = failureOf(ctx, ex.Err)
 	}
 	s.turns++
 	s.rec.Turn(t)

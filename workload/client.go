@@ -60,6 +60,11 @@ type Client struct {
 	// 0: DefaultStallTimeout. SSE comments do not count as events: a keep-alive says
 	// the connection lives, not that the engine makes progress.
 	StallTimeout time.Duration
+	// OnToken, if set, is called whenever generated text arrives: a stream event that
+	// carries content or tool-call bytes, or a whole non-streamed answer that does. A
+	// liveness watchdog counts it as progress, which an empty keep-alive event is not.
+	// It is called from the request's goroutine and must be quick.
+	OnToken func()
 }
 
 var defaultHTTP = newHTTPClient(16)
@@ -209,9 +214,12 @@ func (c *Client) Chat(ctx context.Context, base string, req openai.ChatRequest) 
 		// An engine may answer a stream request with one JSON body (some do on
 		// validation errors that still carry 200); read it as such.
 		readWhole(&ex, resp.Body, failure)
+		if ex.TTFT > 0 && c.OnToken != nil {
+			c.OnToken()
+		}
 		return ex
 	}
-	readStream(&ex, resp.Body, stallTimer, stall, failure)
+	readStream(&ex, resp.Body, stallTimer, stall, c.OnToken, failure)
 	return ex
 }
 
@@ -236,7 +244,8 @@ func readWhole(ex *Exchange, body io.Reader, failure func(string, error) error) 
 	}
 }
 
-func readStream(ex *Exchange, body io.Reader, stallTimer *time.Timer, stall time.Duration, failure func(string, error) error) {
+func readStream(ex *Exchange, body io.Reader, stallTimer *time.Timer, stall time.Duration, onToken func(),
+	failure func(string, error) error) {
 	var (
 		dec sseDecoder
 		asm streamAssembly
@@ -250,6 +259,9 @@ func readStream(ex *Exchange, body io.Reader, stallTimer *time.Timer, stall time
 		stallTimer.Reset(stall)
 		if delta && ex.TTFT == 0 {
 			ex.TTFT = time.Since(ex.Started)
+		}
+		if delta && onToken != nil {
+			onToken()
 		}
 		return nil
 	}

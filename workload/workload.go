@@ -35,6 +35,8 @@ type Config struct {
 	// NoStream sends non-streaming requests; the default streams (SSE), which is what
 	// measures TTFT and what keeps every event.
 	NoStream bool
+	// OnToken, if set, hears every arrival of generated text (see Client.OnToken).
+	OnToken func()
 }
 
 // Turn is one request and its response within a session.
@@ -63,6 +65,8 @@ type Turn struct {
 	// Err says what went wrong at the transport or protocol level; empty when the
 	// request completed (whatever its content).
 	Err string
+	// Failure classifies Err; FailureNone when the request completed.
+	Failure Failure
 }
 
 // Session states reported in SessionResult.Status.

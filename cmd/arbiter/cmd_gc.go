@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/moby/moby/client"
 	"github.com/spf13/cobra"
 
 	"github.com/arbiterlab/arbiter/orchestrator/runtime"
@@ -19,21 +20,29 @@ type gcOptions struct {
 	experiment string
 }
 
-// gcEntry is one leftover container as gc reports it.
+// gcEntry is one leftover, a container or an engine process group, as gc reports it.
 type gcEntry struct {
+	// Kind is "container" or "process group".
+	Kind string `json:"kind"`
 	runtime.Leftover
-	Removed bool   `json:"removed"`
-	Error   string `json:"error,omitempty"`
+	// Processes is how many processes a leftover process group held.
+	Processes int    `json:"processes,omitempty"`
+	Removed   bool   `json:"removed"`
+	Error     string `json:"error,omitempty"`
 }
 
 func newGcCmd(g *globals) *cobra.Command {
 	var o gcOptions
 	cmd := &cobra.Command{
 		Use:   "gc",
-		Short: "Remove arbiter's leftover containers",
+		Short: "Remove arbiter's leftover containers and engine processes",
 		Long: `Remove the containers the docker runtime started and never removed (labelled
 arbiter.managed=1), running or stopped: an experiment killed with SIGKILL, or a daemon that
-failed to remove a container, leaves them behind. Engine logs stay where they are.`,
+failed to remove a container, leaves them behind. Engine logs stay where they are.
+
+Also end the engine process groups of the process runtime, recorded in the database, whose
+arbiter no longer runs and whose supervisor did not end them (SIGTERM, then SIGKILL after
+10s). Processes are checked on Linux only, and only when the database exists.`,
 		Example: `  arbiter gc --dry-run                  # list them
   arbiter gc --experiment 12            # only experiment 12's
   arbiter gc --host tcp://127.0.0.1:2375 --json`,
@@ -49,18 +58,23 @@ failed to remove a container, leaves them behind. Engine logs stay where they ar
 }
 
 func gc(ctx context.Context, g *globals, o gcOptions) error {
+	groups, groupErr := gcEngineGroups(ctx, g, o)
 	d := runtime.Docker{Host: o.host}
 	left, err := d.Leftovers(ctx, o.experiment)
-	if errors.Is(err, runtime.ErrSSHHost) {
+	switch {
+	case errors.Is(err, runtime.ErrSSHHost):
 		return withCode(exitUsage, err)
-	}
-	if err != nil {
-		return err
+	case err != nil && o.host == "" && client.IsErrConnectionFailed(err):
+		// No local daemon: nothing of the docker runtime can be left on it.
+		fmt.Fprintln(g.stderr, "arbiter gc: no Docker daemon answers; only engine processes were checked")
+		left = nil
+	case err != nil:
+		return errors.Join(groupErr, err)
 	}
 	entries := make([]gcEntry, len(left))
-	var errs []error
+	errs := []error{groupErr}
 	for i, l := range left {
-		entries[i].Leftover = l
+		entries[i].Kind, entries[i].Leftover = "container", l
 		if o.dryRun {
 			continue
 		}
@@ -71,6 +85,7 @@ func gc(ctx context.Context, g *globals, o gcOptions) error {
 		}
 		entries[i].Removed = true
 	}
+	entries = append(groups, entries...)
 	if g.json {
 		if err := json.NewEncoder(g.stdout).Encode(entries); err != nil {
 			return err
@@ -81,6 +96,10 @@ func gc(ctx context.Context, g *globals, o gcOptions) error {
 		fmt.Fprintln(g.stdout, "no leftover containers")
 	}
 	for _, e := range entries {
+		if e.Kind != "container" {
+			printGroup(g, o, e)
+			continue
+		}
 		verb := "removed"
 		switch {
 		case o.dryRun:

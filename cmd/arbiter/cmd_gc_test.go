@@ -146,11 +146,12 @@ func TestDockerRuntime(t *testing.T) {
 	t.Run("gc", func(t *testing.T) {
 		// An experiment number no real database holds, so that gc touches nothing else
 		// on this daemon.
-		exp := fmt.Sprint(900000000 + time.Now().UnixNano()%100000000)
+		expID := 900000000 + time.Now().UnixNano()%100000000
+		exp := fmt.Sprint(expID)
 		var names []string
 		for _, arm := range []string{"control", "treatment"} {
 			l := runtime.Launch{Name: "exp" + exp + "-" + arm + "-b0", Image: image, Command: []string{"refserve"},
-				LogPath: filepath.Join(t.TempDir(), arm+".log")}
+				LogPath: filepath.Join(t.TempDir(), arm+".log"), ExperimentID: expID}
 			inst, err := runtime.Docker{}.Start(context.Background(), l)
 			if err != nil {
 				t.Fatal(err)
