@@ -60,10 +60,9 @@ func (p Process) Start(ctx context.Context, l Launch) (Instance, error) {
 	if l.GPUs != "" {
 		cmd.Env = append(cmd.Env, "CUDA_VISIBLE_DEVICES="+l.GPUs)
 	}
-	// Its own process group, so Stop reaches every process the engine spawned.
-	// Pdeathsig: if arbiter itself is killed outright, the engine is told to exit
-	// rather than hold its port and GPUs as an orphan.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	// Its own process group, and on Linux told to exit when arbiter dies (see
+	// engineProcAttr).
+	cmd.SysProcAttr = engineProcAttr()
 	// A grandchild that keeps the output pipe open must not keep Wait from returning.
 	cmd.WaitDelay = 5 * time.Second
 
