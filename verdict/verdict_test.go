@@ -55,7 +55,7 @@ func writeFixture(t *testing.T, name string, arms []fixtureArm, rounds int) (*sq
 			status = "done"
 		}
 		code := 0
-		s.UpdateRun(ctx, store.Run{ID: runID, Status: status, Error: a.runErr, Started: start, Ready: start.Add(300 * time.Millisecond),
+		s.UpdateRun(ctx, store.Run{ID: runID, Status: store.RunStatus(status), Error: a.runErr, Started: start, Ready: start.Add(300 * time.Millisecond),
 			Ended: start.Add(20 * time.Second), ExitCode: &code, ServerInfo: fmt.Sprintf(`{"version":"0.1","BF16_INDEX_K":"%d"}`, ai)})
 		// Corrupted sessions come first, by round; then clean ones; then lost ones.
 		var firstBad []int
@@ -85,9 +85,9 @@ func writeFixture(t *testing.T, name string, arms []fixtureArm, rounds int) (*sq
 					turns++
 				}
 			}
-			st := "ok"
+			st := store.SessionOK
 			if lost {
-				st = "error"
+				st = store.SessionError
 			}
 			row := store.Session{ExperimentID: exp, RunID: runID, ArmID: armID, Index: si, Status: st, Turns: turns, Corrupted: bad >= 0}
 			if bad >= 0 {

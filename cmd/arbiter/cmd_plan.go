@@ -266,11 +266,8 @@ func lastRecorded(ctx context.Context, dbPath, name string) recorded {
 		return recorded{}
 	}
 	r := recorded{id: e.ID}
-	db.GetContext(ctx, &r.turnsPerSession, `SELECT coalesce(avg(turns), 0) FROM sessions WHERE experiment_id = ? AND status = 'ok'`, e.ID)
-	var lat []float64
-	db.SelectContext(ctx, &lat, `SELECT latency_ms FROM turns WHERE experiment_id = ? AND error IS NULL ORDER BY latency_ms`, e.ID)
-	if len(lat) > 0 {
-		r.turnSeconds = lat[len(lat)/2] / 1000
+	if pace, err := store.RecordedPace(ctx, db, e.ID); err == nil {
+		r.turnsPerSession, r.turnSeconds = pace.TurnsPerSession, pace.MedianTurn.Seconds()
 	}
 	runs, _ := store.Runs(ctx, db, e.ID)
 	var startup []float64

@@ -74,13 +74,14 @@ func execute(ctx context.Context, g *globals, spec *arms.Spec, resume int64, o r
 	if progress != nil {
 		progress.Wait()
 	}
-	if res.ExperimentID == 0 {
+	if errors.Is(runErr, store.ErrNotArbiterDatabase) {
+		return withCode(exitUsage, runErr)
+	}
+	// An experiment this arbiter never owned, or lost to another, is not its to judge.
+	if res.ExperimentID == 0 || errors.Is(runErr, store.ErrLeaseLost) {
 		return runErr
 	}
-	path := o.verdictPath
-	if path == "" {
-		path = filepath.Join(filepath.Dir(g.dbPath()), "verdicts", fmt.Sprintf("%s-%d.md", res.Name, res.ExperimentID))
-	}
+	path := verdictPath(g, o, res.Name, res.ExperimentID)
 	// The verdict is written even after an interrupt: it says what was recorded so far.
 	v, verr := writeVerdict(context.WithoutCancel(ctx), g.dbPath(), fmt.Sprint(res.ExperimentID), path)
 	if verr != nil {
@@ -108,6 +109,15 @@ func execute(ctx context.Context, g *globals, spec *arms.Spec, resume int64, o r
 		}
 	}
 	return nil
+}
+
+// verdictPath is where an experiment's verdict goes: -o, else verdicts/NAME-ID.md beside
+// the database.
+func verdictPath(g *globals, o runOptions, name string, id int64) string {
+	if o.verdictPath != "" {
+		return o.verdictPath
+	}
+	return filepath.Join(filepath.Dir(g.dbPath()), "verdicts", fmt.Sprintf("%s-%d.md", name, id))
 }
 
 // writeVerdict builds the verdict of experiment ref from the database at dbPath and writes

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -248,8 +249,12 @@ func TestResumeRefusesWhatCannotBeResumed(t *testing.T) {
 	ctx := context.Background()
 	spec, _ := os.ReadFile("../../examples/quickstart.yaml")
 	done, _ := s.CreateExperiment(ctx, store.Experiment{Name: "finished", SpecPath: "../../examples/quickstart.yaml", Spec: string(spec)})
-	s.FinishExperiment(ctx, done, "done", "", time.Now())
+	s.FinishExperiment(ctx, done, store.ExperimentDone, "", time.Now())
 	s.Close()
+	// Done, and its verdict is where resume looks for it.
+	verdictPath := filepath.Join(filepath.Dir(db), "verdicts", fmt.Sprintf("finished-%d.md", done))
+	os.MkdirAll(filepath.Dir(verdictPath), 0o755)
+	os.WriteFile(verdictPath, []byte("# Verdict: finished\n"), 0o644)
 	if code, _, stderr := runCLI(t, "resume", "finished", "--db", db); code != exitUsage || !strings.Contains(stderr, "nothing to resume") {
 		t.Errorf("resume of a done experiment: exit %d, %q", code, stderr)
 	}

@@ -38,6 +38,9 @@ const (
 	LabelExperiment = "arbiter.experiment"
 	// LabelRun holds the launch's name (Launch.Name), e.g. "exp3-control-b0".
 	LabelRun = "arbiter.run"
+	// LabelDatabase holds the unique id of the results database (Launch.Database):
+	// experiment numbers repeat across databases, this id does not.
+	LabelDatabase = "arbiter.database"
 )
 
 // Docker runs each arm as a container of Launch.Image on one Docker Engine, its port
@@ -273,6 +276,9 @@ func (d Docker) containerConfig(l Launch) (*container.Config, *container.HostCon
 		ExposedPorts: network.PortSet{port: {}},
 		Labels: map[string]string{LabelManaged: "1", LabelRun: l.Name,
 			LabelExperiment: experimentOf(l.Name)},
+	}
+	if l.Database != "" {
+		cfg.Labels[LabelDatabase] = l.Database
 	}
 	var args []string
 	if len(l.Command) > 0 {

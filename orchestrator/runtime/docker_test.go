@@ -337,7 +337,8 @@ func TestDockerStartWithMissingImageSaysSo(t *testing.T) {
 func TestContainerConfigRendersLaunch(t *testing.T) {
 	d := Docker{GPUs: "0-7", GPUCount: 4, Mounts: []string{"/models:/models:ro", "hf-cache:/root/.cache/huggingface"}}.defaults()
 	l := Launch{Name: "exp3-hicache=on,overlap=off-b1", Image: "lmsysorg/sglang:v0.5",
-		Command: []string{"python3", "-m", "sglang.launch_server", "--tp", "4"}, Env: []string{"BF16_INDEX_K=1"}}
+		Command: []string{"python3", "-m", "sglang.launch_server", "--tp", "4"}, Env: []string{"BF16_INDEX_K=1"},
+		Database: "0b7c1d7e-3f4a-4b2c-9d8e-112233445566"}
 	cfg, host, err := d.containerConfig(l)
 	if err != nil {
 		t.Fatal(err)
@@ -348,7 +349,8 @@ func TestContainerConfigRendersLaunch(t *testing.T) {
 	if want := []string{"-m", "sglang.launch_server", "--tp", "4", "--host", "0.0.0.0", "--port", "8000"}; !slices.Equal(cfg.Cmd, want) {
 		t.Errorf("cmd = %q, want %q", cfg.Cmd, want)
 	}
-	if cfg.Labels[LabelManaged] != "1" || cfg.Labels[LabelExperiment] != "3" || cfg.Labels[LabelRun] != l.Name {
+	if cfg.Labels[LabelManaged] != "1" || cfg.Labels[LabelExperiment] != "3" || cfg.Labels[LabelRun] != l.Name ||
+		cfg.Labels[LabelDatabase] != l.Database {
 		t.Errorf("labels = %v", cfg.Labels)
 	}
 	if !slices.Equal(cfg.Env, l.Env) {

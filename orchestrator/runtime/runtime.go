@@ -28,6 +28,10 @@ type Launch struct {
 	GPUs string
 	// Image is the container image (docker runtime).
 	Image string
+	// Database is the unique id of the results database the launch records into; the
+	// docker runtime labels containers with it, so that `arbiter gc` of one database
+	// never removes another's.
+	Database string
 }
 
 // Runtime starts engines.
