@@ -7,9 +7,9 @@ import (
 	"syscall"
 )
 
-// processExists reports whether a process with this pid exists (a process of another
-// user counts: signalling it is refused, not unknown).
-func processExists(pid int) bool {
+// signalable reports whether a process with this pid exists (a process of another user
+// counts: signalling it is refused, not unknown).
+func signalable(pid int) bool {
 	if pid <= 0 {
 		return false
 	}

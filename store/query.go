@@ -148,7 +148,7 @@ func prepareAll(ctx context.Context, dc any, text string, denied *string) ([]pre
 		}
 		stmts = append(stmts, preparedStatement{text: stmtText, stmt: st})
 		if ro, ok := st.(interface{ Readonly() bool }); !ok || !ro.Readonly() {
-			return stmts, &QueryRefusedError{Statement: stmtText, Why: "it would change the database"}
+			return stmts, &QueryRefusedError{Statement: stmtText, Why: "it is not read-only: it would write this file or another"}
 		}
 		if st.NumInput() > 0 {
 			return stmts, fmt.Errorf("query: %q has parameters; arbiter query takes none (write the values into the SQL)", stmtText)

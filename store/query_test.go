@@ -112,8 +112,8 @@ func TestQueryRefusesEverythingThatWritesAndChangesNoFile(t *testing.T) {
 	other := filepath.Join(t.TempDir(), "other")
 	refused := map[string]string{
 		"SELECT 1; ATTACH '" + other + "-attached.db' AS x": "ATTACH opens",
-		"SELECT 1; VACUUM INTO '" + other + "-vacuumed.db'": "would change",
-		"VACUUM":                                    "would change",
+		"SELECT 1; VACUUM INTO '" + other + "-vacuumed.db'": "not read-only",
+		"VACUUM":                                    "not read-only",
 		"DELETE FROM turns":                         "writes rows",
 		"SELECT 1; DELETE FROM turns":               "writes rows",
 		"UPDATE experiments SET name = 'x'":         "writes rows",
