@@ -31,7 +31,7 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 		name += "-rerun" // its own log, beside the one of the launch it replaces
 	}
 	run := store.Run{ExperimentID: e.id, ArmID: e.armIDs[ai], Block: b, Runtime: runtimeName(e.spec),
-		Status: RunStarting, Started: time.Now(), LogPath: filepath.Join(e.logDir, name+".log"), GPUs: e.gpus}
+		Status: store.RunStarting, Started: time.Now(), LogPath: filepath.Join(e.logDir, name+".log"), GPUs: e.gpus}
 	var err error
 	if run.ID, err = e.store.StartRun(ctx, run); err != nil {
 		return rr, err
@@ -44,7 +44,7 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 	}
 	// From here on the run's row is always closed, also after an interrupt.
 	bg := context.WithoutCancel(ctx)
-	finish := func(status, errText string) (RunResult, error) {
+	finish := func(status store.RunStatus, errText string) (RunResult, error) {
 		run.Status, run.Error, run.Ended = status, errText, time.Now()
 		rr.Status, rr.Err = status, errText
 		if p := e.opts.Progress; p != nil {
@@ -60,9 +60,9 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 		Image: e.spec.Engine.Image, GPUs: e.gpus})
 	if err != nil {
 		if ctx.Err() != nil {
-			return finish(RunInterrupted, "")
+			return finish(store.RunInterrupted, "")
 		}
-		return finish(RunFailed, err.Error())
+		return finish(store.RunFailed, err.Error())
 	}
 	run.Endpoint = inst.Endpoint()
 	recorded := e.recordEngineProcess(bg, inst, run.ID, log)
@@ -92,13 +92,13 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 		stop()
 		switch {
 		case ctx.Err() != nil:
-			return finish(RunInterrupted, "")
+			return finish(store.RunInterrupted, "")
 		case crashed:
-			return finish(RunCrashed, fmt.Sprintf("%v before it was ready (%s)", runtime.ErrCrashed, inst.Exit()))
+			return finish(store.RunCrashed, fmt.Sprintf("%v before it was ready (%s)", runtime.ErrCrashed, inst.Exit()))
 		}
-		return finish(RunFailed, err.Error())
+		return finish(store.RunFailed, err.Error())
 	}
-	run.Status, run.Ready = RunReady, time.Now()
+	run.Status, run.Ready = store.RunReady, time.Now()
 	run.ServerInfo = e.serverInfo(ctx, inst.Endpoint(), preset)
 	if err := e.store.UpdateRun(ctx, run); err != nil {
 		stop()
@@ -109,7 +109,7 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 	status, errText, werr := e.drive(ctx, inst, preset, arm, ai, b, run.ID, model, &rr)
 	stop()
 	if werr != nil {
-		finish(RunFailed, werr.Error())
+		finish(store.RunFailed, werr.Error())
 		return rr, werr
 	}
 	return finish(status, errText)
@@ -117,7 +117,7 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 
 // drive runs the workload against a ready engine under the liveness watchdog.
 func (e *experiment) drive(ctx context.Context, inst runtime.Instance, preset arms.Preset, arm arms.Arm, ai, b int,
-	runID int64, model string, rr *RunResult) (status, errText string, err error) {
+	runID int64, model string, rr *RunResult) (status store.RunStatus, errText string, err error) {
 	w := e.store.NewWriter(store.WriterOptions{})
 	dog := newWatchdog(e.spec.Timeouts, e.spec.Workload)
 	tracker := &sessionTracker{e: e, w: w, runID: runID, armID: e.armIDs[ai], arm: arm.Name, block: b,
@@ -150,7 +150,7 @@ func (e *experiment) drive(ctx context.Context, inst runtime.Instance, preset ar
 	cancel(nil)
 	<-watchDone
 	if cerr := w.Close(); cerr != nil {
-		return RunFailed, "", cerr
+		return store.RunFailed, "", cerr
 	}
 	rr.Sessions, rr.Corrupted = tracker.sessions, tracker.corrupted
 	e.counts[ai].sessions += tracker.completed.sessions
@@ -160,15 +160,15 @@ func (e *experiment) drive(ctx context.Context, inst runtime.Instance, preset ar
 	var stopped *stopCause
 	switch {
 	case ctx.Err() != nil:
-		return RunInterrupted, "", nil
+		return store.RunInterrupted, "", nil
 	case errors.Is(cause, runtime.ErrCrashed):
-		return RunCrashed, cause.Error(), nil
+		return store.RunCrashed, cause.Error(), nil
 	case errors.As(cause, &stopped):
 		return stopped.status, cause.Error(), nil
 	case runErr != nil:
-		return RunFailed, runErr.Error(), nil
+		return store.RunFailed, runErr.Error(), nil
 	}
-	return RunDone, "", nil
+	return store.RunDone, "", nil
 }
 
 // waitReady polls the engine's health endpoint until it answers 200, then proves that a

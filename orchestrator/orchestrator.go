@@ -51,20 +51,23 @@ type Options struct {
 	// GPULockDir is where the GPU claims of every arbiter on this host meet (default
 	// $ARBITER_GPU_LOCK_DIR, else DefaultGPULockDir); see claimGPUs.
 	GPULockDir string
+	// LeaseHeartbeat is how often the experiment's lease is renewed (default
+	// store.LeaseHeartbeat; it must stay well below store.LeaseExpiry).
+	LeaseHeartbeat time.Duration
 }
 
 // Progress hears about an experiment as it runs; the CLI draws progress bars from it.
 type Progress interface {
 	RunStarted(arm string, block, sessions int)
 	SessionDone(arm string, block int, corrupted bool)
-	RunEnded(arm string, block int, status string)
+	RunEnded(arm string, block int, status store.RunStatus)
 }
 
 // Result summarises a finished (or interrupted) experiment.
 type Result struct {
 	ExperimentID int64
 	Name         string
-	Status       string // done | interrupted | failed
+	Status       store.ExperimentStatus // done, interrupted or failed
 	Runs         []RunResult
 	Elapsed      time.Duration
 	// StoppedEarly says why scheduling stopped before the planned blocks, when a
@@ -76,26 +79,13 @@ type Result struct {
 type RunResult struct {
 	Arm       string
 	Block     int
-	Status    string // done | crashed | failed | wedged | erroring | timed-out | interrupted
+	Status    store.RunStatus
 	Sessions  int
 	Corrupted int
 	Err       string
 	// Kept is true for a launch that finished before a resume and was not run again.
 	Kept bool
 }
-
-// Run statuses.
-const (
-	RunStarting    = "starting"
-	RunReady       = "ready"
-	RunDone        = "done"
-	RunCrashed     = "crashed"     // the engine exited on its own
-	RunFailed      = "failed"      // it never became ready, or arbiter could not drive it
-	RunWedged      = "wedged"      // alive, but no turn completed and no token arrived for the stall timeout
-	RunErroring    = "erroring"    // turns in a row failed fast (HTTP errors, broken replies), none completed
-	RunTimedOut    = "timed-out"   // turns in a row ran past the request timeout, none completed
-	RunInterrupted = "interrupted" // the user stopped the experiment
-)
 
 // Sentinel errors the CLI maps to messages and exit codes.
 var (
@@ -187,14 +177,18 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		reapOrphans(ctx, st, log)
 	}
 
+	// This process owns the experiment from here to its end: a second arbiter that
+	// tries to run or resume it is refused while the lease is renewed.
+	owner := store.ThisProcess()
 	var expID int64
 	var armIDs []int64
 	var prior map[runKey]priorRun
+	var lease *store.Lease
 	if opts.Resume != 0 {
-		if expID, armIDs, prior, err = reopen(ctx, st, opts.Resume, spec, armList); err != nil {
+		if expID, armIDs, prior, lease, err = reopen(ctx, st, opts.Resume, spec, armList, owner); err != nil {
 			return Result{}, err
 		}
-	} else if expID, armIDs, err = create(ctx, st, spec, armList, start); err != nil {
+	} else if expID, armIDs, lease, err = create(ctx, st, spec, armList, start, owner); err != nil {
 		return Result{}, err
 	}
 	logDir := opts.LogDir
@@ -210,23 +204,43 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		logDir: filepath.Join(logDir, fmt.Sprintf("exp-%d", expID)), counts: make([]armCounts, len(armList)),
 		prior: prior, gpus: gpus, dbID: dbID, self: self,
 	}
+	// The heartbeat outlives an interrupt: tearing the arms down after Ctrl-C may take a
+	// while, and the lease must stay live until the experiment's end is recorded.
+	runCtx, cancelRun := context.WithCancelCause(ctx)
+	defer cancelRun(nil)
+	stopHeartbeat, heartbeatDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(heartbeatDone)
+		e.heartbeat(lease, stopHeartbeat, cancelRun)
+	}()
+
 	res := Result{ExperimentID: expID, Name: spec.Name}
-	runErr := e.run(ctx, &res)
-	if runErr == nil && ctx.Err() == nil {
-		runErr = errors.Join(e.checkData(res.Runs), e.labelDivergence(ctx))
+	runErr := e.run(runCtx, &res)
+	if runErr == nil && runCtx.Err() == nil {
+		runErr = errors.Join(e.checkData(res.Runs), e.labelDivergence(runCtx))
 	}
 	res.Elapsed = time.Since(start)
+	close(stopHeartbeat)
+	<-heartbeatDone
 
-	status, errText := "done", ""
+	bg := context.WithoutCancel(ctx)
+	if cause := context.Cause(runCtx); ctx.Err() == nil && errors.Is(cause, store.ErrLeaseLost) {
+		// Another arbiter owns the experiment now; what it records is not to be
+		// overwritten, so this one neither finishes the experiment nor judges it.
+		res.Status = store.ExperimentInterrupted
+		return res, fmt.Errorf("%w; this arbiter stopped its arms and keeps what it recorded (its unfinished launches are left out of the analysis)", cause)
+	}
+	status, errText := store.ExperimentDone, ""
 	switch {
 	case ctx.Err() != nil:
-		status = "interrupted"
+		status = store.ExperimentInterrupted
 	case runErr != nil:
-		status, errText = "failed", runErr.Error()
+		status, errText = store.ExperimentFailed, runErr.Error()
 	}
 	res.Status = status
-	// The experiment's end is recorded even after an interrupt, hence a fresh context.
-	if err := st.FinishExperiment(context.WithoutCancel(ctx), expID, status, errText, time.Now()); err != nil && runErr == nil {
+	// The experiment's end is recorded even after an interrupt, hence a fresh context;
+	// the lease goes with it.
+	if err := lease.Finish(bg, status, errText, time.Now()); err != nil && runErr == nil {
 		runErr = err
 	}
 	if ctx.Err() != nil {
@@ -237,6 +251,35 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		runErr = &redactedError{err: runErr, msg: redactor.Redact(runErr.Error())}
 	}
 	return res, runErr
+}
+
+// heartbeat renews the experiment's lease every Options.LeaseHeartbeat until stop is
+// closed. When another arbiter has taken the experiment over (this one stalled past the
+// lease expiry), it stops the experiment with store.ErrLeaseLost as the cause. A renewal
+// that fails for another reason (a busy database) is retried at the next beat.
+func (e *experiment) heartbeat(lease *store.Lease, stop <-chan struct{}, cancel context.CancelCauseFunc) {
+	every := e.opts.LeaseHeartbeat
+	if every <= 0 {
+		every = store.LeaseHeartbeat
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+			err := lease.Renew(context.Background(), time.Now())
+			switch {
+			case errors.Is(err, store.ErrLeaseLost):
+				e.log.Error("another arbiter took this experiment over; stopping", "err", err)
+				cancel(err)
+				return
+			case err != nil:
+				e.log.Warn("lease heartbeat failed; retrying", "err", err)
+			}
+		}
+	}
 }
 
 // redactedError is an error whose text went through the redactor; errors.Is still sees
@@ -287,20 +330,27 @@ func gpuSlot(spec *arms.Spec) (string, error) {
 	return strings.Join(ids, ","), nil
 }
 
-// create records a new experiment and its arms.
-func create(ctx context.Context, st *store.Store, spec *arms.Spec, armList []arms.Arm, start time.Time) (int64, []int64, error) {
+// create records a new experiment, owned by owner, and its arms.
+func create(ctx context.Context, st *store.Store, spec *arms.Spec, armList []arms.Arm, start time.Time,
+	owner store.Owner) (int64, []int64, *store.Lease, error) {
 	host, _ := os.Hostname()
 	baseline := spec.Analysis.Baseline
 	if baseline == "" {
 		baseline = armList[0].Name
 	}
-	expID, err := st.CreateExperiment(ctx, store.Experiment{
+	expID, lease, err := st.StartExperiment(ctx, store.Experiment{
 		Name: spec.Name, SpecPath: spec.Path, Spec: string(spec.RedactedSource()), Seed: spec.Workload.Seed,
 		Unit: spec.Analysis.Unit, Alpha: spec.Analysis.Alpha, Baseline: baseline, Version: Version(), Host: host,
 		Created: start, Design: designJSON(spec),
-	})
+	}, owner)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
+	}
+	fail := func(err error) (int64, []int64, *store.Lease, error) {
+		// The experiment stays recorded, but nobody runs it.
+		bg := context.WithoutCancel(ctx)
+		_ = lease.Finish(bg, store.ExperimentFailed, err.Error(), time.Now())
+		return 0, nil, nil, err
 	}
 	armIDs := make([]int64, len(armList))
 	for i, a := range armList {
@@ -317,10 +367,10 @@ func create(ctx context.Context, st *store.Store, spec *arms.Spec, armList []arm
 		armIDs[i], err = st.AddArm(ctx, store.Arm{ExperimentID: expID, Name: a.Name, Position: i, Pins: string(pins),
 			Levels: string(levels), Command: string(command), Env: string(env)})
 		if err != nil {
-			return 0, nil, err
+			return fail(err)
 		}
 	}
-	return expID, armIDs, nil
+	return expID, armIDs, lease, nil
 }
 
 // DesignOf is how the spec lays the experiment out, as the store records it for
@@ -432,7 +482,7 @@ func (e *experiment) run(ctx context.Context, res *Result) error {
 				// Finished before the resume: kept as it is.
 				e.counts[ai].sessions += p.counts.sessions
 				e.counts[ai].corrupted += p.counts.corrupted
-				res.Runs = append(res.Runs, RunResult{Arm: e.arms[ai].Name, Block: b, Status: RunDone,
+				res.Runs = append(res.Runs, RunResult{Arm: e.arms[ai].Name, Block: b, Status: store.RunDone,
 					Sessions: p.counts.sessions, Corrupted: p.counts.corrupted, Kept: true})
 				continue
 			}
@@ -562,7 +612,8 @@ func (t *sessionTracker) SessionDone(s workload.SessionResult) {
 	}
 	// The sequential looks count what the verdict analyses: store.Analysed is the one
 	// rule (a session corrupted and then lost is not analysed).
-	if store.Analysed(s.Status) {
+	status := sessionStatus(s.Status)
+	if store.Analysed(status) {
 		t.completed.sessions++
 		if corrupted {
 			t.completed.corrupted++
@@ -570,7 +621,7 @@ func (t *sessionTracker) SessionDone(s workload.SessionResult) {
 	}
 	t.mu.Unlock()
 	row := store.Session{ExperimentID: t.e.id, RunID: t.runID, ArmID: t.armID, Index: s.Session, Block: t.block,
-		Status: s.Status, Turns: s.Turns, Corrupted: corrupted, Error: s.Err}
+		Status: status, Turns: s.Turns, Corrupted: corrupted, Error: s.Err}
 	if corrupted {
 		row.FirstCorruptedTurn = &first
 	}
@@ -578,6 +629,20 @@ func (t *sessionTracker) SessionDone(s workload.SessionResult) {
 	if p := t.e.opts.Progress; p != nil {
 		p.SessionDone(t.arm, t.block, corrupted)
 	}
+}
+
+// sessionStatus is the stored word for how the workload says a session ended. The
+// workload keeps its own words (it imports nothing of the store); each maps to one here.
+func sessionStatus(w string) store.SessionStatus {
+	switch w {
+	case workload.SessionOK:
+		return store.SessionOK
+	case workload.SessionTimeout:
+		return store.SessionTimeout
+	case workload.SessionAborted:
+		return store.SessionAborted
+	}
+	return store.SessionError
 }
 
 func nonNilMap(m map[string]string) map[string]string {

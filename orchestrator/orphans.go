@@ -45,9 +45,10 @@ func ReapOrphans(ctx context.Context, st *store.Store, experimentID int64, dryRu
 	}
 	var out []Orphan
 	for _, r := range recs {
-		// The experiment is live while the arbiter that started the engine runs; a
-		// running arbiter ends its own engines. (With experiment leases, a live lease
-		// is what must keep a group from being reaped.)
+		// The group is live while the arbiter that started it runs: a running arbiter
+		// ends its own engines. The group and its arbiter are on this machine (same boot
+		// id), so the process check is exact; the experiment's lease adds nothing here,
+		// and would even hide the orphans of the experiment a resume has just taken over.
 		arbiter := runtime.ProcessID{Pid: r.ArbiterPID, Start: r.ArbiterStart, BootID: r.BootID}
 		if arbiter.Alive() {
 			continue

@@ -50,7 +50,7 @@ func TestReapOrphansSparesLiveArbitersAndEndsTheRest(t *testing.T) {
 		return id
 	}
 	record := func(g runtime.ProcessID, arbiter runtime.ProcessID) int64 {
-		runID, err := st.StartRun(ctx, store.Run{ExperimentID: expID, ArmID: armID, Runtime: "process", Status: RunReady,
+		runID, err := st.StartRun(ctx, store.Run{ExperimentID: expID, ArmID: armID, Runtime: "process", Status: store.RunReady,
 			Started: time.Now()})
 		if err != nil {
 			t.Fatal(err)

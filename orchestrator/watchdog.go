@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/arbiterlab/arbiter/store"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -86,7 +87,7 @@ func (d *watchdog) turn(f workload.Failure, errText string) {
 // stopCause is why the watchdog stopped (or judged) a run: the run status and the error
 // that explains it.
 type stopCause struct {
-	status string
+	status store.RunStatus
 	err    error
 }
 
@@ -108,10 +109,10 @@ func (d *watchdog) decide(now time.Time, final bool) *stopCause {
 		case workload.FailureStalled:
 			return d.wedged(idle, n)
 		case workload.FailureTimedOut:
-			return &stopCause{RunTimedOut, fmt.Errorf("%w (%d turns in a row ran past the %v request timeout, none completed)",
+			return &stopCause{store.RunTimedOut, fmt.Errorf("%w (%d turns in a row ran past the %v request timeout, none completed)",
 				ErrTimedOut, n, d.request)}
 		default:
-			return &stopCause{RunErroring, fmt.Errorf("%w (%d turns in a row failed, none completed; the last: %s)",
+			return &stopCause{store.RunErroring, fmt.Errorf("%w (%d turns in a row failed, none completed; the last: %s)",
 				ErrErroring, n, d.lastErr[workload.FailureFast])}
 		}
 	}
@@ -136,7 +137,7 @@ func (d *watchdog) wedged(idle time.Duration, n int) *stopCause {
 	if n > 0 {
 		streak = fmt.Sprintf("; %d turns in a row failed", n)
 	}
-	return &stopCause{RunWedged, fmt.Errorf("%w (no turn completed and no token arrived for %v%s)",
+	return &stopCause{store.RunWedged, fmt.Errorf("%w (no turn completed and no token arrived for %v%s)",
 		ErrWedged, idle.Round(10*time.Millisecond), streak)}
 }
 
@@ -179,7 +180,7 @@ func (e *experiment) judgeEnd(ctx context.Context, inst runtime.Instance, d *wat
 	// Turns that fail fast are also what a dying engine's last requests do; give its
 	// exit a moment to be seen before calling it erroring.
 	wait := time.Duration(0)
-	if c.status == RunErroring {
+	if c.status == store.RunErroring {
 		wait = 500 * time.Millisecond
 	}
 	select {
@@ -199,7 +200,7 @@ func crashedDuringWorkload(inst runtime.Instance) error {
 // explain adds to a wedge what the engine's health endpoint says, since a wedged engine
 // that still answers it is the case liveness by health misses.
 func (e *experiment) explain(ctx context.Context, inst runtime.Instance, preset arms.Preset, c *stopCause) error {
-	if c.status != RunWedged {
+	if c.status != store.RunWedged {
 		return c
 	}
 	path := preset.HealthPath

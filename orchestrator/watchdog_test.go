@@ -56,7 +56,7 @@ func (c *runClock) RunStarted(arm string, _, _ int) {
 	c.mu.Unlock()
 }
 func (c *runClock) SessionDone(string, int, bool) {}
-func (c *runClock) RunEnded(arm string, _ int, _ string) {
+func (c *runClock) RunEnded(arm string, _ int, _ store.RunStatus) {
 	c.mu.Lock()
 	c.end[arm] = time.Now()
 	c.mu.Unlock()
@@ -104,7 +104,7 @@ func TestTotalWedgeIsWedgedWhenSessionsEqualConcurrency(t *testing.T) {
 			wantNoData(t, res, err)
 			st, errs := runStatuses(t, db, res.ExperimentID), runErrors(t, db, res.ExperimentID)
 			for _, arm := range []string{"control", "treatment"} {
-				if st[arm] != RunWedged {
+				if st[arm] != store.RunWedged {
 					t.Errorf("%s: status %q (%s), want wedged", arm, st[arm], errs[arm])
 				}
 				if !strings.Contains(errs[arm], "/health answers 200") {
@@ -135,7 +135,7 @@ func TestFastErrorsAreErroringNotWedged(t *testing.T) {
 			wantNoData(t, res, err)
 			st, errs := runStatuses(t, db, res.ExperimentID), runErrors(t, db, res.ExperimentID)
 			for _, arm := range []string{"control", "treatment"} {
-				if st[arm] != RunErroring {
+				if st[arm] != store.RunErroring {
 					t.Errorf("%s: status %q (%s), want erroring", arm, st[arm], errs[arm])
 				}
 				if !strings.Contains(errs[arm], "http 500") {
@@ -177,7 +177,7 @@ func TestEndlessGenerationIsTimedOut(t *testing.T) {
 	wantNoData(t, res, err)
 	st, errs := runStatuses(t, db, res.ExperimentID), runErrors(t, db, res.ExperimentID)
 	for _, arm := range []string{"control", "treatment"} {
-		if st[arm] != RunTimedOut || !strings.Contains(errs[arm], "request timeout") {
+		if st[arm] != store.RunTimedOut || !strings.Contains(errs[arm], "request timeout") {
 			t.Errorf("%s: status %q (%s), want timed-out", arm, st[arm], errs[arm])
 		}
 	}
@@ -191,7 +191,7 @@ func TestWatchdogDecides(t *testing.T) {
 		for range 4 {
 			d.turn(workload.FailureStalled, "no event")
 		}
-		if c := d.decide(at(d, 0), true); c == nil || c.status != RunWedged {
+		if c := d.decide(at(d, 0), true); c == nil || c.status != store.RunWedged {
 			t.Fatalf("decided %+v", c)
 		}
 	})
@@ -209,7 +209,7 @@ func TestWatchdogDecides(t *testing.T) {
 			d.turn(workload.FailureFast, "http 503: overloaded")
 		}
 		c := d.decide(at(d, 0), false)
-		if c == nil || c.status != RunErroring || !strings.Contains(c.Error(), "http 503: overloaded") {
+		if c == nil || c.status != store.RunErroring || !strings.Contains(c.Error(), "http 503: overloaded") {
 			t.Fatalf("decided %+v", c)
 		}
 	})
@@ -224,7 +224,7 @@ func TestWatchdogDecides(t *testing.T) {
 			t.Fatalf("decided %+v with 4 of 5", c)
 		}
 		d.turn(workload.FailureStalled, "no event")
-		if c := d.decide(at(d, 0), false); c == nil || c.status != RunTimedOut {
+		if c := d.decide(at(d, 0), false); c == nil || c.status != store.RunTimedOut {
 			t.Fatalf("decided %+v, want timed out (the streak limit is the 5 sessions)", c)
 		}
 	})
@@ -237,7 +237,7 @@ func TestWatchdogDecides(t *testing.T) {
 		if c := d.decide(at(d, 999*time.Millisecond), false); c != nil {
 			t.Fatalf("a token did not count as progress: %+v", c)
 		}
-		if c := d.decide(at(d, time.Second), false); c == nil || c.status != RunWedged {
+		if c := d.decide(at(d, time.Second), false); c == nil || c.status != store.RunWedged {
 			t.Fatalf("decided %+v at the stall timeout", c)
 		}
 		// Once the workload ended by itself with its last turn completed, silence is no

@@ -30,11 +30,8 @@ func LastRecorded(ctx context.Context, dbPath, name string) Recorded {
 		return Recorded{}
 	}
 	r := Recorded{ExperimentID: e.ID}
-	db.GetContext(ctx, &r.TurnsPerSession, `SELECT coalesce(avg(turns), 0) FROM sessions WHERE experiment_id = ? AND status = 'ok'`, e.ID)
-	var lat []float64
-	db.SelectContext(ctx, &lat, `SELECT latency_ms FROM turns WHERE experiment_id = ? AND error IS NULL ORDER BY latency_ms`, e.ID)
-	if len(lat) > 0 {
-		r.TurnSeconds = lat[len(lat)/2] / 1000
+	if pace, err := store.RecordedPace(ctx, db, e.ID); err == nil {
+		r.TurnsPerSession, r.TurnSeconds = pace.TurnsPerSession, pace.MedianTurn.Seconds()
 	}
 	runs, _ := store.Runs(ctx, db, e.ID)
 	var startup []float64

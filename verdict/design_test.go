@@ -71,9 +71,9 @@ func recordSpec(t *testing.T, name, unit, spec string, design store.Design, runs
 				w.Turn(store.Turn{ExperimentID: exp, RunID: runID, ArmID: id, Session: r.block*1000 + si, Index: k, Round: k / 2,
 					Started: t0, StatusCode: 200, FinishReason: "stop", Corrupted: bad && k > 0, Request: "{}", Response: "{}"})
 			}
-			st := "ok"
+			st := store.SessionOK
 			if lost {
-				st = "timeout"
+				st = store.SessionTimeout
 			}
 			w.Session(store.Session{ExperimentID: exp, RunID: runID, ArmID: id, Index: r.block*1000 + si, Block: r.block, Status: st, Turns: tps, Corrupted: bad})
 		}

@@ -500,7 +500,7 @@ func (v *Verdict) loadRuns(ctx context.Context, db *sqlx.DB, index map[int64]int
 		return err
 	}
 	for _, r := range runs {
-		f := RunFact{Arm: v.Arms[index[r.ArmID]].Name, Status: r.Status, Block: r.Block, Endpoint: r.Endpoint}
+		f := RunFact{Arm: v.Arms[index[r.ArmID]].Name, Status: string(r.Status), Block: r.Block, Endpoint: r.Endpoint}
 		if r.Error.Valid {
 			f.Error = r.Error.String
 		}

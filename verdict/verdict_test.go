@@ -149,7 +149,7 @@ func recordFixture(t *testing.T, f fixture) (*sqlx.DB, string) {
 			code = 139
 		}
 		info, _ := json.Marshal(map[string]any{"version": "refserve 0.1", "env": envs[r.arm]})
-		if err := s.UpdateRun(ctx, store.Run{ID: runID, Status: status, Error: r.err, Started: start, Ready: start.Add(300 * time.Millisecond),
+		if err := s.UpdateRun(ctx, store.Run{ID: runID, Status: store.RunStatus(status), Error: r.err, Started: start, Ready: start.Add(300 * time.Millisecond),
 			Ended: start.Add(20 * time.Second), ExitCode: &code, ServerInfo: string(info)}); err != nil {
 			t.Fatal(err)
 		}
@@ -180,7 +180,7 @@ func recordFixture(t *testing.T, f fixture) (*sqlx.DB, string) {
 					turns++
 				}
 			}
-			row := store.Session{ExperimentID: exp, RunID: runID, ArmID: armID, Index: index, Block: r.block, Status: o.status, Turns: turns, Corrupted: first >= 0}
+			row := store.Session{ExperimentID: exp, RunID: runID, ArmID: armID, Index: index, Block: r.block, Status: store.SessionStatus(o.status), Turns: turns, Corrupted: first >= 0}
 			if first >= 0 {
 				row.FirstCorruptedTurn = &first
 			}
@@ -197,7 +197,7 @@ func recordFixture(t *testing.T, f fixture) (*sqlx.DB, string) {
 	if status == "" {
 		status = "done"
 	}
-	s.FinishExperiment(ctx, exp, status, "", t0.Add(time.Hour))
+	s.FinishExperiment(ctx, exp, store.ExperimentStatus(status), "", t0.Add(time.Hour))
 	s.Close()
 	db, err := store.OpenReadOnly(path)
 	if err != nil {

@@ -251,8 +251,16 @@ func TestResumeRefusesWhatCannotBeResumed(t *testing.T) {
 	ctx := context.Background()
 	spec, _ := os.ReadFile("../../examples/quickstart.yaml")
 	done, _ := s.CreateExperiment(ctx, store.Experiment{Name: "finished", SpecPath: "../../examples/quickstart.yaml", Spec: string(spec)})
-	s.FinishExperiment(ctx, done, "done", "", time.Now())
+	s.FinishExperiment(ctx, done, store.ExperimentDone, "", time.Now())
+	dbID, err := store.DatabaseID(ctx, s.DB())
+	if err != nil {
+		t.Fatal(err)
+	}
 	s.Close()
+	// Done, and its verdict is where resume looks for it.
+	verdictPath := filepath.Join(filepath.Dir(db), "verdicts", fmt.Sprintf("finished-%s-%d.md", store.ShortID(dbID), done))
+	os.MkdirAll(filepath.Dir(verdictPath), 0o755)
+	os.WriteFile(verdictPath, []byte("# Verdict: finished\n"), 0o644)
 	if code, _, stderr := runCLI(t, "resume", "finished", "--db", db); code != exitUsage || !strings.Contains(stderr, "nothing to resume") {
 		t.Errorf("resume of a done experiment: exit %d, %q", code, stderr)
 	}

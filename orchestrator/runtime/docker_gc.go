@@ -21,7 +21,7 @@ type Leftover struct {
 	Status     string    `json:"status"` // the daemon's words, e.g. "Exited (2) 3 minutes ago"
 	Experiment string    `json:"experiment,omitempty"`
 	Run        string    `json:"run,omitempty"`
-	Database   string    `json:"database,omitempty"`
+	Database   string    `json:"database,omitempty"` // results database's id; empty from an older arbiter
 	Created    time.Time `json:"created"`
 }
 
@@ -49,8 +49,8 @@ func (d Docker) Leftovers(ctx context.Context, experiment string) ([]Leftover, e
 			name = strings.TrimPrefix(c.Names[0], "/")
 		}
 		out = append(out, Leftover{ID: c.ID, Name: name, Image: c.Image, State: string(c.State), Status: c.Status,
-			Experiment: c.Labels[LabelExperiment], Run: c.Labels[LabelRun],
-			Database: c.Labels[LabelDatabase], Created: time.Unix(c.Created, 0).UTC()})
+			Experiment: c.Labels[LabelExperiment], Run: c.Labels[LabelRun], Database: c.Labels[LabelDatabase],
+			Created: time.Unix(c.Created, 0).UTC()})
 	}
 	return out, nil
 }
