@@ -17,37 +17,41 @@ const Redacted = "[redacted]"
 // anything a guess could not recover anyway.
 const minSecretLen = 4
 
-// credentialWords are the _-separated words that make a variable name look like it
-// holds a credential wherever they stand (API_KEY and ACCESS_KEY are two words each).
-// TOKENS is left out on purpose: MAX_TOKENS and its kin count model tokens.
-var credentialWords = [][]string{
+// credentialEndings are the _-separated words that make a variable or flag name look
+// like it holds a credential when the name ends with them: HF_TOKEN, --token,
+// CLIENT_SECRET, DB_PASSWORD, BASIC_AUTH, --auth-header. Only the end of a name counts:
+// a credential word in the middle names something else (--inter-token-delay is a
+// duration, TOKENIZER_PATH and MY_CREDENTIAL_FILE are paths). TOKENS is left out on
+// purpose: MAX_TOKENS and its kin count model tokens.
+var credentialEndings = [][]string{
 	{"TOKEN"}, {"SECRET"}, {"SECRETS"}, {"PASSWORD"}, {"PASSWD"}, {"PASSPHRASE"},
-	{"API", "KEY"}, {"ACCESS", "KEY"}, {"CREDENTIAL"}, {"CREDENTIALS"}, {"AUTH"}, {"AUTHORIZATION"},
+	{"CREDENTIAL"}, {"CREDENTIALS"}, {"AUTH"}, {"AUTHORIZATION"},
+	{"AUTH", "HEADER"}, {"AUTHORIZATION", "HEADER"},
 }
 
-// credentialLastWords count only as the last word of a longer name: OPENAI_KEY,
-// PRIVATE_KEY, DB_PASS and GITHUB_PAT are credentials, while KEY_VALUE_CACHE,
-// PASS_THROUGH or PAT_SIZE are not. A lone KEY, PASS or PAT says too little to hide.
+// credentialLastWords count only as the last word of a longer name: API_KEY,
+// AWS_SECRET_ACCESS_KEY, OPENAI_KEY, PRIVATE_KEY, DB_PASS and GITHUB_PAT are
+// credentials, while a lone KEY, PASS or PAT says too little to hide.
 var credentialLastWords = []string{"KEY", "PASS", "PAT"}
 
 // LooksLikeCredential reports whether a variable name suggests its value is a
-// credential. The rule, on the name's _-separated words in any case: one of TOKEN,
-// SECRET(S), PASSWORD, PASSWD, PASSPHRASE, API_KEY, ACCESS_KEY, CREDENTIAL(S), AUTH or
-// AUTHORIZATION anywhere, or KEY, PASS or PAT as the last of two or more words. So
-// HF_TOKEN, AWS_SECRET_ACCESS_KEY, OPENAI_KEY and DB_PASS are credentials, and
-// BF16_INDEX_K, MAX_TOKENS and KEY_VALUE_CACHE are not.
+// credential. The rule, on the name's _-separated words in any case: the name ends with
+// TOKEN, SECRET(S), PASSWORD, PASSWD, PASSPHRASE, CREDENTIAL(S), AUTH, AUTHORIZATION or
+// AUTH(ORIZATION)_HEADER, or its last word of two or more is KEY, PASS or PAT. So
+// HF_TOKEN, GITHUB_TOKEN, API_KEY, AWS_SECRET_ACCESS_KEY, CLIENT_SECRET and DB_PASS are
+// credentials, and INTER_TOKEN_DELAY, TOKENIZER_PATH, MAX_TOKENS, BF16_INDEX_K and
+// KEY_VALUE_CACHE are not.
 //
 // The trade-off: a name that matches by accident (CACHE_KEY, FUSION_PASS) has its value
 // hidden in the stored spec and in every record that holds it, which can garble a
-// record; a secret that does not match is stored in clear. The rule errs towards
-// hiding, and a secret with an unusual name belongs in engine.secrets anyway.
+// record (and makes resume ask for the spec file); a secret whose name does not end like
+// a credential (AWS_ACCESS_KEY_ID, MY_TOKEN_VALUE) is stored in clear. A secret with an
+// unusual name belongs in engine.secrets, which hides it whatever its name.
 func LooksLikeCredential(name string) bool {
 	words := strings.Split(strings.ToUpper(name), "_")
-	for i := range words {
-		for _, cw := range credentialWords {
-			if i+len(cw) <= len(words) && slices.Equal(words[i:i+len(cw)], cw) {
-				return true
-			}
+	for _, end := range credentialEndings {
+		if len(words) >= len(end) && slices.Equal(words[len(words)-len(end):], end) {
+			return true
 		}
 	}
 	return len(words) >= 2 && words[len(words)-2] != "" && slices.Contains(credentialLastWords, words[len(words)-1])
