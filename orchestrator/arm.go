@@ -135,7 +135,8 @@ func (e *experiment) drive(ctx context.Context, inst runtime.Instance, arm arms.
 	}
 	cfg := workload.Config{Kind: ws.Kind, Sessions: ws.Sessions, Rounds: ws.Rounds, Concurrency: ws.Concurrency,
 		Seed: ws.Seed, Temperature: ws.Temperature, MaxTokens: ws.MaxTokens, Model: model,
-		RequestTimeout: e.spec.Timeouts.Request, StallTimeout: stall, SessionOffset: b * ws.Sessions}
+		RequestTimeout: e.spec.Timeouts.Request, StallTimeout: stall, SessionOffset: b * ws.Sessions,
+		MaxResponseBytes: ws.MaxResponseBytes, NoStream: ws.NoStream}
 	runErr := workload.Run(wctx, cfg, inst.Endpoint(), tracker)
 	cancel(nil)
 	<-watchDone

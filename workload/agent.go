@@ -158,6 +158,7 @@ func runToolcallAgent(ctx context.Context, cfg Config, base string, rec Recorder
 	conc := max(cfg.Concurrency, 1)
 	client := NewClient(conc)
 	client.RequestTimeout, client.StallTimeout = cfg.RequestTimeout, cfg.StallTimeout
+	client.MaxResponseBytes = cfg.MaxResponseBytes
 	defer client.CloseIdleConnections()
 
 	model := cfg.Model
