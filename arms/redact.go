@@ -1,8 +1,6 @@
 package arms
 
 import (
-	"cmp"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -116,19 +114,14 @@ func (s *Spec) RedactEnv(env map[string]string) map[string]string {
 	return out
 }
 
-// Redactor replaces secret values with [redacted]. It is immutable once built, so it is
-// safe for concurrent use.
-type Redactor struct {
-	replacer *strings.Replacer // nil when there is nothing to hide
-}
-
 // Redactor collects the values to hide: every variable named in engine.secrets, as
 // arbiter's environment holds it (environ is os.LookupEnv in production), every env
 // value of the engine, an arm or a factor level whose name looks like a credential, and
 // every value given to a credential flag in the engine's command or args or an arm's or
 // level's args (--api-key X, --hf-token=X). Values shorter than 4 bytes, and true,
 // false and null, are not replaced: they would match everywhere. RedactEnv and
-// RedactArgs hide those where they are written.
+// RedactArgs hide those where they are written. The Redactor finds each value in its
+// escaped and encoded forms too (see Redactor).
 func (s *Spec) Redactor(environ func(string) (string, bool)) *Redactor {
 	var values []string
 	if environ != nil {
@@ -182,76 +175,6 @@ func (s *Spec) allEnv() []map[string]string {
 		}
 	}
 	return out
-}
-
-func newRedactor(values []string) *Redactor {
-	// The core of a value is what leaks into logs; a block scalar's trailing newline
-	// is YAML's, and replacing it would join two lines.
-	for i, v := range values {
-		values[i] = strings.TrimSpace(v)
-	}
-	values = slices.DeleteFunc(values, func(v string) bool {
-		return len(v) < minSecretLen || slices.Contains(commonWords, strings.ToLower(v))
-	})
-	if len(values) == 0 {
-		return &Redactor{}
-	}
-	// A value written inside JSON (a stored env, an engine's server info) is escaped
-	// there: "p&ss" becomes "p\u0026ss". Its escaped forms are secrets too.
-	for _, v := range values {
-		values = append(values, jsonEscapedForms(v)...)
-	}
-	// Longest first: strings.Replacer tries old strings in argument order at each
-	// position, so a secret that contains another is replaced whole.
-	slices.SortFunc(values, func(a, b string) int {
-		return cmp.Or(cmp.Compare(len(b), len(a)), strings.Compare(a, b))
-	})
-	values = slices.Compact(values)
-	pairs := make([]string, 0, 2*len(values))
-	for _, v := range values {
-		pairs = append(pairs, v, Redacted)
-	}
-	return &Redactor{replacer: strings.NewReplacer(pairs...)}
-}
-
-// jsonEscapedForms are the ways encoding/json may write v inside a string, other than
-// v itself: with and without escaping <, > and & as \u003c, \u003e and \u0026.
-func jsonEscapedForms(v string) []string {
-	var out []string
-	for _, html := range []bool{true, false} {
-		var b strings.Builder
-		enc := json.NewEncoder(&b)
-		enc.SetEscapeHTML(html)
-		if enc.Encode(v) != nil {
-			continue
-		}
-		e := strings.TrimSuffix(b.String(), "\n")
-		e = e[1 : len(e)-1] // the quotes
-		if e != v && !slices.Contains(out, e) {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
-// Redact returns s with every secret value replaced by [redacted].
-func (r *Redactor) Redact(s string) string {
-	if r == nil || r.replacer == nil {
-		return s
-	}
-	return r.replacer.Replace(s)
-}
-
-// RedactBytes is Redact for bytes; it returns b itself when nothing needs hiding.
-func (r *Redactor) RedactBytes(b []byte) []byte {
-	if r == nil || r.replacer == nil {
-		return b
-	}
-	out := r.replacer.Replace(string(b))
-	if len(out) == len(b) && out == string(b) {
-		return b
-	}
-	return []byte(out)
 }
 
 // LaunchEnv is the environment an arm's process gets, as sorted KEY=VALUE pairs: the
