@@ -29,7 +29,10 @@ bench:
 FUZZTIME ?= 20s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./arms
+	$(GO) test -run '^$$' -fuzz '^FuzzRedactedSource$$' -fuzztime $(FUZZTIME) ./arms
+	$(GO) test -run '^$$' -fuzz '^FuzzRedactorEncodedForms$$' -fuzztime $(FUZZTIME) ./arms
 	$(GO) test -run '^$$' -fuzz '^FuzzSSE$$' -fuzztime $(FUZZTIME) ./workload
+	$(GO) test -run '^$$' -fuzz '^FuzzRedactRaw$$' -fuzztime $(FUZZTIME) ./workload
 	$(GO) test -run '^$$' -fuzz '^FuzzDSMLLeak$$' -fuzztime $(FUZZTIME) ./plugins/detectors
 	$(GO) test -run '^$$' -fuzz '^FuzzToolcallSchema$$' -fuzztime $(FUZZTIME) ./plugins/detectors
 	$(GO) test -run '^$$' -fuzz '^FuzzRepetition$$' -fuzztime $(FUZZTIME) ./plugins/detectors

@@ -106,6 +106,11 @@ type Workload struct {
 	MaxTokens int
 	// Model is the model name sent in requests; empty asks the engine's /v1/models.
 	Model string
+	// MaxResponseBytes caps one response's body, SSE framing included; a response that
+	// runs past it ends its turn with an error (default DefaultMaxResponseBytes).
+	MaxResponseBytes int64
+	// NoStream sends non-streaming requests (stream: false); the default streams.
+	NoStream bool
 }
 
 // Analysis says how the verdict is computed.

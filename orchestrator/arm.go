@@ -139,7 +139,7 @@ func (e *experiment) drive(ctx context.Context, inst runtime.Instance, preset ar
 	cfg := workload.Config{Kind: ws.Kind, Sessions: ws.Sessions, Rounds: ws.Rounds, Concurrency: ws.Concurrency,
 		Seed: ws.Seed, Temperature: ws.Temperature, MaxTokens: ws.MaxTokens, Model: model,
 		RequestTimeout: e.spec.Timeouts.Request, StallTimeout: stall, SessionOffset: b * ws.Sessions,
-		OnToken: dog.token}
+		OnToken: dog.token, MaxResponseBytes: ws.MaxResponseBytes, NoStream: ws.NoStream}
 	runErr := workload.Run(wctx, cfg, inst.Endpoint(), tracker)
 	if runErr == nil && context.Cause(wctx) == nil {
 		// Every session ended by itself; whether they ended well is the watchdog's to say.

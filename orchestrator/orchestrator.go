@@ -200,7 +200,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	logDir = filepath.Join(logDir, store.ShortID(dbID))
 	e := &experiment{
 		opts: opts, spec: spec, arms: armList, armIDs: armIDs, envs: envs, id: expID, store: st,
-		detectors: dets, redact: redactor.Redact, log: log.With("experiment", expID, "name", spec.Name), rt: rt,
+		detectors: dets, redact: redactor.Redact, redactor: redactor, log: log.With("experiment", expID, "name", spec.Name), rt: rt,
 		logDir: filepath.Join(logDir, fmt.Sprintf("exp-%d", expID)), counts: make([]armCounts, len(armList)),
 		prior: prior, gpus: gpus, dbID: dbID, self: self,
 	}
@@ -447,6 +447,10 @@ type experiment struct {
 	// self is this arbiter's process, recorded with every engine process group so that a
 	// later arbiter can tell whether the engine's arbiter still runs.
 	self runtime.ProcessID
+
+	// redactor is what redact applies; it also finds secrets that an engine streamed
+	// in pieces (see sessionTracker.Turn).
+	redactor *arms.Redactor
 }
 
 // armCounts are an arm's sessions that completed every round, and the corrupted ones.
@@ -575,15 +579,26 @@ func (t *sessionTracker) Turn(turn workload.Turn) {
 		CompletionTokens: turn.CompletionTokens, Corrupted: corrupted, Error: turn.Err,
 		Request: string(turn.Request), Raw: string(turn.Raw),
 	}
-	if len(turn.Response.Choices) > 0 {
-		msg := turn.Response.Choices[0].Message
+	resp := turn.Response
+	if t.e.redactor.Active() {
+		// The store hides secrets written whole; one streamed in pieces across events
+		// is whole only in the assembled text, so the raw stream is rewritten here,
+		// once the detectors have read the response as it came. A response cut short
+		// may end with the start of a secret.
+		row.Raw = string(workload.RedactRaw(turn.Raw, t.e.redactor))
+		if turn.Err != "" {
+			resp = workload.RedactCutCompletion(resp, t.e.redactor)
+		}
+	}
+	if len(resp.Choices) > 0 {
+		msg := resp.Choices[0].Message
 		row.Content = msg.Content
 		if len(msg.ToolCalls) > 0 {
 			b, _ := json.Marshal(msg.ToolCalls)
 			row.ToolCalls = string(b)
 		}
 	}
-	if b, err := json.Marshal(turn.Response); err == nil {
+	if b, err := json.Marshal(resp); err == nil {
 		row.Response = string(b)
 	}
 	if len(turn.Tools) > 0 {

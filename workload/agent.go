@@ -159,6 +159,7 @@ func runToolcallAgent(ctx context.Context, cfg Config, base string, rec Recorder
 	client := NewClient(conc)
 	client.RequestTimeout, client.StallTimeout = cfg.RequestTimeout, cfg.StallTimeout
 	client.OnToken = cfg.OnToken
+	client.MaxResponseBytes = cfg.MaxResponseBytes
 	defer client.CloseIdleConnections()
 
 	model := cfg.Model

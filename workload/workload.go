@@ -25,6 +25,9 @@ type Config struct {
 	RequestTimeout time.Duration
 	// StallTimeout bounds the silence between two stream events (default 120s).
 	StallTimeout time.Duration
+	// MaxResponseBytes caps one response (default DefaultMaxResponseBytes); a turn
+	// whose response runs past it fails with ErrResponseTooLarge.
+	MaxResponseBytes int64
 	// SessionOffset shifts session indices (and their seeds' derivation), so that the
 	// blocks of a sequential experiment draw fresh sessions: block k runs sessions
 	// [k*Sessions, (k+1)*Sessions). Sessions with the same index are identical in every arm.
