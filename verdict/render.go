@@ -223,6 +223,8 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 		}
 	}
 
+	v.divergenceSection(b)
+
 	if rv := v.Responses; rv != nil && rv.Available {
 		fmt.Fprintf(b, "\n## Why sessions, not responses\n\n")
 		fmt.Fprintf(b, "Counted as independent responses (%d of %d against %d of %d), the same data would give Fisher p = %s. ",

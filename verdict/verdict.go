@@ -27,6 +27,9 @@ type Verdict struct {
 	Runs       []RunFact
 	Rounds     []RoundRow
 	Detectors  []DetectorRow
+	// Divergence is, per non-baseline arm, how its outputs departed from the baseline's
+	// at temperature 0; empty when the divergence pass did not run.
+	Divergence []DivergenceRow
 	Responses  *ResponseView // the response-level view, when turns were recorded
 	Caveats    []string
 
@@ -155,6 +158,7 @@ type LaunchComparison struct {
 
 // RunFact is one launch as the verdict reports it.
 type RunFact struct {
+	ID                 int64 // the run's id in the database
 	Arm, Status, Error string
 	Block              int
 	Startup, Duration  string
@@ -263,6 +267,9 @@ func Build(ctx context.Context, db *sqlx.DB, ref string) (*Verdict, error) {
 		return nil, err
 	}
 	if err := v.loadRuns(ctx, db, index); err != nil {
+		return nil, err
+	}
+	if err := v.loadDivergence(ctx, db, index); err != nil {
 		return nil, err
 	}
 	v.account()
@@ -500,7 +507,7 @@ func (v *Verdict) loadRuns(ctx context.Context, db *sqlx.DB, index map[int64]int
 		return err
 	}
 	for _, r := range runs {
-		f := RunFact{Arm: v.Arms[index[r.ArmID]].Name, Status: string(r.Status), Block: r.Block, Endpoint: r.Endpoint}
+		f := RunFact{ID: r.ID, Arm: v.Arms[index[r.ArmID]].Name, Status: string(r.Status), Block: r.Block, Endpoint: r.Endpoint}
 		if r.Error.Valid {
 			f.Error = r.Error.String
 		}
