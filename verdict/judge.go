@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/arbiterlab/arbiter/stats"
+	"github.com/arbiterlab/arbiter/store"
 )
 
 // judge computes every arm's intervals, its comparison with the baseline, the
@@ -334,8 +335,12 @@ func (v *Verdict) caveats() {
 	if len(faulted) > 0 {
 		add(rankProblem, "Launches that did not finish: %s. Their unfinished sessions count as lost, not as clean, and are not analysed.", strings.Join(faulted, "; "))
 	}
-	if v.Experiment.Status != "done" {
-		add(rankStatus, "The experiment is **%s**: the counts cover only what was recorded before it stopped.", v.Experiment.Status)
+	switch st := v.Experiment.State(); st {
+	case store.ExperimentDone:
+	case store.ExperimentAbandoned:
+		add(rankStatus, "The experiment is **abandoned**: the arbiter running it stopped renewing its lease (killed, or its machine went away); the counts cover only what was recorded before that. `arbiter resume %d` finishes it.", v.Experiment.ID)
+	default:
+		add(rankStatus, "The experiment is **%s**: the counts cover only what was recorded before it stopped.", st)
 	}
 	for _, a := range v.Arms {
 		if a.Sessions == 0 {
@@ -966,7 +971,7 @@ func (v *Verdict) Summary() map[string]any {
 		}
 		arms = append(arms, m)
 	}
-	out := map[string]any{"experiment_id": v.Experiment.ID, "name": v.Experiment.Name, "status": v.Experiment.Status,
+	out := map[string]any{"experiment_id": v.Experiment.ID, "name": v.Experiment.Name, "status": v.Experiment.State(),
 		"unit": v.Unit, "alpha": v.Alpha, "max_loss": v.MaxLoss, "arms": arms, "headline": v.headline(""),
 		"caveats": append([]string{}, v.Caveats...)}
 	if aa, passed := v.aaOutcome(); aa {

@@ -87,7 +87,7 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 	fmt.Fprintf(b, "%s\n\n", v.headline("**"))
 
 	fmt.Fprintf(b, "## What was compared\n\n")
-	fmt.Fprintf(b, "- Spec: `%s`; status **%s**; started %s", e.SpecPath, e.Status, e.CreatedAt)
+	fmt.Fprintf(b, "- Spec: `%s`; status **%s**; started %s", e.SpecPath, e.State(), e.CreatedAt)
 	if e.FinishedAt.Valid {
 		fmt.Fprintf(b, ", finished %s (%s)", e.FinishedAt.String, between(e.CreatedAt, e.FinishedAt.String))
 	}
