@@ -18,9 +18,9 @@ func TestSimulatedBisectionsKeepTheErrorBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reps := 3000
+	reps := 10000
 	if testing.Short() {
-		reps = 500
+		reps = 1000
 	}
 	for _, sc := range []struct {
 		name            string
