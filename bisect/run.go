@@ -47,10 +47,11 @@ type Options struct {
 
 // Progress hears about a bisection's steps.
 type Progress interface {
-	// StepStarted is called before a step runs (or is read back on resume).
+	// StepStarted is called before a step's experiment runs (or resumes).
 	StepStarted(p Probe, experiment string, maxSteps int)
-	// StepEnded is called with the step's judgement.
-	StepEnded(p Probe, j *verdict.StepJudgement)
+	// StepEnded is called with the step's judgement; kept is true for a step whose
+	// experiment had finished before a resume, read back rather than run.
+	StepEnded(p Probe, j *verdict.StepJudgement, kept bool)
 }
 
 // Result summarises a bisection that ended or stopped.
@@ -338,9 +339,6 @@ func (b *bisection) step(ctx context.Context, p Probe, recorded map[int]store.Bi
 			return sr, err
 		}
 	}
-	if pr := b.opts.Progress; pr != nil {
-		pr.StepStarted(p, name, b.design.MaxSteps)
-	}
 	spec, err := b.spec.StepSpec(arms.StepOptions{Name: name, Applied: p.Changes, Alpha: b.design.Step.Alpha,
 		Note: fmt.Sprintf("Step %d (%s) of bisection %d: good with changes %s applied, against good.", p.Step, p.Role, b.id, numberList(p.Changes))})
 	if err != nil {
@@ -369,6 +367,9 @@ func (b *bisection) step(ctx context.Context, p Probe, recorded map[int]store.Bi
 	case expID != 0 && (expStatus == store.ExperimentDone || expStatus == store.ExperimentFailed):
 		sr.Kept = true
 	default:
+		if pr := b.opts.Progress; pr != nil {
+			pr.StepStarted(p, name, b.design.MaxSteps)
+		}
 		res, err := orchestrator.Run(ctx, orchestrator.Options{Spec: spec, DBPath: b.opts.DBPath, Runtime: b.opts.Runtime,
 			LogDir: b.opts.LogDir, Environ: b.environ, Logger: b.log, Progress: b.opts.Runs, Resume: expID,
 			LeaseHeartbeat: b.opts.LeaseHeartbeat, Look: b.look})
@@ -406,7 +407,7 @@ func (b *bisection) step(ctx context.Context, p Probe, recorded map[int]store.Bi
 	}
 	b.log.Info("step judged", "step", p.Step, "role", p.Role, "changes", numberList(p.Changes), "experiment", expID, "outcome", sr.Outcome)
 	if pr := b.opts.Progress; pr != nil {
-		pr.StepEnded(p, j)
+		pr.StepEnded(p, j, sr.Kept)
 	}
 	return sr, nil
 }

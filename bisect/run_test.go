@@ -40,10 +40,10 @@ type stopAt struct {
 	once     sync.Once
 }
 
-func (s *stopAt) StepStarted(p Probe, _ string, _ int)    { s.step.Store(int64(p.Step)) }
-func (s *stopAt) StepEnded(Probe, *verdict.StepJudgement) {}
-func (s *stopAt) RunStarted(string, int, int)             {}
-func (s *stopAt) RunEnded(string, int, store.RunStatus)   {}
+func (s *stopAt) StepStarted(p Probe, _ string, _ int)          { s.step.Store(int64(p.Step)) }
+func (s *stopAt) StepEnded(Probe, *verdict.StepJudgement, bool) {}
+func (s *stopAt) RunStarted(string, int, int)                   {}
+func (s *stopAt) RunEnded(string, int, store.RunStatus)         {}
 func (s *stopAt) SessionDone(arm string, block int, bad bool) {
 	if s.step.Load() == int64(s.n) && s.sessions.Add(1) == int64(s.after) {
 		s.once.Do(s.cancel)

@@ -129,7 +129,11 @@ func (s stepLines) StepStarted(p bisect.Probe, exp string, maxSteps int) {
 	fmt.Fprintf(s.w, "step %d of at most %d (%s): good with changes %s applied, experiment %s\n", p.Step, maxSteps, p.Role, changeNumbers(p.Changes), exp)
 }
 
-func (s stepLines) StepEnded(p bisect.Probe, j *verdict.StepJudgement) {
+func (s stepLines) StepEnded(p bisect.Probe, j *verdict.StepJudgement, kept bool) {
+	if kept {
+		fmt.Fprintf(s.w, "step %d (%s, recorded before the resume): %s\n", p.Step, p.Role, j.Sentence())
+		return
+	}
 	fmt.Fprintf(s.w, "step %d: %s\n", p.Step, j.Sentence())
 }
 

@@ -3,9 +3,14 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/arbiterlab/arbiter/store"
 )
 
 // singleCulpritSpec is the field's own deploy: HiCache was already on in both
@@ -28,13 +33,16 @@ search: {effect: 0.10}
 timeouts: {startup: 60s, request: 60s, stall: 30s}
 `
 
-// One culprit among 8 changes, through the CLI on real refserve processes: named in at
-// most ceil(log2 8) + 2 = 5 steps, its report written, listed, rebuilt and gated.
+// One culprit among 8 changes, through the CLI on real refserve processes. The arbiter
+// running the bisection is killed (SIGKILL) in the middle of its third step, and
+// `arbiter bisect --resume` continues from the steps it recorded: the culprit is named
+// in at most ceil(log2 8) + 2 = 5 steps, its report written, listed, rebuilt and gated.
 func TestBisectCLISingleCulpritOnRefserve(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a bisection of real refserve processes")
 	}
-	bin := buildRefserve(t)
+	arbiter := buildArbiter(t)
+	bin := filepath.Dir(arbiter)
 	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
 	dir := t.TempDir()
 	spec := filepath.Join(dir, "bisect.yaml")
@@ -43,17 +51,56 @@ func TestBisectCLISingleCulpritOnRefserve(t *testing.T) {
 	}
 	db := filepath.Join(dir, "results.db")
 	report := filepath.Join(dir, "report.md")
-	code, stdout, stderr := runCLI(t, "bisect", spec, "--db", db, "-o", report)
+
+	killed := exec.Command(arbiter, "bisect", spec, "--db", db)
+	killed.Dir = dir
+	if err := killed.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if killed.ProcessState == nil {
+			killed.Process.Kill()
+			killed.Wait()
+		}
+	})
+	// Killed once step 3's experiment has recorded sessions: part way through a step.
+	eventually(t, "step 3 under way", func() bool {
+		ro, err := store.OpenReadOnly(db)
+		if err != nil {
+			return false
+		}
+		defer ro.Close()
+		var n int
+		return ro.Get(&n, `SELECT count(*) FROM sessions s JOIN experiments e ON e.id = s.experiment_id
+			WHERE e.name = 'index-k-release-b1-s03'`) == nil && n >= 10
+	})
+	killed.Process.Signal(syscall.SIGKILL)
+	killed.Wait()
+
+	code, stdout, stderr := runCLI(t, "bisect", "--resume", "1", "--db", db, "-o", report)
 	if code != 0 {
-		t.Fatalf("arbiter bisect exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+		t.Fatalf("arbiter bisect --resume exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 	for _, want := range []string{"bisection 1 (index-k-release): done", "The culprit is `BF16_INDEX_K: 0 → 1` (change 2).", "report: " + report} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("stdout does not say %q:\n%s", want, stdout)
 		}
 	}
-	if !strings.Contains(stderr, "step 1 of at most 9 (reproduce)") {
-		t.Errorf("stderr shows no steps:\n%s", stderr)
+	if !strings.Contains(stderr, "step 1 (reproduce, recorded before the resume): corrupts") || !strings.Contains(stderr, "step 3 of at most 9 (search)") ||
+		strings.Contains(stderr, "experiment index-k-release-b1-s01") {
+		t.Errorf("the resume did not continue at step 3 from the recorded steps:\n%s", stderr)
+	}
+	ro, err := store.OpenReadOnly(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exps, superseded int
+	ro.Get(&exps, `SELECT count(*) FROM experiments`)
+	ro.Get(&superseded, `SELECT count(*) FROM runs r JOIN experiments e ON e.id = r.experiment_id
+		WHERE e.name = 'index-k-release-b1-s03' AND r.superseded_by IS NOT NULL`)
+	ro.Close()
+	if superseded == 0 {
+		t.Errorf("step 3's launch cut by the kill was not run again")
 	}
 
 	code, out, _ := runCLI(t, "bisect", "--verdict", "--db", db, "--json")
@@ -72,6 +119,9 @@ func TestBisectCLISingleCulpritOnRefserve(t *testing.T) {
 	}
 	if sum.Conclusion != "culprit" || len(sum.Culprit) != 1 || sum.Culprit[0] != 2 || len(sum.Steps) > 5 || sum.Confirmed != len(sum.Steps) {
 		t.Fatalf("summary %+v", sum)
+	}
+	if exps != len(sum.Steps) {
+		t.Errorf("%d experiments for %d steps: a step ran twice", exps, len(sum.Steps))
 	}
 	t.Logf("single culprit among 8 named in %d steps", len(sum.Steps))
 	md, err := os.ReadFile(report)
@@ -127,5 +177,22 @@ func TestBisectCLIRefusesBadInput(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "8 changes from good to bad") || !strings.Contains(out, "at most 9 steps (a culprit of one change takes at most 5, of two 9)") ||
 		!strings.Contains(out, "200 simulated bisections") {
 		t.Errorf("--plan exited %d:\n%s\n%s", code, out, errOut)
+	}
+}
+
+// eventually polls cond until it holds, for state another process writes: it can only
+// be read, not waited on.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	limit := time.NewTimer(3 * time.Minute)
+	defer limit.Stop()
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-limit.C:
+			t.Fatalf("gave up waiting for %s", what)
+		}
 	}
 }
