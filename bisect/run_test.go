@@ -174,3 +174,34 @@ func TestBisectResumeRefusals(t *testing.T) {
 }
 
 func timeNow() time.Time { return time.Now() }
+
+// A change the engine refuses to start with leaves its step unjudgeable: the search
+// stops there, says why, and names nothing.
+func TestBisectStepWhoseEngineCannotStart(t *testing.T) {
+	refservePath(t)
+	src := `version: 1
+name: bad-flag
+engine: {preset: refserve, args: [--inter-token-delay, 1ms]}
+good: {env: {BF16_INDEX_K: "0"}}
+bad: {env: {BF16_INDEX_K: "1"}, args: [--no-such-flag]}
+workload: {kind: toolcall-agent, sessions: 6, rounds: 2, concurrency: 6, seed: 1}
+search: {effect: 0.1, looks: 2}
+timeouts: {startup: 20s, request: 20s, stall: 10s}
+`
+	spec, err := arms.ParseBisect("bad-flag.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(t.TempDir(), "b.db")
+	res, err := Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := res.Conclusion
+	if res.Status != store.ExperimentDone || c.Status != StatusUncertain || c.StoppedAt != 1 || len(c.Culprit) != 0 {
+		t.Fatalf("status %s, conclusion %+v", res.Status, c)
+	}
+	if !strings.Contains(res.Steps[0].Sentence, "no completed session") || res.Steps[0].Outcome != "inconclusive" {
+		t.Fatalf("step 1: %s %s", res.Steps[0].Outcome, res.Steps[0].Sentence)
+	}
+}

@@ -210,13 +210,12 @@ func (s *Search) Record(o stats.StepOutcome) error {
 		if o == stats.StepLower {
 			return fmt.Sprintf("Step %d (%s) corrupted less than good, which no subset of the changes from good to bad can do if the model holds (another difference between the arms?).", p.Step, what)
 		}
-		return fmt.Sprintf("Step %d (%s) was inconclusive after its whole budget of sessions.", p.Step, what)
+		return fmt.Sprintf("Step %d (%s) could not decide.", p.Step, what)
 	}
 	switch s.phase {
 	case phaseReproduce:
 		switch {
 		case undecided:
-			s.conclusion.Candidates = s.all()
 			s.stopUncertain(p.Step, why("the bad configuration against good"))
 		case o == stats.StepClean:
 			s.phase = phaseDone
@@ -302,7 +301,7 @@ func (s *Search) stopUncertain(step int, reason string) {
 	s.phase = phaseDone
 	s.conclusion.Status = StatusUncertain
 	s.conclusion.StoppedAt = step
-	if s.conclusion.Candidates == nil && len(s.cand) > 0 {
+	if s.conclusion.Candidates == nil && len(s.cand) > 0 && s.hi > s.lo {
 		s.conclusion.Known = sorted(s.culprit)
 		s.conclusion.Candidates = sorted(s.cand[s.lo:s.hi])
 	}

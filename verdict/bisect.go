@@ -284,6 +284,9 @@ func (r *BisectionReport) Headline() []string {
 		}
 	default:
 		out = append(out, "No culprit named: "+lowerFirst(c.Reason, ""))
+		if s := r.step(c.StoppedAt); s != nil && s.Judgement != nil {
+			out = append(out, fmt.Sprintf("Step %d: %s.", s.Step, s.Judgement.Sentence()))
+		}
 		if len(c.Known) > 0 {
 			out = append(out, fmt.Sprintf("Shown to belong to the culprit: %s.", r.changeNames(c.Known)))
 		}
@@ -484,8 +487,12 @@ func (r *BisectionReport) uncertain() []string {
 		return []string{"The search has not ended: everything after the last recorded step."}
 	}
 	for _, s := range r.Steps {
-		if s.Judgement != nil && s.Judgement.Outcome == stats.StepInconclusive {
-			out = append(out, fmt.Sprintf("Step %d was inconclusive: %s. More sessions per look (workload.sessions) or more looks (search.looks) give a step more power; a step with an excess between 0 and the effect may never decide.", s.Step, s.Judgement.Sentence()))
+		switch j := s.Judgement; {
+		case j == nil || j.Outcome != stats.StepInconclusive:
+		case j.Why != "":
+			out = append(out, fmt.Sprintf("Step %d could not be judged: %s. `arbiter verdict %d` shows its launches.", s.Step, j.Why, j.Verdict.Experiment.ID))
+		default:
+			out = append(out, fmt.Sprintf("Step %d was inconclusive: %s. More sessions per look (workload.sessions) or more looks (search.looks) give a step more power; a step with an excess between 0 and the effect may never decide.", s.Step, j.Sentence()))
 		}
 	}
 	switch c.Status {

@@ -179,14 +179,14 @@ func TestBisectionReportUncertainAndRunning(t *testing.T) {
 		{"search", []int{0, 1, 2, 3, 4, 5}, [][2]int{{0, 1}, {0, 1}, {0, 2}}, 0, stats.StepInconclusive},
 	}
 	db := recordBisection(t, steps, &store.BisectionConclusion{Status: "uncertain", Candidates: []int{4, 5, 6, 7}, StoppedAt: 3,
-		Reason: "Step 3 (a search step) was inconclusive after its whole budget of sessions.", Steps: 3})
+		Reason: "Step 3 (a search step) could not decide.", Steps: 3})
 	r, err := BuildBisection(context.Background(), db, "tuesday-release")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var md strings.Builder
 	r.Markdown(&md)
-	for _, want := range []string{"No culprit named: step 3 (a search step) was inconclusive", "Its next member is among changes 5-8.",
+	for _, want := range []string{"No culprit named: step 3 (a search step) could not decide. Step 3: inconclusive after all 3 looks", "Its next member is among changes 5-8.",
 		"Step 3 was inconclusive: inconclusive after all 3 looks: 4/120 against 0/120", "=> stopped: no culprit named"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("report does not say %q:\n%s", want, md.String())

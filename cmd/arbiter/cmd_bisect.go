@@ -181,7 +181,11 @@ func runBisection(ctx context.Context, g *globals, spec *arms.BisectSpec, resume
 			return err
 		}
 	} else {
-		fmt.Fprintf(g.stdout, "bisection %d (%s): %s in %s, %d steps\n", res.BisectionID, res.Name, res.Status, res.Elapsed.Round(1e8), len(res.Steps))
+		steps := fmt.Sprintf("%d steps", len(res.Steps))
+		if len(res.Steps) == 1 {
+			steps = "1 step"
+		}
+		fmt.Fprintf(g.stdout, "bisection %d (%s): %s in %s, %s\n", res.BisectionID, res.Name, res.Status, res.Elapsed.Round(1e8), steps)
 		for _, line := range r.Headline() {
 			fmt.Fprint(g.stdout, wrap(line, "  ", 100))
 		}
