@@ -29,6 +29,14 @@ func Run(ctx context.Context, cfg Config, baseURL string, rec Recorder) error {
 	switch cfg.Kind {
 	case "", KindToolcallAgent:
 		return runToolcallAgent(ctx, cfg, baseURL, rec)
+	case KindThroughput:
+		return runThroughput(ctx, cfg, baseURL, rec)
+	case KindAbortCascade:
+		return runAbortCascade(ctx, cfg, baseURL, rec)
+	case KindLongContext:
+		return runLongContext(ctx, cfg, baseURL, rec)
+	case KindTrace:
+		return runTrace(ctx, cfg, baseURL, rec)
 	default:
 		return fmt.Errorf("workload: kind %q: %w", cfg.Kind, ErrUnknownKind)
 	}

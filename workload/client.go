@@ -129,6 +129,10 @@ type Exchange struct {
 	// ErrRequestTimeout, ErrBrokenStream, ErrNoChoices, a *StatusError, or the context's
 	// error when the caller cancelled.
 	Err error
+
+	// firstDelta, when set (WithFirstDelta), is called once, when the first content or
+	// tool-call delta arrives.
+	firstDelta func()
 }
 
 // Chat sends one chat completion request to base (e.g. http://127.0.0.1:30000) and
@@ -138,7 +142,7 @@ func (c *Client) Chat(ctx context.Context, base string, req openai.ChatRequest) 
 	if req.Stream && req.StreamOptions == nil {
 		req.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
 	}
-	var ex Exchange
+	ex := Exchange{firstDelta: firstDeltaHook(ctx)}
 	body, err := json.Marshal(req)
 	if err != nil {
 		ex.Err = fmt.Errorf("workload: encode request %s: %w", req.RID, err)
@@ -250,6 +254,9 @@ func readStream(ex *Exchange, body io.Reader, stallTimer *time.Timer, stall time
 		stallTimer.Reset(stall)
 		if delta && ex.TTFT == 0 {
 			ex.TTFT = time.Since(ex.Started)
+			if ex.firstDelta != nil {
+				ex.firstDelta()
+			}
 		}
 		return nil
 	}

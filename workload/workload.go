@@ -12,7 +12,7 @@ import (
 // Config is the shape of one workload run against one arm. The zero value of each
 // optional field is a documented default.
 type Config struct {
-	Kind        string // "toolcall-agent" (default)
+	Kind        string // "toolcall-agent" (default), "throughput", "abort-cascade", "long-context" or "trace"
 	Sessions    int
 	Rounds      int
 	Concurrency int
@@ -34,6 +34,12 @@ type Config struct {
 	// NoStream sends non-streaming requests; the default streams (SSE), which is what
 	// measures TTFT and what keeps every event.
 	NoStream bool
+	// Throughput, AbortCascade, LongContext and Trace hold the fields of their kinds;
+	// each is nil (its defaults) unless Kind names it.
+	Throughput   *ThroughputConfig
+	AbortCascade *AbortCascadeConfig
+	LongContext  *LongContextConfig
+	Trace        *TraceConfig
 }
 
 // Turn is one request and its response within a session.
@@ -60,6 +66,9 @@ type Turn struct {
 	// Err says what went wrong at the transport or protocol level; empty when the
 	// request completed (whatever its content).
 	Err string
+	// Cut is true for a request the workload itself aborted (an abort cascade): its
+	// response ends where the abort cut it, which says nothing about the engine's health.
+	Cut bool
 }
 
 // Session states reported in SessionResult.Status.
