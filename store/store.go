@@ -228,6 +228,12 @@ type Design struct {
 	// corruption decision becomes inconclusive; nil (experiments recorded before it was
 	// stored) means DefaultMaxLoss.
 	MaxLoss *float64 `json:"max_loss,omitempty"`
+	// Kind is the workload's kind ("" for the tool-call agent), Workload the workload in
+	// one sentence when its kind has phases, and ThroughputMargin the share of throughput
+	// an arm may lose and still be non-inferior (0: none declared).
+	Kind             string  `json:"kind,omitempty"`
+	Workload         string  `json:"workload,omitempty"`
+	ThroughputMargin float64 `json:"throughput_margin,omitempty"`
 }
 
 // DefaultMaxLoss is analysis.max_loss when a spec does not set it (arms.DefaultMaxLoss
