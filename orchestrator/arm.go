@@ -122,7 +122,6 @@ func (e *experiment) drive(ctx context.Context, inst runtime.Instance, arm arms.
 
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stall := e.spec.Timeouts.Stall
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
@@ -133,9 +132,7 @@ func (e *experiment) drive(ctx context.Context, inst runtime.Instance, arm arms.
 	if p := e.opts.Progress; p != nil {
 		p.RunStarted(arm.Name, b, ws.Sessions)
 	}
-	cfg := workload.Config{Kind: ws.Kind, Sessions: ws.Sessions, Rounds: ws.Rounds, Concurrency: ws.Concurrency,
-		Seed: ws.Seed, Temperature: ws.Temperature, MaxTokens: ws.MaxTokens, Model: model,
-		RequestTimeout: e.spec.Timeouts.Request, StallTimeout: stall, SessionOffset: b * ws.Sessions}
+	cfg := e.workloadConfig(model, b)
 	runErr := workload.Run(wctx, cfg, inst.Endpoint(), tracker)
 	cancel(nil)
 	<-watchDone
@@ -154,6 +151,9 @@ func (e *experiment) drive(ctx context.Context, inst runtime.Instance, arm arms.
 		return RunCrashed, cause.Error(), nil
 	case errors.Is(cause, ErrWedged):
 		return RunWedged, cause.Error(), nil
+	case errors.Is(runErr, workload.ErrNoLiveness):
+		// The workload's own liveness check (a canary after an abort cascade) failed.
+		return RunWedged, runErr.Error(), nil
 	case runErr != nil:
 		return RunFailed, runErr.Error(), nil
 	}

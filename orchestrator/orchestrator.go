@@ -113,6 +113,10 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	trace, err := LoadTrace(spec)
+	if err != nil {
+		return Result{}, err
+	}
 	environ := opts.Environ
 	if environ == nil {
 		environ = os.LookupEnv
@@ -189,7 +193,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		opts: opts, spec: spec, arms: armList, armIDs: armIDs, envs: envs, id: expID, store: st,
 		detectors: dets, redact: redactor.Redact, log: log.With("experiment", expID, "name", spec.Name), rt: rt,
 		logDir: filepath.Join(logDir, fmt.Sprintf("exp-%d", expID)), counts: make([]armCounts, len(armList)),
-		prior: prior, gpus: gpus,
+		prior: prior, gpus: gpus, trace: trace,
 	}
 	res := Result{ExperimentID: expID, Name: spec.Name}
 	runErr := e.run(ctx, &res)
@@ -308,7 +312,11 @@ func create(ctx context.Context, st *store.Store, spec *arms.Spec, armList []arm
 func designJSON(spec *arms.Spec) string {
 	d := store.Design{Blocks: max(spec.Blocks, 1), Looks: spec.Analysis.Sequential.Looks, Margin: spec.Analysis.Margin,
 		AA: spec.Analysis.AA, Sessions: spec.Workload.Sessions, Rounds: spec.Workload.Rounds,
-		Concurrency: spec.Workload.Concurrency, MaxLoss: &spec.Analysis.MaxLoss}
+		Concurrency: spec.Workload.Concurrency, MaxLoss: &spec.Analysis.MaxLoss,
+		Workload: spec.Workload.Describe(), ThroughputMargin: spec.Analysis.ThroughputMargin}
+	if spec.Workload.Kind != arms.DefaultWorkload {
+		d.Kind = spec.Workload.Kind
+	}
 	for _, f := range spec.Factors {
 		df := store.DesignFactor{Name: f.Name}
 		for _, l := range f.Levels {
@@ -364,6 +372,8 @@ type experiment struct {
 	// gpus are the devices every launch is pinned to (arms run one at a time, so each
 	// gets the same slot); empty for no pinning.
 	gpus string
+	// trace holds the conversations of a trace workload, read once before any launch.
+	trace []workload.TraceConversation
 }
 
 // armCounts are an arm's sessions that completed every round, and the corrupted ones.
@@ -478,9 +488,11 @@ type sessionTracker struct {
 }
 
 func (t *sessionTracker) Turn(turn workload.Turn) {
-	if turn.Err == "" {
+	switch {
+	case turn.Cut: // cut by the workload's own abort: says nothing of the engine's progress
+	case turn.Err == "":
 		t.progress()
-	} else {
+	default:
 		t.stalled()
 	}
 	// A detector gets as long as a request; one that hangs must not stall the session.

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/orchestrator"
 )
 
 func init() { subcommands = append(subcommands, newValidateCmd) }
@@ -50,6 +51,11 @@ func validateSpec(g *globals, path string) error {
 	expanded, err := spec.Expand()
 	if err != nil {
 		return withCode(exitUsage, err) // Load already ran this check; kept for safety
+	}
+	// A trace's lines are checked here as run checks them, before any engine starts.
+	if _, err := orchestrator.LoadTrace(spec); err != nil {
+		fmt.Fprintln(g.stderr, err.Error())
+		return withCode(exitUsage, fmt.Errorf("%s: invalid trace", path))
 	}
 	sum := summarize(spec, expanded, spec.Redactor(os.LookupEnv))
 	if g.json {
@@ -99,6 +105,9 @@ type workloadSummary struct {
 	Concurrency int     `json:"concurrency"`
 	Seed        int64   `json:"seed"`
 	Temperature float64 `json:"temperature"`
+	// Describe is the workload in a sentence, for kinds whose shape is not sessions x
+	// rounds (throughput, abort cascades, long contexts, traces).
+	Describe string `json:"describe,omitempty"`
 }
 
 type analysisSummary struct {
@@ -113,7 +122,8 @@ func summarize(s *arms.Spec, expanded []arms.Arm, r *arms.Redactor) specSummary 
 		Baseline:  s.Analysis.Baseline,
 		Detectors: s.Detectors,
 		Workload: workloadSummary{Kind: s.Workload.Kind, Sessions: s.Workload.Sessions, Rounds: s.Workload.Rounds,
-			Concurrency: s.Workload.Concurrency, Seed: s.Workload.Seed, Temperature: s.Workload.Temperature},
+			Concurrency: s.Workload.Concurrency, Seed: s.Workload.Seed, Temperature: s.Workload.Temperature,
+			Describe: s.Workload.Describe()},
 		Analysis: analysisSummary{Unit: s.Analysis.Unit, Alpha: s.Analysis.Alpha, AA: s.Analysis.AA},
 		Blocks:   s.Blocks,
 		Timeouts: map[string]string{"startup": s.Timeouts.Startup.String(), "request": s.Timeouts.Request.String(), "stall": s.Timeouts.Stall.String()},
@@ -162,8 +172,12 @@ func (s specSummary) write(w io.Writer) error {
 		fmt.Fprintf(&b, "  %-*s  %s\n", width, a.Name, strings.Join(pins, " "))
 	}
 	w8 := s.Workload
-	fmt.Fprintf(&b, "workload   %s: %d sessions x %d rounds, concurrency %d, seed %d, temperature %g\n",
-		w8.Kind, w8.Sessions, w8.Rounds, w8.Concurrency, w8.Seed, w8.Temperature)
+	if w8.Describe != "" {
+		fmt.Fprintf(&b, "workload   %s; %d sessions per launch, seed %d, temperature %g\n", w8.Describe, w8.Sessions, w8.Seed, w8.Temperature)
+	} else {
+		fmt.Fprintf(&b, "workload   %s: %d sessions x %d rounds, concurrency %d, seed %d, temperature %g\n",
+			w8.Kind, w8.Sessions, w8.Rounds, w8.Concurrency, w8.Seed, w8.Temperature)
+	}
 	fmt.Fprintf(&b, "detectors  %s\n", strings.Join(s.Detectors, ", "))
 	aa := ""
 	if s.Analysis.AA {
