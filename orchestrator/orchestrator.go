@@ -507,7 +507,7 @@ func (t *sessionTracker) Turn(turn workload.Turn) {
 	row := store.Turn{
 		ExperimentID: t.e.id, RunID: t.runID, ArmID: t.armID, Session: turn.Session, Index: turn.Index,
 		Round: turn.Round, Started: turn.Started, StatusCode: turn.StatusCode, FinishReason: turn.FinishReason,
-		TTFT: turn.TTFT, Latency: turn.Latency, PromptTokens: turn.PromptTokens,
+		TTFT: turn.TTFT, Latency: turn.Latency, DecodeTime: turn.DecodeTime, Deltas: turn.Deltas, PromptTokens: turn.PromptTokens,
 		CompletionTokens: turn.CompletionTokens, Corrupted: corrupted, Error: turn.Err,
 		Request: string(turn.Request), Raw: string(turn.Raw),
 	}

@@ -117,6 +117,9 @@ type TurnMetric struct {
 	StatusCode       int     `db:"status_code"`
 	Failed           bool    `db:"failed"`
 	FinishReason     string  `db:"finish_reason"`
+	// DecodeMS is from the first to the last delta; NULL when fewer than two events
+	// carried one.
+	DecodeMS sql.NullFloat64 `db:"decode_ms"`
 }
 
 // TurnMetrics lists every turn's timing with its run and session, leaving out launches
@@ -124,7 +127,8 @@ type TurnMetric struct {
 func TurnMetrics(ctx context.Context, db *sqlx.DB, experimentID int64) ([]TurnMetric, error) {
 	var out []TurnMetric
 	err := db.SelectContext(ctx, &out, `SELECT t.arm_id, t.run_id, r.block, t.session_index, t.turn_index, t.ttft_ms,
-			t.latency_ms, t.prompt_tokens, t.completion_tokens, t.status_code, (t.error IS NOT NULL) AS failed, t.finish_reason
+			t.latency_ms, t.prompt_tokens, t.completion_tokens, t.status_code, (t.error IS NOT NULL) AS failed, t.finish_reason,
+			t.decode_ms
 		FROM turns t JOIN runs r ON r.id = t.run_id
 		WHERE t.experiment_id = ? AND r.superseded_by IS NULL
 		ORDER BY t.arm_id, t.run_id, t.session_index, t.turn_index`, experimentID)

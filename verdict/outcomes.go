@@ -198,8 +198,10 @@ func (v *Verdict) loadOutcomes(ctx context.Context, db *sqlx.DB) error {
 		if t.TTFT > 0 {
 			a.ttft = append(a.ttft, t.TTFT)
 		}
-		if t.CompletionTokens >= 2 && t.Latency > t.TTFT && t.TTFT > 0 {
-			a.itl = append(a.itl, (t.Latency-t.TTFT)/float64(t.CompletionTokens-1))
+		// Inter-token latency from text replies only: a tool call's markup may be held
+		// back by the engine's parser and sent in a burst, whose pace is the parser's.
+		if t.CompletionTokens >= 2 && t.DecodeMS.Valid && t.DecodeMS.Float64 > 0 && t.FinishReason != "tool_calls" {
+			a.itl = append(a.itl, t.DecodeMS.Float64/float64(t.CompletionTokens-1))
 		}
 		a.lat = append(a.lat, t.Latency)
 		a.tokens += float64(t.CompletionTokens)

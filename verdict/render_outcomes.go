@@ -15,7 +15,7 @@ func (v *Verdict) outcomeSections(b *strings.Builder) bool {
 		return false
 	}
 	fmt.Fprintf(b, "\n## Latency and throughput\n\n")
-	fmt.Fprintf(b, "The session is the unit: each session is summarised by its tokens per second (its completion tokens over its requests' end-to-end time) and by the median of its requests' TTFT, inter-token latency (decode time over the tokens after the first) and end-to-end latency. ")
+	fmt.Fprintf(b, "The session is the unit: each session is summarised by its tokens per second (its completion tokens over its requests' end-to-end time) and by the median of its requests' TTFT, inter-token latency (from its first streamed token to its last, over the tokens after the first; text replies that came in two events or more) and end-to-end latency. ")
 	fmt.Fprintf(b, "An arm's session summaries are compared with %s's by ranks: the change is the Hodges-Lehmann estimate of their ratio, with its 95%% distribution-free interval, and p is the Mann-Whitney test's, Holm-adjusted over every comparison in this section. Requests cut by an abort cascade, and canaries, are left out.\n\n",
 		v.Arms[v.Baseline].Name)
 

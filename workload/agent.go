@@ -298,6 +298,10 @@ func (s *agentSession) send(ctx context.Context, round int) Exchange {
 		Raw:        ex.Raw,
 		TTFT:       ex.TTFT,
 		Latency:    ex.Latency,
+		Deltas:     ex.Deltas,
+	}
+	if ex.Deltas > 1 {
+		t.DecodeTime = ex.LastDelta - ex.TTFT
 	}
 	if u := ex.Completion.Usage; u != nil {
 		t.PromptTokens, t.CompletionTokens = u.PromptTokens, u.CompletionTokens

@@ -125,6 +125,11 @@ type Exchange struct {
 	// non-streamed answer has its first token when it has all of them: TTFT = Latency.
 	TTFT    time.Duration
 	Latency time.Duration // from sending to the end of the body
+	// LastDelta is the time to the last content or tool-call delta, and Deltas how many
+	// events carried one: the decode time LastDelta − TTFT over the tokens after the
+	// first is the inter-token latency, when the tokens arrived in more than one event.
+	LastDelta time.Duration
+	Deltas    int
 	// Err is nil when the request completed, whatever the content. It wraps ErrStalled,
 	// ErrRequestTimeout, ErrBrokenStream, ErrNoChoices, a *StatusError, or the context's
 	// error when the caller cancelled.
@@ -252,6 +257,10 @@ func readStream(ex *Exchange, body io.Reader, stallTimer *time.Timer, stall time
 			return err
 		}
 		stallTimer.Reset(stall)
+		if delta {
+			ex.LastDelta = time.Since(ex.Started)
+			ex.Deltas++
+		}
 		if delta && ex.TTFT == 0 {
 			ex.TTFT = time.Since(ex.Started)
 			if ex.firstDelta != nil {

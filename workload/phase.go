@@ -181,6 +181,10 @@ func turnOf(ex Exchange, session, index, round int, tools []openai.Tool) Turn {
 	t := Turn{
 		Session: session, Index: index, Round: round, Started: ex.Started, Request: ex.Request, Tools: tools,
 		StatusCode: ex.StatusCode, Response: ex.Completion, Raw: ex.Raw, TTFT: ex.TTFT, Latency: ex.Latency,
+		Deltas: ex.Deltas,
+	}
+	if ex.Deltas > 1 {
+		t.DecodeTime = ex.LastDelta - ex.TTFT
 	}
 	if u := ex.Completion.Usage; u != nil {
 		t.PromptTokens, t.CompletionTokens = u.PromptTokens, u.CompletionTokens

@@ -60,6 +60,11 @@ type Turn struct {
 	Raw              []byte
 	TTFT             time.Duration // to the first content or tool-call byte; 0 if none
 	Latency          time.Duration // end to end
+	// DecodeTime is from the first to the last content or tool-call delta, and Deltas
+	// the events that carried one; with two or more, DecodeTime / (CompletionTokens − 1)
+	// is the inter-token latency.
+	DecodeTime time.Duration
+	Deltas     int
 	PromptTokens     int
 	CompletionTokens int
 	FinishReason     string

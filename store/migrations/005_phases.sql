@@ -30,3 +30,10 @@ CREATE TABLE phases (
     PRIMARY KEY (run_id, name)
 );
 CREATE INDEX phases_experiment ON phases (experiment_id, arm_id);
+
+-- A turn's decode time, from its first content or tool-call delta to its last, and how
+-- many stream events carried one: the inter-token latency is decode_ms over the tokens
+-- after the first, measured only where the tokens arrived in two events or more (a tool
+-- call a parser holds back until it closes arrives in one). NULL: not measured.
+ALTER TABLE turns ADD COLUMN decode_ms REAL;
+ALTER TABLE turns ADD COLUMN deltas INTEGER NOT NULL DEFAULT 0;
