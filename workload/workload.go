@@ -57,14 +57,14 @@ type Turn struct {
 	// Response is the assembled completion (from the SSE chunks when streaming).
 	Response openai.ChatCompletion
 	// Raw is the response body exactly as received (SSE events when streaming).
-	Raw              []byte
-	TTFT             time.Duration // to the first content or tool-call byte; 0 if none
-	Latency          time.Duration // end to end
+	Raw     []byte
+	TTFT    time.Duration // to the first content or tool-call byte; 0 if none
+	Latency time.Duration // end to end
 	// DecodeTime is from the first to the last content or tool-call delta, and Deltas
 	// the events that carried one; with two or more, DecodeTime / (CompletionTokens − 1)
 	// is the inter-token latency.
-	DecodeTime time.Duration
-	Deltas     int
+	DecodeTime       time.Duration
+	Deltas           int
 	PromptTokens     int
 	CompletionTokens int
 	FinishReason     string
