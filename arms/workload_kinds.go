@@ -320,16 +320,20 @@ func (d *decoder) readTraceFile(tr *TraceSpec, path string) {
 	if !filepath.IsAbs(tr.Resolved) {
 		tr.Resolved = filepath.Join(filepath.Dir(d.file), tr.Resolved)
 	}
+	// Stat before opening: opening a FIFO or a device named by a spec could block.
+	if st, err := os.Stat(tr.Resolved); err != nil {
+		d.addAt(d.spec.pos[path], path, "cannot read the trace: %v", err)
+		return
+	} else if !st.Mode().IsRegular() {
+		d.addAt(d.spec.pos[path], path, "%s is not a regular file", tr.Resolved)
+		return
+	}
 	f, err := os.Open(tr.Resolved)
 	if err != nil {
 		d.addAt(d.spec.pos[path], path, "cannot read the trace: %v", err)
 		return
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err == nil && !st.Mode().IsRegular() {
-		d.addAt(d.spec.pos[path], path, "%s is not a regular file", tr.Resolved)
-		return
-	}
 	n, err := countConversations(f)
 	switch {
 	case err != nil:
