@@ -502,8 +502,8 @@ func (v *Verdict) cascadeHeadline(mark string) []string {
 		if c.Recovered == 0 {
 			continue
 		}
-		second = fmt.Sprintf("%s served a canary %s after each of its %d cascades (median; longest %s)",
-			bold(c.Arm, mark), ms(quantile(c.Recoveries, 0.5)), c.Recovered, ms(maxOf(c.Recoveries)))
+		second = fmt.Sprintf("%s served a canary within %s of every abort (%d cascades, median %s)",
+			bold(c.Arm, mark), ms(maxOf(c.Recoveries)), c.Recovered, ms(quantile(c.Recoveries, 0.5)))
 		if st := v.stabilityOf(c.Arm); len(st) > 0 {
 			second += ", and " + v.stabilityClause(st)
 		}

@@ -125,7 +125,10 @@ func (v *Verdict) cascadeSection(b *strings.Builder) {
 			med, longest = ms(quantile(c.Recoveries, 0.5)), ms(maxOf(c.Recoveries))
 		}
 		if len(c.WedgedAfter) > 0 {
-			wedged = ms(quantile(c.WedgedAfter, 0)) + " – " + ms(maxOf(c.WedgedAfter))
+			wedged = ms(quantile(c.WedgedAfter, 0))
+			if hi := ms(maxOf(c.WedgedAfter)); hi != wedged {
+				wedged += " – " + hi
+			}
 		}
 		fmt.Fprintf(b, "| %s | %d | %d | %s | %d | %d | %s | %s | %s | %d |\n", c.Arm, c.Launches, c.Wedged, p, c.Cascades, c.Recovered, med, longest, wedged, c.Aborted)
 	}

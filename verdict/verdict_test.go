@@ -88,7 +88,11 @@ func designOf(spec *arms.Spec) store.Design {
 	maxLoss := spec.Analysis.MaxLoss
 	d := store.Design{Blocks: max(spec.Blocks, 1), Looks: spec.Analysis.Sequential.Looks, Margin: spec.Analysis.Margin,
 		AA: spec.Analysis.AA, Sessions: spec.Workload.Sessions, Rounds: spec.Workload.Rounds,
-		Concurrency: spec.Workload.Concurrency, MaxLoss: &maxLoss}
+		Concurrency: spec.Workload.Concurrency, MaxLoss: &maxLoss, Workload: spec.Workload.Describe(),
+		ThroughputMargin: spec.Analysis.ThroughputMargin}
+	if spec.Workload.Kind != arms.DefaultWorkload {
+		d.Kind = spec.Workload.Kind
+	}
 	for _, f := range spec.Factors {
 		df := store.DesignFactor{Name: f.Name}
 		for _, l := range f.Levels {
