@@ -91,10 +91,14 @@ func runAgentSessionsShaped(t testing.TB, base string, sessions, rounds, concurr
 	return res
 }
 
+// armedConfig is bf16 index-K with HiCache at the default decode step of 2 ms, flat: no
+// batch cost and no prefill time, which would only slow the suite down, since the counts
+// do not depend on the pace (TestCountsIgnoreTiming runs the default cost model too).
 func armedConfig(t testing.TB, seed int64) config {
 	cfg := testConfig(t)
 	cfg.BF16IndexK, cfg.EnableHierarchicalCache, cfg.Seed = true, true, seed
 	cfg.InterTokenDelay = 2 * time.Millisecond // the default
+	cfg.DecodeBatchCost, cfg.PrefillDelayPerToken = 0, 0
 	return cfg
 }
 
@@ -150,15 +154,19 @@ func TestCalibration(t *testing.T) {
 }
 
 // TestCountsIgnoreTiming: the same seed corrupts the same sessions whatever the clients'
-// timing. The second run starts the sessions in reverse order and has every client
-// wait a seeded 0-15 ms before each request, as on a machine whose cores are busy.
+// and the engine's timing. The second run starts the sessions in reverse order and has
+// every client wait a seeded 0-15 ms before each request, as on a machine whose cores
+// are busy, and paces the engine by the default cost model (batch cost and prefill time),
+// which makes its decode steps some five times as long at 60 sessions.
 func TestCountsIgnoreTiming(t *testing.T) {
 	if testing.Short() {
 		t.Skip("drives 60 sessions x 4 rounds twice over HTTP; skipped with -short")
 	}
 	s1, base1 := startServer(t, armedConfig(t, 2), nil)
 	plain := runAgentSessions(t, base1, 60, 4, 60)
-	s2, base2 := startServer(t, armedConfig(t, 2), nil)
+	paced := armedConfig(t, 2)
+	paced.DecodeBatchCost, paced.PrefillDelayPerToken = defaultDecodeBatchCost, defaultPrefillDelayPerToken
+	s2, base2 := startServer(t, paced, nil)
 	jittered := runAgentSessionsShaped(t, base2, 60, 4, 60, loadShape{reverse: true,
 		think: func(session, turn int) time.Duration {
 			return time.Duration(mix64(uint64(session)<<20|uint64(turn))%16) * time.Millisecond

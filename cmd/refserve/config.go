@@ -5,7 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -25,36 +27,89 @@ type config struct {
 	Seed                    int64         `json:"random_seed"`
 	InterTokenDelay         time.Duration `json:"-"`
 	Backend                 string        `json:"backend"`
-	DisaggregationMode      string        `json:"disaggregation_mode"`
+
+	// The cost model (timing.go): refserve's own flags, as SGLang's pace is its hardware's.
+	// PrefillDelayPerToken is the time to prefill one prompt token at the start of a
+	// context; DecodeBatchCost is the share of a one-request decode step that each further
+	// request of the batch adds.
+	PrefillDelayPerToken time.Duration `json:"-"`
+	DecodeBatchCost      float64       `json:"decode_batch_cost"`
+	// SGLang's memory and batching flags, which the cost model and the prefix cache use.
+	ChunkedPrefillSize int  `json:"chunked_prefill_size"`
+	DisableRadixCache  bool `json:"disable_radix_cache"`
+	MaxTotalTokens     int  `json:"max_total_tokens"`
+	ContextLength      int  `json:"context_length"`
+
+	// Prefill/decode disaggregation. refserve stands in for the prefill and decode pair
+	// behind a router, whichever mode it is given; with the nixl transfer backend an
+	// abort of a request whose KV transfer is in flight kills the transfer loop
+	// (faults.go) unless NixlAbortHandler is set.
+	DisaggregationMode            string `json:"disaggregation_mode"`
+	DisaggregationTransferBackend string `json:"disaggregation_transfer_backend"`
+	DisaggregationBootstrapPort   int    `json:"disaggregation_bootstrap_port"`
 
 	// Accepted so that an SGLang command line runs unchanged; reported, otherwise unused.
-	TPSize                        int     `json:"tp_size"`
-	DPSize                        int     `json:"dp_size"`
-	EnableMetrics                 bool    `json:"enable_metrics"`
-	PageSize                      int     `json:"page_size"`
-	HiCacheSize                   int     `json:"hicache_size"`
-	HiCacheWritePolicy            string  `json:"hicache_write_policy"`
-	HiCacheIOBackend              string  `json:"hicache_io_backend"`
-	HiCacheMemLayout              string  `json:"hicache_mem_layout"`
-	DisaggregationTransferBackend string  `json:"disaggregation_transfer_backend"`
-	DisaggregationBootstrapPort   int     `json:"disaggregation_bootstrap_port"`
-	MemFractionStatic             float64 `json:"mem_fraction_static"`
-	TrustRemoteCode               bool    `json:"trust_remote_code"`
-	LogLevel                      string  `json:"log_level"`
+	TPSize             int     `json:"tp_size"`
+	DPSize             int     `json:"dp_size"`
+	EnableMetrics      bool    `json:"enable_metrics"`
+	PageSize           int     `json:"page_size"`
+	HiCacheSize        int     `json:"hicache_size"`
+	HiCacheWritePolicy string  `json:"hicache_write_policy"`
+	HiCacheIOBackend   string  `json:"hicache_io_backend"`
+	HiCacheMemLayout   string  `json:"hicache_mem_layout"`
+	MemFractionStatic  float64 `json:"mem_fraction_static"`
+	TrustRemoteCode    bool    `json:"trust_remote_code"`
+	LogLevel           string  `json:"log_level"`
 
 	// BF16IndexK is the BF16_INDEX_K env pin: index-K stored in bf16 instead of fp8.
 	BF16IndexK bool `json:"bf16_index_k"`
 	// IndexKGate is the ARBITER_INDEX_K_GATE env pin, the fix: the indexer read waits
 	// for its page's restore to land (cudaStreamWaitEvent), so no read is ever stale.
 	IndexKGate bool `json:"index_k_gate"`
+	// NixlAbortHandler is the SGLANG_NIXL_ABORT_HANDLER env pin, refserve's stand-in for
+	// the patched build whose NIXL bootstrap thread handles ABORT messages: an abort of
+	// an in-flight transfer fails that transfer alone.
+	NixlAbortHandler bool `json:"nixl_abort_handler"`
+	// HealthCheckTimeout is SGLANG_HEALTH_CHECK_TIMEOUT (seconds, default 20): how long
+	// /health_generate waits for output before it answers 503.
+	HealthCheckTimeout time.Duration `json:"-"`
 	// Env holds the env pins refserve reads, as it read them.
 	Env map[string]string `json:"env"`
 }
 
 // envPins are the environment variables refserve reads.
-var envPins = []string{"BF16_INDEX_K", "ARBITER_INDEX_K_GATE", "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"}
+var envPins = []string{"BF16_INDEX_K", "ARBITER_INDEX_K_GATE", "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION",
+	"SGLANG_NIXL_ABORT_HANDLER", "SGLANG_HEALTH_CHECK_TIMEOUT"}
 
-var disaggregationModes = []string{"null", "prefill", "decode"}
+var (
+	disaggregationModes = []string{"null", "prefill", "decode"}
+	// transferBackends are SGLang's --disaggregation-transfer-backend values.
+	transferBackends = []string{"mooncake", "nixl", "ascend", "mori", "fake"}
+)
+
+// usage is the first line of refserve -h; the faults and how to switch them follow the
+// flag list (faultHelp).
+const usage = "usage: refserve [flags]  (SGLang's flag names and env pins; refserve's own flags are marked so)"
+
+const faultHelp = `
+Faults, switched as on the real engine:
+  BF16_INDEX_K=1 with --enable-hierarchical-cache
+      decode steps that reopen a conversation read stale index-K, more often the more
+      sessions refserve serves at once; replies leak tool-call markup into content.
+      ARBITER_INDEX_K_GATE=1 is the fix.
+  the overlap scheduler (no --disable-overlap-schedule) with --tp above 1
+      a mass abort (16 or more requests of the running batch aborted, all of which were
+      running together at one moment, by /abort_request or client disconnects) wedges the
+      scheduler for good; /health still answers 200, /health_generate fails.
+  --disaggregation-mode prefill|decode with --disaggregation-transfer-backend nixl
+      an abort of a request whose KV transfer is in flight (no first token yet, queued
+      or prefilling) kills the transfer loop: every request that was still queued, and
+      every later one, waits forever; /health still answers 200.
+      SGLANG_NIXL_ABORT_HANDLER=1 stands in for the patched build: the abort fails that
+      transfer alone.
+Env: SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=1 makes /health run a generation;
+SGLANG_HEALTH_CHECK_TIMEOUT (seconds, default 20) bounds /health_generate.
+`
 
 // parseConfig reads the command line and the environment. Errors are usage errors.
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -72,9 +127,20 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.ToolCallParser, "tool-call-parser", "deepseekv4", "tool-call markup format: "+strings.Join(toolCallParsers, ", "))
 	fs.Int64Var(&c.Seed, "seed", 0, "seed of the scripted agent and of the fault model")
 	fs.Int64Var(&c.Seed, "random-seed", 0, "SGLang's name for --seed")
-	fs.DurationVar(&c.InterTokenDelay, "inter-token-delay", 2*time.Millisecond, "time between decode iterations")
+	fs.DurationVar(&c.InterTokenDelay, "inter-token-delay", 2*time.Millisecond,
+		"refserve's own: one decode step of a lone request; 18.5ms gives the field's 54 tok/s (timing.go)")
 	fs.StringVar(&c.Backend, "backend", "sim", "what decides stale index-K reads: sim (CPU fault model) or cuda (GPU testbed)")
-	fs.StringVar(&c.DisaggregationMode, "disaggregation-mode", "null", "null, prefill or decode")
+	fs.DurationVar(&c.PrefillDelayPerToken, "prefill-delay-per-token", defaultPrefillDelayPerToken,
+		"refserve's own: time to prefill one uncached prompt token at the start of a context; later tokens cost more (timing.go)")
+	fs.Float64Var(&c.DecodeBatchCost, "decode-batch-cost", defaultDecodeBatchCost,
+		"refserve's own: share of a one-request decode step that each further running request adds; 0 makes steps cost the same at any batch")
+	fs.IntVar(&c.ChunkedPrefillSize, "chunked-prefill-size", 8192, "most prompt tokens prefilled in one iteration; -1 prefills whole prompts")
+	fs.BoolVar(&c.DisableRadixCache, "disable-radix-cache", false, "turn the prefix cache off: every prompt is prefilled in full")
+	fs.IntVar(&c.MaxTotalTokens, "max-total-tokens", 1<<20, "KV cache capacity in tokens: running requests and the prefix cache share it")
+	fs.IntVar(&c.ContextLength, "context-length", 163840, "longest prompt plus completion, in tokens")
+	fs.StringVar(&c.DisaggregationMode, "disaggregation-mode", "null", "null, prefill or decode; refserve stands in for the prefill and decode pair in either mode")
+	fs.StringVar(&c.DisaggregationTransferBackend, "disaggregation-transfer-backend", "mooncake", "KV transfer backend: "+strings.Join(transferBackends, ", "))
+	fs.IntVar(&c.DisaggregationBootstrapPort, "disaggregation-bootstrap-port", 8998, "bootstrap port of the prefill side (reported)")
 	fs.IntVar(&c.TPSize, "tp", 1, "tensor parallel size (accepted)")
 	fs.IntVar(&c.TPSize, "tp-size", 1, "tensor parallel size (accepted)")
 	fs.IntVar(&c.DPSize, "dp", 1, "data parallel size (accepted)")
@@ -85,16 +151,15 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.HiCacheWritePolicy, "hicache-write-policy", "write_through", "accepted")
 	fs.StringVar(&c.HiCacheIOBackend, "hicache-io-backend", "kernel", "accepted")
 	fs.StringVar(&c.HiCacheMemLayout, "hicache-mem-layout", "layer_first", "accepted")
-	fs.StringVar(&c.DisaggregationTransferBackend, "disaggregation-transfer-backend", "mooncake", "accepted")
-	fs.IntVar(&c.DisaggregationBootstrapPort, "disaggregation-bootstrap-port", 8998, "accepted")
 	fs.Float64Var(&c.MemFractionStatic, "mem-fraction-static", 0.9, "accepted")
 	fs.BoolVar(&c.TrustRemoteCode, "trust-remote-code", false, "accepted")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warning or error")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stderr, "usage: refserve [flags]  (SGLang's flag names; env BF16_INDEX_K=0|1)")
+			fmt.Fprintln(stderr, usage)
 			fs.SetOutput(stderr)
 			fs.PrintDefaults()
+			fmt.Fprint(stderr, faultHelp)
 			return c, err
 		}
 		return c, fmt.Errorf("%w (refserve -h lists the flags)", err)
@@ -116,6 +181,14 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	check(c.InterTokenDelay >= 0, "--inter-token-delay %s: must not be negative", c.InterTokenDelay)
 	check(slices.Contains(knownBackends, c.Backend), "--backend %q: want sim or cuda", c.Backend)
 	check(slices.Contains(disaggregationModes, c.DisaggregationMode), "--disaggregation-mode %q: want null, prefill or decode", c.DisaggregationMode)
+	check(slices.Contains(transferBackends, c.DisaggregationTransferBackend), "--disaggregation-transfer-backend %q: want one of %s",
+		c.DisaggregationTransferBackend, strings.Join(transferBackends, ", "))
+	check(c.DisaggregationBootstrapPort > 0 && c.DisaggregationBootstrapPort <= 65535, "--disaggregation-bootstrap-port %d: not a port", c.DisaggregationBootstrapPort)
+	check(c.PrefillDelayPerToken >= 0, "--prefill-delay-per-token %s: must not be negative", c.PrefillDelayPerToken)
+	check(c.DecodeBatchCost >= 0 && !math.IsInf(c.DecodeBatchCost, 0), "--decode-batch-cost %g: must be 0 or more", c.DecodeBatchCost)
+	check(c.ChunkedPrefillSize == -1 || c.ChunkedPrefillSize > 0, "--chunked-prefill-size %d: must be positive, or -1 for no chunking", c.ChunkedPrefillSize)
+	check(c.MaxTotalTokens > 0, "--max-total-tokens %d: must be positive", c.MaxTotalTokens)
+	check(c.ContextLength > 1, "--context-length %d: must be at least 2", c.ContextLength)
 	check(slices.Contains([]string{"debug", "info", "warning", "error"}, c.LogLevel), "--log-level %q: want debug, info, warning or error", c.LogLevel)
 
 	c.Env = map[string]string{}
@@ -138,7 +211,38 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	default:
 		errs = append(errs, fmt.Errorf("ARBITER_INDEX_K_GATE=%q: want 0 or 1", v))
 	}
+	switch v := c.Env["SGLANG_NIXL_ABORT_HANDLER"]; v {
+	case "", "0", "false":
+	case "1", "true":
+		c.NixlAbortHandler = true
+	default:
+		errs = append(errs, fmt.Errorf("SGLANG_NIXL_ABORT_HANDLER=%q: want 0 or 1", v))
+	}
+	c.HealthCheckTimeout = 20 * time.Second // SGLang's default
+	if v := c.Env["SGLANG_HEALTH_CHECK_TIMEOUT"]; v != "" {
+		secs, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(secs > 0) || secs > 1e6 {
+			errs = append(errs, fmt.Errorf("SGLANG_HEALTH_CHECK_TIMEOUT=%q: want a positive number of seconds", v))
+		} else {
+			c.HealthCheckTimeout = time.Duration(secs * float64(time.Second))
+		}
+	}
 	return c, errors.Join(errs...)
+}
+
+// costModel is the pace the configuration sets.
+func (c config) costModel() costModel {
+	return costModel{interToken: c.InterTokenDelay, batchCost: c.DecodeBatchCost, prefillPerToken: c.PrefillDelayPerToken}
+}
+
+// massAbortArmed says whether a mass abort wedges the scheduler: the overlap scheduler
+// with more than one tensor-parallel rank, as in the field.
+func (c config) massAbortArmed() bool { return !c.DisableOverlapSchedule && c.TPSize > 1 }
+
+// nixlAbortArmed says whether an abort of an in-flight KV transfer kills the transfer
+// loop: disaggregated over NIXL without the patched handler.
+func (c config) nixlAbortArmed() bool {
+	return c.DisaggregationMode != "null" && c.DisaggregationTransferBackend == "nixl" && !c.NixlAbortHandler
 }
 
 // backendConfig is what the backend needs of the configuration.

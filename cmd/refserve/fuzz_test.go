@@ -56,15 +56,19 @@ func FuzzChatRequest(f *testing.F) {
 		`{"messages":[{"role":"system","content":""}],"tool_choice":{"type":"function","function":{"name":"x"}}}`,
 		`{"messages":[{"role":"user","content":null}]}`,
 		`{"messages":[]}`, `not json`,
+		`{"messages":[{"role":"user","content":"a long one"}],"max_tokens":40,"ignore_eos":true,"min_tokens":20}`,
 	} {
 		f.Add([]byte(s), uint8(3))
 	}
 	cfg := config{ServedModelName: "refserve-agent"}
 	s := &server{cfg: cfg, agent: agent{seed: 9}}
 	f.Fuzz(func(t *testing.T, body []byte, staleAt uint8) {
-		req, err := s.decodeChatRequest(bytes.NewReader(body))
+		req, extra, err := s.decodeChatRequest(bytes.NewReader(body))
 		if err != nil {
 			return
+		}
+		if keys, n := promptPrefixes(req); n/4+1 != promptTokens(req) || keys[len(keys)-1].tokens != promptTokens(req)-1 {
+			t.Fatalf("the prefix cache counts %d bytes (%d tokens), the tokenizer %d tokens", n, keys[len(keys)-1].tokens, promptTokens(req))
 		}
 		rep, session, err := s.agent.next(req)
 		if err != nil {
@@ -76,7 +80,7 @@ func FuzzChatRequest(f *testing.F) {
 		prompt := promptTokens(req)
 		for _, parser := range toolCallParsers {
 			for _, stale := range []int{-1, int(staleAt)} {
-				g := newGeneration(parser, rep, req.MaxTokens, 9, session)
+				g := newGeneration(parser, rep, req.MaxTokens, 9, session).withMinTokens(min(extra.MinTokens, 300))
 				var content strings.Builder
 				finish := ""
 				for n := 0; finish == ""; n++ {

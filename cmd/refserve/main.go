@@ -4,15 +4,32 @@
 // same flags and env pins as the real engine. arbiter's demo, tests and CI run
 // experiments against it.
 //
-// Faults, as seen in the field:
+// Faults, as seen in the field; each is decided by logical events (which requests, in
+// which state), never by timing, so a seeded experiment gives the same outcome on any
+// machine:
 //   - BF16_INDEX_K=1 with --enable-hierarchical-cache: under load, decode steps read stale
 //     index-K and replies degenerate into tool-call markup in content (backend sim or
 //     cuda decides which steps). The sim backend's load is logical: the conversations
 //     refserve serves at once, counted from the requests themselves (cohort.go), so a
 //     seeded workload corrupts the same sessions on any machine, however busy; only the
 //     requests that reopen a conversation for a later round read restored pages.
+//     ARBITER_INDEX_K_GATE=1 is the fix.
 //   - The overlap scheduler (on unless --disable-overlap-schedule) with --tp above 1: a
-//     mass abort wedges the scheduler for good while /health still answers.
+//     mass abort, 16 requests of the running batch that ran together all aborted (by
+//     /abort_request or by their clients hanging up), wedges the scheduler for good while
+//     /health still answers; /health_generate fails (faults.go).
+//   - --disaggregation-mode prefill or decode with --disaggregation-transfer-backend nixl:
+//     an abort of a request whose KV transfer is in flight (no first token yet) kills the
+//     transfer loop, and every request still queued or sent later waits forever while
+//     /health and /health_generate answer. SGLANG_NIXL_ABORT_HANDLER=1 stands in for the
+//     patched build that handles the abort (faults.go).
+//
+// Tokens and timings follow the requests (timing.go): a prompt counts a token per four
+// bytes, a reply a token per word of text; replies follow the agent's plan, max_tokens,
+// and SGLang's ignore_eos and min_tokens; each pass of the scheduler prefills a chunk of
+// prompts and decodes a token of every running request, in a time that grows with the
+// batch and with the context; a prefix cache spares what a conversation resends. /metrics
+// serves SGLang's metric names in the Prometheus text format (metrics.go).
 package main
 
 import (
@@ -103,7 +120,10 @@ func (s *server) serve(ctx context.Context, ln net.Listener) error {
 	go func() { served <- hs.Serve(ln) }()
 	log.Info("refserve listening", "addr", ln.Addr().String(), "url", "http://"+ln.Addr().String(),
 		"model", cfg.ServedModelName, "backend", cfg.Backend, "tool_call_parser", cfg.ToolCallParser,
-		"hicache", cfg.EnableHierarchicalCache, "bf16_index_k", cfg.BF16IndexK, "seed", cfg.Seed)
+		"hicache", cfg.EnableHierarchicalCache, "bf16_index_k", cfg.BF16IndexK, "seed", cfg.Seed,
+		"tp", cfg.TPSize, "overlap_schedule", !cfg.DisableOverlapSchedule, "disaggregation_mode", cfg.DisaggregationMode,
+		"transfer_backend", cfg.DisaggregationTransferBackend, "mass_abort_wedge_armed", cfg.massAbortArmed(),
+		"nixl_abort_wedge_armed", cfg.nixlAbortArmed())
 	log.Info(readyLine)
 
 	var err error

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,21 +22,56 @@ type event struct {
 type request struct {
 	rid    string
 	place  sessionPlace
-	probe  bool // the health generation: no conversation, outside the cohort
+	probe  bool // the health generation: no conversation, outside the cohort and the metrics
 	load   int  // the logical load when it arrived (logicalLoadLocked)
 	prompt int  // prompt tokens
-	gen    *generation
-	// events never blocks the scheduler: it holds one event per possible step plus the
-	// final one.
-	events chan event
+	// prefix lists the prompt's prefixes for the prefix cache, and promptBytes the bytes
+	// they count, so that the reply can be cached as their continuation.
+	prefix      []prefixKey
+	promptBytes int
+	gen         *generation
+	events      eventQueue
 
 	// guarded by scheduler.mu
-	finished bool
-	finish   string
+	arrived   time.Time
+	admitted  bool      // in the running batch
+	admitTick uint64    // the logical clock at admission
+	computed  int       // prompt tokens in the KV cache: found cached at admission, then prefilled
+	firstAt   time.Time // when its first token was decoded
+	finished  bool
+	finish    string
 }
 
 func newRequest(rid string, place sessionPlace, prompt int, gen *generation) *request {
-	return &request{rid: rid, place: place, prompt: prompt, gen: gen, events: make(chan event, gen.maxSteps()+1)}
+	return &request{rid: rid, place: place, prompt: prompt, gen: gen, events: eventQueue{ready: make(chan struct{}, 1)}}
+}
+
+// eventQueue carries a request's events from the scheduler to its handler. Pushing never
+// blocks, so a slow client never holds up a pass, however long its reply.
+type eventQueue struct {
+	mu      sync.Mutex
+	pending []event
+	ready   chan struct{} // holds a token while pending may be non-empty
+}
+
+func (q *eventQueue) push(e event) {
+	q.mu.Lock()
+	q.pending = append(q.pending, e)
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+// take moves the pending events into buf; call it after receiving from ready.
+func (q *eventQueue) take(buf []event) []event {
+	q.mu.Lock()
+	buf = append(buf[:0], q.pending...)
+	clear(q.pending)
+	q.pending = q.pending[:0]
+	q.mu.Unlock()
+	return buf
 }
 
 // newProbe is a request of the health generation, which belongs to no conversation.
@@ -48,16 +84,50 @@ func newProbe(rid string, gen *generation) *request {
 // errClosed is returned for requests submitted while the server shuts down.
 var errClosed = errors.New("scheduler: shutting down")
 
-// scheduler admits requests up to --max-running-requests, queues the rest, and runs
-// decode iterations at the inter-token delay: every running request advances one token
-// per iteration, and every step goes through the backend. Each step carries both loads:
+// schedulerConfig is what the scheduler is built with.
+type schedulerConfig struct {
+	cost         costModel
+	chunk        int // most prompt tokens prefilled per iteration; 0 or less: no limit
+	maxRunning   int // 0: unlimited
+	maxTotal     int // KV capacity in tokens of the running requests
+	cacheTokens  int // capacity of the prefix cache in tokens
+	noRadixCache bool
+
+	// The faults (faults.go).
+	wedgeOnMassAbort   bool // the overlap scheduler with tensor parallelism
+	disaggregated      bool // requests go through a KV transfer
+	transferAbortKills bool // over NIXL without the abort handler
+}
+
+// schedulerConfig is the scheduler's part of the configuration.
+func (c config) schedulerConfig() schedulerConfig {
+	cacheTokens := c.MaxTotalTokens
+	if c.EnableHierarchicalCache { // the host pool keeps what the device pool evicts
+		cacheTokens += int(float64(c.MaxTotalTokens) * c.HiCacheRatio)
+	}
+	return schedulerConfig{
+		cost:               c.costModel(),
+		chunk:              c.ChunkedPrefillSize,
+		maxRunning:         c.MaxRunningRequests,
+		maxTotal:           c.MaxTotalTokens,
+		cacheTokens:        cacheTokens,
+		noRadixCache:       c.DisableRadixCache,
+		wedgeOnMassAbort:   c.massAbortArmed(),
+		disaggregated:      c.DisaggregationMode != "null",
+		transferAbortKills: c.nixlAbortArmed(),
+	}
+}
+
+// scheduler admits requests up to --max-running-requests and the KV capacity, queues the
+// rest, and runs iterations paced by the cost model (timing.go): each prefills a chunk of
+// the prompts not yet in the KV cache and decodes one token of every other running
+// request, and every decode step goes through the backend. Each step carries both loads:
 // the requests physically in the iteration, which depends on how fast clients come back,
 // and the logical load its request met on arrival (the cohort, cohort.go), which does not.
 type scheduler struct {
-	backend    Backend
-	delay      time.Duration
-	maxRunning int // 0: unlimited
-	log        *slog.Logger
+	backend Backend
+	cfg     schedulerConfig
+	log     *slog.Logger
 
 	mu      sync.Mutex
 	queue   []*request
@@ -65,27 +135,41 @@ type scheduler struct {
 	closed  bool
 	tp      throughput
 	cohort  cohort
+	cache   prefixCache
+	// clock ticks at every admission and every end of a request: the logical time on
+	// which the mass-abort fault measures which requests ran together.
+	clock uint64
 
 	wake chan struct{}
 	// changed is closed at the next admission, completion or abort; see changes.
 	changed chan struct{}
+	// output is closed at the next iteration that decodes a token; see outputs.
+	output chan struct{}
 
-	// wedgeOnMassAbort models the field's deadlock: with the overlap scheduler and
-	// tensor parallelism, a mass abort left ranks out of step, some in a collective and
-	// some idle, and the engine stopped decoding for good while /health still answered.
-	wedgeOnMassAbort bool
-	abortBurst       int  // requests aborted since the last decode iteration that saw none
-	wedged           bool // decoding and admission have stopped for good
+	// Faults (faults.go).
+	aborts       abortLedger
+	wedged       bool // decoding and admission have stopped for good
+	transferDead bool // the KV transfer loop died: nothing queued is admitted any more
 
-	genTokens    atomic.Int64
-	promptTokens atomic.Int64
-	requests     atomic.Int64 // finished requests, aborted ones included
-	aborted      atomic.Int64
-	staleSteps   atomic.Int64
+	// Metrics; the histograms and hitRate are guarded by mu.
+	genTokens      atomic.Int64
+	promptTokens   atomic.Int64
+	cachedTokens   atomic.Int64
+	requests       atomic.Int64 // finished requests, aborted ones included
+	aborted        atomic.Int64
+	staleSteps     atomic.Int64
+	transferAborts atomic.Int64 // aborts of requests whose KV transfer was in flight
+	hitRate        float64      // of the last batch admitted, as SGLang reports it
+	ttft, e2e, itl histogram
 }
 
-func newScheduler(b Backend, delay time.Duration, maxRunning int, log *slog.Logger) *scheduler {
-	return &scheduler{backend: b, delay: delay, maxRunning: maxRunning, log: log, wake: make(chan struct{}, 1)}
+func newScheduler(b Backend, cfg schedulerConfig, log *slog.Logger) *scheduler {
+	s := &scheduler{backend: b, cfg: cfg, log: log, wake: make(chan struct{}, 1)}
+	s.cache.off = cfg.noRadixCache
+	s.ttft = newHistogram(ttftBuckets)
+	s.e2e = newHistogram(e2eBuckets)
+	s.itl = newHistogram(itlBuckets)
+	return s
 }
 
 // submit queues a request; its events arrive on r.events.
@@ -95,12 +179,14 @@ func (s *scheduler) submit(r *request) error {
 		s.mu.Unlock()
 		return errClosed
 	}
+	r.arrived = time.Now()
 	s.queue = append(s.queue, r)
 	if !r.probe {
 		s.cohort.arrive(r.place)
 		r.load = s.logicalLoadLocked()
 	}
 	s.notifyLocked()
+	s.admitLocked() // it runs from the next pass on, even while a pass is under way
 	s.mu.Unlock()
 	select {
 	case s.wake <- struct{}{}:
@@ -171,6 +257,17 @@ func (s *scheduler) notifyLocked() {
 	}
 }
 
+// outputs returns a channel that is closed when the scheduler next decodes a token of
+// any request: SGLang's /health_generate passes on any output, not only its own.
+func (s *scheduler) outputs() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.output == nil {
+		s.output = make(chan struct{})
+	}
+	return s.output
+}
+
 // load is the number of running and queued requests.
 func (s *scheduler) load() (running, queued int) {
 	s.mu.Lock()
@@ -178,19 +275,55 @@ func (s *scheduler) load() (running, queued int) {
 	return len(s.running), len(s.queue)
 }
 
+// faultState says whether the scheduler is wedged and whether its transfer loop died.
+func (s *scheduler) faultState() (wedged, transferDead bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.wedged, s.transferDead
+}
+
 // abortLocked ends a request at a client's demand (abort_request or a disconnect) and
-// counts it towards a mass abort.
+// lets the faults see it (faults.go). The health probe, which SGLang runs outside the
+// request path, sets off neither.
 func (s *scheduler) abortLocked(r *request) {
 	if r.finished {
 		return
 	}
 	s.finishLocked(r, "abort")
-	s.abortBurst++
-	if s.wedgeOnMassAbort && !s.wedged && s.abortBurst >= massAbort {
-		s.wedged = true
-		s.log.Warn("mass abort desynchronized the tensor-parallel ranks; the scheduler is wedged (--disable-overlap-schedule avoids this)",
-			"aborted", s.abortBurst)
+	if r.probe {
+		return
 	}
+	if r.admitted {
+		depth := s.aborts.add(runSpan{from: r.admitTick, to: s.clock}, s.oldestRunningLocked())
+		if s.cfg.wedgeOnMassAbort && !s.wedged && depth >= massAbort {
+			s.wedged = true
+			s.log.Warn("mass abort desynchronized the tensor-parallel ranks; the scheduler is wedged (--disable-overlap-schedule avoids this)",
+				"aborted_together", depth)
+		}
+	}
+	if s.cfg.disaggregated && r.gen.n == 0 && !s.transferDead { // its KV transfer was in flight
+		s.transferAborts.Add(1)
+		if s.cfg.transferAbortKills {
+			s.transferDead = true
+			s.log.Error("Exception in thread bootstrap_thread: AssertionError: First message should be b'NixlMsgGuard'. Foreign traffic? "+
+				"(an ABORT for an in-flight KV transfer; no later request will be bootstrapped; SGLANG_NIXL_ABORT_HANDLER=1 is the fix)",
+				"rid", r.rid)
+		} else {
+			s.log.Debug("abort of an in-flight KV transfer handled", "rid", r.rid)
+		}
+	}
+}
+
+// oldestRunningLocked is the admission tick of the oldest request still running, or the
+// clock when none is.
+func (s *scheduler) oldestRunningLocked() uint64 {
+	oldest := s.clock
+	for _, r := range s.running {
+		if !r.finished {
+			oldest = min(oldest, r.admitTick)
+		}
+	}
+	return oldest
 }
 
 func (s *scheduler) finishLocked(r *request, reason string) {
@@ -199,14 +332,26 @@ func (s *scheduler) finishLocked(r *request, reason string) {
 	}
 	r.finished = true
 	r.finish = reason
-	if !r.probe {
-		s.cohort.finish(r.place.key, reason == "tool_calls")
-	}
-	r.events <- event{Finish: reason, Tokens: r.gen.n}
+	s.clock++
+	r.events.push(event{Finish: reason, Tokens: r.gen.n})
 	s.notifyLocked()
+	if r.probe {
+		return
+	}
+	s.cohort.finish(r.place.key, reason == "tool_calls")
 	s.requests.Add(1)
 	if reason == "abort" {
 		s.aborted.Add(1)
+		return
+	}
+	now := time.Now()
+	s.e2e.observe(now.Sub(r.arrived).Seconds())
+	if r.gen.n > 1 {
+		s.itl.observe(now.Sub(r.firstAt).Seconds() / float64(r.gen.n-1))
+	}
+	if r.prefix != nil && !s.cache.off { // the next turn resends this reply: cache it too
+		k, _ := extendPrefix(r.prefix[len(r.prefix)-1].hash, r.promptBytes, r.gen.message())
+		s.cache.insert(append(r.prefix[:len(r.prefix):len(r.prefix)], k), s.cfg.cacheTokens)
 	}
 }
 
@@ -233,52 +378,173 @@ func (s *scheduler) pruneLocked() {
 // keeps the value it met on arrival, when its pages were restored.
 func (s *scheduler) logicalLoadLocked() int {
 	n := s.cohort.size()
-	if s.maxRunning > 0 {
-		n = min(n, s.maxRunning)
+	if s.cfg.maxRunning > 0 {
+		n = min(n, s.cfg.maxRunning)
 	}
 	return n
 }
 
-// massAbort is how many requests aborted in a burst wedge a scheduler that can wedge:
-// the field's abort cascade killed 60 sessions at once.
-const massAbort = 16
+// usedTokensLocked is the KV the running requests hold: prompts and what they decoded.
+func (s *scheduler) usedTokensLocked() int {
+	n := 0
+	for _, r := range s.running {
+		n += r.prompt + r.gen.n
+	}
+	return n
+}
 
-// admitLocked moves queued requests into the running batch while there is room.
+// admitLocked moves queued requests into the running batch, oldest first, while there is
+// room: a free slot under --max-running-requests and KV for the prompt under
+// --max-total-tokens (a prompt larger than all of it runs alone). After the transfer loop
+// died, a request that needs a transfer is never admitted; the probe needs none.
 func (s *scheduler) admitLocked() {
-	for !s.wedged && len(s.queue) > 0 && (s.maxRunning <= 0 || len(s.running) < s.maxRunning) {
-		r := s.queue[0]
-		s.queue[0] = nil
-		s.queue = s.queue[1:]
+	var hit, total int
+	for i := 0; i < len(s.queue) && !s.wedged; {
+		if s.cfg.maxRunning > 0 && len(s.running) >= s.cfg.maxRunning {
+			break
+		}
+		r := s.queue[i]
+		if s.transferDead && !r.probe {
+			i++
+			continue
+		}
+		if len(s.running) > 0 && s.usedTokensLocked()+r.prompt+1 > s.cfg.maxTotal {
+			break
+		}
+		s.queue = slices.Delete(s.queue, i, i+1)
+		s.clock++
+		r.admitted, r.admitTick = true, s.clock
 		s.running = append(s.running, r)
-		s.promptTokens.Add(int64(r.prompt))
+		if !r.probe {
+			r.computed = s.cache.match(r.prefix, r.prompt)
+			s.promptTokens.Add(int64(r.prompt))
+			s.cachedTokens.Add(int64(r.computed))
+			hit, total = hit+r.computed, total+r.prompt
+		}
 		s.notifyLocked()
+	}
+	if total > 0 {
+		s.hitRate = float64(hit) / float64(total)
 	}
 }
 
-// run decodes until ctx ends.
-func (s *scheduler) run(ctx context.Context) {
-	var tick <-chan time.Time
-	if s.delay > 0 {
-		t := time.NewTicker(s.delay)
-		defer t.Stop()
-		tick = t.C
+// prefillChunk is part of a prompt prefilled in an iteration.
+type prefillChunk struct {
+	r      *request
+	tokens int
+}
+
+// iteration is the work of one forward pass.
+type iteration struct {
+	prefill []prefillChunk
+	batch   []*request // the requests that decode a token
+	steps   []Step     // their steps, for the backend
+	took    time.Duration
+}
+
+// planLocked fills it with the next pass: chunks of the prompts not yet in the KV cache,
+// oldest first, up to --chunked-prefill-size tokens, and a decode step for every other
+// running request and for every one whose prefill completes in this pass (the pass
+// samples its first token).
+func (s *scheduler) planLocked(it *iteration) {
+	it.prefill, it.batch, it.steps, it.took = it.prefill[:0], it.batch[:0], it.steps[:0], 0
+	left := s.cfg.chunk
+	for _, r := range s.running {
+		if r.computed < r.prompt {
+			if left == 0 {
+				continue
+			}
+			n := r.prompt - r.computed
+			if left > 0 {
+				n = min(n, left)
+				left -= n
+			}
+			it.took += s.cfg.cost.prefill(r.computed, n)
+			it.prefill = append(it.prefill, prefillChunk{r, n})
+			if r.computed+n < r.prompt {
+				continue
+			}
+		}
+		it.batch = append(it.batch, r)
+		it.steps = append(it.steps, Step{Session: r.place.key, Position: r.prompt + r.gen.n,
+			Load: r.load, Restored: r.place.restores()})
 	}
-	var batch []*request
-	var steps []Step
-	prevBurst := 0
+	for i := range it.steps {
+		it.steps[i].InFlight = len(it.steps)
+	}
+	it.took += s.cfg.cost.decode(len(it.batch))
+}
+
+// applyLocked lands a pass that took place: prefill progress, then one token of every
+// request in the batch that is still running.
+func (s *scheduler) applyLocked(it *iteration, decodeErr error) {
+	for _, c := range it.prefill {
+		if c.r.finished {
+			continue
+		}
+		c.r.computed += c.tokens
+		if c.r.computed == c.r.prompt && c.r.prefix != nil {
+			s.cache.insert(c.r.prefix, s.cfg.cacheTokens)
+		}
+	}
+	if len(it.batch) == 0 {
+		return
+	}
+	now := time.Now()
+	var made int64
+	for i, r := range it.batch {
+		if r.finished { // aborted while the pass ran
+			continue
+		}
+		if decodeErr != nil {
+			s.finishLocked(r, "abort")
+			continue
+		}
+		if it.steps[i].Stale {
+			s.staleSteps.Add(1)
+		}
+		content, finish := r.gen.step(it.steps[i].Stale, it.steps[i].Position)
+		made++
+		if r.gen.n == 1 {
+			r.firstAt = now
+			if !r.probe {
+				s.ttft.observe(now.Sub(r.arrived).Seconds())
+			}
+		}
+		if content != "" {
+			r.events.push(event{Content: content})
+		}
+		if finish != "" {
+			s.finishLocked(r, finish)
+		}
+	}
+	s.pruneLocked()
+	s.genTokens.Add(made)
+	s.tp.record(now, s.genTokens.Load())
+	if made > 0 && s.output != nil {
+		close(s.output)
+		s.output = nil
+	}
+}
+
+// run runs passes until ctx ends.
+func (s *scheduler) run(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	var it iteration
+	var pace pacer
 	for {
 		s.mu.Lock()
 		s.admitLocked()
-		idle, wedged := len(s.running) == 0, s.wedged
-		if idle { // nothing left in flight: whatever burst of aborts there was is over
-			s.abortBurst, prevBurst = 0, 0
-		}
-		s.mu.Unlock()
-		if wedged { // as in the field: nothing moves until the process is restarted
+		if s.wedged { // as in the field: nothing moves until the process is restarted
+			s.mu.Unlock()
 			<-ctx.Done()
 			return
 		}
-		if idle {
+		s.planLocked(&it)
+		s.mu.Unlock()
+		if len(it.prefill) == 0 && len(it.batch) == 0 {
 			select {
 			case <-s.wake:
 				continue
@@ -286,69 +552,47 @@ func (s *scheduler) run(ctx context.Context) {
 				return
 			}
 		}
-		for waiting := tick != nil; waiting; {
-			select {
-			case <-tick:
-				waiting = false
-			case <-s.wake: // admit arrivals now, as prefill would, not at the next step
-				s.mu.Lock()
-				s.admitLocked()
-				s.mu.Unlock()
-			case <-ctx.Done():
-				return
+		deadline := pace.next(time.Now(), it.took)
+		var err error
+		if len(it.steps) > 0 {
+			if err = s.backend.Decode(ctx, it.steps); err != nil {
+				s.log.Error("decode iteration failed; aborting its requests", "requests", len(it.steps), "err", err)
 			}
 		}
+		if !s.waitUntil(ctx, timer, deadline) {
+			return
+		}
 		s.mu.Lock()
-		if s.wedged {
+		if !s.wedged { // a pass cut short by the wedge never lands
+			s.applyLocked(&it, err)
+		}
+		s.mu.Unlock()
+		clear(it.batch)
+		clear(it.prefill)
+	}
+}
+
+// waitUntil waits for the pass to end at deadline, admitting arrivals in the meantime
+// (they join the next pass). It returns false when ctx ended.
+func (s *scheduler) waitUntil(ctx context.Context, timer *time.Timer, deadline time.Time) bool {
+	for {
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			return true
+		}
+		timer.Reset(wait)
+		select {
+		case <-timer.C:
+			return true
+		case <-s.wake:
+			timer.Stop()
+			s.mu.Lock()
+			s.admitLocked()
 			s.mu.Unlock()
-			continue
+		case <-ctx.Done():
+			timer.Stop()
+			return false
 		}
-		s.admitLocked() // what arrived during the wait joins this iteration
-		batch = append(batch[:0], s.running...)
-		steps = steps[:0]
-		for _, r := range batch {
-			steps = append(steps, Step{Session: r.place.key, Position: r.prompt + r.gen.n, InFlight: len(batch),
-				Load: r.load, Restored: r.place.restores()})
-		}
-		s.mu.Unlock()
-		if len(batch) == 0 {
-			continue
-		}
-		err := s.backend.Decode(ctx, steps)
-		if err != nil {
-			s.log.Error("decode iteration failed; aborting its requests", "requests", len(batch), "err", err)
-		}
-		s.mu.Lock()
-		var made int64
-		for i, r := range batch {
-			if r.finished { // aborted while the backend ran
-				continue
-			}
-			if err != nil {
-				s.finishLocked(r, "abort")
-				continue
-			}
-			if steps[i].Stale {
-				s.staleSteps.Add(1)
-			}
-			content, finish := r.gen.step(steps[i].Stale, steps[i].Position)
-			made++
-			if content != "" {
-				r.events <- event{Content: content}
-			}
-			if finish != "" {
-				s.finishLocked(r, finish)
-			}
-		}
-		s.pruneLocked()
-		if s.abortBurst == prevBurst { // no abort since the last iteration: the burst is over
-			s.abortBurst = 0
-		}
-		prevBurst = s.abortBurst
-		s.genTokens.Add(made)
-		s.tp.record(time.Now(), s.genTokens.Load())
-		s.mu.Unlock()
-		clear(batch)
 	}
 }
 

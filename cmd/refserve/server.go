@@ -1,13 +1,13 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -18,7 +18,8 @@ import (
 // version is refserve's version, reported by /get_server_info.
 const version = "0.1.0"
 
-// maxBody bounds a request body; long multi-turn sessions stay far below it.
+// maxBody bounds a request body: 32 MiB, some hundred times a conversation of 80k tokens
+// (about 320 KB at four bytes a token).
 const maxBody = 32 << 20
 
 // server is refserve's HTTP front end: the OpenAI-compatible API and SGLang's
@@ -33,11 +34,9 @@ type server struct {
 }
 
 func newServer(cfg config, b Backend, log *slog.Logger) *server {
-	sched := newScheduler(b, cfg.InterTokenDelay, cfg.MaxRunningRequests, log)
-	sched.wedgeOnMassAbort = !cfg.DisableOverlapSchedule && cfg.TPSize > 1
 	return &server{
 		cfg:     cfg,
-		sched:   sched,
+		sched:   newScheduler(b, cfg.schedulerConfig(), log),
 		agent:   agent{seed: uint64(cfg.Seed)},
 		log:     log,
 		started: time.Now(),
@@ -73,32 +72,58 @@ func writeJSON(w http.ResponseWriter, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
+// samplingExtras are the sampling parameters SGLang and vLLM accept beyond OpenAI's,
+// which benchmark clients use to fix a reply's length.
+type samplingExtras struct {
+	// IgnoreEOS makes a reply run to max_tokens (finish_reason "length"), as SGLang's
+	// and vLLM's benchmark clients ask for; a tool call still ends where its markup does.
+	IgnoreEOS bool `json:"ignore_eos"`
+	// MinTokens keeps a reply from ending before it has this many tokens.
+	MinTokens int `json:"min_tokens"`
+	// MaxCompletionTokens is OpenAI's newer name for max_tokens.
+	MaxCompletionTokens int `json:"max_completion_tokens"`
+}
+
 // decodeChatRequest reads and checks a chat request; its error is the client's fault.
-func (s *server) decodeChatRequest(body io.Reader) (*openai.ChatRequest, error) {
+func (s *server) decodeChatRequest(body io.Reader) (*openai.ChatRequest, samplingExtras, error) {
+	var extra samplingExtras
 	raw, err := io.ReadAll(io.LimitReader(body, maxBody+1))
 	if err != nil {
-		return nil, fmt.Errorf("reading the body: %w", err)
+		return nil, extra, fmt.Errorf("reading the body: %w", err)
 	}
 	if len(raw) > maxBody {
-		return nil, fmt.Errorf("body larger than %d bytes", maxBody)
+		return nil, extra, fmt.Errorf("body larger than %d bytes", maxBody)
 	}
 	var req openai.ChatRequest
 	if err := json.Unmarshal(raw, &req); err != nil {
-		return nil, fmt.Errorf("invalid JSON body: %w", err)
+		return nil, extra, fmt.Errorf("invalid JSON body: %w", err)
+	}
+	if err := json.Unmarshal(raw, &extra); err != nil {
+		return nil, extra, fmt.Errorf("invalid JSON body: %w", err)
+	}
+	if extra.MinTokens < 0 || extra.MaxCompletionTokens < 0 {
+		return nil, extra, fmt.Errorf("min_tokens %d, max_completion_tokens %d: must not be negative", extra.MinTokens, extra.MaxCompletionTokens)
+	}
+	if req.MaxTokens == 0 {
+		req.MaxTokens = extra.MaxCompletionTokens
 	}
 	if req.Model != "" && req.Model != s.cfg.ServedModelName {
-		return nil, fmt.Errorf("the model `%s` does not exist; this server serves `%s`", req.Model, s.cfg.ServedModelName)
+		return nil, extra, fmt.Errorf("the model `%s` does not exist; this server serves `%s`", req.Model, s.cfg.ServedModelName)
 	}
 	if len(req.Messages) == 0 {
-		return nil, errors.New("messages: empty; a chat completion needs at least one message")
+		return nil, extra, errors.New("messages: empty; a chat completion needs at least one message")
 	}
 	if req.MaxTokens < 0 {
-		return nil, fmt.Errorf("max_tokens %d: must not be negative", req.MaxTokens)
+		return nil, extra, fmt.Errorf("max_tokens %d: must not be negative", req.MaxTokens)
 	}
-	return &req, nil
+	return &req, extra, nil
 }
 
-// promptTokens estimates the prompt's tokens at four characters each.
+// promptTokens is refserve's tokenizer: a prompt counts one token per four bytes of its
+// roles, contents, tool-call ids, called functions' names and arguments, and offered tools'
+// names, descriptions and parameter schemas, plus one. (A reply counts one token per word
+// of text and one per piece of up to four characters of markup: see textPieces and
+// chunks.) usage.prompt_tokens reports it, and the prefix cache counts the same way.
 func promptTokens(req *openai.ChatRequest) int {
 	n := 0
 	for _, m := range req.Messages {
@@ -118,9 +143,15 @@ func (s *server) newRID() string {
 }
 
 func (s *server) chat(w http.ResponseWriter, hr *http.Request) {
-	req, err := s.decodeChatRequest(hr.Body)
+	req, extra, err := s.decodeChatRequest(hr.Body)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "BadRequestError", "%v", err)
+		return
+	}
+	prompt := promptTokens(req)
+	if prompt >= s.cfg.ContextLength {
+		writeError(w, http.StatusBadRequest, "BadRequestError",
+			"the input (%d tokens) is longer than the model's context length (%d tokens)", prompt, s.cfg.ContextLength)
 		return
 	}
 	rep, session, err := s.agent.next(req)
@@ -132,8 +163,19 @@ func (s *server) chat(w http.ResponseWriter, hr *http.Request) {
 	if rid == "" {
 		rid = s.newRID()
 	}
-	prompt := promptTokens(req)
-	r := newRequest(rid, placeOf(session, req.Messages), prompt, newGeneration(s.cfg.ToolCallParser, rep, req.MaxTokens, uint64(s.cfg.Seed), session))
+	// A reply ends at max_tokens or where the context is full, whichever is first; with
+	// ignore_eos it runs to that end.
+	limit := s.cfg.ContextLength - prompt
+	if req.MaxTokens > 0 {
+		limit = min(limit, req.MaxTokens)
+	}
+	atLeast := min(extra.MinTokens, limit)
+	if extra.IgnoreEOS { // the reply never ends of itself: the limit cuts it, "length"
+		atLeast = limit + 1
+	}
+	gen := newGeneration(s.cfg.ToolCallParser, rep, limit, uint64(s.cfg.Seed), session).withMinTokens(atLeast)
+	r := newRequest(rid, placeOf(session, req.Messages), prompt, gen)
+	r.prefix, r.promptBytes = promptPrefixes(req)
 	if err := s.sched.submit(r); err != nil {
 		writeError(w, http.StatusServiceUnavailable, "ServiceUnavailableError", "%v", err)
 		return
@@ -144,14 +186,16 @@ func (s *server) chat(w http.ResponseWriter, hr *http.Request) {
 	}
 	var content strings.Builder
 	var last event
+	var evs []event
 	for last.Finish == "" {
-		select {
-		case ev := <-r.events:
-			content.WriteString(ev.Content)
-			last = ev
-		case <-hr.Context().Done():
+		var ok bool
+		if evs, ok = r.wait(hr.Context(), evs); !ok {
 			s.sched.cancel(r)
 			return
+		}
+		for _, ev := range evs {
+			content.WriteString(ev.Content)
+			last = ev
 		}
 	}
 	msg := openai.Message{Role: "assistant", Content: content.String()}
@@ -166,8 +210,21 @@ func (s *server) chat(w http.ResponseWriter, hr *http.Request) {
 	})
 }
 
-// stream writes a request's events as SSE chunks. A failed write means the client left,
-// which aborts the request as it does in SGLang.
+// wait blocks until the request has events and returns them in buf; false when ctx ended
+// first.
+func (r *request) wait(ctx context.Context, buf []event) ([]event, bool) {
+	select {
+	case <-r.events.ready:
+		return r.events.take(buf), true
+	case <-ctx.Done():
+		return buf[:0], false
+	}
+}
+
+// stream writes a request's events as SSE chunks, one chunk per decoded token of text
+// (markup of a clean tool call is held back and sent as tool_calls fragments once the
+// call is complete, as SGLang's tool-call parser does). A failed write means the client
+// left, which aborts the request as it does in SGLang.
 func (s *server) stream(w http.ResponseWriter, hr *http.Request, req *openai.ChatRequest, r *request, rep reply) {
 	flusher, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -200,40 +257,41 @@ func (s *server) stream(w http.ResponseWriter, hr *http.Request, req *openai.Cha
 		s.sched.cancel(r)
 		return
 	}
+	var evs []event
 	for {
-		var ev event
-		select {
-		case ev = <-r.events:
-		case <-hr.Context().Done():
+		var ok bool
+		if evs, ok = r.wait(hr.Context(), evs); !ok {
 			s.sched.cancel(r)
 			return
 		}
-		if ev.Content != "" && !send(chunk(openai.Delta{Content: ev.Content}, "")) {
-			s.sched.cancel(r)
-			return
-		}
-		if ev.Finish == "" {
-			continue
-		}
-		ok := true
-		if ev.Finish == "tool_calls" {
-			ok = sendToolCall(*rep.Call, func(tc openai.ToolCall) bool {
-				return send(chunk(openai.Delta{ToolCalls: []openai.ToolCall{tc}}, ""))
-			})
-		}
-		ok = ok && send(chunk(openai.Delta{}, ev.Finish))
-		if ok && req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
-			ok = send(openai.ChatCompletionChunk{ID: r.rid, Object: "chat.completion.chunk", Created: created, Model: s.cfg.ServedModelName,
-				Choices: []openai.ChunkChoice{},
-				Usage:   &openai.Usage{PromptTokens: r.prompt, CompletionTokens: ev.Tokens, TotalTokens: r.prompt + ev.Tokens}})
-		}
-		if ok {
-			_, _ = io.WriteString(w, "data: [DONE]\n\n")
-			if flusher != nil {
-				flusher.Flush()
+		for _, ev := range evs {
+			if ev.Content != "" && !send(chunk(openai.Delta{Content: ev.Content}, "")) {
+				s.sched.cancel(r)
+				return
 			}
+			if ev.Finish == "" {
+				continue
+			}
+			ok := true
+			if ev.Finish == "tool_calls" {
+				ok = sendToolCall(*rep.Call, func(tc openai.ToolCall) bool {
+					return send(chunk(openai.Delta{ToolCalls: []openai.ToolCall{tc}}, ""))
+				})
+			}
+			ok = ok && send(chunk(openai.Delta{}, ev.Finish))
+			if ok && req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
+				ok = send(openai.ChatCompletionChunk{ID: r.rid, Object: "chat.completion.chunk", Created: created, Model: s.cfg.ServedModelName,
+					Choices: []openai.ChunkChoice{},
+					Usage:   &openai.Usage{PromptTokens: r.prompt, CompletionTokens: ev.Tokens, TotalTokens: r.prompt + ev.Tokens}})
+			}
+			if ok {
+				_, _ = io.WriteString(w, "data: [DONE]\n\n")
+				if flusher != nil {
+					flusher.Flush()
+				}
+			}
+			return
 		}
-		return
 	}
 }
 
@@ -275,26 +333,45 @@ func (s *server) health(w http.ResponseWriter, hr *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
-// healthGenerate runs one real 1-token generation through the scheduler, so it waits
-// behind the queue like any request and fails if the scheduler does not run it.
+// healthGenerate runs one real 1-token generation through the scheduler, as SGLang's
+// does: it waits behind the queue like any request, passes (200) as soon as the scheduler
+// puts out a token, its own or any other request's, and fails (503) after
+// SGLANG_HEALTH_CHECK_TIMEOUT without one. A wedged scheduler fails it; a dead KV
+// transfer loop does not, since SGLang's probe runs with a fake bootstrap.
 func (s *server) healthGenerate(w http.ResponseWriter, hr *http.Request) {
 	rep := reply{Text: "ok", Lure: call{Name: "search", Params: []param{{Name: "query", Value: "health"}}}}
-	r := newProbe("health-"+s.newRID(), newGeneration(s.cfg.ToolCallParser, rep, 1, uint64(s.cfg.Seed), 0))
+	r := newProbe("HEALTH_CHECK_"+s.newRID(), newGeneration(s.cfg.ToolCallParser, rep, 1, uint64(s.cfg.Seed), 0))
+	output := s.sched.outputs()
 	if err := s.sched.submit(r); err != nil {
 		writeError(w, http.StatusServiceUnavailable, "ServiceUnavailableError", "%v", err)
 		return
 	}
+	timeout := time.NewTimer(s.cfg.HealthCheckTimeout)
+	defer timeout.Stop()
+	var evs []event
 	for {
 		select {
-		case ev := <-r.events:
-			if ev.Finish == "" {
-				continue
+		case <-r.events.ready:
+			evs = r.events.take(evs)
+			for _, ev := range evs {
+				switch ev.Finish {
+				case "":
+				case "abort":
+					writeError(w, http.StatusServiceUnavailable, "ServiceUnavailableError", "health generation was aborted")
+					return
+				default:
+					w.WriteHeader(http.StatusOK)
+					return
+				}
 			}
-			if ev.Finish == "abort" {
-				writeError(w, http.StatusServiceUnavailable, "ServiceUnavailableError", "health generation was aborted")
-				return
-			}
+		case <-output: // the scheduler answered someone: SGLang counts that as healthy
+			s.sched.cancel(r)
 			w.WriteHeader(http.StatusOK)
+			return
+		case <-timeout.C:
+			s.sched.cancel(r)
+			writeError(w, http.StatusServiceUnavailable, "ServiceUnavailableError",
+				"no output from the scheduler in %s (SGLANG_HEALTH_CHECK_TIMEOUT)", s.cfg.HealthCheckTimeout)
 			return
 		case <-hr.Context().Done():
 			s.sched.cancel(r)
@@ -313,8 +390,19 @@ func (s *server) serverInfo(w http.ResponseWriter, _ *http.Request) {
 	_ = json.Unmarshal(b, &info) // our own encoding of a struct: always an object
 	info["seed"] = s.cfg.Seed
 	info["inter_token_delay"] = s.cfg.InterTokenDelay.String()
+	info["prefill_delay_per_token"] = s.cfg.PrefillDelayPerToken.String()
+	info["health_check_timeout"] = s.cfg.HealthCheckTimeout.String()
 	info["version"] = version
 	info["engine"] = "refserve"
+	// Which of refserve's faults these settings arm, and whether one went off.
+	wedged, dead := s.sched.faultState()
+	info["refserve_faults"] = map[string]any{
+		"stale_index_k":         s.cfg.BF16IndexK && s.cfg.EnableHierarchicalCache && !s.cfg.IndexKGate,
+		"mass_abort_wedge":      s.cfg.massAbortArmed(),
+		"nixl_abort_wedge":      s.cfg.nixlAbortArmed(),
+		"scheduler_wedged":      wedged,
+		"kv_transfer_loop_dead": dead,
+	}
 	writeJSON(w, info)
 }
 
@@ -334,30 +422,4 @@ func (s *server) abortRequest(w http.ResponseWriter, hr *http.Request) {
 	n := s.sched.abort(body.RID, body.AbortAll)
 	s.log.Info("abort", "rid", body.RID, "abort_all", body.AbortAll, "aborted", n)
 	writeJSON(w, map[string]int{"aborted": n})
-}
-
-// metrics serves Prometheus text with SGLang's metric names.
-func (s *server) metrics(w http.ResponseWriter, _ *http.Request) {
-	s.sched.mu.Lock()
-	running, queued := len(s.sched.running), len(s.sched.queue)
-	cohort := s.sched.cohort.size()
-	gen := s.sched.genTokens.Load()
-	rate := s.sched.tp.rate(time.Now(), gen)
-	s.sched.mu.Unlock()
-	label := fmt.Sprintf(`{model_name=%q}`, s.cfg.ServedModelName)
-	var b strings.Builder
-	metric := func(name, typ, help string, v float64) {
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n%s%s %s\n", name, help, name, typ, name, label, strconv.FormatFloat(v, 'f', -1, 64))
-	}
-	metric("sglang:num_running_reqs", "gauge", "The number of running requests.", float64(running))
-	metric("sglang:num_queue_reqs", "gauge", "The number of requests in the waiting queue.", float64(queued))
-	metric("sglang:gen_throughput", "gauge", "The generation throughput (token/s).", rate)
-	metric("sglang:generation_tokens_total", "counter", "Number of generation tokens processed.", float64(gen))
-	metric("sglang:prompt_tokens_total", "counter", "Number of prefill tokens processed.", float64(s.sched.promptTokens.Load()))
-	metric("sglang:num_requests_total", "counter", "Number of requests finished.", float64(s.sched.requests.Load()))
-	metric("sglang:num_aborted_requests_total", "counter", "Number of requests aborted.", float64(s.sched.aborted.Load()))
-	metric("refserve:cohort_sessions", "gauge", "Sessions the engine is serving: the logical load the sim fault model draws against (refserve only).", float64(cohort))
-	metric("refserve:stale_index_k_steps_total", "counter", "Decode steps that read stale index-K (refserve only).", float64(s.sched.staleSteps.Load()))
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-	_, _ = io.WriteString(w, b.String())
 }

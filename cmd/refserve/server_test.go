@@ -341,7 +341,8 @@ func TestHealthGenerateGoesThroughScheduler(t *testing.T) {
 
 func TestServerInfoShowsPins(t *testing.T) {
 	cfg, err := parseConfig([]string{"--enable-hierarchical-cache", "--hicache-ratio", "3", "--disaggregation-mode", "decode",
-		"--tool-call-parser", "kimi_k2", "--model-path", "/models/DeepSeek-V4-Flash", "--seed", "11"},
+		"--tool-call-parser", "kimi_k2", "--model-path", "/models/DeepSeek-V4-Flash", "--seed", "11",
+		"--disaggregation-transfer-backend", "nixl", "--disaggregation-bootstrap-port", "8999", "--tp", "8"},
 		func(k string) string { return map[string]string{"BF16_INDEX_K": "1", "ARBITER_INDEX_K_GATE": "1"}[k] }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -360,7 +361,9 @@ func TestServerInfoShowsPins(t *testing.T) {
 		"bf16_index_k": true, "enable_hierarchical_cache": true, "hicache_ratio": 3.0, "disaggregation_mode": "decode",
 		"tool_call_parser": "kimi_k2", "model_path": "/models/DeepSeek-V4-Flash", "random_seed": 11.0, "backend": "sim",
 		"version": version, "served_model_name": "refserve-agent", "disable_overlap_schedule": false,
-		"index_k_gate": true,
+		"index_k_gate": true, "disaggregation_transfer_backend": "nixl", "disaggregation_bootstrap_port": 8999.0,
+		"nixl_abort_handler": false, "tp_size": 8.0, "max_total_tokens": float64(1 << 20), "chunked_prefill_size": 8192.0,
+		"prefill_delay_per_token": "4µs", "decode_batch_cost": defaultDecodeBatchCost, "context_length": 163840.0,
 	}
 	for k, v := range want {
 		if info[k] != v {
@@ -372,6 +375,13 @@ func TestServerInfoShowsPins(t *testing.T) {
 	}
 	if port, _ := info["port"].(float64); port == 0 {
 		t.Error("server info does not report the bound port")
+	}
+	faults, _ := info["refserve_faults"].(map[string]any)
+	for k, v := range map[string]any{"stale_index_k": false, "mass_abort_wedge": true, "nixl_abort_wedge": true,
+		"scheduler_wedged": false, "kv_transfer_loop_dead": false} {
+		if faults[k] != v {
+			t.Errorf("server info refserve_faults.%s = %#v; want %#v", k, faults[k], v)
+		}
 	}
 }
 
