@@ -71,10 +71,16 @@ type OutcomeGroup struct {
 	// Sessions is, per arm, the sessions summarised.
 	Sessions  []int
 	summaries [][]sessionSummary
+	// engine holds, per arm, each launch's EngineTPS.
+	engine [][]float64
 }
 
-// sessionSummary is one session reduced to one number per metric (NaN: not measurable).
+// sessionSummary is one session reduced to one number per metric (NaN: not measurable),
+// with its block under blockKey.
 type sessionSummary map[string]float64
+
+// blockKey holds a session summary's block.
+const blockKey = "\x00block"
 
 // MetricRow is one arm against the baseline on one metric in one group.
 type MetricRow struct {
@@ -169,7 +175,7 @@ func (v *Verdict) loadOutcomes(ctx context.Context, db *sqlx.DB) error {
 	}
 	// Per-session summaries.
 	type acc struct {
-		arm                 int
+		arm, block          int
 		group               string
 		ttft, itl, lat      []float64
 		tokens, seconds     float64
@@ -191,7 +197,7 @@ func (v *Verdict) loadOutcomes(ctx context.Context, db *sqlx.DB) error {
 		}
 		a := accs[k]
 		if a == nil {
-			a = &acc{arm: v.index[t.ArmID], group: g}
+			a = &acc{arm: v.index[t.ArmID], block: t.Block, group: g}
 			accs[k] = a
 			order = append(order, k)
 		}
@@ -220,7 +226,7 @@ func (v *Verdict) loadOutcomes(ctx context.Context, db *sqlx.DB) error {
 			continue
 		}
 		s := sessionSummary{MetricTTFT: medianOrNaN(a.ttft), MetricITL: medianOrNaN(a.itl), MetricLatency: medianOrNaN(a.lat),
-			MetricThroughput: math.NaN()}
+			MetricThroughput: math.NaN(), blockKey: float64(a.block)}
 		if a.seconds > 0 && a.tokens > 0 {
 			s[MetricThroughput] = a.tokens / a.seconds
 		}
@@ -229,6 +235,7 @@ func (v *Verdict) loadOutcomes(ctx context.Context, db *sqlx.DB) error {
 	}
 	for name, g := range groups {
 		if e, ok := engine[name]; ok {
+			g.engine = e
 			for i := range g.EngineTPS {
 				g.EngineTPS[i] = meanOrNaN(e[i])
 			}
@@ -275,6 +282,36 @@ func (g OutcomeGroup) values(i int, metric string) []float64 {
 		}
 	}
 	return out
+}
+
+// blockRatios are, for each block both arms ran, the ratio of arm i's median session tok/s
+// to the baseline's in group g: whether a difference holds launch after launch.
+func (g OutcomeGroup) blockRatios(base, i int) (blocks []int, ratios []float64) {
+	med := func(arm int) map[int]float64 {
+		by := map[int][]float64{}
+		for _, s := range g.summaries[arm] {
+			if x := s[MetricThroughput]; !math.IsNaN(x) {
+				b := int(s[blockKey])
+				by[b] = append(by[b], x)
+			}
+		}
+		out := map[int]float64{}
+		for b, xs := range by {
+			out[b] = medianOrNaN(xs)
+		}
+		return out
+	}
+	mb, ma := med(base), med(i)
+	for b, x := range mb {
+		if _, ok := ma[b]; ok && x > 0 {
+			blocks = append(blocks, b)
+		}
+	}
+	sort.Ints(blocks)
+	for _, b := range blocks {
+		ratios = append(ratios, ma[b]/mb[b])
+	}
+	return blocks, ratios
 }
 
 // compareMetrics compares every arm with the baseline on every metric of every group,
@@ -753,8 +790,31 @@ func (v *Verdict) outcomeCaveats(add func(int, string, ...any)) {
 	for _, a := range v.Arms {
 		launches = max(launches, a.Launches.Total)
 	}
-	if significant && launches < 2 {
-		add(rankDesign, "Latency and throughput come from one launch per arm: the sessions of a launch share its engine and its moment, so a difference could be the launch's rather than the arm's; blocks give each arm several launches.")
+	judged := significant || len(o.Throughput)+len(o.Stability) > 0
+	if judged && launches < 2 {
+		add(rankDesign, "Latency and throughput come from one launch per arm: the sessions of a launch share its engine and its moment (a busy machine slows all of them), and the intervals do not include that; a difference could be the launch's rather than the arm's. Blocks give each arm several launches, and show whether a difference holds from one to the next.")
+	}
+	// With several launches: does the tok/s difference keep its direction in every block?
+	for _, g := range o.Groups {
+		for i, a := range v.Arms {
+			if i == v.Baseline {
+				continue
+			}
+			blocks, ratios := g.blockRatios(v.Baseline, i)
+			if len(blocks) < 2 {
+				continue
+			}
+			lo, hi := math.Inf(1), math.Inf(-1)
+			var parts []string
+			for k, r := range ratios {
+				lo, hi = math.Min(lo, r), math.Max(hi, r)
+				parts = append(parts, fmt.Sprintf("block %d %s", blocks[k], signedPct(r-1)))
+			}
+			if lo < 0.99 && hi > 1.01 {
+				add(rankDesign, "At %s, %s's median tok/s per request against %s's changes direction from block to block (%s): the difference follows the launches more than the arms.",
+					g.Name, a.Name, v.Arms[v.Baseline].Name, strings.Join(parts, ", "))
+			}
+		}
 	}
 	if len(o.Metrics) > 1 {
 		add(rankMultiplicity, "Latency and throughput were compared %d times (metrics, groups and arms): their decisions use Holm-adjusted p-values over those %d comparisons.", len(o.Metrics), len(o.Metrics))

@@ -24,7 +24,7 @@ func (v *Verdict) outcomeSections(b *strings.Builder) bool {
 		phased = phased || g.Kind != ""
 	}
 	if phased {
-		fmt.Fprintf(b, "Generated tokens per second of the whole engine over each phase (mean over launches):\n\n| phase |")
+		fmt.Fprintf(b, "Generated tokens per second of the whole engine over each phase (mean over launches, and their range when there were several):\n\n| phase |")
 		for _, a := range v.Arms {
 			fmt.Fprintf(b, " %s |", a.Name)
 		}
@@ -32,7 +32,11 @@ func (v *Verdict) outcomeSections(b *strings.Builder) bool {
 		for _, g := range o.Groups {
 			fmt.Fprintf(b, "| %s |", g.Name)
 			for i := range v.Arms {
-				fmt.Fprintf(b, " %s |", tps(g.EngineTPS[i]))
+				cell := tps(g.EngineTPS[i])
+				if i < len(g.engine) && len(g.engine[i]) > 1 {
+					cell += fmt.Sprintf(" (%s – %s)", tps(quantile(g.engine[i], 0)), tps(maxOf(g.engine[i])))
+				}
+				fmt.Fprintf(b, " %s |", cell)
 			}
 			fmt.Fprintf(b, "\n")
 		}
