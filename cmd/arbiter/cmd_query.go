@@ -29,7 +29,7 @@ func newQueryCmd(g *globals) *cobra.Command {
 		Short: "Run a read-only SQL query against the results database",
 		Long: `Run one read-only SQL statement against the results database and print the rows.
 The database is opened read-only: statements that would change it are refused and change nothing.
-Tables: experiments, arms, runs, sessions, turns, labels.`,
+Tables: experiments, arms, runs, sessions, turns, labels, phases.`,
 		Example: `  arbiter query "SELECT a.name, sum(s.corrupted) AS corrupted, count(*) AS sessions
                  FROM sessions s JOIN arms a ON a.id = s.arm_id GROUP BY a.name"`,
 		Args: cobra.ExactArgs(1),
