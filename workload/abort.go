@@ -175,6 +175,7 @@ func (r *runner) cascade(ctx context.Context, a AbortCascadeConfig, k, first, po
 		FirstSession: first, Sessions: n + 1, Abort: a.abortOf(k)}
 	var notes []string
 
+	accepted := make(chan struct{}, n)
 	streaming := make(chan struct{}, n)
 	sessions := make([]*cascadeSession, n)
 	p.Started = time.Now()
@@ -183,8 +184,11 @@ func (r *runner) cascade(ctx context.Context, a AbortCascadeConfig, k, first, po
 		shot := r.promptShot(idx, p.Name, positiveOr(a.PromptTokens, DefaultPromptTokens), 0,
 			positiveOr(a.CascadeTokens, DefaultCascadeTokens), true)
 		sctx, cancel := context.WithCancel(ctx)
-		var once sync.Once
-		sctx = WithFirstDelta(sctx, func() { once.Do(func() { streaming <- struct{}{} }) })
+		var in, first sync.Once
+		sctx = WithStreamHooks(sctx, StreamHooks{
+			Accepted:   func() { in.Do(func() { accepted <- struct{}{} }) },
+			FirstDelta: func() { first.Do(func() { streaming <- struct{}{} }) },
+		})
 		s := &cascadeSession{index: idx, rid: shot.req.RID, cancel: cancel, done: make(chan struct{})}
 		sessions[i] = s
 		go func() {
@@ -195,8 +199,9 @@ func (r *runner) cascade(ctx context.Context, a AbortCascadeConfig, k, first, po
 		}()
 	}
 
-	// Mid-flight: every session streams, or the first does (AbortWhen); or AbortAfter
-	// passed, or all have ended.
+	// Mid-flight: every session is in the engine (its request answered), and every one
+	// streams, or the first does (AbortWhen); or AbortAfter passed, or all have ended. An
+	// abort that came before every request was in would leave the late ones running.
 	after := a.AbortAfter
 	if after <= 0 {
 		after = DefaultAbortAfter
@@ -213,14 +218,16 @@ func (r *runner) cascade(ctx context.Context, a AbortCascadeConfig, k, first, po
 		}
 		close(allDone)
 	}()
-	started := 0
+	started, in := 0, 0
 wait:
-	for started < want {
+	for started < want || in < n {
 		select {
+		case <-accepted:
+			in++
 		case <-streaming:
 			started++
 		case <-deadline.C:
-			notes = append(notes, fmt.Sprintf("%d of %d sessions were streaming when the abort came after %v", started, n, after))
+			notes = append(notes, fmt.Sprintf("%d of %d sessions were in the engine and %d streaming when the abort came after %v", in, n, started, after))
 			break wait
 		case <-allDone:
 			break wait

@@ -135,9 +135,8 @@ type Exchange struct {
 	// error when the caller cancelled.
 	Err error
 
-	// firstDelta, when set (WithFirstDelta), is called once, when the first content or
-	// tool-call delta arrives.
-	firstDelta func()
+	// hooks are the context's StreamHooks (WithStreamHooks).
+	hooks StreamHooks
 }
 
 // Chat sends one chat completion request to base (e.g. http://127.0.0.1:30000) and
@@ -147,7 +146,7 @@ func (c *Client) Chat(ctx context.Context, base string, req openai.ChatRequest) 
 	if req.Stream && req.StreamOptions == nil {
 		req.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
 	}
-	ex := Exchange{firstDelta: firstDeltaHook(ctx)}
+	ex := Exchange{hooks: streamHooks(ctx)}
 	body, err := json.Marshal(req)
 	if err != nil {
 		ex.Err = fmt.Errorf("workload: encode request %s: %w", req.RID, err)
@@ -201,6 +200,9 @@ func (c *Client) Chat(ctx context.Context, base string, req openai.ChatRequest) 
 	}
 	defer resp.Body.Close()
 	ex.StatusCode = resp.StatusCode
+	if ex.hooks.Accepted != nil && resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+		ex.hooks.Accepted()
+	}
 
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		raw, rerr := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
@@ -263,8 +265,8 @@ func readStream(ex *Exchange, body io.Reader, stallTimer *time.Timer, stall time
 		}
 		if delta && ex.TTFT == 0 {
 			ex.TTFT = time.Since(ex.Started)
-			if ex.firstDelta != nil {
-				ex.firstDelta()
+			if ex.hooks.FirstDelta != nil {
+				ex.hooks.FirstDelta()
 			}
 		}
 		return nil

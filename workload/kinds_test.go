@@ -280,3 +280,22 @@ func TestTraceReplaysIdenticallyAgainstDifferentEngines(t *testing.T) {
 		t.Error("the two engines answered identically; the test needs them to differ")
 	}
 }
+
+// TestAbortComesOnlyOnceEverySessionIsInTheEngine: aborting at the first token must not
+// leave the cascade's later requests out of the abort, running on and starving the
+// canary. With a batch cap, most sessions wait in the engine's queue when the abort comes.
+func TestAbortComesOnlyOnceEverySessionIsInTheEngine(t *testing.T) {
+	base := startRefserve(t, nil, "--max-running-requests", "8")
+	cfg := Config{Kind: KindAbortCascade, Seed: 8, StallTimeout: 3 * time.Second,
+		AbortCascade: &AbortCascadeConfig{Sessions: 40, Cascades: 2, AbortWhen: AbortWhenFirstToken, CascadeTokens: 4096}}
+	rec := &phaseRecorder{}
+	if err := Run(context.Background(), cfg, base, rec); err != nil {
+		t.Fatalf("an engine with no fault did not serve after the abort: %v", err)
+	}
+	for _, name := range []string{"cascade 1", "cascade 2"} {
+		p := rec.phase(t, name)
+		if !p.Recovered || p.Aborted != 40 || p.Note != "" {
+			t.Errorf("%s: %+v", name, p)
+		}
+	}
+}

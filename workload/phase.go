@@ -102,19 +102,26 @@ func recordPhase(rec Recorder, p Phase) {
 // after an abort cascade: it still accepts connections, but generates nothing.
 var ErrNoLiveness = errors.New("engine wedged: no canary request completed after the abort")
 
-// firstDeltaKey carries a callback for the first delta of a stream.
-type firstDeltaKey struct{}
-
-// WithFirstDelta returns a context whose chat request calls f once, when its first
-// content or tool-call delta arrives: how an abort cascade knows its sessions are
-// mid-flight.
-func WithFirstDelta(ctx context.Context, f func()) context.Context {
-	return context.WithValue(ctx, firstDeltaKey{}, f)
+// StreamHooks are callbacks on one chat request's way: how an abort cascade knows its
+// sessions are in the engine and mid-flight. Each is called at most once; nil ones are
+// skipped.
+type StreamHooks struct {
+	// Accepted is called when the engine answered with a 2xx status: the request is in.
+	Accepted func()
+	// FirstDelta is called when the first content or tool-call delta arrives.
+	FirstDelta func()
 }
 
-func firstDeltaHook(ctx context.Context) func() {
-	f, _ := ctx.Value(firstDeltaKey{}).(func())
-	return f
+type streamHooksKey struct{}
+
+// WithStreamHooks returns a context whose chat requests call h's hooks.
+func WithStreamHooks(ctx context.Context, h StreamHooks) context.Context {
+	return context.WithValue(ctx, streamHooksKey{}, h)
+}
+
+func streamHooks(ctx context.Context) StreamHooks {
+	h, _ := ctx.Value(streamHooksKey{}).(StreamHooks)
+	return h
 }
 
 // runner holds what every request of a run shares: the client, the engine, the model,
