@@ -103,8 +103,9 @@ Faults, switched as on the real engine:
       scheduler for good; /health still answers 200, /health_generate fails.
   --disaggregation-mode prefill|decode with --disaggregation-transfer-backend nixl
       an abort of a request whose KV transfer is in flight (no first token yet, queued
-      or prefilling) kills the transfer loop: every request that was still queued, and
-      every later one, waits forever; /health still answers 200.
+      or prefilling, or so when an earlier abort of the same cascade struck) kills the
+      transfer loop: every request that was still queued, and every later one, waits
+      forever; /health and /health_generate still answer 200.
       SGLANG_NIXL_ABORT_HANDLER=1 stands in for the patched build: the abort fails that
       transfer alone.
 Env: SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=1 makes /health run a generation;

@@ -26,7 +26,13 @@ package main
 // every later request hung. A transfer is in flight here from a request's arrival (the
 // decode side bootstraps with the prefill side as the request comes in) until its first
 // token (when the decode side holds the KV): an abort of a request that is queued or
-// prefilling kills the transfer loop. From then on no request that was still queued, nor
+// prefilling kills the transfer loop. So does an abort of a request that was caught in
+// the cascade: one whose transfer was in flight when another request was aborted. Clients
+// that hang up together reach the engine one by one, as their connections are noticed
+// closed; meanwhile the slots the first aborts free are filled from the queue, and a
+// queued request whose client has already gone may get its first token before its own
+// abort lands. Which of them does depends on goroutine scheduling; that the cascade struck
+// while they were still waiting does not. From then on no request that was still queued, nor
 // any later one, is admitted (its bootstrap is never answered); requests already running
 // finish. /health answers 200, and so does /health_generate, whose probe SGLang runs with
 // a fake bootstrap that needs no transfer: only a real request shows the wedge.

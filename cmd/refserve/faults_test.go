@@ -332,6 +332,32 @@ func TestNixlAbortWedge(t *testing.T) {
 	}
 }
 
+// TestNixlCascadeCatchesRequestsStillWaiting: clients that hang up together reach the
+// engine one by one. Here the running request's abort lands first, the queued request
+// takes its slot and decodes, and only then does its own abort land: it still belongs to
+// the cascade that struck while its transfer was in flight, and kills the transfer loop.
+// The same request aborted after a slot freed without an abort is harmless.
+func TestNixlCascadeCatchesRequestsStillWaiting(t *testing.T) {
+	for _, cascade := range []bool{true, false} {
+		s, base := startServer(t, nixlConfig(t, 1, false), nil)
+		first := startStream(t, base, bodyWith(userRequest("a short one", nil), map[string]any{"stream": true, "rid": "first", "max_tokens": 30}))
+		<-first.first
+		late := startStream(t, base, longReply("late"))
+		waitFor(t, s, "the second request to queue", func() bool { _, q := s.sched.load(); return q == 1 })
+		if cascade {
+			postJSON(t, base+"/abort_request", map[string]any{"rid": "first"})
+		}
+		<-first.done // aborted, or finished of itself
+		<-late.first // the late request runs and decodes
+		late.cancel()
+		<-late.done
+		waitFor(t, s, "the late request's abort", func() bool { r, _ := s.sched.load(); return r == 0 })
+		if _, dead := s.sched.faultState(); dead != cascade {
+			t.Errorf("cascade %v: transfer loop dead = %v", cascade, dead)
+		}
+	}
+}
+
 // TestNixlAbortOfDecodingRequestIsHarmless: a request past its first token holds its KV
 // on the decode side; aborting it sends no ABORT to the prefill side.
 func TestNixlAbortOfDecodingRequestIsHarmless(t *testing.T) {

@@ -19,8 +19,8 @@
 //     /abort_request or by their clients hanging up), wedges the scheduler for good while
 //     /health still answers; /health_generate fails (faults.go).
 //   - --disaggregation-mode prefill or decode with --disaggregation-transfer-backend nixl:
-//     an abort of a request whose KV transfer is in flight (no first token yet) kills the
-//     transfer loop, and every request still queued or sent later waits forever while
+//     an abort of a request whose KV transfer is in flight (no first token yet, or none
+//     when an earlier abort of the same cascade struck) kills the transfer loop, and every request still queued or sent later waits forever while
 //     /health and /health_generate answer. SGLANG_NIXL_ABORT_HANDLER=1 stands in for the
 //     patched build that handles the abort (faults.go).
 //

@@ -56,10 +56,10 @@ func TestProcessOverlapDeadlock(t *testing.T) {
 }
 
 // TestProcessNixlAbortWedge: a prefill server over NIXL, eight sessions in flight with
-// room for four in the running batch, all aborted. Without the handler the transfer loop
-// dies and a new request waits forever while /health answers; with
-// SGLANG_NIXL_ABORT_HANDLER=1 a canary completes right after the abort (the recovery
-// time is logged).
+// room for four in the running batch, all aborted. Without the handler (the clients hang
+// up) the transfer loop dies and a new request waits forever while /health answers; with
+// SGLANG_NIXL_ABORT_HANDLER=1 (abort_all) a canary completes right after the abort (the
+// recovery time is logged).
 func TestProcessNixlAbortWedge(t *testing.T) {
 	for _, handler := range []bool{false, true} {
 		var env []string
@@ -73,14 +73,21 @@ func TestProcessNixlAbortWedge(t *testing.T) {
 			info["disaggregation_bootstrap_port"] != 9100.0 || info["nixl_abort_handler"] != handler {
 			t.Errorf("server info: %v", info)
 		}
-		decoding(t, p.url, "run-", 4)
+		streams := decoding(t, p.url, "run-", 4)
 		for i := range 4 {
-			startStream(t, p.url, longReply("wait-"+string(rune('a'+i))))
+			streams = append(streams, startStream(t, p.url, longReply("wait-"+string(rune('a'+i)))))
 		}
 		eventually(t, "four queued", func() bool { return metric(t, p.url, "sglang:num_queue_reqs") == 4 })
 		start := time.Now()
-		if code, body := postJSON(t, p.url+"/abort_request", map[string]any{"abort_all": true}); code != http.StatusOK {
-			t.Fatalf("abort_all: HTTP %d %s", code, body)
+		if handler { // SGLang style
+			if code, body := postJSON(t, p.url+"/abort_request", map[string]any{"abort_all": true}); code != http.StatusOK {
+				t.Fatalf("abort_all: HTTP %d %s", code, body)
+			}
+		} else { // vLLM style: every client hangs up
+			for _, ls := range streams {
+				ls.cancel()
+			}
+			eventually(t, "eight aborts", func() bool { return metric(t, p.url, "sglang:num_aborted_requests_total") == 8 })
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := canary(ctx, p.url)

@@ -38,8 +38,11 @@ type request struct {
 	admitTick uint64    // the logical clock at admission
 	computed  int       // prompt tokens in the KV cache: found cached at admission, then prefilled
 	firstAt   time.Time // when its first token was decoded
-	finished  bool
-	finish    string
+	// caught says another request was aborted while this one's KV transfer was in
+	// flight: an abort of this one belongs to the same cascade (faults.go).
+	caught   bool
+	finished bool
+	finish   string
 }
 
 func newRequest(rid string, place sessionPlace, prompt int, gen *generation) *request {
@@ -301,7 +304,19 @@ func (s *scheduler) abortLocked(r *request) {
 				"aborted_together", depth)
 		}
 	}
-	if s.cfg.disaggregated && r.gen.n == 0 && !s.transferDead { // its KV transfer was in flight
+	if !s.cfg.disaggregated {
+		return
+	}
+	// Every request whose transfer is in flight now is caught in this cascade: its own
+	// abort may reach the engine only after it was admitted and decoded (faults.go).
+	for _, rs := range [][]*request{s.queue, s.running} {
+		for _, o := range rs {
+			if !o.finished && !o.probe && o.gen.n == 0 {
+				o.caught = true
+			}
+		}
+	}
+	if (r.gen.n == 0 || r.caught) && !s.transferDead { // its KV transfer was in flight
 		s.transferAborts.Add(1)
 		if s.cfg.transferAbortKills {
 			s.transferDead = true
