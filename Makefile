@@ -29,12 +29,21 @@ bench:
 FUZZTIME ?= 20s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./arms
+	$(GO) test -run '^$$' -fuzz '^FuzzRedactedSource$$' -fuzztime $(FUZZTIME) ./arms
+	$(GO) test -run '^$$' -fuzz '^FuzzRedactorEncodedForms$$' -fuzztime $(FUZZTIME) ./arms
 	$(GO) test -run '^$$' -fuzz '^FuzzSSE$$' -fuzztime $(FUZZTIME) ./workload
 	$(GO) test -run '^$$' -fuzz '^FuzzTraceReader$$' -fuzztime $(FUZZTIME) ./workload
+	$(GO) test -run '^$$' -fuzz '^FuzzRedactRaw$$' -fuzztime $(FUZZTIME) ./workload
 	$(GO) test -run '^$$' -fuzz '^FuzzDSMLLeak$$' -fuzztime $(FUZZTIME) ./plugins/detectors
 	$(GO) test -run '^$$' -fuzz '^FuzzToolcallSchema$$' -fuzztime $(FUZZTIME) ./plugins/detectors
 	$(GO) test -run '^$$' -fuzz '^FuzzRepetition$$' -fuzztime $(FUZZTIME) ./plugins/detectors
+	$(GO) test -run '^$$' -fuzz '^FuzzFinishAnomaly$$' -fuzztime $(FUZZTIME) ./plugins/detectors
+	$(GO) test -run '^$$' -fuzz '^FuzzFirstDivergence$$' -fuzztime $(FUZZTIME) ./plugins/detectors
+	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) ./openai/toolschema
 	$(GO) test -run '^$$' -fuzz '^FuzzChatRequest$$' -fuzztime $(FUZZTIME) ./cmd/refserve
+	$(GO) test -run '^$$' -fuzz '^FuzzArgumentsForSchema$$' -fuzztime $(FUZZTIME) ./cmd/refserve
+	$(GO) test -run '^$$' -fuzz '^FuzzLineWriter$$' -fuzztime $(FUZZTIME) ./orchestrator/runtime
+	$(GO) test -run '^$$' -fuzz '^FuzzParseStat$$' -fuzztime $(FUZZTIME) ./orchestrator/runtime
 
 ## kernels: the CUDA testbed (needs nvcc; see kernels/)
 kernels:

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -48,7 +48,7 @@ var DefaultDetectors = []string{"dsml-leak", "toolcall-schema"}
 
 // KnownDetectors are the built-in detectors; a spec may also name an external one as
 // plugin:NAME or plugin:PATH.
-var KnownDetectors = []string{"dsml-leak", "toolcall-schema", "repetition"}
+var KnownDetectors = []string{"dsml-leak", "toolcall-schema", "repetition", "finish-anomaly", "divergence"}
 
 // KnownWorkloads are the workload kinds this arbiter can drive. A spec naming another is
 // refused here rather than failing after the engines have started.
@@ -70,11 +70,13 @@ var (
 	gpuListRE  = regexp.MustCompile(`^(all|[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*)$`)
 )
 
-// Load reads the spec at path and parses it; see Parse.
+// Load reads the spec at path and parses it; see Parse. Only a regular file of at most
+// MaxSpecBytes is read: a named pipe, a device or a larger file is refused before a byte
+// of it is read.
 func Load(path string) (*Spec, error) {
-	data, err := os.ReadFile(path)
+	data, err := readSpecFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("read spec: %w", err)
+		return nil, err
 	}
 	return Parse(path, data)
 }
@@ -82,7 +84,17 @@ func Load(path string) (*Spec, error) {
 // Parse decodes and validates a version 1 spec read from path (used only in errors).
 // It fills defaults, expands the arms once to run the confound check, and returns
 // every problem it finds as an errors.Join of *SpecError sorted by position.
+//
+// A text over MaxSpecBytes, nested deeper than MaxSpecDepth, with more than MaxSpecNodes
+// nodes or more than MaxArms arms or levels of a factor is refused from a scan of the
+// text, before the YAML parser runs.
 func Parse(path string, data []byte) (*Spec, error) {
+	if len(data) > MaxSpecBytes {
+		return nil, joinSorted([]*SpecError{tooBig(path, strconv.Itoa(len(data))+" bytes,")})
+	}
+	if e := checkShape(path, data); e != nil {
+		return nil, joinSorted([]*SpecError{e})
+	}
 	d := &decoder{
 		file:    path,
 		anchors: map[string]ast.Node{},
@@ -454,9 +466,19 @@ func (d *decoder) integer(e entry, least int64) (int64, bool) {
 
 // count reads a small non-negative count that must fit an int on every platform.
 func (d *decoder) count(e entry, least int64) (int, bool) {
+	return d.bounded(e, least, math.MaxInt32, "")
+}
+
+// bounded reads a count between least and most; why says what the bound protects, for
+// the message.
+func (d *decoder) bounded(e entry, least, most int64, why string) (int, bool) {
 	n, ok := d.integer(e, least)
-	if ok && n > math.MaxInt32 {
-		d.add(e.val, e.path, "value %d is too large", n)
+	if ok && n > most {
+		if why == "" {
+			d.add(e.val, e.path, "value %d is too large", n)
+		} else {
+			d.add(e.val, e.path, "value %d is more than %d: %s", n, most, why)
+		}
 		return 0, false
 	}
 	return int(n), ok
@@ -600,7 +622,7 @@ func (d *decoder) decodeSpec(root ast.Node) {
 		case "analysis":
 			d.decodeAnalysis(e)
 		case "blocks":
-			if v, ok := d.count(e, 1); ok {
+			if v, ok := d.bounded(e, 1, MaxBlocks, "every block launches every arm again"); ok {
 				s.Blocks = v
 			}
 		case "timeouts":
@@ -663,7 +685,7 @@ func (d *decoder) decodeEngine(e entry) {
 				}
 			})
 		case "gpus":
-			if v, ok := d.count(f, 0); ok {
+			if v, ok := d.bounded(f, 0, MaxGPUs, "GPUs per arm"); ok {
 				en.GPUs = v
 			}
 		}
@@ -684,6 +706,7 @@ func (d *decoder) decodeEngine(e entry) {
 
 func (d *decoder) decodeRuntime(e entry) {
 	rt := &d.spec.Runtime
+	names := map[string]bool{}
 	d.fields(e.val, e.path, []string{"kind", "nodes"}, func(f entry) {
 		switch f.key {
 		case "kind":
@@ -713,11 +736,10 @@ func (d *decoder) decodeRuntime(e entry) {
 					}
 				})
 				d.require(seen, it.val, it.path, "name")
-				for _, other := range rt.Nodes {
-					if n.Name != "" && other.Name == n.Name {
-						d.add(it.val, it.path+".name", "node %s is listed twice", n.Name)
-					}
+				if n.Name != "" && names[n.Name] {
+					d.add(it.val, it.path+".name", "node %s is listed twice", n.Name)
 				}
+				names[n.Name] = true
 				rt.Nodes = append(rt.Nodes, n)
 			})
 		}
@@ -746,6 +768,11 @@ func (d *decoder) decodeArms(e entry) {
 	}
 	if len(entries) == 0 {
 		d.add(e.keyNode, e.path, "arms is empty: list at least two arms, e.g. control and treatment")
+		return
+	}
+	if len(entries) > MaxArms {
+		// Counted before any arm is decoded: a list of thousands fails at once.
+		d.add(e.keyNode, e.path, "%d arms listed, more than %d; split the experiment", len(entries), MaxArms)
 		return
 	}
 	for _, a := range entries {
@@ -780,6 +807,11 @@ func (d *decoder) decodeFactors(e entry) {
 			f.Levels = d.decodeEnvShorthand(fe)
 		} else {
 			levels, _ := d.mapping(fe.val, fe.path)
+			if len(levels) > MaxArms {
+				d.add(fe.keyNode, fe.path, "factor %s has %d levels, so any design expands it to at least %d arms, more than %d; use fewer levels",
+					fe.key, len(levels), len(levels), MaxArms)
+				continue
+			}
 			for _, le := range levels {
 				if !levelRE.MatchString(le.key) || len(le.key) > maxNameLen {
 					d.add(le.keyNode, le.path, "level name %q must be letters, digits, _, . and - (it becomes part of arm names)", le.key)
@@ -822,6 +854,7 @@ func (d *decoder) isEnvShorthand(n ast.Node) bool {
 func (d *decoder) decodeEnvShorthand(fe entry) []Level {
 	var name string
 	var levels []Level
+	listed := map[string]bool{}
 	seen := d.fields(fe.val, fe.path, []string{"env", "levels"}, func(f entry) {
 		switch f.key {
 		case "env":
@@ -833,6 +866,11 @@ func (d *decoder) decodeEnvShorthand(fe entry) []Level {
 				name = v
 			}
 		case "levels":
+			if v, ok := f.val.(*ast.SequenceNode); ok && len(v.Values) > MaxArms {
+				d.add(f.val, f.path, "factor %s has %d levels, so any design expands it to at least %d arms, more than %d; use fewer levels",
+					fe.key, len(v.Values), len(v.Values), MaxArms)
+				return
+			}
 			d.list(f, func(it entry) {
 				v, ok := d.str(it)
 				if !ok {
@@ -842,12 +880,11 @@ func (d *decoder) decodeEnvShorthand(fe entry) []Level {
 					d.add(it.val, it.path, "level %q cannot name an arm (letters, digits, _, . and - only); use the mapping form", v)
 					return
 				}
-				for _, l := range levels {
-					if l.Name == v {
-						d.add(it.val, it.path, "level %q is listed twice", v)
-						return
-					}
+				if listed[v] {
+					d.add(it.val, it.path, "level %q is listed twice", v)
+					return
 				}
+				listed[v] = true
 				d.spec.pos[joinPath(fe.path, v)] = posOf(it.val)
 				levels = append(levels, Level{Name: v})
 			})
@@ -870,7 +907,7 @@ func (d *decoder) decodeWorkload(e entry) {
 		return
 	}
 	w := &d.spec.Workload
-	known := []string{"kind", "sessions", "rounds", "concurrency", "seed", "temperature", "max_tokens", "model"}
+	known := []string{"kind", "sessions", "rounds", "concurrency", "seed", "temperature", "max_tokens", "model", "max_response_bytes", "stream"}
 	seen := d.fields(e.val, e.path, known, func(f entry) {
 		switch f.key {
 		case "kind":
@@ -882,11 +919,11 @@ func (d *decoder) decodeWorkload(e entry) {
 				w.Kind = v
 			}
 		case "sessions":
-			w.Sessions, _ = d.count(f, 1)
+			w.Sessions, _ = d.bounded(f, 1, MaxSessions, "sessions per arm and block; use blocks for more")
 		case "rounds":
-			w.Rounds, _ = d.count(f, 1)
+			w.Rounds, _ = d.bounded(f, 1, MaxRounds, "rounds of one conversation")
 		case "concurrency":
-			w.Concurrency, _ = d.count(f, 1)
+			w.Concurrency, _ = d.bounded(f, 1, MaxConcurrency, "sessions in flight at once against one engine")
 		case "seed":
 			w.Seed, _ = d.integer(f, math.MinInt64)
 		case "temperature":
@@ -897,18 +934,82 @@ func (d *decoder) decodeWorkload(e entry) {
 				w.Temperature = v
 			}
 		case "max_tokens":
-			w.MaxTokens, _ = d.count(f, 0)
+			w.MaxTokens, _ = d.bounded(f, 0, MaxMaxTokens, "tokens of one completion")
 		case "model":
 			w.Model, _ = d.str(f)
+		case "max_response_bytes":
+			w.MaxResponseBytes, _ = d.byteSize(f, MinMaxResponseBytes, MaxMaxResponseBytes)
+		case "stream":
+			if v, ok := d.boolean(f); ok {
+				w.NoStream = !v
+			}
 		}
 	})
 	d.require(seen, e.keyNode, e.path, "sessions", "rounds")
 	if w.Kind == "" {
 		w.Kind = DefaultWorkload
 	}
+	if w.MaxResponseBytes == 0 {
+		w.MaxResponseBytes = DefaultMaxResponseBytes
+	}
 	if _, ok := seen["concurrency"]; !ok {
 		w.Concurrency = w.Sessions
+		if w.Sessions > MaxConcurrency {
+			d.add(seen["sessions"].val, joinPath(e.path, "concurrency"),
+				"concurrency defaults to sessions (%d), more than %d sessions in flight at once; set workload.concurrency", w.Sessions, MaxConcurrency)
+		}
 	}
+	if turns := int64(w.Sessions) * int64(w.Rounds); turns > MaxTurnsPerRun {
+		d.add(e.keyNode, e.path, "%d sessions x %d rounds is %d conversation rounds per arm and block, more than %d; use fewer, or more blocks",
+			w.Sessions, w.Rounds, turns, MaxTurnsPerRun)
+	}
+}
+
+// byteSize reads a size in bytes: a whole number, or a string with a unit such as
+// "512KiB", "8MiB", "1GiB" (or KB, MB, GB in powers of 1000), between least and most.
+func (d *decoder) byteSize(e entry, least, most int64) (int64, bool) {
+	var n int64
+	switch v := e.val.(type) {
+	case *ast.IntegerNode:
+		var ok bool
+		if n, ok = d.integer(e, 0); !ok {
+			return 0, false
+		}
+	case *ast.StringNode:
+		var ok bool
+		if n, ok = parseByteSize(v.Value); !ok {
+			d.add(e.val, e.path, "bad size %q: write bytes as a number, or with a unit such as 512KiB, 8MiB or 1GiB", v.Value)
+			return 0, false
+		}
+	default:
+		d.add(e.val, e.path, "value must be a size such as 8MiB or 8388608, not %s", describe(e.val))
+		return 0, false
+	}
+	if n < least || n > most {
+		d.add(e.val, e.path, "size %d bytes is outside %d (64 KiB) to %d (1 GiB)", n, least, most)
+		return 0, false
+	}
+	return n, true
+}
+
+// parseByteSize reads "8MiB", "512 KiB", "16MB" or "1048576".
+func parseByteSize(s string) (int64, bool) {
+	s = strings.TrimSpace(s)
+	i := len(s)
+	for i > 0 && (s[i-1] < '0' || s[i-1] > '9') {
+		i--
+	}
+	num, unit := s[:i], strings.ToLower(strings.TrimSpace(s[i:]))
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 0 {
+		return 0, false
+	}
+	mult := map[string]int64{"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30,
+		"kb": 1000, "mb": 1000 * 1000, "gb": 1000 * 1000 * 1000}[unit]
+	if mult == 0 || n > math.MaxInt64/mult {
+		return 0, false
+	}
+	return n * mult, true
 }
 
 // isPluginRef reports whether s names an external detector: plugin:PATH (any path with
@@ -946,6 +1047,7 @@ func (d *decoder) decodeDetectors(e entry) {
 			d.add(it.val, it.path, "detector %s is listed twice", v)
 		default:
 			d.spec.Detectors = append(d.spec.Detectors, v)
+			d.spec.pos["detectors."+v] = posOf(it.val)
 		}
 	})
 	if seq, ok := e.val.(*ast.SequenceNode); !ok || len(seq.Values) == 0 {
@@ -996,7 +1098,7 @@ func (d *decoder) decodeAnalysis(e entry) {
 			}
 		case "sequential":
 			d.fields(f.val, f.path, []string{"looks"}, func(g entry) {
-				a.Sequential.Looks, _ = d.count(g, 0)
+				a.Sequential.Looks, _ = d.bounded(g, 0, MaxLooks, "a group-sequential design takes a handful of looks")
 				d.spec.pos[g.path] = posOf(g.val)
 			})
 		case "plan":
@@ -1105,6 +1207,9 @@ func (d *decoder) crossCheck(seen map[string]entry) {
 	}
 	if s.Detectors == nil {
 		s.Detectors = slices.Clone(DefaultDetectors)
+	}
+	if slices.Contains(s.Detectors, "divergence") && s.Workload.Temperature != 0 {
+		d.addAt(s.pos["detectors.divergence"], "detectors", "divergence compares arms token for token at temperature 0, but workload.temperature is %g: sampling would make every arm diverge", s.Workload.Temperature)
 	}
 	a := &s.Analysis
 	if looks := a.Sequential.Looks; looks > 0 {

@@ -155,6 +155,13 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
+func TestCrossArmAndFinishDetectorsAreKnown(t *testing.T) {
+	s := mustParse(t, specWith(twoArms+"detectors: [dsml-leak, finish-anomaly, divergence]\n"))
+	if strings.Join(s.Detectors, ",") != "dsml-leak,finish-anomaly,divergence" {
+		t.Errorf("detectors = %v", s.Detectors)
+	}
+}
+
 func TestRejections(t *testing.T) {
 	cases := []struct {
 		name, src, path, msg string
@@ -193,6 +200,7 @@ func TestRejections(t *testing.T) {
 		{"top level list", "- version: 1\n", "", "must be a mapping"},
 		{"aa with factors", specWith("factors:\n  k: {env: K, levels: [\"0\", \"1\"]}\nanalysis: {aa: true}\n"), "analysis.aa", "explicit arms"},
 		{"temperature negative", strings.Replace(specWith(twoArms), "rounds: 2", "rounds: 2, temperature: -1", 1), "workload.temperature", "0 or more"},
+		{"divergence above temperature 0", strings.Replace(specWith(twoArms+"detectors: [dsml-leak, divergence]\n"), "rounds: 2", "rounds: 2, temperature: 0.7", 1), "detectors", "divergence compares arms token for token at temperature 0"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/goccy/go-yaml/ast"
 )
 
 // FuzzParse checks that no input makes Parse panic, that every problem it reports
@@ -32,7 +34,26 @@ func FuzzParse(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
+	// Small versions of the shapes checkShape refuses, so that mutations explore its edges.
+	for _, seed := range []string{
+		"arms: " + strings.Repeat("[", 40) + strings.Repeat("]", 40), "a:\n" + strings.Repeat("- ", 40) + "x\n",
+		"a: " + strings.Repeat("{b: ", 40) + "1" + strings.Repeat("}", 40), "a: \"[[[[\"\nb: |\n  [[[[\nc: 'it''s'\n",
+		"factors:\n  f: {env: K, levels: [" + strings.Repeat("x, ", 300) + "]}\n", "? - - [a]\n: - {b: [c]}\n",
+	} {
+		f.Add([]byte(seed))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		// checkShape bounds the parser's work: whatever it lets through nests no deeper
+		// in the parser's tree than it counted.
+		if checkShape("fuzz.yaml", data) == nil {
+			if file, err := parseYAML(data); err == nil {
+				for _, doc := range file.Docs {
+					if d := astDepth(doc.Body, false); d > MaxSpecDepth {
+						t.Fatalf("checkShape let through a tree %d deep", d)
+					}
+				}
+			}
+		}
 		s, err := Parse("fuzz.yaml", data)
 		if err != nil {
 			errs := Errors(err)
@@ -140,4 +161,36 @@ func FuzzRedactedSource(f *testing.F) {
 			t.Fatalf("AFTER changed from %q to %q", s.Engine.Env["AFTER"], again.Engine.Env["AFTER"])
 		}
 	})
+}
+
+// astDepth is how deeply mappings and lists nest in the parser's tree under n; inMap says
+// n's parent is a mapping, whose entries do not nest again.
+func astDepth(n ast.Node, inMap bool) int {
+	switch v := n.(type) {
+	case *ast.MappingNode:
+		d := 0
+		for _, mv := range v.Values {
+			d = max(d, astDepth(mv, true))
+		}
+		return d + 1
+	case *ast.MappingValueNode:
+		d := max(astDepth(v.Key, false), astDepth(v.Value, false))
+		if !inMap {
+			d++ // a mapping of one entry, written without its mapping node
+		}
+		return d
+	case *ast.SequenceNode:
+		d := 0
+		for _, e := range v.Values {
+			d = max(d, astDepth(e, false))
+		}
+		return d + 1
+	case *ast.AnchorNode:
+		return astDepth(v.Value, inMap)
+	case *ast.TagNode:
+		return astDepth(v.Value, inMap)
+	case *ast.MappingKeyNode:
+		return astDepth(v.Value, false)
+	}
+	return 0
 }

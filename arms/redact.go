@@ -1,8 +1,6 @@
 package arms
 
 import (
-	"cmp"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -17,37 +15,41 @@ const Redacted = "[redacted]"
 // anything a guess could not recover anyway.
 const minSecretLen = 4
 
-// credentialWords are the _-separated words that make a variable name look like it
-// holds a credential wherever they stand (API_KEY and ACCESS_KEY are two words each).
-// TOKENS is left out on purpose: MAX_TOKENS and its kin count model tokens.
-var credentialWords = [][]string{
+// credentialEndings are the _-separated words that make a variable or flag name look
+// like it holds a credential when the name ends with them: HF_TOKEN, --token,
+// CLIENT_SECRET, DB_PASSWORD, BASIC_AUTH, --auth-header. Only the end of a name counts:
+// a credential word in the middle names something else (--inter-token-delay is a
+// duration, TOKENIZER_PATH and MY_CREDENTIAL_FILE are paths). TOKENS is left out on
+// purpose: MAX_TOKENS and its kin count model tokens.
+var credentialEndings = [][]string{
 	{"TOKEN"}, {"SECRET"}, {"SECRETS"}, {"PASSWORD"}, {"PASSWD"}, {"PASSPHRASE"},
-	{"API", "KEY"}, {"ACCESS", "KEY"}, {"CREDENTIAL"}, {"CREDENTIALS"}, {"AUTH"}, {"AUTHORIZATION"},
+	{"CREDENTIAL"}, {"CREDENTIALS"}, {"AUTH"}, {"AUTHORIZATION"},
+	{"AUTH", "HEADER"}, {"AUTHORIZATION", "HEADER"},
 }
 
-// credentialLastWords count only as the last word of a longer name: OPENAI_KEY,
-// PRIVATE_KEY, DB_PASS and GITHUB_PAT are credentials, while KEY_VALUE_CACHE,
-// PASS_THROUGH or PAT_SIZE are not. A lone KEY, PASS or PAT says too little to hide.
+// credentialLastWords count only as the last word of a longer name: API_KEY,
+// AWS_SECRET_ACCESS_KEY, OPENAI_KEY, PRIVATE_KEY, DB_PASS and GITHUB_PAT are
+// credentials, while a lone KEY, PASS or PAT says too little to hide.
 var credentialLastWords = []string{"KEY", "PASS", "PAT"}
 
 // LooksLikeCredential reports whether a variable name suggests its value is a
-// credential. The rule, on the name's _-separated words in any case: one of TOKEN,
-// SECRET(S), PASSWORD, PASSWD, PASSPHRASE, API_KEY, ACCESS_KEY, CREDENTIAL(S), AUTH or
-// AUTHORIZATION anywhere, or KEY, PASS or PAT as the last of two or more words. So
-// HF_TOKEN, AWS_SECRET_ACCESS_KEY, OPENAI_KEY and DB_PASS are credentials, and
-// BF16_INDEX_K, MAX_TOKENS and KEY_VALUE_CACHE are not.
+// credential. The rule, on the name's _-separated words in any case: the name ends with
+// TOKEN, SECRET(S), PASSWORD, PASSWD, PASSPHRASE, CREDENTIAL(S), AUTH, AUTHORIZATION or
+// AUTH(ORIZATION)_HEADER, or its last word of two or more is KEY, PASS or PAT. So
+// HF_TOKEN, GITHUB_TOKEN, API_KEY, AWS_SECRET_ACCESS_KEY, CLIENT_SECRET and DB_PASS are
+// credentials, and INTER_TOKEN_DELAY, TOKENIZER_PATH, MAX_TOKENS, BF16_INDEX_K and
+// KEY_VALUE_CACHE are not.
 //
 // The trade-off: a name that matches by accident (CACHE_KEY, FUSION_PASS) has its value
 // hidden in the stored spec and in every record that holds it, which can garble a
-// record; a secret that does not match is stored in clear. The rule errs towards
-// hiding, and a secret with an unusual name belongs in engine.secrets anyway.
+// record (and makes resume ask for the spec file); a secret whose name does not end like
+// a credential (AWS_ACCESS_KEY_ID, MY_TOKEN_VALUE) is stored in clear. A secret with an
+// unusual name belongs in engine.secrets, which hides it whatever its name.
 func LooksLikeCredential(name string) bool {
 	words := strings.Split(strings.ToUpper(name), "_")
-	for i := range words {
-		for _, cw := range credentialWords {
-			if i+len(cw) <= len(words) && slices.Equal(words[i:i+len(cw)], cw) {
-				return true
-			}
+	for _, end := range credentialEndings {
+		if len(words) >= len(end) && slices.Equal(words[len(words)-len(end):], end) {
+			return true
 		}
 	}
 	return len(words) >= 2 && words[len(words)-2] != "" && slices.Contains(credentialLastWords, words[len(words)-1])
@@ -112,19 +114,14 @@ func (s *Spec) RedactEnv(env map[string]string) map[string]string {
 	return out
 }
 
-// Redactor replaces secret values with [redacted]. It is immutable once built, so it is
-// safe for concurrent use.
-type Redactor struct {
-	replacer *strings.Replacer // nil when there is nothing to hide
-}
-
 // Redactor collects the values to hide: every variable named in engine.secrets, as
 // arbiter's environment holds it (environ is os.LookupEnv in production), every env
 // value of the engine, an arm or a factor level whose name looks like a credential, and
 // every value given to a credential flag in the engine's command or args or an arm's or
 // level's args (--api-key X, --hf-token=X). Values shorter than 4 bytes, and true,
 // false and null, are not replaced: they would match everywhere. RedactEnv and
-// RedactArgs hide those where they are written.
+// RedactArgs hide those where they are written. The Redactor finds each value in its
+// escaped and encoded forms too (see Redactor).
 func (s *Spec) Redactor(environ func(string) (string, bool)) *Redactor {
 	var values []string
 	if environ != nil {
@@ -178,76 +175,6 @@ func (s *Spec) allEnv() []map[string]string {
 		}
 	}
 	return out
-}
-
-func newRedactor(values []string) *Redactor {
-	// The core of a value is what leaks into logs; a block scalar's trailing newline
-	// is YAML's, and replacing it would join two lines.
-	for i, v := range values {
-		values[i] = strings.TrimSpace(v)
-	}
-	values = slices.DeleteFunc(values, func(v string) bool {
-		return len(v) < minSecretLen || slices.Contains(commonWords, strings.ToLower(v))
-	})
-	if len(values) == 0 {
-		return &Redactor{}
-	}
-	// A value written inside JSON (a stored env, an engine's server info) is escaped
-	// there: "p&ss" becomes "p\u0026ss". Its escaped forms are secrets too.
-	for _, v := range values {
-		values = append(values, jsonEscapedForms(v)...)
-	}
-	// Longest first: strings.Replacer tries old strings in argument order at each
-	// position, so a secret that contains another is replaced whole.
-	slices.SortFunc(values, func(a, b string) int {
-		return cmp.Or(cmp.Compare(len(b), len(a)), strings.Compare(a, b))
-	})
-	values = slices.Compact(values)
-	pairs := make([]string, 0, 2*len(values))
-	for _, v := range values {
-		pairs = append(pairs, v, Redacted)
-	}
-	return &Redactor{replacer: strings.NewReplacer(pairs...)}
-}
-
-// jsonEscapedForms are the ways encoding/json may write v inside a string, other than
-// v itself: with and without escaping <, > and & as \u003c, \u003e and \u0026.
-func jsonEscapedForms(v string) []string {
-	var out []string
-	for _, html := range []bool{true, false} {
-		var b strings.Builder
-		enc := json.NewEncoder(&b)
-		enc.SetEscapeHTML(html)
-		if enc.Encode(v) != nil {
-			continue
-		}
-		e := strings.TrimSuffix(b.String(), "\n")
-		e = e[1 : len(e)-1] // the quotes
-		if e != v && !slices.Contains(out, e) {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
-// Redact returns s with every secret value replaced by [redacted].
-func (r *Redactor) Redact(s string) string {
-	if r == nil || r.replacer == nil {
-		return s
-	}
-	return r.replacer.Replace(s)
-}
-
-// RedactBytes is Redact for bytes; it returns b itself when nothing needs hiding.
-func (r *Redactor) RedactBytes(b []byte) []byte {
-	if r == nil || r.replacer == nil {
-		return b
-	}
-	out := r.replacer.Replace(string(b))
-	if len(out) == len(b) && out == string(b) {
-		return b
-	}
-	return []byte(out)
 }
 
 // LaunchEnv is the environment an arm's process gets, as sorted KEY=VALUE pairs: the

@@ -17,18 +17,50 @@ func environ(m map[string]string) func(string) (string, bool) {
 }
 
 func TestLooksLikeCredential(t *testing.T) {
-	yes := []string{"HF_TOKEN", "TOKEN", "hf_token", "AWS_SECRET_ACCESS_KEY", "OPENAI_API_KEY", "DB_PASSWORD", "PASSWD",
-		"GCP_CREDENTIALS", "MY_CREDENTIAL_FILE", "AUTH", "BASIC_AUTH_HEADER", "AWS_ACCESS_KEY_ID"}
-	no := []string{"BF16_INDEX_K", "TOKENIZER_PATH", "AUTHOR", "KEY", "API", "MAX_TOKENS_PER_BATCH", "GH_TOKENS", "SECRETARY", "APIKEY", "ACCESS", ""}
-	for _, n := range yes {
-		if !LooksLikeCredential(n) {
-			t.Errorf("%s should look like a credential", n)
+	for _, tc := range []struct {
+		name string
+		want bool
+	}{
+		{"HF_TOKEN", true}, {"TOKEN", true}, {"hf_token", true}, {"GITHUB_TOKEN", true}, {"API_KEY", true},
+		{"AWS_SECRET_ACCESS_KEY", true}, {"OPENAI_API_KEY", true}, {"DB_PASSWORD", true}, {"PASSWORD", true},
+		{"PASSWD", true}, {"CLIENT_SECRET", true}, {"GCP_CREDENTIALS", true}, {"AUTH", true},
+		{"BASIC_AUTH_HEADER", true}, {"PROXY_AUTHORIZATION", true},
+		// A credential word that is not the name's end names something else.
+		{"INTER_TOKEN_DELAY", false}, {"TOKENIZER_PATH", false}, {"TOKENIZER", false}, {"MAX_TOKENS", false},
+		{"MAX_TOKENS_PER_BATCH", false}, {"GH_TOKENS", false}, {"MY_CREDENTIAL_FILE", false}, {"TOKEN_FILE", false},
+		{"SECRET_NAME", false}, {"AWS_ACCESS_KEY_ID", false}, {"BF16_INDEX_K", false}, {"AUTHOR", false},
+		{"KEY", false}, {"API", false}, {"SECRETARY", false}, {"APIKEY", false}, {"ACCESS", false}, {"", false},
+	} {
+		if got := LooksLikeCredential(tc.name); got != tc.want {
+			t.Errorf("LooksLikeCredential(%q) = %v, want %v", tc.name, got, tc.want)
 		}
 	}
-	for _, n := range no {
-		if LooksLikeCredential(n) {
-			t.Errorf("%s should not look like a credential", n)
+}
+
+func TestCredentialFlagsMatchAtTheEndOnly(t *testing.T) {
+	for _, tc := range []struct {
+		flag string
+		want bool
+	}{
+		{"--token", true}, {"--hf-token", true}, {"--api-key", true}, {"--password", true}, {"-token", true},
+		{"--client-secret", true}, {"--auth-header", true},
+		{"--inter-token-delay", false}, {"--max-tokens", false}, {"--tokenizer", false}, {"--tokenizer-path", false},
+		{"--max-total-tokens", false}, {"--secret-env", false}, {"--key-value-cache", false}, {"--", false},
+	} {
+		if got := looksLikeCredentialFlag(tc.flag); got != tc.want {
+			t.Errorf("looksLikeCredentialFlag(%q) = %v, want %v", tc.flag, got, tc.want)
 		}
+	}
+	// The value of a duration flag whose name holds a credential word is kept, and is
+	// not taken for a secret that would then be hidden wherever "20ms" is written.
+	args := []string{"refserve", "--inter-token-delay", "20ms", "--max-tokens", "2048", "--hf-token", "hf_abcdefgh"}
+	want := []string{"refserve", "--inter-token-delay", "20ms", "--max-tokens", "2048", "--hf-token", Redacted}
+	if got := RedactArgs(args); !slices.Equal(got, want) {
+		t.Errorf("RedactArgs = %q, want %q", got, want)
+	}
+	s := &Spec{Engine: Engine{Args: args}}
+	if got := s.Redactor(nil).Redact(`{"inter_token_delay":"20ms","max_tokens":2048,"token":"hf_abcdefgh"}`); got != `{"inter_token_delay":"20ms","max_tokens":2048,"token":"[redacted]"}` {
+		t.Errorf("server info redacted as %s", got)
 	}
 }
 

@@ -113,6 +113,11 @@ type Workload struct {
 	AbortCascade *AbortCascadeSpec
 	LongContext  *LongContextSpec
 	Trace        *TraceSpec
+	// MaxResponseBytes caps one response's body, SSE framing included; a response that
+	// runs past it ends its turn with an error (default DefaultMaxResponseBytes).
+	MaxResponseBytes int64
+	// NoStream sends non-streaming requests (stream: false); the default streams.
+	NoStream bool
 }
 
 // Analysis says how the verdict is computed.

@@ -81,6 +81,7 @@ const (
 	defaultLongRounds     = 8
 	defaultLongSessions   = 8
 	maxTraceLine          = 32 << 20
+	maxCascades           = 1000
 )
 
 // workloadKind finds the kind a workload mapping declares (the default when it declares
@@ -98,7 +99,7 @@ func (d *decoder) workloadKind(e entry) string {
 }
 
 // commonWorkloadFields are read the same way for every kind.
-var commonWorkloadFields = []string{"kind", "seed", "temperature", "max_tokens", "model"}
+var commonWorkloadFields = []string{"kind", "seed", "temperature", "max_tokens", "model", "max_response_bytes", "stream"}
 
 // kindFields are each kind's own fields.
 var kindFields = map[string][]string{
@@ -136,19 +137,25 @@ func (d *decoder) decodeKindWorkload(e entry, kind string) {
 				w.Temperature = v
 			}
 		case "max_tokens":
-			w.MaxTokens, _ = d.count(f, 0)
+			w.MaxTokens, _ = d.bounded(f, 0, MaxMaxTokens, "tokens of one completion")
 		case "model":
 			w.Model, _ = d.str(f)
+		case "max_response_bytes":
+			w.MaxResponseBytes, _ = d.byteSize(f, MinMaxResponseBytes, MaxMaxResponseBytes)
+		case "stream":
+			if v, ok := d.boolean(f); ok {
+				w.NoStream = !v
+			}
 		case "concurrency":
 			if kind == WorkloadThroughput {
-				tp.Concurrency = d.counts(f)
+				tp.Concurrency = d.counts(f, MaxConcurrency)
 			} else {
-				w.Concurrency, _ = d.count(f, 1)
+				w.Concurrency, _ = d.bounded(f, 1, MaxConcurrency, "sessions in flight at once against one engine")
 			}
 		case "rate":
 			tp.Rates = d.rates(f)
 		case "throughput_at":
-			ac.ThroughputAt = d.counts(f)
+			ac.ThroughputAt = d.counts(f, MaxConcurrency)
 		case "abort":
 			ac.Abort = d.abortModes(f)
 		case "abort_when":
@@ -164,12 +171,22 @@ func (d *decoder) decodeKindWorkload(e entry, kind string) {
 			tr.Path, _ = d.str(f)
 			d.spec.pos[f.path] = posOf(f.val)
 		case "shared_prefix_tokens":
-			counts[f.key], _ = d.count(f, 0)
-		default: // whole numbers of at least 1
-			counts[f.key], _ = d.count(f, 1)
+			counts[f.key], _ = d.bounded(f, 0, MaxMaxTokens, "tokens of a prompt")
+		case "sessions", "requests", "throughput_requests":
+			counts[f.key], _ = d.bounded(f, 1, MaxSessions, "sessions per arm and block; use blocks for more")
+			d.spec.pos[f.path] = posOf(f.val)
+		case "rounds":
+			counts[f.key], _ = d.bounded(f, 1, MaxRounds, "rounds of one conversation")
+		case "cascades":
+			counts[f.key], _ = d.bounded(f, 1, maxCascades, "abort cascades in one launch")
+		default: // token counts of at least 1
+			counts[f.key], _ = d.bounded(f, 1, MaxMaxTokens, "tokens")
 			d.spec.pos[f.path] = posOf(f.val)
 		}
 	})
+	if w.MaxResponseBytes == 0 {
+		w.MaxResponseBytes = DefaultMaxResponseBytes
+	}
 	at := func(name string) Position { return d.spec.pos[joinPath(e.path, name)] }
 	switch kind {
 	case WorkloadThroughput:
@@ -233,8 +250,12 @@ func (d *decoder) decodeKindWorkload(e entry, kind string) {
 			w.Sessions = n
 		}
 		if _, ok := seen["concurrency"]; !ok {
-			w.Concurrency = max(w.Sessions, 1)
+			w.Concurrency = min(max(w.Sessions, 1), MaxConcurrency)
 		}
+	}
+	if turns := int64(w.Sessions) * int64(max(w.Rounds, 1)); turns > MaxTurnsPerRun {
+		d.add(e.keyNode, e.path, "this workload runs %d sessions x %d rounds per arm and block, more than %d; use fewer, or more blocks",
+			w.Sessions, max(w.Rounds, 1), MaxTurnsPerRun)
 	}
 }
 
@@ -245,10 +266,10 @@ func orDefault(v, def int) int {
 	return def
 }
 
-// counts reads a whole number of at least 1, or a list of them, as a list.
-func (d *decoder) counts(e entry) []int {
+// counts reads a whole number from 1 to most, or a list of them, as a list.
+func (d *decoder) counts(e entry, most int64) []int {
 	if _, ok := e.val.(*ast.SequenceNode); !ok {
-		v, ok := d.count(e, 1)
+		v, ok := d.bounded(e, 1, most, "requests in flight at once against one engine")
 		if !ok {
 			return nil
 		}
@@ -256,7 +277,7 @@ func (d *decoder) counts(e entry) []int {
 	}
 	var out []int
 	d.list(e, func(it entry) {
-		if v, ok := d.count(it, 1); ok {
+		if v, ok := d.bounded(it, 1, most, "requests in flight at once against one engine"); ok {
 			if slices.Contains(out, v) {
 				d.add(it.val, it.path, "%d is listed twice", v)
 				return

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
-	"sync/atomic"
 	"time"
 
 	"github.com/arbiterlab/arbiter/arms"
@@ -32,7 +31,7 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 		name += "-rerun" // its own log, beside the one of the launch it replaces
 	}
 	run := store.Run{ExperimentID: e.id, ArmID: e.armIDs[ai], Block: b, Runtime: runtimeName(e.spec),
-		Status: RunStarting, Started: time.Now(), LogPath: filepath.Join(e.logDir, name+".log"), GPUs: e.gpus}
+		Status: store.RunStarting, Started: time.Now(), LogPath: filepath.Join(e.logDir, name+".log"), GPUs: e.gpus}
 	var err error
 	if run.ID, err = e.store.StartRun(ctx, run); err != nil {
 		return rr, err
@@ -45,7 +44,7 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 	}
 	// From here on the run's row is always closed, also after an interrupt.
 	bg := context.WithoutCancel(ctx)
-	finish := func(status, errText string) (RunResult, error) {
+	finish := func(status store.RunStatus, errText string) (RunResult, error) {
 		run.Status, run.Error, run.Ended = status, errText, time.Now()
 		rr.Status, rr.Err = status, errText
 		if p := e.opts.Progress; p != nil {
@@ -56,15 +55,17 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 	}
 
 	log.Info("launching", "command", fmt.Sprint(arms.RedactArgs(arm.Command)))
-	inst, err := e.rt.Start(ctx, runtime.Launch{Name: name, Command: arm.Command, Env: e.envs[ai],
-		PortFlag: preset.PortFlag, LogPath: run.LogPath, Redact: e.redact, Image: e.spec.Engine.Image, GPUs: e.gpus})
+	inst, err := e.rt.Start(ctx, runtime.Launch{Name: name, ExperimentID: e.id, RunID: run.ID, DatabaseID: e.dbID,
+		Command: arm.Command, Env: e.envs[ai], PortFlag: preset.PortFlag, LogPath: run.LogPath, Redact: e.redact,
+		Image: e.spec.Engine.Image, GPUs: e.gpus})
 	if err != nil {
 		if ctx.Err() != nil {
-			return finish(RunInterrupted, "")
+			return finish(store.RunInterrupted, "")
 		}
-		return finish(RunFailed, err.Error())
+		return finish(store.RunFailed, err.Error())
 	}
 	run.Endpoint = inst.Endpoint()
+	recorded := e.recordEngineProcess(bg, inst, run.ID, log)
 	stop := func() {
 		stopCtx, cancel := context.WithTimeout(bg, 30*time.Second)
 		defer cancel()
@@ -73,6 +74,11 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 		run.LogTail = x.LogTail
 		code := x.Code
 		run.ExitCode = &code
+		if recorded {
+			if err := e.store.EngineProcessEnded(bg, run.ID, time.Now()); err != nil {
+				log.Warn("could not record that the engine ended", "err", err)
+			}
+		}
 	}
 
 	model, err := e.waitReady(ctx, inst, preset)
@@ -86,13 +92,13 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 		stop()
 		switch {
 		case ctx.Err() != nil:
-			return finish(RunInterrupted, "")
+			return finish(store.RunInterrupted, "")
 		case crashed:
-			return finish(RunCrashed, fmt.Sprintf("%v before it was ready (%s)", runtime.ErrCrashed, inst.Exit()))
+			return finish(store.RunCrashed, fmt.Sprintf("%v before it was ready (%s)", runtime.ErrCrashed, inst.Exit()))
 		}
-		return finish(RunFailed, err.Error())
+		return finish(store.RunFailed, err.Error())
 	}
-	run.Status, run.Ready = RunReady, time.Now()
+	run.Status, run.Ready = store.RunReady, time.Now()
 	run.ServerInfo = e.serverInfo(ctx, inst.Endpoint(), preset)
 	if err := e.store.UpdateRun(ctx, run); err != nil {
 		stop()
@@ -100,32 +106,29 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 	}
 	log.Info("ready", "endpoint", inst.Endpoint(), "startup", run.Ready.Sub(run.Started).Round(time.Millisecond))
 
-	status, errText, werr := e.drive(ctx, inst, arm, ai, b, run.ID, model, &rr)
+	status, errText, werr := e.drive(ctx, inst, preset, arm, ai, b, run.ID, model, &rr)
 	stop()
 	if werr != nil {
-		finish(RunFailed, werr.Error())
+		finish(store.RunFailed, werr.Error())
 		return rr, werr
 	}
 	return finish(status, errText)
 }
 
 // drive runs the workload against a ready engine under the liveness watchdog.
-func (e *experiment) drive(ctx context.Context, inst runtime.Instance, arm arms.Arm, ai, b int, runID int64,
-	model string, rr *RunResult) (status, errText string, err error) {
+func (e *experiment) drive(ctx context.Context, inst runtime.Instance, preset arms.Preset, arm arms.Arm, ai, b int,
+	runID int64, model string, rr *RunResult) (status store.RunStatus, errText string, err error) {
 	w := e.store.NewWriter(store.WriterOptions{})
-	var lastProgress, stalledStreak atomic.Int64
-	lastProgress.Store(time.Now().UnixNano())
+	dog := newWatchdog(e.spec.Timeouts, e.spec.Workload)
 	tracker := &sessionTracker{e: e, w: w, runID: runID, armID: e.armIDs[ai], arm: arm.Name, block: b,
-		firstBad: map[int]int{},
-		progress: func() { lastProgress.Store(time.Now().UnixNano()); stalledStreak.Store(0) },
-		stalled:  func() { stalledStreak.Add(1) }}
+		firstBad: map[int]int{}, ended: dog.turn}
 
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
-		e.watch(wctx, inst, &lastProgress, &stalledStreak, cancel)
+		e.watch(wctx, inst, dog, preset, cancel)
 	}()
 
 	ws := e.spec.Workload
@@ -133,73 +136,39 @@ func (e *experiment) drive(ctx context.Context, inst runtime.Instance, arm arms.
 		p.RunStarted(arm.Name, b, ws.Sessions)
 	}
 	cfg := e.workloadConfig(model, b)
+	cfg.OnToken = dog.token
 	runErr := workload.Run(wctx, cfg, inst.Endpoint(), tracker)
+	if runErr == nil && context.Cause(wctx) == nil {
+		// Every session ended by itself; whether they ended well is the watchdog's to say.
+		if c := e.judgeEnd(ctx, inst, dog, preset); c != nil {
+			cancel(c)
+		}
+	}
 	cancel(nil)
 	<-watchDone
 	if cerr := w.Close(); cerr != nil {
-		return RunFailed, "", cerr
+		return store.RunFailed, "", cerr
 	}
 	rr.Sessions, rr.Corrupted = tracker.sessions, tracker.corrupted
 	e.counts[ai].sessions += tracker.completed.sessions
 	e.counts[ai].corrupted += tracker.completed.corrupted
 
 	cause := context.Cause(wctx)
+	var stopped *stopCause
 	switch {
 	case ctx.Err() != nil:
-		return RunInterrupted, "", nil
+		return store.RunInterrupted, "", nil
 	case errors.Is(cause, runtime.ErrCrashed):
-		return RunCrashed, cause.Error(), nil
-	case errors.Is(cause, ErrWedged):
-		return RunWedged, cause.Error(), nil
+		return store.RunCrashed, cause.Error(), nil
+	case errors.As(cause, &stopped):
+		return stopped.status, cause.Error(), nil
 	case errors.Is(runErr, workload.ErrNoLiveness):
 		// The workload's own liveness check (a canary after an abort cascade) failed.
-		return RunWedged, runErr.Error(), nil
+		return store.RunWedged, runErr.Error(), nil
 	case runErr != nil:
-		return RunFailed, runErr.Error(), nil
+		return store.RunFailed, runErr.Error(), nil
 	}
-	return RunDone, "", nil
-}
-
-// watch cancels the workload when the engine exits on its own, or when it stops making
-// progress while it still answers (the overlap-scheduler deadlock: /health says OK, nothing
-// is scheduled). Progress is a completed turn, never mere liveness: the engine is wedged
-// when as many turns in a row as run at once failed without one completing, or when no
-// turn completed for longer than a request may take.
-func (e *experiment) watch(ctx context.Context, inst runtime.Instance, last, streak *atomic.Int64,
-	cancel context.CancelCauseFunc) {
-	t := e.spec.Timeouts
-	limit := t.Request + t.Stall
-	if limit <= 0 {
-		limit = 10*time.Minute + 2*time.Minute
-	}
-	streakLimit := int64(max(e.spec.Workload.Concurrency, 1))
-	tick := time.NewTicker(max(min(t.Stall/4, time.Second), 10*time.Millisecond))
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-inst.Done():
-			cancel(fmt.Errorf("%w during the workload (%s)", runtime.ErrCrashed, inst.Exit()))
-			return
-		case now := <-tick.C:
-			select {
-			case <-inst.Done():
-				// An engine that died also fails its turns: say it crashed, not wedged.
-				cancel(fmt.Errorf("%w during the workload (%s)", runtime.ErrCrashed, inst.Exit()))
-				return
-			default:
-			}
-			if n := streak.Load(); n >= streakLimit {
-				cancel(fmt.Errorf("%w (%d turns in a row failed, none completed)", ErrWedged, n))
-				return
-			}
-			if idle := now.Sub(time.Unix(0, last.Load())); idle > limit {
-				cancel(fmt.Errorf("%w (%s without a completed turn)", ErrWedged, idle.Round(time.Second)))
-				return
-			}
-		}
-	}
+	return store.RunDone, "", nil
 }
 
 // waitReady polls the engine's health endpoint until it answers 200, then proves that a

@@ -48,20 +48,26 @@ type Options struct {
 	// Resume, when not 0, continues that recorded experiment instead of starting a new
 	// one: launches that finished are kept, the others run again (see Resume).
 	Resume int64
+	// GPULockDir is where the GPU claims of every arbiter on this host meet (default
+	// $ARBITER_GPU_LOCK_DIR, else DefaultGPULockDir); see claimGPUs.
+	GPULockDir string
+	// LeaseHeartbeat is how often the experiment's lease is renewed (default
+	// store.LeaseHeartbeat; it must stay well below store.LeaseExpiry).
+	LeaseHeartbeat time.Duration
 }
 
 // Progress hears about an experiment as it runs; the CLI draws progress bars from it.
 type Progress interface {
 	RunStarted(arm string, block, sessions int)
 	SessionDone(arm string, block int, corrupted bool)
-	RunEnded(arm string, block int, status string)
+	RunEnded(arm string, block int, status store.RunStatus)
 }
 
 // Result summarises a finished (or interrupted) experiment.
 type Result struct {
 	ExperimentID int64
 	Name         string
-	Status       string // done | interrupted | failed
+	Status       store.ExperimentStatus // done, interrupted or failed
 	Runs         []RunResult
 	Elapsed      time.Duration
 	// StoppedEarly says why scheduling stopped before the planned blocks, when a
@@ -73,7 +79,7 @@ type Result struct {
 type RunResult struct {
 	Arm       string
 	Block     int
-	Status    string // done | crashed | failed | wedged | interrupted
+	Status    store.RunStatus
 	Sessions  int
 	Corrupted int
 	Err       string
@@ -81,21 +87,10 @@ type RunResult struct {
 	Kept bool
 }
 
-// Run statuses.
-const (
-	RunStarting    = "starting"
-	RunReady       = "ready"
-	RunDone        = "done"
-	RunCrashed     = "crashed"     // the engine exited on its own
-	RunFailed      = "failed"      // it never became ready, or arbiter could not drive it
-	RunWedged      = "wedged"      // alive but no progress for the stall timeout
-	RunInterrupted = "interrupted" // the user stopped the experiment
-)
-
 // Sentinel errors the CLI maps to messages and exit codes.
 var (
-	// ErrWedged reports an engine that stopped making progress while it still answered.
-	ErrWedged = errors.New("engine wedged: it still answers but completes no turn")
+	// ErrWedged reports an engine that stopped making progress while it still ran.
+	ErrWedged = errors.New("engine wedged: it runs but completes no turn")
 	// ErrNotReady reports an engine that did not become ready within the startup timeout.
 	ErrNotReady = errors.New("engine not ready within the startup timeout")
 )
@@ -147,6 +142,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	self, _ := runtime.Self() // zero where processes cannot be identified: nothing recorded
 	// Every launch environment is built before anything is stored, so a missing secret
 	// fails the experiment before it starts.
 	envs := make([][]string, len(armList))
@@ -162,20 +158,41 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	}
 	defer closeDets()
 
+	// The GPUs are claimed before anything is recorded: an arbiter that waits for
+	// another to finish has nothing in the database yet.
+	claim, err := claimGPUs(ctx, gpuLockDir(opts.GPULockDir), gpuScope(spec), gpus, holderText(spec, opts.DBPath), log)
+	if err != nil {
+		return Result{}, err
+	}
+	defer claim.release()
+
 	st, err := store.Open(opts.DBPath, store.Options{Redact: redactor.Redact})
 	if err != nil {
 		return Result{}, err
 	}
 	defer st.Close()
+	dbID, err := store.DatabaseID(ctx, st.DB())
+	if err != nil {
+		return Result{}, err
+	}
+	if opts.Resume != 0 {
+		// Engines an earlier arbiter left running hold ports and GPUs the resumed
+		// launches need.
+		reapOrphans(ctx, st, log)
+	}
 
+	// This process owns the experiment from here to its end: a second arbiter that
+	// tries to run or resume it is refused while the lease is renewed.
+	owner := store.ThisProcess()
 	var expID int64
 	var armIDs []int64
 	var prior map[runKey]priorRun
+	var lease *store.Lease
 	if opts.Resume != 0 {
-		if expID, armIDs, prior, err = reopen(ctx, st, opts.Resume, spec, armList); err != nil {
+		if expID, armIDs, prior, lease, err = reopen(ctx, st, opts.Resume, spec, armList, owner); err != nil {
 			return Result{}, err
 		}
-	} else if expID, armIDs, err = create(ctx, st, spec, armList, start); err != nil {
+	} else if expID, armIDs, lease, err = create(ctx, st, spec, armList, start, owner); err != nil {
 		return Result{}, err
 	}
 	logDir := opts.LogDir
@@ -184,34 +201,50 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	}
 	// Experiment ids restart in every database: the database's own id keeps the logs of
 	// two databases in one folder apart.
-	dbID, err := store.DatabaseID(ctx, st.DB())
-	if err != nil {
-		return Result{}, err
-	}
 	logDir = filepath.Join(logDir, store.ShortID(dbID))
 	e := &experiment{
 		opts: opts, spec: spec, arms: armList, armIDs: armIDs, envs: envs, id: expID, store: st,
-		detectors: dets, redact: redactor.Redact, log: log.With("experiment", expID, "name", spec.Name), rt: rt,
+		detectors: dets, redact: redactor.Redact, redactor: redactor, log: log.With("experiment", expID, "name", spec.Name), rt: rt,
 		logDir: filepath.Join(logDir, fmt.Sprintf("exp-%d", expID)), counts: make([]armCounts, len(armList)),
-		prior: prior, gpus: gpus, trace: trace,
+		prior: prior, gpus: gpus, dbID: dbID, self: self, trace: trace,
 	}
+	// The heartbeat outlives an interrupt: tearing the arms down after Ctrl-C may take a
+	// while, and the lease must stay live until the experiment's end is recorded.
+	runCtx, cancelRun := context.WithCancelCause(ctx)
+	defer cancelRun(nil)
+	stopHeartbeat, heartbeatDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(heartbeatDone)
+		e.heartbeat(lease, stopHeartbeat, cancelRun)
+	}()
+
 	res := Result{ExperimentID: expID, Name: spec.Name}
-	runErr := e.run(ctx, &res)
-	if runErr == nil && ctx.Err() == nil {
-		runErr = e.checkData(res.Runs)
+	runErr := e.run(runCtx, &res)
+	if runErr == nil && runCtx.Err() == nil {
+		runErr = errors.Join(e.checkData(res.Runs), e.labelDivergence(runCtx))
 	}
 	res.Elapsed = time.Since(start)
+	close(stopHeartbeat)
+	<-heartbeatDone
 
-	status, errText := "done", ""
+	bg := context.WithoutCancel(ctx)
+	if cause := context.Cause(runCtx); ctx.Err() == nil && errors.Is(cause, store.ErrLeaseLost) {
+		// Another arbiter owns the experiment now; what it records is not to be
+		// overwritten, so this one neither finishes the experiment nor judges it.
+		res.Status = store.ExperimentInterrupted
+		return res, fmt.Errorf("%w; this arbiter stopped its arms and keeps what it recorded (its unfinished launches are left out of the analysis)", cause)
+	}
+	status, errText := store.ExperimentDone, ""
 	switch {
 	case ctx.Err() != nil:
-		status = "interrupted"
+		status = store.ExperimentInterrupted
 	case runErr != nil:
-		status, errText = "failed", runErr.Error()
+		status, errText = store.ExperimentFailed, runErr.Error()
 	}
 	res.Status = status
-	// The experiment's end is recorded even after an interrupt, hence a fresh context.
-	if err := st.FinishExperiment(context.WithoutCancel(ctx), expID, status, errText, time.Now()); err != nil && runErr == nil {
+	// The experiment's end is recorded even after an interrupt, hence a fresh context;
+	// the lease goes with it.
+	if err := lease.Finish(bg, status, errText, time.Now()); err != nil && runErr == nil {
 		runErr = err
 	}
 	if ctx.Err() != nil {
@@ -222,6 +255,35 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		runErr = &redactedError{err: runErr, msg: redactor.Redact(runErr.Error())}
 	}
 	return res, runErr
+}
+
+// heartbeat renews the experiment's lease every Options.LeaseHeartbeat until stop is
+// closed. When another arbiter has taken the experiment over (this one stalled past the
+// lease expiry), it stops the experiment with store.ErrLeaseLost as the cause. A renewal
+// that fails for another reason (a busy database) is retried at the next beat.
+func (e *experiment) heartbeat(lease *store.Lease, stop <-chan struct{}, cancel context.CancelCauseFunc) {
+	every := e.opts.LeaseHeartbeat
+	if every <= 0 {
+		every = store.LeaseHeartbeat
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+			err := lease.Renew(context.Background(), time.Now())
+			switch {
+			case errors.Is(err, store.ErrLeaseLost):
+				e.log.Error("another arbiter took this experiment over; stopping", "err", err)
+				cancel(err)
+				return
+			case err != nil:
+				e.log.Warn("lease heartbeat failed; retrying", "err", err)
+			}
+		}
+	}
 }
 
 // redactedError is an error whose text went through the redactor; errors.Is still sees
@@ -272,20 +334,27 @@ func gpuSlot(spec *arms.Spec) (string, error) {
 	return strings.Join(ids, ","), nil
 }
 
-// create records a new experiment and its arms.
-func create(ctx context.Context, st *store.Store, spec *arms.Spec, armList []arms.Arm, start time.Time) (int64, []int64, error) {
+// create records a new experiment, owned by owner, and its arms.
+func create(ctx context.Context, st *store.Store, spec *arms.Spec, armList []arms.Arm, start time.Time,
+	owner store.Owner) (int64, []int64, *store.Lease, error) {
 	host, _ := os.Hostname()
 	baseline := spec.Analysis.Baseline
 	if baseline == "" {
 		baseline = armList[0].Name
 	}
-	expID, err := st.CreateExperiment(ctx, store.Experiment{
+	expID, lease, err := st.StartExperiment(ctx, store.Experiment{
 		Name: spec.Name, SpecPath: spec.Path, Spec: string(spec.RedactedSource()), Seed: spec.Workload.Seed,
 		Unit: spec.Analysis.Unit, Alpha: spec.Analysis.Alpha, Baseline: baseline, Version: Version(), Host: host,
 		Created: start, Design: designJSON(spec),
-	})
+	}, owner)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
+	}
+	fail := func(err error) (int64, []int64, *store.Lease, error) {
+		// The experiment stays recorded, but nobody runs it.
+		bg := context.WithoutCancel(ctx)
+		_ = lease.Finish(bg, store.ExperimentFailed, err.Error(), time.Now())
+		return 0, nil, nil, err
 	}
 	armIDs := make([]int64, len(armList))
 	for i, a := range armList {
@@ -302,20 +371,25 @@ func create(ctx context.Context, st *store.Store, spec *arms.Spec, armList []arm
 		armIDs[i], err = st.AddArm(ctx, store.Arm{ExperimentID: expID, Name: a.Name, Position: i, Pins: string(pins),
 			Levels: string(levels), Command: string(command), Env: string(env)})
 		if err != nil {
-			return 0, nil, err
+			return fail(err)
 		}
 	}
-	return expID, armIDs, nil
+	return expID, armIDs, lease, nil
 }
 
-// designJSON records how the experiment is laid out, for verdicts rebuilt later.
-func designJSON(spec *arms.Spec) string {
+// DesignOf is how the spec lays the experiment out, as the store records it for
+// verdicts rebuilt later.
+func DesignOf(spec *arms.Spec) store.Design {
+	maxLoss := spec.Analysis.MaxLoss
 	d := store.Design{Blocks: max(spec.Blocks, 1), Looks: spec.Analysis.Sequential.Looks, Margin: spec.Analysis.Margin,
 		AA: spec.Analysis.AA, Sessions: spec.Workload.Sessions, Rounds: spec.Workload.Rounds,
-		Concurrency: spec.Workload.Concurrency, MaxLoss: &spec.Analysis.MaxLoss,
+		Concurrency: spec.Workload.Concurrency, MaxLoss: &maxLoss,
 		Workload: spec.Workload.Describe(), ThroughputMargin: spec.Analysis.ThroughputMargin}
 	if spec.Workload.Kind != arms.DefaultWorkload {
 		d.Kind = spec.Workload.Kind
+	}
+	if p := spec.Analysis.Plan; p.P0 != p.P1 {
+		d.Plan = &store.DesignPlan{P0: p.P0, P1: p.P1, Power: p.Power}
 	}
 	for _, f := range spec.Factors {
 		df := store.DesignFactor{Name: f.Name}
@@ -324,7 +398,11 @@ func designJSON(spec *arms.Spec) string {
 		}
 		d.Factors = append(d.Factors, df)
 	}
-	b, _ := json.Marshal(d)
+	return d
+}
+
+func designJSON(spec *arms.Spec) string {
+	b, _ := json.Marshal(DesignOf(spec))
 	return string(b)
 }
 
@@ -372,6 +450,15 @@ type experiment struct {
 	// gpus are the devices every launch is pinned to (arms run one at a time, so each
 	// gets the same slot); empty for no pinning.
 	gpus string
+	// dbID is the database's unique id, which launches carry (runtime.Launch).
+	dbID string
+	// self is this arbiter's process, recorded with every engine process group so that a
+	// later arbiter can tell whether the engine's arbiter still runs.
+	self runtime.ProcessID
+
+	// redactor is what redact applies; it also finds secrets that an engine streamed
+	// in pieces (see sessionTracker.Turn).
+	redactor *arms.Redactor
 	// trace holds the conversations of a trace workload, read once before any launch.
 	trace []workload.TraceConversation
 }
@@ -409,7 +496,7 @@ func (e *experiment) run(ctx context.Context, res *Result) error {
 				// Finished before the resume: kept as it is.
 				e.counts[ai].sessions += p.counts.sessions
 				e.counts[ai].corrupted += p.counts.corrupted
-				res.Runs = append(res.Runs, RunResult{Arm: e.arms[ai].Name, Block: b, Status: RunDone,
+				res.Runs = append(res.Runs, RunResult{Arm: e.arms[ai].Name, Block: b, Status: store.RunDone,
 					Sessions: p.counts.sessions, Corrupted: p.counts.corrupted, Kept: true})
 				continue
 			}
@@ -474,11 +561,8 @@ type sessionTracker struct {
 	armID int64
 	arm   string
 	block int
-	// progress is called for every turn that completed; stalled is called for every
-	// turn that ended without one (timeout, stall, transport error). Both feed the
-	// watchdog.
-	progress func()
-	stalled  func()
+	// ended hears every turn end, completed or not; it feeds the watchdog.
+	ended func(f workload.Failure, errText string)
 
 	mu        sync.Mutex
 	firstBad  map[int]int
@@ -488,16 +572,10 @@ type sessionTracker struct {
 }
 
 func (t *sessionTracker) Turn(turn workload.Turn) {
-	switch {
-	case turn.Cut: // cut by the workload's own abort: says nothing of the engine's progress
-	case turn.Err == "":
-		t.progress()
-	default:
-		t.stalled()
-	}
+	t.ended(turn.Failure, turn.Err)
 	// A detector gets as long as a request; one that hangs must not stall the session.
 	ctx, cancel := context.WithTimeout(context.Background(), t.e.spec.Timeouts.Request)
-	labels, corrupted, err := detectors.Label(ctx, t.e.detectors, plugins.Response{Completion: turn.Response, Tools: turn.Tools})
+	labels, corrupted, err := detectors.Label(ctx, t.e.detectors, plugins.Response{Completion: turn.Response, Tools: turn.Tools, ToolChoice: turn.ToolChoice})
 	cancel()
 	if err != nil {
 		// The turn keeps the labels that were given; the verdict reports how many
@@ -511,15 +589,26 @@ func (t *sessionTracker) Turn(turn workload.Turn) {
 		CompletionTokens: turn.CompletionTokens, Corrupted: corrupted, Error: turn.Err,
 		Request: string(turn.Request), Raw: string(turn.Raw),
 	}
-	if len(turn.Response.Choices) > 0 {
-		msg := turn.Response.Choices[0].Message
+	resp := turn.Response
+	if t.e.redactor.Active() {
+		// The store hides secrets written whole; one streamed in pieces across events
+		// is whole only in the assembled text, so the raw stream is rewritten here,
+		// once the detectors have read the response as it came. A response cut short
+		// may end with the start of a secret.
+		row.Raw = string(workload.RedactRaw(turn.Raw, t.e.redactor))
+		if turn.Err != "" {
+			resp = workload.RedactCutCompletion(resp, t.e.redactor)
+		}
+	}
+	if len(resp.Choices) > 0 {
+		msg := resp.Choices[0].Message
 		row.Content = msg.Content
 		if len(msg.ToolCalls) > 0 {
 			b, _ := json.Marshal(msg.ToolCalls)
 			row.ToolCalls = string(b)
 		}
 	}
-	if b, err := json.Marshal(turn.Response); err == nil {
+	if b, err := json.Marshal(resp); err == nil {
 		row.Response = string(b)
 	}
 	if len(turn.Tools) > 0 {
@@ -548,7 +637,8 @@ func (t *sessionTracker) SessionDone(s workload.SessionResult) {
 	}
 	// The sequential looks count what the verdict analyses: store.Analysed is the one
 	// rule (a session corrupted and then lost is not analysed).
-	if store.Analysed(s.Status) {
+	status := sessionStatus(s.Status)
+	if store.Analysed(status) {
 		t.completed.sessions++
 		if corrupted {
 			t.completed.corrupted++
@@ -556,7 +646,7 @@ func (t *sessionTracker) SessionDone(s workload.SessionResult) {
 	}
 	t.mu.Unlock()
 	row := store.Session{ExperimentID: t.e.id, RunID: t.runID, ArmID: t.armID, Index: s.Session, Block: t.block,
-		Status: s.Status, Turns: s.Turns, Corrupted: corrupted, Error: s.Err}
+		Status: status, Turns: s.Turns, Corrupted: corrupted, Error: s.Err}
 	if corrupted {
 		row.FirstCorruptedTurn = &first
 	}
@@ -564,6 +654,20 @@ func (t *sessionTracker) SessionDone(s workload.SessionResult) {
 	if p := t.e.opts.Progress; p != nil {
 		p.SessionDone(t.arm, t.block, corrupted)
 	}
+}
+
+// sessionStatus is the stored word for how the workload says a session ended. The
+// workload keeps its own words (it imports nothing of the store); each maps to one here.
+func sessionStatus(w string) store.SessionStatus {
+	switch w {
+	case workload.SessionOK:
+		return store.SessionOK
+	case workload.SessionTimeout:
+		return store.SessionTimeout
+	case workload.SessionAborted:
+		return store.SessionAborted
+	}
+	return store.SessionError
 }
 
 func nonNilMap(m map[string]string) map[string]string {

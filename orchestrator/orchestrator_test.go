@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/orchestrator/runtime"
 	"github.com/arbiterlab/arbiter/store"
+	"github.com/arbiterlab/arbiter/workload"
 )
 
 // engine is an in-test OpenAI-compatible server standing in for one launched arm: it
@@ -32,9 +34,10 @@ type engine struct {
 	chats  atomic.Int64
 	onChat func(n int64, e *engine, r *http.Request) (handled bool)
 	health atomic.Bool
-	// trickle makes a handled request stream empty deltas until the client leaves or
-	// the engine stops, instead of returning at once.
-	trickle bool
+	// trickle makes a handled request stream deltas of trickleText (empty by default)
+	// until the client leaves or the engine stops, instead of returning at once.
+	trickle     bool
+	trickleText string
 	// failChat, when set, answers every chat request with HTTP 500 and this body.
 	failChat string
 	// leak makes every streamed answer carry DSML tool-call markup in content.
@@ -105,7 +108,7 @@ func (e *engine) streamForever(w http.ResponseWriter, r *http.Request) {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		io.WriteString(w, `data: {"id":"x","object":"chat.completion.chunk","model":"fake","choices":[{"index":0,"delta":{"content":""},"finish_reason":null}]}`+"\n\n")
+		io.WriteString(w, `data: {"id":"x","object":"chat.completion.chunk","model":"fake","choices":[{"index":0,"delta":{"content":"`+e.trickleText+`"},"finish_reason":null}]}`+"\n\n")
 		w.(http.Flusher).Flush()
 		select {
 		case <-r.Context().Done():
@@ -191,7 +194,7 @@ func wantNoData(t *testing.T, res Result, err error) {
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func runStatuses(t *testing.T, db string, exp int64) map[string]string {
+func runStatuses(t *testing.T, db string, exp int64) map[string]store.RunStatus {
 	t.Helper()
 	ro, err := store.OpenReadOnly(db)
 	if err != nil {
@@ -199,11 +202,11 @@ func runStatuses(t *testing.T, db string, exp int64) map[string]string {
 	}
 	defer ro.Close()
 	var rows []struct {
-		Arm    string `db:"name"`
-		Status string `db:"status"`
+		Arm    string          `db:"name"`
+		Status store.RunStatus `db:"status"`
 	}
 	ro.Select(&rows, `SELECT a.name, r.status FROM runs r JOIN arms a ON a.id = r.arm_id WHERE r.experiment_id = ?`, exp)
-	out := map[string]string{}
+	out := map[string]store.RunStatus{}
 	for _, r := range rows {
 		out[r.Arm] = r.Status
 	}
@@ -221,7 +224,7 @@ func TestHealthyArmsRecordEverySession(t *testing.T) {
 		t.Fatalf("result = %+v", res)
 	}
 	for _, r := range res.Runs {
-		if r.Status != RunDone || r.Sessions != 6 {
+		if r.Status != store.RunDone || r.Sessions != 6 {
 			t.Errorf("run %+v", r)
 		}
 	}
@@ -256,7 +259,7 @@ func TestCrashDuringWorkloadIsRecordedAndTheNextArmRuns(t *testing.T) {
 		})})
 	wantNoData(t, res, err)
 	st := runStatuses(t, db, res.ExperimentID)
-	if st["treatment"] != RunCrashed || st["control"] != RunDone {
+	if st["treatment"] != store.RunCrashed || st["control"] != store.RunDone {
 		t.Fatalf("run statuses = %v", st)
 	}
 	ro, _ := store.OpenReadOnly(db)
@@ -293,7 +296,7 @@ func TestWedgedEngineIsCaughtByProgressNotHealth(t *testing.T) {
 		})})
 	wantNoData(t, res, err)
 	st := runStatuses(t, db, res.ExperimentID)
-	if st["control"] != RunWedged || st["treatment"] != RunDone {
+	if st["control"] != store.RunWedged || st["treatment"] != store.RunDone {
 		t.Fatalf("run statuses = %v, want control wedged and treatment done", st)
 	}
 	ro, _ := store.OpenReadOnly(db)
@@ -339,6 +342,12 @@ func TestInterruptKeepsWhatWasRecorded(t *testing.T) {
 	if status != "interrupted" || turns < 4 || runs != 1 {
 		t.Errorf("after interrupt: experiment %q, %d turns, %d interrupted runs", status, turns, runs)
 	}
+	// The lease goes with the recorded end: a resume may start at once.
+	var leases int
+	ro.Get(&leases, "SELECT count(*) FROM leases")
+	if leases != 0 {
+		t.Errorf("%d leases held after the interrupt, want none", leases)
+	}
 }
 
 func TestEngineThatNeverBecomesReadyFailsItsRun(t *testing.T) {
@@ -353,7 +362,7 @@ func TestEngineThatNeverBecomesReadyFailsItsRun(t *testing.T) {
 		})})
 	wantNoData(t, res, err)
 	st := runStatuses(t, db, res.ExperimentID)
-	if st["control"] != RunFailed || st["treatment"] != RunDone {
+	if st["control"] != store.RunFailed || st["treatment"] != store.RunDone {
 		t.Fatalf("statuses = %v", st)
 	}
 	for _, r := range res.Runs {
@@ -566,5 +575,136 @@ func TestStoredArmsHideCredentialsByName(t *testing.T) {
 		if strings.Contains(all, "k9x") || strings.Contains(all, "sk-live-abcdef") || !strings.Contains(all, "[redacted]") {
 			t.Errorf("stored arm shows a credential: %s", all)
 		}
+	}
+}
+
+// blockFirstLaunch is a runtime whose first Start waits until release is closed (after
+// closing started): the experiment is then recorded and its lease held, and nothing else
+// happens until the test says so.
+func blockFirstLaunch(t *testing.T) (rt runtime.Runtime, started, release chan struct{}) {
+	started, release = make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	rt = runtimeFunc(func(ctx context.Context, l runtime.Launch) (runtime.Instance, error) {
+		once.Do(func() {
+			close(started)
+			<-release
+		})
+		return newEngine(t, nil), nil
+	})
+	return rt, started, release
+}
+
+func TestAnExperimentRunsOnceAtATime(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "a.db")
+	spec := testSpec(t, "")
+	rt, started, release := blockFirstLaunch(t)
+	type outcome struct {
+		res Result
+		err error
+	}
+	first := make(chan outcome, 1)
+	go func() {
+		res, err := Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quietLogger(), Runtime: rt})
+		first <- outcome{res, err}
+	}()
+	<-started
+
+	// While the first arbiter runs experiment 1, a resume of it is refused and records
+	// nothing.
+	_, err := Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quietLogger(), Resume: 1,
+		Runtime: engines(func(string) *engine { return newEngine(t, nil) })})
+	var held *store.LeaseHeldError
+	if !errors.As(err, &held) || held.ExperimentID != 1 || held.Lease.PID != os.Getpid() {
+		t.Fatalf("resume during the run: %v; want a LeaseHeldError naming this process", err)
+	}
+	close(release)
+	o := <-first
+	if o.err != nil || o.res.Status != store.ExperimentDone {
+		t.Fatalf("first run: %+v, %v", o.res, o.err)
+	}
+	ro, err := store.OpenReadOnly(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	var runs, leases int
+	ro.Get(&runs, "SELECT count(*) FROM runs")
+	ro.Get(&leases, "SELECT count(*) FROM leases")
+	if runs != 2 || leases != 0 {
+		t.Errorf("%d runs (want one per arm) and %d leases left (want the finished run's released)", runs, leases)
+	}
+}
+
+func TestLosingTheLeaseStopsTheExperimentWithoutFinishingIt(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "a.db")
+	rt, started, release := blockFirstLaunch(t)
+	type outcome struct {
+		res Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := Run(context.Background(), Options{Spec: testSpec(t, ""), DBPath: db, Logger: quietLogger(), Runtime: rt,
+			LeaseHeartbeat: 10 * time.Millisecond})
+		done <- outcome{res, err}
+	}()
+	<-started
+	// Another arbiter finds the lease stale (as if this one had stalled past the expiry)
+	// and takes the experiment over.
+	other, err := store.Open(db, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	usurper := store.ThisProcess()
+	if _, err := other.AcquireLease(context.Background(), 1, usurper, time.Now().Add(store.LeaseExpiry+time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	o := <-done
+	if !errors.Is(o.err, store.ErrLeaseLost) || o.res.ExperimentID != 1 {
+		t.Fatalf("run after losing its lease: %+v, %v; want ErrLeaseLost", o.res, o.err)
+	}
+	e, err := store.FindExperiment(context.Background(), other.DB(), "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Status != store.ExperimentRunning || e.Lease == nil || e.Lease.Owner != usurper.ID {
+		t.Errorf("after the loss: status %s, lease %+v; want running and the new owner's lease untouched", e.Status, e.Lease)
+	}
+}
+
+func TestSessionStatusesAreTheStoresWords(t *testing.T) {
+	for _, w := range []string{workload.SessionOK, workload.SessionError, workload.SessionTimeout, workload.SessionAborted} {
+		if got := sessionStatus(w); string(got) != w {
+			t.Errorf("workload's %q is stored as %q", w, got)
+		}
+	}
+}
+
+func TestLaunchesCarryTheDatabaseID(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "a.db")
+	var mu sync.Mutex
+	var seen []string
+	rt := runtimeFunc(func(ctx context.Context, l runtime.Launch) (runtime.Instance, error) {
+		mu.Lock()
+		seen = append(seen, l.DatabaseID)
+		mu.Unlock()
+		return newEngine(t, nil), nil
+	})
+	if _, err := Run(context.Background(), Options{Spec: testSpec(t, ""), DBPath: db, Logger: quietLogger(), Runtime: rt}); err != nil {
+		t.Fatal(err)
+	}
+	ro, err := store.OpenReadOnly(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	id, err := store.DatabaseID(context.Background(), ro)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 2 || seen[0] != id || seen[1] != id {
+		t.Errorf("launches carried database ids %q; want %q for each (containers are labelled with it)", seen, id)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/store"
@@ -22,60 +23,83 @@ type priorRun struct {
 	counts armCounts
 }
 
-// reopen prepares a recorded experiment to be resumed: the spec must be the one it was
-// recorded with, and the launches that finished are kept. A resumed experiment follows the
-// same seeded plan, so the launches it still runs are the ones it would have run.
-func reopen(ctx context.Context, st *store.Store, id int64, spec *arms.Spec, armList []arms.Arm) (int64, []int64, map[runKey]priorRun, error) {
+// reopen prepares a recorded experiment to be resumed by owner: it takes the
+// experiment's lease (refusing an experiment another arbiter is running, see
+// store.AcquireLease), the spec must be the one it was recorded with, and the launches
+// that finished are kept. A resumed experiment follows the same seeded plan, so the
+// launches it still runs are the ones it would have run.
+func reopen(ctx context.Context, st *store.Store, id int64, spec *arms.Spec, armList []arms.Arm,
+	owner store.Owner) (int64, []int64, map[runKey]priorRun, *store.Lease, error) {
+	if _, err := store.FindExperiment(ctx, st.DB(), fmt.Sprint(id)); err != nil {
+		return 0, nil, nil, nil, err
+	}
+	lease, err := st.AcquireLease(ctx, id, owner, time.Now())
+	if err != nil {
+		return 0, nil, nil, nil, err
+	}
+	armIDs, prior, err := resumable(ctx, st, id, spec, armList)
+	if err != nil {
+		// Nothing was changed: let go of the experiment as it was.
+		_ = lease.Release(context.WithoutCancel(ctx))
+		return 0, nil, nil, nil, err
+	}
+	if err := st.ReopenExperiment(ctx, id); err != nil {
+		_ = lease.Release(context.WithoutCancel(ctx))
+		return 0, nil, nil, nil, err
+	}
+	return id, armIDs, prior, lease, nil
+}
+
+// resumable checks that experiment id can be resumed with spec and reads the launches it
+// recorded.
+func resumable(ctx context.Context, st *store.Store, id int64, spec *arms.Spec, armList []arms.Arm) ([]int64, map[runKey]priorRun, error) {
 	db := st.DB()
 	exp, err := store.FindExperiment(ctx, db, fmt.Sprint(id))
 	if err != nil {
-		return 0, nil, nil, err
+		return nil, nil, err
 	}
 	switch {
-	case exp.Status == "done":
-		return 0, nil, nil, fmt.Errorf("experiment %d is done: %w", id, ErrNothingToResume)
+	case exp.Status == store.ExperimentDone:
+		return nil, nil, fmt.Errorf("experiment %d is done: %w", id, ErrNothingToResume)
 	case exp.StoppedEarly.Valid:
-		return 0, nil, nil, fmt.Errorf("experiment %d stopped at a sequential boundary: %w", id, ErrNothingToResume)
+		return nil, nil, fmt.Errorf("experiment %d stopped at a sequential boundary: %w", id, ErrNothingToResume)
 	case exp.Spec != string(spec.RedactedSource()):
-		return 0, nil, nil, fmt.Errorf("experiment %d was recorded with another spec than %s: resume needs the same one", id, spec.Path)
+		return nil, nil, fmt.Errorf("experiment %d was recorded with another spec than %s: resume needs the same one", id, spec.Path)
 	}
 	rows, err := store.Arms(ctx, db, id)
 	if err != nil {
-		return 0, nil, nil, err
+		return nil, nil, err
 	}
 	if len(rows) != len(armList) {
-		return 0, nil, nil, fmt.Errorf("experiment %d has %d arms, the spec %d", id, len(rows), len(armList))
+		return nil, nil, fmt.Errorf("experiment %d has %d arms, the spec %d", id, len(rows), len(armList))
 	}
 	armIDs := make([]int64, len(rows))
 	index := map[int64]int{}
 	for i, r := range rows {
 		if r.Name != armList[i].Name {
-			return 0, nil, nil, fmt.Errorf("experiment %d: arm %d is %s, the spec's is %s", id, i, r.Name, armList[i].Name)
+			return nil, nil, fmt.Errorf("experiment %d: arm %d is %s, the spec's is %s", id, i, r.Name, armList[i].Name)
 		}
 		armIDs[i], index[r.ID] = r.ID, i
 	}
 	runs, err := store.Runs(ctx, db, id)
 	if err != nil {
-		return 0, nil, nil, err
+		return nil, nil, err
 	}
 	prior := map[runKey]priorRun{}
 	for _, r := range runs {
 		if r.SupersededBy.Valid {
 			continue
 		}
-		p := priorRun{id: r.ID, done: r.Status == RunDone}
+		p := priorRun{id: r.ID, done: r.Status == store.RunDone}
 		if p.done {
 			// A kept launch counts toward the sequential looks as the verdict counts it.
 			c, err := store.RunSessionCounts(ctx, db, r.ID)
 			if err != nil {
-				return 0, nil, nil, err
+				return nil, nil, err
 			}
 			p.counts = armCounts{sessions: c.Analysed, corrupted: c.Corrupted}
 		}
 		prior[runKey{index[r.ArmID], r.Block}] = p
 	}
-	if err := st.ReopenExperiment(ctx, id); err != nil {
-		return 0, nil, nil, err
-	}
-	return id, armIDs, prior, nil
+	return armIDs, prior, nil
 }

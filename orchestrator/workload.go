@@ -25,7 +25,8 @@ func kindConfig(spec *arms.Spec, trace []workload.TraceConversation) workload.Co
 	ws := spec.Workload
 	cfg := workload.Config{Kind: ws.Kind, Sessions: ws.Sessions, Rounds: ws.Rounds, Concurrency: ws.Concurrency,
 		Seed: ws.Seed, Temperature: ws.Temperature, MaxTokens: ws.MaxTokens, Model: ws.Model,
-		RequestTimeout: spec.Timeouts.Request, StallTimeout: spec.Timeouts.Stall}
+		RequestTimeout: spec.Timeouts.Request, StallTimeout: spec.Timeouts.Stall,
+		MaxResponseBytes: ws.MaxResponseBytes, NoStream: ws.NoStream}
 	switch {
 	case ws.Throughput != nil:
 		t := ws.Throughput

@@ -5,6 +5,7 @@ package plugins
 
 import (
 	"context"
+	"encoding/json"
 
 	"github.com/arbiterlab/arbiter/openai"
 )
@@ -16,6 +17,10 @@ type Response struct {
 	Completion openai.ChatCompletion
 	// Tools are the tools offered in the request; empty when unknown.
 	Tools []openai.Tool
+	// ToolChoice is the request's tool_choice as sent ("auto", "none", "required" or an
+	// object naming a function); empty when absent or unknown, which with tools offered
+	// means auto.
+	ToolChoice json.RawMessage
 }
 
 // Label is one detector's judgement of one response.

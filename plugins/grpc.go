@@ -88,6 +88,12 @@ func (s *detectorServer) Detect(ctx context.Context, req *pluginpb.DetectRequest
 			return nil, status.Errorf(codes.InvalidArgument, "tools: %v", err)
 		}
 	}
+	if tc := req.GetToolChoiceJson(); len(tc) > 0 {
+		if !json.Valid(tc) {
+			return nil, status.Error(codes.InvalidArgument, "tool_choice: not JSON")
+		}
+		r.ToolChoice = json.RawMessage(tc)
+	}
 	l, err := s.impl.Detect(ctx, r)
 	if err != nil {
 		return nil, status.Error(codes.Unknown, err.Error())
@@ -111,7 +117,7 @@ func (d *remoteDetector) Detect(ctx context.Context, r Response) (Label, error) 
 	if err != nil {
 		return Label{}, fmt.Errorf("plugin detector %s: encode completion: %w", d.name, err)
 	}
-	req := &pluginpb.DetectRequest{CompletionJson: completion}
+	req := &pluginpb.DetectRequest{CompletionJson: completion, ToolChoiceJson: r.ToolChoice}
 	if len(r.Tools) > 0 {
 		if req.ToolsJson, err = json.Marshal(r.Tools); err != nil {
 			return Label{}, fmt.Errorf("plugin detector %s: encode tools: %w", d.name, err)

@@ -34,7 +34,8 @@ func sampleResponse(content string) Response {
 				ToolCalls: []openai.ToolCall{{ID: "c1", Type: "function", Function: openai.FunctionCall{Name: "get_weather", Arguments: `{"city":"Paris"}`}}}},
 				FinishReason: "tool_calls"}},
 			Usage: &openai.Usage{PromptTokens: 10, CompletionTokens: 5, TotalTokens: 15}},
-		Tools: []openai.Tool{{Type: "function", Function: openai.FunctionSpec{Name: "get_weather", Parameters: json.RawMessage(`{"type":"object"}`)}}},
+		Tools:      []openai.Tool{{Type: "function", Function: openai.FunctionSpec{Name: "get_weather", Parameters: json.RawMessage(`{"type":"object"}`)}}},
+		ToolChoice: json.RawMessage(`{"type":"function","function":{"name":"get_weather"}}`),
 	}
 }
 
@@ -87,14 +88,14 @@ func TestDetectorPluginRoundTrip(t *testing.T) {
 	if string(wj) != string(gj) {
 		t.Errorf("plugin received\n%s\nwant\n%s", gj, wj)
 	}
-	// Without tools, the plugin sees none rather than an empty list.
+	// Without tools or tool_choice, the plugin sees none rather than empty ones.
 	noTools := sampleResponse("x")
-	noTools.Tools = nil
+	noTools.Tools, noTools.ToolChoice = nil, nil
 	if _, err := d.Detect(context.Background(), noTools); err != nil {
 		t.Fatal(err)
 	}
-	if got[2].Tools != nil {
-		t.Errorf("tools = %#v, want nil", got[2].Tools)
+	if got[2].Tools != nil || got[2].ToolChoice != nil {
+		t.Errorf("tools = %#v, tool_choice = %q; want nil", got[2].Tools, got[2].ToolChoice)
 	}
 }
 

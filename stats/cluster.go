@@ -141,47 +141,62 @@ func SummarizeClusters(sessions []ClusterCounts) (ClusterSummary, error) {
 	return out, nil
 }
 
-// RaoScottResult is a test of equal corruption rates between two arms that counts
-// responses but corrects for their clustering in sessions.
-type RaoScottResult struct {
+// DonnerResult is Donner's adjusted chi-square test of equal corruption rates between two
+// arms that counts responses but corrects for their clustering in sessions.
+type DonnerResult struct {
 	A, B ClusterSummary
 	// ICC is the pooled within-arm ANOVA estimate (each arm's mean removed), which stays
 	// defined when one arm has no events at all.
 	ICC float64
-	// DesignEffect is the pooled design effect 1 + (Σm²/Σm − 1)·max(ICC, 0) over both arms.
+	// CorrectionA and CorrectionB are each arm's variance inflation under the pooled
+	// ICC, C_i = Σ_j m_ij(1 + (m_ij − 1)·max(ICC, 0)) / Σ_j m_ij: they differ when the
+	// arms' clusters differ in size.
+	CorrectionA, CorrectionB float64
+	// DesignEffect is the pooled design effect 1 + (Σm²/Σm − 1)·max(ICC, 0) over both
+	// arms, the response-weighted mean of the two corrections; it is descriptive.
 	DesignEffect float64
 	ChiSquare    float64 // Pearson chi-square on responses, as if they were independent
 	NaiveP       float64 // its p-value, overstating the evidence
-	Adjusted     float64 // ChiSquare / DesignEffect
+	Adjusted     float64 // Donner's adjusted chi-square
 	P            float64 // upper tail of chi-square with 1 df at Adjusted
 	Warnings     []Warning
 }
 
-// RaoScott tests equal response-level corruption rates in two arms with the first-order
-// Rao-Scott correction: the Pearson chi-square of the 2x2 table of responses divided by
-// one pooled design effect, referred to chi-square with 1 df. The pooled design effect is
-// built from the within-arm ANOVA intra-session correlation so that an arm with no events
-// (whose own correlation is undefined) does not break the test.
-func RaoScott(a, b []ClusterCounts) (RaoScottResult, error) {
+// DonnerAdjusted tests equal response-level corruption rates in two arms with Donner's
+// adjusted chi-square (Donner, Birkett and Buck 1981; Donner and Klar, Design and
+// Analysis of Cluster Randomization Trials, 2000):
+//
+//	X²_A = Σ_i n_i (p̂_i − p̂)² / (C_i · p̂(1 − p̂)),
+//
+// the Pearson chi-square with each arm's term divided by that arm's variance inflation
+// C_i under one pooled intra-cluster correlation, referred to chi-square with 1 df. It
+// is not the Rao-Scott test, which estimates each arm's design effect from its own
+// between-cluster variance: that variance is 0/0 in an arm without events, the usual
+// control arm of a serving-bug experiment, whereas the pooled within-arm ANOVA
+// correlation stays defined. With clusters of equal size in both arms it is the Pearson
+// chi-square divided by the design effect. The chi-square reference needs many
+// clusters; for a few launches per arm see LaunchTTest.
+func DonnerAdjusted(a, b []ClusterCounts) (DonnerResult, error) {
 	if err := checkClusters("arm A", a); err != nil {
-		return RaoScottResult{}, err
+		return DonnerResult{}, err
 	}
 	if err := checkClusters("arm B", b); err != nil {
-		return RaoScottResult{}, err
+		return DonnerResult{}, err
 	}
-	var out RaoScottResult
+	var out DonnerResult
 	out.A, _ = SummarizeClusters(a)
 	out.B, _ = SummarizeClusters(b)
 	sa, sb := sumClusters(a), sumClusters(b)
 	if sa.n == 0 || sb.n == 0 {
-		return out, fmt.Errorf("stats: Rao-Scott test needs responses in both arms (got %d and %d)", sa.n, sb.n)
+		return out, fmt.Errorf("stats: Donner's adjusted chi-square needs responses in both arms (got %d and %d)", sa.n, sb.n)
 	}
 	k, n, y := sa.k+sb.k, sa.n+sb.n, sa.y+sb.y
 	yaf, ybf := float64(sa.y), float64(sb.y)
 	between := yaf*yaf/float64(sa.n) + ybf*ybf/float64(sb.n)
 	out.ICC = anovaICC(2, k, n, float64(y), sa.sumY2M+sb.sumY2M, between, sa.withinFn+sb.withinFn)
-	weighted := (sa.sumM2 + sb.sumM2) / float64(n)
-	out.DesignEffect = designEffect(weighted, out.ICC)
+	out.CorrectionA = designEffect(sa.sumM2/float64(sa.n), out.ICC)
+	out.CorrectionB = designEffect(sb.sumM2/float64(sb.n), out.ICC)
+	out.DesignEffect = designEffect((sa.sumM2+sb.sumM2)/float64(n), out.ICC)
 	switch {
 	case y == 0 || y == n:
 		out.Warnings = append(out.Warnings, Warning(fmt.Sprintf("all %d responses in both arms have the same label: no difference can be tested", n)))
@@ -194,7 +209,13 @@ func RaoScott(a, b []ClusterCounts) (RaoScottResult, error) {
 	}
 	out.ChiSquare = pearson2x2(sa.y, sa.n, sb.y, sb.n)
 	out.NaiveP = chiSquare1Survival(out.ChiSquare)
-	out.Adjusted = out.ChiSquare / out.DesignEffect
+	pbar := float64(y) / float64(n)
+	pq := pbar * (1 - pbar)
+	term := func(ev, size int, c float64) float64 {
+		d := float64(ev)/float64(size) - pbar
+		return float64(size) * d * d / (c * pq)
+	}
+	out.Adjusted = term(sa.y, sa.n, out.CorrectionA) + term(sb.y, sb.n, out.CorrectionB)
 	out.P = chiSquare1Survival(out.Adjusted)
 	if out.DesignEffect > 1.5 {
 		out.Warnings = append(out.Warnings, Warning(fmt.Sprintf("responses within a session are correlated (design effect %.2f): the session, not the response, is the honest unit", out.DesignEffect)))

@@ -26,9 +26,27 @@ type FisherResult struct {
 	PLess float64 `json:"p_less"`
 	// PGreater is P(arm A has at least a events): small when arm A's rate is higher.
 	PGreater float64 `json:"p_greater"`
-	// MidP is PTwoSided minus half the probability of the observed table; it is less
-	// conservative than PTwoSided and closer to the nominal level on average.
+	// MidP is the two-sided mid-p in Fay's convention (R's exact2x2 with midp = TRUE):
+	// the probability of the tables less likely than the observed one plus half the
+	// probability of every table exactly as likely as it (the observed table and, for
+	// instance, its mirror image). It is less conservative than PTwoSided and closer to
+	// the nominal level on average. It is NaN when the margins allow a single table (no
+	// events at all, events everywhere, or an empty arm): there is then nothing to weigh
+	// and a "mid-p of 0.5" would be an artefact of the convention, not evidence.
 	MidP float64 `json:"mid_p"`
+}
+
+// MidPDefined reports whether r.MidP is a number; JSON writes an undefined one as null.
+func (r FisherResult) MidPDefined() bool { return !math.IsNaN(r.MidP) }
+
+// MarshalJSON writes the four p-values, an undefined mid-p as null.
+func (r FisherResult) MarshalJSON() ([]byte, error) {
+	return coreJSONObject(
+		coreJSONField{"p_two_sided", r.PTwoSided},
+		coreJSONField{"p_less", r.PLess},
+		coreJSONField{"p_greater", r.PGreater},
+		coreJSONField{"mid_p", r.MidP},
+	)
 }
 
 // coreLogChoose is log C(n, k) for 0 <= k <= n.
@@ -131,7 +149,26 @@ func (h coreHyper) firstAtMost(thr float64) int {
 // twoSided is the Fisher two-sided p for X = x: the mass of all outcomes whose
 // probability is at most that of x (within fisherTieTol).
 func (h coreHyper) twoSided(x int) float64 {
-	thr := h.logPMF(x) + math.Log1p(fisherTieTol)
+	return h.massAtMost(h.logPMF(x) + math.Log1p(fisherTieTol))
+}
+
+// midP is Fay's two-sided mid-p for X = x: the mass of the outcomes less likely than x
+// plus half the mass of those exactly as likely (within fisherTieTol); NaN when the
+// support is a single outcome.
+func (h coreHyper) midP(x int) float64 {
+	if h.lo == h.hi {
+		return math.NaN()
+	}
+	tie := math.Log1p(fisherTieTol)
+	lp := h.logPMF(x)
+	atMost := h.massAtMost(lp + tie)
+	less := h.massAtMost(math.Nextafter(lp-tie, math.Inf(-1)))
+	return min(1, max(0, (atMost+less)/2))
+}
+
+// massAtMost is the probability of the outcomes whose log-probability is at most thr;
+// the pmf is unimodal, so they form the two tails.
+func (h coreHyper) massAtMost(thr float64) float64 {
 	if h.logPMF(h.mode) <= thr {
 		return 1
 	}
@@ -184,7 +221,7 @@ func FisherExact(a, n1, b, n2 int) FisherResult {
 		PLess:     h.cdf(a),
 		PGreater:  h.sf(a),
 	}
-	r.MidP = max(0, r.PTwoSided-0.5*math.Exp(h.logPMF(a)))
+	r.MidP = h.midP(a)
 	return r
 }
 

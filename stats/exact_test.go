@@ -16,7 +16,7 @@ type coreReference struct {
 		A, N1, B, N2  int
 		TwoSided      float64 `json:"two_sided"`
 		Less, Greater float64
-		MidP          float64 `json:"mid_p"`
+		MidP          *float64 `json:"mid_p"` // null where the margins allow one table
 	}
 	Boschloo []struct {
 		A, N1, B, N2 int
@@ -114,7 +114,7 @@ func TestFisherExactMatchesScipy(t *testing.T) {
 			{"two-sided", got.PTwoSided, c.TwoSided},
 			{"less", got.PLess, c.Less},
 			{"greater", got.PGreater, c.Greater},
-			{"mid-p", got.MidP, c.MidP},
+			{"mid-p (Fay)", got.MidP, orNaN(c.MidP)},
 		} {
 			if !coreClose(v.got, v.want) {
 				t.Errorf("Fisher %d/%d vs %d/%d %s = %.12g, scipy %.12g", c.A, c.N1, c.B, c.N2, v.name, v.got, v.want)
@@ -260,12 +260,15 @@ func FuzzFisherExact(f *testing.F) {
 		}
 		ai, bi := int(a)%(int(n1)+1), int(b)%(int(n2)+1)
 		r := FisherExact(ai, int(n1), bi, int(n2))
-		for _, p := range []float64{r.PTwoSided, r.PLess, r.PGreater, r.MidP} {
+		for _, p := range []float64{r.PTwoSided, r.PLess, r.PGreater} {
 			if !(p >= 0 && p <= 1) {
 				t.Fatalf("%d/%d vs %d/%d: %+v not probabilities", ai, n1, bi, n2, r)
 			}
 		}
 		h := newCoreHyper(int(n1), int(n2), ai+bi)
+		if single := h.lo == h.hi; single != !r.MidPDefined() || (!single && !(r.MidP >= 0 && r.MidP <= r.PTwoSided*(1+1e-9))) {
+			t.Fatalf("%d/%d vs %d/%d: mid-p %g (one table possible: %v, two-sided p %g)", ai, n1, bi, n2, r.MidP, single, r.PTwoSided)
+		}
 		pobs := math.Exp(h.logPMF(ai))
 		if d := r.PLess + r.PGreater - 1 - pobs; math.Abs(d) > 1e-9 {
 			t.Fatalf("%d/%d vs %d/%d: less+greater-1 = %g, want P(obs) %g", ai, n1, bi, n2, r.PLess+r.PGreater-1, pobs)
@@ -276,14 +279,24 @@ func FuzzFisherExact(f *testing.F) {
 		if n1 > 400 || n2 > 400 {
 			return
 		}
-		brute := 0.0
+		brute, less, tie := 0.0, 0.0, 0.0
 		for x := h.lo; x <= h.hi; x++ {
-			if p := math.Exp(h.logPMF(x)); p <= pobs*(1+fisherTieTol) {
+			p := math.Exp(h.logPMF(x))
+			if p <= pobs*(1+fisherTieTol) {
 				brute += p
+			}
+			switch {
+			case p < pobs/(1+fisherTieTol):
+				less += p
+			case p <= pobs*(1+fisherTieTol):
+				tie += p
 			}
 		}
 		if !coreClose(r.PTwoSided, min(1, brute)) && math.Abs(r.PTwoSided-brute) > 1e-9 {
 			t.Fatalf("%d/%d vs %d/%d: two-sided %g, brute-force sum %g", ai, n1, bi, n2, r.PTwoSided, brute)
+		}
+		if mid := less + tie/2; r.MidPDefined() && !coreClose(r.MidP, min(1, mid)) && math.Abs(r.MidP-mid) > 1e-9 {
+			t.Fatalf("%d/%d vs %d/%d: mid-p %g, brute-force Fay mid-p %g", ai, n1, bi, n2, r.MidP, mid)
 		}
 	})
 }

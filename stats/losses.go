@@ -88,7 +88,7 @@ func Losses(a, b ArmOutcome, alpha float64) (LossResult, error) {
 	out.HiP = FisherExact(hiA, na, hiB, nb).PTwoSided
 	decision := func(p, diff float64) int {
 		switch {
-		case p > alpha:
+		case !Reject(p, alpha):
 			return 0
 		case diff > 0:
 			return 1
@@ -97,7 +97,7 @@ func Losses(a, b ArmOutcome, alpha float64) (LossResult, error) {
 		}
 	}
 	out.Straddles = decision(out.LoP, out.Bounds.Lo) != decision(out.HiP, out.Bounds.Hi)
-	if out.LossP <= alpha {
+	if Reject(out.LossP, alpha) {
 		out.Warnings = append(out.Warnings, Warning(fmt.Sprintf("loss rates differ between arms (%d/%d vs %d/%d lost, Fisher p = %.3g): lost sessions are not missing at random and may be the fault itself",
 			a.Lost(), na, b.Lost(), nb, out.LossP)))
 	}

@@ -13,10 +13,11 @@ const SessionsCap = 1 << 18
 
 // FisherPower is the exact power of the two-sided Fisher test at level alpha when arm A
 // (n1 sessions) has event rate p0 and arm B (n2 sessions) has rate p1: the probability,
-// summed over both binomials, that the test's p-value is at most alpha. Binomial tails
-// below 1e-16 of the mode are skipped, and the rejection region is found once per total
-// number of events by walking the hypergeometric tails inwards, so 500 per arm takes
-// milliseconds. It returns NaN for rates outside [0, 1] or negative sizes.
+// summed over both binomials, that the test rejects under Reject (p <= alpha, with the
+// same tolerance as every verdict decision). Binomial tails below 1e-16 of the mode are
+// skipped, and the rejection region is found once per total number of events by
+// walking the hypergeometric tails inwards, so 500 per arm takes milliseconds. It
+// returns NaN for rates outside [0, 1] or negative sizes.
 func FisherPower(p0, p1 float64, n1, n2 int, alpha float64) float64 {
 	if !(p0 >= 0 && p0 <= 1 && p1 >= 0 && p1 <= 1) || n1 < 0 || n2 < 0 || math.IsNaN(alpha) {
 		return math.NaN()
@@ -162,7 +163,9 @@ func coreFisherRegion(lf []float64, n1, n2, k int, alpha float64) (xl, xr int) {
 			g += math.Exp(lpmf(nr))
 			nr--
 		}
-		if s+g > alpha*(1+1e-12) {
+		// The mass summed so far, ties included, is exactly the Fisher p of the
+		// outcomes just added: they are rejected under arbiter's one rule.
+		if !Reject(s+g, alpha) {
 			break
 		}
 		s += g

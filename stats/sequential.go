@@ -190,7 +190,7 @@ type LookResult struct {
 	Look      int
 	P         float64 // two-sided Fisher exact p on the cumulative counts
 	Threshold float64 // the design's nominal p for this look
-	Crossed   bool    // P ≤ Threshold
+	Crossed   bool    // Reject(P, Threshold)
 }
 
 // SequentialResult is the decision of a group-sequential experiment.
@@ -204,17 +204,40 @@ type SequentialResult struct {
 	Significant bool
 	// Complete is true when the experiment has reached a decision: stopped for efficacy,
 	// or every planned look taken.
-	Complete        bool
-	SessionsUsed    int     // sessions of both arms at the last look taken
-	SessionsPlanned int     // sessions of both arms the final look would have needed
-	SavedFraction   float64 // 1 − SessionsUsed/SessionsPlanned
-	Decision        string  // a plain sentence for the verdict
-	Warnings        []Warning
+	Complete bool
+	// Difference is p_B − p_A on the cumulative counts of the last look taken. After an
+	// early stop it tends to overstate the true difference.
+	Difference float64
+	// Interval is the repeated confidence interval of p_B − p_A at the last look taken
+	// (RepeatedInterval): unlike the fixed-sample interval on the same counts, it keeps
+	// its coverage whichever look the experiment stopped at.
+	Interval Interval
+	// IntervalConf is the interval's nominal level at that look, 1 − the look's
+	// NominalP; the simultaneous level over all looks is 1 − the design's α.
+	IntervalConf float64
+	SessionsUsed int // sessions of both arms at the last look taken
+	// SessionsMax is the sessions of both arms had every planned look been taken. It is
+	// the design's ceiling, not a fixed design's size: what an early stop saves is
+	// measured against the fixed design of the plan's power (FixedDesignSessions).
+	SessionsMax int
+	Decision    string // a plain sentence for the verdict
+	Warnings    []Warning
+}
+
+// RepeatedInterval is the repeated confidence interval (Jennison and Turnbull 1989) of
+// the rate difference p_B − p_A at one look of a group-sequential design: Newcombe's
+// hybrid score interval on that look's cumulative counts at the look's critical value
+// (level 1 − NominalP). Intervals built this way at every look cover the true difference
+// at all looks at once with probability at least 1 − α, so the interval at whichever
+// look the experiment stopped at, early or not, covers with at least that probability;
+// the fixed-sample 95% interval on the same counts does not.
+func RepeatedInterval(l LookCounts, b Boundary) Interval {
+	return Newcombe(l.EventsA, l.SessionsA, l.EventsB, l.SessionsB, 1-b.NominalP)
 }
 
 // SequentialDecision applies a design's boundaries to the cumulative counts of the looks
 // taken so far: the experiment stops for efficacy at the first look whose two-sided
-// Fisher exact p is at or below that look's nominal threshold. There is no futility
+// Fisher exact p reaches that look's nominal threshold (Reject). There is no futility
 // boundary; an experiment that never crosses runs all its looks.
 func SequentialDecision(looks []LookCounts, design []Boundary) (SequentialResult, error) {
 	var out SequentialResult
@@ -237,7 +260,7 @@ func SequentialDecision(looks []LookCounts, design []Boundary) (SequentialResult
 		}
 		prev = l
 		p := FisherExact(l.EventsA, l.SessionsA, l.EventsB, l.SessionsB).PTwoSided
-		r := LookResult{Look: i + 1, P: p, Threshold: design[i].NominalP, Crossed: p <= design[i].NominalP}
+		r := LookResult{Look: i + 1, P: p, Threshold: design[i].NominalP, Crossed: Reject(p, design[i].NominalP)}
 		out.Looks = append(out.Looks, r)
 		out.SessionsUsed = l.SessionsA + l.SessionsB
 		if r.Crossed {
@@ -249,15 +272,17 @@ func SequentialDecision(looks []LookCounts, design []Boundary) (SequentialResult
 	if !out.Significant && len(looks) == len(design) {
 		out.Complete = true
 	}
+	lc := looks[last.Look-1]
+	out.Difference = coreRate(lc.EventsB, lc.SessionsB) - coreRate(lc.EventsA, lc.SessionsA)
+	out.Interval = RepeatedInterval(lc, design[last.Look-1])
+	out.IntervalConf = 1 - design[last.Look-1].NominalP
 	frac := design[last.Look-1].Fraction
-	out.SessionsPlanned = int(math.Round(float64(out.SessionsUsed) / frac))
-	if out.SessionsPlanned > 0 {
-		out.SavedFraction = 1 - float64(out.SessionsUsed)/float64(out.SessionsPlanned)
-	}
+	out.SessionsMax = int(math.Round(float64(out.SessionsUsed) / frac))
+	overall := design[len(design)-1].AlphaSpent
 	switch {
 	case out.Significant:
-		out.Decision = fmt.Sprintf("Stopped for efficacy at look %d of %d: exact p = %.3g is below the look's threshold %.3g, so the arms differ at overall α %.3g despite the repeated looks; %d of a planned %d sessions were run (%.0f%% saved).",
-			last.Look, len(design), last.P, last.Threshold, design[len(design)-1].AlphaSpent, out.SessionsUsed, out.SessionsPlanned, 100*out.SavedFraction)
+		out.Decision = fmt.Sprintf("Stopped for efficacy at look %d of %d: exact p = %.3g reaches the look's threshold %.3g, so the arms differ at overall α %.3g despite the repeated looks; %d of at most %d sessions were run.",
+			last.Look, len(design), last.P, last.Threshold, overall, out.SessionsUsed, out.SessionsMax)
 	case out.Complete:
 		out.Decision = fmt.Sprintf("No boundary crossed in %d looks (final exact p = %.3g, threshold %.3g): a difference was not shown, which does not mean there is none.",
 			len(design), last.P, last.Threshold)
@@ -274,7 +299,20 @@ func SequentialDecision(looks []LookCounts, design []Boundary) (SequentialResult
 			}
 		}
 	}
+	if out.Significant && out.StoppedAt < len(design) {
+		out.Warnings = append(out.Warnings, "stopped early: the observed difference tends to overstate the true one; the repeated confidence interval keeps its coverage, the fixed-sample interval does not")
+	}
 	return out, nil
+}
+
+// FixedDesignSessions is the size of the fixed (single-look) design that reaches the
+// target power for rates p0 and p1 with the two-sided Fisher test at alpha: sessions per
+// arm, and of both arms. It is what an early stop is measured against: "saved" means
+// fewer sessions than this design, which has the power the plan asks for, not fewer than
+// the sequential design's own ceiling. Zero when no size reaches it (see SessionsFor).
+func FixedDesignSessions(p0, p1, alpha, power float64) (perArm, total int) {
+	n := SessionsFor(p0, p1, alpha, power, 1)
+	return n, 2 * n
 }
 
 // SimResult summarizes simulated group-sequential experiments.
@@ -292,23 +330,14 @@ type SimResult struct {
 	// them within its Monte Carlo error.
 	ExactRejectRate   float64
 	ExactMeanSessions float64
-	// FixedSessions is the sessions (both arms) of the fixed design, two-sided Fisher
-	// exact at the same α, whose exact power reaches ExactRejectRate (SessionsFor); 0
-	// under the null. The exact power is used rather than the simulated one, which is 1 whenever
-	// no replication fails and would then ask the fixed design for certainty.
-	FixedSessions int
-	FixedPower    float64 // the exact power of that fixed design
-	// SessionRatio is ExactMeanSessions / FixedSessions: below 1 the sequential design
-	// is cheaper on average than a fixed design of equal power.
-	SessionRatio float64
-	Boundaries   []Boundary
-	Warnings     []Warning
+	Boundaries        []Boundary
+	Warnings          []Warning
 }
 
 // SimulateSequential runs reps experiments of K looks with nPerLook new sessions per arm
 // per look, corruption probabilities p0 (arm A) and p1 (arm B), under the Lan-DeMets
-// O'Brien-Fleming design at two-sided alpha, and compares the average sessions used with
-// the fixed design of equal power. The seed makes the run reproducible.
+// O'Brien-Fleming design at two-sided alpha, and computes the same rejection rate and
+// average sessions exactly. The seed makes the run reproducible.
 func SimulateSequential(p0, p1 float64, nPerLook, K int, alpha float64, reps int, seed uint64) SimResult {
 	out := SimResult{Reps: reps, MaxSessions: 2 * K * nPerLook}
 	if nPerLook < 1 || reps < 1 || !(p0 >= 0 && p0 <= 1 && p1 >= 0 && p1 <= 1) {
@@ -323,18 +352,7 @@ func SimulateSequential(p0, p1 float64, nPerLook, K int, alpha float64, reps int
 	out.Boundaries = design
 	out.StoppedAt = make([]int, K)
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	// Cumulative tables repeat across replications; their exact p is computed once.
-	cache := map[[3]int]bool{}
-	crossed := func(look, a, b int) bool {
-		key := [3]int{look, a, b}
-		if v, ok := cache[key]; ok {
-			return v
-		}
-		n := (look + 1) * nPerLook
-		v := FisherExact(a, n, b, n).PTwoSided <= design[look].NominalP
-		cache[key] = v
-		return v
-	}
+	crossed := lookCrossing(design, nPerLook)
 	var total int
 	for r := 0; r < reps; r++ {
 		a, b := 0, 0
@@ -354,18 +372,46 @@ func SimulateSequential(p0, p1 float64, nPerLook, K int, alpha float64, reps int
 	out.RejectRate = float64(out.Rejected) / float64(reps)
 	out.MeanSessions = float64(total) / float64(reps)
 	out.ExactRejectRate, out.ExactMeanSessions = sequentialExact(p0, p1, nPerLook, design, crossed)
-	if p0 == p1 {
-		return out
-	}
-	// A power that rounds to 1 asks the fixed design for certainty; cap it just below.
-	n := SessionsFor(p0, p1, alpha, math.Min(out.ExactRejectRate, 1-1e-9), 1)
-	if n == 0 {
-		out.Warnings = append(out.Warnings, Warning(fmt.Sprintf("no fixed design reaches power %.4f", out.ExactRejectRate)))
-		return out
-	}
-	out.FixedSessions, out.FixedPower = 2*n, FisherPower(p0, p1, n, n, alpha)
-	out.SessionRatio = out.ExactMeanSessions / float64(out.FixedSessions)
 	return out
+}
+
+// lookCrossing returns whether cumulative counts (a, b) cross the boundary of look k
+// (0-based) of a design with nPerLook sessions per arm per look. Cumulative tables
+// repeat across replications and paths; their exact p is computed once.
+func lookCrossing(design []Boundary, nPerLook int) func(look, a, b int) bool {
+	cache := map[[3]int]bool{}
+	return func(look, a, b int) bool {
+		key := [3]int{look, a, b}
+		if v, ok := cache[key]; ok {
+			return v
+		}
+		n := (look + 1) * nPerLook
+		v := Reject(FisherExact(a, n, b, n).PTwoSided, design[look].NominalP)
+		cache[key] = v
+		return v
+	}
+}
+
+// SequentialOperating is what a group-sequential design does at given rates, computed
+// exactly over every path of cumulative counts.
+type SequentialOperating struct {
+	// Power is the probability of crossing a boundary at some look (the type I error
+	// when p0 == p1).
+	Power float64
+	// MeanSessions is the expected number of sessions, both arms, the design uses.
+	MeanSessions float64
+	MaxSessions  int // 2·K·nPerLook
+}
+
+// SequentialExact computes a design's power and expected sessions exactly for rates p0
+// and p1 with nPerLook sessions per arm per look: no simulation, so `arbiter plan` can
+// say what a sequential spec costs on average before it runs.
+func SequentialExact(p0, p1 float64, nPerLook int, design []Boundary) (SequentialOperating, error) {
+	if nPerLook < 1 || len(design) == 0 || !(p0 >= 0 && p0 <= 1 && p1 >= 0 && p1 <= 1) {
+		return SequentialOperating{}, fmt.Errorf("stats: sequential operating figures need nPerLook ≥ 1, a design and rates in [0, 1] (got %d, %d looks, %g, %g)", nPerLook, len(design), p0, p1)
+	}
+	pw, mean := sequentialExact(p0, p1, nPerLook, design, lookCrossing(design, nPerLook))
+	return SequentialOperating{Power: pw, MeanSessions: mean, MaxSessions: 2 * len(design) * nPerLook}, nil
 }
 
 // sequentialExact sums over all paths of cumulative counts: the probability mass that

@@ -2,6 +2,7 @@ package stats
 
 import (
 	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -93,11 +94,23 @@ func TestSequentialDecision(t *testing.T) {
 	if p := FisherExact(0, 30, 5, 30).PTwoSided; p <= design[1].NominalP {
 		t.Fatalf("look 2 p %.3g should be above its threshold %.3g", p, design[1].NominalP)
 	}
-	if res.SessionsUsed != 90 || res.SessionsPlanned != 120 || math.Abs(res.SavedFraction-0.25) > 1e-12 {
-		t.Errorf("sessions used %d of %d (saved %.3f), want 90 of 120", res.SessionsUsed, res.SessionsPlanned, res.SavedFraction)
+	if res.SessionsUsed != 90 || res.SessionsMax != 120 {
+		t.Errorf("sessions used %d of at most %d, want 90 of 120", res.SessionsUsed, res.SessionsMax)
 	}
-	if !strings.Contains(res.Decision, "Stopped for efficacy at look 3") {
+	if !strings.Contains(res.Decision, "Stopped for efficacy at look 3") || strings.Contains(res.Decision, "saved") {
 		t.Errorf("decision %q", res.Decision)
+	}
+	// The interval after the stop is the repeated one, at look 3's critical value, wider
+	// than the fixed-sample 95% interval on the same counts.
+	fixed := Newcombe(0, 45, 10, 45, 0.95)
+	if res.Interval != RepeatedInterval(looks[2], design[2]) || !(res.Interval.Lo < fixed.Lo && res.Interval.Hi > fixed.Hi) {
+		t.Errorf("interval after the stop %+v, fixed-sample %+v", res.Interval, fixed)
+	}
+	if !closeTo(res.IntervalConf, 1-design[2].NominalP, 1e-15, 0) || !closeTo(res.Difference, 10.0/45, 1e-15, 0) {
+		t.Errorf("interval level %.6f, difference %.4f", res.IntervalConf, res.Difference)
+	}
+	if !hasWarning(res.Warnings, "overstate") {
+		t.Errorf("no warning about the early stop's estimate: %v", res.Warnings)
 	}
 
 	res, err = SequentialDecision(looks[:2], design)
@@ -127,9 +140,8 @@ func TestSequentialDecision(t *testing.T) {
 }
 
 // The acceptance figures: 10,000 simulated experiments per setting. Type I error must
-// stay at or below α; under 0% vs 15% the design must use on average at most 60% of the
-// sessions of the fixed design of equal power. Simulated figures must agree with the
-// exact path sums within Monte Carlo error.
+// stay at or below α, and the simulated figures must agree with the exact path sums
+// within Monte Carlo error.
 func TestSequentialAcceptance(t *testing.T) {
 	const reps, alpha = 10000, 0.05
 	for _, p := range []float64{0.02, 0.1, 0.3} {
@@ -143,15 +155,45 @@ func TestSequentialAcceptance(t *testing.T) {
 	}
 	for _, d := range []struct{ K, n int }{{4, 15}, {6, 20}} {
 		r := SimulateSequential(0, 0.15, d.n, d.K, alpha, reps, 11)
-		t.Logf("0%% vs 15%%, K=%d x %d/arm: power %.4f (exact %.6f), mean sessions %.1f (exact %.2f) of max %d; fixed design of equal power %d sessions (power %.6f); ratio %.3f",
-			d.K, d.n, r.RejectRate, r.ExactRejectRate, r.MeanSessions, r.ExactMeanSessions, r.MaxSessions, r.FixedSessions, r.FixedPower, r.SessionRatio)
+		t.Logf("0%% vs 15%%, K=%d x %d/arm: power %.4f (exact %.6f), mean sessions %.1f (exact %.2f) of max %d",
+			d.K, d.n, r.RejectRate, r.ExactRejectRate, r.MeanSessions, r.ExactMeanSessions, r.MaxSessions)
 		checkSimAgainstExact(t, r)
-		if r.FixedPower < r.ExactRejectRate {
-			t.Errorf("fixed design power %.6f below the sequential %.6f", r.FixedPower, r.ExactRejectRate)
+		op, err := SequentialExact(0, 0.15, d.n, r.Boundaries)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if d.K == 6 && r.SessionRatio > 0.60 {
-			t.Errorf("K=6 x 20: sequential uses %.1f%% of the fixed design's sessions, want ≤ 60%%", 100*r.SessionRatio)
+		if op.Power != r.ExactRejectRate || op.MeanSessions != r.ExactMeanSessions || op.MaxSessions != r.MaxSessions {
+			t.Errorf("SequentialExact %+v disagrees with the simulation's exact figures", op)
 		}
+	}
+}
+
+// What an early stop saves is measured against the fixed design with the plan's own
+// power: 0% against 15% at power 0.8 needs about 52 sessions per arm, not the 240 per
+// arm of a four-look design of 60 per look.
+func TestFixedDesignSessionsAtTargetPower(t *testing.T) {
+	perArm, total := FixedDesignSessions(0, 0.15, 0.05, 0.8)
+	t.Logf("fixed design for 0%% vs 15%% at power 0.8: %d per arm, %d in all (power %.4f)", perArm, total, FisherPower(0, 0.15, perArm, perArm, 0.05))
+	if perArm < 45 || perArm > 60 || total != 2*perArm {
+		t.Errorf("fixed design %d per arm (%d in all), want about 52", perArm, total)
+	}
+	if FisherPower(0, 0.15, perArm, perArm, 0.05) < 0.8 || FisherPower(0, 0.15, perArm-1, perArm-1, 0.05) >= 0.8 {
+		t.Errorf("%d per arm is not where power first reaches 0.8", perArm)
+	}
+	if n, _ := FixedDesignSessions(0.1, 0.1, 0.05, 0.8); n != 0 {
+		t.Errorf("equal rates need %d sessions, want 0 (unreachable)", n)
+	}
+	design, _ := Boundaries(4, 0.05, nil)
+	op, err := SequentialExact(0, 0.15, 60, design)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("4 looks of 60 per arm: power %.4f, %.1f sessions expected, at most %d", op.Power, op.MeanSessions, op.MaxSessions)
+	if op.MeanSessions <= float64(total) {
+		t.Errorf("the four-look design of 60 per look expects %.1f sessions, below the %d of the fixed design at power 0.8: it is far more powerful than the plan asks", op.MeanSessions, total)
+	}
+	if _, err := SequentialExact(0, 1.5, 60, design); err == nil {
+		t.Error("rate 1.5 accepted")
 	}
 }
 
@@ -199,5 +241,72 @@ func BenchmarkBoundaries6(b *testing.B) {
 func BenchmarkSimulateSequential(b *testing.B) {
 	for b.Loop() {
 		SimulateSequential(0, 0.15, 20, 6, 0.05, 10000, 1)
+	}
+}
+
+// After an early stop the verdict's interval is the repeated confidence interval at the
+// stopping look: over simulated experiments at the design's boundaries it must cover the
+// true difference at least 95% of the time, at every true difference tried, and also
+// among the experiments that stopped early, where the fixed-sample 95% interval on the
+// same counts falls to 0.93.
+func TestRepeatedIntervalCoversAfterEarlyStop(t *testing.T) {
+	const reps, alpha = 10000, 0.05
+	for _, d := range []struct {
+		K, n   int
+		p0, p1 float64
+	}{
+		{4, 60, 0.05, 0.05}, {4, 60, 0.02, 0.07}, {4, 60, 0.02, 0.1}, {4, 60, 0, 0.15},
+		{4, 60, 0.05, 0.2}, {4, 15, 0.02, 0.17}, {6, 20, 0.1, 0.3}, {4, 60, 0.2, 0.3},
+	} {
+		design, err := Boundaries(d.K, alpha, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		crossed := lookCrossing(design, d.n)
+		rng := rand.New(rand.NewPCG(uint64(d.n), math.Float64bits(d.p1-d.p0)))
+		truth := d.p1 - d.p0
+		covered, early, earlyCovered, fixedEarlyCovered := 0, 0, 0, 0
+		for r := 0; r < reps; r++ {
+			a, b, k := 0, 0, 0
+			for ; k < d.K; k++ {
+				a += binomialDraw(rng, d.n, d.p0)
+				b += binomialDraw(rng, d.n, d.p1)
+				if crossed(k, a, b) {
+					break
+				}
+			}
+			k = min(k, d.K-1)
+			m := (k + 1) * d.n
+			look := LookCounts{EventsA: a, SessionsA: m, EventsB: b, SessionsB: m}
+			iv := RepeatedInterval(look, design[k])
+			in := iv.Lo <= truth && truth <= iv.Hi
+			if in {
+				covered++
+			}
+			if k < d.K-1 {
+				early++
+				if in {
+					earlyCovered++
+				}
+				if f := Newcombe(a, m, b, m, 0.95); f.Lo <= truth && truth <= f.Hi {
+					fixedEarlyCovered++
+				}
+			}
+		}
+		cov := float64(covered) / reps
+		earlyCov, fixedCov := math.NaN(), math.NaN()
+		if early > 0 {
+			earlyCov, fixedCov = float64(earlyCovered)/float64(early), float64(fixedEarlyCovered)/float64(early)
+		}
+		t.Logf("%d looks x %d per arm, %.2f vs %.2f: repeated interval covers %.4f of %d experiments; of the %d that stopped early %.4f (the fixed-sample 95%% interval %.4f)",
+			d.K, d.n, d.p0, d.p1, cov, reps, early, earlyCov, fixedCov)
+		if cov < 0.95 {
+			t.Errorf("%.2f vs %.2f: coverage %.4f below 0.95", d.p0, d.p1, cov)
+		}
+		// Under the null an early stop is a false positive, which no interval consistent
+		// with the decision can cover; with a real difference it must.
+		if truth != 0 && early >= 200 && earlyCov < 0.95 {
+			t.Errorf("%.2f vs %.2f: coverage after an early stop %.4f below 0.95", d.p0, d.p1, earlyCov)
+		}
 	}
 }

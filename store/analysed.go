@@ -19,19 +19,16 @@ import (
 // turn the crash into a corruption finding. Such sessions are counted on their own
 // (CorruptedThenLost) and reported beside the analysis.
 
-// SessionFinished is the status of a session that completed every round.
-const SessionFinished = "ok"
-
 // Analysed reports whether a session with this status enters the analysis: only a
-// session that finished does.
-func Analysed(status string) bool { return status == SessionFinished }
+// session that finished (SessionOK) does.
+func Analysed(status SessionStatus) bool { return status == SessionOK }
 
 // Analysed reports whether the session enters the analysis (see the package-level
 // Analysed).
 func (s SessionOutcome) Analysed() bool { return Analysed(s.Status) }
 
 // analysedSQL is Analysed as a condition on the sessions table.
-const analysedSQL = "status = 'ok'"
+const analysedSQL = "status = '" + string(SessionOK) + "'"
 
 // SessionCounts are the sessions of one launch (or one arm) as every analysis counts them.
 type SessionCounts struct {
@@ -53,7 +50,7 @@ func (c SessionCounts) Add(o SessionCounts) SessionCounts {
 }
 
 // Count adds one session to the tally, by the rule of Analysed.
-func (c *SessionCounts) Count(status string, corrupted bool) {
+func (c *SessionCounts) Count(status SessionStatus, corrupted bool) {
 	c.Recorded++
 	switch {
 	case Analysed(status):

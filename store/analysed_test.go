@@ -13,7 +13,7 @@ func TestSessionCountsFollowTheOneRule(t *testing.T) {
 	ctx := context.Background()
 	w := s.NewWriter(WriterOptions{})
 	sessions := []struct {
-		status    string
+		status    SessionStatus
 		corrupted bool
 	}{
 		{"ok", false}, {"ok", true}, {"ok", true}, // finished: analysed

@@ -7,28 +7,61 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/jmoiron/sqlx"
 )
 
 // ExperimentRow is an experiment as stored.
 type ExperimentRow struct {
-	ID           int64          `db:"id"`
-	Name         string         `db:"name"`
-	SpecPath     string         `db:"spec_path"`
-	Spec         string         `db:"spec"`
-	Status       string         `db:"status"`
-	Seed         int64          `db:"seed"`
-	Unit         string         `db:"unit"`
-	Alpha        float64        `db:"alpha"`
-	Baseline     string         `db:"baseline"`
-	Version      string         `db:"arbiter_version"`
-	Host         string         `db:"host"`
-	CreatedAt    string         `db:"created_at"`
-	FinishedAt   sql.NullString `db:"finished_at"`
-	Error        sql.NullString `db:"error"`
-	Design       string         `db:"design"`
-	StoppedEarly sql.NullString `db:"stopped_early"`
+	ID           int64            `db:"id"`
+	Name         string           `db:"name"`
+	SpecPath     string           `db:"spec_path"`
+	Spec         string           `db:"spec"`
+	Status       ExperimentStatus `db:"status"`
+	Seed         int64            `db:"seed"`
+	Unit         string           `db:"unit"`
+	Alpha        float64          `db:"alpha"`
+	Baseline     string           `db:"baseline"`
+	Version      string           `db:"arbiter_version"`
+	Host         string           `db:"host"`
+	CreatedAt    string           `db:"created_at"`
+	FinishedAt   sql.NullString   `db:"finished_at"`
+	Error        sql.NullString   `db:"error"`
+	Design       string           `db:"design"`
+	StoppedEarly sql.NullString   `db:"stopped_early"`
+	// Lease is the lease of the arbiter running the experiment, nil when none holds one.
+	Lease *LeaseRow `db:"-"`
+	// Abandoned is true for an experiment recorded as running whose lease was not live
+	// when it was read: the arbiter running it was killed or lost its machine, and
+	// `arbiter resume` may take it over. State says ExperimentAbandoned for it.
+	Abandoned bool `db:"-"`
+}
+
+// State is the experiment's status as users see it: ExperimentAbandoned for an abandoned
+// experiment, its recorded status otherwise.
+func (e ExperimentRow) State() ExperimentStatus {
+	if e.Abandoned {
+		return ExperimentAbandoned
+	}
+	return e.Status
+}
+
+// abandoned reports whether an experiment in status, holding lease (nil for none), is
+// abandoned at now.
+func abandoned(status ExperimentStatus, lease *LeaseRow, now time.Time) bool {
+	return status == ExperimentRunning && (lease == nil || !lease.Live(now))
+}
+
+// withLease fills in e's lease and whether it is abandoned.
+func withLease(ctx context.Context, db *sqlx.DB, e ExperimentRow) (ExperimentRow, error) {
+	l, err := leaseOf(ctx, db, e.ID)
+	if err != nil {
+		return e, err
+	}
+	e.Lease = l
+	e.Abandoned = abandoned(e.Status, l, time.Now())
+	return e, nil
 }
 
 // ParsedDesign decodes the experiment's design; an experiment recorded before designs
@@ -57,7 +90,7 @@ func FindExperiment(ctx context.Context, db *sqlx.DB, ref string) (ExperimentRow
 	if err != nil {
 		return e, fmt.Errorf("experiment %q: %w", ref, err)
 	}
-	return e, nil
+	return withLease(ctx, db, e)
 }
 
 // LatestExperiment is the newest experiment in the database.
@@ -67,22 +100,29 @@ func LatestExperiment(ctx context.Context, db *sqlx.DB) (ExperimentRow, error) {
 	if errors.Is(err, sql.ErrNoRows) {
 		return e, fmt.Errorf("no experiments: %w", ErrNotFound)
 	}
-	return e, err
+	if err != nil {
+		return e, err
+	}
+	return withLease(ctx, db, e)
 }
 
 // ExperimentSummary is one line of `arbiter ls`.
 type ExperimentSummary struct {
-	ID        int64          `db:"id" json:"id"`
-	Name      string         `db:"name" json:"name"`
-	Status    string         `db:"status" json:"status"`
-	CreatedAt string         `db:"created_at" json:"created_at"`
-	Finished  sql.NullString `db:"finished_at" json:"-"`
-	Arms      int            `db:"arms" json:"arms"`
+	ID   int64  `db:"id" json:"id"`
+	Name string `db:"name" json:"name"`
+	// Status is the state as users see it: abandoned for a running experiment whose
+	// lease is not live (see ExperimentRow.State).
+	Status    ExperimentStatus `db:"status" json:"status"`
+	CreatedAt string           `db:"created_at" json:"created_at"`
+	Finished  sql.NullString   `db:"finished_at" json:"-"`
+	Arms      int              `db:"arms" json:"arms"`
 	// Sessions are the analysed sessions (Analysed), Corrupted the corrupted ones among
 	// them, and Lost the recorded sessions that did not finish.
 	Sessions  int `db:"sessions" json:"sessions"`
 	Corrupted int `db:"corrupted" json:"corrupted_sessions"`
 	Lost      int `db:"lost" json:"lost_sessions"`
+	// Lease is the running arbiter's lease, nil when none holds one.
+	Lease *LeaseRow `db:"-" json:"lease,omitempty"`
 }
 
 // ListExperiments lists every experiment, newest first, counting sessions as the verdict
@@ -98,7 +138,23 @@ func ListExperiments(ctx context.Context, db *sqlx.DB) ([]ExperimentSummary, err
 		(SELECT coalesce(sum(NOT (s.`+analysedSQL+`)), 0) FROM sessions s JOIN runs r ON r.id = s.run_id
 			WHERE s.experiment_id = e.id AND r.superseded_by IS NULL) AS lost
 		FROM experiments e ORDER BY e.id DESC`)
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	leases, err := Leases(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	for i := range out {
+		if l, ok := leases[out[i].ID]; ok {
+			out[i].Lease = &l
+		}
+		if abandoned(out[i].Status, out[i].Lease, now) {
+			out[i].Status = ExperimentAbandoned
+		}
+	}
+	return out, nil
 }
 
 // ArmRow is an arm as stored.
@@ -131,7 +187,7 @@ type RunRow struct {
 	GPUs         string         `db:"gpus"`
 	Endpoint     string         `db:"endpoint"`
 	LogPath      string         `db:"log_path"`
-	Status       string         `db:"status"`
+	Status       RunStatus      `db:"status"`
 	StartedAt    string         `db:"started_at"`
 	ReadyAt      sql.NullString `db:"ready_at"`
 	EndedAt      sql.NullString `db:"ended_at"`
@@ -151,13 +207,39 @@ func Runs(ctx context.Context, db *sqlx.DB, experimentID int64) ([]RunRow, error
 	return out, err
 }
 
+// Pace is how fast a recorded experiment went, for planning the next one of its kind.
+type Pace struct {
+	// TurnsPerSession is the mean number of turns of a session that completed.
+	TurnsPerSession float64
+	// MedianTurn is the median latency of a turn that completed; 0 when none did.
+	MedianTurn time.Duration
+}
+
+// RecordedPace reads an experiment's pace.
+func RecordedPace(ctx context.Context, db *sqlx.DB, experimentID int64) (Pace, error) {
+	var p Pace
+	if err := db.GetContext(ctx, &p.TurnsPerSession, `SELECT coalesce(avg(turns), 0) FROM sessions
+		WHERE experiment_id = ? AND status = ?`, experimentID, SessionOK); err != nil {
+		return p, fmt.Errorf("pace of experiment %d: %w", experimentID, err)
+	}
+	var lat []float64
+	if err := db.SelectContext(ctx, &lat, `SELECT latency_ms FROM turns WHERE experiment_id = ? AND error IS NULL
+		ORDER BY latency_ms`, experimentID); err != nil {
+		return p, fmt.Errorf("pace of experiment %d: %w", experimentID, err)
+	}
+	if len(lat) > 0 {
+		p.MedianTurn = time.Duration(lat[len(lat)/2] * float64(time.Millisecond))
+	}
+	return p, nil
+}
+
 // SessionOutcome is one session's result with the turn counts the analyses need.
 type SessionOutcome struct {
 	ArmID              int64         `db:"arm_id"`
 	RunID              int64         `db:"run_id"`
 	Block              int           `db:"block"`
 	Index              int           `db:"session_index"`
-	Status             string        `db:"status"`
+	Status             SessionStatus `db:"status"`
 	Turns              int           `db:"turns"`
 	Corrupted          bool          `db:"corrupted"`
 	FirstCorruptedTurn sql.NullInt64 `db:"first_corrupted_turn"`

@@ -40,17 +40,20 @@ type Store struct {
 	db     *sqlx.DB
 	path   string
 	redact func(string) string
+	// openedAt is the schema version the file had before Open migrated it.
+	openedAt int
 }
 
 // Open opens (creating if needed) the database at path, applies pending migrations and
-// switches it to WAL.
+// switches it to WAL. A SQLite file of another program (tables of its own, or another
+// application id) is refused with ErrNotArbiterDatabase and left as it was.
 func Open(path string, opts Options) (*Store, error) {
 	if dir := filepath.Dir(path); dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("open %s: %w", path, err)
 		}
 	}
-	dsn := "file:" + escapePath(path) + "?_busy_timeout=10000&_foreign_keys=on&_journal_mode=WAL&_synchronous=NORMAL"
+	dsn := "file:" + escapePath(path) + "?_busy_timeout=10000&_foreign_keys=on&_synchronous=NORMAL"
 	db, err := sqlx.Open("sqlite3", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
@@ -62,7 +65,18 @@ func Open(path string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	if err := migrate(db); err != nil {
+	// The file is identified before anything is written to it: not even the switch to
+	// WAL may touch another program's database.
+	if _, err := identify(context.Background(), db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	if _, err := db.Exec("PRAGMA journal_mode = WAL"); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	openedAt, err := migrate(db)
+	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("migrate %s: %w", path, err)
 	}
@@ -70,35 +84,21 @@ func Open(path string, opts Options) (*Store, error) {
 	if redact == nil {
 		redact = func(s string) string { return s }
 	}
-	return &Store{db: db, path: path, redact: redact}, nil
+	return &Store{db: db, path: path, redact: redact, openedAt: openedAt}, nil
 }
 
-// OpenReadOnly opens an existing database for reading only: the connection is opened with
-// mode=ro and query_only, so no statement through it can change the file.
-func OpenReadOnly(path string) (*sqlx.DB, error) {
-	dsn := "file:" + escapePath(path) + "?mode=ro&_busy_timeout=10000&_query_only=1"
-	db, err := sqlx.Open("sqlite3", dsn)
+// Migrate upgrades an existing results database to this build's schema and returns the
+// versions before and after. Unlike Open it never creates a file.
+func Migrate(path string) (from, to int, err error) {
+	if _, err := os.Stat(path); err != nil {
+		return 0, 0, fmt.Errorf("migrate %s: %w", path, err)
+	}
+	s, err := Open(path, Options{})
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
+		return 0, 0, err
 	}
-	if err := db.Ping(); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("open %s read-only: %w", path, err)
-	}
-	var v int
-	if err := db.Get(&v, "PRAGMA user_version"); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("open %s: %w", path, err)
-	}
-	if v == 0 {
-		db.Close()
-		return nil, fmt.Errorf("open %s: not an arbiter database (run an experiment first)", path)
-	}
-	if v > SchemaVersion {
-		db.Close()
-		return nil, fmt.Errorf("open %s: schema version %d is newer than this arbiter's %d", path, v, SchemaVersion)
-	}
-	return db, nil
+	defer s.Close()
+	return s.openedAt, SchemaVersion, nil
 }
 
 func escapePath(p string) string {
@@ -142,37 +142,38 @@ func migrations() ([]migration, error) {
 	return ms, nil
 }
 
-func migrate(db *sqlx.DB) error {
+// migrate applies the migrations the file lacks and returns the version it had.
+func migrate(db *sqlx.DB) (int, error) {
 	ms, err := migrations()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	var current int
 	if err := db.Get(&current, "PRAGMA user_version"); err != nil {
-		return err
+		return 0, err
 	}
 	if current > len(ms) {
-		return fmt.Errorf("schema version %d is newer than this arbiter's %d", current, len(ms))
+		return current, fmt.Errorf("schema version %d is newer than this arbiter's %d", current, len(ms))
 	}
 	for _, m := range ms[current:] {
 		tx, err := db.Beginx()
 		if err != nil {
-			return err
+			return current, err
 		}
 		if _, err := tx.Exec(m.sql); err != nil {
 			tx.Rollback()
-			return fmt.Errorf("%s: %w", m.name, err)
+			return current, fmt.Errorf("%s: %w", m.name, err)
 		}
 		// PRAGMA does not take parameters; the version is our own integer.
 		if _, err := tx.Exec(fmt.Sprintf("PRAGMA user_version = %d", m.version)); err != nil {
 			tx.Rollback()
-			return fmt.Errorf("%s: %w", m.name, err)
+			return current, fmt.Errorf("%s: %w", m.name, err)
 		}
 		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("%s: %w", m.name, err)
+			return current, fmt.Errorf("%s: %w", m.name, err)
 		}
 	}
-	return nil
+	return current, nil
 }
 
 // Path is the database file.
@@ -234,6 +235,17 @@ type Design struct {
 	Kind             string  `json:"kind,omitempty"`
 	Workload         string  `json:"workload,omitempty"`
 	ThroughputMargin float64 `json:"throughput_margin,omitempty"`
+	// Plan is the spec's analysis.plan (the rates to tell apart and the power wanted),
+	// against which a sequential verdict measures the sessions it saved; nil when the
+	// spec plans nothing.
+	Plan *DesignPlan `json:"plan,omitempty"`
+}
+
+// DesignPlan is what an experiment was planned to detect.
+type DesignPlan struct {
+	P0    float64 `json:"p0"`
+	P1    float64 `json:"p1"`
+	Power float64 `json:"power"`
 }
 
 // DefaultMaxLoss is analysis.max_loss when a spec does not set it (arms.DefaultMaxLoss
@@ -255,16 +267,22 @@ type DesignFactor struct {
 	Levels []string `json:"levels"`
 }
 
-// CreateExperiment records a new experiment in state "running" and returns its id.
+// CreateExperiment records a new experiment in state running and returns its id. It takes
+// no lease: the orchestrator uses StartExperiment; this is for tools and tests that
+// write an experiment's rows themselves.
 func (s *Store) CreateExperiment(ctx context.Context, e Experiment) (int64, error) {
+	return s.insertExperiment(ctx, s.db, e)
+}
+
+func (s *Store) insertExperiment(ctx context.Context, x sqlx.ExecerContext, e Experiment) (int64, error) {
 	design := e.Design
 	if design == "" {
 		design = "{}"
 	}
-	res, err := s.db.ExecContext(ctx, `INSERT INTO experiments
+	res, err := x.ExecContext(ctx, `INSERT INTO experiments
 		(name, spec_path, spec, status, seed, unit, alpha, baseline, arbiter_version, host, created_at, design)
-		VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?)`,
-		e.Name, s.redact(e.SpecPath), s.redact(e.Spec), e.Seed, e.Unit, e.Alpha, e.Baseline,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		e.Name, s.redact(e.SpecPath), s.redact(e.Spec), ExperimentRunning, e.Seed, e.Unit, e.Alpha, e.Baseline,
 		e.Version, s.redact(e.Host), Timestamp(e.Created), s.redact(design))
 	if err != nil {
 		return 0, fmt.Errorf("create experiment: %w", err)
@@ -272,8 +290,9 @@ func (s *Store) CreateExperiment(ctx context.Context, e Experiment) (int64, erro
 	return res.LastInsertId()
 }
 
-// FinishExperiment sets an experiment's final status (done, interrupted, failed).
-func (s *Store) FinishExperiment(ctx context.Context, id int64, status, errText string, at time.Time) error {
+// FinishExperiment sets an experiment's final status (done, interrupted, failed) without
+// regard to its lease; the orchestrator finishes through its Lease instead.
+func (s *Store) FinishExperiment(ctx context.Context, id int64, status ExperimentStatus, errText string, at time.Time) error {
 	_, err := s.db.ExecContext(ctx, `UPDATE experiments SET status = ?, finished_at = ?, error = ? WHERE id = ?`,
 		status, Timestamp(at), s.nullText(errText), id)
 	if err != nil {
@@ -321,7 +340,7 @@ type Run struct {
 	Block               int
 	Runtime, Node, GPUs string
 	Endpoint, LogPath   string
-	Status              string
+	Status              RunStatus
 	Started, Ready      time.Time
 	Ended               time.Time
 	ExitCode            *int
@@ -370,7 +389,8 @@ func (s *Store) Supersede(ctx context.Context, oldID, newID int64) error {
 
 // ReopenExperiment marks a stopped experiment as running again, for a resume.
 func (s *Store) ReopenExperiment(ctx context.Context, id int64) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE experiments SET status = 'running', finished_at = NULL, error = NULL WHERE id = ?`, id)
+	_, err := s.db.ExecContext(ctx, `UPDATE experiments SET status = ?, finished_at = NULL, error = NULL WHERE id = ?`,
+		ExperimentRunning, id)
 	if err != nil {
 		return fmt.Errorf("reopen experiment %d: %w", id, err)
 	}

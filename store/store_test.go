@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -353,5 +354,117 @@ func TestDatabaseIDIsAUUIDUniquePerFileAndStable(t *testing.T) {
 		if ShortID(id) != id[:8] {
 			t.Fatalf("ShortID(%q) = %q", id, ShortID(id))
 		}
+	}
+}
+
+func TestOpenRefusesAnotherProgramsDatabaseAndLeavesItAlone(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "mine.db")
+	user, err := sqlx.Open("sqlite3", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	user.MustExec(`CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)`)
+	user.MustExec(`INSERT INTO invoices (total) VALUES (12.5)`)
+	user.Close()
+	before, _ := os.ReadFile(path)
+
+	_, err = Open(path, Options{})
+	if !errors.Is(err, ErrNotArbiterDatabase) || !strings.Contains(err.Error(), "invoices") {
+		t.Fatalf("Open of a user's own database: %v; want ErrNotArbiterDatabase naming its tables", err)
+	}
+	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
+		t.Error("the refused file changed")
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "mine.db-*")); len(left) != 0 {
+		t.Errorf("the refused file got companions %q (WAL switched on?)", left)
+	}
+	if _, err := OpenReadOnly(path); !errors.Is(err, ErrNotArbiterDatabase) {
+		t.Errorf("OpenReadOnly of a user's own database: %v", err)
+	}
+	if _, _, err := Migrate(path); !errors.Is(err, ErrNotArbiterDatabase) {
+		t.Errorf("Migrate of a user's own database: %v", err)
+	}
+
+	// Another program that marks its files with an application id, and one that uses
+	// user_version for its own schema.
+	for _, pragma := range []string{"PRAGMA application_id = 1234", "PRAGMA user_version = 3"} {
+		p := filepath.Join(dir, fmt.Sprintf("other%d.db", len(pragma)))
+		db, err := sqlx.Open("sqlite3", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		db.MustExec(pragma)
+		db.Close()
+		if _, err := Open(p, Options{}); !errors.Is(err, ErrNotArbiterDatabase) {
+			t.Errorf("Open after %q: %v; want ErrNotArbiterDatabase", pragma, err)
+		}
+	}
+}
+
+func TestReadersRefuseAnOlderSchemaUntilMigrated(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "old.db")
+	old, err := sqlx.Open("sqlite3", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"001_init.sql", "002_design.sql", "003_resume.sql"} {
+		b, err := migrationFiles.ReadFile("migrations/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old.MustExec(string(b))
+	}
+	old.MustExec("PRAGMA user_version = 3")
+	old.MustExec(`INSERT INTO experiments (name, spec_path, spec, status, seed, unit, alpha, baseline, arbiter_version, host, created_at)
+		VALUES ('old', 's.yaml', 'version: 1', 'done', 1, 'session', 0.05, 'control', 'v0', 'h', '2026-01-01T00:00:00Z')`)
+	old.Close()
+
+	_, err = OpenReadOnly(path)
+	if !errors.Is(err, ErrOldSchema) || !strings.Contains(err.Error(), "arbiter migrate --db "+path) ||
+		!strings.Contains(err.Error(), "schema version 3") {
+		t.Fatalf("OpenReadOnly of a version 3 file: %v; want ErrOldSchema naming arbiter migrate", err)
+	}
+	from, to, err := Migrate(path)
+	if err != nil || from != 3 || to != SchemaVersion {
+		t.Fatalf("Migrate: %d -> %d, %v", from, to, err)
+	}
+	ro, err := OpenReadOnly(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	list, err := ListExperiments(context.Background(), ro)
+	if err != nil || len(list) != 1 || list[0].Name != "old" || list[0].Status != ExperimentDone {
+		t.Fatalf("ls after migrating: %+v, %v", list, err)
+	}
+	if from, to, err := Migrate(path); err != nil || from != to {
+		t.Errorf("second Migrate: %d -> %d, %v; want nothing to do", from, to, err)
+	}
+	if _, _, err := Migrate(filepath.Join(t.TempDir(), "missing.db")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Migrate of a missing file: %v; want it refused, not created", err)
+	}
+}
+
+func TestRecordedPace(t *testing.T) {
+	s := newStore(t, Options{})
+	exp, arm, run := seedExperiment(t, s)
+	w := s.NewWriter(WriterOptions{})
+	for i, ms := range []int{30, 10, 20, 5000} {
+		turn := Turn{ExperimentID: exp, RunID: run, ArmID: arm, Session: i / 2, Index: i % 2, Started: time.Now(),
+			Latency: time.Duration(ms) * time.Millisecond}
+		if ms == 5000 {
+			turn.Error = "stalled" // a failed turn says nothing of the pace
+		}
+		w.Turn(turn)
+	}
+	w.Session(Session{ExperimentID: exp, RunID: run, ArmID: arm, Index: 0, Status: SessionOK, Turns: 2})
+	w.Session(Session{ExperimentID: exp, RunID: run, ArmID: arm, Index: 1, Status: SessionTimeout, Turns: 1})
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p, err := RecordedPace(context.Background(), s.DB(), exp)
+	if err != nil || p.TurnsPerSession != 2 || p.MedianTurn != 20*time.Millisecond {
+		t.Fatalf("pace = %+v, %v; want 2 turns per completed session and a 20ms median turn", p, err)
 	}
 }

@@ -43,7 +43,7 @@ type Label struct {
 type Session struct {
 	ExperimentID, RunID, ArmID int64
 	Index, Block               int
-	Status                     string
+	Status                     SessionStatus
 	Turns                      int
 	Corrupted                  bool
 	FirstCorruptedTurn         *int

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/goccy/go-yaml"
+
 	"github.com/arbiterlab/arbiter/stats"
 	"github.com/arbiterlab/arbiter/store"
 )
@@ -20,12 +22,32 @@ type UnitView struct {
 	Unit     string // "response" or "launch"
 	Events   []int  // per arm
 	N        []int
-	Clusters []int     // sessions (response unit) or launches (launch unit) per arm
-	P        []float64 // Rao-Scott p against the baseline; NaN for the baseline
-	NaiveP   []float64
-	ICC      []float64
-	DE       []float64
-	Fallback string // why the session-level test decides instead, if it does
+	Clusters []int // sessions (response unit) or launches (launch unit) per arm
+	// P is the deciding test's raw p against the baseline, per arm (NaN for the
+	// baseline, and for every arm when no launch-level conclusion is possible): Donner's
+	// adjusted chi-square for responses, the t test on launch rates for launches. The
+	// arm's Comparison.AdjustedP is this p adjusted with the others (Holm, or the
+	// factorial family).
+	P []float64
+	// NaiveP is what counting the items as independent would give: the Pearson
+	// chi-square on responses, or Fisher's exact test on the sessions of all launches.
+	NaiveP []float64
+	ICC    []float64 // pooled intra-cluster correlation against the baseline
+	DE     []float64 // design effect against the baseline
+	// Test names the deciding test: "Donner's adjusted chi-square" or "t test on launch
+	// rates".
+	Test string
+	// Launch is, per arm, the launch-level t test against the baseline (nil for the
+	// baseline and for the response unit): launch rates, difference with its t
+	// interval, degrees of freedom, p, and whether a conclusion was possible.
+	Launch []*stats.LaunchTest
+	// Inconclusive is true when some arm has fewer than MinLaunchesPerArm launches with
+	// analysed sessions: no launch-level conclusion is possible, so no arm is declared
+	// different on this unit (the session counts are not a substitute, since the spec
+	// chose launches because sessions of a launch are correlated).
+	Inconclusive      bool
+	MinLaunchesPerArm int
+	Fallback          string // why the unit's test could not decide, in words
 }
 
 // StrataView pools each arm against the baseline over blocks.
@@ -41,13 +63,28 @@ type PairView struct {
 	Result stats.PairedResult
 }
 
-// FactorialView is the Firth model of a 2^k factorial experiment, and the interactions
-// of every pair of factors on the risk-difference scale.
+// FactorialView is the Firth model of a 2^k factorial experiment, the interactions of
+// every pair of factors on the risk-difference scale, and the family of claims the
+// verdict may headline.
 type FactorialView struct {
 	Result stats.FactorialResult
 	// Reference names each factor's reference (first) and other level.
 	Reference map[string][2]string
 	Additive  []AdditiveInteraction
+	// Family is every claim a factorial verdict can headline, Holm-adjusted together
+	// (stats.FactorialFamily): each arm against the baseline (arms judged by a
+	// sequential boundary are left out: they spend their own alpha), each factor's main
+	// effect (log odds), and each two-factor interaction on the risk-difference and the
+	// log-odds scale. A claim may be headlined only when its Reject is true; the
+	// headline quotes its AdjustedP and says it is adjusted, naming Family.Description.
+	// The arms' Comparison.AdjustedP and Significant are set from it.
+	Family stats.Family
+}
+
+// Claim returns the family's claim of the given kind, name ("A x B" for an
+// interaction, in the model's factor order, as in Result.Terms) and scale.
+func (f *FactorialView) Claim(kind stats.ClaimKind, name, scale string) (stats.Claim, bool) {
+	return f.Family.Find(kind, name, scale)
 }
 
 // AdditiveInteraction is how much factor A's effect on the corruption rate changes with
@@ -55,6 +92,11 @@ type FactorialView struct {
 type AdditiveInteraction struct {
 	A, B   string
 	Result stats.InteractionResult
+	// AdjustedP is the interaction's risk-difference p (Result.P) adjusted in the
+	// factorial family, and Reject whether it may be headlined. Result.Significant is
+	// the unadjusted reading of its interval and must not decide a headline.
+	AdjustedP float64
+	Reject    bool
 }
 
 // NIView is a non-inferiority judgement of one arm against the baseline.
@@ -73,7 +115,24 @@ type LossView struct {
 type SequentialView struct {
 	Arm    string
 	Design []stats.Boundary
+	// Result is the decision. Result.Interval is the repeated confidence interval of
+	// the difference at the last look taken (level Result.IntervalConf at that look,
+	// 1 − alpha over all looks at once), which the arm's Comparison.DiffCI is set to:
+	// after an early stop the fixed-sample interval on the same counts under-covers.
+	// Result.SessionsUsed and Result.SessionsMax are the sessions (both arms) used and
+	// the design's ceiling.
 	Result stats.SequentialResult
+	// TargetPower is the spec's analysis.plan.power (0.8 when not set), and
+	// FixedSessions the sessions, both arms, of the fixed design that reaches it for the
+	// spec's planned rates (analysis.plan p0, p1) at the same alpha per comparison: 0
+	// when the spec plans no rates, and then no saving can be claimed.
+	TargetPower   float64
+	FixedSessions int
+	// Saved is FixedSessions − Result.SessionsUsed: sessions the sequential design saved
+	// against that fixed design, negative when it used more. SavedFraction is Saved /
+	// FixedSessions, NaN without FixedSessions.
+	Saved         int
+	SavedFraction float64
 }
 
 // analyseDesign runs every design-dependent analysis; it runs after the session-level
@@ -81,11 +140,13 @@ type SequentialView struct {
 func (v *Verdict) analyseDesign(sessions []store.SessionOutcome, index map[int64]int) {
 	v.strata(sessions, index)
 	v.pairs(sessions, index)
-	v.factorial()
 	v.nonInferiority()
 	v.losses(sessions, index)
 	v.sequential(sessions, index)
 	v.unitView(sessions, index)
+	// Last: the factorial family adjusts the p-values that decide the arms, which the
+	// sequential and unit views may have replaced.
+	v.factorial()
 }
 
 func (v *Verdict) others() []int {
@@ -146,7 +207,7 @@ func (v *Verdict) strata(sessions []store.SessionOutcome, index map[int64]int) {
 		for _, w := range r.Warnings {
 			v.noteOnce(fmt.Sprintf("%s, stratified by block: %s", v.Arms[i].Name, w))
 		}
-		if r.BreslowDayP < v.Alpha {
+		if stats.Reject(r.BreslowDayP, v.Alpha) {
 			v.noteOnce(fmt.Sprintf("%s: the effect differs between blocks (Breslow-Day p = %s); read the pooled figures with care.", v.Arms[i].Name, pval(r.BreslowDayP)))
 		}
 	}
@@ -207,6 +268,7 @@ func (v *Verdict) factorial() {
 		ref[fac.Name] = [2]string{fac.Levels[0], fac.Levels[1]}
 	}
 	var cells []stats.FactorialCell
+	var names []string
 	for _, a := range v.Arms {
 		if a.Levels == nil || a.Sessions == 0 {
 			return
@@ -223,12 +285,50 @@ func (v *Verdict) factorial() {
 			}
 		}
 		cells = append(cells, c)
+		names = append(names, a.Name)
 	}
 	res := stats.Factorial(cells)
 	if len(res.Terms) == 0 {
 		return
 	}
-	v.Factorial = &FactorialView{Result: res, Reference: ref}
+	// Each arm enters the family with the p that decides it: Fisher's on sessions, or
+	// the unit's test; an arm judged by a sequential boundary stays out.
+	armP := make([]float64, len(v.Arms))
+	armTest := "Fisher exact"
+	for i, a := range v.Arms {
+		c := a.Compare
+		switch {
+		case i == v.Baseline || c == nil || c.Sequential:
+			armP[i] = math.NaN()
+		case c.UnitDecides && v.UnitView != nil:
+			armP[i], armTest = v.UnitView.P[i], v.UnitView.Test
+		default:
+			armP[i] = c.FisherP
+		}
+	}
+	family, err := stats.FactorialFamily(stats.FactorialFamilyInput{Cells: cells, Arms: names, Baseline: v.Baseline,
+		Alpha: v.Alpha, Model: &res, ArmP: armP, ArmTest: armTest})
+	if err != nil {
+		v.Caveats = append(v.Caveats, fmt.Sprintf("The factorial claims could not be adjusted together: %v", err))
+		return
+	}
+	v.Factorial = &FactorialView{Result: res, Reference: ref, Family: family}
+	for _, cl := range family.Claims {
+		if cl.Kind != stats.ClaimArm {
+			continue
+		}
+		for i, a := range v.Arms {
+			if a.Name == cl.Name && a.Compare != nil {
+				c := a.Compare
+				c.AdjustedP = cl.AdjustedP
+				c.Significant = cl.Reject
+				c.Direction = ""
+				if c.Significant {
+					c.Direction = direction(v.armRateDifference(i))
+				}
+			}
+		}
+	}
 	for i := 0; i < len(f); i++ {
 		for j := i + 1; j < len(f); j++ {
 			var t [2][2]stats.Cell
@@ -237,13 +337,40 @@ func (v *Verdict) factorial() {
 				cell.Events += c.Events
 				cell.N += c.N
 			}
-			v.Factorial.Additive = append(v.Factorial.Additive, AdditiveInteraction{A: f[i].Name, B: f[j].Name,
-				Result: stats.Interaction(t, 1-v.Alpha)})
+			ai := AdditiveInteraction{A: f[i].Name, B: f[j].Name, Result: stats.Interaction(t, 1-v.Alpha), AdjustedP: math.NaN()}
+			// The family names an interaction in the model's (sorted) factor order.
+			a, b := f[i].Name, f[j].Name
+			if b < a {
+				a, b = b, a
+			}
+			if cl, ok := family.Find(stats.ClaimInteraction, a+" x "+b, stats.ScaleRiskDifference); ok {
+				ai.AdjustedP, ai.Reject = cl.AdjustedP, cl.Reject
+			}
+			v.Factorial.Additive = append(v.Factorial.Additive, ai)
 		}
 	}
 	for _, w := range res.Warnings {
 		v.noteOnce("Factorial model: " + string(w))
 	}
+}
+
+// armRateDifference is arm i's rate minus the baseline's on the unit that decides it.
+func (v *Verdict) armRateDifference(i int) float64 {
+	if uv := v.UnitView; uv != nil && v.Arms[i].Compare.UnitDecides {
+		if uv.Launch != nil && uv.Launch[i] != nil {
+			return uv.Launch[i].Difference
+		}
+		return float64(uv.Events[i])/float64(max(uv.N[i], 1)) - float64(uv.Events[v.Baseline])/float64(max(uv.N[v.Baseline], 1))
+	}
+	return v.Arms[i].Compare.Difference
+}
+
+// direction names the sign of a difference for a significant comparison.
+func direction(d float64) string {
+	if d < 0 {
+		return "lower"
+	}
+	return "higher"
 }
 
 func (v *Verdict) nonInferiority() {
@@ -294,7 +421,7 @@ func (v *Verdict) losses(sessions []store.SessionOutcome, index map[int64]int) {
 			continue
 		}
 		v.Losses = append(v.Losses, LossView{Arm: v.Arms[i].Name, Result: r})
-		if r.LossP < v.Alpha {
+		if stats.Reject(r.LossP, v.Alpha) {
 			v.Caveats = append(v.Caveats, fmt.Sprintf("%s lost significantly more or fewer sessions than %s (%s vs %s, Fisher p = %s): the arms are not compared on equal footing.",
 				v.Arms[i].Name, v.Arms[v.Baseline].Name, pct(r.LossRateB), pct(r.LossRateA), pval(r.LossP)))
 		}
@@ -315,10 +442,16 @@ func (v *Verdict) sequential(sessions []store.SessionOutcome, index map[int64]in
 		return
 	}
 	// The orchestrator spends alpha/(arms-1) per comparison; the verdict judges the same.
-	design, err := stats.Boundaries(looks, v.Alpha/float64(len(others)), nil)
+	alpha := v.Alpha / float64(len(others))
+	design, err := stats.Boundaries(looks, alpha, nil)
 	if err != nil {
 		v.Caveats = append(v.Caveats, fmt.Sprintf("The sequential design could not be rebuilt: %v", err))
 		return
+	}
+	plan := v.plannedRates()
+	fixed := 0
+	if plan.P0 != plan.P1 {
+		_, fixed = stats.FixedDesignSessions(plan.P0, plan.P1, alpha, plan.Power)
 	}
 	maxBlock := -1
 	perBlock := map[int][]armCounts{}
@@ -355,24 +488,75 @@ func (v *Verdict) sequential(sessions []store.SessionOutcome, index map[int64]in
 			v.Caveats = append(v.Caveats, fmt.Sprintf("Sequential decision for %s: %v", v.Arms[i].Name, err))
 			continue
 		}
-		v.Sequential = append(v.Sequential, SequentialView{Arm: v.Arms[i].Name, Design: design, Result: res})
-		// With repeated looks, a fixed-design p on all the data overstates the evidence:
-		// the decision is the boundary's.
+		sv := SequentialView{Arm: v.Arms[i].Name, Design: design, Result: res, TargetPower: plan.Power,
+			FixedSessions: fixed, SavedFraction: math.NaN()}
+		if fixed > 0 {
+			sv.Saved = fixed - res.SessionsUsed
+			sv.SavedFraction = float64(sv.Saved) / float64(fixed)
+		}
+		v.Sequential = append(v.Sequential, sv)
+		// With repeated looks, a fixed-design p on all the data overstates the evidence,
+		// and a fixed-sample interval under-covers after an early stop: the decision is
+		// the boundary's and the interval the repeated one.
 		c := v.Arms[i].Compare
 		c.Significant = res.Significant
+		c.DiffCI = res.Interval
 		c.Direction = ""
 		if res.Significant {
-			c.Direction = "higher"
-			if c.Difference < 0 {
-				c.Direction = "lower"
-			}
+			c.Direction = direction(res.Difference)
 		}
 		c.Sequential = true
 	}
 }
 
+// plannedRates are the rates and power a spec's analysis.plan declares.
+type plannedRates struct {
+	P0, P1, Power float64
+}
+
+// plannedRates is the experiment's analysis.plan: from its recorded design, or for
+// experiments recorded before designs carried the plan, from its spec text.
+func (v *Verdict) plannedRates() plannedRates {
+	p := v.Design.Plan
+	if p == nil {
+		return specPlan(v.Experiment.Spec)
+	}
+	r := plannedRates{P0: p.P0, P1: p.P1, Power: p.Power}
+	if !(r.Power > 0 && r.Power < 1) {
+		r.Power = 0.8
+	}
+	return r
+}
+
+// specPlan reads analysis.plan from the spec text recorded with the experiment; zero
+// rates when it declares none or the text does not parse. The target power defaults
+// to 0.8, as in `arbiter plan`.
+func specPlan(spec string) plannedRates {
+	var doc struct {
+		Analysis struct {
+			Plan struct {
+				P0    float64 `yaml:"p0"`
+				P1    float64 `yaml:"p1"`
+				Power float64 `yaml:"power"`
+			} `yaml:"plan"`
+		} `yaml:"analysis"`
+	}
+	if yaml.Unmarshal([]byte(spec), &doc) != nil {
+		return plannedRates{Power: 0.8}
+	}
+	p := doc.Analysis.Plan
+	if !(p.Power > 0 && p.Power < 1) {
+		p.Power = 0.8
+	}
+	if !(p.P0 >= 0 && p.P0 <= 1 && p.P1 >= 0 && p.P1 <= 1) {
+		p.P0, p.P1 = 0, 0
+	}
+	return plannedRates{P0: p.P0, P1: p.P1, Power: p.Power}
+}
+
 // unitView computes the response- or launch-level comparison when the spec chose that
-// unit; its Rao-Scott test then decides.
+// unit; its test then decides: Donner's adjusted chi-square over sessions for
+// responses, the t test on launch rates for launches.
 func (v *Verdict) unitView(sessions []store.SessionOutcome, index map[int64]int) {
 	if v.Unit != "response" && v.Unit != "launch" {
 		return
@@ -407,7 +591,11 @@ func (v *Verdict) unitView(sessions []store.SessionOutcome, index map[int64]int)
 			clusters[runArm[r]] = append(clusters[runArm[r]], *perRun[r])
 		}
 	}
-	uv := &UnitView{Unit: v.Unit}
+	uv := &UnitView{Unit: v.Unit, Test: "Donner's adjusted chi-square", MinLaunchesPerArm: stats.MinLaunchesPerArm}
+	if v.Unit == "launch" {
+		uv.Test = "t test on launch rates"
+		uv.Launch = make([]*stats.LaunchTest, len(v.Arms))
+	}
 	for i := range v.Arms {
 		ev, n := 0, 0
 		for _, c := range clusters[i] {
@@ -426,20 +614,48 @@ func (v *Verdict) unitView(sessions []store.SessionOutcome, index map[int64]int)
 	var unitPs []float64
 	var decided []int
 	for _, i := range v.others() {
-		if len(clusters[i]) < 2 || len(clusters[v.Baseline]) < 2 {
-			uv.Fallback = fmt.Sprintf("each arm needs at least two %ss to estimate their correlation; the session-level test decides", map[string]string{"response": "session", "launch": "launch"}[v.Unit])
+		base, arm := clusters[v.Baseline], clusters[i]
+		if v.Unit == "response" && (len(arm) < 2 || len(base) < 2) {
+			uv.Fallback = "each arm needs at least two sessions to estimate their correlation; the session-level test decides"
 			return
 		}
-		rs, err := stats.RaoScott(clusters[v.Baseline], clusters[i])
-		if err != nil {
+		if d, err := stats.DonnerAdjusted(base, arm); err == nil {
+			uv.ICC[i], uv.DE[i] = d.ICC, d.DesignEffect
+			uv.P[i], uv.NaiveP[i] = d.P, d.NaiveP
+		} else if v.Unit == "response" {
 			uv.Fallback = err.Error()
 			return
 		}
-		uv.P[i], uv.NaiveP[i], uv.ICC[i], uv.DE[i] = rs.P, rs.NaiveP, rs.ICC, rs.DesignEffect
+		if v.Unit == "launch" {
+			lt, err := stats.LaunchTTest(base, arm, 0.95)
+			if err != nil {
+				uv.Fallback = err.Error()
+				return
+			}
+			uv.Launch[i] = &lt
+			uv.P[i], uv.NaiveP[i] = lt.P, v.Arms[i].Compare.FisherP
+			if !lt.Possible {
+				uv.Inconclusive = true
+			}
+			for _, w := range lt.Warnings {
+				v.noteOnce(fmt.Sprintf("%s against %s, launches as the unit: %s.", v.Arms[i].Name, v.Arms[v.Baseline].Name, w))
+			}
+		}
 		if !v.Arms[i].Compare.Sequential {
-			unitPs = append(unitPs, rs.P)
+			unitPs = append(unitPs, uv.P[i])
 			decided = append(decided, i)
 		}
+	}
+	if uv.Inconclusive {
+		uv.Fallback = fmt.Sprintf("an arm has fewer than %d launches with analysed sessions: no launch-level conclusion is possible (run more blocks)", stats.MinLaunchesPerArm)
+		for i := range uv.P {
+			uv.P[i] = math.NaN()
+		}
+		for _, i := range decided {
+			c := v.Arms[i].Compare
+			c.AdjustedP, c.Significant, c.Direction, c.UnitDecides = math.NaN(), false, "", true
+		}
+		return
 	}
 	// Several arms against the baseline: Holm over the clustered p-values, as over the
 	// exact ones.
@@ -447,16 +663,47 @@ func (v *Verdict) unitView(sessions []store.SessionOutcome, index map[int64]int)
 	for k, i := range decided {
 		c := v.Arms[i].Compare
 		c.AdjustedP = adjusted[k]
-		c.Significant = c.AdjustedP < v.Alpha
+		c.Significant = stats.Reject(c.AdjustedP, v.Alpha)
 		c.Direction = ""
-		if c.Significant {
-			c.Direction = "higher"
-			if float64(uv.Events[i])/float64(max(uv.N[i], 1)) < float64(uv.Events[v.Baseline])/float64(max(uv.N[v.Baseline], 1)) {
-				c.Direction = "lower"
-			}
-		}
 		c.UnitDecides = true
+		if c.Significant {
+			c.Direction = direction(v.armRateDifference(i))
+		}
 	}
+}
+
+// HeadlineFamily is the declared family of claims a headline may draw from: in a
+// factorial experiment FactorialView.Family; otherwise every arm against the baseline
+// that a p-value decides (on sessions, or on the spec's unit), Holm-adjusted together,
+// the same adjustment as each Comparison.AdjustedP. Arms decided by a sequential
+// boundary spend their own alpha and are not in it; neither are arms that could not be
+// tested (no launch-level conclusion possible). A claim may be headlined only when its
+// Reject is true, quoting its AdjustedP.
+func (v *Verdict) HeadlineFamily() stats.Family {
+	if v.Factorial != nil {
+		return v.Factorial.Family
+	}
+	var claims []stats.Claim
+	for i, a := range v.Arms {
+		c := a.Compare
+		if i == v.Baseline || c == nil || c.Sequential {
+			continue
+		}
+		cl := stats.Claim{Kind: stats.ClaimArm, Name: a.Name, Scale: stats.ScaleRiskDifference, Test: "Fisher exact",
+			Estimate: c.Difference, P: c.FisherP}
+		if uv := v.UnitView; c.UnitDecides && uv != nil {
+			cl.Test, cl.P, cl.Estimate = uv.Test, uv.P[i], v.armRateDifference(i)
+		}
+		claims = append(claims, cl)
+	}
+	desc := fmt.Sprintf("%d %s against %s", len(claims), map[bool]string{true: "arm", false: "arms"}[len(claims) == 1], v.Arms[v.Baseline].Name)
+	f, err := stats.NewFamily("arms", desc, v.Alpha, claims)
+	if err != nil {
+		// Alpha is checked when the verdict is built; an error here is a bug.
+		return stats.Family{Name: "arms", Description: err.Error()}
+	}
+	f.Description = fmt.Sprintf("%d %s, Holm-adjusted together: %s", f.Tested, map[bool]string{true: "claim", false: "claims"}[f.Tested == 1], desc)
+	return f
 }
 
 // factorLabel names a term for a reader: "bf16_index_k x hicache interaction".

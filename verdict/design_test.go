@@ -11,6 +11,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/arbiterlab/arbiter/stats"
 	"github.com/arbiterlab/arbiter/store"
 )
 
@@ -27,6 +28,12 @@ type fixtureRun struct {
 
 func record(t *testing.T, name, unit string, design store.Design, runs []fixtureRun) *sqlx.DB {
 	t.Helper()
+	return recordSpec(t, name, unit, "version: 1", design, runs)
+}
+
+// recordSpec is record with the spec text stored with the experiment.
+func recordSpec(t *testing.T, name, unit, spec string, design store.Design, runs []fixtureRun) *sqlx.DB {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "d.db")
 	s, err := store.Open(path, store.Options{})
 	if err != nil {
@@ -35,7 +42,7 @@ func record(t *testing.T, name, unit string, design store.Design, runs []fixture
 	ctx := context.Background()
 	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	dj, _ := json.Marshal(design)
-	exp, err := s.CreateExperiment(ctx, store.Experiment{Name: name, SpecPath: name + ".yaml", Spec: "version: 1", Seed: 1,
+	exp, err := s.CreateExperiment(ctx, store.Experiment{Name: name, SpecPath: name + ".yaml", Spec: spec, Seed: 1,
 		Unit: unit, Alpha: 0.05, Baseline: runs[0].arm, Version: "test", Host: "h", Created: t0, Design: string(dj)})
 	if err != nil {
 		t.Fatal(err)
@@ -64,9 +71,9 @@ func record(t *testing.T, name, unit string, design store.Design, runs []fixture
 				w.Turn(store.Turn{ExperimentID: exp, RunID: runID, ArmID: id, Session: r.block*1000 + si, Index: k, Round: k / 2,
 					Started: t0, StatusCode: 200, FinishReason: "stop", Corrupted: bad && k > 0, Request: "{}", Response: "{}"})
 			}
-			st := "ok"
+			st := store.SessionOK
 			if lost {
-				st = "timeout"
+				st = store.SessionTimeout
 			}
 			w.Session(store.Session{ExperimentID: exp, RunID: runID, ArmID: id, Index: r.block*1000 + si, Block: r.block, Status: st, Turns: tps, Corrupted: bad})
 		}
@@ -208,9 +215,9 @@ func TestResponseUnitIsDecidedByTheClusteredTest(t *testing.T) {
 	// 21 of 480 responses against 0 looks overwhelming as if independent; clustered in 3
 	// sessions it is not much more than the session-level 3/60 against 0/60.
 	if !c.UnitDecides || !(uv.NaiveP[1] < 1e-5) || !(uv.P[1] > uv.NaiveP[1]*100) || math.IsNaN(uv.DE[1]) || uv.DE[1] < 2 {
-		t.Fatalf("response unit: %+v, naive p %g, Rao-Scott p %g, DE %g", c, uv.NaiveP[1], uv.P[1], uv.DE[1])
+		t.Fatalf("response unit: %+v, naive p %g, Donner p %g, DE %g", c, uv.NaiveP[1], uv.P[1], uv.DE[1])
 	}
-	if !strings.Contains(md, "## Unit of analysis: response") || !strings.Contains(md, "Donner's adjusted chi-square") {
+	if !strings.Contains(md, "## Unit of analysis: response") || uv.Test != "Donner's adjusted chi-square" {
 		t.Errorf("markdown lacks the response-unit section")
 	}
 }
@@ -250,6 +257,31 @@ func TestNoComparisonFailsTheGatesAndSaysSo(t *testing.T) {
 	}
 }
 
+// Outside a factorial design the headline family is the arms against the baseline,
+// with the same Holm adjustment as each comparison.
+func TestHeadlineFamilyOfSeveralArms(t *testing.T) {
+	db := record(t, "arms3", "session", store.Design{Blocks: 1}, []fixtureRun{
+		{arm: "control", sessions: 60},
+		{arm: "b", sessions: 60, corrupted: 12},
+		{arm: "c", sessions: 60, corrupted: 4},
+	})
+	v, _ := build(t, db, "arms3")
+	f := v.HeadlineFamily()
+	if f.Tested != 2 || f.Method != "Holm" || !strings.Contains(f.Description, "2 claims") {
+		t.Fatalf("family %+v", f)
+	}
+	for _, cl := range f.Claims {
+		for _, a := range v.Arms {
+			if a.Name == cl.Name && (a.Compare.AdjustedP != cl.AdjustedP || a.Compare.Significant != cl.Reject || a.Compare.FisherP != cl.P) {
+				t.Errorf("%s: family %+v, comparison %+v", a.Name, cl, a.Compare)
+			}
+		}
+	}
+	if h := f.Headlined(); len(h) != 1 || h[0].Name != "b" {
+		t.Errorf("headlined %+v", h)
+	}
+}
+
 func TestResponseUnitHolmAdjustsAcrossArms(t *testing.T) {
 	db := record(t, "resp3", "response", store.Design{Blocks: 1}, []fixtureRun{
 		{arm: "control", sessions: 60, turnsPerSession: 8},
@@ -260,6 +292,153 @@ func TestResponseUnitHolmAdjustsAcrossArms(t *testing.T) {
 	uv := v.UnitView
 	c := v.Arms[1].Compare
 	if !c.UnitDecides || c.AdjustedP <= uv.P[1] || math.Abs(c.AdjustedP-math.Min(1, 2*uv.P[1])) > 1e-12 {
-		t.Errorf("arm b: Rao-Scott p %g, adjusted %g; want Holm's 2p", uv.P[1], c.AdjustedP)
+		t.Errorf("arm b: Donner p %g, adjusted %g; want Holm's 2p", uv.P[1], c.AdjustedP)
+	}
+}
+
+// The factorial verdict decides its arms and interactions in one Holm family: the
+// function the simulation checks (stats.FactorialFamily) is the one the verdict uses.
+func TestFactorialFamilyDecidesTheVerdictsClaims(t *testing.T) {
+	design := store.Design{Blocks: 1, Factors: []store.DesignFactor{
+		{Name: "bf16_index_k", Levels: []string{"0", "1"}}, {Name: "hicache", Levels: []string{"off", "on"}}}}
+	lv := func(k, h string) map[string]string { return map[string]string{"bf16_index_k": k, "hicache": h} }
+	// 7 of 60 in the one cell: p = 0.013 for that arm alone, but not in a family of 6.
+	db := record(t, "fam", "session", design, []fixtureRun{
+		{arm: "bf16_index_k=0,hicache=off", levels: lv("0", "off"), sessions: 60},
+		{arm: "bf16_index_k=0,hicache=on", levels: lv("0", "on"), sessions: 60},
+		{arm: "bf16_index_k=1,hicache=off", levels: lv("1", "off"), sessions: 60},
+		{arm: "bf16_index_k=1,hicache=on", levels: lv("1", "on"), sessions: 60, corrupted: 7},
+	})
+	v, _ := build(t, db, "fam")
+	f := v.Factorial
+	if f == nil || f.Family.Tested != 6 {
+		t.Fatalf("factorial family: %+v", f)
+	}
+	var cells []stats.FactorialCell
+	var names []string
+	for _, a := range v.Arms {
+		lvl := map[string]int{"bf16_index_k": 0, "hicache": 0}
+		if a.Levels["bf16_index_k"] == "1" {
+			lvl["bf16_index_k"] = 1
+		}
+		if a.Levels["hicache"] == "on" {
+			lvl["hicache"] = 1
+		}
+		cells = append(cells, stats.FactorialCell{Levels: lvl, Events: a.Corrupted, N: a.Sessions})
+		names = append(names, a.Name)
+	}
+	want, err := stats.FactorialFamily(stats.FactorialFamilyInput{Cells: cells, Arms: names, Baseline: v.Baseline, Alpha: v.Alpha})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range want.Claims {
+		got := f.Family.Claims[i]
+		if got.Name != c.Name || got.Scale != c.Scale || !sameFloat(got.P, c.P) || !sameFloat(got.AdjustedP, c.AdjustedP) || got.Reject != c.Reject {
+			t.Errorf("claim %d: verdict %+v, stats.FactorialFamily %+v", i, got, c)
+		}
+	}
+	cmp := v.Arms[3].Compare
+	if !(cmp.FisherP < 0.05) || cmp.Significant || math.Abs(cmp.AdjustedP-6*cmp.FisherP) > 1e-12 {
+		t.Errorf("the corrupted arm: Fisher p %g, adjusted %g, significant %v; want Holm over 6 claims", cmp.FisherP, cmp.AdjustedP, cmp.Significant)
+	}
+	ai := f.Additive[0]
+	if !ai.Result.Significant || ai.Reject || !(ai.AdjustedP > 0.05) {
+		t.Errorf("interaction: unadjusted %v, adjusted p %g, reject %v", ai.Result.Significant, ai.AdjustedP, ai.Reject)
+	}
+	if cl, ok := f.Claim(stats.ClaimInteraction, "bf16_index_k x hicache", stats.ScaleLogOdds); ok {
+		t.Errorf("log-odds interaction is a claim: %+v", cl)
+	}
+}
+
+func sameFloat(a, b float64) bool { return a == b || (math.IsNaN(a) && math.IsNaN(b)) }
+
+// Launches as the unit: two launches per arm are judged by the t test on launch rates;
+// one launch per arm allows no launch-level conclusion at all.
+func TestLaunchUnitIsDecidedOnLaunches(t *testing.T) {
+	db := record(t, "launch2", "launch", store.Design{Blocks: 2}, []fixtureRun{
+		{arm: "control", block: 0, sessions: 60},
+		{arm: "treatment", block: 0, sessions: 60, corrupted: 9},
+		{arm: "control", block: 1, sessions: 60},
+		{arm: "treatment", block: 1, sessions: 60, corrupted: 7},
+	})
+	v, _ := build(t, db, "launch2")
+	uv := v.UnitView
+	if uv == nil || uv.Test != "t test on launch rates" || uv.Launch[1] == nil || uv.Inconclusive {
+		t.Fatalf("unit view %+v", uv)
+	}
+	lt := uv.Launch[1]
+	want, _ := stats.LaunchTTest([]stats.ClusterCounts{{Events: 0, Responses: 60}, {Events: 0, Responses: 60}}, []stats.ClusterCounts{{Events: 9, Responses: 60}, {Events: 7, Responses: 60}}, 0.95)
+	if lt.DF != 2 || lt.P != want.P || uv.P[1] != want.P || uv.Clusters[1] != 2 {
+		t.Errorf("launch test %+v, want %+v", lt, want)
+	}
+	c := v.Arms[1].Compare
+	if !c.UnitDecides || !c.Significant || c.Direction != "higher" || c.AdjustedP != want.P || uv.NaiveP[1] != c.FisherP {
+		t.Errorf("comparison %+v", c)
+	}
+
+	db = record(t, "launch1", "launch", store.Design{Blocks: 1}, []fixtureRun{
+		{arm: "control", sessions: 60},
+		{arm: "treatment", sessions: 60, corrupted: 14},
+	})
+	v, _ = build(t, db, "launch1")
+	uv = v.UnitView
+	c = v.Arms[1].Compare
+	if !uv.Inconclusive || uv.MinLaunchesPerArm != 2 || !strings.Contains(uv.Fallback, "no launch-level conclusion is possible") {
+		t.Fatalf("one launch per arm: %+v", uv)
+	}
+	// 14 of 60 against 0 of 60 is p = 3e-5 on sessions, but the spec chose launches.
+	if !(c.FisherP < 1e-4) || c.Significant || !c.UnitDecides || !math.IsNaN(c.AdjustedP) {
+		t.Errorf("one launch per arm decided anyway: %+v", c)
+	}
+	if f := v.HeadlineFamily(); f.Tested != 0 || len(f.Headlined()) != 0 {
+		t.Errorf("an arm with no launch-level conclusion entered the headline family: %+v", f)
+	}
+	if !strings.Contains(strings.Join(v.Caveats, "\n"), "no launch-level conclusion is possible") {
+		t.Errorf("caveats do not say it: %q", v.Caveats)
+	}
+}
+
+// After an early stop the arm's interval is the repeated confidence interval, and what
+// the stop saved is measured against the fixed design with the spec's own power.
+func TestSequentialEarlyStopIntervalAndSaving(t *testing.T) {
+	spec := `version: 1
+name: seq-plan
+analysis:
+  unit: session
+  sequential: {looks: 4}
+  plan: {p0: 0, p1: 0.15, power: 0.8}
+`
+	design := store.Design{Blocks: 4, Looks: 4, Sessions: 60}
+	// Look 1: 0/60 vs 9/60, p = 0.003, above 1.5e-5; look 2: 0/120 vs 18/120, below 0.003.
+	db := recordSpec(t, "seqplan", "session", spec, design, []fixtureRun{
+		{arm: "control", block: 0, sessions: 60},
+		{arm: "treatment", block: 0, sessions: 60, corrupted: 9},
+		{arm: "control", block: 1, sessions: 60},
+		{arm: "treatment", block: 1, sessions: 60, corrupted: 9},
+	})
+	v, _ := build(t, db, "seqplan")
+	sv := v.Sequential[0]
+	r := sv.Result
+	if r.StoppedAt != 2 || r.SessionsUsed != 240 || r.SessionsMax != 480 {
+		t.Fatalf("sequential result %+v", r)
+	}
+	c := v.Arms[1].Compare
+	fixedCI := stats.Newcombe(0, 120, 18, 120, 0.95)
+	if c.DiffCI != r.Interval || !(r.Interval.Lo < fixedCI.Lo) || !(r.Interval.Hi > fixedCI.Hi) {
+		t.Errorf("interval after the stop %+v, repeated %+v, fixed-sample %+v", c.DiffCI, r.Interval, fixedCI)
+	}
+	_, fixed := stats.FixedDesignSessions(0, 0.15, 0.05, 0.8)
+	if sv.FixedSessions != fixed || fixed != 104 || sv.TargetPower != 0.8 || sv.Saved != 104-240 || math.Abs(sv.SavedFraction-float64(104-240)/104) > 1e-12 {
+		t.Errorf("saving against the fixed design at power 0.8: %+v", sv)
+	}
+
+	// Without planned rates nothing is claimed saved.
+	db = record(t, "seqnoplan", "session", design, []fixtureRun{
+		{arm: "control", block: 0, sessions: 60},
+		{arm: "treatment", block: 0, sessions: 60, corrupted: 9},
+	})
+	v, _ = build(t, db, "seqnoplan")
+	if sv := v.Sequential[0]; sv.FixedSessions != 0 || !math.IsNaN(sv.SavedFraction) {
+		t.Errorf("no plan, yet a saving: %+v", sv)
 	}
 }

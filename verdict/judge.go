@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/arbiterlab/arbiter/stats"
+	"github.com/arbiterlab/arbiter/store"
 )
 
 // judge computes every arm's intervals, its comparison with the baseline, the
@@ -264,7 +265,7 @@ func (v *Verdict) responseView() {
 	if len(base.clusters) < 2 || len(other.clusters) < 2 {
 		return
 	}
-	rs, err := stats.RaoScott(base.clusters, other.clusters)
+	don, err := stats.DonnerAdjusted(base.clusters, other.clusters)
 	if err != nil {
 		return
 	}
@@ -272,8 +273,8 @@ func (v *Verdict) responseView() {
 	f := stats.FisherExact(base.CorruptedTurns, nb, other.CorruptedTurns, no)
 	v.Responses = &ResponseView{
 		Responses: []int{nb, no}, Corrupted: []int{base.CorruptedTurns, other.CorruptedTurns},
-		FisherP: f.PTwoSided, ICC: rs.ICC, DesignEffect: rs.DesignEffect, RaoScottP: rs.P,
-		Available: base.CorruptedTurns+other.CorruptedTurns > 0 && !math.IsNaN(rs.ICC),
+		FisherP: f.PTwoSided, ICC: don.ICC, DesignEffect: don.DesignEffect, DonnerP: don.P,
+		Available: base.CorruptedTurns+other.CorruptedTurns > 0 && !math.IsNaN(don.ICC),
 	}
 }
 
@@ -327,15 +328,19 @@ func (v *Verdict) caveats() {
 			continue
 		}
 		switch r.Status {
-		case "crashed", "wedged", "failed":
+		case "crashed", "wedged", "erroring", "timed-out", "failed":
 			faulted = append(faulted, fmt.Sprintf("%s/b%d %s (%s)", r.Arm, r.Block, r.Status, dash(r.Error)))
 		}
 	}
 	if len(faulted) > 0 {
 		add(rankProblem, "Launches that did not finish: %s. Their unfinished sessions count as lost, not as clean, and are not analysed.", strings.Join(faulted, "; "))
 	}
-	if v.Experiment.Status != "done" {
-		add(rankStatus, "The experiment is **%s**: the counts cover only what was recorded before it stopped.", v.Experiment.Status)
+	switch st := v.Experiment.State(); st {
+	case store.ExperimentDone:
+	case store.ExperimentAbandoned:
+		add(rankStatus, "The experiment is **abandoned**: the arbiter running it stopped renewing its lease (killed, or its machine went away); the counts cover only what was recorded before that. `arbiter resume %d` finishes it.", v.Experiment.ID)
+	default:
+		add(rankStatus, "The experiment is **%s**: the counts cover only what was recorded before it stopped.", st)
 	}
 	for _, a := range v.Arms {
 		if a.Sessions == 0 {
@@ -492,8 +497,12 @@ func (v *Verdict) pLabel(c *Comparison) string {
 	m := len(v.others())
 	switch {
 	case c.UnitDecides:
-		what := map[string]string{"response": "Counting responses, corrected for their clustering in sessions (Donner's adjusted chi-square),",
-			"launch": "Counting sessions, corrected for their clustering in launches (Donner's adjusted chi-square),"}[v.Unit]
+		test := "Donner's adjusted chi-square"
+		if v.UnitView != nil && v.UnitView.Test != "" {
+			test = v.UnitView.Test
+		}
+		what := map[string]string{"response": "Counting responses, corrected for their clustering in sessions (" + test + "),",
+			"launch": "Counting launches, each launch's corruption rate one observation (" + test + "),"}[v.Unit]
 		if m > 1 {
 			return fmt.Sprintf("%s gives a Holm-adjusted p = %s over %d comparisons", what, pval(c.AdjustedP), m)
 		}
@@ -527,16 +536,15 @@ func (v *Verdict) evidence(a ArmResult, mark string) string {
 		100*c.Difference, label, 100*lo, 100*hi)
 }
 
-// diffInterval is the interval the headline gives for a difference, and its label. After
-// an early stop the fixed-sample interval is too narrow; it says so until the design's
-// own interval (a repeated confidence interval from the sequential view) replaces it.
+// diffInterval is the interval the headline gives for a difference, and its label. For an
+// arm judged by sequential looks it is the repeated confidence interval, which keeps its
+// coverage whichever look the experiment stopped at (a fixed-sample interval on the same
+// counts is too narrow after an early stop).
 func (v *Verdict) diffInterval(a ArmResult) (lo, hi float64, label string) {
 	c := a.Compare
 	label = "95% CI"
-	for _, sv := range v.Sequential {
-		if sv.Arm == a.Name && sv.Result.Significant && sv.Result.StoppedAt < len(sv.Design) {
-			label = "95% CI, not adjusted for the early stop,"
-		}
+	if c.Sequential {
+		label = fmt.Sprintf("%.0f%% repeated CI", 100*(1-v.Alpha))
 	}
 	return c.DiffCI.Lo, c.DiffCI.Hi, label
 }
@@ -552,8 +560,8 @@ func (v *Verdict) decisionSentence(a ArmResult, mark string) string {
 			r := sv.Result
 			last := r.Looks[len(r.Looks)-1]
 			if r.Significant {
-				return fmt.Sprintf("The experiment stopped at look %d of %d (%d of a planned %d sessions) when the exact p = %s crossed the look's boundary %.3g: %s's corruption rate is significantly %s at overall alpha %g.",
-					last.Look, len(sv.Design), r.SessionsUsed, r.SessionsPlanned, pval(last.P), last.Threshold, a.Name, c.Direction, v.Alpha)
+				return fmt.Sprintf("The experiment stopped at look %d of %d (%d of at most %d sessions) when the exact p = %s crossed the look's boundary %.3g: %s's corruption rate is significantly %s at overall alpha %g.",
+					last.Look, len(sv.Design), r.SessionsUsed, r.SessionsMax, pval(last.P), last.Threshold, a.Name, c.Direction, v.Alpha)
 			}
 			return fmt.Sprintf("No look crossed its boundary (look %d of %d: exact p = %s, boundary %.3g): no significant difference; chance alone could produce a difference this large.",
 				last.Look, len(sv.Design), pval(last.P), last.Threshold)
@@ -567,16 +575,23 @@ func (v *Verdict) decisionSentence(a ArmResult, mark string) string {
 
 func bold(s, mark string) string { return mark + s + mark }
 
-// interactionShown says whether the headline may claim an interaction. It is the
-// risk-difference scale's decision, the one scale declared for interactions: claiming one
-// when either of two scales shows it would double the chance of a false claim. (Where the
-// design's analysis gives the interactions a Holm-adjusted p over the factorial family,
-// that decision belongs here.)
+// ciMethod names how a comparison's difference interval was computed.
+func ciMethod(c *Comparison) string {
+	if c.Sequential {
+		return "repeated confidence interval"
+	}
+	return "Newcombe"
+}
+
+// interactionShown says whether the headline may claim an interaction: its claim on the
+// risk-difference scale, the one scale declared for interactions, survived the Holm
+// adjustment over the factorial family (every arm, main effect and interaction), so
+// that a null factorial headlines anything at most alpha of the time.
 //
 // No interaction is claimed while any arm is inconclusive: every interaction pools over
 // the other factors, so the surviving sessions of a crashed arm would feed each of them.
 func (v *Verdict) interactionShown(ai AdditiveInteraction) bool {
-	return ai.Result.Significant && len(v.inconclusiveArms()) == 0
+	return ai.Reject && len(v.inconclusiveArms()) == 0
 }
 
 // inconclusiveArms names the arms whose corruption cannot be judged.
@@ -590,22 +605,26 @@ func (v *Verdict) inconclusiveArms() []string {
 	return names
 }
 
-// interactionEvidence is the headline sentence naming the interactions shown.
+// interactionEvidence is the headline sentence naming the interactions shown, each with
+// its Holm-adjusted p over the factorial family.
 func (v *Verdict) interactionEvidence(shown []AdditiveInteraction, mark string) string {
 	ref := v.Factorial.Reference
 	conf := fmt.Sprintf("%.0f%% CI", 100*(1-v.Alpha))
+	adjusted := func(ai AdditiveInteraction) string {
+		return fmt.Sprintf("Holm-adjusted p = %s over %d claims", pval(ai.AdjustedP), v.Factorial.Family.Tested)
+	}
 	if len(shown) == 1 {
 		ai := shown[0]
 		r := ai.Result
-		return fmt.Sprintf("The factorial analysis finds a %s interaction: %s=%s changes the corruption rate by %+.1f points with %s=%s and by %+.1f points with %s=%s (difference %+.1f points, %s %+.1f to %+.1f).",
+		return fmt.Sprintf("The factorial analysis finds a %s interaction: %s=%s changes the corruption rate by %+.1f points with %s=%s and by %+.1f points with %s=%s (difference %+.1f points, %s %+.1f to %+.1f; %s).",
 			bold(ai.A+" x "+ai.B, mark), ai.A, ref[ai.A][1], 100*r.EffectAt[1], ai.B, ref[ai.B][1], 100*r.EffectAt[0], ai.B, ref[ai.B][0],
-			100*r.Estimate, conf, 100*r.CI.Lo, 100*r.CI.Hi)
+			100*r.Estimate, conf, 100*r.CI.Lo, 100*r.CI.Hi, adjusted(ai))
 	}
 	var parts []string
 	for _, ai := range shown {
-		parts = append(parts, fmt.Sprintf("%s (%+.1f points, %s %+.1f to %+.1f)", bold(ai.A+" x "+ai.B, mark), 100*ai.Result.Estimate, conf, 100*ai.Result.CI.Lo, 100*ai.Result.CI.Hi))
+		parts = append(parts, fmt.Sprintf("%s (%+.1f points, %s %+.1f to %+.1f; %s)", bold(ai.A+" x "+ai.B, mark), 100*ai.Result.Estimate, conf, 100*ai.Result.CI.Lo, 100*ai.Result.CI.Hi, adjusted(ai)))
 	}
-	return fmt.Sprintf("The factorial analysis finds %d interactions on the risk-difference scale: %s.", len(shown), joinAnd(parts))
+	return fmt.Sprintf("The factorial analysis finds %d interactions: %s.", len(shown), joinAnd(parts))
 }
 
 // Headline is the verdict in at most three sentences, for the terminal: what went wrong
@@ -935,13 +954,13 @@ func (v *Verdict) Summary() map[string]any {
 			"wilson95":          []any{nanNil(a.Wilson.Lo), nanNil(a.Wilson.Hi)},
 			"clopper_pearson95": []any{nanNil(a.Exact.Lo), nanNil(a.Exact.Hi)}, "baseline": a.Name == v.Arms[v.Baseline].Name,
 			"launches": map[string]int{"total": a.Launches.Total, "done": a.Launches.Done, "crashed": a.Launches.Crashed,
-				"wedged": a.Launches.Wedged, "failed": a.Launches.Failed, "interrupted": a.Launches.Interrupted},
+				"wedged": a.Launches.Wedged, "erroring": a.Launches.Erroring, "timed_out": a.Launches.TimedOut, "failed": a.Launches.Failed, "interrupted": a.Launches.Interrupted},
 			"problems": append([]string{}, a.Problems...)}
 		if a.Levels != nil {
 			m["levels"] = a.Levels
 		}
 		if c := a.Compare; c != nil {
-			cm := map[string]any{"difference": c.Difference, "newcombe95": []float64{c.DiffCI.Lo, c.DiffCI.Hi},
+			cm := map[string]any{"difference": c.Difference, "ci95": []float64{c.DiffCI.Lo, c.DiffCI.Hi}, "ci_method": ciMethod(c),
 				"fisher_p": c.FisherP, "adjusted_p": c.AdjustedP, "significant": c.Significant && !c.Inconclusive,
 				"direction": c.Direction, "decision": c.Decision(), "launch_faults_p": nanNil(c.Launch.FisherP)}
 			if c.Inconclusive {
@@ -956,7 +975,7 @@ func (v *Verdict) Summary() map[string]any {
 		}
 		arms = append(arms, m)
 	}
-	out := map[string]any{"experiment_id": v.Experiment.ID, "name": v.Experiment.Name, "status": v.Experiment.Status,
+	out := map[string]any{"experiment_id": v.Experiment.ID, "name": v.Experiment.Name, "status": v.Experiment.State(),
 		"unit": v.Unit, "alpha": v.Alpha, "max_loss": v.MaxLoss, "arms": arms, "headline": v.headline(""),
 		"caveats": append([]string{}, v.Caveats...)}
 	if aa, passed := v.aaOutcome(); aa {

@@ -13,6 +13,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/orchestrator"
 	"github.com/arbiterlab/arbiter/store"
 )
 
@@ -65,7 +66,7 @@ func recordOutcomes(t *testing.T, example string, launches []outcomeLaunch) (*sq
 	}
 	ctx := context.Background()
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	dj, _ := json.Marshal(designOf(spec))
+	dj, _ := json.Marshal(orchestrator.DesignOf(spec))
 	exp, err := s.CreateExperiment(ctx, store.Experiment{Name: spec.Name, SpecPath: "examples/" + example + ".yaml", Spec: "version: 1",
 		Seed: spec.Workload.Seed, Unit: spec.Analysis.Unit, Alpha: spec.Analysis.Alpha, Baseline: spec.Analysis.Baseline,
 		Version: "test", Host: "h", Created: t0, Design: string(dj)})
@@ -100,7 +101,7 @@ func recordOutcomes(t *testing.T, example string, launches []outcomeLaunch) (*sq
 			status = "done"
 		}
 		code := 0
-		if err := s.UpdateRun(ctx, store.Run{ID: runID, Status: status, Error: l.err, Started: start, Ready: start.Add(300 * time.Millisecond),
+		if err := s.UpdateRun(ctx, store.Run{ID: runID, Status: store.RunStatus(status), Error: l.err, Started: start, Ready: start.Add(300 * time.Millisecond),
 			Ended: start.Add(30 * time.Second), ExitCode: &code}); err != nil {
 			t.Fatal(err)
 		}

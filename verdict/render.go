@@ -87,7 +87,7 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 	fmt.Fprintf(b, "%s\n\n", v.headline("**"))
 
 	fmt.Fprintf(b, "## What was compared\n\n")
-	fmt.Fprintf(b, "- Spec: `%s`; status **%s**; started %s", e.SpecPath, e.Status, e.CreatedAt)
+	fmt.Fprintf(b, "- Spec: `%s`; status **%s**; started %s", e.SpecPath, e.State(), e.CreatedAt)
 	if e.FinishedAt.Valid {
 		fmt.Fprintf(b, ", finished %s (%s)", e.FinishedAt.String, between(e.CreatedAt, e.FinishedAt.String))
 	}
@@ -133,12 +133,17 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 	if len(v.Arms) > 1 {
 		fmt.Fprintf(b, "\n## Against the baseline (%s)\n\n", v.Arms[v.Baseline].Name)
 		multi := len(v.others()) > 1
-		if multi {
-			fmt.Fprintf(b, "| arm | difference | 95%% CI (Newcombe) | Fisher p | Holm-adjusted p | BH q | decision |\n|---|---:|---|---:|---:|---:|---|\n")
-		} else {
-			fmt.Fprintf(b, "| arm | difference | 95%% CI (Newcombe) | Fisher p | mid-p | decision |\n|---|---:|---|---:|---:|---|\n")
+		ciLabel := "95% CI (Newcombe)"
+		for i, a := range v.Arms {
+			if i != v.Baseline && a.Compare != nil && a.Compare.Sequential {
+				ciLabel = "95% CI (repeated, sequential)"
+			}
 		}
-		base := v.Arms[v.Baseline]
+		if multi {
+			fmt.Fprintf(b, "| arm | difference | %s | Fisher p | Holm-adjusted p | BH q | decision |\n|---|---:|---|---:|---:|---:|---|\n", ciLabel)
+		} else {
+			fmt.Fprintf(b, "| arm | difference | %s | Fisher p | mid-p | decision |\n|---|---:|---|---:|---:|---|\n", ciLabel)
+		}
 		seq, unit, tilde := false, false, false
 		for i, a := range v.Arms {
 			c := a.Compare
@@ -155,11 +160,11 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 			}
 			seq, unit = seq || c.Sequential, unit || c.UnitDecides
 			tilde = tilde || c.Decision() == "none"
-			// Mid-p says nothing where neither arm has an event: every table is then
-			// the observed one.
+			// Fay's mid-p is undefined where the margins allow a single table (no
+			// event in either arm, say): every table is then the observed one.
 			mid := pval(c.MidP)
-			if base.Corrupted+a.Corrupted == 0 {
-				mid = "–"
+			if math.IsNaN(c.MidP) {
+				mid = "no mid-p"
 			}
 			last := mid
 			if multi {
@@ -220,15 +225,17 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 		}
 	}
 
+	v.divergenceSection(b)
+
 	if rv := v.Responses; rv != nil && rv.Available {
 		fmt.Fprintf(b, "\n## Why sessions, not responses\n\n")
 		fmt.Fprintf(b, "Counted as independent responses (%d of %d against %d of %d), the same data would give Fisher p = %s. ",
 			rv.Corrupted[1], rv.Responses[1], rv.Corrupted[0], rv.Responses[0], pval(rv.FisherP))
 		if rv.DesignEffect > 1.05 {
 			fmt.Fprintf(b, "But the responses of a session are correlated (intra-session correlation %.2f, design effect %.2f): ", rv.ICC, rv.DesignEffect)
-			fmt.Fprintf(b, "adjusted for that clustering (Donner's adjusted chi-square), p = %s. Responses are not independent evidence; the session-level test above is the honest one.\n", pval(rv.RaoScottP))
+			fmt.Fprintf(b, "adjusted for that clustering (Donner's adjusted chi-square), p = %s. Responses are not independent evidence; the session-level test above is the honest one.\n", pval(rv.DonnerP))
 		} else {
-			fmt.Fprintf(b, "Here the responses of a session were barely correlated (intra-session correlation %.2f, design effect %.2f; Donner's adjusted chi-square p = %s), so the two views agree; the session remains the unit the spec declared.\n", rv.ICC, rv.DesignEffect, pval(rv.RaoScottP))
+			fmt.Fprintf(b, "Here the responses of a session were barely correlated (intra-session correlation %.2f, design effect %.2f; Donner's adjusted chi-square p = %s), so the two views agree; the session remains the unit the spec declared.\n", rv.ICC, rv.DesignEffect, pval(rv.DonnerP))
 		}
 	}
 
@@ -279,8 +286,8 @@ func (v *Verdict) launchTable(b *strings.Builder) {
 		return
 	}
 	base := v.Arms[v.Baseline]
-	fmt.Fprintf(b, "A crash or a wedge is an outcome in itself: each arm's crashed or wedged launches against %s's, by Fisher's exact test on launches (launches a user interrupted are left out).\n\n", base.Name)
-	fmt.Fprintf(b, "| arm | launches | done | crashed | wedged | failed to start | Fisher p (crashed or wedged) |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(b, "A crash, a wedge, an engine that keeps failing requests or lets them time out is an outcome in itself: each arm's faulted launches against %s's, by Fisher's exact test on launches (launches a user interrupted are left out).\n\n", base.Name)
+	fmt.Fprintf(b, "| arm | launches | done | crashed | wedged | erroring | timed out | failed to start | Fisher p (faulted) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, a := range v.Arms {
 		p := "–"
 		if c := a.Compare; c != nil && !math.IsNaN(c.Launch.FisherP) {
@@ -290,7 +297,7 @@ func (v *Verdict) launchTable(b *strings.Builder) {
 			}
 		}
 		l := a.Launches
-		fmt.Fprintf(b, "| %s | %d | %d | %d | %d | %d | %s |\n", a.Name, l.Total, l.Done, l.Crashed, l.Wedged, l.Failed, p)
+		fmt.Fprintf(b, "| %s | %d | %d | %d | %d | %d | %d | %d | %s |\n", a.Name, l.Total, l.Done, l.Crashed, l.Wedged, l.Erroring, l.TimedOut, l.Failed, p)
 	}
 	fmt.Fprintf(b, "\n")
 }

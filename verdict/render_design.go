@@ -39,6 +39,9 @@ func (v *Verdict) designSections(b *strings.Builder) {
 				}
 				fmt.Fprintf(b, "| %d | %.0f%% | %.3g | %s | %s |\n", bd.Look, 100*bd.Fraction, bd.NominalP, p, crossed)
 			}
+			if note := sequentialSaving(sv); note != "" {
+				fmt.Fprintf(b, "\n%s\n", note)
+			}
 		}
 	}
 
@@ -126,9 +129,9 @@ func (v *Verdict) factorialSection(b *strings.Builder) {
 		r := f.Reference[name]
 		refs = append(refs, fmt.Sprintf("%s: %s → %s", name, r[0], r[1]))
 	}
-	fmt.Fprintf(b, "Levels compared: %s. Interactions on the risk-difference scale (pooled over any other factor; MOVER-Wilson interval) say how much the first factor's effect on the corruption rate changes with the second; the log-odds scale is a Firth-penalized logistic regression on every main effect and two-way interaction (factors coded -1/2 and +1/2, penalized likelihood-ratio p), which stays finite when a cell has no corrupted session. `~`: nothing shown on that scale at alpha %g.\n\n", strings.Join(refs, "; "), v.Alpha)
+	fmt.Fprintf(b, "Levels compared: %s. Interactions on the risk-difference scale (pooled over any other factor; MOVER-Wilson interval) say how much the first factor's effect on the corruption rate changes with the second; the log-odds scale is a Firth-penalized logistic regression on every main effect and two-way interaction (factors coded -1/2 and +1/2, penalized likelihood-ratio p), which stays finite when a cell has no corrupted session. Main effects (log odds), interactions (risk difference) and the arms are claims of one family: %s. `~`: not shown at alpha %g after that adjustment; the log-odds interactions are reported, never claimed.\n\n", strings.Join(refs, "; "), f.Family.Description, v.Alpha)
 	conf := fmt.Sprintf("%.0f%% CI", 100*(1-v.Alpha))
-	fmt.Fprintf(b, "| term | change in corruption rate | %s | odds ratio | 95%% CI | p (log-odds) |\n|---|---:|---|---:|---|---:|\n", conf)
+	fmt.Fprintf(b, "| term | change in corruption rate | %s | odds ratio | 95%% CI | p (log-odds) | Holm-adjusted p |\n|---|---:|---|---:|---|---:|---:|\n", conf)
 	additive := map[string]AdditiveInteraction{}
 	for _, ai := range f.Additive {
 		additive[ai.A+"\x00"+ai.B] = ai
@@ -151,12 +154,22 @@ func (v *Verdict) factorialSection(b *strings.Builder) {
 				}
 			}
 		}
-		or := "~"
-		if stats.Reject(t.P, v.Alpha) {
-			or = "**" + num(math.Exp(t.Estimate)) + "**"
+		// The claim this term makes in the family: a main effect on the log-odds scale,
+		// an interaction on the risk-difference scale.
+		or, adj := num(math.Exp(t.Estimate)), "–"
+		if len(t.Factors) == 1 {
+			or = "~"
+			if cl, ok := f.Claim(stats.ClaimMainEffect, t.Factors[0], stats.ScaleLogOdds); ok {
+				adj = pval(cl.AdjustedP)
+				if cl.Reject && len(v.inconclusiveArms()) == 0 {
+					or = "**" + num(math.Exp(t.Estimate)) + "**"
+				}
+			}
+		} else if ai, ok := additive[t.Factors[0]+"\x00"+t.Factors[1]]; ok {
+			adj = pval(ai.AdjustedP)
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s – %s | %s |\n", factorLabel(t), dash(rd), dash(rdCI), or,
-			num(math.Exp(t.CI.Lo)), num(math.Exp(t.CI.Hi)), pval(t.P))
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s – %s | %s | %s |\n", factorLabel(t), dash(rd), dash(rdCI), or,
+			num(math.Exp(t.CI.Lo)), num(math.Exp(t.CI.Hi)), pval(t.P), adj)
 	}
 	if note := sharedPNote(f.Result.Terms); note != "" {
 		fmt.Fprintf(b, "\n%s\n", note)
@@ -216,4 +229,20 @@ func num(x float64) string {
 		return fmt.Sprintf("%.2g", x)
 	}
 	return fmt.Sprintf("%.2f", x)
+}
+
+// sequentialSaving compares the sessions a sequential arm used with the fixed design
+// that reaches the spec's own target power: a saving is only a saving against the
+// design the spec would otherwise have run, not against the sequential design's ceiling.
+func sequentialSaving(sv SequentialView) string {
+	r := sv.Result
+	if sv.FixedSessions <= 0 {
+		return fmt.Sprintf("It used %d of at most %d sessions (both arms); the spec plans no rates (`analysis.plan`), so no fixed design to compare with.", r.SessionsUsed, r.SessionsMax)
+	}
+	what := fmt.Sprintf("%d fewer (%.0f%% saved)", sv.Saved, 100*sv.SavedFraction)
+	if sv.Saved < 0 {
+		what = fmt.Sprintf("%d more", -sv.Saved)
+	}
+	return fmt.Sprintf("It used %d of at most %d sessions (both arms); a fixed design with the plan's power %.2f needs %d: %s.",
+		r.SessionsUsed, r.SessionsMax, sv.TargetPower, sv.FixedSessions, what)
 }

@@ -27,6 +27,9 @@ type Verdict struct {
 	Runs       []RunFact
 	Rounds     []RoundRow
 	Detectors  []DetectorRow
+	// Divergence is, per non-baseline arm, how its outputs departed from the baseline's
+	// at temperature 0; empty when the divergence pass did not run.
+	Divergence []DivergenceRow
 	Responses  *ResponseView // the response-level view, when turns were recorded
 	Caveats    []string
 
@@ -98,7 +101,7 @@ type ArmResult struct {
 // Comparison is an arm against the baseline.
 type Comparison struct {
 	Difference float64
-	DiffCI     stats.Interval // Newcombe hybrid score
+	DiffCI     stats.Interval // Newcombe hybrid score; the repeated confidence interval for sequential arms
 	FisherP    float64
 	MidP       float64
 	AdjustedP  float64 // Holm-adjusted over every comparison; equal to FisherP with one
@@ -138,12 +141,13 @@ func (c *Comparison) Decision() string {
 
 // LaunchCounts tallies an arm's launches by how they ended.
 type LaunchCounts struct {
-	Total, Done, Crashed, Wedged, Failed, Interrupted int
+	Total, Done, Crashed, Wedged, Erroring, TimedOut, Failed, Interrupted int
 }
 
-// Faulted are the launches whose engine crashed or wedged under the workload: the
-// faults arbiter exists to find, compared between arms like corruption.
-func (l LaunchCounts) Faulted() int { return l.Crashed + l.Wedged }
+// Faulted are the launches whose engine crashed, wedged, kept failing requests or let
+// them time out under the workload: the faults arbiter exists to find, compared between
+// arms like corruption.
+func (l LaunchCounts) Faulted() int { return l.Crashed + l.Wedged + l.Erroring + l.TimedOut }
 
 // LaunchComparison is an exact test of faulted (crashed or wedged) launches of an arm
 // against the baseline's. With one launch per arm it cannot show a difference; it says
@@ -157,6 +161,7 @@ type LaunchComparison struct {
 
 // RunFact is one launch as the verdict reports it.
 type RunFact struct {
+	ID                 int64 // the run's id in the database
 	Arm, Status, Error string
 	Block              int
 	Startup, Duration  string
@@ -194,7 +199,7 @@ type ResponseView struct {
 	FisherP      float64 // naive, responses as independent
 	ICC          float64
 	DesignEffect float64
-	RaoScottP    float64
+	DonnerP      float64
 	Available    bool
 }
 
@@ -267,6 +272,9 @@ func Build(ctx context.Context, db *sqlx.DB, ref string) (*Verdict, error) {
 	if err := v.loadRuns(ctx, db, index); err != nil {
 		return nil, err
 	}
+	if err := v.loadDivergence(ctx, db, index); err != nil {
+		return nil, err
+	}
 	v.account()
 	if err := v.loadOutcomes(ctx, db); err != nil {
 		return nil, err
@@ -298,6 +306,10 @@ func (v *Verdict) account() {
 			l.Crashed++
 		case "wedged":
 			l.Wedged++
+		case "erroring":
+			l.Erroring++
+		case "timed-out":
+			l.TimedOut++
 		case "failed":
 			l.Failed++
 		case "interrupted":
@@ -328,7 +340,8 @@ func (v *Verdict) account() {
 
 // faultKinds are the ways a launch fails that make its arm's decision inconclusive, by
 // run status, in the words a verdict uses.
-var faultKinds = []struct{ status, verb string }{{"crashed", "crashed"}, {"wedged", "wedged"}, {"failed", "failed to start"}}
+var faultKinds = []struct{ status, verb string }{{"crashed", "crashed"}, {"wedged", "wedged"},
+	{"erroring", "kept failing requests"}, {"timed-out", "let requests time out"}, {"failed", "failed to start"}}
 
 func lossShare(a *ArmResult) float64 { return float64(a.Lost) / float64(a.Planned) }
 
@@ -500,7 +513,7 @@ func (v *Verdict) loadRuns(ctx context.Context, db *sqlx.DB, index map[int64]int
 		return err
 	}
 	for _, r := range runs {
-		f := RunFact{Arm: v.Arms[index[r.ArmID]].Name, Status: r.Status, Block: r.Block, Endpoint: r.Endpoint}
+		f := RunFact{ID: r.ID, Arm: v.Arms[index[r.ArmID]].Name, Status: string(r.Status), Block: r.Block, Endpoint: r.Endpoint}
 		if r.Error.Valid {
 			f.Error = r.Error.String
 		}

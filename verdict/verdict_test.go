@@ -3,6 +3,7 @@ package verdict
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/orchestrator"
 	"github.com/arbiterlab/arbiter/store"
 )
 
@@ -78,29 +80,14 @@ type launch struct {
 
 // fixture is an example's recorded experiment.
 type fixture struct {
-	example      string // examples/NAME.yaml
-	runs         []launch
+	example string // examples/NAME.yaml
+	runs    []launch
+	// divergence, when set, records the divergence pass as a temperature-0 run leaves
+	// it: every session of a non-baseline arm compared with the baseline's of its block,
+	// diverging at its first corrupted turn.
+	divergence   bool
 	stoppedEarly string
 	status       string // "done" when empty
-}
-
-func designOf(spec *arms.Spec) store.Design {
-	maxLoss := spec.Analysis.MaxLoss
-	d := store.Design{Blocks: max(spec.Blocks, 1), Looks: spec.Analysis.Sequential.Looks, Margin: spec.Analysis.Margin,
-		AA: spec.Analysis.AA, Sessions: spec.Workload.Sessions, Rounds: spec.Workload.Rounds,
-		Concurrency: spec.Workload.Concurrency, MaxLoss: &maxLoss, Workload: spec.Workload.Describe(),
-		ThroughputMargin: spec.Analysis.ThroughputMargin}
-	if spec.Workload.Kind != arms.DefaultWorkload {
-		d.Kind = spec.Workload.Kind
-	}
-	for _, f := range spec.Factors {
-		df := store.DesignFactor{Name: f.Name}
-		for _, l := range f.Levels {
-			df.Levels = append(df.Levels, l.Name)
-		}
-		d.Factors = append(d.Factors, df)
-	}
-	return d
 }
 
 // recordFixture writes f into a fresh database and returns it opened read-only.
@@ -122,7 +109,7 @@ func recordFixture(t *testing.T, f fixture) (*sqlx.DB, string) {
 	}
 	ctx := context.Background()
 	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	dj, _ := json.Marshal(designOf(spec))
+	dj, _ := json.Marshal(orchestrator.DesignOf(spec))
 	baseline := spec.Analysis.Baseline
 	if baseline == "" {
 		baseline = armList[0].Name
@@ -149,6 +136,8 @@ func recordFixture(t *testing.T, f fixture) (*sqlx.DB, string) {
 	}
 	rounds := spec.Workload.Rounds
 	w := s.NewWriter(store.WriterOptions{})
+	runOf := map[string]int64{} // arm and block to run, for the divergence rows
+	var div []store.SessionDivergence
 	for k, r := range f.runs {
 		armID, ok := armIDs[r.arm]
 		if !ok {
@@ -166,8 +155,9 @@ func recordFixture(t *testing.T, f fixture) (*sqlx.DB, string) {
 		if status == "crashed" {
 			code = 139
 		}
+		runOf[fmt.Sprint(r.arm, r.block)] = runID
 		info, _ := json.Marshal(map[string]any{"version": "refserve 0.1", "env": envs[r.arm]})
-		if err := s.UpdateRun(ctx, store.Run{ID: runID, Status: status, Error: r.err, Started: start, Ready: start.Add(300 * time.Millisecond),
+		if err := s.UpdateRun(ctx, store.Run{ID: runID, Status: store.RunStatus(status), Error: r.err, Started: start, Ready: start.Add(300 * time.Millisecond),
 			Ended: start.Add(20 * time.Second), ExitCode: &code, ServerInfo: string(info)}); err != nil {
 			t.Fatal(err)
 		}
@@ -199,7 +189,18 @@ func recordFixture(t *testing.T, f fixture) (*sqlx.DB, string) {
 					turns++
 				}
 			}
-			row := store.Session{ExperimentID: exp, RunID: runID, ArmID: armID, Index: index, Block: r.block, Status: o.status, Turns: turns, Corrupted: first >= 0}
+			if f.divergence && r.arm != baseline {
+				d := store.SessionDivergence{RunID: runID, Session: index, Compared: turns}
+				if first >= 0 {
+					d.Turn = sql.NullInt64{Int64: int64(first), Valid: true}
+					d.Field = sql.NullString{String: "content", Valid: true}
+					d.Rune = sql.NullInt64{Valid: true}
+					d.ArmExcerpt = sql.NullString{String: "<｜DSML｜tool_calls>", Valid: true}
+					d.BaselineExcerpt = sql.NullString{Valid: true}
+				}
+				div = append(div, d)
+			}
+			row := store.Session{ExperimentID: exp, RunID: runID, ArmID: armID, Index: index, Block: r.block, Status: store.SessionStatus(o.status), Turns: turns, Corrupted: first >= 0}
 			if first >= 0 {
 				row.FirstCorruptedTurn = &first
 			}
@@ -209,6 +210,14 @@ func recordFixture(t *testing.T, f fixture) (*sqlx.DB, string) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
+	if f.divergence {
+		for i := range div {
+			div[i].BaselineRunID = runOf[fmt.Sprint(baseline, 0)]
+		}
+		if err := s.WriteDivergence(ctx, exp, div, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if f.stoppedEarly != "" {
 		s.StopEarly(ctx, exp, f.stoppedEarly)
 	}
@@ -216,7 +225,7 @@ func recordFixture(t *testing.T, f fixture) (*sqlx.DB, string) {
 	if status == "" {
 		status = "done"
 	}
-	s.FinishExperiment(ctx, exp, status, "", t0.Add(time.Hour))
+	s.FinishExperiment(ctx, exp, store.ExperimentStatus(status), "", t0.Add(time.Hour))
 	s.Close()
 	db, err := store.OpenReadOnly(path)
 	if err != nil {
@@ -229,7 +238,7 @@ func recordFixture(t *testing.T, f fixture) (*sqlx.DB, string) {
 // The examples' recorded outcomes: what a run of each against refserve typically gives.
 var examples = map[string]fixture{
 	// The decisive A/B: bf16 index-K corrupts about 15% of sessions, fp8 none.
-	"quickstart": {example: "quickstart", runs: []launch{
+	"quickstart": {example: "quickstart", divergence: true, runs: []launch{
 		{arm: "treatment", sessions: join(finished(60, 0, 1, 1, 2, 2, 2, 3, 3, 3))},
 		{arm: "control", sessions: finished(60)},
 	}},

@@ -237,7 +237,9 @@ wait:
 	}
 	deadline.Stop()
 
-	// The abort.
+	// The abort. A run stopped before it (an interrupt) cut nothing; one stopped after it
+	// (the watchdog, once the engine wedged) leaves the cut sessions cut.
+	stoppedBefore := ctx.Err() != nil
 	p.AbortedAt = time.Now()
 	switch p.Abort {
 	case AbortDisconnect:
@@ -336,11 +338,13 @@ wait:
 			p.Finished++ // finished before the abort: not cut
 		case endedBefore:
 			res.Status, res.Err = sessionStatus(ctx, s.err), s.err.Error()
-		case ctx.Err() != nil:
-			// The run was interrupted: the interrupt, not the cascade, ended it.
+		case stoppedBefore:
+			// The run was stopped before the abort: that, not the cascade, ended it.
 			res.Status, res.Err = SessionAborted, ctx.Err().Error()
 		default:
-			turn.Cut = true
+			// Cut on purpose: arbiter's doing, which says nothing of the engine's
+			// progress (the watchdog leaves cancelled turns out).
+			turn.Cut, turn.Failure = true, FailureCancelled
 			p.Aborted++
 		}
 		r.rec.Turn(turn)

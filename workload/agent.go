@@ -166,6 +166,8 @@ func runToolcallAgent(ctx context.Context, cfg Config, base string, rec Recorder
 	conc := max(cfg.Concurrency, 1)
 	client := NewClient(conc)
 	client.RequestTimeout, client.StallTimeout = cfg.RequestTimeout, cfg.StallTimeout
+	client.OnToken = cfg.OnToken
+	client.MaxResponseBytes = cfg.MaxResponseBytes
 	defer client.CloseIdleConnections()
 
 	model := cfg.Model
@@ -293,6 +295,7 @@ func (s *agentSession) send(ctx context.Context, round int) Exchange {
 		Started:    ex.Started,
 		Request:    ex.Request,
 		Tools:      s.script.Tools,
+		ToolChoice: req.ToolChoice,
 		StatusCode: ex.StatusCode,
 		Response:   ex.Completion,
 		Raw:        ex.Raw,
@@ -311,6 +314,7 @@ func (s *agentSession) send(ctx context.Context, round int) Exchange {
 	}
 	if ex.Err != nil {
 		t.Err = ex.Err.Error()
+		t.Failure = failureOf(ctx, ex.Err)
 	}
 	s.turns++
 	s.rec.Turn(t)

@@ -322,14 +322,16 @@ func TestToolResult(t *testing.T) {
 		t.Fatal("different cities, same answer")
 	}
 	for _, c := range []struct{ tool, args, want string }{
-		{"get_weather", `{"city":"Oslo"}`, `missing required argument \"unit\"`},
+		{"get_weather", `{"city":"Oslo"}`, `get_weather: args: missing required field \"unit\"`},
 		{"get_weather", `{"city":"Oslo","unit":"kelvin"}`, "is not one of"},
 		{"get_weather", `{"city":7,"unit":"celsius"}`, "want string"},
-		{"get_weather", `{"city":"Oslo","unit":"celsius","x":1}`, `unexpected argument \"x\"`},
-		{"get_weather", `{"arguments":{"city":"Oslo"}}`, "missing required argument"},
+		{"get_weather", `{"city":"Oslo","unit":"celsius","x":1}`, `unexpected field \"x\"`},
+		{"get_weather", `{"arguments":{"city":"Oslo"}}`, "missing required field"},
 		{"get_weather", `<｜DSML｜invoke name="get_weather">`, "not a JSON object"},
 		{"get_weather", `["Oslo"]`, "not a JSON object"},
-		{"search_docs", `{"query":"q","top_k":11}`, "outside [1, 10]"},
+		{"search_docs", `{"query":"q","top_k":11}`, "search_docs: args.top_k: 11 is above maximum 10"},
+		{"search_docs", `{"query":"q","top_k":0}`, "args.top_k: 0 is below minimum 1"},
+		{"convert_currency", `{"amount":-5,"from":"USD","to":"XXX"}`, `args.amount: -5 is below minimum 0; args.to: \"XXX\" is not one of`},
 		{"search_docs", `{"query":"q","top_k":2.5}`, "want integer"},
 		{"run_sql", `{"query":"drop table t","read_only":true}`, "only SELECT"},
 	} {

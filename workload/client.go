@@ -25,6 +25,14 @@ const (
 // maxErrorBody bounds how much of a non-2xx body is kept.
 const maxErrorBody = 1 << 20
 
+// DefaultMaxResponseBytes caps one response when Client.MaxResponseBytes is 0: 8 MiB,
+// some 40,000 streamed tokens at about 200 bytes of SSE per token.
+const DefaultMaxResponseBytes = 8 << 20
+
+// KeptPrefixBytes is how much of a response that ran past its cap is kept in
+// Exchange.Raw, for diagnosis: the rest is dropped as it arrives.
+const KeptPrefixBytes = 64 << 10
+
 // Errors a request can end with; Exchange.Err wraps one of them (or a transport error).
 var (
 	// ErrStalled: no stream event arrived within the stall timeout.
@@ -35,6 +43,8 @@ var (
 	ErrBrokenStream = errors.New("stream broken")
 	// ErrNoChoices: a 2xx response carried no choice at all.
 	ErrNoChoices = errors.New("response has no choices")
+	// ErrResponseTooLarge: the response ran past Client.MaxResponseBytes.
+	ErrResponseTooLarge = errors.New("response too large")
 )
 
 // StatusError is a non-2xx answer; Message is the server's error message when its body
@@ -60,6 +70,16 @@ type Client struct {
 	// 0: DefaultStallTimeout. SSE comments do not count as events: a keep-alive says
 	// the connection lives, not that the engine makes progress.
 	StallTimeout time.Duration
+	// OnToken, if set, is called whenever generated text arrives: a stream event that
+	// carries content or tool-call bytes, or a whole non-streamed answer that does. A
+	// liveness watchdog counts it as progress, which an empty keep-alive event is not.
+	// It is called from the request's goroutine and must be quick.
+	OnToken func()
+	// MaxResponseBytes caps one response body, SSE framing included; 0:
+	// DefaultMaxResponseBytes. A response that runs past it is cut off there: the
+	// exchange ends with ErrResponseTooLarge and keeps only its first KeptPrefixBytes,
+	// so that concurrent giant replies cost at most concurrency x this in memory.
+	MaxResponseBytes int64
 }
 
 var defaultHTTP = newHTTPClient(16)
@@ -99,6 +119,13 @@ func (c *Client) httpClient() *http.Client {
 	return defaultHTTP
 }
 
+func (c *Client) maxResponse() int64 {
+	if c.MaxResponseBytes > 0 {
+		return c.MaxResponseBytes
+	}
+	return DefaultMaxResponseBytes
+}
+
 func (c *Client) timeouts() (request, stall time.Duration) {
 	request, stall = c.RequestTimeout, c.StallTimeout
 	if request <= 0 {
@@ -119,7 +146,8 @@ type Exchange struct {
 	StatusCode int
 	// Completion is the assembled response (partial when Err is set).
 	Completion openai.ChatCompletion
-	// Raw is the body exactly as received, up to the failure if any.
+	// Raw is the body exactly as received, up to the failure if any; of a response over
+	// the client's cap, its first KeptPrefixBytes (cut after the last whole SSE event).
 	Raw []byte
 	// TTFT is the time to the first content or tool-call delta; 0 if none came. A
 	// non-streamed answer has its first token when it has all of them: TTFT = Latency.
@@ -131,8 +159,8 @@ type Exchange struct {
 	LastDelta time.Duration
 	Deltas    int
 	// Err is nil when the request completed, whatever the content. It wraps ErrStalled,
-	// ErrRequestTimeout, ErrBrokenStream, ErrNoChoices, a *StatusError, or the context's
-	// error when the caller cancelled.
+	// ErrRequestTimeout, ErrBrokenStream, ErrNoChoices, ErrResponseTooLarge, a
+	// *StatusError, or the context's error when the caller cancelled.
 	Err error
 
 	// hooks are the context's StreamHooks (WithStreamHooks).
@@ -215,26 +243,57 @@ func (c *Client) Chat(ctx context.Context, base string, req openai.ChatRequest) 
 		return ex
 	}
 
+	limit := c.maxResponse()
+	tooLarge := func() error {
+		return fmt.Errorf("workload: request %s: response exceeded %d bytes (workload.max_response_bytes): %w", req.RID, limit, ErrResponseTooLarge)
+	}
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if !req.Stream || mt == "application/json" {
 		// An engine may answer a stream request with one JSON body (some do on
 		// validation errors that still carry 200); read it as such.
-		readWhole(&ex, resp.Body, failure)
+		readWhole(&ex, resp.Body, resp.ContentLength, limit, tooLarge, failure)
+		if ex.TTFT > 0 && c.OnToken != nil {
+			c.OnToken()
+		}
 		return ex
 	}
-	readStream(&ex, resp.Body, stallTimer, stall, failure)
+	readStream(&ex, resp.Body, limit, tooLarge, stallTimer, stall, c.OnToken, failure)
 	return ex
 }
 
-func readWhole(ex *Exchange, body io.Reader, failure func(string, error) error) {
-	raw, err := io.ReadAll(body)
-	ex.Raw = raw
+// readWhole reads a JSON body of at most limit bytes. A longer one (by its
+// Content-Length, or as it arrives) is not read past limit: its first KeptPrefixBytes
+// are kept and the exchange fails.
+func readWhole(ex *Exchange, body io.Reader, length, limit int64, tooLarge func() error, failure func(string, error) error) {
+	if length > limit {
+		ex.Raw, _ = io.ReadAll(io.LimitReader(body, KeptPrefixBytes))
+		ex.Latency = time.Since(ex.Started)
+		ex.Err = tooLarge()
+		return
+	}
+	var raw rawBody
+	buf := make([]byte, 32<<10)
+	var err error
+	for err == nil && int64(raw.n) <= limit {
+		var n int
+		n, err = body.Read(buf)
+		raw.write(buf[:n])
+	}
+	if err == io.EOF {
+		err = nil
+	}
 	ex.Latency = time.Since(ex.Started)
+	if int64(raw.n) > limit {
+		ex.Raw = raw.prefix(KeptPrefixBytes)
+		ex.Err = tooLarge()
+		return
+	}
+	ex.Raw = raw.bytes()
 	if err != nil {
 		ex.Err = failure("read", err)
 		return
 	}
-	if err := json.Unmarshal(raw, &ex.Completion); err != nil {
+	if err := json.Unmarshal(ex.Raw, &ex.Completion); err != nil {
 		ex.Err = fmt.Errorf("workload: decode completion: %w: %w", ErrBrokenStream, err)
 		return
 	}
@@ -247,7 +306,11 @@ func readWhole(ex *Exchange, body io.Reader, failure func(string, error) error) 
 	}
 }
 
-func readStream(ex *Exchange, body io.Reader, stallTimer *time.Timer, stall time.Duration, failure func(string, error) error) {
+// readStream reads an SSE body of at most limit bytes, assembling the completion as
+// events arrive. At the limit it stops reading: the raw prefix up to the last whole event
+// within KeptPrefixBytes is kept, with the completion those events make.
+func readStream(ex *Exchange, body io.Reader, limit int64, tooLarge func() error, stallTimer *time.Timer, stall time.Duration,
+	onToken func(), failure func(string, error) error) {
 	var (
 		dec sseDecoder
 		asm streamAssembly
@@ -269,12 +332,23 @@ func readStream(ex *Exchange, body io.Reader, stallTimer *time.Timer, stall time
 				ex.hooks.FirstDelta()
 			}
 		}
+		if delta && onToken != nil {
+			onToken()
+		}
 		return nil
 	}
+	var raw rawBody
 	for {
 		n, rerr := body.Read(buf)
+		if int64(raw.n)+int64(n) > limit {
+			ex.Latency = time.Since(ex.Started)
+			ex.Raw = raw.keptPrefix()
+			ex.Completion, _ = AssembleStream(ex.Raw)
+			ex.Err = tooLarge()
+			return
+		}
 		if n > 0 {
-			ex.Raw = append(ex.Raw, buf[:n]...)
+			raw.write(buf[:n])
 			if err := dec.Feed(buf[:n], emit); err != nil {
 				ex.Err = fmt.Errorf("workload: stream: %w", err)
 				break
@@ -292,10 +366,67 @@ func readStream(ex *Exchange, body io.Reader, stallTimer *time.Timer, stall time
 		}
 	}
 	ex.Latency = time.Since(ex.Started)
+	ex.Raw = raw.bytes()
 	ex.Completion = asm.completion()
 	if ex.Err == nil && len(ex.Completion.Choices) == 0 {
 		ex.Err = fmt.Errorf("workload: stream of %d events: %w", asm.events, ErrNoChoices)
 	}
+}
+
+// rawBody keeps a streamed body as it arrives, in chunks that grow from 4 KiB to 1 MiB
+// and are joined once, at the exact length, when the body is complete. One growing slice
+// would copy a long body over and over, and the garbage of the copies of several
+// concurrent multi-megabyte streams would be most of arbiter's memory.
+type rawBody struct {
+	full [][]byte // chunks filled to their capacity
+	cur  []byte
+	n    int
+}
+
+func (r *rawBody) write(p []byte) {
+	r.n += len(p)
+	for len(p) > 0 {
+		if len(r.cur) == cap(r.cur) {
+			if r.cur != nil {
+				r.full = append(r.full, r.cur)
+			}
+			r.cur = make([]byte, 0, min(max(4<<10, 2*cap(r.cur)), 1<<20))
+		}
+		k := min(len(p), cap(r.cur)-len(r.cur))
+		r.cur = append(r.cur, p[:k]...)
+		p = p[k:]
+	}
+}
+
+// bytes is the whole body; nil when nothing arrived.
+func (r *rawBody) bytes() []byte {
+	if len(r.full) == 0 {
+		return r.cur
+	}
+	out := make([]byte, 0, r.n)
+	for _, c := range r.full {
+		out = append(out, c...)
+	}
+	return append(out, r.cur...)
+}
+
+// prefix is a copy of the body's first n bytes.
+func (r *rawBody) prefix(n int) []byte {
+	p := make([]byte, 0, min(r.n, n))
+	for _, c := range append(r.full, r.cur) {
+		p = append(p, c[:min(len(c), cap(p)-len(p))]...)
+	}
+	return p
+}
+
+// keptPrefix is what is kept of a stream that ran past its cap: its first
+// KeptPrefixBytes, cut after the last event that ends within them.
+func (r *rawBody) keptPrefix() []byte {
+	p := r.prefix(KeptPrefixBytes)
+	if end := bytes.LastIndex(p, []byte("\n\n")); end >= 0 {
+		p = p[:end+2]
+	}
+	return p
 }
 
 // errorMessage extracts the message of an OpenAI error envelope, else the body's start.

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -243,5 +244,94 @@ func TestChatTTFTWaitsForContent(t *testing.T) {
 	ex := (&Client{}).Chat(context.Background(), srv.URL, weatherRequest("r11", true))
 	if ex.Err != nil || ex.TTFT != 0 || ex.Latency <= 0 {
 		t.Fatalf("empty answer: TTFT %v latency %v err %v, want TTFT 0", ex.TTFT, ex.Latency, ex.Err)
+	}
+}
+
+// giantServer answers every chat completion with content of size bytes: one JSON body
+// (with or without Content-Length), SSE events of 4 KiB, or one SSE event. It counts the
+// bytes it managed to write, so a test can see the client stopped reading.
+func giantServer(t *testing.T, mode string, size int) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	var written atomic.Int64
+	chunk := func(content string) []byte {
+		b, _ := json.Marshal(openai.ChatCompletionChunk{ID: "c1", Object: "chat.completion.chunk", Model: "m",
+			Choices: []openai.ChunkChoice{{Delta: openai.Delta{Content: content}}}})
+		return []byte("data: " + string(b) + "\n\n")
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		write := func(b []byte) bool {
+			n, err := w.Write(b)
+			written.Add(int64(n))
+			return err == nil
+		}
+		switch mode {
+		case "body", "chunked-body":
+			b, _ := json.Marshal(openai.ChatCompletion{ID: "c1", Object: "chat.completion", Model: "m",
+				Choices: []openai.Choice{{Message: openai.Message{Role: "assistant", Content: strings.Repeat("b", size)}, FinishReason: "stop"}}})
+			w.Header().Set("Content-Type", "application/json")
+			if mode == "body" {
+				w.Header().Set("Content-Length", fmt.Sprint(len(b)))
+			}
+			for len(b) > 0 && write(b[:min(len(b), 32<<10)]) {
+				b = b[min(len(b), 32<<10):]
+			}
+		case "stream":
+			w.Header().Set("Content-Type", "text/event-stream")
+			piece := strings.Repeat("s", 4096)
+			for n := 0; n < size && write(chunk(piece)); n += len(piece) {
+			}
+			write([]byte("data: [DONE]\n\n"))
+		case "event":
+			w.Header().Set("Content-Type", "text/event-stream")
+			write(chunk(strings.Repeat("e", size)))
+			write([]byte("data: [DONE]\n\n"))
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &written
+}
+
+func TestChatStopsReadingAtTheResponseCap(t *testing.T) {
+	const limit = 1 << 20
+	for _, tc := range []struct {
+		mode   string
+		stream bool
+	}{{"body", false}, {"chunked-body", false}, {"stream", true}, {"event", true}} {
+		t.Run(tc.mode, func(t *testing.T) {
+			srv, written := giantServer(t, tc.mode, 16<<20)
+			c := &Client{MaxResponseBytes: limit}
+			ex := c.Chat(context.Background(), srv.URL, weatherRequest("big", tc.stream))
+			if !errors.Is(ex.Err, ErrResponseTooLarge) || !strings.Contains(ex.Err.Error(), "response exceeded 1048576 bytes") {
+				t.Fatalf("err = %v, want the response cap", ex.Err)
+			}
+			if len(ex.Raw) == 0 || len(ex.Raw) > KeptPrefixBytes {
+				t.Fatalf("kept %d bytes of raw, want a prefix of at most %d", len(ex.Raw), KeptPrefixBytes)
+			}
+			if cap(ex.Raw) > KeptPrefixBytes {
+				t.Errorf("the kept prefix holds on to a %d-byte buffer", cap(ex.Raw))
+			}
+			if tc.mode == "stream" {
+				// Cut after a whole event, and the completion is what those events say.
+				if !bytes.HasSuffix(ex.Raw, []byte("\n\n")) {
+					t.Errorf("raw prefix ends mid-event: %q", ex.Raw[max(len(ex.Raw)-40, 0):])
+				}
+				got := ex.Completion.Choices[0].Message.Content
+				if len(got) == 0 || strings.Trim(got, "s") != "" || len(got)%4096 != 0 {
+					t.Errorf("completion from the prefix has %d bytes of content", len(got))
+				}
+			}
+			// The server could not write much past what arbiter read: the client
+			// closed the connection instead of draining 16 MiB.
+			srv.CloseClientConnections()
+			if w := written.Load(); w >= 16<<20 {
+				t.Errorf("server wrote all %d bytes: the client drained the response", w)
+			}
+		})
+	}
+	// A response within the cap is whole.
+	srv, _ := giantServer(t, "stream", 512<<10)
+	ex := (&Client{MaxResponseBytes: limit}).Chat(context.Background(), srv.URL, weatherRequest("ok", true))
+	if ex.Err != nil || len(ex.Completion.Choices[0].Message.Content) != 512<<10 {
+		t.Fatalf("a 512 KiB reply under a 1 MiB cap: err %v, %d bytes", ex.Err, len(ex.Raw))
 	}
 }

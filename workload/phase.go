@@ -140,6 +140,7 @@ type runner struct {
 func newRunner(ctx context.Context, cfg Config, base string, rec Recorder, conc int) (*runner, error) {
 	client := NewClient(conc)
 	client.RequestTimeout, client.StallTimeout = cfg.RequestTimeout, cfg.StallTimeout
+	client.OnToken, client.MaxResponseBytes = cfg.OnToken, cfg.MaxResponseBytes
 	model := cfg.Model
 	if model == "" {
 		ids, err := client.ListModels(ctx, base)
@@ -180,15 +181,16 @@ func (r *runner) chatRequest(session, turn int, msgs []openai.Message, maxTokens
 // exchange sends req and returns its Turn, not yet reported.
 func (r *runner) exchange(ctx context.Context, session, index, round int, req openai.ChatRequest) (Turn, Exchange) {
 	ex := r.client.Chat(ctx, r.base, req)
-	return turnOf(ex, session, index, round, req.Tools), ex
+	return turnOf(ctx, ex, session, index, round, req), ex
 }
 
-// turnOf is the Turn of an exchange.
-func turnOf(ex Exchange, session, index, round int, tools []openai.Tool) Turn {
+// turnOf is the Turn of an exchange; ctx is the request's, which says whether arbiter
+// cancelled it.
+func turnOf(ctx context.Context, ex Exchange, session, index, round int, req openai.ChatRequest) Turn {
 	t := Turn{
-		Session: session, Index: index, Round: round, Started: ex.Started, Request: ex.Request, Tools: tools,
-		StatusCode: ex.StatusCode, Response: ex.Completion, Raw: ex.Raw, TTFT: ex.TTFT, Latency: ex.Latency,
-		Deltas: ex.Deltas,
+		Session: session, Index: index, Round: round, Started: ex.Started, Request: ex.Request, Tools: req.Tools,
+		ToolChoice: req.ToolChoice, StatusCode: ex.StatusCode, Response: ex.Completion, Raw: ex.Raw, TTFT: ex.TTFT,
+		Latency: ex.Latency, Deltas: ex.Deltas,
 	}
 	if ex.Deltas > 1 {
 		t.DecodeTime = ex.LastDelta - ex.TTFT
@@ -201,6 +203,7 @@ func turnOf(ex Exchange, session, index, round int, tools []openai.Tool) Turn {
 	}
 	if ex.Err != nil {
 		t.Err = ex.Err.Error()
+		t.Failure = failureOf(ctx, ex.Err)
 	}
 	return t
 }

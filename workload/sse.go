@@ -126,10 +126,39 @@ type streamEvent struct {
 // choiceAssembly accumulates the deltas of one choice.
 type choiceAssembly struct {
 	role    string
-	content strings.Builder
+	content pieces
 	calls   map[int]*openai.ToolCall
-	order   []int // call indices in order of first appearance, for calls without index
+	args    map[int]*pieces // each call's arguments, joined by completion
+	order   []int           // call indices in order of first appearance, for calls without index
 	finish  string
+}
+
+// pieces is text that arrives in fragments. The fragments are kept as the JSON decoder
+// made them and joined once, at the exact length, at the end: a growing buffer would
+// copy a long reply over and over and leave the garbage of each copy behind, which for
+// several concurrent multi-megabyte replies is most of arbiter's memory.
+type pieces struct {
+	parts []string
+	n     int
+}
+
+func (p *pieces) add(s string) {
+	if s != "" {
+		p.parts = append(p.parts, s)
+		p.n += len(s)
+	}
+}
+
+func (p *pieces) String() string {
+	if len(p.parts) == 1 {
+		return p.parts[0]
+	}
+	var b strings.Builder
+	b.Grow(p.n)
+	for _, s := range p.parts {
+		b.WriteString(s)
+	}
+	return b.String()
 }
 
 // streamAssembly turns a stream's chunks back into the completion a non-streaming
@@ -185,14 +214,14 @@ func (a *streamAssembly) event(payload []byte) (delta bool, err error) {
 	for _, cc := range ev.Choices {
 		c := a.choices[cc.Index]
 		if c == nil {
-			c = &choiceAssembly{calls: make(map[int]*openai.ToolCall)}
+			c = &choiceAssembly{calls: make(map[int]*openai.ToolCall), args: make(map[int]*pieces)}
 			a.choices[cc.Index] = c
 		}
 		if c.role == "" {
 			c.role = cc.Delta.Role
 		}
 		if cc.Delta.Content != "" {
-			c.content.WriteString(cc.Delta.Content)
+			c.content.add(cc.Delta.Content)
 			delta = true
 		}
 		for _, frag := range cc.Delta.ToolCalls {
@@ -230,6 +259,7 @@ func (c *choiceAssembly) addFragment(f openai.ToolCall) {
 	if call == nil {
 		call = &openai.ToolCall{}
 		c.calls[idx] = call
+		c.args[idx] = &pieces{}
 		c.order = append(c.order, idx)
 	}
 	if call.ID == "" {
@@ -241,7 +271,7 @@ func (c *choiceAssembly) addFragment(f openai.ToolCall) {
 	if call.Function.Name == "" {
 		call.Function.Name = f.Function.Name
 	}
-	call.Function.Arguments += f.Function.Arguments
+	c.args[idx].add(f.Function.Arguments)
 }
 
 func (c *choiceAssembly) byID(id string) int {
@@ -281,6 +311,7 @@ func (a *streamAssembly) completion() openai.ChatCompletion {
 		sort.Ints(calls)
 		for _, k := range calls {
 			tc := *c.calls[k]
+			tc.Function.Arguments = c.args[k].String()
 			tc.Index = nil // an assembled call has the non-streaming shape
 			msg.ToolCalls = append(msg.ToolCalls, tc)
 		}

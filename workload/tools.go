@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
-	"sort"
 	"strings"
 
 	"github.com/arbiterlab/arbiter/openai"
+	"github.com/arbiterlab/arbiter/openai/toolschema"
 )
 
 // param is one property of a tool's JSON schema.
@@ -146,6 +146,17 @@ func digest(vals ...any) uint64 {
 	return h.Sum64()
 }
 
+// ToolSpecs returns every tool of the agent's fixed set as a request offers it, in the
+// set's order; each session offers a seeded subset of them. Detector tests and
+// `arbiter classify --tools` read the workload's own schemas from here.
+func ToolSpecs() []openai.Tool {
+	out := make([]openai.Tool, len(toolSet))
+	for i, t := range toolSet {
+		out[i] = t.spec()
+	}
+	return out
+}
+
 func toolByName(name string) (toolDef, bool) {
 	for _, t := range toolSet {
 		if t.Name == name {
@@ -178,94 +189,48 @@ func (t toolDef) spec() openai.Tool {
 	return openai.Tool{Type: "function", Function: openai.FunctionSpec{Name: t.Name, Description: t.Desc, Parameters: schema}}
 }
 
-// check validates arguments against the schema the way a strict harness would.
-func (t toolDef) check(args map[string]any) error {
-	known := make(map[string]param, len(t.Params)+len(t.Optional))
-	for _, p := range t.Optional {
-		known[p.Name] = p
-	}
-	for _, p := range t.Params {
-		known[p.Name] = p
-		if _, ok := args[p.Name]; !ok {
-			return fmt.Errorf("missing required argument %q", p.Name)
-		}
-	}
-	names := make([]string, 0, len(args))
-	for n := range args {
-		names = append(names, n)
-	}
-	sort.Strings(names) // the first error reported must not depend on map order
-	for _, n := range names {
-		p, ok := known[n]
-		if !ok {
-			return fmt.Errorf("unexpected argument %q", n)
-		}
-		v := args[n]
-		okType := false
-		switch p.Type {
-		case "string":
-			s, isStr := v.(string)
-			okType = isStr
-			if isStr && len(p.Enum) > 0 && !contains(p.Enum, s) {
-				return fmt.Errorf("argument %q: %q is not one of %s", n, s, strings.Join(p.Enum, ", "))
-			}
-		case "integer":
-			f, isNum := v.(float64)
-			okType = isNum && f == math.Trunc(f)
-		case "number":
-			_, okType = v.(float64)
-		case "boolean":
-			_, okType = v.(bool)
-		}
-		if !okType {
-			return fmt.Errorf("argument %q: want %s", n, p.Type)
-		}
-		if f, isNum := v.(float64); isNum && p.Max > p.Min && (f < p.Min || f > p.Max) {
-			return fmt.Errorf("argument %q: %v is outside [%v, %v]", n, f, p.Min, p.Max)
-		}
-	}
-	return nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
+// maxReported bounds the schema violations one error reply spells out.
+const maxReported = 3
 
 // ToolResult is what the session's fake tool answers to one call: JSON text, a pure
-// function of the tool's name and arguments. Like a real harness it answers a call it
-// cannot run (a tool not offered, arguments that are not JSON or break the schema) with
-// an error object instead of failing the session, so the engine sees its mistake.
+// function of the offered tools, the tool's name and its arguments. Like a strict harness
+// it validates the arguments against the offered schema (with openai/toolschema, the
+// reader the toolcall-schema detector uses, so the tool and the detector never disagree)
+// and answers a call it cannot run (a tool not offered, arguments that are not JSON or
+// break the schema) with an error object instead of failing the session, so the engine
+// sees its mistake.
 func ToolResult(offered []openai.Tool, call openai.FunctionCall) string {
-	isOffered := false
-	for _, t := range offered {
-		if t.Function.Name == call.Name {
-			isOffered = true
-			break
-		}
-	}
+	schema, isOffered := toolschema.Of(offered).Lookup(call.Name)
 	def, known := toolByName(call.Name)
 	if !isOffered || !known {
 		return errorResult(fmt.Sprintf("unknown tool %q", call.Name))
 	}
-	var args map[string]any
 	argText := strings.TrimSpace(call.Arguments)
 	if argText == "" {
 		argText = "{}"
 	}
-	if err := json.Unmarshal([]byte(argText), &args); err != nil || args == nil {
+	exact, err := toolschema.DecodeJSON([]byte(argText))
+	if _, isObj := exact.(map[string]any); err != nil || !isObj {
 		msg := "arguments are not a JSON object"
 		if err != nil {
 			msg += ": " + err.Error()
 		}
 		return errorResult(msg)
 	}
-	if err := def.check(args); err != nil {
-		return errorResult(call.Name + ": " + err.Error())
+	if vs := schema.Validate(exact); len(vs) > 0 {
+		parts := make([]string, 0, maxReported+1)
+		for i, v := range vs {
+			if i == maxReported {
+				parts = append(parts, fmt.Sprintf("and %d more", len(vs)-maxReported))
+				break
+			}
+			parts = append(parts, v.String())
+		}
+		return errorResult(call.Name + ": " + strings.Join(parts, "; "))
+	}
+	var args map[string]any // the answers compute with float64, as a Python tool would
+	if err := json.Unmarshal([]byte(argText), &args); err != nil {
+		return errorResult("arguments are not a JSON object: " + err.Error())
 	}
 	out, err := json.Marshal(def.answer(args))
 	if err != nil {

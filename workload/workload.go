@@ -4,6 +4,7 @@
 package workload
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/arbiterlab/arbiter/openai"
@@ -24,6 +25,9 @@ type Config struct {
 	RequestTimeout time.Duration
 	// StallTimeout bounds the silence between two stream events (default 120s).
 	StallTimeout time.Duration
+	// MaxResponseBytes caps one response (default DefaultMaxResponseBytes); a turn
+	// whose response runs past it fails with ErrResponseTooLarge.
+	MaxResponseBytes int64
 	// SessionOffset shifts session indices (and their seeds' derivation), so that the
 	// blocks of a sequential experiment draw fresh sessions: block k runs sessions
 	// [k*Sessions, (k+1)*Sessions). Sessions with the same index are identical in every arm.
@@ -40,6 +44,8 @@ type Config struct {
 	AbortCascade *AbortCascadeConfig
 	LongContext  *LongContextConfig
 	Trace        *TraceConfig
+	// OnToken, if set, hears every arrival of generated text (see Client.OnToken).
+	OnToken func()
 }
 
 // Turn is one request and its response within a session.
@@ -52,6 +58,8 @@ type Turn struct {
 	Request []byte
 	// Tools are the tools the request offered (for schema checks).
 	Tools []openai.Tool
+	// ToolChoice is the request's tool_choice as sent; empty when it sent none.
+	ToolChoice json.RawMessage
 	// StatusCode is the HTTP status; 0 when no response arrived.
 	StatusCode int
 	// Response is the assembled completion (from the SSE chunks when streaming).
@@ -72,8 +80,11 @@ type Turn struct {
 	// request completed (whatever its content).
 	Err string
 	// Cut is true for a request the workload itself aborted (an abort cascade): its
-	// response ends where the abort cut it, which says nothing about the engine's health.
+	// response ends where the abort cut it, which says nothing about the engine's health
+	// (its Failure is FailureCancelled, whatever the engine answered).
 	Cut bool
+	// Failure classifies Err; FailureNone when the request completed.
+	Failure Failure
 }
 
 // Session states reported in SessionResult.Status.

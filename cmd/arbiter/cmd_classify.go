@@ -26,8 +26,9 @@ var classifyStdin io.Reader = os.Stdin
 // classifyOptions are the flags of arbiter classify; the zero value runs every built-in
 // detector without tools.
 type classifyOptions struct {
-	tools     string   // --tools: JSON array of openai.Tool offered to the responses
-	detectors []string // --detectors; empty means every built-in detector
+	tools      string   // --tools: JSON array of openai.Tool offered to the responses
+	toolChoice string   // --tool-choice: the requests' tool_choice; empty means auto
+	detectors  []string // --detectors; empty means every built-in detector that judges one response
 }
 
 func newClassifyCmd(g *globals) *cobra.Command {
@@ -59,7 +60,8 @@ the results of the lines before it are already printed.`,
 		},
 	}
 	cmd.Flags().StringVar(&o.tools, "tools", "", "JSON file with the array of tools the requests offered (enables the tool checks of toolcall-schema)")
-	cmd.Flags().StringSliceVar(&o.detectors, "detectors", nil, "comma-separated detectors to run: built-in names or plugin:PATH / plugin:NAME (default: every built-in)")
+	cmd.Flags().StringVar(&o.toolChoice, "tool-choice", "", "the requests' tool_choice, for finish-anomaly: auto, none, required or a function name (default auto)")
+	cmd.Flags().StringSliceVar(&o.detectors, "detectors", nil, "comma-separated detectors to run: built-in names or plugin:PATH / plugin:NAME (default: every built-in that judges one response)")
 	return cmd
 }
 
@@ -73,8 +75,14 @@ type classifyResult struct {
 func runClassify(ctx context.Context, g *globals, file string, o classifyOptions) error {
 	names := o.detectors
 	if len(names) == 0 {
-		names = detectors.Names()
+		names = detectors.ResponseNames()
 	}
+	for _, n := range names {
+		if detectors.IsCrossArm(n) {
+			return withCode(exitUsage, fmt.Errorf("--detectors: %s %w (it runs in arbiter run, over every arm's sessions)", n, detectors.ErrCrossArm))
+		}
+	}
+	toolChoice := toolChoiceJSON(o.toolChoice)
 	var tools []openai.Tool
 	if o.tools != "" {
 		var err error
@@ -117,7 +125,7 @@ func runClassify(ctx context.Context, g *globals, file string, o classifyOptions
 				out.Flush()
 				return withCode(exitUsage, fmt.Errorf("%s:%d: %w", name, lineNo, err))
 			}
-			labels, bad, err := detectors.Label(ctx, ds, plugins.Response{Completion: c, Tools: tools})
+			labels, bad, err := detectors.Label(ctx, ds, plugins.Response{Completion: c, Tools: tools, ToolChoice: toolChoice})
 			if err != nil {
 				out.Flush()
 				return fmt.Errorf("%s:%d: %w", name, lineNo, err)
@@ -171,6 +179,20 @@ func decodeCompletion(line []byte) (openai.ChatCompletion, error) {
 		return c, fmt.Errorf("not a chat completion: %w", err)
 	}
 	return c, nil
+}
+
+// toolChoiceJSON turns --tool-choice into the JSON a request carries: a mode as a
+// string, anything else as the function it names.
+func toolChoiceJSON(v string) json.RawMessage {
+	switch v {
+	case "":
+		return nil
+	case "auto", "none", "required":
+		b, _ := json.Marshal(v)
+		return b
+	}
+	b, _ := json.Marshal(map[string]any{"type": "function", "function": map[string]string{"name": v}})
+	return b
 }
 
 // readTools reads the --tools file: a JSON array of tools as a request offers them.

@@ -68,13 +68,15 @@ func TestClassifyJSON(t *testing.T) {
 	}
 	wantLine := []int{1, 2, 5}
 	wantBad := []bool{false, true, true}
-	wantBy := []string{"", "dsml-leak", "toolcall-schema"}
+	// Markup in content with finish_reason "stop" is a leak and a finish anomaly; a
+	// structured call with "stop" is how engines end a call, and only its {} is wrong.
+	wantBy := []string{"", "dsml-leak finish-anomaly", "toolcall-schema"}
 	for i, r := range got {
-		if r.Line != wantLine[i] || r.Corrupted != wantBad[i] || len(r.Labels) != 3 {
+		if r.Line != wantLine[i] || r.Corrupted != wantBad[i] || len(r.Labels) != 4 {
 			t.Errorf("result %d = %+v", i, r)
 		}
 		for _, l := range r.Labels {
-			if l.Corrupted != (l.Detector == wantBy[i]) {
+			if l.Corrupted != strings.Contains(" "+wantBy[i]+" ", " "+l.Detector+" ") {
 				t.Errorf("result %d label %+v", i, l)
 			}
 		}
@@ -101,6 +103,30 @@ func TestClassifyReadableFromStdin(t *testing.T) {
 	}
 }
 
+// TestClassifyToolChoice: --tool-choice tells finish-anomaly what the requests asked for.
+func TestClassifyToolChoice(t *testing.T) {
+	in := writeFile(t, "responses.jsonl", completionLine(t, "Paris is sunny today.")+"\n")
+	tools := writeFile(t, "tools.json", classifyTools)
+	for choice, want := range map[string]string{
+		"":            "line 1: clean",
+		"auto":        "line 1: clean",
+		"required":    `line 1: CORRUPTED finish-anomaly: tool_choice "required" requires a call`,
+		"get_weather": `line 1: CORRUPTED finish-anomaly: tool_choice names "get_weather" requires a call`,
+	} {
+		var stdout, stderr bytes.Buffer
+		args := []string{"classify", in, "--tools", tools, "--detectors", "finish-anomaly"}
+		if choice != "" {
+			args = append(args, "--tool-choice", choice)
+		}
+		if code := run(context.Background(), args, &stdout, &stderr); code != exitOK {
+			t.Fatalf("exit %d: %s", code, stderr.String())
+		}
+		if got := strings.TrimSpace(stdout.String()); !strings.HasPrefix(got, want) {
+			t.Errorf("--tool-choice %q: %q, want %q", choice, got, want)
+		}
+	}
+}
+
 func TestClassifyBadLineStops(t *testing.T) {
 	body := completionLine(t, "fine") + "\n" + completionLine(t, "<|python_tag|>{}") + "\n{\"choices\": [\n" + completionLine(t, "never read")
 	in := writeFile(t, "bad.jsonl", body)
@@ -124,7 +150,8 @@ func TestClassifyUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"unknown detector", []string{"classify", good, "--detectors", "dsml-leak,nope"}, `unknown detector "nope": built-in detectors are dsml-leak, repetition, toolcall-schema`},
+		{"unknown detector", []string{"classify", good, "--detectors", "dsml-leak,nope"}, `unknown detector "nope": built-in detectors are divergence, dsml-leak, finish-anomaly, repetition, toolcall-schema`},
+		{"cross-arm detector", []string{"classify", good, "--detectors", "dsml-leak,divergence"}, "--detectors: divergence compares the arms of an experiment after they ran; it cannot judge one response"},
 		{"missing file", []string{"classify", filepath.Join(t.TempDir(), "absent.jsonl")}, "no such file"},
 		{"bad tools", []string{"classify", good, "--tools", writeFile(t, "tools.json", `{"name": "f"}`)}, "want a JSON array of tools"},
 		{"not a completion", []string{"classify", writeFile(t, "turn.jsonl", `{"response": {}, "tools": []}`)}, `turn.jsonl:1: not a chat completion: no "choices" field`},

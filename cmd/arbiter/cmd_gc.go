@@ -5,97 +5,217 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"time"
 
+	"github.com/moby/moby/client"
 	"github.com/spf13/cobra"
 
 	"github.com/arbiterlab/arbiter/orchestrator/runtime"
+	"github.com/arbiterlab/arbiter/store"
 )
 
 func init() { subcommands = append(subcommands, newGcCmd) }
 
 type gcOptions struct {
 	dryRun     bool
+	force      bool
 	host       string
 	experiment string
 }
 
-// gcEntry is one leftover container as gc reports it.
+// What gc does with one container.
+const (
+	gcRemove = "remove" // its experiment is over or abandoned
+	gcKill   = "kill"   // its experiment is still running, and --force was given
+	gcLeave  = "leave"  // its experiment is still running
+)
+
+// gcEntry is one leftover of this database, a container or an engine process group, as
+// gc reports it.
 type gcEntry struct {
+	// Kind is "container" or "process group".
+	Kind string `json:"kind"`
 	runtime.Leftover
-	Removed bool   `json:"removed"`
-	Error   string `json:"error,omitempty"`
+	// Processes is how many processes a leftover process group held.
+	Processes int    `json:"processes,omitempty"`
+	Action    string `json:"action,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+	Removed   bool   `json:"removed"`
+	Error     string `json:"error,omitempty"`
 }
 
 func newGcCmd(g *globals) *cobra.Command {
 	var o gcOptions
 	cmd := &cobra.Command{
 		Use:   "gc",
-		Short: "Remove arbiter's leftover containers",
-		Long: `Remove the containers the docker runtime started and never removed (labelled
-arbiter.managed=1), running or stopped: an experiment killed with SIGKILL, or a daemon that
-failed to remove a container, leaves them behind. Engine logs stay where they are.`,
-		Example: `  arbiter gc --dry-run                  # list them
+		Short: "Remove the containers and engine processes that killed arbiters left behind",
+		Long: `Remove the containers the docker runtime started for this results database's experiments
+and never removed: an arbiter killed with SIGKILL, or a daemon that failed to remove a
+container, leaves them behind. Only containers labelled with this database's id
+(arbiter.database) are considered, and of those only the ones whose experiment is over or
+abandoned (no arbiter renewed its lease within the last 30s); a container of an experiment
+that an arbiter is still running is left alone and listed, unless --force is given, which
+kills it (and so that experiment's running arm) after saying which. Containers of other
+databases are never touched. Engine logs stay where they are.
+
+Also end the engine process groups of the process runtime, recorded in the database, whose
+arbiter no longer runs and whose supervisor did not end them (SIGTERM, then SIGKILL after
+10s). Processes are checked on Linux only.`,
+		Example: `  arbiter gc --dry-run                  # list what would go
   arbiter gc --experiment 12            # only experiment 12's
-  arbiter gc --host tcp://127.0.0.1:2375 --json`,
+  arbiter gc --db results.db --host tcp://127.0.0.1:2375 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return gc(cmd.Context(), g, o)
 		},
 	}
-	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "list the leftover containers without removing them")
+	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "list the containers and what gc would do, without removing any")
+	cmd.Flags().BoolVar(&o.force, "force", false, "also kill the containers of experiments an arbiter is still running")
 	cmd.Flags().StringVar(&o.experiment, "experiment", "", "only the containers of this experiment ID")
 	cmd.Flags().StringVar(&o.host, "host", "", "Docker daemon, unix:// or tcp:// (default $DOCKER_HOST, else the local socket)")
 	return cmd
 }
 
 func gc(ctx context.Context, g *globals, o gcOptions) error {
-	d := runtime.Docker{Host: o.host}
-	left, err := d.Leftovers(ctx, o.experiment)
-	if errors.Is(err, runtime.ErrSSHHost) {
-		return withCode(exitUsage, err)
+	path := g.dbPath()
+	if _, err := os.Stat(path); err != nil {
+		return withCode(exitUsage, fmt.Errorf("gc: no results database at %s: gc removes only the containers of one database's experiments, known by its id; give --db or set $ARBITER_DB (%w)", path, err))
 	}
+	db, err := store.OpenReadOnly(path)
 	if err != nil {
 		return err
 	}
-	entries := make([]gcEntry, len(left))
-	var errs []error
-	for i, l := range left {
-		entries[i].Leftover = l
-		if o.dryRun {
+	defer db.Close()
+	dbID, err := store.DatabaseID(ctx, db)
+	if err != nil {
+		return err
+	}
+	exps, err := store.ListExperiments(ctx, db)
+	if err != nil {
+		return err
+	}
+	byID := make(map[string]store.ExperimentSummary, len(exps))
+	for _, e := range exps {
+		byID[fmt.Sprint(e.ID)] = e
+	}
+
+	groups, groupErr := gcEngineGroups(ctx, g, o)
+	d := runtime.Docker{Host: o.host}
+	left, err := d.Leftovers(ctx, o.experiment)
+	switch {
+	case errors.Is(err, runtime.ErrSSHHost):
+		return withCode(exitUsage, err)
+	case err != nil && o.host == "" && client.IsErrConnectionFailed(err):
+		// No local daemon: nothing of the docker runtime can be left on it.
+		fmt.Fprintln(g.stderr, "arbiter gc: no Docker daemon answers; only engine processes were checked")
+		left = nil
+	case err != nil:
+		return errors.Join(groupErr, err)
+	}
+	var entries []gcEntry
+	others, unlabelled := 0, 0
+	now := time.Now()
+	for _, l := range left {
+		switch l.Database {
+		case dbID:
+		case "":
+			unlabelled++
+			continue
+		default:
+			others++
 			continue
 		}
-		if err := d.Remove(ctx, l.ID); err != nil {
-			entries[i].Error = err.Error()
+		e := gcEntry{Kind: "container", Leftover: l, Action: gcRemove}
+		exp, known := byID[l.Experiment]
+		switch {
+		case !known:
+			e.Reason = fmt.Sprintf("experiment %s is not in this database", l.Experiment)
+		case exp.Status == store.ExperimentRunning && exp.Lease != nil:
+			e.Action = gcLeave
+			if o.force {
+				e.Action = gcKill
+			}
+			e.Reason = fmt.Sprintf("experiment %s is still running: %s", l.Experiment, exp.Lease.Describe(now))
+		case exp.Status == store.ExperimentAbandoned:
+			e.Reason = fmt.Sprintf("experiment %s was abandoned (no lease renewed within %s)", l.Experiment, store.LeaseExpiry)
+		default:
+			e.Reason = fmt.Sprintf("experiment %s is %s", l.Experiment, exp.Status)
+		}
+		entries = append(entries, e)
+	}
+	if others+unlabelled > 0 {
+		fmt.Fprintf(g.stderr, "arbiter gc: left alone: %d container(s) of other results databases and %d without a database label (an older arbiter's; docker ps -a --filter label=%s=1 lists them)\n",
+			others, unlabelled, runtime.LabelManaged)
+	}
+	if !o.dryRun {
+		// Say what is about to be killed before killing it.
+		for _, e := range entries {
+			if e.Action == gcKill {
+				fmt.Fprintf(g.stderr, "arbiter gc --force: killing %s (%s): %s\n", e.Name, e.State, e.Reason)
+			}
+		}
+	}
+	errs := []error{groupErr}
+	for i := range entries {
+		e := &entries[i]
+		if o.dryRun || e.Action == gcLeave {
+			continue
+		}
+		if err := d.Remove(ctx, e.ID); err != nil {
+			e.Error = err.Error()
 			errs = append(errs, err)
 			continue
 		}
-		entries[i].Removed = true
+		e.Removed = true
 	}
+	entries = append(groups, entries...)
 	if g.json {
+		if entries == nil {
+			entries = []gcEntry{}
+		}
 		if err := json.NewEncoder(g.stdout).Encode(entries); err != nil {
 			return err
 		}
 		return errors.Join(errs...)
 	}
 	if len(entries) == 0 {
-		fmt.Fprintln(g.stdout, "no leftover containers")
+		fmt.Fprintln(g.stdout, "no leftover containers or engine processes")
 	}
 	for _, e := range entries {
-		verb := "removed"
+		if e.Kind != "container" {
+			printGroup(g, o, e)
+			continue
+		}
+		var verb string
 		switch {
+		case o.dryRun && e.Action == gcLeave:
+			verb = "would leave"
+		case o.dryRun && e.Action == gcKill:
+			verb = "would kill"
 		case o.dryRun:
 			verb = "would remove"
+		case e.Action == gcLeave:
+			verb = "left"
 		case !e.Removed:
 			verb = "could not remove"
+		case e.Action == gcKill:
+			verb = "killed"
+		default:
+			verb = "removed"
 		}
 		fmt.Fprintf(g.stdout, "%s %s (%s", verb, e.Name, e.State)
-		if e.Experiment != "" {
-			fmt.Fprintf(g.stdout, ", experiment %s", e.Experiment)
-		}
 		if e.Run != "" {
 			fmt.Fprintf(g.stdout, ", run %s", e.Run)
 		}
-		fmt.Fprintf(g.stdout, ", image %s)\n", e.Image)
+		fmt.Fprintf(g.stdout, ", image %s): %s", e.Image, e.Reason)
+		if e.Action == gcLeave {
+			fmt.Fprint(g.stdout, "; --force kills it")
+		}
+		if e.Error != "" {
+			fmt.Fprintf(g.stdout, ": %s", e.Error)
+		}
+		fmt.Fprintln(g.stdout)
 	}
 	return errors.Join(errs...)
 }

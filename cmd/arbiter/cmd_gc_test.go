@@ -144,65 +144,143 @@ func TestDockerRuntime(t *testing.T) {
 	})
 
 	t.Run("gc", func(t *testing.T) {
-		// An experiment number no real database holds, so that gc touches nothing else
-		// on this daemon.
-		exp := fmt.Sprint(900000000 + time.Now().UnixNano()%100000000)
-		var names []string
-		for _, arm := range []string{"control", "treatment"} {
-			l := runtime.Launch{Name: "exp" + exp + "-" + arm + "-b0", Image: image, Command: []string{"refserve"},
-				LogPath: filepath.Join(t.TempDir(), arm+".log")}
-			inst, err := runtime.Docker{}.Start(context.Background(), l)
+		ctx := context.Background()
+		dir := t.TempDir()
+		db := filepath.Join(dir, "results.db")
+		s, err := store.Open(db, store.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dbID, err := store.DatabaseID(ctx, s.DB())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Experiment 1 is still run by this process: its lease is live.
+		live, _, err := s.StartExperiment(ctx, store.Experiment{Name: "live", Created: time.Now()}, store.ThisProcess())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Experiment 2 is over.
+		over, _ := s.CreateExperiment(ctx, store.Experiment{Name: "over", Created: time.Now()})
+		s.FinishExperiment(ctx, over, store.ExperimentDone, "", time.Now())
+		// Experiment 3 was abandoned: its arbiter, on a host that is gone, stopped renewing
+		// its lease long ago.
+		ghost := store.ThisProcess()
+		ghost.Host = "a-host-that-is-gone"
+		abandoned, _, err := s.StartExperiment(ctx, store.Experiment{Name: "abandoned", Created: time.Now().Add(-2 * store.LeaseExpiry)}, ghost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+
+		// An engine container per experiment, and one of experiment 2 of another database
+		// on the same daemon: arbiter dies without stopping any of them.
+		start := func(exp int64, database string) string {
+			l := runtime.Launch{Name: fmt.Sprintf("exp%d-control-b0", exp), Image: image, Command: []string{"refserve"},
+				LogPath: filepath.Join(t.TempDir(), "engine.log"), ExperimentID: exp, DatabaseID: database}
+			inst, err := runtime.Docker{}.Start(ctx, l)
 			if err != nil {
 				t.Fatal(err)
 			}
-			// arbiter dies here without stopping the arm; the container stays.
 			t.Cleanup(func() { inst.Stop(context.Background()) })
+			left, err := (runtime.Docker{}).Leftovers(ctx, fmt.Sprint(exp))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range left {
+				if c.Database == database {
+					return c.Name
+				}
+			}
+			t.Fatalf("container of experiment %d, database %s not listed: %+v", exp, database, left)
+			return ""
 		}
-		left, err := (runtime.Docker{}).Leftovers(context.Background(), exp)
-		if err != nil || len(left) != 2 {
-			t.Fatalf("leftovers of experiment %s = %+v, %v; want the two started", exp, left, err)
-		}
-		for _, l := range left {
-			names = append(names, l.Name)
+		liveName, overName, abandonedName := start(live, dbID), start(over, dbID), start(abandoned, dbID)
+		otherName := start(over, "another-database-"+randomHex(4))
+		exists := func(name string) bool {
+			left, err := (runtime.Docker{}).Leftovers(ctx, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return slices.ContainsFunc(left, func(l runtime.Leftover) bool { return l.Name == name })
 		}
 
-		code, stdout, stderr := runCLI(t, "gc", "--dry-run", "--json", "--experiment", exp)
+		code, stdout, stderr := runCLI(t, "gc", "--dry-run", "--json", "--db", db)
 		var listed []struct {
-			Name, Run, Experiment, State string
-			Removed                      bool
+			Name, Experiment, State, Action, Reason, Database string
+			Removed                                           bool
 		}
-		if code != 0 || json.Unmarshal([]byte(stdout), &listed) != nil || len(listed) != 2 {
+		if code != 0 || json.Unmarshal([]byte(stdout), &listed) != nil {
 			t.Fatalf("gc --dry-run --json: code %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 		}
+		actions := map[string]string{}
 		for _, l := range listed {
-			if l.Removed || l.Experiment != exp || !slices.Contains(names, l.Name) || l.State != "running" {
+			if l.Database != dbID || l.Removed || l.State != "running" {
 				t.Errorf("dry run listed %+v", l)
 			}
+			actions[l.Name] = l.Action + ": " + l.Reason
 		}
-		if left, _ := (runtime.Docker{}).Leftovers(context.Background(), exp); len(left) != 2 {
-			t.Fatalf("a dry run removed containers: %d left", len(left))
+		for name, want := range map[string]string{liveName: "leave: experiment 1 is still running: arbiter pid",
+			overName: "remove: experiment 2 is done", abandonedName: "remove: experiment 3 was abandoned"} {
+			if !strings.HasPrefix(actions[name], want) {
+				t.Errorf("dry run: %s: %q, want %q", name, actions[name], want)
+			}
+		}
+		if _, ok := actions[otherName]; ok || len(actions) != 3 {
+			t.Errorf("dry run listed %v; want this database's three containers only", actions)
+		}
+		for _, n := range []string{liveName, overName, abandonedName, otherName} {
+			if !exists(n) {
+				t.Fatalf("a dry run removed %s", n)
+			}
 		}
 
-		code, stdout, stderr = runCLI(t, "gc", "--experiment", exp)
+		// gc removes what no live experiment owns, and leaves the running engine alone.
+		code, stdout, stderr = runCLI(t, "gc", "--db", db)
 		if code != 0 {
 			t.Fatalf("gc: code %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 		}
-		for _, n := range names {
-			if !strings.Contains(stdout, "removed "+n+" (running, experiment "+exp) {
-				t.Errorf("gc did not report removing %s:\n%s", n, stdout)
+		for _, want := range []string{"removed " + overName + " (running, image ", "removed " + abandonedName,
+			"left " + liveName, "--force kills it"} {
+			if !strings.Contains(stdout, want) {
+				t.Errorf("gc output lacks %q:\n%s", want, stdout)
 			}
 		}
-		if left, err := (runtime.Docker{}).Leftovers(context.Background(), exp); err != nil || len(left) != 0 {
-			t.Errorf("after gc: %+v, %v; want none", left, err)
+		if exists(overName) || exists(abandonedName) || !exists(liveName) || !exists(otherName) {
+			t.Fatalf("after gc: over %v, abandoned %v, live %v, other database's %v; want only live and the other's left",
+				exists(overName), exists(abandonedName), exists(liveName), exists(otherName))
 		}
-		code, stdout, _ = runCLI(t, "gc", "--experiment", exp)
-		if code != 0 || strings.TrimSpace(stdout) != "no leftover containers" {
-			t.Errorf("second gc: code %d, %q", code, stdout)
+
+		// --force says what it kills before it does.
+		code, stdout, stderr = runCLI(t, "gc", "--force", "--db", db)
+		if code != 0 || !strings.Contains(stderr, "arbiter gc --force: killing "+liveName+" (running): experiment 1 is still running") ||
+			!strings.Contains(stdout, "killed "+liveName) {
+			t.Fatalf("gc --force: code %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+		}
+		if exists(liveName) || !exists(otherName) {
+			t.Fatalf("after gc --force: live %v, other database's %v; want the live one gone, the other's kept", exists(liveName), exists(otherName))
+		}
+		code, stdout, _ = runCLI(t, "gc", "--db", db)
+		if code != 0 || strings.TrimSpace(stdout) != "no leftover containers or engine processes" {
+			t.Errorf("third gc: code %d, %q", code, stdout)
+		}
+	})
+
+	t.Run("gc needs a database", func(t *testing.T) {
+		code, _, stderr := runCLI(t, "gc", "--db", filepath.Join(t.TempDir(), "none.db"))
+		if code != exitUsage || !strings.Contains(stderr, "no results database at") {
+			t.Errorf("gc without a database: code %d, %q", code, stderr)
 		}
 	})
 
 	t.Run("ssh host is a usage error", func(t *testing.T) {
-		code, _, stderr := runCLI(t, "gc", "--host", "ssh://ops@node-a")
+		db := filepath.Join(t.TempDir(), "results.db")
+		s, err := store.Open(db, store.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		code, _, stderr := runCLI(t, "gc", "--db", db, "--host", "ssh://ops@node-a")
 		if code != exitUsage || !strings.Contains(stderr, "not supported yet") {
 			t.Errorf("gc --host ssh://: code %d, %q", code, stderr)
 		}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
@@ -26,12 +28,18 @@ func newQueryCmd(g *globals) *cobra.Command {
 	var o queryOptions
 	cmd := &cobra.Command{
 		Use:   "query SQL",
-		Short: "Run a read-only SQL query against the results database",
-		Long: `Run one read-only SQL statement against the results database and print the rows.
-The database is opened read-only: statements that would change it are refused and change nothing.
-Tables: experiments, arms, runs, sessions, turns, labels, phases.`,
+		Short: "Run read-only SQL against the results database",
+		Long: `Run read-only SQL against the results database and print the rows. SQL may hold several
+statements separated by semicolons; each one's rows are printed in turn (table and csv: a blank
+line between them; json: one JSON array per statement, one per line).
+The database is opened read-only, and SQLite itself refuses, before anything runs, every
+statement that would write: INSERT, UPDATE, DELETE, schema changes, ATTACH, VACUUM (INTO),
+transactions, pragmas that set a value, load_extension. A query with one refused statement runs
+none of them, and nothing is changed. Tables: experiments, arms, runs, sessions, turns, labels,
+phases, leases.`,
 		Example: `  arbiter query "SELECT a.name, sum(s.corrupted) AS corrupted, count(*) AS sessions
-                 FROM sessions s JOIN arms a ON a.id = s.arm_id GROUP BY a.name"`,
+                 FROM sessions s JOIN arms a ON a.id = s.arm_id GROUP BY a.name"
+  arbiter query "SELECT count(*) FROM turns; SELECT count(*) FROM sessions" --format csv`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if g.json {
@@ -45,102 +53,39 @@ Tables: experiments, arms, runs, sessions, turns, labels, phases.`,
 	return cmd
 }
 
-// readOnlyVerbs are the statements arbiter query runs; everything else is refused before
-// it reaches the (read-only) connection, which would refuse it too.
-var readOnlyVerbs = map[string]bool{"SELECT": true, "WITH": true, "EXPLAIN": true, "VALUES": true, "PRAGMA": true}
-
 func runQuery(ctx context.Context, g *globals, sql string, o queryOptions) error {
 	switch o.format {
 	case "table", "csv", "json":
 	default:
 		return withCode(exitUsage, fmt.Errorf("--format %q: want table, csv or json", o.format))
 	}
-	verb := strings.ToUpper(firstWord(sql))
+	results, err := store.Query(ctx, g.dbPath(), sql)
 	switch {
-	case verb == "":
-		return withCode(exitUsage, fmt.Errorf("query: no SQL statement (try \"SELECT * FROM experiments\")"))
-	case !readOnlyVerbs[verb]:
-		return withCode(exitUsage, fmt.Errorf("query refused: arbiter query is read-only and %s would change the database; nothing was changed", verb))
-	case verb == "PRAGMA" && strings.Contains(sql, "="):
-		// PRAGMA x = y sets a value; on a read-only connection some fail oddly.
-		return withCode(exitUsage, fmt.Errorf("query refused: arbiter query is read-only and this PRAGMA sets a value; nothing was changed"))
-	}
-	db, err := store.OpenReadOnly(g.dbPath())
-	if err != nil {
+	case errors.Is(err, store.ErrNoStatement):
+		return withCode(exitUsage, fmt.Errorf("query: %w (try \"SELECT * FROM experiments\")", err))
+	case errors.Is(err, store.ErrQueryRefused):
+		return withCode(exitUsage, err)
+	case err != nil:
 		return err
 	}
-	defer db.Close()
-	rows, err := db.QueryxContext(ctx, sql)
-	if err != nil {
-		if isReadOnlyError(err) {
-			return withCode(exitUsage, fmt.Errorf("query refused: arbiter query is read-only; nothing was changed (%v)", err))
+	for i, rs := range results {
+		if i > 0 && o.format != "json" {
+			fmt.Fprintln(g.stdout)
 		}
-		return fmt.Errorf("query: %w", err)
-	}
-	defer rows.Close()
-	cols, err := rows.Columns()
-	if err != nil {
-		return err
-	}
-	var table [][]any
-	for rows.Next() {
-		vals, err := rows.SliceScan()
+		var err error
+		switch o.format {
+		case "json":
+			err = writeJSONRows(g.stdout, rs.Columns, rs.Rows)
+		case "csv":
+			err = writeCSVRows(g.stdout, rs.Columns, rs.Rows)
+		default:
+			err = writeTableRows(g.stdout, rs.Columns, rs.Rows, o.maxWidth)
+		}
 		if err != nil {
-			return fmt.Errorf("query: %w", err)
+			return err
 		}
-		for i, v := range vals {
-			if b, ok := v.([]byte); ok {
-				vals[i] = string(b)
-			}
-		}
-		table = append(table, vals)
 	}
-	if err := rows.Err(); err != nil {
-		if isReadOnlyError(err) {
-			return withCode(exitUsage, fmt.Errorf("query refused: arbiter query is read-only; nothing was changed (%v)", err))
-		}
-		return fmt.Errorf("query: %w", err)
-	}
-	switch o.format {
-	case "json":
-		return writeJSONRows(g.stdout, cols, table)
-	case "csv":
-		return writeCSVRows(g.stdout, cols, table)
-	}
-	return writeTableRows(g.stdout, cols, table, o.maxWidth)
-}
-
-func firstWord(sql string) string {
-	s := strings.TrimSpace(sql)
-	// Skip leading comments so that "-- note\nSELECT" is a SELECT.
-	for {
-		switch {
-		case strings.HasPrefix(s, "--"):
-			if i := strings.IndexByte(s, '\n'); i >= 0 {
-				s = strings.TrimSpace(s[i+1:])
-				continue
-			}
-			return ""
-		case strings.HasPrefix(s, "/*"):
-			if i := strings.Index(s, "*/"); i >= 0 {
-				s = strings.TrimSpace(s[i+2:])
-				continue
-			}
-			return ""
-		}
-		break
-	}
-	s = strings.TrimLeft(s, "(")
-	end := strings.IndexFunc(s, func(r rune) bool { return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') })
-	if end < 0 {
-		return s
-	}
-	return s[:end]
-}
-
-func isReadOnlyError(err error) bool {
-	msg := strings.ToLower(err.Error())
-	return strings.Contains(msg, "readonly") || strings.Contains(msg, "read-only") || strings.Contains(msg, "query_only")
+	return nil
 }
 
 func writeJSONRows(w io.Writer, cols []string, table [][]any) error {
@@ -198,6 +143,8 @@ func cell(v any) string {
 		return x
 	case float64:
 		return fmt.Sprintf("%.6g", x)
+	case time.Time:
+		return x.Format(time.RFC3339Nano)
 	}
 	return fmt.Sprint(v)
 }

@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -31,7 +35,12 @@ store): launches that finished are kept, and every other launch of the same seed
 again; a launch cut short is kept in the database but left out of the analysis. EXP is an
 experiment id or name. The spec is the one recorded with the experiment; give --spec when the
 recorded text had credentials redacted (the file must be the same spec). Secrets are read from
-the environment again.`,
+the environment again.
+
+An experiment that another arbiter is still running (its lease was renewed within the last
+30s) is refused, with who holds it; an abandoned one (its arbiter was killed) is taken over.
+A done experiment whose verdict file is missing (arbiter was killed while writing it) gets
+its verdict written.`,
 		Example: `  arbiter resume 3
   arbiter resume bf16-index-k-decisive --spec examples/quickstart.yaml`,
 		Args: cobra.ExactArgs(1),
@@ -50,14 +59,17 @@ the environment again.`,
 }
 
 func resume(ctx context.Context, g *globals, ref string, o resumeOptions) error {
-	db, err := store.OpenReadOnly(g.dbPath())
+	exp, err := findForResume(ctx, g.dbPath(), ref)
 	if err != nil {
 		return err
 	}
-	exp, err := store.FindExperiment(ctx, db, ref)
-	db.Close()
-	if err != nil {
-		return withCode(exitUsage, err)
+	if exp.Status == store.ExperimentDone {
+		return finishDone(ctx, g, exp, o.run)
+	}
+	if exp.Status == store.ExperimentRunning && exp.Lease != nil && !exp.Abandoned {
+		// Said before anything else (a missing --spec, say); the orchestrator's own
+		// check when it takes the lease is the one that holds under a race.
+		return &store.LeaseHeldError{ExperimentID: exp.ID, Lease: *exp.Lease, At: time.Now()}
 	}
 	var spec *arms.Spec
 	if o.spec != "" {
@@ -76,4 +88,60 @@ func resume(ctx context.Context, g *globals, ref string, o resumeOptions) error 
 		return withCode(exitUsage, err)
 	}
 	return err
+}
+
+// findForResume looks the experiment up in the database at path, which resume (a
+// command that writes) upgrades to this arbiter's schema first; it never creates one.
+func findForResume(ctx context.Context, path, ref string) (store.ExperimentRow, error) {
+	if _, err := os.Stat(path); err != nil {
+		return store.ExperimentRow{}, withCode(exitUsage, fmt.Errorf("resume: no results database at %s (give --db): %w", path, err))
+	}
+	st, err := store.Open(path, store.Options{})
+	if errors.Is(err, store.ErrNotArbiterDatabase) {
+		return store.ExperimentRow{}, withCode(exitUsage, err)
+	}
+	if err != nil {
+		return store.ExperimentRow{}, err
+	}
+	defer st.Close()
+	exp, err := store.FindExperiment(ctx, st.DB(), ref)
+	if err != nil {
+		return exp, withCode(exitUsage, err)
+	}
+	return exp, nil
+}
+
+// finishDone handles the resume of an experiment that ran its whole plan: an arbiter
+// killed while it wrote the verdict leaves the experiment done without one, so a missing
+// verdict is written now; with the verdict there, there is nothing to resume.
+func finishDone(ctx context.Context, g *globals, exp store.ExperimentRow, o runOptions) error {
+	path, err := verdictPath(ctx, g, o, exp.Name, exp.ID)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(path); err == nil {
+		return withCode(exitUsage, fmt.Errorf("experiment %d is done and its verdict is at %s: %w (rebuild the verdict with arbiter verdict %d -o FILE)",
+			exp.ID, path, orchestrator.ErrNothingToResume, exp.ID))
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	v, err := writeVerdict(ctx, g.dbPath(), fmt.Sprint(exp.ID), path)
+	if err != nil {
+		return err
+	}
+	if g.json {
+		return json.NewEncoder(g.stdout).Encode(map[string]any{"experiment_id": exp.ID, "name": exp.Name,
+			"status": exp.Status, "verdict": path, "database": g.dbPath(), "verdict_written": true, "summary": v.Summary()})
+	}
+	fmt.Fprintf(g.stdout, "experiment %d (%s): done; nothing left to run, but its verdict was missing: written now\n", exp.ID, exp.Name)
+	for _, line := range v.Headline() {
+		fmt.Fprintf(g.stdout, "  %s\n", line)
+	}
+	fmt.Fprintf(g.stdout, "verdict: %s\n", path)
+	if o.failOn != "" {
+		if failed, why := v.Gate(o.failOn); failed {
+			return withCode(exitGateFailed, fmt.Errorf("gate %s failed: %s", o.failOn, why))
+		}
+	}
+	return nil
 }

@@ -85,15 +85,16 @@ func execute(ctx context.Context, g *globals, spec *arms.Spec, resume int64, o r
 	if progress != nil {
 		progress.Wait()
 	}
-	if res.ExperimentID == 0 {
+	if errors.Is(runErr, store.ErrNotArbiterDatabase) {
+		return withCode(exitUsage, runErr)
+	}
+	// An experiment this arbiter never owned, or lost to another, is not its to judge.
+	if res.ExperimentID == 0 || errors.Is(runErr, store.ErrLeaseLost) {
 		return runErr
 	}
-	path := o.verdictPath
-	if path == "" {
-		var err error
-		if path, err = defaultVerdictPath(ctx, g.dbPath(), res.Name, res.ExperimentID); err != nil {
-			return errors.Join(runErr, err)
-		}
+	path, err := verdictPath(ctx, g, o, res.Name, res.ExperimentID)
+	if err != nil {
+		return errors.Join(runErr, err)
 	}
 	// The verdict is written even after an interrupt: it says what was recorded so far.
 	v, verr := writeVerdict(context.WithoutCancel(ctx), g.dbPath(), fmt.Sprint(res.ExperimentID), path)
@@ -137,10 +138,14 @@ func gate(v *verdict.Verdict, name string, allowInconclusive bool) error {
 	return nil
 }
 
-// defaultVerdictPath is verdicts/NAME-DB-ID.md beside the database, DB being the
-// database's short id: experiment ids restart in every database, so two databases in one
-// folder would otherwise write each other's verdicts.
-func defaultVerdictPath(ctx context.Context, dbPath, name string, id int64) (string, error) {
+// verdictPath is where an experiment's verdict goes: -o, else verdicts/NAME-DB-ID.md
+// beside the database, DB being the database's short id: experiment ids restart in every
+// database, so two databases in one folder would otherwise write each other's verdicts.
+func verdictPath(ctx context.Context, g *globals, o runOptions, name string, id int64) (string, error) {
+	if o.verdictPath != "" {
+		return o.verdictPath, nil
+	}
+	dbPath := g.dbPath()
 	db, err := store.OpenReadOnly(dbPath)
 	if err != nil {
 		return "", err

@@ -121,11 +121,11 @@ func statsPWords(p, alpha float64) string {
 	if math.IsNaN(p) {
 		return "undefined for these counts"
 	}
-	if p <= alpha {
+	if stats.Reject(p, alpha) {
 		return fmt.Sprintf("p = %s: significant at alpha %g; a difference at least this large would arise by chance about %s if the arms were the same",
 			statsNum(p), alpha, statsOneIn(p))
 	}
-	return fmt.Sprintf("p = %s: not significant at alpha %g; chance alone explains a difference this large, which is not evidence that the arms are equal (see the interval)",
+	return fmt.Sprintf("p = %s: not significant at alpha %g; chance alone could produce a difference this large, which is not evidence that the arms are equal (see the interval)",
 		statsNum(p), alpha)
 }
 
@@ -153,7 +153,7 @@ func newStatsCompareCmd(g *globals) *cobra.Command {
 		Use:   "compare A/N B/N",
 		Short: "Compare arm B's event rate with the baseline arm A",
 		Long: "compare prints both rates with Wilson and Clopper-Pearson intervals, the difference B-A with " +
-			"Newcombe's interval, the ratio B/A, Fisher's exact test (two-sided and mid-p) and, up to " +
+			"Newcombe's interval, the ratio B/A, Fisher's exact test (two-sided and Fay's mid-p) and, up to " +
 			"200 per arm, Boschloo's exact unconditional test.",
 		Example: "  arbiter stats compare 0/60 11/60",
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -185,13 +185,13 @@ func newStatsCompareCmd(g *globals) *cobra.Command {
 type statsCompareOutput struct {
 	stats.Comparison
 	Alpha       float64 `json:"alpha"`
-	Significant bool    `json:"significant"` // Fisher two-sided p <= alpha
+	Significant bool    `json:"significant"` // stats.Reject(Fisher two-sided p, alpha)
 }
 
 func statsCompare(g *globals, o statsOptions, a, b statsCount) error {
 	c := stats.Compare(a.events, a.n, b.events, b.n, o.conf)
 	if g.json {
-		return statsWriteJSON(g.stdout, statsCompareOutput{c, o.alpha, c.Fisher.PTwoSided <= o.alpha})
+		return statsWriteJSON(g.stdout, statsCompareOutput{c, o.alpha, stats.Reject(c.Fisher.PTwoSided, o.alpha)})
 	}
 	w := g.stdout
 	lvl := fmt.Sprintf("%g%%", 100*c.Conf)
@@ -210,8 +210,12 @@ func statsCompare(g *globals, o statsOptions, a, b statsCount) error {
 	fmt.Fprintf(w, "ratio B/A         %s, %s interval %s to %s (%s)\n",
 		statsNum(c.Ratio.Estimate), lvl, statsNum(c.Ratio.CI.Lo), statsNum(c.Ratio.CI.Hi), c.Ratio.Method)
 	fmt.Fprintf(w, "Fisher exact      %s\n", statsPWords(c.Fisher.PTwoSided, o.alpha))
-	fmt.Fprintf(w, "                  mid-p %s; one-sided: B higher p = %s, B lower p = %s\n",
-		statsNum(c.Fisher.MidP), statsNum(c.Fisher.PLess), statsNum(c.Fisher.PGreater))
+	mid := "mid-p " + statsNum(c.Fisher.MidP) + " (Fay)"
+	if !c.Fisher.MidPDefined() {
+		mid = "no mid-p (these margins allow a single table)"
+	}
+	fmt.Fprintf(w, "                  %s; one-sided: B higher p = %s, B lower p = %s\n",
+		mid, statsNum(c.Fisher.PLess), statsNum(c.Fisher.PGreater))
 	if c.Boschloo != nil {
 		fmt.Fprintf(w, "Boschloo exact    p = %s (two-sided, unconditional)\n", statsNum(c.Boschloo.PTwoSided))
 	}

@@ -68,10 +68,50 @@ func TestStatsCompareReadable(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	for _, want := range []string{"0/60", "7/60", "p = 0.013", "not significant at alpha 0.01", "Newcombe", "zero events in arm A"} {
+	for _, want := range []string{"0/60", "7/60", "p = 0.013", "not significant at alpha 0.01", "chance alone could produce a difference this large", "Newcombe", "zero events in arm A", "mid-p"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+	if strings.Contains(out, "explains") {
+		t.Errorf("a non-significant result must not say chance explains the difference:\n%s", out)
+	}
+}
+
+// Two tables whose exact p is 1/20 are decided alike at alpha 0.05, whatever the
+// rounding of the tail sums.
+func TestStatsCompareDecidesTiesAtAlphaAlike(t *testing.T) {
+	for _, pair := range [][2]string{{"0/1", "19/19"}, {"0/2", "12/14"}} {
+		code, out, errs := statsRun(t, "stats", "compare", pair[0], pair[1], "--json")
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errs)
+		}
+		var v struct{ Significant bool }
+		if err := json.Unmarshal([]byte(out), &v); err != nil || !v.Significant {
+			t.Errorf("%s vs %s (p = 1/20) at alpha 0.05: significant = %v (%v)", pair[0], pair[1], v.Significant, err)
+		}
+		_, text, _ := statsRun(t, "stats", "compare", pair[0], pair[1])
+		if !strings.Contains(text, "significant at alpha 0.05") || strings.Contains(text, "not significant") {
+			t.Errorf("%s vs %s reads:\n%s", pair[0], pair[1], text)
+		}
+	}
+}
+
+// With no event in either arm only one table is possible: there is no mid-p to report.
+func TestStatsCompareHasNoMidPWithoutEvents(t *testing.T) {
+	_, out, _ := statsRun(t, "stats", "compare", "0/60", "0/60")
+	if strings.Contains(out, "mid-p 0.5") || !strings.Contains(out, "no mid-p") {
+		t.Errorf("0/60 vs 0/60:\n%s", out)
+	}
+	_, js, _ := statsRun(t, "stats", "compare", "0/60", "0/60", "--json")
+	var v struct {
+		FisherExact map[string]any `json:"fisher_exact"`
+	}
+	if err := json.Unmarshal([]byte(js), &v); err != nil {
+		t.Fatal(err)
+	}
+	if mid, ok := v.FisherExact["mid_p"]; !ok || mid != nil {
+		t.Errorf("mid_p in JSON = %v (present %v), want null", mid, ok)
 	}
 }
 

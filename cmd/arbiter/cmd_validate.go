@@ -99,12 +99,15 @@ type armSummary struct {
 }
 
 type workloadSummary struct {
-	Kind        string  `json:"kind"`
-	Sessions    int     `json:"sessions"`
-	Rounds      int     `json:"rounds"`
-	Concurrency int     `json:"concurrency"`
-	Seed        int64   `json:"seed"`
-	Temperature float64 `json:"temperature"`
+	Kind             string  `json:"kind"`
+	Sessions         int     `json:"sessions"`
+	Rounds           int     `json:"rounds"`
+	Concurrency      int     `json:"concurrency"`
+	Seed             int64   `json:"seed"`
+	Temperature      float64 `json:"temperature"`
+	MaxTokens        int     `json:"max_tokens,omitempty"`
+	MaxResponseBytes int64   `json:"max_response_bytes"`
+	Stream           bool    `json:"stream"`
 	// Describe is the workload in a sentence, for kinds whose shape is not sessions x
 	// rounds (throughput, abort cascades, long contexts, traces).
 	Describe string `json:"describe,omitempty"`
@@ -123,6 +126,7 @@ func summarize(s *arms.Spec, expanded []arms.Arm, r *arms.Redactor) specSummary 
 		Detectors: s.Detectors,
 		Workload: workloadSummary{Kind: s.Workload.Kind, Sessions: s.Workload.Sessions, Rounds: s.Workload.Rounds,
 			Concurrency: s.Workload.Concurrency, Seed: s.Workload.Seed, Temperature: s.Workload.Temperature,
+			MaxTokens: s.Workload.MaxTokens, MaxResponseBytes: s.Workload.MaxResponseBytes, Stream: !s.Workload.NoStream,
 			Describe: s.Workload.Describe()},
 		Analysis: analysisSummary{Unit: s.Analysis.Unit, Alpha: s.Analysis.Alpha, AA: s.Analysis.AA},
 		Blocks:   s.Blocks,
@@ -178,6 +182,15 @@ func (s specSummary) write(w io.Writer) error {
 		fmt.Fprintf(&b, "workload   %s: %d sessions x %d rounds, concurrency %d, seed %d, temperature %g\n",
 			w8.Kind, w8.Sessions, w8.Rounds, w8.Concurrency, w8.Seed, w8.Temperature)
 	}
+	streamed := "streamed"
+	if !w8.Stream {
+		streamed = "not streamed"
+	}
+	tokens := ""
+	if w8.MaxTokens > 0 {
+		tokens = fmt.Sprintf(", at most %d tokens", w8.MaxTokens)
+	}
+	fmt.Fprintf(&b, "responses  %s, at most %s each%s\n", streamed, byteSize(w8.MaxResponseBytes), tokens)
 	fmt.Fprintf(&b, "detectors  %s\n", strings.Join(s.Detectors, ", "))
 	aa := ""
 	if s.Analysis.AA {
@@ -190,4 +203,15 @@ func (s specSummary) write(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// byteSize writes a size as a person would: 8 MiB, 512 KiB, 100000 bytes.
+func byteSize(n int64) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
 }

@@ -4,10 +4,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/arbiterlab/arbiter/internal/testbin"
 )
 
 func runArbiter(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -23,7 +32,8 @@ func TestValidateExample(t *testing.T) {
 		t.Fatalf("exit %d, stderr:\n%s", code, errs)
 	}
 	for _, want := range []string{"name       bf16-index-k-decisive", "control    BF16_INDEX_K=0", "treatment  BF16_INDEX_K=1",
-		"toolcall-agent: 60 sessions x 4 rounds, concurrency 60, seed 42", "baseline control"} {
+		"toolcall-agent: 60 sessions x 4 rounds, concurrency 60, seed 42", "baseline control",
+		"responses  streamed, at most 8 MiB each"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, out)
 		}
@@ -124,4 +134,122 @@ workload: {sessions: 2, rounds: 1}
 			t.Errorf("%v: API_TOKEN not shown as redacted:\n%s", args, out)
 		}
 	}
+}
+
+// TestValidateRefusesHostileSpecsQuickly runs `arbiter validate` as a real process on
+// each hostile spec of the field report (each once took gigabytes, minutes, or hung) and
+// checks that it exits 2 with a file:line:col error, having used little memory and CPU.
+func TestValidateRefusesHostileSpecsQuickly(t *testing.T) {
+	bin := testbin.Build(t, "github.com/arbiterlab/arbiter/cmd/arbiter")
+	rusage := testbin.Build(t, "github.com/arbiterlab/arbiter/internal/testbin/rusage")
+	dir := t.TempDir()
+	head := "version: 1\nname: x\nengine: {preset: refserve}\nworkload: {sessions: 2, rounds: 1}\n"
+	var arms100k, levels100k strings.Builder
+	for i := range 100_000 {
+		fmt.Fprintf(&arms100k, "  a%d:\n", i)
+		fmt.Fprintf(&levels100k, "%d, ", i)
+	}
+	specs := map[string]string{
+		"deep-40k.yaml":       head + "arms: " + strings.Repeat("[", 40_000) + strings.Repeat("]", 40_000) + "\n",
+		"deep-100k.yaml":      head + "arms: " + strings.Repeat("[", 100_000) + strings.Repeat("]", 100_000) + "\n",
+		"dashes-40k.yaml":     head + "arms:\n" + strings.Repeat("- ", 40_000) + "a\n",
+		"arms-100k.yaml":      head + "arms:\n" + arms100k.String(),
+		"levels-100k.yaml":    head + "factors:\n  f: {env: K, levels: [" + levels100k.String() + "]}\n",
+		"comment-50MB.yaml":   head + "arms: {a: {env: {K: \"0\"}}, b: {env: {K: \"1\"}}}\n#" + strings.Repeat("x", 50<<20) + "\n",
+		"two-billion.yaml":    "version: 1\nname: x\nengine: {preset: refserve}\narms: {a: {env: {K: \"0\"}}, b: {env: {K: \"1\"}}}\nworkload: {sessions: 2000000000, rounds: 2000000000}\n",
+		"concurrency-2g.yaml": "version: 1\nname: x\nengine: {preset: refserve}\narms: {a: {env: {K: \"0\"}}, b: {env: {K: \"1\"}}}\nworkload: {sessions: 10, rounds: 1, concurrency: 2000000000, max_tokens: 2000000000}\n",
+	}
+	paths := []string{"/dev/zero"}
+	for name, text := range specs {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	fifo := filepath.Join(dir, "spec.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	paths = append(paths, fifo)
+	slices.Sort(paths)
+	for _, p := range paths {
+		res := runMeasured(t, time.Minute, rusage, bin, "validate", p)
+		t.Logf("%-20s exit %d, wall %6.1f ms, cpu %5.1f ms, peak RSS %5.1f MB: %s", filepath.Base(p), res.Exit,
+			res.WallMS, res.UserMS+res.SystemMS, float64(res.MaxRSSKB)/1024, firstLine(res.Stderr))
+		if res.Exit != exitUsage {
+			t.Errorf("%s: exit %d, want %d\n%s", p, res.Exit, exitUsage, res.Stderr)
+		}
+		if !regexp.MustCompile(`^`+regexp.QuoteMeta(p)+`:\d+:\d+: `).MatchString(res.Stderr) || res.Stdout != "" {
+			t.Errorf("%s: not a file:line:col error:\n%s", p, res.Stderr)
+		}
+		// CPU time, not wall time, is the measure that does not depend on how busy
+		// the machine is; a Go binary's start alone takes some 30-40 ms of it.
+		if res.UserMS+res.SystemMS > 100 || res.MaxRSSKB > 100<<10 {
+			t.Errorf("%s: took %.1f ms of CPU and %d KB, want under 100 ms and 100 MB", p, res.UserMS+res.SystemMS, res.MaxRSSKB)
+		}
+	}
+
+	// run refuses the same spec before it opens the database: nothing is left running.
+	db := filepath.Join(dir, "r.db")
+	out, err := exec.Command(bin, "run", filepath.Join(dir, "two-billion.yaml"), "--db", db).CombinedOutput()
+	if code := exitCodeOf(err); code != exitUsage || !strings.Contains(string(out), "workload.sessions: value 2000000000 is more than 100000") {
+		t.Errorf("run: exit %d\n%s", code, out)
+	}
+	if _, err := os.Stat(db); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("run of an invalid spec created the database: %v", err)
+	}
+}
+
+// measured is what a command run under internal/testbin/rusage did and cost.
+type measured struct {
+	Exit           int     `json:"exit"`
+	UserMS         float64 `json:"user_ms"`
+	SystemMS       float64 `json:"system_ms"`
+	MaxRSSKB       int64   `json:"max_rss_kb"`
+	WallMS         float64 `json:"-"`
+	Stdout, Stderr string  `json:"-"`
+}
+
+// runMeasured runs a command under the rusage helper, which reports the command's own
+// peak memory (a test process's would count in its children's). limit guards against a
+// hang; it is not a measure.
+func runMeasured(t *testing.T, limit time.Duration, rusage string, args ...string) measured {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, rusage, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	wall := time.Since(start)
+	errText := strings.TrimRight(stderr.String(), "\n")
+	cut := strings.LastIndexByte(errText, '\n')
+	var m measured
+	if err != nil || json.Unmarshal([]byte(errText[cut+1:]), &m) != nil {
+		t.Fatalf("%v: %v\n%s", args, err, stderr.String())
+	}
+	m.WallMS = float64(wall.Microseconds()) / 1000
+	m.Stdout, m.Stderr = stdout.String(), strings.TrimRight(errText[:max(cut, 0)], "\n")
+	return m
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	if len(line) > 140 {
+		line = line[:140] + "…"
+	}
+	return line
+}
+
+func exitCodeOf(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
 }

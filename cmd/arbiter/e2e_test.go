@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -15,7 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/arbiterlab/arbiter/internal/testbin"
 	"github.com/arbiterlab/arbiter/store"
+	"github.com/arbiterlab/arbiter/workload"
 )
 
 var (
@@ -160,30 +164,86 @@ func TestEndToEndExperimentThroughRealProcesses(t *testing.T) {
 		}
 	}
 
-	// The secret must be nowhere: not in the database (WAL included), the engine logs or
-	// the verdict and its charts.
-	found := false
+	// A second experiment, into the same database, against an engine that streams its
+	// HF_TOKEN in 3-character pieces and then base64-, percent- and \u-encoded, and
+	// prints the encoded forms to its log.
+	const splitSecret = "hf_SplitSecret/7Qx+9Zk2mW"
+	t.Setenv("HF_TOKEN", splitSecret)
+	hostile := testbin.Build(t, "github.com/arbiterlab/arbiter/cmd/hostileserve")
+	splitSpec := filepath.Join(dir, "split.yaml")
+	if err := os.WriteFile(splitSpec, []byte(fmt.Sprintf(`version: 1
+name: e2e-split-secret
+engine:
+  preset: custom
+  command: [%q, --mode, split-secret, --chunk, "3"]
+  secrets: [HF_TOKEN]
+arms:
+  a: {env: {K: "0"}}
+  b: {env: {K: "1"}}
+workload: {sessions: 4, rounds: 2, concurrency: 4, seed: 7}
+timeouts: {startup: 60s, request: 60s, stall: 30s}
+`, hostile)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr = runCLI(t, "run", splitSpec, "--db", db, "-o", filepath.Join(dir, "split-verdict.md"))
+	if code != 0 {
+		t.Fatalf("split-secret run exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	var raws []string
+	if err := ro.Select(&raws, `SELECT t.raw FROM turns t JOIN experiments e ON e.id = t.experiment_id WHERE e.name = 'e2e-split-secret'`); err != nil {
+		t.Fatal(err)
+	}
+	if len(raws) < 2*4*2 {
+		t.Fatalf("%d split-secret turns recorded", len(raws))
+	}
+	for _, raw := range raws {
+		// The stream still assembles, and what it assembles to holds no secret: no
+		// value is recoverable from its fragments.
+		c, err := workload.AssembleStream([]byte(raw))
+		if err != nil || len(c.Choices) == 0 {
+			t.Fatalf("stored raw no longer assembles: %v\n%s", err, raw)
+		}
+		if got := c.Choices[0].Message.Content; got != "Here is the token: [redacted] base64 [redacted] url [redacted] json [redacted]." {
+			t.Errorf("stored raw assembles to %q", got)
+		}
+	}
+
+	// The secrets must be nowhere, in no form: not in the database (WAL included), the
+	// engine logs or the verdicts and their charts.
+	forms := map[string]string{"plain": secret, "split plain": splitSecret}
+	for name, form := range secretForms(splitSecret) {
+		forms["split "+name] = form
+	}
+	for name, form := range secretForms(secret) {
+		forms[name] = form
+	}
+	found, foundEncoded := false, false
 	filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
-		if err != nil || fi.IsDir() {
+		if err != nil || fi.IsDir() || p == spec || p == splitSpec {
 			return err
 		}
 		b, _ := os.ReadFile(p)
-		if bytes.Contains(b, []byte(secret)) {
-			t.Errorf("%s contains the secret", p)
+		for name, form := range forms {
+			if bytes.Contains(b, []byte(form)) {
+				t.Errorf("%s contains the secret (%s: %s)", p, name, form)
+			}
 		}
 		if strings.HasSuffix(p, ".log") && bytes.Contains(b, []byte("engine auth token: [redacted]")) {
 			found = true
 		}
+		if strings.HasSuffix(p, ".log") && bytes.Contains(b, []byte("token b64=[redacted] url=[redacted] json=[redacted]")) {
+			foundEncoded = true
+		}
 		return nil
 	})
-	if !found {
-		t.Error("no engine log shows the redacted token line: the redaction test proved nothing")
+	if !found || !foundEncoded {
+		t.Errorf("no engine log shows the redacted token lines (plain %v, encoded %v): the redaction test proved nothing", found, foundEncoded)
 	}
 
 	// ls, show and verdict read the same database.
 	code, stdout, _ = runCLI(t, "ls", "--db", db, "--json")
 	var exps []map[string]any
-	if code != 0 || json.Unmarshal([]byte(stdout), &exps) != nil || len(exps) != 1 {
+	if code != 0 || json.Unmarshal([]byte(stdout), &exps) != nil || len(exps) != 2 {
 		t.Errorf("ls --json: code %d, %q", code, stdout)
 	}
 	code, stdout, _ = runCLI(t, "verdict", "e2e-small", "--db", db)
@@ -251,8 +311,16 @@ func TestResumeRefusesWhatCannotBeResumed(t *testing.T) {
 	ctx := context.Background()
 	spec, _ := os.ReadFile("../../examples/quickstart.yaml")
 	done, _ := s.CreateExperiment(ctx, store.Experiment{Name: "finished", SpecPath: "../../examples/quickstart.yaml", Spec: string(spec)})
-	s.FinishExperiment(ctx, done, "done", "", time.Now())
+	s.FinishExperiment(ctx, done, store.ExperimentDone, "", time.Now())
+	dbID, err := store.DatabaseID(ctx, s.DB())
+	if err != nil {
+		t.Fatal(err)
+	}
 	s.Close()
+	// Done, and its verdict is where resume looks for it.
+	verdictPath := filepath.Join(filepath.Dir(db), "verdicts", fmt.Sprintf("finished-%s-%d.md", store.ShortID(dbID), done))
+	os.MkdirAll(filepath.Dir(verdictPath), 0o755)
+	os.WriteFile(verdictPath, []byte("# Verdict: finished\n"), 0o644)
 	if code, _, stderr := runCLI(t, "resume", "finished", "--db", db); code != exitUsage || !strings.Contains(stderr, "nothing to resume") {
 		t.Errorf("resume of a done experiment: exit %d, %q", code, stderr)
 	}
@@ -446,4 +514,132 @@ func TestEngineKilledWithEverySessionInFlight(t *testing.T) {
 	if strings.Contains(res.stdout, "significantly higher") {
 		t.Errorf("a killed engine reads as significantly higher:\n%s", res.stdout)
 	}
+}
+
+// secretForms are the ways the secret v can be written that a plain search misses:
+// percent-encoded (as a URL carries it), \u-escaped (once, and inside a JSON string),
+// base64 (the characters that depend on v alone, at each alignment) and hex.
+func secretForms(v string) map[string]string {
+	var pct, pctLower, esc strings.Builder
+	for i := 0; i < len(v); i++ {
+		fmt.Fprintf(&pct, "%%%02X", v[i])
+		fmt.Fprintf(&pctLower, "%%%02x", v[i])
+	}
+	for _, r := range v {
+		fmt.Fprintf(&esc, `\u%04x`, r)
+	}
+	forms := map[string]string{
+		"percent": pct.String(), "percent lower": pctLower.String(), "json escaped": esc.String(),
+		"json escaped in json": strings.ReplaceAll(esc.String(), `\`, `\\`),
+		"hex":                  hex.EncodeToString([]byte(v)),
+	}
+	for off := range 3 {
+		for alphabet, enc := range map[string]*base64.Encoding{"standard": base64.StdEncoding, "URL-safe": base64.URLEncoding} {
+			e := enc.EncodeToString(append([]byte("xyz"[:off]), v...))
+			forms[fmt.Sprintf("base64 (%s) at offset %d", alphabet, off)] = e[(8*off+5)/6 : 8*(off+len(v))/6]
+		}
+	}
+	return forms
+}
+
+// TestQuickstartWithInterTokenDelayResumesWithoutSpec runs the quickstart with refserve's
+// own --inter-token-delay as a real arbiter process, interrupts it once a launch has
+// ended, and resumes it without --spec. The delay's name holds TOKEN, but a duration is
+// not a credential: the stored spec and the server info keep "20ms", so resume can use
+// the recorded spec.
+func TestQuickstartWithInterTokenDelayResumesWithoutSpec(t *testing.T) {
+	t.Setenv("PATH", buildRefserve(t)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	arbiter := testbin.Build(t, "github.com/arbiterlab/arbiter/cmd/arbiter")
+	quickstart, err := os.ReadFile("../../examples/quickstart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := strings.Replace(string(quickstart), "args: [--enable-hierarchical-cache, --tool-call-parser, deepseekv4]",
+		"args: [--enable-hierarchical-cache, --tool-call-parser, deepseekv4, --inter-token-delay, 20ms]", 1)
+	src = strings.Replace(src, "  sessions: 60\n", "  sessions: 12\n", 1)
+	src = strings.Replace(src, "  concurrency: 60\n", "  concurrency: 12\n", 1)
+	src = strings.Replace(src, "  rounds: 4\n", "  rounds: 2\n", 1)
+	if !strings.Contains(src, "--inter-token-delay, 20ms") || !strings.Contains(src, "sessions: 12") {
+		t.Fatal("the quickstart changed; this test no longer edits it")
+	}
+	dir := t.TempDir()
+	spec, db := filepath.Join(dir, "quickstart.yaml"), filepath.Join(dir, "r.db")
+	if err := os.WriteFile(spec, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// Interrupt once the first launch has ended: the second is then cut short.
+	cmd := exec.Command(arbiter, "run", spec, "--db", db)
+	log := &lineWatch{want: `msg="run ended"`, seen: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case <-log.seen:
+		cmd.Process.Signal(os.Interrupt)
+		err = <-exited
+	case err = <-exited:
+		t.Fatalf("run ended before it was interrupted (%v)\n%s", err, log.text())
+	}
+	if code := exitCodeOf(err); code != exitInterrupted {
+		t.Fatalf("interrupted run exited %d\n%s", code, log.text())
+	}
+
+	ro, err := store.OpenReadOnly(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	var stored string
+	if err := ro.Get(&stored, `SELECT spec FROM experiments WHERE id = 1`); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stored, "--inter-token-delay, 20ms") || strings.Contains(stored, "[redacted]") {
+		t.Errorf("stored spec lost the delay:\n%s", stored)
+	}
+	var infos []string
+	if err := ro.Select(&infos, `SELECT server_info FROM runs WHERE server_info IS NOT NULL AND server_info != ''`); err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) == 0 || !strings.Contains(infos[0], `"inter_token_delay":"20ms"`) {
+		t.Errorf("server info lost the delay: %q", infos)
+	}
+
+	out, err := exec.Command(arbiter, "resume", "1", "--db", db).CombinedOutput()
+	if code := exitCodeOf(err); code != exitOK || !strings.Contains(string(out), "experiment 1 (bf16-index-k-decisive): done") {
+		t.Fatalf("resume without --spec exited %d:\n%s", code, out)
+	}
+	var status string
+	ro.Get(&status, `SELECT status FROM experiments WHERE id = 1`)
+	if status != "done" {
+		t.Errorf("after resume the experiment is %q", status)
+	}
+}
+
+// lineWatch collects a process's output and closes seen when a line holds want.
+type lineWatch struct {
+	want string
+	seen chan struct{}
+	mu   sync.Mutex
+	buf  strings.Builder
+	once sync.Once
+}
+
+func (w *lineWatch) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if strings.Contains(w.buf.String(), w.want) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return len(p), nil
+}
+
+func (w *lineWatch) text() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
+
+	"github.com/arbiterlab/arbiter/store"
 )
 
 // barProgress draws one progress bar per run on stderr.
@@ -61,7 +63,7 @@ func (b *barProgress) SessionDone(arm string, block int, corrupted bool) {
 	}
 }
 
-func (b *barProgress) RunEnded(arm string, block int, status string) {
+func (b *barProgress) RunEnded(arm string, block int, status store.RunStatus) {
 	b.mu.Lock()
 	bar := b.bars[runKey(arm, block)]
 	b.mu.Unlock()

@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"math"
 	"strconv"
 	"strings"
 	"unicode"
 
 	"github.com/arbiterlab/arbiter/openai"
+	"github.com/arbiterlab/arbiter/openai/toolschema"
 )
 
 // The scripted agent is refserve's "model": given the seed and the conversation it
@@ -64,7 +64,7 @@ type call struct {
 // param is one argument of a call.
 type param struct {
 	Name  string
-	Value any // string, int64, float64, bool, []any or []param (an object)
+	Value any // string, int64, float64, json.Number, bool, nil, []any or []param (an object)
 }
 
 // Arguments is the call's arguments as the JSON text a Python server would print
@@ -96,6 +96,8 @@ func writeValue(b *strings.Builder, v any) {
 		b.WriteString(strconv.FormatInt(v, 10))
 	case float64:
 		b.WriteString(strconv.FormatFloat(v, 'f', -1, 64))
+	case json.Number: // an exact number from the schema (enum, const, multipleOf)
+		b.WriteString(string(v))
 	case bool:
 		b.WriteString(strconv.FormatBool(v))
 	case []param:
@@ -203,6 +205,19 @@ func (a agent) next(req *openai.ChatRequest) (reply, uint64, error) {
 	if (choice.mode == "required" || choice.mode == "function") && len(tools) == 0 {
 		return reply{}, 0, fmt.Errorf("tool_choice %q needs tools", choice.mode)
 	}
+	schemas := toolschema.Of(tools)
+	if choice.mode == "required" || choice.mode == "function" {
+		// A forced call is decoded under a grammar built from the schemas, as SGLang and
+		// vLLM do; a schema that cannot be read cannot constrain anything.
+		for _, t := range tools {
+			if choice.mode == "function" && t.Function.Name != choice.force {
+				continue
+			}
+			if ts, _ := schemas.Lookup(t.Function.Name); ts.Err != nil {
+				return reply{}, 0, fmt.Errorf("tools: %s: %v", t.Function.Name, ts.Err)
+			}
+		}
+	}
 	planKey := mix64(a.seed ^ hashString(conv.userText))
 	var plan []int
 	switch {
@@ -219,7 +234,7 @@ func (a agent) next(req *openai.ChatRequest) (reply, uint64, error) {
 		return call{
 			ID:     fmt.Sprintf("call_%016x%08x", mix64(key^conv.session), uint32(key)),
 			Name:   t.Function.Name,
-			Params: argumentsFor(t.Function.Parameters, newRNG(key), conv.userText),
+			Params: argumentsFor(lookup(schemas, t.Function.Name), newRNG(key), conv.userText),
 		}
 	}
 	var r reply
@@ -232,12 +247,18 @@ func (a agent) next(req *openai.ChatRequest) (reply, uint64, error) {
 		if len(tools) > 0 {
 			k := int(planKey % uint64(len(tools)))
 			t := tools[k]
-			r.Lure = call{Name: t.Function.Name, Params: argumentsFor(t.Function.Parameters, newRNG(planKey), conv.userText)}
+			r.Lure = call{Name: t.Function.Name, Params: argumentsFor(lookup(schemas, t.Function.Name), newRNG(planKey), conv.userText)}
 		} else {
 			r.Lure = call{Name: "search", Params: []param{{Name: "query", Value: topicOf(conv.userText, planKey)}}}
 		}
 	}
 	return r, conv.session, nil
+}
+
+// lookup is the compiled schema of an offered tool (the first of that name).
+func lookup(s *toolschema.Set, name string) *toolschema.Tool {
+	t, _ := s.Lookup(name)
+	return t
 }
 
 func findTool(tools []openai.Tool, name string) int {
@@ -342,238 +363,6 @@ func topicOf(text string, key uint64) string {
 		}
 	}
 	return words[int(key%uint64(len(words)))]
-}
-
-// schema is the part of a JSON schema the agent honours.
-type schema struct {
-	Type       json.RawMessage   `json:"type"`
-	Enum       []any             `json:"enum"`
-	Properties json.RawMessage   `json:"properties"`
-	Required   []string          `json:"required"`
-	Items      json.RawMessage   `json:"items"`
-	Minimum    *float64          `json:"minimum"`
-	Maximum    *float64          `json:"maximum"`
-	MinItems   *int              `json:"minItems"`
-	MaxItems   *int              `json:"maxItems"`
-	AnyOf      []json.RawMessage `json:"anyOf"`
-	OneOf      []json.RawMessage `json:"oneOf"`
-	Format     string            `json:"format"`
-}
-
-// argumentsFor builds arguments that satisfy a tool's parameter schema: every required
-// property with the right type, some optional ones. A schema it cannot read gives {}.
-func argumentsFor(raw json.RawMessage, rng *rng, userText string) []param {
-	a := &argWriter{rng: rng, userText: userText, budget: argBudget}
-	v := a.value(raw, "", 0)
-	if ps, ok := v.([]param); ok {
-		return ps
-	}
-	return []param{}
-}
-
-// argBudget bounds the values one call's arguments hold, so that a schema of nested
-// arrays of objects cannot blow up; past it, nested containers come out empty.
-const argBudget = 256
-
-// argWriter fills in arguments from a schema.
-type argWriter struct {
-	rng      *rng
-	userText string
-	budget   int
-}
-
-func (a *argWriter) value(raw json.RawMessage, name string, depth int) any {
-	rng, userText := a.rng, a.userText
-	a.budget--
-	var s schema
-	if len(bytes.TrimSpace(raw)) == 0 || json.Unmarshal(raw, &s) != nil {
-		return []param{}
-	}
-	if len(s.Enum) > 0 {
-		switch e := s.Enum[rng.intn(len(s.Enum))].(type) {
-		case float64:
-			if e == float64(int64(e)) {
-				return int64(e)
-			}
-			return e
-		case string, bool:
-			return e
-		}
-	}
-	if alt := append(s.AnyOf, s.OneOf...); len(alt) > 0 && len(s.Type) == 0 {
-		return a.value(alt[0], name, depth)
-	}
-	typ := schemaType(s.Type)
-	if typ == "" {
-		switch {
-		case len(s.Properties) > 0:
-			typ = "object"
-		case len(s.Items) > 0:
-			typ = "array"
-		default:
-			typ = "string"
-		}
-	}
-	switch typ {
-	case "object":
-		if depth > 4 || (a.budget <= 0 && depth > 0) {
-			return []param{}
-		}
-		var ps []param
-		required := map[string]bool{}
-		for _, r := range s.Required {
-			required[r] = true
-		}
-		for _, p := range orderedProperties(s.Properties) {
-			if required[p.name] || (a.budget > 0 && rng.intn(2) == 0) {
-				ps = append(ps, param{Name: p.name, Value: a.value(p.schema, p.name, depth+1)})
-				delete(required, p.name)
-			}
-		}
-		for _, r := range s.Required { // required but not described: a string will do
-			if required[r] {
-				ps = append(ps, param{Name: r, Value: stringFor(r, "", rng, userText)})
-				delete(required, r)
-			}
-		}
-		if ps == nil {
-			ps = []param{}
-		}
-		return ps
-	case "array":
-		lo, hi := 1, 2
-		if s.MinItems != nil && *s.MinItems > lo {
-			lo = min(*s.MinItems, 8)
-		}
-		if s.MaxItems != nil && *s.MaxItems < hi {
-			hi = max(*s.MaxItems, 0)
-		}
-		if hi < lo {
-			hi = lo
-		}
-		n := lo + rng.intn(hi-lo+1)
-		if a.budget <= 0 {
-			n = 0
-		}
-		items := make([]any, 0, n)
-		for range n {
-			if depth > 4 {
-				items = append(items, stringFor(name, "", rng, userText))
-				continue
-			}
-			items = append(items, a.value(s.Items, name, depth+1))
-		}
-		return items
-	case "integer":
-		lo, hi := 1.0, 10.0
-		if s.Minimum != nil {
-			lo = math.Ceil(*s.Minimum)
-			if s.Maximum == nil {
-				hi = lo + 9
-			}
-		}
-		if s.Maximum != nil {
-			hi = math.Floor(*s.Maximum)
-			if s.Minimum == nil {
-				lo = min(lo, hi)
-			}
-		}
-		if hi < lo || hi-lo > 1e15 {
-			return int64(lo)
-		}
-		return int64(lo) + int64(rng.intn(int(hi-lo)+1))
-	case "number":
-		lo, hi := 0.5, 100.0
-		if s.Minimum != nil {
-			lo = *s.Minimum
-			if s.Maximum == nil {
-				hi = lo + 100
-			}
-		}
-		if s.Maximum != nil {
-			hi = *s.Maximum
-			if s.Minimum == nil {
-				lo = min(lo, hi)
-			}
-		}
-		if !(hi >= lo) || hi-lo > 1e15 {
-			return lo
-		}
-		v := lo + (hi-lo)*float64(rng.intn(1001))/1000
-		return v
-	case "boolean":
-		return rng.intn(2) == 1
-	case "null":
-		return nil
-	default:
-		return stringFor(name, s.Format, rng, userText)
-	}
-}
-
-// schemaType reads "type", which may be a string or a list such as ["string", "null"].
-func schemaType(raw json.RawMessage) string {
-	var t string
-	if json.Unmarshal(raw, &t) == nil {
-		return t
-	}
-	var ts []string
-	if json.Unmarshal(raw, &ts) == nil {
-		for _, t := range ts {
-			if t != "null" {
-				return t
-			}
-		}
-		if len(ts) > 0 {
-			return ts[0]
-		}
-	}
-	return ""
-}
-
-// stringFor picks a plausible string for a property from its name and the user's words.
-func stringFor(name, format string, rng *rng, userText string) string {
-	n := strings.ToLower(name)
-	switch {
-	case format == "date" || strings.Contains(n, "date"):
-		return fmt.Sprintf("2026-%02d-%02d", 1+rng.intn(12), 1+rng.intn(28))
-	case format == "email" || strings.Contains(n, "email"):
-		return "user@example.com"
-	case format == "uri" || strings.Contains(n, "url"):
-		return "https://example.com/" + strings.ToLower(topicOf(userText, rng.next()))
-	}
-	return topicOf(userText, rng.next())
-}
-
-type property struct {
-	name   string
-	schema json.RawMessage
-}
-
-// orderedProperties lists a schema's properties in the order they are written, which a
-// map would lose.
-func orderedProperties(raw json.RawMessage) []property {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil
-	}
-	var out []property
-	seen := map[string]bool{}
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return out
-		}
-		k, _ := t.(string)
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return out
-		}
-		if !seen[k] {
-			seen[k] = true
-			out = append(out, property{name: k, schema: v})
-		}
-	}
-	return out
 }
 
 // rng is a small deterministic generator (splitmix64 stream).

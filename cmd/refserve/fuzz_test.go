@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/arbiterlab/arbiter/openai"
+	"github.com/arbiterlab/arbiter/openai/toolschema"
 )
 
 // FuzzArgumentsForSchema: whatever schema a client offers, the agent's arguments are a
@@ -19,12 +20,16 @@ func FuzzArgumentsForSchema(f *testing.F) {
 		`{"properties":{"deep":{"properties":{"deeper":{"properties":{"deepest":{"type":"boolean"}}}}}}}`,
 		`{"type":"object","properties":{"v":{"anyOf":[{"type":"integer"},{"type":"string"}]},"e":{"enum":[1.5,2,"x",true,null]}}}`,
 		`{"type":"number","minimum":1e308,"maximum":-1e308}`,
+		`{"$ref":"#/$defs/a","$defs":{"a":{"type":"object","properties":{"id":{"type":"string","pattern":"^ORD-\\d{5}$"}},"required":["id"]}}}`,
+		`{"type":"object","properties":{"n":{"type":"number","multipleOf":0.1,"exclusiveMinimum":0}},"required":["n"]}`,
+		`{"type":"object","properties":{"p":{"prefixItems":[{"const":1},{"type":"string","maxLength":1}],"minItems":2}}}`,
+		`{"$ref":"#"}`, `{"properties":{"a":{"$ref":"#"}},"required":["a"]}`,
 		`[]`, `null`, ``, `{"type":"object","properties":[1,2]}`,
 	} {
 		f.Add([]byte(s), "What's the weather in Paris?")
 	}
 	f.Fuzz(func(t *testing.T, schemaJSON []byte, userText string) {
-		ps := argumentsFor(json.RawMessage(schemaJSON), newRNG(1), userText)
+		ps := argumentsFor(toolschema.Compile("f", schemaJSON), newRNG(1), userText)
 		args := call{Params: ps}.Arguments()
 		var got map[string]any
 		if err := json.Unmarshal([]byte(args), &got); err != nil {

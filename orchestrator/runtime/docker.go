@@ -1,19 +1,16 @@
 package runtime
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,10 +31,14 @@ import (
 const (
 	// LabelManaged marks a container as arbiter's ("1").
 	LabelManaged = "arbiter.managed"
-	// LabelExperiment holds the experiment's ID in the results database.
+	// LabelExperiment holds the experiment's ID in the results database
+	// (Launch.ExperimentID).
 	LabelExperiment = "arbiter.experiment"
-	// LabelRun holds the launch's name (Launch.Name), e.g. "exp3-control-b0".
+	// LabelRun holds the run's ID in the results database (Launch.RunID).
 	LabelRun = "arbiter.run"
+	// LabelDatabase holds the results database's unique id (Launch.DatabaseID):
+	// experiment numbers repeat across databases, this does not.
+	LabelDatabase = "arbiter.database"
 )
 
 // Docker runs each arm as a container of Launch.Image on one Docker Engine, its port
@@ -271,8 +272,7 @@ func (d Docker) containerConfig(l Launch) (*container.Config, *container.HostCon
 		Image:        l.Image,
 		Env:          slices.Clone(l.Env),
 		ExposedPorts: network.PortSet{port: {}},
-		Labels: map[string]string{LabelManaged: "1", LabelRun: l.Name,
-			LabelExperiment: experimentOf(l.Name)},
+		Labels:       launchLabels(l),
 	}
 	var args []string
 	if len(l.Command) > 0 {
@@ -376,15 +376,20 @@ func hasFlag(args []string, flag string) bool {
 	return false
 }
 
-var experimentPrefix = regexp.MustCompile(`^exp(\d+)-`)
-
-// experimentOf reads the experiment ID out of the orchestrator's launch names
-// ("exp3-control-b0"); empty for a name of another shape.
-func experimentOf(name string) string {
-	if m := experimentPrefix.FindStringSubmatch(name); m != nil {
-		return m[1]
+// launchLabels are the labels a container of l carries: arbiter's mark, and the
+// experiment, run and database it belongs to, where l names them.
+func launchLabels(l Launch) map[string]string {
+	labels := map[string]string{LabelManaged: "1"}
+	if l.ExperimentID != 0 {
+		labels[LabelExperiment] = strconv.FormatInt(l.ExperimentID, 10)
 	}
-	return ""
+	if l.RunID != 0 {
+		labels[LabelRun] = strconv.FormatInt(l.RunID, 10)
+	}
+	if l.DatabaseID != "" {
+		labels[LabelDatabase] = l.DatabaseID
+	}
+	return labels
 }
 
 // ContainerName derives a Docker-safe, unique container name from a launch name:
@@ -643,38 +648,3 @@ func (i *dockerInstance) remove(ctx context.Context, cause error) error {
 	})
 	return errors.Join(cause, i.removeErr)
 }
-
-// lineWriter cuts one demultiplexed stream into whole lines for the log sink, so that a
-// line of stdout and a line of stderr never end up spliced into one.
-type lineWriter struct {
-	sink *logSink
-	buf  []byte
-}
-
-func (w *lineWriter) Write(p []byte) (int, error) {
-	w.buf = append(w.buf, p...)
-	for {
-		n := bytes.IndexByte(w.buf, '\n')
-		if n < 0 {
-			break
-		}
-		w.sink.writeLine(string(w.buf[:n+1]))
-		w.buf = w.buf[n+1:]
-	}
-	// A line without an end that grows past the sink's reader size is cut, as a pipe
-	// reader would.
-	if len(w.buf) > 64<<10 {
-		w.sink.writeLine(string(w.buf) + "\n")
-		w.buf = w.buf[:0]
-	}
-	return len(p), nil
-}
-
-func (w *lineWriter) flush() {
-	if len(w.buf) > 0 {
-		w.sink.writeLine(string(w.buf) + "\n")
-		w.buf = nil
-	}
-}
-
-var _ io.Writer = (*lineWriter)(nil)

@@ -11,7 +11,8 @@ import (
 )
 
 // Leftover is a container arbiter started and has not removed: an experiment that was
-// killed before it could tear its arm down leaves one behind.
+// killed before it could tear its arm down leaves one behind. Experiment, Run and
+// Database are the IDs its labels carry (LabelExperiment, LabelRun, LabelDatabase).
 type Leftover struct {
 	ID         string    `json:"id"`
 	Name       string    `json:"name"`
@@ -20,6 +21,7 @@ type Leftover struct {
 	Status     string    `json:"status"` // the daemon's words, e.g. "Exited (2) 3 minutes ago"
 	Experiment string    `json:"experiment,omitempty"`
 	Run        string    `json:"run,omitempty"`
+	Database   string    `json:"database,omitempty"` // results database's id; empty from an older arbiter
 	Created    time.Time `json:"created"`
 }
 
@@ -47,7 +49,8 @@ func (d Docker) Leftovers(ctx context.Context, experiment string) ([]Leftover, e
 			name = strings.TrimPrefix(c.Names[0], "/")
 		}
 		out = append(out, Leftover{ID: c.ID, Name: name, Image: c.Image, State: string(c.State), Status: c.Status,
-			Experiment: c.Labels[LabelExperiment], Run: c.Labels[LabelRun], Created: time.Unix(c.Created, 0).UTC()})
+			Experiment: c.Labels[LabelExperiment], Run: c.Labels[LabelRun], Database: c.Labels[LabelDatabase],
+			Created: time.Unix(c.Created, 0).UTC()})
 	}
 	return out, nil
 }

@@ -262,7 +262,7 @@ func TestDockerStopKillsWhenContextEnds(t *testing.T) {
 func TestDockerLeftoversFindsAndRemovesLabelledContainers(t *testing.T) {
 	image := refserveImage(t)
 	l := Launch{Name: "exp42-control-b3", Image: image, Command: []string{"/refserve"},
-		LogPath: filepath.Join(t.TempDir(), "engine.log")}
+		LogPath: filepath.Join(t.TempDir(), "engine.log"), ExperimentID: 42, RunID: 7, DatabaseID: "d0c5-test"}
 	inst, err := Docker{}.Start(context.Background(), l)
 	if err != nil {
 		t.Fatal(err)
@@ -278,8 +278,8 @@ func TestDockerLeftoversFindsAndRemovesLabelledContainers(t *testing.T) {
 	if i < 0 {
 		t.Fatalf("leftovers %+v lack %s", left, name)
 	}
-	if got := left[i]; got.Experiment != "42" || got.Run != "exp42-control-b3" || got.State != "running" || got.Image != image {
-		t.Errorf("leftover = %+v, want experiment 42, run exp42-control-b3, running, image %s", got, image)
+	if got := left[i]; got.Experiment != "42" || got.Run != "7" || got.Database != "d0c5-test" || got.State != "running" || got.Image != image {
+		t.Errorf("leftover = %+v, want experiment 42, run 7, database d0c5-test, running, image %s", got, image)
 	}
 	if err := (Docker{}).Remove(context.Background(), left[i].ID); err != nil {
 		t.Fatal(err)
@@ -337,7 +337,8 @@ func TestDockerStartWithMissingImageSaysSo(t *testing.T) {
 func TestContainerConfigRendersLaunch(t *testing.T) {
 	d := Docker{GPUs: "0-7", GPUCount: 4, Mounts: []string{"/models:/models:ro", "hf-cache:/root/.cache/huggingface"}}.defaults()
 	l := Launch{Name: "exp3-hicache=on,overlap=off-b1", Image: "lmsysorg/sglang:v0.5",
-		Command: []string{"python3", "-m", "sglang.launch_server", "--tp", "4"}, Env: []string{"BF16_INDEX_K=1"}}
+		Command: []string{"python3", "-m", "sglang.launch_server", "--tp", "4"}, Env: []string{"BF16_INDEX_K=1"},
+		ExperimentID: 3, RunID: 17, DatabaseID: "0f1e2d3c-0000-4000-8000-000000000000"}
 	cfg, host, err := d.containerConfig(l)
 	if err != nil {
 		t.Fatal(err)
@@ -348,8 +349,13 @@ func TestContainerConfigRendersLaunch(t *testing.T) {
 	if want := []string{"-m", "sglang.launch_server", "--tp", "4", "--host", "0.0.0.0", "--port", "8000"}; !slices.Equal(cfg.Cmd, want) {
 		t.Errorf("cmd = %q, want %q", cfg.Cmd, want)
 	}
-	if cfg.Labels[LabelManaged] != "1" || cfg.Labels[LabelExperiment] != "3" || cfg.Labels[LabelRun] != l.Name {
+	if cfg.Labels[LabelManaged] != "1" || cfg.Labels[LabelExperiment] != "3" || cfg.Labels[LabelRun] != "17" ||
+		cfg.Labels[LabelDatabase] != l.DatabaseID {
 		t.Errorf("labels = %v", cfg.Labels)
+	}
+	// A launch of no recorded run carries arbiter's mark only.
+	if cfg, _, _ := d.containerConfig(Launch{Name: "probe", Image: "x"}); len(cfg.Labels) != 1 {
+		t.Errorf("labels of a launch without ids = %v", cfg.Labels)
 	}
 	if !slices.Equal(cfg.Env, l.Env) {
 		t.Errorf("env = %q, want %q", cfg.Env, l.Env)

@@ -1,11 +1,9 @@
 package runtime
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -19,10 +17,20 @@ import (
 
 // Process runs each arm as a local process on a free loopback port. The zero value is
 // valid.
+//
+// Every engine runs in a process group of its own, led by a tiny supervisor (/bin/sh)
+// that arbiter starts first: Stop sends SIGTERM to the whole group, waits until every
+// engine process has exited or the grace period ends, then sends SIGKILL to the group, so
+// that no worker an engine spawned outlives it. The supervisor reads a pipe only arbiter
+// writes to; when arbiter dies by any means (kill -9 included) the pipe closes and the
+// supervisor does the same: SIGTERM to the group, the grace period, SIGKILL. As the
+// group's leader it also keeps the group's id from being reused while anything of the
+// engine lives, so a signal to the group never reaches a stranger.
 type Process struct {
-	// Grace is how long Stop waits after SIGTERM before SIGKILL (default 10s).
+	// Grace is how long Stop (and the supervisor, after arbiter's death) waits after
+	// SIGTERM before SIGKILL (default 10s).
 	Grace time.Duration
-	// TailLines is how many log lines an Exit keeps (default 40).
+	// TailLines is how many log lines an Exit keeps (default 40; see MaxTail).
 	TailLines int
 	// BaseEnv is the environment every engine starts from; nil gives PATH, HOME, TMPDIR,
 	// LANG and the CUDA/NVIDIA variables of arbiter's own environment, so that nothing
@@ -30,9 +38,23 @@ type Process struct {
 	BaseEnv []string
 }
 
+// DefaultGrace is how long an engine gets between SIGTERM and SIGKILL when the runtime
+// does not say.
+const DefaultGrace = 10 * time.Second
+
 // baseEnvKeys are copied from arbiter's environment when Process.BaseEnv is nil.
 var baseEnvKeys = []string{"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "TZ", "LD_LIBRARY_PATH",
 	"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_HOME", "ARBITER_KERNELS_LIB"}
+
+// supervisorScript leads an engine's process group. Its stdin is a pipe whose only
+// writer is arbiter: read returns at end of file once arbiter is gone, and the script
+// then ends the group as Stop would. It ignores the polite signals sent to its group; the
+// final SIGKILL, from Stop or from itself, ends it with the rest.
+const supervisorScript = `trap '' TERM INT HUP
+while read -r _line; do :; done
+kill -TERM 0
+sleep "$1"
+kill -KILL 0`
 
 // Start launches l.Command with l.PortFlag set to a free loopback port.
 func (p Process) Start(ctx context.Context, l Launch) (Instance, error) {
@@ -41,6 +63,9 @@ func (p Process) Start(ctx context.Context, l Launch) (Instance, error) {
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if l.LogPath == "" {
+		return nil, errors.New("process runtime: no log path")
 	}
 	port, err := freePort()
 	if err != nil {
@@ -55,20 +80,9 @@ func (p Process) Start(ctx context.Context, l Launch) (Instance, error) {
 	if err != nil {
 		return nil, fmt.Errorf("process runtime: %w", err)
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(p.baseEnv(), l.Env...)
-	if l.GPUs != "" {
-		cmd.Env = append(cmd.Env, "CUDA_VISIBLE_DEVICES="+l.GPUs)
-	}
-	// Its own process group, so Stop reaches every process the engine spawned.
-	// Pdeathsig: if arbiter itself is killed outright, the engine is told to exit
-	// rather than hold its port and GPUs as an orphan.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	// A grandchild that keeps the output pipe open must not keep Wait from returning.
-	cmd.WaitDelay = 5 * time.Second
-
-	if l.LogPath == "" {
-		return nil, errors.New("process runtime: no log path")
+	grace := p.Grace
+	if grace <= 0 {
+		grace = DefaultGrace
 	}
 	if err := os.MkdirAll(filepath.Dir(l.LogPath), 0o755); err != nil {
 		return nil, fmt.Errorf("process runtime: %w", err)
@@ -77,38 +91,101 @@ func (p Process) Start(ctx context.Context, l Launch) (Instance, error) {
 	if err != nil {
 		return nil, fmt.Errorf("process runtime: %w", err)
 	}
+
+	sup, guard, err := startSupervisor(grace)
+	if err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("process runtime: %w", err)
+	}
+	pgid := sup.Process.Pid
+	supDone := make(chan struct{})
+	go func() {
+		sup.Wait()
+		close(supDone)
+	}()
+	// killSupervisor ends a supervisor whose engine never started.
+	killSupervisor := func() {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		<-supDone
+		guard.Close()
+	}
+
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(p.baseEnv(), l.Env...)
+	if l.GPUs != "" {
+		cmd.Env = append(cmd.Env, "CUDA_VISIBLE_DEVICES="+l.GPUs)
+	}
+	// The supervisor's process group, so that Stop (or the supervisor) reaches every
+	// process the engine spawned.
+	cmd.SysProcAttr = engineProcAttr(pgid)
+
 	tailLines := p.TailLines
 	if tailLines <= 0 {
 		tailLines = 40
 	}
 	log := newLogSink(logFile, l.Redact, tailLines)
-	pr, pw := io.Pipe()
+	// An OS pipe, not an io.Pipe: Wait then returns when the engine exits, even while a
+	// worker it left behind still holds the pipe open.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		logFile.Close()
+		killSupervisor()
+		return nil, fmt.Errorf("process runtime: %w", err)
+	}
 	cmd.Stdout = pw
 	cmd.Stderr = pw
-	if err := cmd.Start(); err != nil {
-		pw.Close()
+	err = cmd.Start()
+	pw.Close()
+	if err != nil {
+		pr.Close()
 		logFile.Close()
+		killSupervisor()
 		return nil, fmt.Errorf("process runtime: start %s: %w", l.Command[0], err)
 	}
-	grace := p.Grace
-	if grace <= 0 {
-		grace = 10 * time.Second
-	}
+	leader, _ := identify(pgid)
 	inst := &processInstance{cmd: cmd, endpoint: fmt.Sprintf("http://127.0.0.1:%d", port), grace: grace,
-		done: make(chan struct{}), log: log}
+		done: make(chan struct{}), log: log, pgid: pgid, supervisor: leader, supDone: supDone, guard: guard}
 	copied := make(chan struct{})
 	go func() {
+		// The log ends when the last process of the group holding the pipe has exited.
 		log.copyFrom(pr)
+		pr.Close()
+		logFile.Close()
 		close(copied)
 	}()
 	go func() {
 		err := cmd.Wait()
-		pw.Close()
-		<-copied
-		logFile.Close()
+		// The engine's last words are usually in the pipe already; a worker that
+		// keeps it open must not hold the exit back.
+		select {
+		case <-copied:
+		case <-time.After(500 * time.Millisecond):
+		}
 		inst.finish(err)
 	}()
 	return inst, nil
+}
+
+// startSupervisor starts the leader of a new process group and returns it with the
+// write end of its guard pipe, which must stay open for as long as the engine should run.
+func startSupervisor(grace time.Duration) (*exec.Cmd, *os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("engine supervisor: %w", err)
+	}
+	secs := int((grace + time.Second - 1) / time.Second)
+	sup := exec.Command("/bin/sh", "-c", supervisorScript, "arbiter-engine-supervisor", strconv.Itoa(secs))
+	sup.Stdin = r
+	// Its own group, not arbiter's: a Ctrl-C at the terminal is arbiter's to handle,
+	// and the supervisor must outlive arbiter.
+	sup.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	err = sup.Start()
+	r.Close()
+	if err != nil {
+		w.Close()
+		return nil, nil, fmt.Errorf("engine supervisor (/bin/sh): %w", err)
+	}
+	return sup, w, nil
 }
 
 func (p Process) baseEnv() []string {
@@ -151,12 +228,28 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
+// Grouped is an Instance whose engine runs in a local process group. Group names the
+// group's leader (the group's id is the leader's pid); ok is false where the platform
+// cannot identify a process across time (Linux can).
+type Grouped interface {
+	Group() (leader ProcessID, ok bool)
+}
+
 type processInstance struct {
 	cmd      *exec.Cmd
 	endpoint string
 	grace    time.Duration
 	log      *logSink
 	done     chan struct{}
+
+	// pgid is the engine's process group, led by the supervisor; supDone is closed once
+	// the supervisor has exited and been reaped; guard is the pipe whose closing tells
+	// the supervisor that arbiter is gone.
+	pgid       int
+	supervisor ProcessID
+	supDone    chan struct{}
+	guard      *os.File
+	stopOnce   sync.Once
 
 	mu      sync.Mutex
 	stopped bool
@@ -165,6 +258,10 @@ type processInstance struct {
 
 func (i *processInstance) Endpoint() string      { return i.endpoint }
 func (i *processInstance) Done() <-chan struct{} { return i.done }
+
+func (i *processInstance) Group() (ProcessID, bool) {
+	return i.supervisor, i.supervisor.Start != 0
+}
 
 func (i *processInstance) Exit() Exit {
 	i.mu.Lock()
@@ -191,75 +288,81 @@ func (i *processInstance) finish(waitErr error) {
 	close(i.done)
 }
 
+// Stop ends the engine's whole process group: SIGTERM, then SIGKILL once every engine
+// process has exited, the grace period has passed or ctx ends. An engine that already
+// exited on its own still has its group ended, so that a worker it left behind does not
+// hold its port or GPUs. Stop returns once the engine and its supervisor are gone.
 func (i *processInstance) Stop(ctx context.Context) error {
 	i.mu.Lock()
 	i.stopped = true
 	i.mu.Unlock()
-	select {
-	case <-i.done:
-		return nil
-	default:
-	}
-	pgid := -i.cmd.Process.Pid
-	_ = syscall.Kill(pgid, syscall.SIGTERM)
-	timer := time.NewTimer(i.grace)
-	defer timer.Stop()
-	select {
-	case <-i.done:
-		return nil
-	case <-timer.C:
-	case <-ctx.Done():
-	}
-	_ = syscall.Kill(pgid, syscall.SIGKILL)
+	i.stopOnce.Do(func() { i.endGroup(ctx) })
 	<-i.done
 	return nil
 }
 
-// logSink writes an engine's output line by line, redacted, to its log file and keeps
-// the last lines for crash reports.
-type logSink struct {
-	w      io.Writer
-	redact func(string) string
-	max    int
-
-	mu    sync.Mutex
-	lines []string
-}
-
-func newLogSink(w io.Writer, redact func(string) string, max int) *logSink {
-	if redact == nil {
-		redact = func(s string) string { return s }
+func (i *processInstance) endGroup(ctx context.Context) {
+	defer i.guard.Close()
+	if !i.signalGroup(syscall.SIGTERM) {
+		<-i.done
+		return
 	}
-	return &logSink{w: w, redact: redact, max: max}
-}
-
-func (s *logSink) copyFrom(r io.Reader) {
-	br := bufio.NewReaderSize(r, 64<<10)
-	for {
-		line, err := br.ReadString('\n')
-		if line != "" {
-			s.writeLine(line)
-		}
-		if err != nil {
-			return
+	timer := time.NewTimer(i.grace)
+	defer timer.Stop()
+	poll := time.NewTicker(20 * time.Millisecond)
+	defer poll.Stop()
+	exited := i.done
+wait:
+	for !i.engineGone() {
+		select {
+		case <-timer.C:
+			break wait
+		case <-ctx.Done():
+			break wait
+		case <-exited:
+			exited = nil // from now on only its workers are waited for
+		case <-poll.C:
 		}
 	}
+	i.signalGroup(syscall.SIGKILL)
+	<-i.done
+	<-i.supDone
 }
 
-func (s *logSink) writeLine(line string) {
-	// Redact whole lines: a secret split across two writes is still one line.
-	red := s.redact(line)
-	io.WriteString(s.w, red)
-	s.mu.Lock()
-	s.lines = append(s.lines, strings.TrimRight(red, "\r\n"))
-	if len(s.lines) > s.max {
-		s.lines = s.lines[len(s.lines)-s.max:]
+// signalGroup sends sig to the engine's group while that is safe: while the supervisor
+// or the engine is not yet reaped, the group's id cannot have been given to anyone else.
+// It reports whether it sent.
+func (i *processInstance) signalGroup(sig syscall.Signal) bool {
+	select {
+	case <-i.supDone:
+		select {
+		case <-i.done:
+			return false
+		default:
+		}
+	default:
 	}
-	s.mu.Unlock()
+	_ = syscall.Kill(-i.pgid, sig)
+	return true
 }
 
-func (s *logSink) tail() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Join(s.lines, "\n")
+// engineGone reports whether the engine and everything it spawned in its group have
+// exited: where processes can be listed, the group holds nothing but the supervisor;
+// elsewhere the engine itself has exited.
+func (i *processInstance) engineGone() bool {
+	select {
+	case <-i.done:
+	default:
+		return false
+	}
+	members, err := groupMembers(i.pgid)
+	if err != nil {
+		return true
+	}
+	for _, pid := range members {
+		if pid != i.pgid {
+			return false
+		}
+	}
+	return true
 }

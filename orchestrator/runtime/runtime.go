@@ -12,6 +12,12 @@ import (
 type Launch struct {
 	// Name identifies the launch in logs and container names, e.g. "exp3-control-b0".
 	Name string
+	// ExperimentID and RunID are the launch's experiment and run in the results
+	// database, and DatabaseID that database's unique id (store.DatabaseID): a runtime
+	// labels what it starts with them, so that nothing has to read them back out of a
+	// name. Zero or empty when the launch belongs to no recorded run.
+	ExperimentID, RunID int64
+	DatabaseID          string
 	// Command is the engine command line without the port flag.
 	Command []string
 	// Env holds KEY=VALUE pairs the engine gets on top of a minimal base environment;

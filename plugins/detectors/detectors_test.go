@@ -8,13 +8,20 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/plugins"
 )
 
 func TestRegistry(t *testing.T) {
-	want := []string{"dsml-leak", "repetition", "toolcall-schema"}
+	want := []string{"divergence", "dsml-leak", "finish-anomaly", "repetition", "toolcall-schema"}
 	if got := Names(); !slices.Equal(got, want) {
 		t.Fatalf("Names() = %v, want %v", got, want)
+	}
+	if got := ResponseNames(); !slices.Equal(got, []string{"dsml-leak", "finish-anomaly", "repetition", "toolcall-schema"}) {
+		t.Fatalf("ResponseNames() = %v", got)
+	}
+	if !IsCrossArm("divergence") || IsCrossArm("dsml-leak") || IsCrossArm("plugin:x") {
+		t.Error("IsCrossArm is wrong")
 	}
 	for _, n := range want {
 		d, ok := Builtin(n)
@@ -41,14 +48,15 @@ func TestLabel(t *testing.T) {
 		d, _ := Builtin(n)
 		ds = append(ds, d)
 	}
+	// Every built-in but divergence labels the reply; divergence is skipped, not failed.
 	labels, corrupted, err := Label(context.Background(), ds, reply(prose))
-	if err != nil || corrupted || len(labels) != 3 {
+	if err != nil || corrupted || len(labels) != 4 {
 		t.Fatalf("clean reply: %v %v %v", labels, corrupted, err)
 	}
 	r := calls(agentTools, call("get_weather", `{}`))
 	r.Completion.Choices[0].Message.Content = v4Leak
 	labels, corrupted, err = Label(context.Background(), append(ds, failing{}), r)
-	if !corrupted || len(labels) != 3 {
+	if !corrupted || len(labels) != 4 {
 		t.Fatalf("leak: %v %v", labels, corrupted)
 	}
 	if err == nil || !strings.Contains(err.Error(), "detector failing: backend gone") {
@@ -58,7 +66,8 @@ func TestLabel(t *testing.T) {
 	for _, l := range labels {
 		got[l.Detector] = l.Corrupted
 	}
-	if !got["dsml-leak"] || !got["toolcall-schema"] || got["repetition"] {
+	// finish_reason "tool_calls" with markup left in content is a finish anomaly too.
+	if !got["dsml-leak"] || !got["toolcall-schema"] || got["repetition"] || !got["finish-anomaly"] {
 		t.Errorf("labels = %+v", labels)
 	}
 }
@@ -93,5 +102,14 @@ func BenchmarkRepetitionLongReply(b *testing.B) {
 		if _, err := (repetition{}).Detect(context.Background(), r); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestSpecsKnowEveryBuiltin: arms validates a spec's detectors list against its own list
+// of names (it cannot import this package); the two must not drift apart.
+func TestSpecsKnowEveryBuiltin(t *testing.T) {
+	known := slices.Sorted(slices.Values(arms.KnownDetectors))
+	if !slices.Equal(known, Names()) {
+		t.Errorf("arms.KnownDetectors = %v, built-ins = %v", known, Names())
 	}
 }

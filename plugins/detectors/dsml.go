@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"sort"
 	"strings"
 	"unicode/utf8"
 
@@ -27,6 +28,9 @@ type leakFormat struct {
 	// one counts only after an unquoted marker of re or an unquoted JSON key, the body a
 	// leaked call would have had.
 	closer *regexp.Regexp
+	// needs, when set, lists substrings of which every match holds one: content without
+	// any of them is not scanned, which keeps clean replies cheap.
+	needs []string
 }
 
 func fixedName(n string) func(string) string { return func(string) string { return n } }
@@ -88,6 +92,32 @@ var leakFormats = []leakFormat{
 	},
 }
 
+// dsmlTag names the tags of DeepSeek's DSML markup.
+const dsmlTag = `(?:tool_calls|function_calls|invoke|parameter)`
+
+// fragmentFormats match degenerate fragments of DeepSeek's markup whose angle brackets
+// were lost: token soup around ｜DSML｜ or tool▁call that no '<' introduces. Only
+// spellings prose never has count: the full-width bar U+FF5C around DSML, DSML glued
+// to a bar and a tag name, and "tool" joined to a token word by U+2581. Kimi's and
+// Llama's ASCII-barred tokens without brackets are left alone: "|python_tag|" also reads
+// as a markdown table cell.
+var fragmentFormats = []leakFormat{
+	{
+		re: regexp.MustCompile(`｜{1,2}\s*DSML\s*｜{1,2}|DSML\s*｜{1,2}\s*` + dsmlTag +
+			`|\|{0,2}DSML\|{1,2}` + dsmlTag),
+		name:  fixedName(fragmentDSML),
+		needs: []string{"DSML"},
+	},
+	{
+		re:    regexp.MustCompile(`tool▁(?:calls?|sep|outputs?)|｜{1,2}\s*` + v3Token(`_`) + `\s*｜{1,2}`),
+		name:  fixedName("DeepSeek V3 tool-call token fragments (brackets lost)"),
+		needs: []string{"tool▁", "tool_"},
+	},
+}
+
+// fragmentDSML names DSML markup that lost its angle brackets.
+const fragmentDSML = "DeepSeek DSML fragments (brackets lost)"
+
 // jsonKey matches the key of a JSON object, the body of a leaked call whose opening tag
 // was lost.
 var jsonKey = regexp.MustCompile(`"\s*:`)
@@ -110,8 +140,10 @@ const genericDSML = "DeepSeek DSML"
 
 // dsmlLeak flags tool-call markup in the assistant's content: the engine's tool parser
 // failed to recognise a call (often because a corrupted token broke the markup), so the
-// call reached the client as text. Only content is checked; arguments are the
-// toolcall-schema detector's concern.
+// call reached the client as text. Degenerate fragments of DeepSeek's markup that lost
+// their angle brackets (token soup around ｜DSML｜ or tool▁call) count too. Markup
+// quoted as code (a closed fence, an indented block, <pre>, inline code) never does.
+// Only content is checked; arguments are the toolcall-schema detector's concern.
 type dsmlLeak struct{}
 
 func (dsmlLeak) Name() string { return DSMLLeakName }
@@ -152,8 +184,8 @@ type leak struct {
 
 // findLeak returns the first unquoted tool-call marker of content, if any.
 func findLeak(content string) (leak, bool) {
-	if !strings.Contains(content, "<") {
-		return leak{}, false // every format starts with '<'; most clean prose stops here
+	if !strings.ContainsAny(content, "<▁｜") && !strings.Contains(content, "DSML") {
+		return leak{}, false // every format needs one of these; most clean prose stops here
 	}
 	var quoted []span
 	quotedDone := false
@@ -173,7 +205,7 @@ func findLeak(content string) (leak, bool) {
 		}
 		seen[at] = true
 		best.count++
-		if specificDSML == "" && name != genericDSML && strings.Contains(name, "DSML") {
+		if specificDSML == "" && name != genericDSML && name != fragmentDSML && strings.Contains(name, "DSML") {
 			specificDSML = name
 		}
 		if bestAt < 0 || at < bestAt {
@@ -181,12 +213,14 @@ func findLeak(content string) (leak, bool) {
 			best.format = name
 		}
 	}
-	firstKey := -2 // -2: not looked for yet; -1: none unquoted
+	firstKey := -2  // -2: not looked for yet; -1: none unquoted
+	var tags []span // the markers with brackets, where a fragment match is part of one
 	for _, f := range leakFormats {
 		firstOpen := -1
 		for _, m := range f.re.FindAllStringIndex(content, -1) {
 			// A pattern may start on the character before the tag it found.
 			at := m[0] + strings.IndexByte(content[m[0]:m[1]], '<')
+			tags = append(tags, span{at, m[1]})
 			if isQuoted(at) {
 				continue
 			}
@@ -212,6 +246,18 @@ func findLeak(content string) (leak, bool) {
 			mark(m[0], f.name(content[m[0]:m[1]]))
 		}
 	}
+	tags = mergeSpans(tags)
+	for _, f := range fragmentFormats {
+		if !containsAny(content, f.needs) {
+			continue
+		}
+		for _, m := range f.re.FindAllStringIndex(content, -1) {
+			if inSpans(tags, m[0]) || isQuoted(m[0]) {
+				continue
+			}
+			mark(m[0], f.name(content[m[0]:m[1]]))
+		}
+	}
 	if bestAt < 0 {
 		return leak{}, false
 	}
@@ -223,6 +269,30 @@ func findLeak(content string) (leak, bool) {
 	best.rune = utf8.RuneCountInString(content[:bestAt])
 	best.excerpt = excerpt(content[bestAt:], excerptRunes)
 	return best, true
+}
+
+// containsAny reports whether s holds one of subs; no subs means yes.
+func containsAny(s string, subs []string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return len(subs) == 0
+}
+
+// mergeSpans sorts spans and merges those that overlap, the form inSpans needs.
+func mergeSpans(spans []span) []span {
+	sort.Slice(spans, func(i, j int) bool { return spans[i].start < spans[j].start })
+	out := spans[:0]
+	for _, sp := range spans {
+		if n := len(out); n > 0 && sp.start <= out[n-1].end {
+			out[n-1].end = max(out[n-1].end, sp.end)
+			continue
+		}
+		out = append(out, sp)
+	}
+	return out
 }
 
 // firstUnquoted returns the offset of the first match of re in content that isQuoted

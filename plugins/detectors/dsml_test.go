@@ -114,6 +114,28 @@ func TestDSMLLeak(t *testing.T) {
 		{"quoted in pre with attributes", "<PRE class=\"x\">\n" + v3Leak + "\n</Pre >\n", ""},
 		{"unclosed pre is not a quote", "<pre>\n" + llama, "Llama <|python_tag|>"},
 		{"leak after a pre", "<pre>x</pre>" + kimi, "Kimi tool-call section tokens"},
+
+		// Degenerate fragments whose angle brackets were lost: token soup, no '<'.
+		{"dsml soup", "Sure｜DSML｜invoke name=\"get_weather\"｜DSML｜parameter name=\"city\" string=\"true\">Paris", fragmentDSML},
+		{"dsml doubled bars alone", "The forecast｜｜DSML｜｜", fragmentDSML},
+		{"dsml left bar lost", "Let me check DSML｜tool_calls>\nDSML｜invoke name=\"f\">", fragmentDSML},
+		{"dsml spaced tag", "ok DSML｜ invoke name=\"f\"", fragmentDSML},
+		{"dsml ascii bars", "|DSML|invoke name=\"f\" DSML|parameter", fragmentDSML},
+		{"v3 soup", "Let me look tool▁calls▁begin｜tool▁call▁begin function tool▁sep get_weather", "DeepSeek V3 tool-call token fragments (brackets lost)"},
+		{"v3 truncated token", "I'll check the weather.tool▁call", "DeepSeek V3 tool-call token fragments (brackets lost)"},
+		{"v3 full-width bars and underscores", "Sure｜tool_call_begin｜function｜tool_sep｜get_weather", "DeepSeek V3 tool-call token fragments (brackets lost)"},
+		{"bracketed marker wins over its own fragment", "<｜DSML｜invoke name=\"f\"> then ｜DSML｜parameter", "DeepSeek DSML"},
+		{"fragment first, tags later", "｜DSML｜invoke then <｜DSML｜tool_calls>", fragmentDSML},
+
+		// Prose that names the words, or quotes the fragments as code, is not a leak.
+		{"the word DSML", "DeepSeek's DSML format wraps every call; DSML stands for a markup language.", ""},
+		{"ascii dsml without a tag", "In the table | DSML | yes | the format is listed, and |DSML| alone too.", ""},
+		{"markdown table with the words", "| DSML | invoke |\n|---|---|\n| a | b |", ""},
+		{"tool call words", "The tool call begins with tool_call and a tool_calls_begin marker, see tool_sep.", ""},
+		{"the U+2581 character alone", "SentencePiece marks a word start with ▁, as in ▁hello.", ""},
+		{"cjk full-width bars", "東京｜大阪｜名古屋 and the DSM-5 manual｜page 3", ""},
+		{"fragments in inline code", "The soup looks like `｜DSML｜invoke name=\"f\"` and ``tool▁call▁begin``.", ""},
+		{"fragments in a fence", "Seen in logs:\n\n```\nSure｜DSML｜invoke name=\"get_weather\"｜DSML｜parameter\ntool▁calls▁begin｜tool▁sep\n```\n", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -238,6 +260,14 @@ func FuzzDSMLLeak(f *testing.F) {
 	for _, s := range []string{"<tool_call> and </tool_call>", "\n    <|python_tag|>", "<pre><tool_call>{}</pre>", "`<pre>`<tool_call>{}`</pre>`"} {
 		f.Add(s)
 	}
+	// Fragments that lost their brackets, and prose near them.
+	for _, s := range []string{"Sure｜DSML｜invoke name=\"f\"｜DSML｜parameter", "DSML｜ tool_calls", "|DSML|invoke", "| DSML | invoke |",
+		"tool▁calls▁begin｜tool▁sep", "｜tool_call_begin｜", "`｜DSML｜`", "東京｜大阪", "▁hello tool_call", "<｜DSML｜invoke ｜DSML｜parameter"} {
+		f.Add(s)
+	}
+	for _, g := range garbledReplies {
+		f.Add(stripBrackets(g.content))
+	}
 	f.Fuzz(func(t *testing.T, content string) {
 		l, err := dsmlLeak{}.Detect(context.Background(), reply(content))
 		if err != nil {
@@ -248,8 +278,8 @@ func FuzzDSMLLeak(f *testing.F) {
 		}
 		if l.Corrupted {
 			checkExcerpt(t, l.Reason)
-			if !strings.Contains(content, "<") {
-				t.Fatalf("leak without '<' in %q", content)
+			if !strings.ContainsAny(content, "<▁｜") && !strings.Contains(content, "DSML") {
+				t.Fatalf("leak without '<', U+2581, U+FF5C or DSML in %q", content)
 			}
 		}
 		if q, _ := (dsmlLeak{}).Detect(context.Background(), reply(fence(content))); q.Corrupted {

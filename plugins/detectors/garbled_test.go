@@ -2,6 +2,7 @@ package detectors
 
 import (
 	"context"
+	"strings"
 	"testing"
 )
 
@@ -55,5 +56,29 @@ func TestGarbledRepliesAreLeaks(t *testing.T) {
 		if !seen[p] {
 			t.Errorf("no garbled %s reply", p)
 		}
+	}
+}
+
+// stripBrackets removes every angle bracket, the way some degenerate replies lose them.
+func stripBrackets(s string) string { return strings.NewReplacer("<", "", ">", "").Replace(s) }
+
+// TestGarbledRepliesWithoutBracketsAreLeaks: refserve's garbled DeepSeek replies are still
+// leaks once their angle brackets are gone; the formats whose tokens prose can spell
+// (ASCII bars, <tool_call>) are not claimed without them.
+func TestGarbledRepliesWithoutBracketsAreLeaks(t *testing.T) {
+	for _, g := range garbledReplies {
+		if !strings.HasPrefix(g.parser, "deepseek") {
+			continue
+		}
+		content := stripBrackets(g.content)
+		l, err := dsmlLeak{}.Detect(context.Background(), reply(content))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !l.Corrupted || !strings.Contains(l.Reason, "(brackets lost)") {
+			t.Errorf("%s (%s) without brackets: %+v for %q", g.parser, g.variant, l, content)
+			continue
+		}
+		checkExcerpt(t, l.Reason)
 	}
 }

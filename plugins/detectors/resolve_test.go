@@ -16,7 +16,7 @@ func TestResolveBuiltinAndUnknown(t *testing.T) {
 	}
 	release()
 	_, _, err = Resolve(context.Background(), "dsml_leak")
-	if err == nil || !strings.Contains(err.Error(), `unknown detector "dsml_leak": built-in detectors are dsml-leak, repetition, toolcall-schema`) {
+	if err == nil || !strings.Contains(err.Error(), `unknown detector "dsml_leak": built-in detectors are divergence, dsml-leak, finish-anomaly, repetition, toolcall-schema`) {
 		t.Errorf("err = %v", err)
 	}
 	if _, _, err := Resolve(context.Background(), "plugin:"); err == nil {

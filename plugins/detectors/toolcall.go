@@ -3,11 +3,11 @@ package detectors
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/arbiterlab/arbiter/openai"
+	"github.com/arbiterlab/arbiter/openai/toolschema"
 	"github.com/arbiterlab/arbiter/plugins"
 )
 
@@ -19,9 +19,10 @@ const maxProblems = 3
 
 // toolcallSchema checks every structured tool call: it names a tool that was offered (when
 // the request's tools are known), its arguments are one JSON object, and they meet the
-// tool's schema (see schema for the subset checked). It also flags the signatures that a
-// corrupted decode leaves: a replacement character U+FFFD, a spurious "arguments" wrapper
-// object, and {} where the schema requires fields.
+// tool's JSON Schema, every keyword of it (minimum, maximum, pattern, $ref, oneOf, ...),
+// read by openai/toolschema, the reader the workload and refserve share. It also flags
+// the signatures that a corrupted decode leaves: a replacement character U+FFFD, a
+// spurious "arguments" wrapper object, and {} where the schema requires fields.
 //
 // A tool whose parameters are not a readable schema is checked for name and JSON only:
 // the request is arbiter's own, and a bad schema there says nothing about the engine.
@@ -33,7 +34,7 @@ func (toolcallSchema) Detect(ctx context.Context, r plugins.Response) (plugins.L
 	if err := ctx.Err(); err != nil {
 		return plugins.Label{}, fmt.Errorf("%s: %w", ToolcallSchemaName, err)
 	}
-	offered := offeredTools(r.Tools)
+	offered := toolschema.Of(r.Tools)
 	var problems []string
 	n := 0
 	for ci, c := range r.Completion.Choices {
@@ -63,25 +64,8 @@ func (toolcallSchema) Detect(ctx context.Context, r plugins.Response) (plugins.L
 	return plugins.Label{Detector: ToolcallSchemaName, Corrupted: true, Reason: reason}, nil
 }
 
-// offeredTool is a tool of the request with its parameters schema, nil when unreadable.
-type offeredTool struct {
-	schema *schema
-}
-
-func offeredTools(tools []openai.Tool) map[string]offeredTool {
-	m := make(map[string]offeredTool, len(tools))
-	for _, t := range tools {
-		s, err := parseSchema(t.Function.Parameters)
-		if err != nil {
-			s = nil
-		}
-		m[t.Function.Name] = offeredTool{schema: s}
-	}
-	return m
-}
-
 // checkCall returns the problems of one structured call, most telling first.
-func checkCall(tc openai.ToolCall, offered map[string]offeredTool, known bool) []string {
+func checkCall(tc openai.ToolCall, offered *toolschema.Set, known bool) []string {
 	var out []string
 	name, args := tc.Function.Name, tc.Function.Arguments
 	if name == "" {
@@ -92,11 +76,12 @@ func checkCall(tc openai.ToolCall, offered map[string]offeredTool, known bool) [
 		strings.Contains(strings.ToLower(args), `\ufffd`) {
 		out = append(out, "replacement character U+FFFD (or invalid UTF-8) in the call")
 	}
-	var tool offeredTool
+	var tool *toolschema.Tool
 	if known && name != "" {
-		t, ok := offered[name]
+		t, ok := offered.Lookup(name)
 		if !ok {
-			return append(out, fmt.Sprintf("names a tool that was not offered (offered: %s)", offeredNames(offered)))
+			return append(out, fmt.Sprintf("names a tool that was not offered (offered: %s)",
+				excerpt(strings.Join(offered.Names(), ", "), excerptRunes)))
 		}
 		tool = t
 	}
@@ -104,25 +89,25 @@ func checkCall(tc openai.ToolCall, offered map[string]offeredTool, known bool) [
 		// Some engines send "" for a call without parameters; judge it as {}.
 		args = "{}"
 	}
-	var v any
-	if err := decodeJSON([]byte(args), &v); err != nil {
+	v, err := toolschema.DecodeJSON([]byte(args))
+	if err != nil {
 		return append(out, fmt.Sprintf("arguments are not JSON (%v): %q", err, excerpt(args, excerptRunes)))
 	}
 	obj, ok := v.(map[string]any)
 	if !ok {
-		return append(out, fmt.Sprintf("arguments are a JSON %s, not an object", jsonKind(v)))
+		return append(out, fmt.Sprintf("arguments are a JSON %s, not an object", toolschema.Kind(v)))
 	}
-	s := tool.schema
-	if isWrapper(obj) && (s == nil || !s.declaresArguments) {
+	readable := tool != nil && tool.Schema != nil
+	if isWrapper(obj) && (!readable || !tool.Declares("arguments")) {
 		return append(out, fmt.Sprintf("spurious %q wrapper around the arguments", "arguments"))
 	}
-	if s == nil {
+	if !readable {
 		return out
 	}
-	if len(obj) == 0 && len(s.required) > 0 {
-		return append(out, fmt.Sprintf("empty arguments {} but the tool requires %s", strings.Join(s.required, ", ")))
+	if req := tool.Required(); len(obj) == 0 && len(req) > 0 {
+		return append(out, fmt.Sprintf("empty arguments {} but the tool requires %s", strings.Join(req, ", ")))
 	}
-	for _, vi := range s.check(obj, "args", nil, maxProblems) {
+	for _, vi := range tool.Validate(v) {
 		out = append(out, vi.String())
 	}
 	return out
@@ -136,13 +121,4 @@ func isWrapper(obj map[string]any) bool {
 	}
 	_, hasName := obj["name"]
 	return len(obj) == 1 || (len(obj) == 2 && hasName)
-}
-
-func offeredNames(offered map[string]offeredTool) string {
-	names := make([]string, 0, len(offered))
-	for n := range offered {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return excerpt(strings.Join(names, ", "), excerptRunes)
 }

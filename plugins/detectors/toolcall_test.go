@@ -7,7 +7,9 @@ import (
 	"testing"
 
 	"github.com/arbiterlab/arbiter/openai"
+	"github.com/arbiterlab/arbiter/openai/toolschema"
 	"github.com/arbiterlab/arbiter/plugins"
+	"github.com/arbiterlab/arbiter/workload"
 )
 
 func tool(name, params string) openai.Tool {
@@ -31,6 +33,20 @@ var agentTools = []openai.Tool{
 	}, "required": ["query"]}`),
 	tool("list_files", ``),
 	tool("wrap", `{"type": "object", "properties": {"arguments": {"type": "object"}}, "required": ["arguments"]}`),
+}
+
+// keywordTools exercise the keywords beyond types and enums.
+var keywordTools = []openai.Tool{
+	tool("k", `{"type": "object", "$defs": {"day": {"type": "integer", "minimum": 1, "maximum": 31}},
+		"properties": {
+			"top_k": {"type": "integer", "minimum": 1, "maximum": 10},
+			"ratio": {"type": "number", "exclusiveMinimum": 0},
+			"order_id": {"type": "string", "pattern": "^ORD-[0-9]{5}$", "maxLength": 9},
+			"when": {"type": "object", "properties": {"day": {"$ref": "#/$defs/day"}}},
+			"id": {"oneOf": [{"type": "integer"}, {"type": "number"}, {"type": "string"}]},
+			"tags": {"type": "array", "items": {"type": "string"}, "minItems": 1, "uniqueItems": true},
+			"odd name": {"type": "string"}
+		}, "additionalProperties": false}`),
 }
 
 func calls(tools []openai.Tool, cs ...openai.ToolCall) plugins.Response {
@@ -80,7 +96,21 @@ func TestToolcallSchema(t *testing.T) {
 		{"extra property", agentTools, call("get_weather", `{"city": "Paris", "country": "FR"}`), `unexpected field "country"`},
 		{"nested item type", agentTools, call("search", `{"query": "q", "filters": [{"field": 1}]}`), "args.filters[0].field: is an integer, want string"},
 		{"const", agentTools, call("search", `{"query": "q", "filters": [{"field": "a", "op": "ne"}]}`), `args.filters[0].op: "ne" is not the constant "eq"`},
-		{"anyOf", agentTools, call("search", `{"query": "q", "mode": true}`), "matches none of the anyOf/oneOf branches"},
+		{"anyOf", agentTools, call("search", `{"query": "q", "mode": true}`), "args.mode: true matches none of the anyOf branches"},
+
+		// Keywords the detector once ignored: bounds, patterns, references, oneOf.
+		{"maximum", keywordTools, call("k", `{"top_k": 5000}`), "args.top_k: 5000 is above maximum 10"},
+		{"exclusive minimum", keywordTools, call("k", `{"top_k": 2, "ratio": 0}`), "args.ratio: 0 is not above exclusiveMinimum 0"},
+		{"pattern", keywordTools, call("k", `{"order_id": "12345"}`), `args.order_id: "12345" does not match pattern "^ORD-[0-9]{5}$"`},
+		{"pattern ok", keywordTools, call("k", `{"order_id": "ORD-12345"}`), ""},
+		{"ref to defs", keywordTools, call("k", `{"when": {"day": 40}}`), "args.when.day: 40 is above maximum 31"},
+		{"ref ok", keywordTools, call("k", `{"when": {"day": 4}}`), ""},
+		{"oneOf matches two branches", keywordTools, call("k", `{"id": 7}`), "args.id: 7 matches oneOf branches 0 and 1; want exactly one"},
+		{"oneOf matches one branch", keywordTools, call("k", `{"id": "x7"}`), ""},
+		{"maxLength", keywordTools, call("k", `{"order_id": "ORD-123456789"}`), "more than maxLength 9"},
+		{"minItems", keywordTools, call("k", `{"tags": []}`), "args.tags: has 0 items, fewer than minItems 1"},
+		{"uniqueItems", keywordTools, call("k", `{"tags": ["a", "a"]}`), "args.tags: items 0 and 1 are equal (uniqueItems)"},
+		{"name with a space", keywordTools, call("k", `{"odd name": 1}`), `args["odd name"]: is an integer, want string`},
 		{"replacement char raw", agentTools, call("get_weather", `{"city": "Par�s"}`), "replacement character U+FFFD"},
 		{"replacement char escaped", nil, call("f", `{"city": "Par\ufffds"}`), "replacement character U+FFFD"},
 		{"invalid utf8", nil, call("f", "{\"city\": \"Par\xffs\"}"), "replacement character U+FFFD"},
@@ -124,10 +154,10 @@ func TestToolcallSchemaNoCalls(t *testing.T) {
 	}
 }
 
-func TestParseSchemaErrors(t *testing.T) {
+func TestUnreadableSchemas(t *testing.T) {
 	for _, s := range []string{`{`, `[1]`, `{"type": 3}`, `{"properties": {"a": 1}}`, `{"type": ["string", 1]}`} {
-		if _, err := parseSchema([]byte(s)); err == nil {
-			t.Errorf("schema %s parsed", s)
+		if toolschema.Compile("f", []byte(s)).Err == nil {
+			t.Errorf("schema %s compiled", s)
 		}
 	}
 	// An unreadable schema degrades to name and JSON checks rather than flagging.
@@ -144,6 +174,9 @@ func FuzzToolcallSchema(f *testing.F) {
 	f.Add(`true`, "f", ``)
 	f.Add(`false`, "f", `{"a":"\ufffd"}`)
 	f.Add(`{"type":"object","allOf":[{"required":["a"]}]}`, "", `[{]`)
+	f.Add(`{"type":"object","properties":{"top_k":{"type":"integer","minimum":1,"maximum":10}}}`, "f", `{"top_k":5000}`)
+	f.Add(`{"$defs":{"d":{"pattern":"^ORD-"}},"properties":{"id":{"$ref":"#/$defs/d"}}}`, "f", `{"id":"12"}`)
+	f.Add(`{"properties":{"v":{"oneOf":[{"type":"integer"},{"type":"number"}]}}}`, "f", `{"v":1e999}`)
 	f.Fuzz(func(t *testing.T, params, name, args string) {
 		r := calls([]openai.Tool{tool("f", params), tool("get_weather", params)}, call(name, args))
 		l, err := toolcallSchema{}.Detect(context.Background(), r)
@@ -153,8 +186,8 @@ func FuzzToolcallSchema(f *testing.F) {
 		if l.Corrupted == (l.Reason == "") {
 			t.Fatalf("corrupted=%v with reason %q", l.Corrupted, l.Reason)
 		}
-		var v any
-		if strings.TrimSpace(args) != "" && decodeJSON([]byte(args), &v) != nil && !l.Corrupted {
+		_, decodeErr := toolschema.DecodeJSON([]byte(args))
+		if strings.TrimSpace(args) != "" && decodeErr != nil && !l.Corrupted {
 			t.Fatalf("arguments %q are not JSON but were judged clean", args)
 		}
 		if strings.ContainsRune(args, '\uFFFD') && !l.Corrupted {
@@ -175,4 +208,29 @@ func FuzzToolcallSchema(f *testing.F) {
 
 func utf8Clean(s string) bool {
 	return !strings.ContainsRune(s, '\uFFFD') && strings.ToValidUTF8(s, "") == s
+}
+
+// TestToolcallSchemaHonoursTheWorkloadsOwnBounds: the toolcall-agent workload offers
+// search_docs with top_k in [1, 10]; a call asking for 5000 results breaks that schema.
+func TestToolcallSchemaHonoursTheWorkloadsOwnBounds(t *testing.T) {
+	tools := workload.ToolSpecs()
+	for _, tt := range []struct{ args, want string }{
+		{`{"query": "hicache", "top_k": 5000}`, "args.top_k: 5000 is above maximum 10"},
+		{`{"query": "hicache", "top_k": 0}`, "args.top_k: 0 is below minimum 1"},
+		{`{"query": "hicache", "top_k": 3}`, ""},
+	} {
+		l, err := toolcallSchema{}.Detect(context.Background(), calls(tools, call("search_docs", tt.args)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tt.want == "" {
+			if l.Corrupted {
+				t.Errorf("%s: want clean, got %q", tt.args, l.Reason)
+			}
+			continue
+		}
+		if !l.Corrupted || !strings.Contains(l.Reason, tt.want) {
+			t.Errorf("%s: got %+v, want a reason containing %q", tt.args, l, tt.want)
+		}
+	}
 }

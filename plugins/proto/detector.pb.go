@@ -1,5 +1,5 @@
 // The wire protocol between arbiter and an external detector (hashicorp/go-plugin over
-// gRPC). The response and tools travel as the JSON of arbiter's openai wire types, so a
+// gRPC). The response, tools and tool_choice travel as the JSON of arbiter's openai wire types, so a
 // plugin reads exactly the shapes arbiter stores, and a field added there needs no change
 // here.
 
@@ -111,9 +111,12 @@ type DetectRequest struct {
 	// completion_json is one openai.ChatCompletion, as JSON.
 	CompletionJson []byte `protobuf:"bytes,1,opt,name=completion_json,json=completionJson,proto3" json:"completion_json,omitempty"`
 	// tools_json is the JSON array of openai.Tool the request offered; empty when unknown.
-	ToolsJson     []byte `protobuf:"bytes,2,opt,name=tools_json,json=toolsJson,proto3" json:"tools_json,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ToolsJson []byte `protobuf:"bytes,2,opt,name=tools_json,json=toolsJson,proto3" json:"tools_json,omitempty"`
+	// tool_choice_json is the request's tool_choice as sent ("auto", "none", "required" or
+	// an object naming a function); empty when absent or unknown.
+	ToolChoiceJson []byte `protobuf:"bytes,3,opt,name=tool_choice_json,json=toolChoiceJson,proto3" json:"tool_choice_json,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *DetectRequest) Reset() {
@@ -156,6 +159,13 @@ func (x *DetectRequest) GetCompletionJson() []byte {
 func (x *DetectRequest) GetToolsJson() []byte {
 	if x != nil {
 		return x.ToolsJson
+	}
+	return nil
+}
+
+func (x *DetectRequest) GetToolChoiceJson() []byte {
+	if x != nil {
+		return x.ToolChoiceJson
 	}
 	return nil
 }
@@ -227,11 +237,12 @@ const file_detector_proto_rawDesc = "" +
 	"\x0edetector.proto\x12\x12arbiter.plugins.v1\"\r\n" +
 	"\vNameRequest\"\"\n" +
 	"\fNameResponse\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"W\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x81\x01\n" +
 	"\rDetectRequest\x12'\n" +
 	"\x0fcompletion_json\x18\x01 \x01(\fR\x0ecompletionJson\x12\x1d\n" +
 	"\n" +
-	"tools_json\x18\x02 \x01(\fR\ttoolsJson\"b\n" +
+	"tools_json\x18\x02 \x01(\fR\ttoolsJson\x12(\n" +
+	"\x10tool_choice_json\x18\x03 \x01(\fR\x0etoolChoiceJson\"b\n" +
 	"\x0eDetectResponse\x12\x1a\n" +
 	"\bdetector\x18\x01 \x01(\tR\bdetector\x12\x1c\n" +
 	"\tcorrupted\x18\x02 \x01(\bR\tcorrupted\x12\x16\n" +

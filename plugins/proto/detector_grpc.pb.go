@@ -1,5 +1,5 @@
 // The wire protocol between arbiter and an external detector (hashicorp/go-plugin over
-// gRPC). The response and tools travel as the JSON of arbiter's openai wire types, so a
+// gRPC). The response, tools and tool_choice travel as the JSON of arbiter's openai wire types, so a
 // plugin reads exactly the shapes arbiter stores, and a field added there needs no change
 // here.
 

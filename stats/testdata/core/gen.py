@@ -61,17 +61,32 @@ def fisher_cases():
     for a, n1, b, n2 in EDGE + random_pairs(240, 400) + random_pairs(20, 20000):
         t = [[a, n1 - a], [b, n2 - b]]
         p2 = stats.fisher_exact(t, "two-sided")[1]
-        # arm A's events given the total: hypergeom(M=n1+n2, n=n1, N=a+b)
-        pobs = stats.hypergeom.pmf(a, n1 + n2, n1, a + b)
         out.append({
             "a": a, "n1": n1, "b": b, "n2": n2,
             "two_sided": p2,
             "less": stats.fisher_exact(t, "less")[1],
             "greater": stats.fisher_exact(t, "greater")[1],
-            # arbiter: mid-p = two-sided p minus half the observed table's probability
-            "mid_p": max(0.0, p2 - 0.5 * pobs),
+            "mid_p": fay_mid_p(a, n1, b, n2),
         })
     return out
+
+
+def fay_mid_p(a, n1, b, n2):
+    """Two-sided mid-p in Fay's convention (R exact2x2, tsmethod="minlike", midp=TRUE):
+    the mass of the tables less likely than the observed one plus half the mass of every
+    table as likely as it, with exact2x2's relative tolerance 1 + 1e-7. None (null) when
+    the margins allow a single table."""
+    k = a + b
+    lo, hi = max(0, k - n2), min(k, n1)
+    if lo == hi:
+        return None
+    # arm A's events given the total: hypergeom(M=n1+n2, n=n1, N=k), over the support
+    d = stats.hypergeom.pmf(np.arange(lo, hi + 1), n1 + n2, n1, k)
+    pobs = d[a - lo]
+    rel = 1 + 1e-7
+    less = d[d < pobs / rel].sum()
+    tie = d[(d >= pobs / rel) & (d <= pobs * rel)].sum()
+    return float(min(1.0, less + 0.5 * tie))
 
 
 def boschloo_cases():

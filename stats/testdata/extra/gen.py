@@ -6,7 +6,10 @@ Every number here is computed by an implementation written independently of the 
 
   cluster      one-way ANOVA ICC on the expanded 0/1 responses (group means, not the
                sufficient-sum shortcut), design effect, Pearson chi-square by
-               scipy.stats.chi2_contingency, first-order Rao-Scott correction
+               scipy.stats.chi2_contingency, and the chi-square over the pooled design
+               effect ("adjusted", "p"), which arbiter no longer uses: the test that
+               replaced it, Donner's adjusted chi-square with a correction per arm, is
+               checked against ../decisions
   betabinom    beta-binomial maximum likelihood with scipy.stats.betabinom and
                scipy.optimize (L-BFGS-B from several starts, plus the rho = 0 binomial limit)
   firth        Firth logistic regression, a plain numpy transcription of Heinze & Schemper

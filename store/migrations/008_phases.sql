@@ -1,4 +1,4 @@
--- Schema version 5: what a workload measured per phase, beyond its turns. A phase is a
+-- Schema version 8: what a workload measured per phase, beyond its turns. A phase is a
 -- closed loop at a concurrency, open-loop arrivals at a rate, or an abort cascade with the
 -- liveness recovery after it; sessions first_session .. first_session+sessions-1 of its
 -- run belong to it. Phases of one name are the same in every arm.

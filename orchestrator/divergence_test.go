@@ -1,0 +1,260 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/orchestrator/runtime"
+	"github.com/arbiterlab/arbiter/store"
+)
+
+// scriptedEngine answers every chat with a reply that depends only on the session (read
+// from the request id the workload sends), like a deterministic engine at temperature 0;
+// answer picks the words.
+type scriptedEngine struct {
+	srv  *httptest.Server
+	done chan struct{}
+	once sync.Once
+}
+
+func newScriptedEngine(t *testing.T, answer func(session int) string) *scriptedEngine {
+	e := &scriptedEngine{done: make(chan struct{})}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", func(http.ResponseWriter, *http.Request) {})
+	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, `{"object":"list","data":[{"id":"fake","object":"model"}]}`)
+	})
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			RID    string `json:"rid"`
+			Stream bool   `json:"stream"`
+		}
+		json.NewDecoder(r.Body).Decode(&req)
+		var seed, session, turn int
+		fmt.Sscanf(req.RID, "arb-%d-%d-%d", &seed, &session, &turn)
+		words, _ := json.Marshal(answer(session))
+		if !req.Stream { // the readiness probe
+			fmt.Fprintf(w, `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":%s},"finish_reason":"stop"}]}`, words)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprintf(w, "data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":%s},\"finish_reason\":\"stop\"}]}\n\n", words)
+		io.WriteString(w, "data: [DONE]\n\n")
+	})
+	e.srv = httptest.NewServer(mux)
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+func (e *scriptedEngine) Endpoint() string      { return e.srv.URL }
+func (e *scriptedEngine) Done() <-chan struct{} { return e.done }
+func (e *scriptedEngine) Exit() runtime.Exit    { return runtime.Exit{Stopped: true} }
+func (e *scriptedEngine) Stop(context.Context) error {
+	e.once.Do(func() { close(e.done) })
+	return nil
+}
+
+// divergingArms run control answering the same words in every session and treatment
+// departing from them in every third session.
+func divergingArms(t *testing.T) runtime.Runtime {
+	return runtimeFunc(func(_ context.Context, l runtime.Launch) (runtime.Instance, error) {
+		arm := strings.Split(l.Name, "-")[1]
+		return newScriptedEngine(t, func(session int) string {
+			if arm == "treatment" && session%3 == 0 {
+				return "All done, but differently."
+			}
+			return "All done, as planned."
+		}), nil
+	})
+}
+
+type sessionFlag struct {
+	Arm       string  `db:"name"`
+	Session   int     `db:"session_index"`
+	Corrupted bool    `db:"corrupted"`
+	First     *int    `db:"first_corrupted_turn"`
+	Turn      *int    `db:"turn_index"`
+	Field     *string `db:"field"`
+	Rune      *int    `db:"rune"`
+	Compared  *int    `db:"compared_turns"`
+	Excerpt   *string `db:"arm_excerpt"`
+}
+
+func sessionFlags(t *testing.T, db string, exp int64) []sessionFlag {
+	t.Helper()
+	ro, err := store.OpenReadOnly(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	var out []sessionFlag
+	if err := ro.Select(&out, `SELECT a.name, s.session_index, s.corrupted, s.first_corrupted_turn,
+			d.turn_index, d.field, d.rune, d.compared_turns, d.arm_excerpt
+		FROM sessions s JOIN arms a ON a.id = s.arm_id
+		LEFT JOIN divergences d ON d.run_id = s.run_id AND d.session_index = s.session_index
+		WHERE s.experiment_id = ? ORDER BY a.name, s.session_index`, exp); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestDivergenceIsRecordedAndCountsOnlyWhenListed(t *testing.T) {
+	for _, listed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("listed=%v", listed), func(t *testing.T) {
+			spec := testSpec(t, "")
+			if listed {
+				spec.Detectors = append(spec.Detectors, "divergence")
+			}
+			db := filepath.Join(t.TempDir(), "a.db")
+			res, err := Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quietLogger(), Runtime: divergingArms(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range sessionFlags(t, db, res.ExperimentID) {
+				diverges := f.Arm == "treatment" && f.Session%3 == 0
+				switch {
+				case f.Arm == "control":
+					if f.Compared != nil || f.Corrupted {
+						t.Errorf("baseline session %+v", f)
+					}
+				case f.Compared == nil || *f.Compared != 2:
+					t.Errorf("treatment session %d was not compared over its 2 turns: %+v", f.Session, f)
+				case diverges != (f.Turn != nil):
+					t.Errorf("session %d: diverged at %v, want %v", f.Session, f.Turn, diverges)
+				case diverges && (*f.Turn != 0 || *f.Field != "content" || *f.Rune != 10 || !strings.HasPrefix(*f.Excerpt, "All done, but")):
+					t.Errorf("session %d: divergence %d %s %d %q", f.Session, *f.Turn, *f.Field, *f.Rune, *f.Excerpt)
+				case f.Corrupted != (listed && diverges):
+					t.Errorf("session %d: corrupted = %v with divergence listed=%v", f.Session, f.Corrupted, listed)
+				case listed && diverges && (f.First == nil || *f.First != 0):
+					t.Errorf("session %d: first corrupted turn %v", f.Session, f.First)
+				}
+			}
+			ro, _ := store.OpenReadOnly(db)
+			defer ro.Close()
+			var labels, flagged int
+			ro.Get(&labels, `SELECT count(*) FROM labels WHERE detector = 'divergence'`)
+			ro.Get(&flagged, `SELECT count(*) FROM labels WHERE detector = 'divergence' AND corrupted = 1 AND reason LIKE 'diverges from control at turn 0 content differs at rune 10%'`)
+			if want := 0; !listed && labels != want {
+				t.Errorf("informational pass wrote %d labels", labels)
+			}
+			if listed && (labels != 2*6*2 || flagged != 2) {
+				t.Errorf("counted pass: %d labels (want one per turn, 24), %d flagged (want 2)", labels, flagged)
+			}
+		})
+	}
+}
+
+func TestNoDivergenceAboveTemperatureZero(t *testing.T) {
+	spec := testSpec(t, "")
+	spec.Workload.Temperature = 0.7
+	db := filepath.Join(t.TempDir(), "a.db")
+	res, err := Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quietLogger(), Runtime: divergingArms(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range sessionFlags(t, db, res.ExperimentID) {
+		if f.Compared != nil {
+			t.Fatalf("sampled sessions compared: %+v", f)
+		}
+	}
+}
+
+// TestDivergenceOnRealRefserve runs the decisive BF16_INDEX_K A/B on real refserve
+// processes: at temperature 0 refserve's clean replies are the same in every arm, so the
+// treatment's sessions that diverge from control are exactly those a corrupted decode
+// broke, and control itself never diverges from an identical A/A twin.
+func TestDivergenceOnRealRefserve(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds refserve and runs two experiments")
+	}
+	bin := filepath.Join(t.TempDir(), "refserve")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/arbiterlab/arbiter/cmd/refserve").CombinedOutput(); err != nil {
+		t.Fatalf("build refserve: %v\n%s", err, out)
+	}
+	run := func(armsYAML string) (string, int64) {
+		src := fmt.Sprintf(`version: 1
+name: divergence-refserve
+engine: {preset: refserve, command: [%q], args: [--enable-hierarchical-cache, --inter-token-delay, 10ms]}
+%s
+workload: {kind: toolcall-agent, sessions: 100, rounds: 3, concurrency: 100, seed: 42, temperature: 0}
+detectors: [dsml-leak, divergence]
+timeouts: {startup: 30s, request: 60s, stall: 20s}
+`, bin, armsYAML)
+		spec, err := arms.Parse("divergence.yaml", []byte(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		db := filepath.Join(t.TempDir(), "a.db")
+		res, err := Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return db, res.ExperimentID
+	}
+
+	db, exp := run("arms:\n  control: {env: {BF16_INDEX_K: \"0\"}}\n  treatment: {env: {BF16_INDEX_K: \"1\"}}")
+	ro, err := store.OpenReadOnly(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	// Sessions that dsml-leak flagged, and sessions that diverged, per arm.
+	var rows []struct {
+		Arm      string `db:"name"`
+		Session  int    `db:"session_index"`
+		Leaked   bool   `db:"leaked"`
+		Diverged bool   `db:"diverged"`
+	}
+	if err := ro.Select(&rows, `SELECT a.name, s.session_index,
+			EXISTS (SELECT 1 FROM labels l WHERE l.run_id = s.run_id AND l.session_index = s.session_index
+				AND l.detector = 'dsml-leak' AND l.corrupted = 1) AS leaked,
+			EXISTS (SELECT 1 FROM divergences d WHERE d.run_id = s.run_id AND d.session_index = s.session_index
+				AND d.turn_index IS NOT NULL) AS diverged
+		FROM sessions s JOIN arms a ON a.id = s.arm_id WHERE s.experiment_id = ? AND s.status = 'ok'`, exp); err != nil {
+		t.Fatal(err)
+	}
+	leaked, diverged := 0, 0
+	for _, r := range rows {
+		if r.Arm == "control" && (r.Leaked || r.Diverged) {
+			t.Errorf("control session %d: leaked %v, diverged %v", r.Session, r.Leaked, r.Diverged)
+		}
+		if r.Arm == "treatment" && r.Leaked != r.Diverged {
+			t.Errorf("treatment session %d: leaked %v but diverged %v", r.Session, r.Leaked, r.Diverged)
+		}
+		if r.Leaked {
+			leaked++
+		}
+		if r.Diverged {
+			diverged++
+		}
+	}
+	if leaked == 0 || len(rows) != 200 {
+		t.Fatalf("%d sessions ok, %d leaked: the experiment did not show the fault it is built for", len(rows), leaked)
+	}
+	counts, err := store.DivergenceCounts(context.Background(), ro, exp)
+	if err != nil || len(counts) != 1 || counts[0].Compared != 100 || counts[0].Diverged != diverged {
+		t.Errorf("counts = %+v, %v; want 100 compared, %d diverged", counts, err, diverged)
+	}
+	t.Logf("treatment: %d of 100 sessions leaked and diverged", diverged)
+
+	db, exp = run("arms:\n  a: {env: {BF16_INDEX_K: \"0\"}}\n  b: {env: {BF16_INDEX_K: \"0\"}}\nanalysis: {aa: true}")
+	ro2, err := store.OpenReadOnly(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro2.Close()
+	counts, err = store.DivergenceCounts(context.Background(), ro2, exp)
+	if err != nil || len(counts) != 1 || counts[0].Compared != 100 || counts[0].Diverged != 0 {
+		t.Errorf("A/A: counts = %+v, %v; want 100 compared, none diverged", counts, err)
+	}
+}

@@ -1,0 +1,196 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/orchestrator/runtime"
+)
+
+// DefaultGPULockDir is where every arbiter on a host claims GPUs, whoever runs it: one
+// lock file per device. $ARBITER_GPU_LOCK_DIR (or Options.GPULockDir) names another.
+const DefaultGPULockDir = "/tmp/arbiter-gpus"
+
+// gpuLockDir resolves the lock folder: the option, else $ARBITER_GPU_LOCK_DIR, else the
+// default.
+func gpuLockDir(opt string) string {
+	if opt != "" {
+		return opt
+	}
+	if d := os.Getenv("ARBITER_GPU_LOCK_DIR"); d != "" {
+		return d
+	}
+	return DefaultGPULockDir
+}
+
+// gpuScope names the machine whose GPUs a spec's arms run on, as a lock file prefix:
+// "local" for the process runtime and for a Docker daemon on this machine, the daemon's
+// host for a remote one (whose lock files only arbiters of this machine see).
+func gpuScope(spec *arms.Spec) string {
+	if spec.Runtime.Kind != "docker" || len(spec.Runtime.Nodes) == 0 {
+		return "local"
+	}
+	u, err := url.Parse(spec.Runtime.Nodes[0].Host)
+	if err != nil || u.Scheme != "tcp" {
+		return "local"
+	}
+	switch h := u.Hostname(); h {
+	case "", "localhost", "127.0.0.1", "::1":
+		return "local"
+	default:
+		var b strings.Builder
+		for _, r := range h {
+			if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' {
+				b.WriteRune(r)
+			} else {
+				b.WriteByte('_')
+			}
+		}
+		return b.String()
+	}
+}
+
+// holderText says who holds a claim, for an arbiter that finds the GPUs taken.
+func holderText(spec *arms.Spec, dbPath string) string {
+	host, _ := os.Hostname()
+	if abs, err := filepath.Abs(dbPath); err == nil {
+		dbPath = abs
+	}
+	return fmt.Sprintf("arbiter pid %d on %s, experiment %s, database %s, since %s", os.Getpid(), host, spec.Name,
+		dbPath, time.Now().UTC().Format(time.RFC3339))
+}
+
+// gpuClaim is an arbiter's claim on the GPUs its arms run on, held for the whole
+// experiment: one exclusive flock per device on a file under the lock folder. The
+// kernel drops a claim when its arbiter exits, however it exits.
+type gpuClaim struct{ files []*os.File }
+
+// claimGPUs claims the devices of gpus ("0,1"; empty claims nothing) on the machine
+// scope. A device another arbiter holds is waited for, with a warning that names the
+// holder, until it is free or ctx ends. Devices are claimed in ascending order, so two
+// arbiters that want overlapping sets cannot each hold what the other waits for.
+func claimGPUs(ctx context.Context, dir, scope, gpus, holder string, log *slog.Logger) (*gpuClaim, error) {
+	c := &gpuClaim{}
+	if gpus == "" {
+		return c, nil
+	}
+	ids, err := runtime.ParseGPUs(gpus)
+	if err != nil {
+		return nil, err
+	}
+	sortDevices(ids)
+	if err := makeLockDir(dir); err != nil {
+		return nil, fmt.Errorf("claim GPUs: %w", err)
+	}
+	for _, id := range ids {
+		f, err := claimDevice(ctx, filepath.Join(dir, scope+"-gpu"+id+".lock"), id, holder, log)
+		if err != nil {
+			c.release()
+			return nil, err
+		}
+		c.files = append(c.files, f)
+	}
+	return c, nil
+}
+
+// claimDevice takes the lock on one device's file, waiting while another arbiter holds
+// it.
+func claimDevice(ctx context.Context, path, id, holder string, log *slog.Logger) (*os.File, error) {
+	f, err := openLockFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("claim GPU %s: %w", id, err)
+	}
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	said := ""
+	for {
+		ok, err := tryLock(f)
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("claim GPU %s (%s): %w", id, path, err)
+		}
+		if ok {
+			// Best effort: a file another user created may not be writable; the lock
+			// holds all the same.
+			if f.Truncate(0) == nil {
+				f.WriteAt([]byte(holder+"\n"), 0)
+			}
+			return f, nil
+		}
+		if b, _ := os.ReadFile(path); strings.TrimSpace(string(b)) != said {
+			said = strings.TrimSpace(string(b))
+			if said == "" {
+				said = "another arbiter"
+			}
+			log.Warn(fmt.Sprintf("GPU %s is in use by %s; waiting until it is free (Ctrl-C to give up)", id, said),
+				"lock", path)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// openLockFile opens (creating if needed) a lock file that any user may lock, never
+// through a symbolic link.
+func openLockFile(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|noFollow, 0o666)
+	if errors.Is(err, fs.ErrPermission) {
+		f, err = os.OpenFile(path, os.O_RDONLY|noFollow, 0)
+	}
+	if err != nil {
+		return nil, err
+	}
+	_ = f.Chmod(0o666) // the umask must not lock other users out; fails harmlessly on theirs
+	return f, nil
+}
+
+// makeLockDir creates the lock folder, shared by every user like /tmp itself.
+func makeLockDir(dir string) error {
+	err := os.Mkdir(dir, 0o777)
+	switch {
+	case err == nil:
+		return os.Chmod(dir, 0o777|fs.ModeSticky)
+	case errors.Is(err, fs.ErrExist):
+		return nil
+	case errors.Is(err, fs.ErrNotExist):
+		return os.MkdirAll(dir, 0o755)
+	}
+	return err
+}
+
+// release gives the GPUs back.
+func (c *gpuClaim) release() {
+	for _, f := range c.files {
+		f.Close() // closing the only descriptor drops the flock
+	}
+	c.files = nil
+}
+
+// sortDevices orders device ids numerically.
+func sortDevices(ids []string) {
+	num := func(s string) int {
+		n := 0
+		for _, r := range s {
+			n = n*10 + int(r-'0')
+		}
+		return n
+	}
+	for i := 1; i < len(ids); i++ {
+		for j := i; j > 0 && num(ids[j]) < num(ids[j-1]); j-- {
+			ids[j], ids[j-1] = ids[j-1], ids[j]
+		}
+	}
+}

@@ -1,0 +1,51 @@
+package plan
+
+import (
+	"context"
+	"time"
+
+	"github.com/arbiterlab/arbiter/store"
+)
+
+// Recorded are figures from the last recorded experiment of the same name, which replace
+// the plan's assumptions where they exist.
+type Recorded struct {
+	ExperimentID    int64
+	TurnsPerSession float64 // mean turns of a completed session
+	TurnSeconds     float64 // median latency of a turn
+	StartupSeconds  float64 // mean time from launch to ready
+}
+
+// LastRecorded reads the figures of the newest experiment named name in the database at
+// dbPath. A missing database or experiment is not an error: the plan then states its
+// assumptions.
+func LastRecorded(ctx context.Context, dbPath, name string) Recorded {
+	db, err := store.OpenReadOnly(dbPath)
+	if err != nil {
+		return Recorded{}
+	}
+	defer db.Close()
+	e, err := store.FindExperiment(ctx, db, name)
+	if err != nil {
+		return Recorded{}
+	}
+	r := Recorded{ExperimentID: e.ID}
+	if pace, err := store.RecordedPace(ctx, db, e.ID); err == nil {
+		r.TurnsPerSession, r.TurnSeconds = pace.TurnsPerSession, pace.MedianTurn.Seconds()
+	}
+	runs, _ := store.Runs(ctx, db, e.ID)
+	var startup []float64
+	for _, run := range runs {
+		if run.ReadyAt.Valid {
+			a, err1 := time.Parse(time.RFC3339Nano, run.StartedAt)
+			b, err2 := time.Parse(time.RFC3339Nano, run.ReadyAt.String)
+			if err1 == nil && err2 == nil {
+				startup = append(startup, b.Sub(a).Seconds())
+			}
+		}
+	}
+	for _, s := range startup {
+		r.StartupSeconds += s / float64(len(startup))
+	}
+	return r
+}

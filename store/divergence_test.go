@@ -1,0 +1,120 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"testing"
+	"time"
+)
+
+// seedTwoArms records a baseline and a treatment run, two sessions of two turns each; the
+// treatment's session 1 turn 0 was already flagged by a per-response detector.
+func seedTwoArms(t *testing.T, s *Store) (exp, baseRun, armRun, armID int64) {
+	t.Helper()
+	ctx := context.Background()
+	exp, baseArm, baseRun := seedExperiment(t, s)
+	armID, err := s.AddArm(ctx, Arm{ExperimentID: exp, Name: "treatment", Position: 1, Pins: "{}", Command: "[]", Env: "{}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	armRun, err = s.StartRun(ctx, Run{ExperimentID: exp, ArmID: armID, Runtime: "process", Status: "starting", Started: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := s.NewWriter(WriterOptions{})
+	for _, r := range []struct{ run, arm int64 }{{baseRun, baseArm}, {armRun, armID}} {
+		for i := range 2 {
+			for j := range 2 {
+				bad := r.run == armRun && i == 1 && j == 0
+				w.Turn(Turn{ExperimentID: exp, RunID: r.run, ArmID: r.arm, Session: i, Index: j, Started: time.Now(),
+					StatusCode: 200, FinishReason: "stop", Content: "answer", Request: "{}", Response: "{}", Corrupted: bad,
+					Labels: []Label{{Detector: "dsml-leak", Corrupted: bad}}})
+			}
+			var first *int
+			if r.run == armRun && i == 1 {
+				first = new(int)
+			}
+			w.Session(Session{ExperimentID: exp, RunID: r.run, ArmID: r.arm, Index: i, Status: "ok", Turns: 2,
+				Corrupted: first != nil, FirstCorruptedTurn: first})
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return exp, baseRun, armRun, armID
+}
+
+func TestWriteDivergenceReplacesRowsAndSyncsFlags(t *testing.T) {
+	secret := "hf_divergenceSecret"
+	s := newStore(t, Options{Redact: func(v string) string { return strings.ReplaceAll(v, secret, "[redacted]") }})
+	ctx := context.Background()
+	exp, baseRun, armRun, armID := seedTwoArms(t, s)
+	rows := []SessionDivergence{
+		{RunID: armRun, Session: 0, BaselineRunID: baseRun, Compared: 2, Turn: sql.NullInt64{Int64: 1, Valid: true},
+			Field: sql.NullString{String: "content", Valid: true}, Rune: sql.NullInt64{Int64: 3, Valid: true},
+			BaselineExcerpt: sql.NullString{String: "ans", Valid: true}, ArmExcerpt: sql.NullString{String: "an " + secret, Valid: true}},
+		{RunID: armRun, Session: 1, BaselineRunID: baseRun, Compared: 2},
+	}
+	// Counted as corruption: session 0 becomes corrupted at turn 1.
+	labels := []DivergenceLabel{{RunID: armRun, Session: 0, Turn: 0}, {RunID: armRun, Session: 0, Turn: 1, Corrupted: true, Reason: "diverges"},
+		{RunID: armRun, Session: 1, Turn: 0}, {RunID: armRun, Session: 1, Turn: 1}}
+	if err := s.WriteDivergence(ctx, exp, rows, labels); err != nil {
+		t.Fatal(err)
+	}
+	sessionFlags := func() map[int][2]int64 {
+		var got []struct {
+			Index     int           `db:"session_index"`
+			Corrupted bool          `db:"corrupted"`
+			First     sql.NullInt64 `db:"first_corrupted_turn"`
+		}
+		if err := s.DB().Select(&got, `SELECT session_index, corrupted, first_corrupted_turn FROM sessions WHERE run_id = ?`, armRun); err != nil {
+			t.Fatal(err)
+		}
+		out := map[int][2]int64{}
+		for _, g := range got {
+			f := int64(-1)
+			if g.First.Valid {
+				f = g.First.Int64
+			}
+			c := int64(0)
+			if g.Corrupted {
+				c = 1
+			}
+			out[g.Index] = [2]int64{c, f}
+		}
+		return out
+	}
+	if got := sessionFlags(); got[0] != [2]int64{1, 1} || got[1] != [2]int64{1, 0} {
+		t.Errorf("sessions after a counted divergence = %v", got)
+	}
+	counts, err := DivergenceCounts(ctx, s.DB(), exp)
+	if err != nil || len(counts) != 1 || counts[0] != (DivergenceCount{ArmID: armID, Compared: 2, Diverged: 1}) {
+		t.Errorf("counts = %+v, %v", counts, err)
+	}
+	got, err := Divergences(ctx, s.DB(), exp)
+	if err != nil || len(got) != 2 || got[0].ArmExcerpt.String != "an [redacted]" || got[0].Field.String != "content" || got[1].Turn.Valid {
+		t.Errorf("divergences = %+v, %v", got, err)
+	}
+
+	// Again, informational: the rows are replaced, the divergence labels go, and the
+	// flags fall back to what the other detectors said.
+	rows[0].Rune = sql.NullInt64{Int64: 4, Valid: true}
+	if err := s.WriteDivergence(ctx, exp, rows, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := sessionFlags(); got[0] != [2]int64{0, -1} || got[1] != [2]int64{1, 0} {
+		t.Errorf("sessions after an informational pass = %v", got)
+	}
+	var n, labelsLeft int
+	s.DB().Get(&n, `SELECT count(*) FROM divergences WHERE experiment_id = ? AND rune = 4`, exp)
+	s.DB().Get(&labelsLeft, `SELECT count(*) FROM labels WHERE detector = ?`, DivergenceDetector)
+	if n != 1 || labelsLeft != 0 {
+		t.Errorf("rows with the new rune = %d, divergence labels = %d", n, labelsLeft)
+	}
+	var turnFlags int
+	s.DB().Get(&turnFlags, `SELECT sum(corrupted) FROM turns WHERE experiment_id = ?`, exp)
+	if turnFlags != 1 {
+		t.Errorf("corrupted turns = %d, want the one dsml-leak flagged", turnFlags)
+	}
+}

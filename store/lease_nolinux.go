@@ -1,0 +1,6 @@
+//go:build !linux
+
+package store
+
+// pidNamespace is the same for every process of a host without PID namespaces.
+func pidNamespace() string { return "host" }
