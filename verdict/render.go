@@ -41,6 +41,9 @@ func pval(p float64) string {
 	switch {
 	case math.IsNaN(p):
 		return "–"
+	case p < 1e-300:
+		// Below what a float carries (a normal tail at z past 37): say so, not "0".
+		return "< 1e-300"
 	case p < 1e-4:
 		return fmt.Sprintf("%.1e", p)
 	case p < 0.001:
