@@ -528,7 +528,7 @@ func (v *Verdict) cascadeHeadline(mark string) []string {
 			first += ", against " + joinAnd(others)
 		}
 		if p, ok := v.cascadeP(); ok {
-			first += fmt.Sprintf(" (Fisher's exact test on launches: p = %s)", pval(p))
+			first += fmt.Sprintf(" (Fisher's exact test on launches: p %s)", pEq(p))
 		}
 		first += "."
 	}
@@ -696,9 +696,9 @@ func (v *Verdict) throughputHeadline(mark string) []string {
 				continue
 			}
 			r := row.Result
-			evidence = fmt.Sprintf("At %s, %s generated %s tok/s against %s for %s; per request its tok/s differ by %s (95%% CI %s to %s, Mann-Whitney p = %s)",
+			evidence = fmt.Sprintf("At %s, %s generated %s tok/s against %s for %s; per request its tok/s differ by %s (95%% CI %s to %s, Mann-Whitney p %s)",
 				heavy.Name, bold(a.Name, mark), tps(heavy.EngineTPS[i]), tps(heavy.EngineTPS[v.Baseline]), bold(v.Arms[v.Baseline].Name, mark),
-				signedPct(r.Ratio-1), signedPct(r.RatioCI.Lo-1), signedPct(r.RatioCI.Hi-1), pval(r.P))
+				signedPct(r.Ratio-1), signedPct(r.RatioCI.Lo-1), signedPct(r.RatioCI.Hi-1), pEq(r.P))
 			if ttft := v.metricRow(heavy.Name, MetricTTFT, a.Name); ttft != nil {
 				evidence += fmt.Sprintf(" and its TTFT by %s", signedPct(ttft.Result.Ratio-1))
 			}
@@ -733,16 +733,16 @@ func (v *Verdict) significanceSentence(mark string) string {
 	for _, r := range v.Outcomes.Metrics {
 		smallest = math.Min(smallest, r.AdjustedP)
 		if r.Decision != "" {
-			sig = append(sig, fmt.Sprintf("%s's %s at %s is %s (%s, Holm-adjusted p = %s)", bold(r.Arm, mark), r.Metric, r.Group,
-				r.Decision, signedPct(r.Result.Ratio-1), pval(r.AdjustedP)))
+			sig = append(sig, fmt.Sprintf("%s's %s at %s is %s (%s, Holm-adjusted p %s)", bold(r.Arm, mark), r.Metric, r.Group,
+				r.Decision, signedPct(r.Result.Ratio-1), pEq(r.AdjustedP)))
 		}
 	}
 	if len(v.Outcomes.Metrics) == 0 {
 		return "Too few sessions were measured on both sides to compare latency or throughput."
 	}
 	if len(sig) == 0 {
-		return fmt.Sprintf("No latency or throughput difference from %s is significant (smallest Holm-adjusted p = %s); chance alone could produce differences this large.",
-			bold(v.Arms[v.Baseline].Name, mark), pval(smallest))
+		return fmt.Sprintf("No latency or throughput difference from %s is significant (smallest Holm-adjusted p %s); chance alone could produce differences this large.",
+			bold(v.Arms[v.Baseline].Name, mark), pEq(smallest))
 	}
 	if len(sig) > 3 {
 		sig = append(sig[:3], fmt.Sprintf("%d more", len(sig)-3))
@@ -855,7 +855,7 @@ func (v *Verdict) outcomeGate(name string) (fail bool, why string, ok bool) {
 		}
 		for _, r := range o.Metrics {
 			if r.Metric == MetricThroughput && r.Decision == "worse" {
-				return true, fmt.Sprintf("%s's tok/s per request at %s: %s (Holm-adjusted p = %s)", r.Arm, r.Group, signedPct(r.Result.Ratio-1), pval(r.AdjustedP)), true
+				return true, fmt.Sprintf("%s's tok/s per request at %s: %s (Holm-adjusted p %s)", r.Arm, r.Group, signedPct(r.Result.Ratio-1), pEq(r.AdjustedP)), true
 			}
 		}
 		return false, "", true
@@ -900,4 +900,12 @@ func (v *Verdict) outcomeSummary() map[string]any {
 	}
 	return map[string]any{"groups": groups, "comparisons": metrics, "throughput_non_inferiority": ni,
 		"abort_cascades": cascades, "throughput_margin": o.Margin}
+}
+
+// pEq is a p-value after its name: "= 0.003", or "< 1e-300" below what a float carries.
+func pEq(p float64) string {
+	if s := pval(p); strings.HasPrefix(s, "<") {
+		return s
+	}
+	return "= " + pval(p)
 }

@@ -138,8 +138,8 @@ func (v *Verdict) cascadeSection(b *strings.Builder) {
 	}
 	for _, c := range o.Cascades {
 		if r := c.Recovery; r != nil {
-			fmt.Fprintf(b, "\n%s's recovery against %s's: %s (95%% CI %s to %s), Mann-Whitney p = %s.\n", c.Arm, base.Arm,
-				signedPct(r.Ratio-1), signedPct(r.RatioCI.Lo-1), signedPct(r.RatioCI.Hi-1), pval(r.P))
+			fmt.Fprintf(b, "\n%s's recovery against %s's: %s (95%% CI %s to %s), Mann-Whitney p %s.\n", c.Arm, base.Arm,
+				signedPct(r.Ratio-1), signedPct(r.RatioCI.Lo-1), signedPct(r.RatioCI.Hi-1), pEq(r.P))
 		}
 	}
 }
