@@ -338,6 +338,10 @@ func (d *bisectDecoder) decode(root ast.Node) {
 			d.bad = d.decodeConfig(e)
 		case "workload":
 			d.decodeWorkload(e)
+			if k := s.Workload.Kind; k == WorkloadThroughput || k == WorkloadAbortCascade {
+				d.add(e.keyNode, e.path+".kind", "a bisection judges corrupted sessions, which workload kind %s does not measure; use %s, %s or %s",
+					k, DefaultWorkload, WorkloadLongContext, WorkloadTrace)
+			}
 		case "detectors":
 			d.decodeDetectors(e)
 		case "search":

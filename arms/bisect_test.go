@@ -116,6 +116,9 @@ func TestBisectSpecErrors(t *testing.T) {
 		{"server info and args", strings.Replace(bisectBase, `good: {env: {BF16_INDEX_K: "0"}}`, `good: {server_info: x.json, args: [--x]}`, 1),
 			[]string{"good.args: the flags come from server_info"}},
 		{"block style", "{version: 1, name: b}\n", []string{"write a bisection spec in block style"}},
+		{"throughput is not corruption", strings.Replace(bisectBase, "workload: {kind: toolcall-agent, sessions: 10, rounds: 2, seed: 1}",
+			"workload: {kind: throughput, sessions: 10, rounds: 2, concurrency: 4, seed: 1}", 1),
+			[]string{"spec.yaml:6:1: workload.kind: a bisection judges corrupted sessions, which workload kind throughput does not measure"}},
 		// Caught by the step's own checks, at the line the bisection spec wrote it on.
 		{"divergence needs temperature 0", strings.Replace(bisectBase, "seed: 1}", "seed: 1, temperature: 0.7}", 1) + "detectors: [divergence]\n",
 			[]string{"spec.yaml:8:13: detectors: divergence compares arms token for token at temperature 0"}},

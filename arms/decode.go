@@ -52,7 +52,7 @@ var KnownDetectors = []string{"dsml-leak", "toolcall-schema", "repetition", "fin
 
 // KnownWorkloads are the workload kinds this arbiter can drive. A spec naming another is
 // refused here rather than failing after the engines have started.
-var KnownWorkloads = []string{"toolcall-agent"}
+var KnownWorkloads = []string{"toolcall-agent", WorkloadThroughput, WorkloadAbortCascade, WorkloadLongContext, WorkloadTrace}
 
 var (
 	runtimes = []string{"process", "docker"}
@@ -902,6 +902,10 @@ func (d *decoder) decodeEnvShorthand(fe entry) []Level {
 }
 
 func (d *decoder) decodeWorkload(e entry) {
+	if kind := d.workloadKind(e); kind != DefaultWorkload && slices.Contains(KnownWorkloads, kind) {
+		d.decodeKindWorkload(e, kind)
+		return
+	}
 	w := &d.spec.Workload
 	known := []string{"kind", "sessions", "rounds", "concurrency", "seed", "temperature", "max_tokens", "model", "max_response_bytes", "stream"}
 	seen := d.fields(e.val, e.path, known, func(f entry) {
@@ -1055,7 +1059,7 @@ func (d *decoder) decodeDetectors(e entry) {
 
 func (d *decoder) decodeAnalysis(e entry) {
 	a := &d.spec.Analysis
-	known := []string{"unit", "alpha", "baseline", "margin", "max_loss", "sequential", "aa", "plan"}
+	known := []string{"unit", "alpha", "baseline", "margin", "throughput_margin", "max_loss", "sequential", "aa", "plan"}
 	d.fields(e.val, e.path, known, func(f entry) {
 		switch f.key {
 		case "unit":
@@ -1081,6 +1085,8 @@ func (d *decoder) decodeAnalysis(e entry) {
 				}
 				a.Margin = v
 			}
+		case "throughput_margin":
+			a.ThroughputMargin, _ = d.share(f)
 		case "max_loss":
 			d.spec.pos[f.path] = posOf(f.val)
 			if v, ok := d.number(f); ok {

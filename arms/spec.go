@@ -96,7 +96,7 @@ type Level struct {
 
 // Workload describes the identical, seeded traffic every arm receives.
 type Workload struct {
-	Kind        string // "toolcall-agent"
+	Kind        string // "toolcall-agent", "throughput", "abort-cascade", "long-context" or "trace"
 	Sessions    int
 	Rounds      int
 	Concurrency int
@@ -106,6 +106,13 @@ type Workload struct {
 	MaxTokens int
 	// Model is the model name sent in requests; empty asks the engine's /v1/models.
 	Model string
+	// Throughput, AbortCascade, LongContext and Trace hold the fields of their kinds; nil
+	// unless Kind names it. For those kinds Sessions is every session one run reports
+	// (what the verdict counts as planned), whatever the spec called sessions.
+	Throughput   *ThroughputSpec
+	AbortCascade *AbortCascadeSpec
+	LongContext  *LongContextSpec
+	Trace        *TraceSpec
 	// MaxResponseBytes caps one response's body, SSE framing included; a response that
 	// runs past it ends its turn with an error (default DefaultMaxResponseBytes).
 	MaxResponseBytes int64
@@ -120,6 +127,9 @@ type Analysis struct {
 	Baseline string  // arm name; default the first arm
 	// Margin is the non-inferiority margin on the rate difference; 0 means none declared.
 	Margin float64
+	// ThroughputMargin is the share of throughput an arm may lose against the baseline
+	// and still be non-inferior ("the fix costs at most 5%": 0.05); 0 means none declared.
+	ThroughputMargin float64
 	// MaxLoss is the largest share of an arm's sessions that may be lost (to errors,
 	// timeouts, a crash or a wedge) before the verdict calls that arm's corruption
 	// decision inconclusive; default DefaultMaxLoss (10%).

@@ -58,7 +58,10 @@ type ChatRequest struct {
 	StreamOptions *StreamOptions  `json:"stream_options,omitempty"`
 	Temperature   *float64        `json:"temperature,omitempty"`
 	MaxTokens     int             `json:"max_tokens,omitempty"`
-	Seed          *int64          `json:"seed,omitempty"`
+	// IgnoreEOS asks SGLang and vLLM to generate max_tokens tokens whatever the model
+	// would say: the fixed output lengths throughput benchmarks need.
+	IgnoreEOS bool   `json:"ignore_eos,omitempty"`
+	Seed      *int64 `json:"seed,omitempty"`
 	// RID is SGLang's request id, which POST /abort_request names.
 	RID string `json:"rid,omitempty"`
 }

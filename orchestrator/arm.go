@@ -125,7 +125,6 @@ func (e *experiment) drive(ctx context.Context, inst runtime.Instance, preset ar
 
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stall := e.spec.Timeouts.Stall
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
@@ -136,10 +135,8 @@ func (e *experiment) drive(ctx context.Context, inst runtime.Instance, preset ar
 	if p := e.opts.Progress; p != nil {
 		p.RunStarted(arm.Name, b, ws.Sessions)
 	}
-	cfg := workload.Config{Kind: ws.Kind, Sessions: ws.Sessions, Rounds: ws.Rounds, Concurrency: ws.Concurrency,
-		Seed: ws.Seed, Temperature: ws.Temperature, MaxTokens: ws.MaxTokens, Model: model,
-		RequestTimeout: e.spec.Timeouts.Request, StallTimeout: stall, SessionOffset: b * ws.Sessions,
-		OnToken: dog.token, MaxResponseBytes: ws.MaxResponseBytes, NoStream: ws.NoStream}
+	cfg := e.workloadConfig(model, b)
+	cfg.OnToken = dog.token
 	runErr := workload.Run(wctx, cfg, inst.Endpoint(), tracker)
 	if runErr == nil && context.Cause(wctx) == nil {
 		// Every session ended by itself; whether they ended well is the watchdog's to say.
@@ -165,6 +162,9 @@ func (e *experiment) drive(ctx context.Context, inst runtime.Instance, preset ar
 		return store.RunCrashed, cause.Error(), nil
 	case errors.As(cause, &stopped):
 		return stopped.status, cause.Error(), nil
+	case errors.Is(runErr, workload.ErrNoLiveness):
+		// The workload's own liveness check (a canary after an abort cascade) failed.
+		return store.RunWedged, runErr.Error(), nil
 	case runErr != nil:
 		return store.RunFailed, runErr.Error(), nil
 	}

@@ -118,6 +118,10 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	trace, err := LoadTrace(spec)
+	if err != nil {
+		return Result{}, err
+	}
 	environ := opts.Environ
 	if environ == nil {
 		environ = os.LookupEnv
@@ -212,7 +216,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		opts: opts, spec: spec, arms: armList, armIDs: armIDs, envs: envs, id: expID, store: st,
 		detectors: dets, redact: redactor.Redact, redactor: redactor, log: log.With("experiment", expID, "name", spec.Name), rt: rt,
 		logDir: filepath.Join(logDir, fmt.Sprintf("exp-%d", expID)), counts: make([]armCounts, len(armList)),
-		prior: prior, gpus: gpus, dbID: dbID, self: self,
+		prior: prior, gpus: gpus, dbID: dbID, self: self, trace: trace,
 	}
 	// The heartbeat outlives an interrupt: tearing the arms down after Ctrl-C may take a
 	// while, and the lease must stay live until the experiment's end is recorded.
@@ -389,7 +393,11 @@ func DesignOf(spec *arms.Spec) store.Design {
 	maxLoss := spec.Analysis.MaxLoss
 	d := store.Design{Blocks: max(spec.Blocks, 1), Looks: spec.Analysis.Sequential.Looks, Margin: spec.Analysis.Margin,
 		AA: spec.Analysis.AA, Sessions: spec.Workload.Sessions, Rounds: spec.Workload.Rounds,
-		Concurrency: spec.Workload.Concurrency, MaxLoss: &maxLoss}
+		Concurrency: spec.Workload.Concurrency, MaxLoss: &maxLoss,
+		Workload: spec.Workload.Describe(), ThroughputMargin: spec.Analysis.ThroughputMargin}
+	if spec.Workload.Kind != arms.DefaultWorkload {
+		d.Kind = spec.Workload.Kind
+	}
 	if p := spec.Analysis.Plan; p.P0 != p.P1 {
 		d.Plan = &store.DesignPlan{P0: p.P0, P1: p.P1, Power: p.Power}
 	}
@@ -461,6 +469,8 @@ type experiment struct {
 	// redactor is what redact applies; it also finds secrets that an engine streamed
 	// in pieces (see sessionTracker.Turn).
 	redactor *arms.Redactor
+	// trace holds the conversations of a trace workload, read once before any launch.
+	trace []workload.TraceConversation
 }
 
 // armCounts are an arm's sessions that completed every round, and the corrupted ones.
@@ -596,7 +606,7 @@ func (t *sessionTracker) Turn(turn workload.Turn) {
 	row := store.Turn{
 		ExperimentID: t.e.id, RunID: t.runID, ArmID: t.armID, Session: turn.Session, Index: turn.Index,
 		Round: turn.Round, Started: turn.Started, StatusCode: turn.StatusCode, FinishReason: turn.FinishReason,
-		TTFT: turn.TTFT, Latency: turn.Latency, PromptTokens: turn.PromptTokens,
+		TTFT: turn.TTFT, Latency: turn.Latency, DecodeTime: turn.DecodeTime, Deltas: turn.Deltas, PromptTokens: turn.PromptTokens,
 		CompletionTokens: turn.CompletionTokens, Corrupted: corrupted, Error: turn.Err,
 		Request: string(turn.Request), Raw: string(turn.Raw),
 	}

@@ -229,6 +229,12 @@ type Design struct {
 	// corruption decision becomes inconclusive; nil (experiments recorded before it was
 	// stored) means DefaultMaxLoss.
 	MaxLoss *float64 `json:"max_loss,omitempty"`
+	// Kind is the workload's kind ("" for the tool-call agent), Workload the workload in
+	// one sentence when its kind has phases, and ThroughputMargin the share of throughput
+	// an arm may lose and still be non-inferior (0: none declared).
+	Kind             string  `json:"kind,omitempty"`
+	Workload         string  `json:"workload,omitempty"`
+	ThroughputMargin float64 `json:"throughput_margin,omitempty"`
 	// Plan is the spec's analysis.plan (the rates to tell apart and the power wanted),
 	// against which a sequential verdict measures the sessions it saved; nil when the
 	// spec plans nothing.

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"sync"
 	"time"
@@ -15,16 +16,20 @@ type Turn struct {
 	StatusCode                 int
 	FinishReason               string
 	TTFT, Latency              time.Duration
-	PromptTokens               int
-	CompletionTokens           int
-	Content                    string
-	ToolCalls                  string // JSON array; empty when none
-	Corrupted                  bool
-	Error                      string
-	Request, Response          string // JSON
-	Tools                      string // JSON array; empty when unknown
-	Raw                        string
-	Labels                     []Label
+	// DecodeTime is from the first to the last delta (0: not measured); Deltas the
+	// events that carried one.
+	DecodeTime        time.Duration
+	Deltas            int
+	PromptTokens      int
+	CompletionTokens  int
+	Content           string
+	ToolCalls         string // JSON array; empty when none
+	Corrupted         bool
+	Error             string
+	Request, Response string // JSON
+	Tools             string // JSON array; empty when unknown
+	Raw               string
+	Labels            []Label
 }
 
 // Label is one detector's judgement of one turn.
@@ -194,12 +199,12 @@ func (w *Writer) write(batch []any) error {
 			_, err = tx.Exec(`INSERT OR REPLACE INTO turns
 				(experiment_id, run_id, arm_id, session_index, turn_index, round, started_at, status_code,
 				 finish_reason, ttft_ms, latency_ms, prompt_tokens, completion_tokens, content, tool_calls,
-				 corrupted, error, request, response, tools, raw)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+				 corrupted, error, request, response, tools, raw, decode_ms, deltas)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 				r.ExperimentID, r.RunID, r.ArmID, r.Session, r.Index, r.Round, Timestamp(r.Started), r.StatusCode,
 				r.FinishReason, ms(r.TTFT), ms(r.Latency), r.PromptTokens, r.CompletionTokens, s.redact(r.Content),
 				s.nullText(r.ToolCalls), r.Corrupted, s.nullText(r.Error), s.redact(r.Request), s.redact(r.Response),
-				s.nullText(r.Tools), s.redact(r.Raw))
+				s.nullText(r.Tools), s.redact(r.Raw), decodeMS(r.DecodeTime), r.Deltas)
 			if err != nil {
 				return fmt.Errorf("store writer: turn %d/%d of run %d: %w", r.Session, r.Index, r.RunID, err)
 			}
@@ -232,3 +237,8 @@ func (w *Writer) write(batch []any) error {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// decodeMS is a decode time for the store: NULL when it was not measured.
+func decodeMS(d time.Duration) sql.NullFloat64 {
+	return sql.NullFloat64{Float64: ms(d), Valid: d > 0}
+}

@@ -366,6 +366,7 @@ func (v *Verdict) caveats() {
 	}
 	v.powerCaveat(add)
 	v.boundCaveat(add)
+	v.outcomeCaveats(add)
 	if m := len(v.others()); m > 1 {
 		add(rankMultiplicity, "%d arms were compared with the baseline: decisions use Holm-adjusted p-values over those %d comparisons (family-wise error at alpha); the BH q-values bound the false discovery rate instead, for screening.", m, m)
 	}
@@ -647,6 +648,9 @@ func (v *Verdict) aaOutcome() (aa, passed bool) {
 }
 
 func (v *Verdict) headline(mark string) string {
+	if s := v.outcomeHeadline(mark); s != "" {
+		return s
+	}
 	var sentences []string
 	problems := v.problemSentence(mark)
 	aa, passed := v.aaOutcome()
@@ -977,6 +981,9 @@ func (v *Verdict) Summary() map[string]any {
 	if aa, passed := v.aaOutcome(); aa {
 		out["aa_passed"] = passed
 	}
+	if v.Outcomes != nil {
+		out["outcomes"] = v.outcomeSummary()
+	}
 	return out
 }
 
@@ -992,6 +999,8 @@ var gates = map[string]string{
 	"difference": "an arm's corruption rate differs significantly from the baseline's, either way, or cannot be judged",
 	"corruption": "any session of any arm was corrupted",
 	"loss":       "any session was lost, or any run crashed, wedged or failed",
+	"wedge":      "any launch of any arm crashed or wedged (an abort cascade's canary never completed)",
+	"throughput": "an arm's throughput is not shown non-inferior within analysis.throughput_margin (without a margin: significantly lower)",
 }
 
 // Gates lists the names --fail-on accepts.
@@ -1021,6 +1030,9 @@ func (v *Verdict) Gate(name string) (bool, string) { return v.GateWith(name, Gat
 
 // GateWith is Gate with options.
 func (v *Verdict) GateWith(name string, o GateOptions) (bool, string) {
+	if fail, why, ok := v.outcomeGate(name); ok {
+		return fail, why
+	}
 	switch name {
 	case "regression", "difference":
 		for _, a := range v.Arms {

@@ -41,6 +41,9 @@ func pval(p float64) string {
 	switch {
 	case math.IsNaN(p):
 		return "–"
+	case p < 1e-300:
+		// Below what a float carries (a normal tail at z past 37): say so, not "0".
+		return "< 1e-300"
 	case p < 1e-4:
 		return fmt.Sprintf("%.1e", p)
 	case p < 0.001:
@@ -100,7 +103,9 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 	fmt.Fprintf(b, "- Unit of analysis: **%s**; a session counts as corrupted when any detector flagged any of its responses. Baseline: **%s**; alpha = %g, two-sided.\n", v.Unit, v.Arms[v.Baseline].Name, v.Alpha)
 	fmt.Fprintf(b, "- A session is analysed when it finished every round; lost sessions are counted beside the analysis. An arm whose engine crashed or wedged, or that lost more than %s of its sessions (`analysis.max_loss`), gets no corruption decision: it is inconclusive.\n", pct(v.MaxLoss))
 	fmt.Fprintf(b, "- Workload seed %d: every arm received the same sessions", e.Seed)
-	if d := v.Design; d.Sessions > 0 {
+	if d := v.Design; d.Workload != "" {
+		fmt.Fprintf(b, " (%s; %d sessions per arm and block; %d block(s))", d.Workload, d.Sessions, d.Blocks)
+	} else if d.Sessions > 0 {
 		fmt.Fprintf(b, " (%d sessions x %d rounds per arm and block, %d at once; %d block(s))", d.Sessions, d.Rounds, d.Concurrency, d.Blocks)
 	}
 	fmt.Fprintf(b, ".\n")
@@ -237,15 +242,17 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 		}
 	}
 
-	fmt.Fprintf(b, "\n## Latency and throughput\n\nOver completed responses; tokens per second are per request, after the first token.\n\n")
-	fmt.Fprintf(b, "| arm | responses | failed | TTFT p50 | TTFT p95 | end-to-end p50 | end-to-end p95 | tok/s p50 |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
-	for _, a := range v.Arms {
-		tps := "–"
-		if !math.IsNaN(a.TokensPerSecond) {
-			tps = fmt.Sprintf("%.0f", a.TokensPerSecond)
+	if !v.outcomeSections(b) {
+		fmt.Fprintf(b, "\n## Latency and throughput\n\nOver completed responses; tokens per second are per request, after the first token.\n\n")
+		fmt.Fprintf(b, "| arm | responses | failed | TTFT p50 | TTFT p95 | end-to-end p50 | end-to-end p95 | tok/s p50 |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, a := range v.Arms {
+			tps := "–"
+			if !math.IsNaN(a.TokensPerSecond) {
+				tps = fmt.Sprintf("%.0f", a.TokensPerSecond)
+			}
+			fmt.Fprintf(b, "| %s | %d | %d | %s | %s | %s | %s | %s |\n", a.Name, a.Turns, a.FailedTurns,
+				ms(a.TTFTp50), ms(a.TTFTp95), ms(a.Latencyp50), ms(a.Latencyp95), tps)
 		}
-		fmt.Fprintf(b, "| %s | %d | %d | %s | %s | %s | %s | %s |\n", a.Name, a.Turns, a.FailedTurns,
-			ms(a.TTFTp50), ms(a.TTFTp95), ms(a.Latencyp50), ms(a.Latencyp95), tps)
 	}
 
 	fmt.Fprintf(b, "\n## Runs\n\n")

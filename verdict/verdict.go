@@ -49,6 +49,9 @@ type Verdict struct {
 	NonInferiority []NIView
 	Losses         []LossView
 	Sequential     []SequentialView
+	// Outcomes are the judgements beyond corruption: latency and throughput per session,
+	// per phase, and abort cascades.
+	Outcomes *Outcomes
 
 	sessions []store.SessionOutcome
 	index    map[int64]int
@@ -273,6 +276,9 @@ func Build(ctx context.Context, db *sqlx.DB, ref string) (*Verdict, error) {
 		return nil, err
 	}
 	v.account()
+	if err := v.loadOutcomes(ctx, db); err != nil {
+		return nil, err
+	}
 	v.judge()
 	return v, nil
 }

@@ -183,6 +183,7 @@ func recordFixture(t *testing.T, f fixture) (*sqlx.DB, string) {
 					w.Turn(store.Turn{ExperimentID: exp, RunID: runID, ArmID: armID, Session: index, Index: turns, Round: round,
 						Started: start.Add(time.Duration(turns) * time.Second), StatusCode: 200, FinishReason: "stop",
 						TTFT: time.Duration(20+(si*7+turns)%13) * time.Millisecond, Latency: time.Duration(110+(si*11+turns*3)%37) * time.Millisecond,
+						DecodeTime: time.Duration(80+(si*5+turns*3)%17) * time.Millisecond, Deltas: 12,
 						CompletionTokens: 40, Content: "ok", Corrupted: bad, Request: "{}", Response: "{}",
 						Labels: []store.Label{{Detector: "dsml-leak", Corrupted: bad, Reason: reason}, {Detector: "toolcall-schema"}}})
 					turns++

@@ -29,6 +29,14 @@ func Run(ctx context.Context, cfg Config, baseURL string, rec Recorder) error {
 	switch cfg.Kind {
 	case "", KindToolcallAgent:
 		return runToolcallAgent(ctx, cfg, baseURL, rec)
+	case KindThroughput:
+		return runThroughput(ctx, cfg, baseURL, rec)
+	case KindAbortCascade:
+		return runAbortCascade(ctx, cfg, baseURL, rec)
+	case KindLongContext:
+		return runLongContext(ctx, cfg, baseURL, rec)
+	case KindTrace:
+		return runTrace(ctx, cfg, baseURL, rec)
 	default:
 		return fmt.Errorf("workload: kind %q: %w", cfg.Kind, ErrUnknownKind)
 	}
@@ -293,6 +301,10 @@ func (s *agentSession) send(ctx context.Context, round int) Exchange {
 		Raw:        ex.Raw,
 		TTFT:       ex.TTFT,
 		Latency:    ex.Latency,
+		Deltas:     ex.Deltas,
+	}
+	if ex.Deltas > 1 {
+		t.DecodeTime = ex.LastDelta - ex.TTFT
 	}
 	if u := ex.Completion.Usage; u != nil {
 		t.PromptTokens, t.CompletionTokens = u.PromptTokens, u.CompletionTokens

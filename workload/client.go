@@ -153,10 +153,18 @@ type Exchange struct {
 	// non-streamed answer has its first token when it has all of them: TTFT = Latency.
 	TTFT    time.Duration
 	Latency time.Duration // from sending to the end of the body
+	// LastDelta is the time to the last content or tool-call delta, and Deltas how many
+	// events carried one: the decode time LastDelta − TTFT over the tokens after the
+	// first is the inter-token latency, when the tokens arrived in more than one event.
+	LastDelta time.Duration
+	Deltas    int
 	// Err is nil when the request completed, whatever the content. It wraps ErrStalled,
 	// ErrRequestTimeout, ErrBrokenStream, ErrNoChoices, ErrResponseTooLarge, a
 	// *StatusError, or the context's error when the caller cancelled.
 	Err error
+
+	// hooks are the context's StreamHooks (WithStreamHooks).
+	hooks StreamHooks
 }
 
 // Chat sends one chat completion request to base (e.g. http://127.0.0.1:30000) and
@@ -166,7 +174,7 @@ func (c *Client) Chat(ctx context.Context, base string, req openai.ChatRequest) 
 	if req.Stream && req.StreamOptions == nil {
 		req.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
 	}
-	var ex Exchange
+	ex := Exchange{hooks: streamHooks(ctx)}
 	body, err := json.Marshal(req)
 	if err != nil {
 		ex.Err = fmt.Errorf("workload: encode request %s: %w", req.RID, err)
@@ -220,6 +228,9 @@ func (c *Client) Chat(ctx context.Context, base string, req openai.ChatRequest) 
 	}
 	defer resp.Body.Close()
 	ex.StatusCode = resp.StatusCode
+	if ex.hooks.Accepted != nil && resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+		ex.hooks.Accepted()
+	}
 
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		raw, rerr := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
@@ -311,8 +322,15 @@ func readStream(ex *Exchange, body io.Reader, limit int64, tooLarge func() error
 			return err
 		}
 		stallTimer.Reset(stall)
+		if delta {
+			ex.LastDelta = time.Since(ex.Started)
+			ex.Deltas++
+		}
 		if delta && ex.TTFT == 0 {
 			ex.TTFT = time.Since(ex.Started)
+			if ex.hooks.FirstDelta != nil {
+				ex.hooks.FirstDelta()
+			}
 		}
 		if delta && onToken != nil {
 			onToken()

@@ -13,7 +13,7 @@ import (
 // Config is the shape of one workload run against one arm. The zero value of each
 // optional field is a documented default.
 type Config struct {
-	Kind        string // "toolcall-agent" (default)
+	Kind        string // "toolcall-agent" (default), "throughput", "abort-cascade", "long-context" or "trace"
 	Sessions    int
 	Rounds      int
 	Concurrency int
@@ -38,6 +38,12 @@ type Config struct {
 	// NoStream sends non-streaming requests; the default streams (SSE), which is what
 	// measures TTFT and what keeps every event.
 	NoStream bool
+	// Throughput, AbortCascade, LongContext and Trace hold the fields of their kinds;
+	// each is nil (its defaults) unless Kind names it.
+	Throughput   *ThroughputConfig
+	AbortCascade *AbortCascadeConfig
+	LongContext  *LongContextConfig
+	Trace        *TraceConfig
 	// OnToken, if set, hears every arrival of generated text (see Client.OnToken).
 	OnToken func()
 }
@@ -59,15 +65,24 @@ type Turn struct {
 	// Response is the assembled completion (from the SSE chunks when streaming).
 	Response openai.ChatCompletion
 	// Raw is the response body exactly as received (SSE events when streaming).
-	Raw              []byte
-	TTFT             time.Duration // to the first content or tool-call byte; 0 if none
-	Latency          time.Duration // end to end
+	Raw     []byte
+	TTFT    time.Duration // to the first content or tool-call byte; 0 if none
+	Latency time.Duration // end to end
+	// DecodeTime is from the first to the last content or tool-call delta, and Deltas
+	// the events that carried one; with two or more, DecodeTime / (CompletionTokens − 1)
+	// is the inter-token latency.
+	DecodeTime       time.Duration
+	Deltas           int
 	PromptTokens     int
 	CompletionTokens int
 	FinishReason     string
 	// Err says what went wrong at the transport or protocol level; empty when the
 	// request completed (whatever its content).
 	Err string
+	// Cut is true for a request the workload itself aborted (an abort cascade): its
+	// response ends where the abort cut it, which says nothing about the engine's health
+	// (its Failure is FailureCancelled, whatever the engine answered).
+	Cut bool
 	// Failure classifies Err; FailureNone when the request completed.
 	Failure Failure
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/orchestrator"
 )
 
 func init() { subcommands = append(subcommands, newValidateCmd) }
@@ -50,6 +51,11 @@ func validateSpec(g *globals, path string) error {
 	expanded, err := spec.Expand()
 	if err != nil {
 		return withCode(exitUsage, err) // Load already ran this check; kept for safety
+	}
+	// A trace's lines are checked here as run checks them, before any engine starts.
+	if _, err := orchestrator.LoadTrace(spec); err != nil {
+		fmt.Fprintln(g.stderr, err.Error())
+		return withCode(exitUsage, fmt.Errorf("%s: invalid trace", path))
 	}
 	sum := summarize(spec, expanded, spec.Redactor(os.LookupEnv))
 	if g.json {
@@ -102,6 +108,9 @@ type workloadSummary struct {
 	MaxTokens        int     `json:"max_tokens,omitempty"`
 	MaxResponseBytes int64   `json:"max_response_bytes"`
 	Stream           bool    `json:"stream"`
+	// Describe is the workload in a sentence, for kinds whose shape is not sessions x
+	// rounds (throughput, abort cascades, long contexts, traces).
+	Describe string `json:"describe,omitempty"`
 }
 
 type analysisSummary struct {
@@ -117,7 +126,8 @@ func summarize(s *arms.Spec, expanded []arms.Arm, r *arms.Redactor) specSummary 
 		Detectors: s.Detectors,
 		Workload: workloadSummary{Kind: s.Workload.Kind, Sessions: s.Workload.Sessions, Rounds: s.Workload.Rounds,
 			Concurrency: s.Workload.Concurrency, Seed: s.Workload.Seed, Temperature: s.Workload.Temperature,
-			MaxTokens: s.Workload.MaxTokens, MaxResponseBytes: s.Workload.MaxResponseBytes, Stream: !s.Workload.NoStream},
+			MaxTokens: s.Workload.MaxTokens, MaxResponseBytes: s.Workload.MaxResponseBytes, Stream: !s.Workload.NoStream,
+			Describe: s.Workload.Describe()},
 		Analysis: analysisSummary{Unit: s.Analysis.Unit, Alpha: s.Analysis.Alpha, AA: s.Analysis.AA},
 		Blocks:   s.Blocks,
 		Timeouts: map[string]string{"startup": s.Timeouts.Startup.String(), "request": s.Timeouts.Request.String(), "stall": s.Timeouts.Stall.String()},
@@ -166,8 +176,12 @@ func (s specSummary) write(w io.Writer) error {
 		fmt.Fprintf(&b, "  %-*s  %s\n", width, a.Name, strings.Join(pins, " "))
 	}
 	w8 := s.Workload
-	fmt.Fprintf(&b, "workload   %s: %d sessions x %d rounds, concurrency %d, seed %d, temperature %g\n",
-		w8.Kind, w8.Sessions, w8.Rounds, w8.Concurrency, w8.Seed, w8.Temperature)
+	if w8.Describe != "" {
+		fmt.Fprintf(&b, "workload   %s; %d sessions per launch, seed %d, temperature %g\n", w8.Describe, w8.Sessions, w8.Seed, w8.Temperature)
+	} else {
+		fmt.Fprintf(&b, "workload   %s: %d sessions x %d rounds, concurrency %d, seed %d, temperature %g\n",
+			w8.Kind, w8.Sessions, w8.Rounds, w8.Concurrency, w8.Seed, w8.Temperature)
+	}
 	streamed := "streamed"
 	if !w8.Stream {
 		streamed = "not streamed"

@@ -1,4 +1,4 @@
--- Schema version 8: bisections. A bisection searches which of the changes between a good
+-- Schema version 9: bisections. A bisection searches which of the changes between a good
 -- and a bad configuration makes an engine corrupt; every step is an experiment of its
 -- own (good against good with some changes applied), linked here by step number. Like an
 -- experiment, a bisection is run by one arbiter at a time: the owner columns are its

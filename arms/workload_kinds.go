@@ -1,0 +1,465 @@
+package arms
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/goccy/go-yaml/ast"
+)
+
+// The workload kinds beside the tool-call agent, in the words a spec uses.
+const (
+	WorkloadThroughput   = "throughput"
+	WorkloadAbortCascade = "abort-cascade"
+	WorkloadLongContext  = "long-context"
+	WorkloadTrace        = "trace"
+)
+
+// Abort modes of an abort cascade.
+var abortModes = []string{"abort_all", "abort_request", "disconnect"}
+
+// ThroughputSpec is workload kind throughput: a closed loop at each concurrency, then
+// open-loop Poisson arrivals at each rate; every request is a session of its own.
+type ThroughputSpec struct {
+	Concurrency []int
+	Rates       []float64
+	// Requests per phase; 0 is the workload's default (32).
+	Requests           int
+	PromptTokens       int
+	SharedPrefixTokens int
+	// KeepEOS is ignore_eos: false in the spec; by default every request asks for exactly
+	// max_tokens tokens, so that every arm generates as much.
+	KeepEOS bool
+}
+
+// AbortCascadeSpec is workload kind abort-cascade: throughput at ThroughputAt before,
+// Cascades abort cascades of Sessions sessions each with a canary after each, and
+// throughput at ThroughputAt after.
+type AbortCascadeSpec struct {
+	Sessions, Cascades int
+	Abort              []string
+	// AbortWhen is "streaming" (every session streams; the default) or "first-token"
+	// (the first one does, the others still queued or prefilling).
+	AbortWhen                   string
+	CascadeTokens, CanaryTokens int
+	AbortAfter, RecoveryTimeout time.Duration
+	ThroughputAt                []int
+	ThroughputRequests          int
+	PromptTokens                int
+}
+
+// LongContextSpec is workload kind long-context: agent sessions whose context grows from
+// StartTokens to CeilingTokens over their rounds.
+type LongContextSpec struct {
+	StartTokens, CeilingTokens, SharedPrefixTokens int
+}
+
+// TraceSpec is workload kind trace: the conversations of a JSONL file, replayed as
+// recorded.
+type TraceSpec struct {
+	// Path is the trace file as written in the spec; Resolved is where it is, a relative
+	// path taken from the spec's folder.
+	Path, Resolved string
+	// Conversations is how many the file holds (its non-blank lines).
+	Conversations int
+}
+
+// Defaults the decoder writes into a kind's fields, the same as the workload's.
+const (
+	defaultPhaseRequests  = 32
+	defaultCascadeSession = 60
+	defaultCascades       = 2
+	defaultLongRounds     = 8
+	defaultLongSessions   = 8
+	maxTraceLine          = 32 << 20
+	maxCascades           = 1000
+)
+
+// workloadKind finds the kind a workload mapping declares (the default when it declares
+// none, or one that is not a string), so that its fields can be read by its rules.
+func (d *decoder) workloadKind(e entry) string {
+	entries, _ := d.mapping(e.val, e.path)
+	for _, f := range entries {
+		if f.key == "kind" {
+			if s, ok := f.val.(*ast.StringNode); ok {
+				return s.Value
+			}
+		}
+	}
+	return DefaultWorkload
+}
+
+// commonWorkloadFields are read the same way for every kind.
+var commonWorkloadFields = []string{"kind", "seed", "temperature", "max_tokens", "model", "max_response_bytes", "stream"}
+
+// kindFields are each kind's own fields.
+var kindFields = map[string][]string{
+	WorkloadThroughput: {"concurrency", "rate", "requests", "prompt_tokens", "shared_prefix_tokens", "ignore_eos"},
+	WorkloadAbortCascade: {"sessions", "cascades", "abort", "abort_when", "cascade_tokens", "canary_tokens", "abort_after",
+		"recovery_timeout", "throughput_at", "throughput_requests", "prompt_tokens"},
+	WorkloadLongContext: {"sessions", "rounds", "concurrency", "start_tokens", "ceiling_tokens", "shared_prefix_tokens"},
+	WorkloadTrace:       {"path", "sessions", "concurrency"},
+}
+
+// decodeKindWorkload reads a workload of a kind other than the tool-call agent: the
+// common fields, then the kind's own, and sets Sessions to the sessions one run reports
+// (what the verdict counts as planned), Rounds and Concurrency to their shape.
+func (d *decoder) decodeKindWorkload(e entry, kind string) {
+	w := &d.spec.Workload
+	w.Kind = kind
+	known := append(slices.Clone(commonWorkloadFields), kindFields[kind]...)
+	var (
+		tp = &ThroughputSpec{}
+		ac = &AbortCascadeSpec{}
+		lc = &LongContextSpec{}
+		tr = &TraceSpec{}
+	)
+	counts := map[string]int{}
+	seen := d.fields(e.val, e.path, known, func(f entry) {
+		switch f.key {
+		case "kind":
+		case "seed":
+			w.Seed, _ = d.integer(f, math.MinInt64)
+		case "temperature":
+			if v, ok := d.number(f); ok {
+				if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+					d.add(f.val, f.path, "temperature must be 0 or more")
+				}
+				w.Temperature = v
+			}
+		case "max_tokens":
+			w.MaxTokens, _ = d.bounded(f, 0, MaxMaxTokens, "tokens of one completion")
+		case "model":
+			w.Model, _ = d.str(f)
+		case "max_response_bytes":
+			w.MaxResponseBytes, _ = d.byteSize(f, MinMaxResponseBytes, MaxMaxResponseBytes)
+		case "stream":
+			if v, ok := d.boolean(f); ok {
+				w.NoStream = !v
+			}
+		case "concurrency":
+			if kind == WorkloadThroughput {
+				tp.Concurrency = d.counts(f, MaxConcurrency)
+			} else {
+				w.Concurrency, _ = d.bounded(f, 1, MaxConcurrency, "sessions in flight at once against one engine")
+			}
+		case "rate":
+			tp.Rates = d.rates(f)
+		case "throughput_at":
+			ac.ThroughputAt = d.counts(f, MaxConcurrency)
+		case "abort":
+			ac.Abort = d.abortModes(f)
+		case "abort_when":
+			ac.AbortWhen, _ = d.oneOf(f, "abort_when", []string{"streaming", "first-token"})
+		case "abort_after":
+			ac.AbortAfter, _ = d.duration(f)
+		case "recovery_timeout":
+			ac.RecoveryTimeout, _ = d.duration(f)
+		case "ignore_eos":
+			v, _ := d.boolean(f)
+			tp.KeepEOS = !v
+		case "path":
+			tr.Path, _ = d.str(f)
+			d.spec.pos[f.path] = posOf(f.val)
+		case "shared_prefix_tokens":
+			counts[f.key], _ = d.bounded(f, 0, MaxMaxTokens, "tokens of a prompt")
+		case "sessions", "requests", "throughput_requests":
+			counts[f.key], _ = d.bounded(f, 1, MaxSessions, "sessions per arm and block; use blocks for more")
+			d.spec.pos[f.path] = posOf(f.val)
+		case "rounds":
+			counts[f.key], _ = d.bounded(f, 1, MaxRounds, "rounds of one conversation")
+		case "cascades":
+			counts[f.key], _ = d.bounded(f, 1, maxCascades, "abort cascades in one launch")
+		default: // token counts of at least 1
+			counts[f.key], _ = d.bounded(f, 1, MaxMaxTokens, "tokens")
+			d.spec.pos[f.path] = posOf(f.val)
+		}
+	})
+	if w.MaxResponseBytes == 0 {
+		w.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	at := func(name string) Position { return d.spec.pos[joinPath(e.path, name)] }
+	switch kind {
+	case WorkloadThroughput:
+		tp.Requests = orDefault(counts["requests"], defaultPhaseRequests)
+		tp.PromptTokens, tp.SharedPrefixTokens = counts["prompt_tokens"], counts["shared_prefix_tokens"]
+		if len(tp.Concurrency)+len(tp.Rates) == 0 {
+			if _, ok := seen["concurrency"]; !ok {
+				d.add(e.keyNode, joinPath(e.path, "concurrency"), "a throughput workload needs concurrency (a closed loop at each, e.g. [1, 32]) or rate (open-loop requests per second), or both")
+			}
+		}
+		for _, c := range tp.Concurrency {
+			if c > tp.Requests {
+				d.addAt(posOf(seen["concurrency"].val), joinPath(e.path, "concurrency"),
+					"concurrency %d needs at least as many requests per phase, but requests is %d", c, tp.Requests)
+				break
+			}
+		}
+		w.Throughput = tp
+		w.Sessions = (len(tp.Concurrency) + len(tp.Rates)) * tp.Requests
+		w.Rounds, w.Concurrency = 1, max(slices.Max(append([]int{1}, tp.Concurrency...)), 1)
+	case WorkloadAbortCascade:
+		ac.Sessions = orDefault(counts["sessions"], defaultCascadeSession)
+		ac.Cascades = orDefault(counts["cascades"], defaultCascades)
+		ac.ThroughputRequests = orDefault(counts["throughput_requests"], defaultPhaseRequests)
+		ac.CascadeTokens, ac.CanaryTokens, ac.PromptTokens = counts["cascade_tokens"], counts["canary_tokens"], counts["prompt_tokens"]
+		for _, c := range ac.ThroughputAt {
+			if c > ac.ThroughputRequests {
+				d.addAt(posOf(seen["throughput_at"].val), joinPath(e.path, "throughput_at"),
+					"concurrency %d needs at least as many requests per phase, but throughput_requests is %d", c, ac.ThroughputRequests)
+				break
+			}
+		}
+		if len(ac.Abort) == 0 {
+			ac.Abort = []string{"abort_all"}
+		}
+		w.AbortCascade = ac
+		w.Sessions = 2*len(ac.ThroughputAt)*ac.ThroughputRequests + ac.Cascades*(ac.Sessions+1)
+		w.Rounds, w.Concurrency = 1, ac.Sessions+1
+	case WorkloadLongContext:
+		lc.StartTokens, lc.CeilingTokens, lc.SharedPrefixTokens = counts["start_tokens"], counts["ceiling_tokens"], counts["shared_prefix_tokens"]
+		if lc.StartTokens > 0 && lc.CeilingTokens > 0 && lc.CeilingTokens < lc.StartTokens {
+			d.addAt(at("ceiling_tokens"), joinPath(e.path, "ceiling_tokens"), "the ceiling (%d) is below the start (%d): the context grows from start_tokens to ceiling_tokens", lc.CeilingTokens, lc.StartTokens)
+		}
+		w.LongContext = lc
+		w.Sessions = orDefault(counts["sessions"], defaultLongSessions)
+		w.Rounds = orDefault(counts["rounds"], defaultLongRounds)
+		if _, ok := seen["concurrency"]; !ok {
+			w.Concurrency = w.Sessions
+		}
+	case WorkloadTrace:
+		d.require(seen, e.keyNode, e.path, "path")
+		if tr.Path != "" {
+			d.readTraceFile(tr, joinPath(e.path, "path"))
+		}
+		w.Trace = tr
+		w.Sessions, w.Rounds = tr.Conversations, 1
+		if n := counts["sessions"]; n > 0 {
+			if tr.Conversations > 0 && n > tr.Conversations {
+				d.addAt(at("sessions"), joinPath(e.path, "sessions"), "the trace holds %d conversations, fewer than %d", tr.Conversations, n)
+			}
+			w.Sessions = n
+		}
+		if _, ok := seen["concurrency"]; !ok {
+			w.Concurrency = min(max(w.Sessions, 1), MaxConcurrency)
+		}
+	}
+	if turns := int64(w.Sessions) * int64(max(w.Rounds, 1)); turns > MaxTurnsPerRun {
+		d.add(e.keyNode, e.path, "this workload runs %d sessions x %d rounds per arm and block, more than %d; use fewer, or more blocks",
+			w.Sessions, max(w.Rounds, 1), MaxTurnsPerRun)
+	}
+}
+
+func orDefault(v, def int) int {
+	if v > 0 {
+		return v
+	}
+	return def
+}
+
+// counts reads a whole number from 1 to most, or a list of them, as a list.
+func (d *decoder) counts(e entry, most int64) []int {
+	if _, ok := e.val.(*ast.SequenceNode); !ok {
+		v, ok := d.bounded(e, 1, most, "requests in flight at once against one engine")
+		if !ok {
+			return nil
+		}
+		return []int{v}
+	}
+	var out []int
+	d.list(e, func(it entry) {
+		if v, ok := d.bounded(it, 1, most, "requests in flight at once against one engine"); ok {
+			if slices.Contains(out, v) {
+				d.add(it.val, it.path, "%d is listed twice", v)
+				return
+			}
+			out = append(out, v)
+		}
+	})
+	if len(out) == 0 {
+		d.add(e.val, e.path, "list at least one value")
+	}
+	return out
+}
+
+// rates reads a positive number of requests per second, or a list of them.
+func (d *decoder) rates(e entry) []float64 {
+	one := func(it entry) (float64, bool) {
+		v, ok := d.number(it)
+		if ok && !(v > 0 && !math.IsInf(v, 0)) {
+			d.add(it.val, it.path, "a rate is requests per second, above 0")
+			return 0, false
+		}
+		return v, ok
+	}
+	if _, ok := e.val.(*ast.SequenceNode); !ok {
+		if v, ok := one(e); ok {
+			return []float64{v}
+		}
+		return nil
+	}
+	var out []float64
+	d.list(e, func(it entry) {
+		if v, ok := one(it); ok {
+			out = append(out, v)
+		}
+	})
+	return out
+}
+
+// abortModes reads one abort mode or a list of them, cycled over the cascades.
+func (d *decoder) abortModes(e entry) []string {
+	if _, ok := e.val.(*ast.SequenceNode); !ok {
+		if v, ok := d.oneOf(e, "abort", abortModes); ok {
+			return []string{v}
+		}
+		return nil
+	}
+	var out []string
+	d.list(e, func(it entry) {
+		if v, ok := d.oneOf(it, "abort", abortModes); ok {
+			out = append(out, v)
+		}
+	})
+	return out
+}
+
+// readTraceFile resolves a trace's path against the spec's folder and counts its
+// conversations; what is inside each line is checked by the workload's reader before
+// any engine starts (arbiter validate and run).
+func (d *decoder) readTraceFile(tr *TraceSpec, path string) {
+	tr.Resolved = tr.Path
+	if !filepath.IsAbs(tr.Resolved) {
+		tr.Resolved = filepath.Join(filepath.Dir(d.file), tr.Resolved)
+	}
+	// Stat before opening: opening a FIFO or a device named by a spec could block.
+	if st, err := os.Stat(tr.Resolved); err != nil {
+		d.addAt(d.spec.pos[path], path, "cannot read the trace: %v", err)
+		return
+	} else if !st.Mode().IsRegular() {
+		d.addAt(d.spec.pos[path], path, "%s is not a regular file", tr.Resolved)
+		return
+	}
+	f, err := os.Open(tr.Resolved)
+	if err != nil {
+		d.addAt(d.spec.pos[path], path, "cannot read the trace: %v", err)
+		return
+	}
+	defer f.Close()
+	n, err := countConversations(f)
+	switch {
+	case err != nil:
+		d.addAt(d.spec.pos[path], path, "reading %s: %v", tr.Resolved, err)
+	case n == 0:
+		d.addAt(d.spec.pos[path], path, "%s holds no conversation (one JSON object per line)", tr.Resolved)
+	}
+	tr.Conversations = n
+}
+
+// countConversations counts the non-blank lines of a trace.
+func countConversations(r io.Reader) (int, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	n, line, blank, length := 0, 1, true, 0
+	for {
+		b, err := br.ReadByte()
+		if errors.Is(err, io.EOF) {
+			if !blank {
+				n++
+			}
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		switch {
+		case b == '\n':
+			if !blank {
+				n++
+			}
+			line, blank, length = line+1, true, 0
+			continue
+		case !strings.ContainsRune(" \t\r", rune(b)):
+			blank = false
+		}
+		if length++; length > maxTraceLine {
+			return n, fmt.Errorf("line %d is longer than %d bytes", line, maxTraceLine)
+		}
+	}
+}
+
+// Describe is the workload in one sentence, for the verdict's "what was compared".
+func (w Workload) Describe() string {
+	switch w.Kind {
+	case WorkloadThroughput:
+		t := w.Throughput
+		var parts []string
+		if len(t.Concurrency) > 0 {
+			parts = append(parts, "a closed loop at concurrency "+joinInts(t.Concurrency))
+		}
+		if len(t.Rates) > 0 {
+			var rs []string
+			for _, r := range t.Rates {
+				rs = append(rs, fmt.Sprintf("%g", r))
+			}
+			parts = append(parts, "open-loop Poisson arrivals at "+strings.Join(rs, ", ")+" requests/s")
+		}
+		return fmt.Sprintf("throughput: %s; %d one-request sessions per phase", strings.Join(parts, ", then "), t.Requests)
+	case WorkloadAbortCascade:
+		a := w.AbortCascade
+		s := fmt.Sprintf("abort cascade: %d sessions started and aborted mid-flight (%s), %d times, a canary after each",
+			a.Sessions, strings.Join(a.Abort, ", "), a.Cascades)
+		if len(a.ThroughputAt) > 0 {
+			s += fmt.Sprintf("; throughput at concurrency %s before and after (%d requests each)", joinInts(a.ThroughputAt), a.ThroughputRequests)
+		}
+		return s
+	case WorkloadLongContext:
+		l := w.LongContext
+		return fmt.Sprintf("long context: %d agent sessions of %d rounds, %d at once, the context growing from %d to %d tokens",
+			w.Sessions, w.Rounds, w.Concurrency, orDefault(l.StartTokens, 2000), orDefault(l.CeilingTokens, 80000))
+	case WorkloadTrace:
+		return fmt.Sprintf("trace %s: %d recorded conversations replayed as recorded, %d at once", w.Trace.Path, w.Sessions, w.Concurrency)
+	}
+	return ""
+}
+
+func joinInts(xs []int) string {
+	var s []string
+	for _, x := range xs {
+		s = append(s, fmt.Sprint(x))
+	}
+	return strings.Join(s, " and ")
+}
+
+// share reads a share in (0, 1): a number (0.05) or a percentage ("5%").
+func (d *decoder) share(e entry) (float64, bool) {
+	var v float64
+	if s, ok := e.val.(*ast.StringNode); ok {
+		text := strings.TrimSpace(s.Value)
+		pct, isPct := strings.CutSuffix(text, "%")
+		var err error
+		if v, err = strconv.ParseFloat(strings.TrimSpace(pct), 64); err != nil || !isPct {
+			d.add(e.val, e.path, "write a share such as 0.05 or 5%%, not %q", s.Value)
+			return 0, false
+		}
+		v /= 100
+	} else {
+		var ok bool
+		if v, ok = d.number(e); !ok {
+			return 0, false
+		}
+	}
+	if !(v > 0 && v < 1) {
+		d.add(e.val, e.path, "a share is above 0 and below 1 (100%%), e.g. 0.05 or 5%%")
+		return 0, false
+	}
+	return v, true
+}

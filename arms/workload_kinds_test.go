@@ -1,0 +1,128 @@
+package arms
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+const kindsHead = `version: 1
+name: kinds
+engine: {preset: refserve}
+arms:
+  control:   {env: {BF16_INDEX_K: "0"}}
+  treatment: {env: {BF16_INDEX_K: "1"}}
+`
+
+func TestWorkloadKindsDecode(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "traces"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	trace := "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}]}\n\n  \n{\"messages\":[{\"role\":\"user\",\"content\":\"b\"}]}\n{\"messages\":[]}"
+	if err := os.WriteFile(filepath.Join(dir, "traces", "t.jsonl"), []byte(trace), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, yaml string
+		check      func(t *testing.T, s *Spec)
+	}{
+		{"throughput", `workload: {kind: throughput, seed: 3, concurrency: [1, 32], rate: 16, requests: 40, prompt_tokens: 256, shared_prefix_tokens: 100, max_tokens: 64, ignore_eos: false}
+analysis: {throughput_margin: 5%}`, func(t *testing.T, s *Spec) {
+			w := s.Workload
+			want := &ThroughputSpec{Concurrency: []int{1, 32}, Rates: []float64{16}, Requests: 40, PromptTokens: 256, SharedPrefixTokens: 100, KeepEOS: true}
+			if !reflect.DeepEqual(w.Throughput, want) || w.Sessions != 120 || w.Concurrency != 32 || w.Rounds != 1 || w.MaxTokens != 64 {
+				t.Errorf("decoded %+v %+v", w, w.Throughput)
+			}
+			if s.Analysis.ThroughputMargin != 0.05 {
+				t.Errorf("margin %v", s.Analysis.ThroughputMargin)
+			}
+		}},
+		{"throughput defaults", `workload: {kind: throughput, concurrency: 4}
+analysis: {throughput_margin: 0.1}`, func(t *testing.T, s *Spec) {
+			if tp := s.Workload.Throughput; tp.Requests != 32 || !reflect.DeepEqual(tp.Concurrency, []int{4}) || s.Workload.Sessions != 32 || s.Analysis.ThroughputMargin != 0.1 {
+				t.Errorf("decoded %+v", tp)
+			}
+		}},
+		{"abort cascade", `workload:
+  kind: abort-cascade
+  sessions: 60
+  cascades: 2
+  abort: [abort_all, disconnect]
+  abort_when: first-token
+  abort_after: 500ms
+  recovery_timeout: 20s
+  throughput_at: [1, 32]
+  throughput_requests: 32
+  canary_tokens: 4
+  cascade_tokens: 2048`, func(t *testing.T, s *Spec) {
+			a := s.Workload.AbortCascade
+			want := &AbortCascadeSpec{Sessions: 60, Cascades: 2, Abort: []string{"abort_all", "disconnect"}, AbortWhen: "first-token",
+				CascadeTokens: 2048, CanaryTokens: 4, AbortAfter: 500 * time.Millisecond, RecoveryTimeout: 20 * time.Second,
+				ThroughputAt: []int{1, 32}, ThroughputRequests: 32}
+			if !reflect.DeepEqual(a, want) {
+				t.Errorf("decoded %+v", a)
+			}
+			// 2 stages x 2 concurrencies x 32 requests, and 2 cascades of 60 and a canary.
+			if s.Workload.Sessions != 2*2*32+2*61 || s.Workload.Concurrency != 61 {
+				t.Errorf("sessions %d concurrency %d", s.Workload.Sessions, s.Workload.Concurrency)
+			}
+			if d := s.Workload.Describe(); !strings.Contains(d, "60 sessions started and aborted mid-flight (abort_all, disconnect), 2 times") {
+				t.Errorf("described as %q", d)
+			}
+		}},
+		{"abort cascade defaults", `workload: {kind: abort-cascade}`, func(t *testing.T, s *Spec) {
+			if a := s.Workload.AbortCascade; a.Sessions != 60 || a.Cascades != 2 || !reflect.DeepEqual(a.Abort, []string{"abort_all"}) || s.Workload.Sessions != 122 {
+				t.Errorf("decoded %+v, %d sessions", a, s.Workload.Sessions)
+			}
+		}},
+		{"long context", `workload: {kind: long-context, sessions: 8, rounds: 6, concurrency: 4, start_tokens: 2000, ceiling_tokens: 80000, shared_prefix_tokens: 0, max_tokens: 512}`, func(t *testing.T, s *Spec) {
+			w := s.Workload
+			if !reflect.DeepEqual(w.LongContext, &LongContextSpec{StartTokens: 2000, CeilingTokens: 80000}) || w.Sessions != 8 || w.Rounds != 6 || w.Concurrency != 4 {
+				t.Errorf("decoded %+v %+v", w, w.LongContext)
+			}
+		}},
+		{"trace", `workload: {kind: trace, path: traces/t.jsonl, sessions: 2, concurrency: 2}`, func(t *testing.T, s *Spec) {
+			tr := s.Workload.Trace
+			// Three conversations (blank lines are not), read from the spec's folder.
+			if tr.Conversations != 3 || tr.Resolved != filepath.Join(dir, "traces", "t.jsonl") || s.Workload.Sessions != 2 {
+				t.Errorf("decoded %+v, %d sessions", tr, s.Workload.Sessions)
+			}
+		}},
+		{"trace, every conversation", `workload: {kind: trace, path: traces/t.jsonl}`, func(t *testing.T, s *Spec) {
+			if s.Workload.Sessions != 3 || s.Workload.Concurrency != 3 {
+				t.Errorf("%d sessions, concurrency %d", s.Workload.Sessions, s.Workload.Concurrency)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, "spec.yaml")
+			s, err := Parse(path, []byte(kindsHead+tc.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, s)
+		})
+	}
+}
+
+func TestWorkloadKindErrors(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{`workload: {kind: trace, path: none.jsonl}`, "workload.path: cannot read the trace"},
+		{`workload: {kind: trace}`, "workload.path: missing required field"},
+		{`workload: {kind: throughput, rate: 0}`, "workload.rate: a rate is requests per second, above 0"},
+		{`workload: {kind: throughput, concurrency: [4, 4]}`, "workload.concurrency.1: 4 is listed twice"},
+		{`workload: {kind: abort-cascade, abort_when: later}`, `workload.abort_when: unknown abort_when "later"`},
+		{`workload: {kind: abort-cascade, recovery_timeout: 5}`, "workload.recovery_timeout: value must be a duration"},
+		{"workload: {kind: throughput, concurrency: 1}\nanalysis: {throughput_margin: 5 percent}", `analysis.throughput_margin: write a share such as 0.05 or 5%, not "5 percent"`},
+		{"workload: {kind: throughput, concurrency: 1}\nanalysis: {throughput_margin: 0}", "analysis.throughput_margin: a share is above 0"},
+	} {
+		_, err := Parse("s.yaml", []byte(kindsHead+tc.yaml))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s:\n  error %v\n  want %q", tc.yaml, err, tc.want)
+		}
+	}
+}

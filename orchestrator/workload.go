@@ -1,0 +1,95 @@
+package orchestrator
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/store"
+	"github.com/arbiterlab/arbiter/workload"
+)
+
+// workloadConfig is the workload one launch of block b drives, with the spec's kind and
+// its own fields.
+func (e *experiment) workloadConfig(model string, b int) workload.Config {
+	cfg := kindConfig(e.spec, e.trace)
+	cfg.Model = model
+	cfg.SessionOffset = b * e.spec.Workload.Sessions
+	return cfg
+}
+
+// kindConfig translates the spec's workload into the workload package's terms; trace
+// holds the conversations of a trace workload, read before any engine started.
+func kindConfig(spec *arms.Spec, trace []workload.TraceConversation) workload.Config {
+	ws := spec.Workload
+	cfg := workload.Config{Kind: ws.Kind, Sessions: ws.Sessions, Rounds: ws.Rounds, Concurrency: ws.Concurrency,
+		Seed: ws.Seed, Temperature: ws.Temperature, MaxTokens: ws.MaxTokens, Model: ws.Model,
+		RequestTimeout: spec.Timeouts.Request, StallTimeout: spec.Timeouts.Stall,
+		MaxResponseBytes: ws.MaxResponseBytes, NoStream: ws.NoStream}
+	switch {
+	case ws.Throughput != nil:
+		t := ws.Throughput
+		cfg.Throughput = &workload.ThroughputConfig{Concurrency: t.Concurrency, Rates: t.Rates, Requests: t.Requests,
+			PromptTokens: t.PromptTokens, SharedPrefixTokens: t.SharedPrefixTokens, KeepEOS: t.KeepEOS}
+	case ws.AbortCascade != nil:
+		a := ws.AbortCascade
+		cfg.AbortCascade = &workload.AbortCascadeConfig{Sessions: a.Sessions, Cascades: a.Cascades, Abort: a.Abort, AbortWhen: a.AbortWhen,
+			CascadeTokens: a.CascadeTokens, CanaryTokens: a.CanaryTokens, AbortAfter: a.AbortAfter,
+			RecoveryTimeout: a.RecoveryTimeout, ThroughputAt: a.ThroughputAt, ThroughputRequests: a.ThroughputRequests,
+			PromptTokens: a.PromptTokens}
+	case ws.LongContext != nil:
+		l := ws.LongContext
+		cfg.LongContext = &workload.LongContextConfig{StartTokens: l.StartTokens, CeilingTokens: l.CeilingTokens,
+			SharedPrefixTokens: l.SharedPrefixTokens}
+	case ws.Trace != nil:
+		cfg.Trace = &workload.TraceConfig{Path: ws.Trace.Resolved, Conversations: trace}
+	}
+	return cfg
+}
+
+// LoadTrace reads and checks the trace of a trace workload (nil for other kinds), so
+// that a bad line fails the experiment, naming file and line, before any engine starts.
+func LoadTrace(spec *arms.Spec) ([]workload.TraceConversation, error) {
+	if spec.Workload.Trace == nil {
+		return nil, nil
+	}
+	convs, err := workload.ReadTrace(spec.Workload.Trace.Resolved)
+	if err != nil {
+		return nil, err
+	}
+	if n := spec.Workload.Sessions; n > len(convs) {
+		return nil, fmt.Errorf("trace %s: %d conversations, fewer than the %d sessions the spec asks for", spec.Workload.Trace.Resolved, len(convs), n)
+	}
+	if planned := workload.Planned(kindConfig(spec, convs)); planned != spec.Workload.Sessions {
+		return nil, fmt.Errorf("trace %s: %d conversations to replay, but the spec counted %d (did the file change?)", spec.Workload.Trace.Resolved, planned, spec.Workload.Sessions)
+	}
+	return convs, nil
+}
+
+// Phase records what the workload measured over one of its phases.
+func (t *sessionTracker) Phase(p workload.Phase) {
+	row := store.Phase{ExperimentID: t.e.id, RunID: t.runID, ArmID: t.armID, Name: p.Name, Kind: p.Kind,
+		Position: p.Position, Concurrency: p.Concurrency, Rate: p.Rate, FirstSession: p.FirstSession,
+		Sessions: p.Sessions, Started: p.Started, Ended: p.Ended, Requests: p.Requests, Completed: p.Completed,
+		Tokens: p.Tokens, TokensPerSecond: p.TokensPerSecond(), Abort: p.Abort, Aborted: p.Aborted,
+		Finished: p.Finished, AbortedAt: p.AbortedAt, Canaries: p.Canaries, Note: p.Note}
+	if p.Kind == workload.PhaseCascade {
+		recovered := p.Recovered
+		row.Recovered, row.Recovery = &recovered, p.Recovery
+	}
+	// The phase is written beside the batched turns: it is small, and the verdict reads
+	// it only after the run.
+	if err := t.e.store.AddPhase(context.Background(), row); err != nil {
+		t.e.log.Error("phase not recorded", "arm", t.arm, "phase", p.Name, "err", err)
+	}
+	if p.Kind == workload.PhaseCascade {
+		attrs := []any{"arm", t.arm, "block", t.block, "phase", p.Name, "abort", p.Abort, "aborted", p.Aborted}
+		if p.Recovered {
+			attrs = append(attrs, "recovered_in", p.Recovery)
+		} else {
+			attrs = append(attrs, "recovered", false)
+		}
+		t.e.log.Log(context.Background(), slog.LevelInfo, "abort cascade", attrs...)
+	}
+}

@@ -1,0 +1,911 @@
+package verdict
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/arbiterlab/arbiter/stats"
+	"github.com/arbiterlab/arbiter/store"
+)
+
+// Outcomes beyond corruption: how fast each arm served (per session latency and
+// throughput, compared by ranks), how much it generated per phase, whether it wedged
+// under an abort cascade and how fast it served again after each.
+//
+// The session is the unit: every session is first summarised by one number per metric
+// (the median of its requests' TTFT, inter-token latency and end-to-end latency; its
+// tokens over its requests' time), and the arms' session summaries are compared with the
+// Mann-Whitney U test and the Hodges-Lehmann shift, as a ratio. Summarising first keeps
+// the test exact and honest without modelling the correlation of a session's requests
+// (a clustered rank test would need that model); arbiter's sessions are seeded to be the
+// same in every arm, so their summaries are comparable one for one.
+
+// Metrics of the per-session comparison, in the order the verdict lists them.
+const (
+	MetricTTFT       = "TTFT"
+	MetricITL        = "inter-token latency"
+	MetricLatency    = "end-to-end latency"
+	MetricThroughput = "tok/s per request"
+)
+
+var metricOrder = []string{MetricThroughput, MetricTTFT, MetricITL, MetricLatency}
+
+// higherBetter says which way each metric improves.
+var higherBetter = map[string]bool{MetricThroughput: true}
+
+// Outcomes are the verdict's judgements beyond corruption.
+type Outcomes struct {
+	// Groups are the sets of sessions compared: one per measured phase (closed loop at
+	// a concurrency, open-loop arrivals at a rate), or "all sessions".
+	Groups []OutcomeGroup
+	// Metrics compare each arm's session summaries with the baseline's, per group and
+	// metric; Holm-adjusted over every row.
+	Metrics []MetricRow
+	// Throughput judges, per group, each arm's tok/s per request against the baseline's
+	// within analysis.throughput_margin; Stability judges, within each arm, the
+	// throughput after its abort cascades against before.
+	Throughput []ThroughputNI
+	Stability  []ThroughputNI
+	// Cascades is each arm's abort cascades, when the workload had any.
+	Cascades []CascadeArm
+	// Margin is analysis.throughput_margin (0: none declared).
+	Margin float64
+}
+
+// OutcomeGroup is one set of sessions compared between arms.
+type OutcomeGroup struct {
+	Name        string
+	Kind        string // closed, open, or "" for all sessions
+	Concurrency int
+	Rate        float64
+	Position    int
+	// EngineTPS is, per arm, the engine's generated tokens per second over the phase
+	// (mean over the arm's launches); NaN where the arm did not run it.
+	EngineTPS []float64
+	// Sessions is, per arm, the sessions summarised.
+	Sessions  []int
+	summaries [][]sessionSummary
+	// engine holds, per arm, each launch's EngineTPS.
+	engine [][]float64
+}
+
+// sessionSummary is one session reduced to one number per metric (NaN: not measurable),
+// with its block under blockKey.
+type sessionSummary map[string]float64
+
+// blockKey holds a session summary's block.
+const blockKey = "\x00block"
+
+// MetricRow is one arm against the baseline on one metric in one group.
+type MetricRow struct {
+	Group, Metric, Arm string
+	Result             stats.RankResult
+	AdjustedP          float64
+	// Decision is "better", "worse", or "" when no significant difference.
+	Decision string
+}
+
+// ThroughputNI is a non-inferiority judgement of tok/s per request: Arm against
+// Against (the baseline, or the same arm before its cascades).
+type ThroughputNI struct {
+	Group, Arm, Against string
+	// AgainstGroup is the group compared with (the "before" phase for stability).
+	AgainstGroup string
+	Result       stats.RatioNonInferiority
+	N1, N2       int
+}
+
+// CascadeArm is one arm's abort cascades.
+type CascadeArm struct {
+	Arm string
+	// Launches and Wedged count the arm's launches and those recorded wedged or crashed.
+	Launches, Wedged int
+	// Cascades run, Recovered of them (a canary completed), their recovery times (ms).
+	Cascades, Recovered int
+	Recoveries          []float64
+	// Aborted counts the requests the cascades cut.
+	Aborted int
+	// WedgedAfter are, for the cascades after which no canary completed, the times from
+	// the abort to when the engine was declared wedged (ms).
+	WedgedAfter []float64
+	// FisherP compares wedged launches with the baseline's (NaN for the baseline).
+	FisherP float64
+	// Recovery compares recovery times with the baseline's, when both recovered twice
+	// or more.
+	Recovery *stats.RankResult
+	Notes    []string
+}
+
+// loadOutcomes reads the per-session metrics and the phases, and judges them. It runs
+// after account, which counts the launches.
+func (v *Verdict) loadOutcomes(ctx context.Context, db *sqlx.DB) error {
+	phases, err := store.Phases(ctx, db, v.Experiment.ID)
+	if err != nil {
+		return err
+	}
+	metrics, err := store.TurnMetrics(ctx, db, v.Experiment.ID)
+	if err != nil {
+		return err
+	}
+	o := &Outcomes{Margin: v.Design.ThroughputMargin}
+	n := len(v.Arms)
+
+	// Which group each session belongs to, by run.
+	type key struct {
+		run     int64
+		session int
+	}
+	groupOf := map[key]string{}
+	skip := map[key]bool{} // sessions of abort cascades: cut on purpose
+	groups := map[string]*OutcomeGroup{}
+	engine := map[string][][]float64{}
+	for _, p := range phases {
+		for s := p.FirstSession; s < p.FirstSession+p.Sessions; s++ {
+			if p.Kind == "cascade" {
+				skip[key{p.RunID, s}] = true
+			} else {
+				groupOf[key{p.RunID, s}] = p.Name
+			}
+		}
+		if p.Kind == "cascade" {
+			continue
+		}
+		if groups[p.Name] == nil {
+			groups[p.Name] = &OutcomeGroup{Name: p.Name, Kind: p.Kind, Concurrency: p.Concurrency, Rate: p.Rate,
+				Position: p.Position, EngineTPS: make([]float64, n), Sessions: make([]int, n), summaries: make([][]sessionSummary, n)}
+			engine[p.Name] = make([][]float64, n)
+		}
+		if p.TokensPerSecond.Valid {
+			i := v.index[p.ArmID]
+			engine[p.Name][i] = append(engine[p.Name][i], p.TokensPerSecond.Float64)
+		}
+	}
+	const all = "all sessions"
+	analysedSet := map[key]bool{}
+	for _, s := range v.sessions {
+		if analysed(s) {
+			analysedSet[key{s.RunID, s.Index}] = true
+		}
+	}
+	// Per-session summaries.
+	type acc struct {
+		arm, block          int
+		group               string
+		ttft, itl, lat      []float64
+		tokens, seconds     float64
+		completedWithTokens int
+	}
+	accs := map[key]*acc{}
+	var order []key
+	for _, t := range metrics {
+		k := key{t.RunID, t.Session}
+		if skip[k] || !analysedSet[k] || t.Failed || t.StatusCode != 200 {
+			continue
+		}
+		g, ok := groupOf[k]
+		if !ok {
+			if len(phases) > 0 {
+				continue // a session outside every measured phase (a canary)
+			}
+			g = all
+		}
+		a := accs[k]
+		if a == nil {
+			a = &acc{arm: v.index[t.ArmID], block: t.Block, group: g}
+			accs[k] = a
+			order = append(order, k)
+		}
+		if t.TTFT > 0 {
+			a.ttft = append(a.ttft, t.TTFT)
+		}
+		// Inter-token latency from text replies only: a tool call's markup may be held
+		// back by the engine's parser and sent in a burst, whose pace is the parser's.
+		if t.CompletionTokens >= 2 && t.DecodeMS.Valid && t.DecodeMS.Float64 > 0 && t.FinishReason != "tool_calls" {
+			a.itl = append(a.itl, t.DecodeMS.Float64/float64(t.CompletionTokens-1))
+		}
+		a.lat = append(a.lat, t.Latency)
+		a.tokens += float64(t.CompletionTokens)
+		a.seconds += t.Latency / 1000
+	}
+	if len(phases) == 0 && len(order) > 0 {
+		groups[all] = &OutcomeGroup{Name: all, EngineTPS: make([]float64, n), Sessions: make([]int, n), summaries: make([][]sessionSummary, n)}
+		for i := range groups[all].EngineTPS {
+			groups[all].EngineTPS[i] = math.NaN()
+		}
+	}
+	for _, k := range order {
+		a := accs[k]
+		g := groups[a.group]
+		if g == nil {
+			continue
+		}
+		s := sessionSummary{MetricTTFT: medianOrNaN(a.ttft), MetricITL: medianOrNaN(a.itl), MetricLatency: medianOrNaN(a.lat),
+			MetricThroughput: math.NaN(), blockKey: float64(a.block)}
+		if a.seconds > 0 && a.tokens > 0 {
+			s[MetricThroughput] = a.tokens / a.seconds
+		}
+		g.summaries[a.arm] = append(g.summaries[a.arm], s)
+		g.Sessions[a.arm]++
+	}
+	for name, g := range groups {
+		if e, ok := engine[name]; ok {
+			g.engine = e
+			for i := range g.EngineTPS {
+				g.EngineTPS[i] = meanOrNaN(e[i])
+			}
+		}
+		o.Groups = append(o.Groups, *g)
+	}
+	sort.Slice(o.Groups, func(i, j int) bool {
+		if o.Groups[i].Position != o.Groups[j].Position {
+			return o.Groups[i].Position < o.Groups[j].Position
+		}
+		return o.Groups[i].Name < o.Groups[j].Name
+	})
+	v.Outcomes = o
+	v.compareMetrics()
+	v.judgeThroughput()
+	v.judgeCascades(phases)
+	return nil
+}
+
+func medianOrNaN(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	return quantile(xs, 0.5)
+}
+
+func meanOrNaN(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := 0.0
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
+}
+
+// values are one metric of a group's sessions of arm i, leaving out unmeasurable ones.
+func (g OutcomeGroup) values(i int, metric string) []float64 {
+	var out []float64
+	for _, s := range g.summaries[i] {
+		if x := s[metric]; !math.IsNaN(x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// blockRatios are, for each block both arms ran, the ratio of arm i's median session tok/s
+// to the baseline's in group g: whether a difference holds launch after launch.
+func (g OutcomeGroup) blockRatios(base, i int) (blocks []int, ratios []float64) {
+	med := func(arm int) map[int]float64 {
+		by := map[int][]float64{}
+		for _, s := range g.summaries[arm] {
+			if x := s[MetricThroughput]; !math.IsNaN(x) {
+				b := int(s[blockKey])
+				by[b] = append(by[b], x)
+			}
+		}
+		out := map[int]float64{}
+		for b, xs := range by {
+			out[b] = medianOrNaN(xs)
+		}
+		return out
+	}
+	mb, ma := med(base), med(i)
+	for b, x := range mb {
+		if _, ok := ma[b]; ok && x > 0 {
+			blocks = append(blocks, b)
+		}
+	}
+	sort.Ints(blocks)
+	for _, b := range blocks {
+		ratios = append(ratios, ma[b]/mb[b])
+	}
+	return blocks, ratios
+}
+
+// compareMetrics compares every arm with the baseline on every metric of every group,
+// and adjusts the p-values for the number of comparisons (Holm).
+func (v *Verdict) compareMetrics() {
+	o := v.Outcomes
+	var ps []float64
+	for _, g := range o.Groups {
+		for _, m := range metricOrder {
+			base := g.values(v.Baseline, m)
+			for i, a := range v.Arms {
+				if i == v.Baseline {
+					continue
+				}
+				arm := g.values(i, m)
+				if len(base) < 2 || len(arm) < 2 {
+					continue
+				}
+				r, err := stats.RankCompare(base, arm, 0.95)
+				if err != nil {
+					continue
+				}
+				o.Metrics = append(o.Metrics, MetricRow{Group: g.Name, Metric: m, Arm: a.Name, Result: r})
+				ps = append(ps, r.P)
+			}
+		}
+	}
+	adj := holm(ps)
+	for k := range o.Metrics {
+		row := &o.Metrics[k]
+		row.AdjustedP = adj[k]
+		if stats.Reject(row.AdjustedP, v.Alpha) {
+			up := row.Result.Shift > 0
+			if up == higherBetter[row.Metric] {
+				row.Decision = "better"
+			} else {
+				row.Decision = "worse"
+			}
+		}
+	}
+}
+
+// judgeThroughput judges non-inferiority of tok/s per request within the margin: each
+// arm against the baseline in every group, and within each arm, every "after" phase
+// against its "before".
+func (v *Verdict) judgeThroughput() {
+	o := v.Outcomes
+	if o.Margin <= 0 {
+		return
+	}
+	for _, g := range o.Groups {
+		base := g.values(v.Baseline, MetricThroughput)
+		for i, a := range v.Arms {
+			if i == v.Baseline {
+				continue
+			}
+			arm := g.values(i, MetricThroughput)
+			if len(base) < 2 || len(arm) < 2 {
+				continue
+			}
+			r, err := stats.NonInferiorRatio(base, arm, o.Margin, v.Alpha, true)
+			if err != nil {
+				continue
+			}
+			o.Throughput = append(o.Throughput, ThroughputNI{Group: g.Name, AgainstGroup: g.Name, Arm: a.Name,
+				Against: v.Arms[v.Baseline].Name, Result: r, N1: len(base), N2: len(arm)})
+		}
+	}
+	for _, g := range o.Groups {
+		stem, ok := strings.CutSuffix(g.Name, " after")
+		if !ok {
+			continue
+		}
+		var before *OutcomeGroup
+		for k := range o.Groups {
+			if o.Groups[k].Name == stem+" before" {
+				before = &o.Groups[k]
+			}
+		}
+		if before == nil {
+			continue
+		}
+		for i, a := range v.Arms {
+			b, after := before.values(i, MetricThroughput), g.values(i, MetricThroughput)
+			if len(b) < 2 || len(after) < 2 {
+				continue
+			}
+			r, err := stats.NonInferiorRatio(b, after, o.Margin, v.Alpha, true)
+			if err != nil {
+				continue
+			}
+			o.Stability = append(o.Stability, ThroughputNI{Group: g.Name, AgainstGroup: before.Name, Arm: a.Name,
+				Against: a.Name, Result: r, N1: len(b), N2: len(after)})
+		}
+	}
+}
+
+// judgeCascades gathers each arm's abort cascades and compares wedged launches (exact
+// test on launches) and recovery times with the baseline's.
+func (v *Verdict) judgeCascades(phases []store.PhaseRow) {
+	o := v.Outcomes
+	any := false
+	for _, p := range phases {
+		any = any || p.Kind == "cascade"
+	}
+	if !any {
+		return
+	}
+	o.Cascades = make([]CascadeArm, len(v.Arms))
+	for i, a := range v.Arms {
+		l := a.Launches
+		o.Cascades[i] = CascadeArm{Arm: a.Name, Launches: l.Total - l.Interrupted, Wedged: l.Faulted(), FisherP: math.NaN()}
+	}
+	for _, p := range phases {
+		if p.Kind != "cascade" {
+			continue
+		}
+		c := &o.Cascades[v.index[p.ArmID]]
+		c.Cascades++
+		c.Aborted += p.Aborted
+		if p.Recovered.Valid && p.Recovered.Bool && p.RecoveryMS.Valid {
+			c.Recovered++
+			c.Recoveries = append(c.Recoveries, p.RecoveryMS.Float64)
+		} else if p.AbortedAt.Valid && p.EndedAt.Valid {
+			if d := between(p.AbortedAt.String, p.EndedAt.String); d != "" {
+				if t, err := time.ParseDuration(d); err == nil {
+					c.WedgedAfter = append(c.WedgedAfter, float64(t)/float64(time.Millisecond))
+				}
+			}
+		}
+		if p.Note.Valid && p.Note.String != "" {
+			c.Notes = append(c.Notes, fmt.Sprintf("block %d %s: %s", p.Block, p.Name, p.Note.String))
+		}
+	}
+	base := o.Cascades[v.Baseline]
+	for i := range o.Cascades {
+		if i == v.Baseline {
+			continue
+		}
+		c := &o.Cascades[i]
+		if c.Launches > 0 && base.Launches > 0 {
+			c.FisherP = stats.FisherExact(base.Wedged, base.Launches, c.Wedged, c.Launches).PTwoSided
+		}
+		if len(c.Recoveries) >= 2 && len(base.Recoveries) >= 2 {
+			if r, err := stats.RankCompare(base.Recoveries, c.Recoveries, 0.95); err == nil {
+				c.Recovery = &r
+			}
+		}
+	}
+}
+
+// outcomeKind says whether the experiment's workload is judged by its outcomes beyond
+// corruption (an abort cascade, a throughput measurement) rather than by corruption.
+func (v *Verdict) outcomeKind() bool {
+	return v.Outcomes != nil && (v.Design.Kind == "abort-cascade" || v.Design.Kind == "throughput")
+}
+
+// outcomeHeadline is the headline of an abort cascade or a throughput measurement: what
+// wedged or crashed first, then the evidence, then the decision; "" for other workloads,
+// and when corruption was found (then the corruption headline says so, and these
+// outcomes stay in the body).
+func (v *Verdict) outcomeHeadline(mark string) string {
+	if !v.outcomeKind() || len(v.Arms) < 2 {
+		return ""
+	}
+	for _, a := range v.Arms {
+		if c := a.Compare; c != nil && !c.Inconclusive && c.Significant {
+			return ""
+		}
+	}
+	var s []string
+	if v.Design.Kind == "abort-cascade" {
+		s = v.cascadeHeadline(mark)
+	} else {
+		s = v.throughputHeadline(mark)
+	}
+	var out []string
+	for _, x := range s {
+		if x != "" {
+			out = append(out, x)
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+// cascadeHeadline: wedges (exact test on launches), recovery and throughput, decision.
+func (v *Verdict) cascadeHeadline(mark string) []string {
+	o := v.Outcomes
+	var wedged, live []int
+	for i, c := range o.Cascades {
+		if c.Wedged > 0 {
+			wedged = append(wedged, i)
+		} else {
+			live = append(live, i)
+		}
+	}
+	// First: which engines wedged, against which did not, with the exact p on launches.
+	var first string
+	if len(wedged) == 0 {
+		first = "No engine wedged: after every abort cascade, in every launch, a canary request completed."
+	} else {
+		var parts []string
+		for _, i := range wedged {
+			c := o.Cascades[i]
+			parts = append(parts, fmt.Sprintf("%s in %d of %d launches", bold(c.Arm, mark), c.Wedged, c.Launches))
+		}
+		var others []string
+		for _, i := range live {
+			c := o.Cascades[i]
+			others = append(others, fmt.Sprintf("%s in %d of %d", bold(c.Arm, mark), c.Wedged, c.Launches))
+		}
+		first = "The engine wedged under the abort cascade (no canary completed after the abort): " + joinAnd(parts)
+		if len(others) > 0 {
+			first += ", against " + joinAnd(others)
+		}
+		if p, ok := v.cascadeP(); ok {
+			first += fmt.Sprintf(" (Fisher's exact test on launches: p %s)", pEq(p))
+		}
+		first += "."
+	}
+	// Then: how the arms that did not wedge recovered, and what the cascades cost them.
+	var second string
+	for _, i := range live {
+		c := o.Cascades[i]
+		if c.Recovered == 0 {
+			continue
+		}
+		second = fmt.Sprintf("%s served a canary within %s of every abort (%d cascades, median %s)",
+			bold(c.Arm, mark), ms(maxOf(c.Recoveries)), c.Recovered, ms(quantile(c.Recoveries, 0.5)))
+		if st := v.stabilityOf(c.Arm); len(st) > 0 {
+			second += ", and " + v.stabilityClause(st)
+		}
+		second += "."
+		break
+	}
+	return []string{first, second, v.cascadeDecision(mark)}
+}
+
+// cascadeP is the exact p on launches of the comparison that decides: with two arms,
+// the one arm against the baseline.
+func (v *Verdict) cascadeP() (float64, bool) {
+	best, ok := math.NaN(), false
+	for i, c := range v.Outcomes.Cascades {
+		if i == v.Baseline || math.IsNaN(c.FisherP) {
+			continue
+		}
+		if !ok || c.FisherP < best {
+			best, ok = c.FisherP, true
+		}
+	}
+	return best, ok
+}
+
+func maxOf(xs []float64) float64 {
+	m := math.Inf(-1)
+	for _, x := range xs {
+		m = math.Max(m, x)
+	}
+	return m
+}
+
+func (v *Verdict) stabilityOf(arm string) []ThroughputNI {
+	var out []ThroughputNI
+	for _, s := range v.Outcomes.Stability {
+		if s.Arm == arm {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// stabilityClause says how throughput after the cascades compares with before.
+func (v *Verdict) stabilityClause(st []ThroughputNI) string {
+	var parts []string
+	allNI := true
+	for _, s := range st {
+		allNI = allNI && s.Result.NonInferior
+		parts = append(parts, fmt.Sprintf("%s %s", strings.TrimSuffix(s.Group, " after"), signedPct(s.Result.Ratio-1)))
+	}
+	if allNI {
+		return fmt.Sprintf("its throughput after them was non-inferior to before within the %s margin (%s)", pctShort(v.Outcomes.Margin), strings.Join(parts, ", "))
+	}
+	return fmt.Sprintf("its throughput after them was not shown non-inferior to before within the %s margin (%s)", pctShort(v.Outcomes.Margin), strings.Join(parts, ", "))
+}
+
+// cascadeDecision is the last sentence: the wedge decision, and throughput's.
+func (v *Verdict) cascadeDecision(mark string) string {
+	o := v.Outcomes
+	base := o.Cascades[v.Baseline]
+	var clauses []string
+	for i, c := range o.Cascades {
+		if i == v.Baseline || math.IsNaN(c.FisherP) {
+			continue
+		}
+		switch {
+		case stats.Reject(c.FisherP, v.Alpha) && c.Wedged*base.Launches > base.Wedged*c.Launches:
+			clauses = append(clauses, fmt.Sprintf("%s wedges significantly more often than %s", bold(c.Arm, mark), bold(base.Arm, mark)))
+		case stats.Reject(c.FisherP, v.Alpha):
+			clauses = append(clauses, fmt.Sprintf("%s wedges significantly less often than %s", bold(c.Arm, mark), bold(base.Arm, mark)))
+		case c.Wedged+base.Wedged > 0:
+			clauses = append(clauses, fmt.Sprintf("%s and %s do not differ significantly in how often they wedge (%d of %d against %d of %d launches; more launches, as blocks, would tell)",
+				bold(c.Arm, mark), bold(base.Arm, mark), c.Wedged, c.Launches, base.Wedged, base.Launches))
+		}
+	}
+	if ni := v.niClauses(mark); ni != "" {
+		clauses = append(clauses, ni)
+	}
+	if len(clauses) == 0 {
+		return "Neither arm wedged, and no throughput margin was declared to judge the cost of either (analysis.throughput_margin)."
+	}
+	return "Decision: " + strings.Join(clauses, "; ") + "."
+}
+
+// niClauses says, per arm, whether its throughput is non-inferior to the baseline's in
+// every group both ran.
+func (v *Verdict) niClauses(mark string) string {
+	o := v.Outcomes
+	if o.Margin <= 0 {
+		return ""
+	}
+	byArm := map[string][]ThroughputNI{}
+	var arms []string
+	for _, t := range o.Throughput {
+		if _, ok := byArm[t.Arm]; !ok {
+			arms = append(arms, t.Arm)
+		}
+		byArm[t.Arm] = append(byArm[t.Arm], t)
+	}
+	var clauses []string
+	for _, a := range arms {
+		ts := byArm[a]
+		worst := ts[0]
+		all := true
+		for _, t := range ts {
+			all = all && t.Result.NonInferior
+			if t.Result.Bound < worst.Result.Bound {
+				worst = t
+			}
+		}
+		if all {
+			clauses = append(clauses, fmt.Sprintf("%s's throughput is non-inferior to %s's within the %s margin at %s (lowest one-sided %g%% bound %s, at %s)",
+				bold(a, mark), bold(worst.Against, mark), pctShort(o.Margin), groupsOf(ts), 100*(1-v.Alpha), signedPct(worst.Result.Bound-1), worst.Group))
+		} else {
+			clauses = append(clauses, fmt.Sprintf("non-inferiority of %s's throughput to %s's within the %s margin is not shown at %s (one-sided %g%% bound %s), which is not evidence that it is slower",
+				bold(a, mark), bold(worst.Against, mark), pctShort(o.Margin), worst.Group, 100*(1-v.Alpha), signedPct(worst.Result.Bound-1)))
+		}
+	}
+	return strings.Join(clauses, "; ")
+}
+
+func groupsOf(ts []ThroughputNI) string {
+	if len(ts) == 1 {
+		return ts[0].Group
+	}
+	var gs []string
+	for _, t := range ts {
+		gs = append(gs, t.Group)
+	}
+	return joinAnd(gs)
+}
+
+// throughputHeadline: problems, the evidence at the heaviest load, the decision.
+func (v *Verdict) throughputHeadline(mark string) []string {
+	o := v.Outcomes
+	problems := v.problemSentence(mark)
+	// The heaviest load: the closed loop at the highest concurrency, else the last group.
+	var heavy *OutcomeGroup
+	for k := range o.Groups {
+		g := &o.Groups[k]
+		if heavy == nil || g.Concurrency >= heavy.Concurrency {
+			heavy = g
+		}
+	}
+	var evidence string
+	if heavy != nil {
+		for i, a := range v.Arms {
+			if i == v.Baseline {
+				continue
+			}
+			row := v.metricRow(heavy.Name, MetricThroughput, a.Name)
+			if row == nil {
+				continue
+			}
+			r := row.Result
+			evidence = fmt.Sprintf("At %s, %s generated %s tok/s against %s for %s; per request its tok/s differ by %s (95%% CI %s to %s, Mann-Whitney p %s)",
+				heavy.Name, bold(a.Name, mark), tps(heavy.EngineTPS[i]), tps(heavy.EngineTPS[v.Baseline]), bold(v.Arms[v.Baseline].Name, mark),
+				signedPct(r.Ratio-1), signedPct(r.RatioCI.Lo-1), signedPct(r.RatioCI.Hi-1), pEq(r.P))
+			if ttft := v.metricRow(heavy.Name, MetricTTFT, a.Name); ttft != nil {
+				evidence += fmt.Sprintf(" and its TTFT by %s", signedPct(ttft.Result.Ratio-1))
+			}
+			evidence += "."
+			break
+		}
+	}
+	decision := v.niClauses(mark)
+	if decision != "" {
+		decision = "Decision: " + decision + "."
+	} else {
+		decision = v.significanceSentence(mark)
+	}
+	return []string{problems, evidence, decision}
+}
+
+func (v *Verdict) metricRow(group, metric, arm string) *MetricRow {
+	for k := range v.Outcomes.Metrics {
+		r := &v.Outcomes.Metrics[k]
+		if r.Group == group && r.Metric == metric && r.Arm == arm {
+			return r
+		}
+	}
+	return nil
+}
+
+// significanceSentence is the decision without a margin: which metrics differ
+// significantly, after Holm's adjustment.
+func (v *Verdict) significanceSentence(mark string) string {
+	var sig []string
+	smallest := 1.0
+	for _, r := range v.Outcomes.Metrics {
+		smallest = math.Min(smallest, r.AdjustedP)
+		if r.Decision != "" {
+			sig = append(sig, fmt.Sprintf("%s's %s at %s is %s (%s, Holm-adjusted p %s)", bold(r.Arm, mark), r.Metric, r.Group,
+				r.Decision, signedPct(r.Result.Ratio-1), pEq(r.AdjustedP)))
+		}
+	}
+	if len(v.Outcomes.Metrics) == 0 {
+		return "Too few sessions were measured on both sides to compare latency or throughput."
+	}
+	if len(sig) == 0 {
+		return fmt.Sprintf("No latency or throughput difference from %s is significant (smallest Holm-adjusted p %s); chance alone could produce differences this large.",
+			bold(v.Arms[v.Baseline].Name, mark), pEq(smallest))
+	}
+	if len(sig) > 3 {
+		sig = append(sig[:3], fmt.Sprintf("%d more", len(sig)-3))
+	}
+	return "Decision: " + joinAnd(sig) + "."
+}
+
+// signedPct is a share as a signed percentage: "+1.2%".
+func signedPct(x float64) string {
+	switch {
+	case math.IsInf(x, 1):
+		return "unbounded"
+	case math.IsInf(x, -1) || x <= -1:
+		return "unbounded"
+	case math.IsNaN(x):
+		return "–"
+	}
+	return fmt.Sprintf("%+.1f%%", 100*x)
+}
+
+// pctShort is a margin as written: "5%".
+func pctShort(x float64) string { return fmt.Sprintf("%g%%", math.Round(1000*x)/10) }
+
+func tps(x float64) string {
+	if math.IsNaN(x) {
+		return "–"
+	}
+	if x >= 100 {
+		return fmt.Sprintf("%.0f", x)
+	}
+	return fmt.Sprintf("%.1f", x)
+}
+
+// outcomeCaveats are the outcomes' own caveats, ranked with the others.
+func (v *Verdict) outcomeCaveats(add func(int, string, ...any)) {
+	o := v.Outcomes
+	if o == nil {
+		return
+	}
+	significant := false
+	for _, r := range o.Metrics {
+		significant = significant || r.Decision != ""
+	}
+	launches := 0
+	for _, a := range v.Arms {
+		launches = max(launches, a.Launches.Total)
+	}
+	judged := significant || len(o.Throughput)+len(o.Stability) > 0
+	if judged && launches < 2 {
+		add(rankDesign, "Latency and throughput come from one launch per arm: the sessions of a launch share its engine and its moment (a busy machine slows all of them), and the intervals do not include that; a difference could be the launch's rather than the arm's. Blocks give each arm several launches, and show whether a difference holds from one to the next.")
+	}
+	// With several launches: does the tok/s difference keep its direction in every block?
+	for _, g := range o.Groups {
+		for i, a := range v.Arms {
+			if i == v.Baseline {
+				continue
+			}
+			blocks, ratios := g.blockRatios(v.Baseline, i)
+			if len(blocks) < 2 {
+				continue
+			}
+			lo, hi := math.Inf(1), math.Inf(-1)
+			var parts []string
+			for k, r := range ratios {
+				lo, hi = math.Min(lo, r), math.Max(hi, r)
+				parts = append(parts, fmt.Sprintf("block %d %s", blocks[k], signedPct(r-1)))
+			}
+			if lo < 0.99 && hi > 1.01 {
+				add(rankDesign, "At %s, %s's median tok/s per request against %s's changes direction from block to block (%s): the difference follows the launches more than the arms.",
+					g.Name, a.Name, v.Arms[v.Baseline].Name, strings.Join(parts, ", "))
+			}
+		}
+	}
+	if len(o.Metrics) > 1 {
+		add(rankMultiplicity, "Latency and throughput were compared %d times (metrics, groups and arms): their decisions use Holm-adjusted p-values over those %d comparisons.", len(o.Metrics), len(o.Metrics))
+	}
+	for _, c := range o.Cascades {
+		for _, n := range c.Notes {
+			add(rankStatus, "Abort cascade of %s, %s.", c.Arm, strings.TrimSuffix(n, "."))
+		}
+	}
+}
+
+// outcomeGate applies the gates on outcomes beyond corruption; ok is false for the
+// others.
+func (v *Verdict) outcomeGate(name string) (fail bool, why string, ok bool) {
+	switch name {
+	case "wedge":
+		for _, r := range v.Runs {
+			if !r.Superseded && (r.Status == "wedged" || r.Status == "crashed") {
+				return true, fmt.Sprintf("run %s/b%d %s: %s", r.Arm, r.Block, r.Status, r.Error), true
+			}
+		}
+		return false, "", true
+	case "throughput":
+		o := v.Outcomes
+		if o == nil {
+			return false, "", true
+		}
+		if o.Margin > 0 {
+			for _, set := range [][]ThroughputNI{o.Throughput, o.Stability} {
+				for _, t := range set {
+					if !t.Result.NonInferior {
+						return true, fmt.Sprintf("%s's tok/s per request at %s against %s: %s, one-sided lower bound %s, beyond the %s margin",
+							t.Arm, t.Group, t.Against, signedPct(t.Result.Ratio-1), signedPct(t.Result.Bound-1), pctShort(o.Margin)), true
+					}
+				}
+			}
+			return false, "", true
+		}
+		for _, r := range o.Metrics {
+			if r.Metric == MetricThroughput && r.Decision == "worse" {
+				return true, fmt.Sprintf("%s's tok/s per request at %s: %s (Holm-adjusted p %s)", r.Arm, r.Group, signedPct(r.Result.Ratio-1), pEq(r.AdjustedP)), true
+			}
+		}
+		return false, "", true
+	}
+	return false, "", false
+}
+
+// outcomeSummary is the outcomes' machine-readable form, in Summary.
+func (v *Verdict) outcomeSummary() map[string]any {
+	o := v.Outcomes
+	interval := func(i stats.Interval) []any { return []any{nanNil(i.Lo), nanNil(i.Hi)} }
+	var groups, metrics, ni, cascades []map[string]any
+	for _, g := range o.Groups {
+		arms := map[string]any{}
+		for i, a := range v.Arms {
+			arms[a.Name] = map[string]any{"sessions": g.Sessions[i], "engine_tokens_per_second": nanNil(g.EngineTPS[i]),
+				"median_tokens_per_second": nanNil(medianOrNaN(g.values(i, MetricThroughput))),
+				"median_ttft_ms":           nanNil(medianOrNaN(g.values(i, MetricTTFT))),
+				"median_itl_ms":            nanNil(medianOrNaN(g.values(i, MetricITL))),
+				"median_latency_ms":        nanNil(medianOrNaN(g.values(i, MetricLatency)))}
+		}
+		groups = append(groups, map[string]any{"name": g.Name, "kind": g.Kind, "concurrency": g.Concurrency, "rate": g.Rate, "arms": arms})
+	}
+	for _, r := range o.Metrics {
+		metrics = append(metrics, map[string]any{"group": r.Group, "metric": r.Metric, "arm": r.Arm,
+			"ratio": nanNil(r.Result.Ratio), "ratio95": interval(r.Result.RatioCI), "shift": r.Result.Shift,
+			"shift95": interval(r.Result.ShiftCI), "mann_whitney_p": r.Result.P, "exact": r.Result.Exact,
+			"adjusted_p": r.AdjustedP, "decision": r.Decision})
+	}
+	for _, set := range [][]ThroughputNI{o.Throughput, o.Stability} {
+		for _, t := range set {
+			ni = append(ni, map[string]any{"arm": t.Arm, "group": t.Group, "against": t.Against, "against_group": t.AgainstGroup,
+				"ratio": nanNil(t.Result.Ratio), "lower_bound": nanNil(t.Result.Bound), "margin": t.Result.Margin,
+				"non_inferior": t.Result.NonInferior})
+		}
+	}
+	for _, c := range o.Cascades {
+		m := map[string]any{"arm": c.Arm, "launches": c.Launches, "wedged": c.Wedged, "cascades": c.Cascades,
+			"recovered": c.Recovered, "recovery_ms": append([]float64{}, c.Recoveries...), "wedged_after_ms": append([]float64{}, c.WedgedAfter...),
+			"requests_cut": c.Aborted, "wedged_fisher_p": nanNil(c.FisherP)}
+		cascades = append(cascades, m)
+	}
+	return map[string]any{"groups": groups, "comparisons": metrics, "throughput_non_inferiority": ni,
+		"abort_cascades": cascades, "throughput_margin": o.Margin}
+}
+
+// pEq is a p-value after its name: "= 0.003", or "< 1e-300" below what a float carries.
+func pEq(p float64) string {
+	if s := pval(p); strings.HasPrefix(s, "<") {
+		return s
+	}
+	return "= " + pval(p)
+}

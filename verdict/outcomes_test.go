@@ -1,0 +1,378 @@
+package verdict
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/orchestrator"
+	"github.com/arbiterlab/arbiter/store"
+)
+
+// The outcome examples' verdicts are rendered, like the others, from databases written
+// through the store API from fixed outcomes: phases, per-session timings and how each
+// launch ended, as a run of the example against refserve gives them.
+
+// perf is how fast an arm serves: tokens per second of one request and TTFT, with a
+// spread that varies from session to session but never with the clock.
+type perf struct {
+	tps, ttft float64 // per request: tokens per second, ms
+}
+
+// phaseRun is one phase of a fixture launch.
+type phaseRun struct {
+	name, kind  string
+	concurrency int
+	sessions    int
+	perf        perf
+	// A cascade: whether a canary completed, and when.
+	recovered bool
+	recovery  time.Duration
+}
+
+// outcomeLaunch is one launch of an outcome fixture.
+type outcomeLaunch struct {
+	arm    string
+	block  int
+	status string
+	err    string
+	phases []phaseRun
+}
+
+// recordOutcomes writes the launches of an example into a fresh database and returns it
+// opened read-only.
+func recordOutcomes(t *testing.T, example string, launches []outcomeLaunch) (*sqlx.DB, string) {
+	t.Helper()
+	spec, err := arms.Load(filepath.Join("..", "examples", example+".yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	armList, err := spec.Expand()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "o.db")
+	s, err := store.Open(path, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	dj, _ := json.Marshal(orchestrator.DesignOf(spec))
+	exp, err := s.CreateExperiment(ctx, store.Experiment{Name: spec.Name, SpecPath: "examples/" + example + ".yaml", Spec: "version: 1",
+		Seed: spec.Workload.Seed, Unit: spec.Analysis.Unit, Alpha: spec.Analysis.Alpha, Baseline: spec.Analysis.Baseline,
+		Version: "test", Host: "h", Created: t0, Design: string(dj)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	armIDs := map[string]int64{}
+	for i, a := range armList {
+		pins, _ := json.Marshal(map[string]any{"env": a.Pins.Env, "args": append([]string{}, a.Pins.Args...)})
+		var levels []byte
+		if a.Levels != nil {
+			levels, _ = json.Marshal(a.Levels)
+		}
+		if armIDs[a.Name], err = s.AddArm(ctx, store.Arm{ExperimentID: exp, Name: a.Name, Position: i, Pins: string(pins),
+			Levels: string(levels), Command: `["refserve"]`, Env: "{}"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := s.NewWriter(store.WriterOptions{})
+	for k, l := range launches {
+		armID, ok := armIDs[l.arm]
+		if !ok {
+			t.Fatalf("fixture names arm %q, which the example does not have", l.arm)
+		}
+		start := t0.Add(time.Duration(k) * time.Minute)
+		runID, err := s.StartRun(ctx, store.Run{ExperimentID: exp, ArmID: armID, Block: l.block, Runtime: "process", Status: "starting", Started: start})
+		if err != nil {
+			t.Fatal(err)
+		}
+		status := l.status
+		if status == "" {
+			status = "done"
+		}
+		code := 0
+		if err := s.UpdateRun(ctx, store.Run{ID: runID, Status: store.RunStatus(status), Error: l.err, Started: start, Ready: start.Add(300 * time.Millisecond),
+			Ended: start.Add(30 * time.Second), ExitCode: &code}); err != nil {
+			t.Fatal(err)
+		}
+		session := l.block * spec.Workload.Sessions
+		at := start.Add(time.Second)
+		for pos, p := range l.phases {
+			ph := store.Phase{ExperimentID: exp, RunID: runID, ArmID: armID, Name: p.name, Kind: p.kind, Position: pos,
+				Concurrency: p.concurrency, FirstSession: session, Sessions: p.sessions, Started: at, TokensPerSecond: math.NaN()}
+			tokens := 0
+			for i := range p.sessions {
+				idx := session + i
+				turn := store.Turn{ExperimentID: exp, RunID: runID, ArmID: armID, Session: idx, StatusCode: 200,
+					FinishReason: "length", Started: at, Request: "{}", Response: "{}", CompletionTokens: 64, Deltas: 64}
+				sess := store.Session{ExperimentID: exp, RunID: runID, ArmID: armID, Index: idx, Block: l.block, Status: "ok", Turns: 1}
+				switch {
+				case p.kind == "cascade" && i == p.sessions-1: // the canary
+					turn.CompletionTokens, turn.Latency, turn.TTFT = 8, p.recovery, p.recovery/2
+					if !p.recovered {
+						turn.Error, turn.StatusCode, turn.CompletionTokens = "no event for 10s: stream stalled", 200, 0
+						sess.Status, sess.Error = "timeout", "no canary completed within 10s of the abort"
+					}
+				case p.kind == "cascade": // cut by the abort
+					turn.FinishReason, turn.CompletionTokens, turn.Latency, turn.TTFT = "abort", 20, 80*time.Millisecond, 10*time.Millisecond
+				default:
+					// Spread of a few percent, a function of the session alone.
+					f := 1 + 0.03*math.Sin(float64(idx)*1.7)
+					g := 1 + 0.05*math.Cos(float64(idx)*0.9)
+					decode := time.Duration(63 / (p.perf.tps * f) * float64(time.Second))
+					turn.TTFT = time.Duration(p.perf.ttft * g * float64(time.Millisecond))
+					turn.DecodeTime = decode
+					turn.Latency = turn.TTFT + decode
+					tokens += turn.CompletionTokens
+				}
+				w.Turn(turn)
+				w.Session(sess)
+			}
+			ph.Requests, ph.Completed, ph.Tokens = p.sessions, p.sessions, tokens
+			dur := time.Duration(p.sessions/max(p.concurrency, 1)) * time.Duration(64/p.perf.tps*float64(time.Second))
+			if p.kind == "cascade" {
+				ph.Abort, ph.Aborted, ph.Canaries = "abort_all", p.sessions-1, 1
+				ph.AbortedAt = at.Add(200 * time.Millisecond)
+				rec := p.recovered
+				ph.Recovered, ph.Recovery = &rec, p.recovery
+				dur = 200*time.Millisecond + p.recovery
+				if !p.recovered {
+					dur = 200*time.Millisecond + 10*time.Second + 80*time.Millisecond
+				}
+				ph.Requests = p.sessions
+			}
+			ph.Ended = at.Add(dur)
+			if p.kind != "cascade" && dur > 0 {
+				ph.TokensPerSecond = float64(tokens) / dur.Seconds()
+			}
+			if err := s.AddPhase(ctx, ph); err != nil {
+				t.Fatal(err)
+			}
+			at, session = ph.Ended, session+p.sessions
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s.FinishExperiment(ctx, exp, "done", "", t0.Add(time.Hour))
+	s.Close()
+	db, err := store.OpenReadOnly(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db, spec.Name
+}
+
+// cascadeLaunches is an abort cascade example's launches: the live arm runs every phase
+// and recovers after each cascade; the wedging arm's first canary never completes.
+func cascadeLaunches(wedging, live string, blocks int, fast, slow perf) []outcomeLaunch {
+	before := func(p perf) []phaseRun {
+		return []phaseRun{{name: "c=1 before", kind: "closed", concurrency: 1, sessions: 32, perf: p},
+			{name: "c=32 before", kind: "closed", concurrency: 32, sessions: 32, perf: perf{p.tps * 0.31, p.ttft * 4}}}
+	}
+	var out []outcomeLaunch
+	for b := range blocks {
+		w := outcomeLaunch{arm: wedging, block: b, status: "wedged",
+			err:    "workload: cascade 1 (abort_all, 60 requests cut): engine wedged: no canary request completed after the abort within 10s",
+			phases: append(before(slow), phaseRun{name: "cascade 1", kind: "cascade", concurrency: 60, sessions: 61})}
+		l := outcomeLaunch{arm: live, block: b, phases: append(before(fast),
+			phaseRun{name: "cascade 1", kind: "cascade", concurrency: 60, sessions: 61, recovered: true, recovery: time.Duration(18+7*b) * time.Millisecond},
+			phaseRun{name: "cascade 2", kind: "cascade", concurrency: 60, sessions: 61, recovered: true, recovery: time.Duration(25+5*b) * time.Millisecond},
+			phaseRun{name: "c=1 after", kind: "closed", concurrency: 1, sessions: 32, perf: perf{fast.tps * 0.998, fast.ttft}},
+			phaseRun{name: "c=32 after", kind: "closed", concurrency: 32, sessions: 32, perf: perf{fast.tps * 0.31 * 1.002, fast.ttft * 4}})}
+		if b%2 == 0 {
+			out = append(out, w, l)
+		} else {
+			out = append(out, l, w)
+		}
+	}
+	return out
+}
+
+var outcomeExamples = map[string]func(t *testing.T) (*sqlx.DB, string){
+	"deadlock": func(t *testing.T) (*sqlx.DB, string) {
+		return recordOutcomes(t, "deadlock", cascadeLaunches("overlap-on", "overlap-off", 4, perf{500, 3}, perf{500, 3}))
+	},
+	"abort-wedge": func(t *testing.T) (*sqlx.DB, string) {
+		return recordOutcomes(t, "abort-wedge", cascadeLaunches("no-handler", "handler", 4, perf{54, 40}, perf{54.2, 40}))
+	},
+	"throughput": func(t *testing.T) (*sqlx.DB, string) {
+		phases := func(p perf) []phaseRun {
+			return []phaseRun{{name: "c=1", kind: "closed", concurrency: 1, sessions: 32, perf: p},
+				{name: "c=32", kind: "closed", concurrency: 32, sessions: 32, perf: perf{p.tps * 0.3, p.ttft * 5}},
+				{name: "poisson 16/s", kind: "open", sessions: 32, perf: perf{p.tps * 0.8, p.ttft * 2}}}
+		}
+		return recordOutcomes(t, "throughput", []outcomeLaunch{
+			{arm: "hicache=on", block: 0, phases: phases(perf{53.8, 41})},
+			{arm: "hicache=off", block: 0, phases: phases(perf{54, 40})},
+			{arm: "hicache=off", block: 1, phases: phases(perf{54.1, 40})},
+			{arm: "hicache=on", block: 1, phases: phases(perf{53.7, 41})},
+		})
+	},
+}
+
+func buildOutcomes(t *testing.T, name string) *Verdict {
+	t.Helper()
+	db, ref := outcomeExamples[name](t)
+	v, err := Build(context.Background(), db, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestOutcomeExampleVerdicts pins the outcome examples' verdicts to their golden files and
+// checks the structure every verdict must have.
+func TestOutcomeExampleVerdicts(t *testing.T) {
+	for _, name := range []string{"deadlock", "abort-wedge", "throughput"} {
+		t.Run(name, func(t *testing.T) {
+			v := buildOutcomes(t, name)
+			dir := t.TempDir()
+			path := filepath.Join(dir, name+".md")
+			if err := v.WriteFiles(path); err != nil {
+				t.Fatal(err)
+			}
+			md, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkGolden(t, md, filepath.Join("testdata", name+".golden.md"))
+			checkStructure(t, string(md))
+		})
+	}
+}
+
+func TestDeadlockHeadlineSaysWhichArmWedgedWithTheExactTestOnLaunches(t *testing.T) {
+	v := buildOutcomes(t, "deadlock")
+	head := v.Headline()[0]
+	for _, want := range []string{
+		"The engine wedged under the abort cascade (no canary completed after the abort): overlap-on in 4 of 4 launches, against overlap-off in 0 of 4 (Fisher's exact test on launches: p = 0.029).",
+		"overlap-off served a canary within 40 ms of every abort (8 cascades, median 31 ms)",
+	} {
+		if !strings.Contains(head, want) {
+			t.Errorf("headline lacks %q:\n%s", want, head)
+		}
+	}
+	if !strings.HasSuffix(head, "Decision: overlap-off wedges significantly less often than overlap-on.") {
+		t.Errorf("headline does not end with the wedge decision:\n%s", head)
+	}
+	if n := len(sentences(head)); n > 3 {
+		t.Errorf("%d sentences", n)
+	}
+	if fail, why := v.Gate("wedge"); !fail || !strings.Contains(why, "overlap-on") {
+		t.Errorf("the wedge gate: %v %q", fail, why)
+	}
+	c := v.Outcomes.Cascades
+	if c[0].Wedged != 4 || c[1].Wedged != 0 || c[1].Recovered != 8 || len(c[0].WedgedAfter) != 4 {
+		t.Fatalf("cascades %+v", c)
+	}
+	for _, d := range c[0].WedgedAfter {
+		if d < 10000 || d > 20000 {
+			t.Errorf("declared wedged %v ms after the abort, want within stall + 10 s", d)
+		}
+	}
+	// The wedged arm's lost sessions make its corruption inconclusive, not clean.
+	if v.Arms[0].Compare != nil || v.Arms[1].Compare == nil || !v.Arms[1].Compare.Inconclusive {
+		t.Errorf("corruption comparison: %+v", v.Arms[1].Compare)
+	}
+}
+
+func TestAbortWedgeVerdictSaysNonInferior(t *testing.T) {
+	v := buildOutcomes(t, "abort-wedge")
+	head := v.Headline()[0]
+	for _, want := range []string{"no-handler in 4 of 4 launches, against handler in 0 of 4", "p = 0.029",
+		"its throughput after them was non-inferior to before within the 5% margin", "handler's throughput is non-inferior to no-handler's within the 5% margin"} {
+		if !strings.Contains(head, want) {
+			t.Errorf("headline lacks %q:\n%s", want, head)
+		}
+	}
+	for _, ni := range append(v.Outcomes.Throughput, v.Outcomes.Stability...) {
+		if !ni.Result.NonInferior {
+			t.Errorf("%s at %s against %s: not non-inferior (%+v)", ni.Arm, ni.Group, ni.Against, ni.Result)
+		}
+	}
+	if len(v.Outcomes.Stability) != 2 {
+		t.Errorf("%d after-versus-before judgements, want one per concurrency", len(v.Outcomes.Stability))
+	}
+	if fail, why := v.Gate("throughput"); fail {
+		t.Errorf("the throughput gate failed: %s", why)
+	}
+	for _, r := range v.Outcomes.Cascades[1].Recoveries {
+		if r >= 300 {
+			t.Errorf("recovery %v ms", r)
+		}
+	}
+}
+
+func TestThroughputVerdictComparesLatencyAndThroughputByRanks(t *testing.T) {
+	v := buildOutcomes(t, "throughput")
+	head := v.Headline()[0]
+	if !strings.HasPrefix(head, "At c=32, hicache=on generated") || !strings.Contains(head, "Mann-Whitney p = ") ||
+		!strings.Contains(head, "non-inferior to hicache=off's within the 5% margin at c=1, c=32 and poisson 16/s") {
+		t.Errorf("headline:\n%s", head)
+	}
+	// Every group, metric and arm has a row with an interval and a p.
+	if got := len(v.Outcomes.Metrics); got != 3*4 {
+		t.Fatalf("%d comparisons, want 12", got)
+	}
+	for _, r := range v.Outcomes.Metrics {
+		if math.IsNaN(r.Result.P) || math.IsInf(r.Result.RatioCI.Lo, 0) || r.Result.N1 != 64 || r.Result.N2 != 64 {
+			t.Errorf("%s %s: %+v", r.Group, r.Metric, r.Result)
+		}
+	}
+	// hicache=on is 2.5% slower to the first token (41 against 40 ms at c=1): with 64
+	// sessions a side and a 5% spread the rank test sees it.
+	if r := v.metricRow("c=1", MetricTTFT, "hicache=on"); r == nil || math.Abs(r.Result.Ratio-1.025) > 0.005 ||
+		!(r.Result.P < 0.05) {
+		t.Errorf("TTFT at c=1: %+v", r)
+	}
+	md := markdown(t, v)
+	for _, want := range []string{"## Latency and throughput", "## Throughput non-inferiority (margin 5%)", "| poisson 16/s |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q", want)
+		}
+	}
+	sum := v.Summary()["outcomes"].(map[string]any)
+	if b, err := json.Marshal(sum); err != nil || !strings.Contains(string(b), `"non_inferior":true`) {
+		t.Errorf("summary %s (%v)", b, err)
+	}
+}
+
+// TestThroughputThatFlipsBetweenBlocksIsNamed: a difference that follows the launches
+// (faster in one block, slower in the next) is said to.
+func TestThroughputThatFlipsBetweenBlocksIsNamed(t *testing.T) {
+	phases := func(p perf) []phaseRun {
+		return []phaseRun{{name: "c=1", kind: "closed", concurrency: 1, sessions: 32, perf: p},
+			{name: "c=32", kind: "closed", concurrency: 32, sessions: 32, perf: perf{p.tps * 0.3, p.ttft * 5}}}
+	}
+	db, ref := recordOutcomes(t, "throughput", []outcomeLaunch{
+		{arm: "hicache=on", block: 0, phases: phases(perf{60, 40})},
+		{arm: "hicache=off", block: 0, phases: phases(perf{54, 40})},
+		{arm: "hicache=off", block: 1, phases: phases(perf{54, 40})},
+		{arm: "hicache=on", block: 1, phases: phases(perf{48, 40})},
+	})
+	v, err := Build(context.Background(), db, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, c := range v.Caveats {
+		if strings.Contains(c, "At c=1, hicache=on's median tok/s per request against hicache=off's changes direction from block to block (block 0 +") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no caveat names the flip: %q", v.Caveats)
+	}
+}

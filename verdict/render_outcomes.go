@@ -1,0 +1,145 @@
+package verdict
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// outcomeSections writes the latency and throughput section (and the abort cascades'),
+// and reports whether it did; without per-session timings the verdict keeps its plain
+// table of medians.
+func (v *Verdict) outcomeSections(b *strings.Builder) bool {
+	o := v.Outcomes
+	if o == nil || len(o.Groups) == 0 {
+		return false
+	}
+	fmt.Fprintf(b, "\n## Latency and throughput\n\n")
+	fmt.Fprintf(b, "The session is the unit: each session is summarised by its tokens per second (its completion tokens over its requests' end-to-end time) and by the median of its requests' TTFT, inter-token latency (from its first streamed token to its last, over the tokens after the first; text replies that came in two events or more) and end-to-end latency. ")
+	fmt.Fprintf(b, "An arm's session summaries are compared with %s's by ranks: the change is the Hodges-Lehmann estimate of their ratio, with its 95%% distribution-free interval, and p is the Mann-Whitney test's, Holm-adjusted over every comparison in this section. Requests cut by an abort cascade, and canaries, are left out.\n\n",
+		v.Arms[v.Baseline].Name)
+
+	phased := false
+	for _, g := range o.Groups {
+		phased = phased || g.Kind != ""
+	}
+	if phased {
+		fmt.Fprintf(b, "Generated tokens per second of the whole engine over each phase (mean over launches, and their range when there were several):\n\n| phase |")
+		for _, a := range v.Arms {
+			fmt.Fprintf(b, " %s |", a.Name)
+		}
+		fmt.Fprintf(b, "\n|---|%s\n", strings.Repeat("---:|", len(v.Arms)))
+		for _, g := range o.Groups {
+			fmt.Fprintf(b, "| %s |", g.Name)
+			for i := range v.Arms {
+				cell := tps(g.EngineTPS[i])
+				if i < len(g.engine) && len(g.engine[i]) > 1 {
+					cell += fmt.Sprintf(" (%s – %s)", tps(quantile(g.engine[i], 0)), tps(maxOf(g.engine[i])))
+				}
+				fmt.Fprintf(b, " %s |", cell)
+			}
+			fmt.Fprintf(b, "\n")
+		}
+		fmt.Fprintf(b, "\n")
+	}
+
+	fmt.Fprintf(b, "Medians of the session summaries:\n\n| %s | arm | sessions | tok/s per request | TTFT | inter-token latency | end-to-end |\n|---|---|---:|---:|---:|---:|---:|\n", groupWord(phased))
+	for _, g := range o.Groups {
+		for i, a := range v.Arms {
+			fmt.Fprintf(b, "| %s | %s | %d | %s | %s | %s | %s |\n", g.Name, a.Name, g.Sessions[i],
+				tps(medianOrNaN(g.values(i, MetricThroughput))), ms(medianOrNaN(g.values(i, MetricTTFT))),
+				msFine(medianOrNaN(g.values(i, MetricITL))), ms(medianOrNaN(g.values(i, MetricLatency))))
+		}
+	}
+
+	if len(o.Metrics) > 0 {
+		fmt.Fprintf(b, "\nAgainst %s:\n\n| %s | metric | arm | change | 95%% CI | Mann-Whitney p | Holm-adjusted p | decision |\n|---|---|---|---:|---|---:|---:|---|\n",
+			v.Arms[v.Baseline].Name, groupWord(phased))
+		for _, r := range o.Metrics {
+			d := "~"
+			if r.Decision != "" {
+				d = "**" + r.Decision + "**"
+			}
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %s to %s | %s | %s | %s |\n", r.Group, r.Metric, r.Arm, signedPct(r.Result.Ratio-1),
+				signedPct(r.Result.RatioCI.Lo-1), signedPct(r.Result.RatioCI.Hi-1), pval(r.Result.P), pval(r.AdjustedP), d)
+		}
+		fmt.Fprintf(b, "\n`~`: no significant difference at alpha %g. For tok/s a positive change is faster; for the latencies a negative one is.\n", v.Alpha)
+	}
+
+	if len(o.Throughput)+len(o.Stability) > 0 {
+		fmt.Fprintf(b, "\n## Throughput non-inferiority (margin %s)\n\n", pctShort(o.Margin))
+		fmt.Fprintf(b, "An arm's tok/s per request is non-inferior when the one-sided %g%% lower bound of its ratio to what it is compared with (the Hodges-Lehmann ratio's interval at %g%%) stays above 1 − %s: it costs at most %s. \"Not shown\" is not evidence that it is slower.\n\n",
+			100*(1-v.Alpha), 100*(1-2*v.Alpha), pctShort(o.Margin), pctShort(o.Margin))
+		fmt.Fprintf(b, "| arm | %s | against | sessions | change | one-sided lower bound | decision |\n|---|---|---|---:|---:|---:|---|\n", groupWord(phased))
+		for _, set := range [][]ThroughputNI{o.Throughput, o.Stability} {
+			for _, t := range set {
+				d := "not shown"
+				if t.Result.NonInferior {
+					d = "**non-inferior**"
+				}
+				against := t.Against
+				if t.AgainstGroup != t.Group {
+					against = fmt.Sprintf("%s at %s", t.Against, t.AgainstGroup)
+				}
+				fmt.Fprintf(b, "| %s | %s | %s | %d vs %d | %s | %s | %s |\n", t.Arm, t.Group, against, t.N2, t.N1,
+					signedPct(t.Result.Ratio-1), signedPct(t.Result.Bound-1), d)
+			}
+		}
+	}
+
+	if len(o.Cascades) > 0 {
+		v.cascadeSection(b)
+	}
+	return true
+}
+
+func groupWord(phased bool) string {
+	if phased {
+		return "phase"
+	}
+	return "group"
+}
+
+// msFine prints a short duration with a decimal: inter-token latencies are a few ms.
+func msFine(x float64) string {
+	if math.IsNaN(x) {
+		return "–"
+	}
+	if x < 100 {
+		return fmt.Sprintf("%.2f ms", x)
+	}
+	return ms(x)
+}
+
+// cascadeSection shows each arm's abort cascades: how often its engine wedged (exact
+// test on launches against the baseline) and how fast it served again.
+func (v *Verdict) cascadeSection(b *strings.Builder) {
+	o := v.Outcomes
+	base := o.Cascades[v.Baseline]
+	fmt.Fprintf(b, "\n## Abort cascades\n\n")
+	fmt.Fprintf(b, "After each cascade of aborted sessions, canary requests (small real generations) ask whether the engine serves again; recovery is the time from the abort to the end of the first canary that completed. A launch in which none completed within the recovery timeout is recorded wedged, and wedged launches are compared with %s's by Fisher's exact test on launches (blocks give launches).\n\n", base.Arm)
+	fmt.Fprintf(b, "| arm | launches | wedged | Fisher p vs %s | cascades | recovered | recovery (median) | longest | declared wedged after the abort | requests cut |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n", base.Arm)
+	for _, c := range o.Cascades {
+		p := "–"
+		if !math.IsNaN(c.FisherP) {
+			p = pval(c.FisherP)
+		}
+		med, longest, wedged := "–", "–", "–"
+		if len(c.Recoveries) > 0 {
+			med, longest = ms(quantile(c.Recoveries, 0.5)), ms(maxOf(c.Recoveries))
+		}
+		if len(c.WedgedAfter) > 0 {
+			wedged = ms(quantile(c.WedgedAfter, 0))
+			if hi := ms(maxOf(c.WedgedAfter)); hi != wedged {
+				wedged += " – " + hi
+			}
+		}
+		fmt.Fprintf(b, "| %s | %d | %d | %s | %d | %d | %s | %s | %s | %d |\n", c.Arm, c.Launches, c.Wedged, p, c.Cascades, c.Recovered, med, longest, wedged, c.Aborted)
+	}
+	for _, c := range o.Cascades {
+		if r := c.Recovery; r != nil {
+			fmt.Fprintf(b, "\n%s's recovery against %s's: %s (95%% CI %s to %s), Mann-Whitney p %s.\n", c.Arm, base.Arm,
+				signedPct(r.Ratio-1), signedPct(r.RatioCI.Lo-1), signedPct(r.RatioCI.Hi-1), pEq(r.P))
+		}
+	}
+}

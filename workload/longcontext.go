@@ -1,0 +1,134 @@
+package workload
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/arbiterlab/arbiter/openai"
+	"golang.org/x/sync/errgroup"
+)
+
+// Defaults of the long-context kind: the field's long sessions grew from 2k to 80k
+// tokens, where the short reproducer never went.
+const (
+	DefaultStartTokens        = 2000
+	DefaultCeilingTokens      = 80000
+	DefaultSharedPrefixTokens = 1000
+	DefaultLongTokens         = 1024 // each reply's cap: long generations
+)
+
+// LongContextConfig is the long-context kind: tool-calling agent sessions (Config's
+// Sessions, Rounds, Concurrency) whose every round brings a further part of a long case
+// file, so that the context grows evenly from StartTokens at the first request to
+// CeilingTokens at the last round's, with replies of up to Config.MaxTokens tokens
+// (default DefaultLongTokens). Every session's system prompt begins with the same seeded
+// document of SharedPrefixTokens, as sessions of one deployment share a system prompt.
+type LongContextConfig struct {
+	StartTokens, CeilingTokens int
+	// SharedPrefixTokens: 0 means DefaultSharedPrefixTokens, capped at half of
+	// StartTokens; a negative value shares nothing.
+	SharedPrefixTokens int
+}
+
+func (l LongContextConfig) start() int   { return positiveOr(l.StartTokens, DefaultStartTokens) }
+func (l LongContextConfig) ceiling() int { return positiveOr(l.CeilingTokens, DefaultCeilingTokens) }
+
+func (l LongContextConfig) shared() int {
+	switch {
+	case l.SharedPrefixTokens < 0:
+		return 0
+	case l.SharedPrefixTokens == 0:
+		return min(DefaultSharedPrefixTokens, l.start()/2)
+	}
+	return l.SharedPrefixTokens
+}
+
+// TargetTokens is the context the request opening round r (from 0) of rounds reaches:
+// linear from the start to the ceiling.
+func (l LongContextConfig) TargetTokens(r, rounds int) int {
+	if rounds <= 1 {
+		return l.start()
+	}
+	return l.start() + (l.ceiling()-l.start())*r/(rounds-1)
+}
+
+func runLongContext(ctx context.Context, cfg Config, base string, rec Recorder) error {
+	lc := LongContextConfig{}
+	if cfg.LongContext != nil {
+		lc = *cfg.LongContext
+	}
+	if cfg.Sessions < 0 || cfg.Rounds < 0 || cfg.Concurrency < 0 || lc.ceiling() < lc.start() {
+		return fmt.Errorf("workload: long-context: sessions %d, rounds %d, concurrency %d, context %d to %d",
+			cfg.Sessions, cfg.Rounds, cfg.Concurrency, lc.start(), lc.ceiling())
+	}
+	cfg.MaxTokens = generation(cfg, DefaultLongTokens)
+	rounds := max(cfg.Rounds, 1)
+	conc := max(cfg.Concurrency, 1)
+	r, err := newRunner(ctx, cfg, base, rec, conc)
+	if r == nil {
+		if ctx.Err() != nil {
+			abortRange(rec, cfg.SessionOffset, cfg.Sessions, ctx.Err())
+		}
+		return err
+	}
+	defer r.client.CloseIdleConnections()
+	shared := sharedPrefix(cfg.Seed, lc.shared())
+	var g errgroup.Group
+	g.SetLimit(conc)
+	for i := cfg.SessionOffset; i < cfg.SessionOffset+cfg.Sessions; i++ {
+		if ctx.Err() != nil {
+			rec.SessionDone(SessionResult{Session: i, Status: SessionAborted, Err: ctx.Err().Error()})
+			continue
+		}
+		g.Go(func() error {
+			script := NewScript(cfg.Seed, i, rounds)
+			if shared != "" {
+				script.System = shared + "\n\n" + script.System
+			}
+			s := &agentSession{cfg: cfg, model: r.model, base: base, client: r.client, rec: rec, script: script}
+			rec.SessionDone(runGrowing(ctx, s, lc, rounds))
+			return nil
+		})
+	}
+	_ = g.Wait()
+	return ctx.Err()
+}
+
+// runGrowing runs one long-context session: the agent's loop, with each round's user
+// message padded by the next part of the case file up to the round's context target.
+// The padding is measured on the conversation as it stands, so the target holds however
+// long the engine's replies were.
+func runGrowing(ctx context.Context, s *agentSession, lc LongContextConfig, rounds int) SessionResult {
+	res := SessionResult{Session: s.script.Session, Status: SessionOK}
+	maxSteps := s.cfg.MaxToolSteps
+	if maxSteps == 0 {
+		maxSteps = DefaultMaxToolSteps
+	}
+	file := newScriptRand(s.cfg.Seed, s.script.Session, -5) // the session's case file
+	s.msgs = []openai.Message{{Role: "system", Content: s.script.System}}
+	for round, ask := range s.script.Users {
+		user := openai.Message{Role: "user", Content: ask}
+		need := lc.TargetTokens(round, rounds) - estimateTokens(append(s.msgs, user), s.script.Tools)
+		if need > 16 {
+			user.Content = fmt.Sprintf("Part %d of the case file:\n\n%s\n\n%s", round+1, filler(file, need-16), ask)
+		}
+		s.msgs = append(s.msgs, user)
+		for step := 0; step <= maxSteps; step++ {
+			if ctx.Err() != nil {
+				return s.end(res, SessionAborted, ctx.Err())
+			}
+			ex := s.send(ctx, round)
+			res.Turns = s.turns
+			if ex.Err != nil {
+				return s.end(res, s.statusOf(ctx, ex.Err), ex.Err)
+			}
+			msg := ex.Completion.Choices[0].Message
+			if len(msg.ToolCalls) == 0 {
+				s.msgs = append(s.msgs, openai.Message{Role: "assistant", Content: msg.Content})
+				break
+			}
+			s.answerTools(msg)
+		}
+	}
+	return res
+}

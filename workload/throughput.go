@@ -1,0 +1,163 @@
+package workload
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+)
+
+// Defaults of the throughput kind (and of the throughput phases of an abort cascade).
+const (
+	DefaultThroughputRequests = 32  // requests per phase
+	DefaultPromptTokens       = 512 // prompt of each request
+	DefaultThroughputTokens   = 256 // generation of each request
+)
+
+// ThroughputConfig is the throughput kind: a closed loop at each concurrency in turn,
+// then open-loop Poisson arrivals at each rate. Every request is a session of its own
+// (one seeded prompt, one answer of Config.MaxTokens tokens, DefaultThroughputTokens
+// when 0), so the sessions of a phase are independent and identical in every arm.
+type ThroughputConfig struct {
+	// Concurrency lists the closed-loop phases: that many requests in flight until the
+	// phase's requests are done.
+	Concurrency []int
+	// Rates lists the open-loop phases, in requests per second: arrivals at seeded
+	// exponential gaps, sent whether or not earlier requests have finished.
+	Rates []float64
+	// Requests per phase (default DefaultThroughputRequests).
+	Requests int
+	// PromptTokens is each request's prompt, approximately (default DefaultPromptTokens).
+	PromptTokens int
+	// SharedPrefixTokens is a system prompt every request shares, for prefix caches; 0
+	// for none.
+	SharedPrefixTokens int
+	// KeepEOS lets the engine stop before the requested length; by default requests ask
+	// for exactly MaxTokens tokens (ignore_eos), so every arm generates as much.
+	KeepEOS bool
+}
+
+func (t ThroughputConfig) requests() int {
+	if t.Requests > 0 {
+		return t.Requests
+	}
+	return DefaultThroughputRequests
+}
+
+func (t ThroughputConfig) promptTokens() int {
+	if t.PromptTokens > 0 {
+		return t.PromptTokens
+	}
+	return DefaultPromptTokens
+}
+
+func generation(cfg Config, def int) int {
+	if cfg.MaxTokens > 0 {
+		return cfg.MaxTokens
+	}
+	return def
+}
+
+// ClosedPhaseName names a closed-loop phase at concurrency c, with a stage ("before",
+// "after") when it has one.
+func ClosedPhaseName(c int, stage string) string {
+	if stage == "" {
+		return fmt.Sprintf("c=%d", c)
+	}
+	return fmt.Sprintf("c=%d %s", c, stage)
+}
+
+// OpenPhaseName names an open-loop phase at rate requests per second.
+func OpenPhaseName(rate float64) string {
+	return "poisson " + strconv.FormatFloat(rate, 'g', -1, 64) + "/s"
+}
+
+// Planned is how many sessions one run of cfg reports: what the verdict counts as
+// planned, and what block k's sessions are offset by.
+func Planned(cfg Config) int {
+	switch cfg.Kind {
+	case KindThroughput:
+		t := derefThroughput(cfg.Throughput)
+		return (len(t.Concurrency) + len(t.Rates)) * t.requests()
+	case KindAbortCascade:
+		a := derefAbort(cfg.AbortCascade)
+		return 2*len(a.ThroughputAt)*a.throughputRequests() + a.cascades()*(a.sessions()+1)
+	case KindTrace:
+		if cfg.Trace != nil && cfg.Sessions == 0 {
+			return len(cfg.Trace.Conversations)
+		}
+	}
+	return cfg.Sessions
+}
+
+func derefThroughput(t *ThroughputConfig) ThroughputConfig {
+	if t == nil {
+		return ThroughputConfig{}
+	}
+	return *t
+}
+
+func runThroughput(ctx context.Context, cfg Config, base string, rec Recorder) error {
+	t := derefThroughput(cfg.Throughput)
+	if len(t.Concurrency)+len(t.Rates) == 0 {
+		return fmt.Errorf("workload: throughput: no concurrency and no rate to measure")
+	}
+	for _, c := range t.Concurrency {
+		if c < 1 {
+			return fmt.Errorf("workload: throughput: concurrency %d", c)
+		}
+	}
+	for _, rate := range t.Rates {
+		if !(rate > 0) {
+			return fmt.Errorf("workload: throughput: rate %g", rate)
+		}
+	}
+	conc := 1
+	for _, c := range t.Concurrency {
+		conc = max(conc, c)
+	}
+	r, err := newRunner(ctx, cfg, base, rec, conc)
+	if r == nil {
+		if ctx.Err() != nil {
+			abortRange(rec, cfg.SessionOffset, Planned(cfg), ctx.Err())
+		}
+		return err
+	}
+	defer r.client.CloseIdleConnections()
+	next, pos := cfg.SessionOffset, 0
+	for _, c := range t.Concurrency {
+		next = r.throughputPhase(ctx, t, Phase{Name: ClosedPhaseName(c, ""), Kind: PhaseClosed, Position: pos, Concurrency: c}, next)
+		pos++
+	}
+	for _, rate := range t.Rates {
+		next = r.throughputPhase(ctx, t, Phase{Name: OpenPhaseName(rate), Kind: PhaseOpen, Position: pos, Rate: rate}, next)
+		pos++
+	}
+	return ctx.Err()
+}
+
+// throughputPhase runs one phase of t's requests from session first on, records it,
+// and returns the next free session index.
+func (r *runner) throughputPhase(ctx context.Context, t ThroughputConfig, p Phase, first int) int {
+	n := t.requests()
+	p.FirstSession, p.Sessions = first, n
+	shots := make([]oneShot, n)
+	for i := range shots {
+		shots[i] = r.promptShot(first+i, p.Name, t.promptTokens(), t.SharedPrefixTokens,
+			generation(r.cfg, DefaultThroughputTokens), !t.KeepEOS)
+	}
+	if p.Kind == PhaseOpen {
+		// The arrival times are the phase's own seeded draw: the same in every arm.
+		p = r.openLoop(ctx, p, shots, newScriptRand(r.cfg.Seed, first, -4))
+	} else {
+		p = r.closedLoop(ctx, p, shots)
+	}
+	recordPhase(r.rec, p)
+	return first + n
+}
+
+// abortRange reports sessions [first, first+n) aborted before they started.
+func abortRange(rec Recorder, first, n int, err error) {
+	for i := first; i < first+n; i++ {
+		rec.SessionDone(SessionResult{Session: i, Status: SessionAborted, Err: err.Error()})
+	}
+}

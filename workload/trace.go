@@ -1,0 +1,349 @@
+package workload
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/arbiterlab/arbiter/openai"
+	"golang.org/x/sync/errgroup"
+)
+
+// A trace is the user's own traffic, one recorded conversation per line of a JSONL file:
+//
+//	{"id": "ticket-17", "messages": [...], "tools": [...], "tool_choice": "auto",
+//	 "max_tokens": 512, "temperature": 0}
+//
+// messages is an OpenAI message list (system, developer, user, assistant and tool
+// messages; content a string or a list of text parts; assistant tool_calls answered by
+// tool messages that name them); every other field is optional, and fields arbiter does
+// not use (model, stream, a recorded response, timestamps) are ignored. Each assistant
+// message marks a request: the conversation up to it, as recorded, so that every arm
+// receives byte for byte the same requests whatever the engines answer; a conversation
+// that ends with another message is also sent whole.
+
+// MaxTraceLine bounds one line of a trace (one conversation).
+const MaxTraceLine = 32 << 20
+
+// TraceConversation is one line of a trace.
+type TraceConversation struct {
+	// Line is where the conversation is written (from 1); ID its "id", or "line N".
+	Line int
+	ID   string
+	// Messages, Tools and ToolChoice are sent as recorded.
+	Messages   []openai.Message
+	Tools      []openai.Tool
+	ToolChoice json.RawMessage
+	// MaxTokens and Temperature override the workload's when set.
+	MaxTokens   int
+	Temperature *float64
+	// Requests are the lengths of the message prefixes sent, in order: one per
+	// assistant message, and one for the whole list when it does not end with one.
+	Requests []int
+}
+
+// TraceConfig is the trace kind. Config.Sessions, when set, replays only the first that
+// many conversations; Config.Concurrency conversations run at once.
+type TraceConfig struct {
+	// Path is the trace file (the orchestrator resolves a relative path against the
+	// spec's folder).
+	Path string
+	// Conversations, when set, are the trace already read (ReadTrace); otherwise Run
+	// reads Path.
+	Conversations []TraceConversation
+}
+
+// TraceError is a problem at one line of a trace.
+type TraceError struct {
+	File  string
+	Line  int
+	Field string // messages[2].tool_call_id; empty for the line as a whole
+	Msg   string
+}
+
+// Error implements error: "trace.jsonl:12: messages[2].role: ...".
+func (e *TraceError) Error() string {
+	if e.Field == "" {
+		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
+	}
+	return fmt.Sprintf("%s:%d: %s: %s", e.File, e.Line, e.Field, e.Msg)
+}
+
+// ReadTrace reads and checks the trace at path.
+func ReadTrace(path string) ([]TraceConversation, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("trace: %w", err)
+	}
+	defer f.Close()
+	return ParseTrace(path, f)
+}
+
+// ParseTrace reads a trace from r; name is the file its errors name. It stops at the
+// first line with a problem.
+func ParseTrace(name string, r io.Reader) ([]TraceConversation, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var out []TraceConversation
+	seen := map[string]int{}
+	for line := 1; ; line++ {
+		text, err := readLine(br)
+		if len(text) > MaxTraceLine {
+			return nil, &TraceError{File: name, Line: line, Msg: fmt.Sprintf("line longer than %d bytes", MaxTraceLine)}
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("trace %s:%d: %w", name, line, err)
+		}
+		if t := bytes.TrimSpace(text); len(t) > 0 {
+			c, terr := parseConversation(t)
+			if terr != nil {
+				terr.File, terr.Line = name, line
+				return nil, terr
+			}
+			c.Line = line
+			if c.ID == "" {
+				c.ID = fmt.Sprintf("line %d", line)
+			}
+			if first, dup := seen[c.ID]; dup {
+				return nil, &TraceError{File: name, Line: line, Field: "id", Msg: fmt.Sprintf("%q is also the id of line %d", c.ID, first)}
+			}
+			seen[c.ID] = line
+			out = append(out, c)
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+	}
+	if len(out) == 0 {
+		return nil, &TraceError{File: name, Line: 1, Msg: "the trace has no conversation: write one JSON object per line"}
+	}
+	return out, nil
+}
+
+// readLine reads one line without its newline, up to one byte past MaxTraceLine (the
+// rest of a longer line is discarded).
+func readLine(br *bufio.Reader) ([]byte, error) {
+	var buf []byte
+	for {
+		part, err := br.ReadSlice('\n')
+		if len(buf)+len(part) <= MaxTraceLine+1 {
+			buf = append(buf, part...)
+		} else if len(buf) <= MaxTraceLine {
+			buf = append(buf, part[:MaxTraceLine+1-len(buf)]...)
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		return bytes.TrimSuffix(buf, []byte("\n")), err
+	}
+}
+
+// traceRoles are the roles a recorded message may have.
+var traceRoles = []string{"system", "developer", "user", "assistant", "tool"}
+
+func parseConversation(text []byte) (TraceConversation, *TraceError) {
+	var raw struct {
+		ID          json.RawMessage   `json:"id"`
+		Messages    []json.RawMessage `json:"messages"`
+		Tools       []json.RawMessage `json:"tools"`
+		ToolChoice  json.RawMessage   `json:"tool_choice"`
+		MaxTokens   json.RawMessage   `json:"max_tokens"`
+		Temperature json.RawMessage   `json:"temperature"`
+	}
+	var c TraceConversation
+	if text[0] != '{' {
+		return c, &TraceError{Msg: "a line must be one JSON object with a \"messages\" list"}
+	}
+	if err := json.Unmarshal(text, &raw); err != nil {
+		return c, &TraceError{Msg: "not a JSON object of the trace's shape: " + jsonProblem(err)}
+	}
+	if len(raw.ID) > 0 && string(raw.ID) != "null" {
+		if err := json.Unmarshal(raw.ID, &c.ID); err != nil {
+			return c, &TraceError{Field: "id", Msg: "must be a string"}
+		}
+	}
+	if len(raw.MaxTokens) > 0 && string(raw.MaxTokens) != "null" {
+		if err := json.Unmarshal(raw.MaxTokens, &c.MaxTokens); err != nil || c.MaxTokens < 0 {
+			return c, &TraceError{Field: "max_tokens", Msg: "must be a whole number, 0 or more"}
+		}
+	}
+	if len(raw.Temperature) > 0 && string(raw.Temperature) != "null" {
+		var t float64
+		if err := json.Unmarshal(raw.Temperature, &t); err != nil || t < 0 {
+			return c, &TraceError{Field: "temperature", Msg: "must be a number, 0 or more"}
+		}
+		c.Temperature = &t
+	}
+	if tc := bytes.TrimSpace(raw.ToolChoice); len(tc) > 0 && string(tc) != "null" {
+		var s string
+		var obj map[string]any
+		switch {
+		case json.Unmarshal(tc, &s) == nil && (s == "auto" || s == "none" || s == "required"):
+		case json.Unmarshal(tc, &obj) == nil && obj != nil:
+		default:
+			return c, &TraceError{Field: "tool_choice", Msg: `must be "auto", "none", "required" or {"type": "function", "function": {"name": ...}}`}
+		}
+		c.ToolChoice = append(json.RawMessage(nil), tc...)
+	}
+	for i, rt := range raw.Tools {
+		field := fmt.Sprintf("tools[%d]", i)
+		var t openai.Tool
+		if err := json.Unmarshal(rt, &t); err != nil {
+			return c, &TraceError{Field: field, Msg: jsonProblem(err)}
+		}
+		if t.Type != "function" {
+			return c, &TraceError{Field: field + ".type", Msg: fmt.Sprintf("%q: only function tools can be replayed", t.Type)}
+		}
+		if t.Function.Name == "" {
+			return c, &TraceError{Field: field + ".function.name", Msg: "missing"}
+		}
+		if p := bytes.TrimSpace(t.Function.Parameters); len(p) > 0 && p[0] != '{' {
+			return c, &TraceError{Field: field + ".function.parameters", Msg: "must be a JSON Schema object"}
+		}
+		c.Tools = append(c.Tools, t)
+	}
+	if len(raw.Messages) == 0 {
+		return c, &TraceError{Field: "messages", Msg: "missing or empty: a conversation needs at least one message"}
+	}
+	calls := map[string]bool{} // tool call ids made so far
+	sawUser := false
+	for i, rm := range raw.Messages {
+		field := fmt.Sprintf("messages[%d]", i)
+		var m openai.Message
+		if err := json.Unmarshal(rm, &m); err != nil {
+			return c, &TraceError{Field: field, Msg: jsonProblem(err)}
+		}
+		switch m.Role {
+		case "user":
+			sawUser = true
+		case "assistant":
+			if !sawUser {
+				return c, &TraceError{Field: field, Msg: "an assistant message before any user message: there is no request to replay up to it"}
+			}
+			c.Requests = append(c.Requests, i)
+			for k, tc := range m.ToolCalls {
+				cf := fmt.Sprintf("%s.tool_calls[%d]", field, k)
+				switch {
+				case tc.ID == "":
+					return c, &TraceError{Field: cf + ".id", Msg: "missing: the tool message answering the call names it"}
+				case tc.Function.Name == "":
+					return c, &TraceError{Field: cf + ".function.name", Msg: "missing"}
+				case calls[tc.ID]:
+					return c, &TraceError{Field: cf + ".id", Msg: fmt.Sprintf("%q was already used by an earlier call", tc.ID)}
+				}
+				calls[tc.ID] = true
+				m.ToolCalls[k].Index = nil
+			}
+		case "tool":
+			if !calls[m.ToolCallID] {
+				return c, &TraceError{Field: field + ".tool_call_id", Msg: fmt.Sprintf("%q answers no earlier tool call", m.ToolCallID)}
+			}
+		case "system", "developer":
+		case "":
+			return c, &TraceError{Field: field + ".role", Msg: "missing"}
+		default:
+			return c, &TraceError{Field: field + ".role", Msg: fmt.Sprintf("%q is not one of %s", m.Role, strings.Join(traceRoles, ", "))}
+		}
+		if m.Role != "assistant" && len(m.ToolCalls) > 0 {
+			return c, &TraceError{Field: field + ".tool_calls", Msg: "only an assistant message makes tool calls"}
+		}
+		c.Messages = append(c.Messages, m)
+	}
+	if last := c.Messages[len(c.Messages)-1]; last.Role != "assistant" {
+		if !sawUser {
+			return c, &TraceError{Field: "messages", Msg: "no user message: there is nothing to ask the engine"}
+		}
+		c.Requests = append(c.Requests, len(c.Messages))
+	}
+	return c, nil
+}
+
+// jsonProblem is a JSON error in words, without the Go type names.
+func jsonProblem(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		if te.Field != "" {
+			return fmt.Sprintf("%s: %s where %s belongs", te.Field, te.Value, strings.TrimPrefix(te.Type.String(), "*"))
+		}
+		return fmt.Sprintf("%s where %s belongs", te.Value, strings.TrimPrefix(te.Type.String(), "*"))
+	}
+	return err.Error()
+}
+
+func runTrace(ctx context.Context, cfg Config, base string, rec Recorder) error {
+	if cfg.Trace == nil {
+		return errors.New("workload: trace: no trace configured")
+	}
+	convs := cfg.Trace.Conversations
+	if convs == nil {
+		var err error
+		if convs, err = ReadTrace(cfg.Trace.Path); err != nil {
+			return fmt.Errorf("workload: %w", err)
+		}
+	}
+	n := len(convs)
+	if cfg.Sessions > 0 {
+		if cfg.Sessions > n {
+			return fmt.Errorf("workload: trace %s has %d conversations, fewer than the %d sessions asked for", cfg.Trace.Path, n, cfg.Sessions)
+		}
+		n = cfg.Sessions
+	}
+	conc := max(cfg.Concurrency, 1)
+	r, err := newRunner(ctx, cfg, base, rec, conc)
+	if r == nil {
+		if ctx.Err() != nil {
+			abortRange(rec, cfg.SessionOffset, n, ctx.Err())
+		}
+		return err
+	}
+	defer r.client.CloseIdleConnections()
+	var g errgroup.Group
+	g.SetLimit(conc)
+	for k := range n {
+		session := cfg.SessionOffset + k
+		if ctx.Err() != nil {
+			rec.SessionDone(SessionResult{Session: session, Status: SessionAborted, Err: ctx.Err().Error()})
+			continue
+		}
+		g.Go(func() error {
+			rec.SessionDone(r.replay(ctx, session, convs[k]))
+			return nil
+		})
+	}
+	_ = g.Wait()
+	return ctx.Err()
+}
+
+// replay sends a conversation's requests in order, each its recorded prefix.
+func (r *runner) replay(ctx context.Context, session int, c TraceConversation) SessionResult {
+	res := SessionResult{Session: session, Status: SessionOK}
+	for i, end := range c.Requests {
+		if ctx.Err() != nil {
+			res.Status, res.Err = SessionAborted, ctx.Err().Error()
+			return res
+		}
+		maxTokens := r.cfg.MaxTokens
+		if c.MaxTokens > 0 {
+			maxTokens = c.MaxTokens
+		}
+		req := r.chatRequest(session, i, c.Messages[:end], maxTokens, false)
+		if c.Temperature != nil {
+			t := *c.Temperature
+			req.Temperature = &t
+		}
+		req.Tools, req.ToolChoice = c.Tools, c.ToolChoice
+		turn, ex := r.exchange(ctx, session, i, i, req)
+		r.rec.Turn(turn)
+		res.Turns = i + 1
+		if ex.Err != nil {
+			res.Status, res.Err = sessionStatus(ctx, ex.Err), ex.Err.Error()
+			return res
+		}
+	}
+	return res
+}
