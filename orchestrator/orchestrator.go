@@ -54,7 +54,17 @@ type Options struct {
 	// LeaseHeartbeat is how often the experiment's lease is renewed (default
 	// store.LeaseHeartbeat; it must stay well below store.LeaseExpiry).
 	LeaseHeartbeat time.Duration
+	// Look, when set, is asked after every block but the last with each arm's
+	// cumulative analysed and corrupted sessions, in the spec's arm order; when it
+	// returns stop, scheduling ends there as at a crossed sequential boundary, with why
+	// recorded as the reason. A caller with a stopping rule of its own (arbiter bisect's
+	// clean boundary) stops early through it.
+	Look func(block int, counts []ArmCounts) (stop bool, why string)
 }
+
+// ArmCounts are an arm's sessions that completed every round (those the analysis
+// counts, store.Analysed) and the corrupted ones among them.
+type ArmCounts struct{ Sessions, Corrupted int }
 
 // Progress hears about an experiment as it runs; the CLI draws progress bars from it.
 type Progress interface {
@@ -506,10 +516,21 @@ func (e *experiment) run(ctx context.Context, res *Result) error {
 				return err
 			}
 		}
-		if seq == nil || b == blocks-1 || ctx.Err() != nil {
+		if b == blocks-1 || ctx.Err() != nil {
 			continue
 		}
-		if stop, why := seq.look(e.counts, e.baselineIndex()); stop {
+		stop, why := false, ""
+		if seq != nil {
+			stop, why = seq.look(e.counts, e.baselineIndex())
+		}
+		if look := e.opts.Look; !stop && look != nil {
+			counts := make([]ArmCounts, len(e.counts))
+			for i, c := range e.counts {
+				counts[i] = ArmCounts{Sessions: c.sessions, Corrupted: c.corrupted}
+			}
+			stop, why = look(b, counts)
+		}
+		if stop {
 			e.log.Info("stopping early", "after_block", b, "why", why)
 			res.StoppedEarly = why
 			return e.store.StopEarly(ctx, e.id, why)

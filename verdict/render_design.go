@@ -43,6 +43,14 @@ func (v *Verdict) designSections(b *strings.Builder) {
 				fmt.Fprintf(b, "\n%s\n", note)
 			}
 		}
+		crossed := false
+		for _, sv := range v.Sequential {
+			crossed = crossed || sv.Result.Significant
+		}
+		if v.StoppedEarly != "" && !crossed {
+			// A stopping rule of the caller's (a bisection step shown clean), not a boundary.
+			fmt.Fprintf(b, "\nScheduling stopped before the last look: %s\n", v.StoppedEarly)
+		}
 	}
 
 	if len(v.Strata) > 0 {

@@ -1,0 +1,463 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/bisect"
+	"github.com/arbiterlab/arbiter/orchestrator"
+	"github.com/arbiterlab/arbiter/stats"
+	"github.com/arbiterlab/arbiter/store"
+	"github.com/arbiterlab/arbiter/verdict"
+)
+
+func init() { subcommands = append(subcommands, newBisectCmd) }
+
+// bisectGates are the --fail-on gates of a bisection.
+var bisectGates = map[string]string{
+	"culprit":   "a culprit was named: the regression is real and attributed",
+	"uncertain": "the search ended without naming a culprit and without showing the bad configuration clean",
+}
+
+type bisectOptions struct {
+	resume      int64
+	verdict     bool
+	list        bool
+	plan        bool
+	spec        string
+	reportPath  string
+	logDir      string
+	failOn      string
+	simulations int
+	rate        float64
+}
+
+func newBisectCmd(g *globals) *cobra.Command {
+	var o bisectOptions
+	cmd := &cobra.Command{
+		Use:   "bisect SPEC | --resume ID | --verdict [ID] | --list | --plan SPEC",
+		Short: "Find which of the changes between a good and a bad configuration makes the engine corrupt",
+		Long: `Bisect the changes between two configurations of an engine: the spec names a good and a
+bad configuration (env and args pins, or two get_server_info files), the workload, the detectors
+and the search's budget. Every step is an experiment in the database, good against good with some
+of the changes applied, judged by a three-way group-sequential exact test (corrupts, clean, or
+inconclusive when its looks run out); the search tests growing prefixes of the changes, so that a
+culprit that is a combination (bf16 index-K corrupts only with HiCache on) is found as that
+combination, and ends with the confirmation A/B of good + culprit against good. The probability
+of naming a wrong culprit is held to search.error_budget over the whole search.
+
+The report (the search tree, the culprit with its confirming test, what remains uncertain) is
+written beside the database and rebuilt with --verdict. A bisection interrupted (Ctrl-C) or
+whose arbiter was killed continues with --resume from the steps it recorded.`,
+		Example: `  arbiter bisect examples/bisect/tuesday-release.yaml
+  arbiter bisect --plan examples/bisect/tuesday-release.yaml      # the changes, the step design, a simulation; runs nothing
+  arbiter bisect --resume 1                        # continue an interrupted bisection
+  arbiter bisect --verdict 1 -o bisect-1.md        # its report again
+  arbiter bisect --list`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.failOn != "" && bisectGates[o.failOn] == "" {
+				return withCode(exitUsage, fmt.Errorf("--fail-on %q: want culprit or uncertain", o.failOn))
+			}
+			modes := 0
+			for _, on := range []bool{o.resume != 0, o.verdict, o.list, o.plan} {
+				if on {
+					modes++
+				}
+			}
+			switch {
+			case modes > 1:
+				return withCode(exitUsage, errors.New("give one of --resume, --verdict, --list and --plan"))
+			case o.list:
+				if len(args) > 0 {
+					return withCode(exitUsage, errors.New("--list takes no argument"))
+				}
+				return listBisections(cmd.Context(), g)
+			case o.verdict:
+				ref := ""
+				if len(args) == 1 {
+					ref = args[0]
+				}
+				return bisectVerdict(cmd.Context(), g, ref, o)
+			case o.resume != 0:
+				if len(args) > 0 {
+					return withCode(exitUsage, errors.New("--resume takes the bisection's id; give its spec file with --spec"))
+				}
+				return resumeBisection(cmd.Context(), g, o)
+			case len(args) != 1:
+				return withCode(exitUsage, errors.New("give the bisection spec"))
+			case o.plan:
+				return planBisection(g, args[0], o)
+			}
+			spec, err := arms.LoadBisect(args[0])
+			if err != nil {
+				return withCode(exitUsage, err)
+			}
+			return runBisection(cmd.Context(), g, spec, 0, o)
+		},
+	}
+	f := cmd.Flags()
+	f.Int64Var(&o.resume, "resume", 0, "continue the recorded bisection with this id")
+	f.StringVar(&o.spec, "spec", "", "with --resume: the bisection's spec file (default: the text recorded with it)")
+	f.BoolVar(&o.verdict, "verdict", false, "write the report of a recorded bisection (id or name; default the newest)")
+	f.BoolVar(&o.list, "list", false, "list the bisections in the results database")
+	f.BoolVar(&o.plan, "plan", false, "check the spec and print its changes, step design and a simulation; runs nothing")
+	f.IntVar(&o.simulations, "simulations", 2000, "with --plan: bisections to simulate")
+	f.Float64Var(&o.rate, "rate", 0, "with --plan: the culprit's excess corruption rate to plan for (default search.effect, the hardest the search allows)")
+	f.StringVarP(&o.reportPath, "output", "o", "", "report file (default verdicts/NAME-DB-bID.md beside the database; with --verdict, stdout)")
+	f.StringVar(&o.logDir, "log-dir", "", "engine logs, under DIR/DB/exp-ID (default arbiter-logs beside the database)")
+	f.StringVar(&o.failOn, "fail-on", "", "exit 3 when the bisection shows: culprit (a culprit was named) or uncertain (it ended without a conclusion)")
+	return cmd
+}
+
+// stepLines prints every step as it starts and ends, on stderr.
+type stepLines struct{ w io.Writer }
+
+func (s stepLines) StepStarted(p bisect.Probe, exp string, maxSteps int) {
+	fmt.Fprintf(s.w, "step %d of at most %d (%s): good with changes %s applied, experiment %s\n", p.Step, maxSteps, p.Role, changeNumbers(p.Changes), exp)
+}
+
+func (s stepLines) StepEnded(p bisect.Probe, j *verdict.StepJudgement, kept bool) {
+	if kept {
+		fmt.Fprintf(s.w, "step %d (%s, recorded before the resume): %s\n", p.Step, p.Role, j.Sentence())
+		return
+	}
+	fmt.Fprintf(s.w, "step %d: %s\n", p.Step, j.Sentence())
+}
+
+func changeNumbers(idx []int) string {
+	words := make([]string, len(idx))
+	for i, x := range idx {
+		words[i] = fmt.Sprint(x + 1)
+	}
+	return strings.Join(words, ",")
+}
+
+func runBisection(ctx context.Context, g *globals, spec *arms.BisectSpec, resume int64, o bisectOptions) error {
+	logger := slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	opts := bisect.Options{Spec: spec, DBPath: g.dbPath(), LogDir: o.logDir, Logger: logger, Resume: resume}
+	if !g.json {
+		opts.Progress = stepLines{g.stderr}
+	}
+	res, runErr := bisect.Run(ctx, opts)
+	if errors.Is(runErr, store.ErrNotArbiterDatabase) {
+		return withCode(exitUsage, runErr)
+	}
+	var se *arms.SpecError
+	if errors.As(runErr, &se) {
+		return withCode(exitUsage, runErr)
+	}
+	if res.BisectionID == 0 || errors.Is(runErr, store.ErrLeaseLost) {
+		return runErr
+	}
+	path := o.reportPath
+	if path == "" {
+		var err error
+		if path, err = reportPath(ctx, g, res.Name, res.BisectionID); err != nil {
+			return errors.Join(runErr, err)
+		}
+	}
+	// The report is written after an interrupt too: it shows the steps recorded so far.
+	r, err := writeBisectionReport(context.WithoutCancel(ctx), g.dbPath(), fmt.Sprint(res.BisectionID), path)
+	if err != nil {
+		return errors.Join(runErr, err)
+	}
+	if g.json {
+		out := r.Summary()
+		out["report"], out["database"], out["elapsed_s"] = path, g.dbPath(), res.Elapsed.Seconds()
+		if err := json.NewEncoder(g.stdout).Encode(out); err != nil {
+			return err
+		}
+	} else {
+		steps := fmt.Sprintf("%d steps", len(res.Steps))
+		if len(res.Steps) == 1 {
+			steps = "1 step"
+		}
+		fmt.Fprintf(g.stdout, "bisection %d (%s): %s in %s, %s\n", res.BisectionID, res.Name, res.Status, res.Elapsed.Round(1e8), steps)
+		for _, line := range r.Headline() {
+			fmt.Fprint(g.stdout, wrap(line, "  ", 100))
+		}
+		fmt.Fprintf(g.stdout, "report: %s\n", path)
+	}
+	if runErr != nil {
+		return runErr
+	}
+	return bisectGate(r, o.failOn)
+}
+
+// bisectGate applies --fail-on to a bisection's report.
+func bisectGate(r *verdict.BisectionReport, gate string) error {
+	c := r.Conclusion
+	if gate == "" || c == nil {
+		return nil
+	}
+	switch {
+	case gate == "culprit" && c.Status == bisect.StatusCulprit:
+		return withCode(exitGateFailed, fmt.Errorf("gate culprit failed: changes %s corrupt against good (confirmed by step %d)", changeNumbers(c.Culprit), c.ConfirmedBy))
+	case gate == "uncertain" && c.Status == bisect.StatusUncertain:
+		return withCode(exitGateFailed, fmt.Errorf("gate uncertain failed: %s", c.Reason))
+	}
+	return nil
+}
+
+// reportPath is verdicts/NAME-DB-bID.md beside the database.
+func reportPath(ctx context.Context, g *globals, name string, id int64) (string, error) {
+	db, err := store.OpenReadOnly(g.dbPath())
+	if err != nil {
+		return "", err
+	}
+	defer db.Close()
+	uuid, err := store.DatabaseID(ctx, db)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(filepath.Dir(g.dbPath()), "verdicts", fmt.Sprintf("%s-%s-b%d.md", name, store.ShortID(uuid), id)), nil
+}
+
+func writeBisectionReport(ctx context.Context, dbPath, ref, path string) (*verdict.BisectionReport, error) {
+	db, err := store.OpenReadOnly(dbPath)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	r, err := verdict.BuildBisection(ctx, db, ref)
+	if err != nil {
+		return nil, err
+	}
+	return r, r.WriteFile(path)
+}
+
+func resumeBisection(ctx context.Context, g *globals, o bisectOptions) error {
+	b, err := findBisectionForResume(ctx, g.dbPath(), o.resume)
+	if err != nil {
+		return err
+	}
+	var spec *arms.BisectSpec
+	if o.spec != "" {
+		spec, err = arms.LoadBisect(o.spec)
+	} else {
+		if strings.Contains(b.Spec, arms.Redacted) {
+			return withCode(exitUsage, fmt.Errorf("bisection %d: its recorded spec had credentials redacted; give the spec file with --spec", b.ID))
+		}
+		// Server-info files are read beside the spec's recorded path.
+		spec, err = arms.ParseBisect(b.SpecPath, []byte(b.Spec))
+	}
+	if err != nil {
+		return withCode(exitUsage, err)
+	}
+	err = runBisection(ctx, g, spec, b.ID, o)
+	if errors.Is(err, orchestrator.ErrNothingToResume) {
+		return withCode(exitUsage, err)
+	}
+	return err
+}
+
+// findBisectionForResume upgrades the database (resume writes) and finds the bisection;
+// it never creates a database.
+func findBisectionForResume(ctx context.Context, path string, id int64) (store.BisectionRow, error) {
+	if _, err := os.Stat(path); err != nil {
+		return store.BisectionRow{}, withCode(exitUsage, fmt.Errorf("resume: no results database at %s (give --db): %w", path, err))
+	}
+	st, err := store.Open(path, store.Options{})
+	if errors.Is(err, store.ErrNotArbiterDatabase) {
+		return store.BisectionRow{}, withCode(exitUsage, err)
+	}
+	if err != nil {
+		return store.BisectionRow{}, err
+	}
+	defer st.Close()
+	b, err := store.FindBisection(ctx, st.DB(), fmt.Sprint(id))
+	if err != nil {
+		return b, withCode(exitUsage, err)
+	}
+	switch {
+	case b.Status == store.ExperimentDone:
+		return b, withCode(exitUsage, fmt.Errorf("bisection %d is done: %w (its report: arbiter bisect --verdict %d)", b.ID, orchestrator.ErrNothingToResume, b.ID))
+	case b.Status == store.ExperimentRunning && !b.Abandoned:
+		// Said before the spec is read; bisect.Run's own check when it takes the lease
+		// is the one that holds under a race.
+		return b, &store.BisectionHeldError{BisectionID: b.ID, Lease: *b.Lease(), At: time.Now()}
+	}
+	return b, nil
+}
+
+func bisectVerdict(ctx context.Context, g *globals, ref string, o bisectOptions) error {
+	db, err := store.OpenReadOnly(g.dbPath())
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	r, err := verdict.BuildBisection(ctx, db, ref)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return withCode(exitUsage, err)
+		}
+		return err
+	}
+	switch {
+	case o.reportPath != "":
+		if err := r.WriteFile(o.reportPath); err != nil {
+			return err
+		}
+		fmt.Fprintln(g.stdout, o.reportPath)
+	case g.json:
+		if err := json.NewEncoder(g.stdout).Encode(r.Summary()); err != nil {
+			return err
+		}
+	default:
+		if err := r.Markdown(g.stdout); err != nil {
+			return err
+		}
+	}
+	return bisectGate(r, o.failOn)
+}
+
+func listBisections(ctx context.Context, g *globals) error {
+	db, err := store.OpenReadOnly(g.dbPath())
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	rows, err := store.ListBisections(ctx, db)
+	if err != nil {
+		return err
+	}
+	type line struct {
+		ID         int64                  `json:"id"`
+		Name       string                 `json:"name"`
+		Status     store.ExperimentStatus `json:"status"`
+		Created    string                 `json:"created_at"`
+		Steps      int                    `json:"steps"`
+		Conclusion string                 `json:"conclusion"`
+		Culprit    []int                  `json:"culprit,omitempty"`
+	}
+	var out []line
+	for _, b := range rows {
+		steps, err := store.BisectionSteps(ctx, db, b.ID)
+		if err != nil {
+			return err
+		}
+		l := line{ID: b.ID, Name: b.Name, Status: b.State(), Created: b.CreatedAt, Steps: len(steps), Conclusion: "–"}
+		if b.Conclusion.Valid {
+			var c store.BisectionConclusion
+			if json.Unmarshal([]byte(b.Conclusion.String), &c) == nil {
+				l.Conclusion = c.Status
+				for _, x := range c.Culprit {
+					l.Culprit = append(l.Culprit, x+1)
+				}
+			}
+		}
+		out = append(out, l)
+	}
+	if g.json {
+		if out == nil {
+			out = []line{}
+		}
+		return json.NewEncoder(g.stdout).Encode(out)
+	}
+	tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tSTATUS\tSTARTED\tSTEPS\tCONCLUSION\tCULPRIT")
+	for _, l := range out {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", l.ID, l.Name, l.Status, l.Created, l.Steps, l.Conclusion, dash(changeNumbers(zeroBased(l.Culprit))))
+	}
+	return tw.Flush()
+}
+
+func zeroBased(oneBased []int) []int {
+	out := make([]int, len(oneBased))
+	for i, x := range oneBased {
+		out[i] = x - 1
+	}
+	return out
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "–"
+	}
+	return s
+}
+
+// planBisection checks a spec and says what its search will do, running nothing: the
+// changes, the step design, what one step decides at the effect, and a simulation of
+// whole bisections at a clean good and a culprit at the effect.
+func planBisection(g *globals, path string, o bisectOptions) error {
+	spec, err := arms.LoadBisect(path)
+	if err != nil {
+		return withCode(exitUsage, err)
+	}
+	d, err := bisect.Plan(spec)
+	if err != nil {
+		return withCode(exitUsage, err)
+	}
+	n := d.Sessions
+	rate := spec.Search.Effect
+	if o.rate != 0 {
+		if !(o.rate > 0 && o.rate <= 1) {
+			return withCode(exitUsage, fmt.Errorf("--rate %g: a corruption rate in (0, 1]", o.rate))
+		}
+		rate = o.rate
+	}
+	atEffect, err := stats.StepOperatingExact(0, rate, n, d.Step)
+	if err != nil {
+		return err
+	}
+	clean, err := stats.StepOperatingExact(0, 0, n, d.Step)
+	if err != nil {
+		return err
+	}
+	sizes := []int{1}
+	if len(spec.Changes) > 1 {
+		sizes = append(sizes, 2)
+	}
+	sim, err := bisect.Simulate(bisect.SimOptions{Changes: len(spec.Changes), CulpritSizes: sizes, RateGood: 0, RateCulprit: rate,
+		SessionsPerLook: n, Design: d.Step, MaxSteps: d.MaxSteps, CheckRevert: spec.Search.CheckRevert, Reps: max(o.simulations, 1), Seed: 1})
+	if err != nil {
+		return err
+	}
+	if g.json {
+		changes := make([]string, len(spec.Changes))
+		for i, c := range spec.Changes {
+			changes[i] = c.Label()
+		}
+		return json.NewEncoder(g.stdout).Encode(map[string]any{
+			"changes": changes, "max_steps": d.MaxSteps, "step_alpha": d.Step.Alpha, "looks": d.Step.Looks,
+			"sessions_per_look": n, "effect": d.Step.Effect, "rate": rate,
+			"step_at_effect":  map[string]float64{"corrupts": atEffect.Corrupts, "clean": atEffect.Clean, "inconclusive": atEffect.Inconclusive, "mean_sessions": atEffect.MeanSessions},
+			"step_when_clean": map[string]float64{"clean": clean.Clean, "corrupts": clean.Corrupts, "inconclusive": clean.Inconclusive, "mean_sessions": clean.MeanSessions},
+			"simulation": map[string]any{"bisections": sim.Reps, "right": float64(sim.Right) / float64(sim.Reps), "wrong": sim.WrongRate(),
+				"uncertain": float64(sim.Uncertain) / float64(sim.Reps), "mean_steps": sim.MeanSteps, "most_steps": sim.MostSteps, "mean_sessions": sim.MeanSessions},
+		})
+	}
+	w := g.stdout
+	fmt.Fprintf(w, "%s: %d changes from good to bad, in search order\n", spec.Name, len(spec.Changes))
+	for i, c := range spec.Changes {
+		fmt.Fprintf(w, "  %2d  %s\n", i+1, c.Label())
+	}
+	fmt.Fprintf(w, "search: at most %d steps (a culprit of one change takes at most %d, of two %d), each at alpha %.3g = error budget %g / %d\n",
+		d.MaxSteps, bisect.MaxSteps(len(spec.Changes), 1), bisect.MaxSteps(len(spec.Changes), 2), d.Step.Alpha, spec.Search.ErrorBudget, d.MaxSteps)
+	fmt.Fprintf(w, "a step: up to %d looks of %d sessions per arm; corrupts by Fisher's exact test at O'Brien-Fleming thresholds", d.Step.Looks, n)
+	for _, b := range d.Step.Efficacy {
+		fmt.Fprintf(w, " %.3g", b.NominalP)
+	}
+	fmt.Fprintf(w, ", clean when the excess is bounded below %.1f points (one-sided level %.3g per look)\n", 100*d.Step.Effect, d.Step.CleanLevel)
+	fmt.Fprintf(w, "a step holding the culprit, good at 0%% and the culprit at %.1f%%: corrupts %.3f, clean %.5f, inconclusive %.3f; %.0f sessions on average\n",
+		100*rate, atEffect.Corrupts, atEffect.Clean, atEffect.Inconclusive, atEffect.MeanSessions)
+	fmt.Fprintf(w, "a clean step, both at 0%%: clean %.3f, inconclusive %.3f; %.0f sessions on average\n", clean.Clean, clean.Inconclusive, clean.MeanSessions)
+	fmt.Fprintf(w, "%d simulated bisections (a culprit of %s changes at %.1f%%): right %.3f, wrong %.4f, uncertain %.3f; %.1f steps and %.0f sessions on average, at most %d steps\n",
+		sim.Reps, strings.Trim(strings.Join(strings.Fields(fmt.Sprint(sizes)), " or "), "[]"), 100*rate, float64(sim.Right)/float64(sim.Reps), sim.WrongRate(),
+		float64(sim.Uncertain)/float64(sim.Reps), sim.MeanSteps, sim.MeanSessions, sim.MostSteps)
+	return nil
+}
