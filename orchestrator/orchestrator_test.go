@@ -166,7 +166,7 @@ arms:
   treatment: {env: {BF16_INDEX_K: "1"}}
 workload: {kind: toolcall-agent, sessions: 6, rounds: 2, concurrency: 3, seed: 1}
 detectors: [dsml-leak]
-timeouts: {startup: 5s, request: 5s, stall: 200ms}
+timeouts: {startup: 5s, request: 5s, stall: 2s}
 ` + extra
 	s, err := arms.Parse("test.yaml", []byte(src))
 	if err != nil {
@@ -284,7 +284,9 @@ func TestWedgedEngineIsCaughtByProgressNotHealth(t *testing.T) {
 	// timers see traffic; only the progress watchdog sees that nothing completes.
 	trickle := func(n int64, e *engine, r *http.Request) bool { return n > 1 }
 	spec := testSpec(t, "")
-	spec.Timeouts.Request = time.Second
+	// A silence shorter than a request's deadline: the stall decides before the request
+	// timeout could.
+	spec.Timeouts.Request, spec.Timeouts.Stall = time.Second, 300*time.Millisecond
 	res, err := Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quietLogger(),
 		Runtime: engines(func(arm string) *engine {
 			if arm == "control" {
