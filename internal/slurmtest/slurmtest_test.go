@@ -1,0 +1,35 @@
+package slurmtest
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+// TestCluster starts the cluster and runs a job on each node that asks for GPUs: Slurm
+// must place it and export the devices it assigned.
+func TestCluster(t *testing.T) {
+	c := Start(t, Options{})
+	ctx := context.Background()
+	for _, n := range c.Nodes {
+		out, err := c.Command(ctx, "srun", "-N1", "-w", n.Name, "--gres=gpu:2", "sh", "-c", "echo $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES; ip -br addr")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out, n.Name+" 0,1") || !strings.Contains(out, n.Addr+"/24") {
+			t.Errorf("job on %s printed %q; want its name, GPUs 0,1 and address %s", n.Name, out, n.Addr)
+		}
+	}
+	jobs, err := c.Completions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != len(c.Nodes) {
+		t.Fatalf("sacct -c lists %d jobs, want %d: %v", len(jobs), len(c.Nodes), jobs)
+	}
+	for i, j := range jobs {
+		if j["State"] != "COMPLETED" || j["NodeList"] != c.Nodes[i].Name {
+			t.Errorf("job %d: %v; want COMPLETED on %s", i, j, c.Nodes[i].Name)
+		}
+	}
+}
