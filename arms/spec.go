@@ -59,8 +59,21 @@ type Engine struct {
 
 // Runtime says where arms run.
 type Runtime struct {
-	Kind  string // "process" (default) or "docker"
+	Kind  string // "process" (default), "docker" or "slurm"
 	Nodes []Node
+	// Slurm is where the slurm runtime submits its jobs; zero for the other kinds.
+	Slurm Slurm
+}
+
+// Slurm says how arms run as Slurm jobs: one batch job per launch, submitted with
+// sbatch's own options. An empty field leaves the cluster's default.
+type Slurm struct {
+	Partition string   // --partition
+	Account   string   // --account
+	QOS       string   // --qos
+	Time      string   // --time, the job's time limit, e.g. "2:00:00"
+	Options   []string // more sbatch options as given, e.g. pyxis's --container-image=IMAGE
+	HostFlag  string   // the engine's listen-address flag (default "--host")
 }
 
 // Node is one machine that hosts arms (docker runtime).

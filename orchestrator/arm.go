@@ -65,6 +65,13 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 		return finish(store.RunFailed, err.Error())
 	}
 	run.Endpoint = inst.Endpoint()
+	if p, ok := inst.(runtime.Placed); ok {
+		// A scheduler chose the node and the GPUs; the run records its choice.
+		pl := p.Placement()
+		run.Node, run.GPUs = pl.Node, pl.GPUs
+		log.Info("placed", "job", pl.Job, "node", pl.Node, "gpus", pl.GPUs, "cuda_visible_devices", pl.Visible,
+			"queued", pl.Started.Sub(pl.Submitted).Round(time.Second), "endpoint", run.Endpoint)
+	}
 	recorded := e.recordEngineProcess(bg, inst, run.ID, log)
 	stop := func() {
 		stopCtx, cancel := context.WithTimeout(bg, 30*time.Second)
@@ -83,16 +90,18 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 
 	model, err := e.waitReady(ctx, inst, preset)
 	if err != nil {
-		crashed := false
+		crashed, lost := false, false
 		select {
 		case <-inst.Done():
-			crashed = !inst.Exit().Stopped
+			crashed, lost = !inst.Exit().Stopped, inst.Exit().Lost
 		default:
 		}
 		stop()
 		switch {
 		case ctx.Err() != nil:
 			return finish(store.RunInterrupted, "")
+		case lost:
+			return finish(store.RunLost, fmt.Sprintf("%v before it was ready (%s)", runtime.ErrLost, inst.Exit()))
 		case crashed:
 			return finish(store.RunCrashed, fmt.Sprintf("%v before it was ready (%s)", runtime.ErrCrashed, inst.Exit()))
 		}
@@ -160,6 +169,8 @@ func (e *experiment) drive(ctx context.Context, inst runtime.Instance, preset ar
 		return store.RunInterrupted, "", nil
 	case errors.Is(cause, runtime.ErrCrashed):
 		return store.RunCrashed, cause.Error(), nil
+	case errors.Is(cause, runtime.ErrLost):
+		return store.RunLost, cause.Error(), nil
 	case errors.As(cause, &stopped):
 		return stopped.status, cause.Error(), nil
 	case errors.Is(runErr, workload.ErrNoLiveness):

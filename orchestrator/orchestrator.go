@@ -144,6 +144,11 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 				d.Host, d.GPUs = spec.Runtime.Nodes[0].Host, spec.Runtime.Nodes[0].GPUs
 			}
 			rt = d
+		case "slurm":
+			sl := spec.Runtime.Slurm
+			// A job still queued when the startup timeout ends is given up, with Slurm's reason.
+			rt = runtime.Slurm{Partition: sl.Partition, Account: sl.Account, QOS: sl.QOS, TimeLimit: sl.Time,
+				Options: sl.Options, HostFlag: sl.HostFlag, GPUs: spec.Engine.GPUs, Pending: spec.Timeouts.Startup}
 		default:
 			return Result{}, fmt.Errorf("orchestrator: runtime %q needs a Runtime", spec.Runtime.Kind)
 		}
@@ -189,6 +194,9 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		// Engines an earlier arbiter left running hold ports and GPUs the resumed
 		// launches need.
 		reapOrphans(ctx, st, log)
+		if spec.Runtime.Kind == "slurm" {
+			cancelSlurmLeftovers(ctx, dbID, opts.Resume, log)
+		}
 	}
 
 	// This process owns the experiment from here to its end: a second arbiter that
@@ -318,6 +326,9 @@ func Version() string {
 // gpus ("0-7", "0,2"; all of them when engine.gpus is 0). Empty when the spec pins none or
 // says "all", which leaves the engine every device it sees.
 func gpuSlot(spec *arms.Spec) (string, error) {
+	if spec.Runtime.Kind == "slurm" {
+		return "", nil // Slurm assigns each job its GPUs; nothing to claim on this machine
+	}
 	node := ""
 	if len(spec.Runtime.Nodes) > 0 {
 		node = strings.TrimSpace(spec.Runtime.Nodes[0].GPUs)

@@ -245,11 +245,12 @@ func plural(n int) string {
 }
 
 // launchComparison tests arm i's crashed or wedged launches against the baseline's.
-// Interrupted launches are left out: the user, not the engine, ended them.
+// Interrupted and lost launches are left out: the user or the scheduler, not the engine,
+// ended them.
 func (v *Verdict) launchComparison(i int) LaunchComparison {
 	a, b := v.Arms[i].Launches, v.Arms[v.Baseline].Launches
-	lc := LaunchComparison{Faulted: a.Faulted(), Launches: a.Total - a.Interrupted,
-		BaseFaulted: b.Faulted(), BaseLaunches: b.Total - b.Interrupted, FisherP: math.NaN()}
+	lc := LaunchComparison{Faulted: a.Faulted(), Launches: a.Total - a.Interrupted - a.Lost,
+		BaseFaulted: b.Faulted(), BaseLaunches: b.Total - b.Interrupted - b.Lost, FisherP: math.NaN()}
 	if lc.Launches > 0 && lc.BaseLaunches > 0 {
 		lc.FisherP = stats.FisherExact(lc.BaseFaulted, lc.BaseLaunches, lc.Faulted, lc.Launches).PTwoSided
 		lc.Significant = stats.Reject(lc.FisherP, v.Alpha)
@@ -322,7 +323,7 @@ func (v *Verdict) caveats() {
 		}
 		cs = append(cs, caveat{rankDesign, text})
 	}
-	var faulted []string
+	var faulted, lost []string
 	for _, r := range v.Runs {
 		if r.Superseded {
 			continue
@@ -330,10 +331,15 @@ func (v *Verdict) caveats() {
 		switch r.Status {
 		case "crashed", "wedged", "erroring", "timed-out", "failed":
 			faulted = append(faulted, fmt.Sprintf("%s/b%d %s (%s)", r.Arm, r.Block, r.Status, dash(r.Error)))
+		case "lost":
+			lost = append(lost, fmt.Sprintf("%s/b%d (%s)", r.Arm, r.Block, dash(r.Error)))
 		}
 	}
 	if len(faulted) > 0 {
 		add(rankProblem, "Launches that did not finish: %s. Their unfinished sessions count as lost, not as clean, and are not analysed.", strings.Join(faulted, "; "))
+	}
+	if len(lost) > 0 {
+		add(rankProblem, "Launches lost to their scheduler or node, not ended by their engine: %s. They are left out of the launch comparison; their unfinished sessions count as lost and are not analysed; `arbiter resume` runs them again.", strings.Join(lost, "; "))
 	}
 	switch st := v.Experiment.State(); st {
 	case store.ExperimentDone:
@@ -954,7 +960,7 @@ func (v *Verdict) Summary() map[string]any {
 			"wilson95":          []any{nanNil(a.Wilson.Lo), nanNil(a.Wilson.Hi)},
 			"clopper_pearson95": []any{nanNil(a.Exact.Lo), nanNil(a.Exact.Hi)}, "baseline": a.Name == v.Arms[v.Baseline].Name,
 			"launches": map[string]int{"total": a.Launches.Total, "done": a.Launches.Done, "crashed": a.Launches.Crashed,
-				"wedged": a.Launches.Wedged, "erroring": a.Launches.Erroring, "timed_out": a.Launches.TimedOut, "failed": a.Launches.Failed, "interrupted": a.Launches.Interrupted},
+				"wedged": a.Launches.Wedged, "erroring": a.Launches.Erroring, "timed_out": a.Launches.TimedOut, "failed": a.Launches.Failed, "interrupted": a.Launches.Interrupted, "lost": a.Launches.Lost},
 			"problems": append([]string{}, a.Problems...)}
 		if a.Levels != nil {
 			m["levels"] = a.Levels

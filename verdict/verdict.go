@@ -142,6 +142,9 @@ func (c *Comparison) Decision() string {
 // LaunchCounts tallies an arm's launches by how they ended.
 type LaunchCounts struct {
 	Total, Done, Crashed, Wedged, Erroring, TimedOut, Failed, Interrupted int
+	// Lost are launches whose place went away under them (a Slurm job cancelled, its
+	// node failed): like interrupted ones they say nothing about the engine.
+	Lost int
 }
 
 // Faulted are the launches whose engine crashed, wedged, kept failing requests or let
@@ -314,6 +317,8 @@ func (v *Verdict) account() {
 			l.Failed++
 		case "interrupted":
 			l.Interrupted++
+		case "lost":
+			l.Lost++
 		}
 	}
 	for i := range v.Arms {

@@ -63,6 +63,13 @@ type Exit struct {
 	Signal  string // the signal that ended it, if any
 	Stopped bool   // true when Stop asked for the exit
 	LogTail string // the last lines of its log
+	// Lost is true when the engine did not end by itself but the place it ran on went
+	// away: the scheduler cancelled its job, its node failed. Such a launch says nothing
+	// about the engine.
+	Lost bool
+	// Reason is the runtime's own account of the end, when it has one (a Slurm job's
+	// state and reason).
+	Reason string
 }
 
 // Crashed reports whether the engine ended on its own, not because it was asked to.
@@ -71,6 +78,8 @@ func (e Exit) Crashed() bool { return !e.Stopped }
 // String says how the engine ended in a few words.
 func (e Exit) String() string {
 	switch {
+	case e.Reason != "":
+		return e.Reason
 	case e.Signal != "":
 		return fmt.Sprintf("killed by %s", e.Signal)
 	default:
@@ -80,3 +89,7 @@ func (e Exit) String() string {
 
 // ErrCrashed is wrapped by errors that report an engine that exited on its own.
 var ErrCrashed = errors.New("engine exited")
+
+// ErrLost is wrapped by errors that report an engine whose place went away under it
+// (Exit.Lost).
+var ErrLost = errors.New("engine lost")
