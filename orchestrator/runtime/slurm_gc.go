@@ -36,7 +36,7 @@ func SlurmLeftovers(ctx context.Context, databaseID, experiment string) ([]Lefto
 			continue
 		}
 		l := Leftover{ID: f[0], Name: f[3], State: strings.ToLower(f[1]), Status: f[1], Database: db,
-			Experiment: strconv.FormatInt(exp, 10), Image: "slurm job " + f[0]}
+			Experiment: strconv.FormatInt(exp, 10)}
 		if run != 0 {
 			l.Run = strconv.FormatInt(run, 10)
 		}
