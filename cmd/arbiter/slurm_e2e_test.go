@@ -1,0 +1,288 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/arbiterlab/arbiter/internal/slurmtest"
+	"github.com/arbiterlab/arbiter/internal/testbin"
+	"github.com/arbiterlab/arbiter/store"
+)
+
+// slurmSpec turns the quickstart into a spec for the slurm runtime: one GPU per arm, on
+// the test cluster's partition; extra is appended (blocks, a smaller workload).
+func slurmSpec(t *testing.T, c *slurmtest.Cluster, extra string) string {
+	t.Helper()
+	b, err := os.ReadFile("../../examples/quickstart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := strings.Replace(string(b), "engine:\n", "engine:\n  gpus: 1\n", 1)
+	spec += "\nruntime: {kind: slurm, partition: " + c.Partition + ", time: \"10:00\"}\n" + extra
+	path := filepath.Join(t.TempDir(), "slurm.yaml")
+	if err := os.WriteFile(path, []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// jobWatch records, while jobs run, what Slurm itself says each arbiter job was given:
+// `scontrol show job -d` (node, GPU indices) and the batch script Slurm keeps (the pins).
+type jobWatch struct {
+	mu      sync.Mutex
+	show    map[string]string // job name -> scontrol show job -d -o
+	script  map[string]string // job name -> batch script
+	stop    chan struct{}
+	stopped chan struct{}
+}
+
+func watchJobs(c *slurmtest.Cluster) *jobWatch {
+	w := &jobWatch{show: map[string]string{}, script: map[string]string{}, stop: make(chan struct{}), stopped: make(chan struct{})}
+	go func() {
+		defer close(w.stopped)
+		ctx := context.Background()
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			out, _ := c.Command(ctx, "squeue", "-h", "-t", "RUNNING", "-o", "%i|%j")
+			for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+				id, name, ok := strings.Cut(line, "|")
+				if !ok || !strings.HasPrefix(name, "arbiter-") {
+					continue
+				}
+				w.mu.Lock()
+				_, seen := w.script[name]
+				w.mu.Unlock()
+				if seen {
+					continue
+				}
+				show, err1 := c.Command(ctx, "scontrol", "show", "job", "-d", "-o", id)
+				script, err2 := c.Command(ctx, "scontrol", "write", "batch_script", id, "-")
+				if err1 != nil || err2 != nil {
+					continue
+				}
+				w.mu.Lock()
+				w.show[name], w.script[name] = show, script
+				w.mu.Unlock()
+			}
+			select {
+			case <-w.stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return w
+}
+
+func (w *jobWatch) close() { close(w.stop); <-w.stopped }
+
+type runRow struct {
+	Arm    string `db:"arm"`
+	Block  int    `db:"block"`
+	Status string `db:"status"`
+	Node   string `db:"node"`
+	GPUs   string `db:"gpus"`
+	Error  string `db:"error"`
+	Super  bool   `db:"superseded"`
+}
+
+func readRuns(t *testing.T, db string) (string, []runRow) {
+	t.Helper()
+	x, err := store.OpenReadOnly(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	id, err := store.DatabaseID(context.Background(), x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []runRow
+	if err := x.Select(&rows, `SELECT a.name AS arm, r.block, r.status, r.node, r.gpus, coalesce(r.error, '') AS error,
+		r.superseded_by IS NOT NULL AS superseded FROM runs r JOIN arms a ON a.id = r.arm_id ORDER BY r.id`); err != nil {
+		t.Fatal(err)
+	}
+	return id, rows
+}
+
+// TestSlurmQuickstart runs the quickstart A/B as Slurm jobs on a real cluster of two
+// nodes in their own network namespaces, and checks through Slurm's own records that
+// each arm's job ran where arbiter recorded it, with its pins and its GPU.
+func TestSlurmQuickstart(t *testing.T) {
+	c := slurmtest.Start(t, slurmtest.Options{})
+	t.Setenv("SLURM_CONF", c.Conf)
+	t.Setenv("PATH", buildRefserve(t)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	db := filepath.Join(t.TempDir(), "arbiter.db")
+	w := watchJobs(c)
+	code, stdout, stderr := runCLI(t, "run", slurmSpec(t, c, ""), "--db", db)
+	w.close()
+	if code != 0 {
+		t.Fatalf("arbiter run: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	dbID, runs := readRuns(t, db)
+	if len(runs) != 2 {
+		t.Fatalf("runs: %+v", runs)
+	}
+	jobs, err := c.Completions(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pins := map[string]string{"control": "export BF16_INDEX_K='0'", "treatment": "export BF16_INDEX_K='1'"}
+	for _, r := range runs {
+		name := "arbiter-" + store.ShortID(dbID) + "-exp1-" + r.Arm + "-b0"
+		w.mu.Lock()
+		show, script := w.show[name], w.script[name]
+		w.mu.Unlock()
+		if r.Status != "done" || r.Node == "" || r.GPUs != "0" {
+			t.Errorf("run %+v; want done on a node with GPU 0", r)
+		}
+		if !strings.Contains(show, " BatchHost="+r.Node+" ") || !strings.Contains(show, "GRES=gpu:1(IDX:"+r.GPUs+")") {
+			t.Errorf("%s: Slurm says %q; arbiter recorded node %s, GPUs %s", name, show, r.Node, r.GPUs)
+		}
+		if !strings.Contains(script, pins[r.Arm]) || !strings.Contains(script, "'--enable-hierarchical-cache'") {
+			t.Errorf("%s: batch script lacks the arm's pins:\n%s", name, script)
+		}
+		found := false
+		for _, j := range jobs {
+			if j["JobName"] == name {
+				found = true
+				if j["NodeList"] != r.Node {
+					t.Errorf("%s: sacct -c says node %s, arbiter recorded %s", name, j["NodeList"], r.Node)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s not in Slurm's job completions: %v", name, jobs)
+		}
+	}
+	if !strings.Contains(stdout, "treatment") {
+		t.Errorf("no verdict on stdout:\n%s", stdout)
+	}
+}
+
+// waitForRun polls the database until a run of arm reaches status (or fails the test).
+func waitForRun(t *testing.T, db, arm, status string, limit time.Duration) runRow {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(db); err == nil {
+			_, runs := readRuns(t, db)
+			for _, r := range runs {
+				if r.Arm == arm && r.Status == status {
+					return r
+				}
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("no run of %s reached %s within %s", arm, status, limit)
+	return runRow{}
+}
+
+// TestSlurmCancelledAndLeftover: a job cancelled with scancel mid-run is recorded lost with
+// Slurm's reason while the other arm finishes; a killed arbiter's job is cancelled by
+// arbiter gc, and resume submits the launch again.
+func TestSlurmCancelledAndLeftover(t *testing.T) {
+	c := slurmtest.Start(t, slurmtest.Options{})
+	t.Setenv("SLURM_CONF", c.Conf)
+	t.Setenv("PATH", buildRefserve(t)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	ctx := context.Background()
+	// Slow tokens, so that the workload is still running when its job is cancelled.
+	slow := "blocks: 1\n"
+	spec := slurmSpec(t, c, slow)
+	b, _ := os.ReadFile(spec)
+	os.WriteFile(spec, []byte(strings.Replace(string(b), "args: [--enable-hierarchical-cache", "args: [--inter-token-delay, 20ms, --enable-hierarchical-cache", 1)), 0o644)
+
+	t.Run("scancel mid-run", func(t *testing.T) {
+		db := filepath.Join(t.TempDir(), "arbiter.db")
+		type result struct {
+			code           int
+			stdout, stderr string
+		}
+		done := make(chan result, 1)
+		go func() {
+			code, stdout, stderr := runCLI(t, "run", spec, "--db", db)
+			done <- result{code, stdout, stderr}
+		}()
+		waitForRun(t, db, "treatment", "ready", 60*time.Second)
+		dbID, _ := readRuns(t, db)
+		name := "arbiter-" + store.ShortID(dbID) + "-exp1-treatment-b0"
+		if _, err := c.Command(ctx, "scancel", "--jobname="+name); err != nil {
+			t.Fatal(err)
+		}
+		res := <-done
+		_, runs := readRuns(t, db)
+		var lost, finished int
+		for _, r := range runs {
+			switch {
+			case r.Arm == "treatment" && r.Status == "lost":
+				lost++
+				if !strings.Contains(r.Error, "engine lost") || !strings.Contains(r.Error, "CANCELLED") {
+					t.Errorf("lost run's error: %q; want Slurm's reason", r.Error)
+				}
+			case r.Arm == "control" && r.Status == "done":
+				finished++
+			}
+		}
+		if lost != 1 || finished != 1 {
+			t.Fatalf("runs %+v; want treatment lost, control done\nstdout: %s\nstderr: %s", runs, res.stdout, res.stderr)
+		}
+		if !strings.Contains(res.stdout, "Launches lost to their scheduler or node") {
+			t.Errorf("the verdict does not say a launch was lost:\n%s", res.stdout)
+		}
+	})
+
+	t.Run("gc and resume after a killed arbiter", func(t *testing.T) {
+		db := filepath.Join(t.TempDir(), "arbiter.db")
+		bin := testbin.Build(t, "github.com/arbiterlab/arbiter/cmd/arbiter")
+		cmd := exec.Command(bin, "run", spec, "--db", db)
+		cmd.Env = os.Environ()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		r := waitForRun(t, db, "control", "ready", 60*time.Second)
+		_ = r
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+		dbID, _ := readRuns(t, db)
+		queued := func() string {
+			out, err := c.Command(ctx, "squeue", "-h", "-o", "%j")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return strings.TrimSpace(out)
+		}
+		if !strings.Contains(queued(), "arbiter-"+store.ShortID(dbID)+"-exp1-control-b0") {
+			t.Fatalf("the killed arbiter's job is not running: %q", queued())
+		}
+		code, stdout, stderr := runCLI(t, "gc", "--db", db)
+		if code != 0 || !strings.Contains(stdout, "cancelled Slurm job") || !strings.Contains(stdout, "experiment 1 was abandoned") {
+			t.Fatalf("gc: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+		}
+		if q := queued(); strings.Contains(q, "arbiter-"+store.ShortID(dbID)) {
+			t.Errorf("gc left the job queued: %q", q)
+		}
+		code, stdout, stderr = runCLI(t, "resume", "1", "--db", db)
+		if code != 0 {
+			t.Fatalf("resume: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+		}
+		_, runs := readRuns(t, db)
+		done := map[string]bool{}
+		for _, r := range runs {
+			if !r.Super && r.Status == "done" {
+				done[r.Arm] = true
+			}
+		}
+		if !done["control"] || !done["treatment"] {
+			t.Errorf("after resume: %+v; want both arms done", runs)
+		}
+	})
+}
