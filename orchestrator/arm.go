@@ -147,6 +147,18 @@ func (e *experiment) drive(ctx context.Context, inst runtime.Instance, preset ar
 	cfg := e.workloadConfig(model, b)
 	cfg.OnToken = dog.token
 	runErr := workload.Run(wctx, cfg, inst.Endpoint(), tracker)
+	if r, ok := inst.(runtime.Refresher); ok && context.Cause(wctx) == nil {
+		// An engine whose end is polled for may have ended under the workload's last
+		// turns without being seen yet: look now, before judging the turns.
+		r.Refresh(ctx)
+		select {
+		case <-inst.Done():
+			if !inst.Exit().Stopped {
+				cancel(crashedDuringWorkload(inst))
+			}
+		default:
+		}
+	}
 	if runErr == nil && context.Cause(wctx) == nil {
 		// Every session ended by itself; whether they ended well is the watchdog's to say.
 		if c := e.judgeEnd(ctx, inst, dog, preset); c != nil {

@@ -96,21 +96,27 @@ type runRow struct {
 
 func readRuns(t *testing.T, db string) (string, []runRow) {
 	t.Helper()
-	x, err := store.OpenReadOnly(db)
+	id, rows, err := tryReadRuns(db)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return id, rows
+}
+
+func tryReadRuns(db string) (string, []runRow, error) {
+	x, err := store.OpenReadOnly(db)
+	if err != nil {
+		return "", nil, err
 	}
 	defer x.Close()
 	id, err := store.DatabaseID(context.Background(), x)
 	if err != nil {
-		t.Fatal(err)
+		return "", nil, err
 	}
 	var rows []runRow
-	if err := x.Select(&rows, `SELECT a.name AS arm, r.block, r.status, r.node, r.gpus, coalesce(r.error, '') AS error,
-		r.superseded_by IS NOT NULL AS superseded FROM runs r JOIN arms a ON a.id = r.arm_id ORDER BY r.id`); err != nil {
-		t.Fatal(err)
-	}
-	return id, rows
+	err = x.Select(&rows, `SELECT a.name AS arm, r.block, r.status, r.node, r.gpus, coalesce(r.error, '') AS error,
+		r.superseded_by IS NOT NULL AS superseded FROM runs r JOIN arms a ON a.id = r.arm_id ORDER BY r.id`)
+	return id, rows, err
 }
 
 // TestSlurmQuickstart runs the quickstart A/B as Slurm jobs on a real cluster of two
@@ -173,8 +179,8 @@ func waitForRun(t *testing.T, db, arm, status string, limit time.Duration) runRo
 	t.Helper()
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) {
-		if _, err := os.Stat(db); err == nil {
-			_, runs := readRuns(t, db)
+		// The database may still be being created: an error is not final.
+		if _, runs, err := tryReadRuns(db); err == nil {
 			for _, r := range runs {
 				if r.Arm == arm && r.Status == status {
 					return r
@@ -235,8 +241,10 @@ func TestSlurmCancelledAndLeftover(t *testing.T) {
 		if lost != 1 || finished != 1 {
 			t.Fatalf("runs %+v; want treatment lost, control done\nstdout: %s\nstderr: %s", runs, res.stdout, res.stderr)
 		}
-		if !strings.Contains(res.stdout, "Launches lost to their scheduler or node") {
-			t.Errorf("the verdict does not say a launch was lost:\n%s", res.stdout)
+		_, path, _ := strings.Cut(res.stdout, "verdict: ")
+		verdict, err := os.ReadFile(strings.TrimSpace(path))
+		if err != nil || !strings.Contains(string(verdict), "Launches lost to their scheduler or node") {
+			t.Errorf("the verdict does not say a launch was lost (%v):\n%s", err, verdict)
 		}
 	})
 
@@ -248,8 +256,7 @@ func TestSlurmCancelledAndLeftover(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		r := waitForRun(t, db, "control", "ready", 60*time.Second)
-		_ = r
+		waitForRun(t, db, "control", "ready", 60*time.Second)
 		cmd.Process.Signal(syscall.SIGKILL)
 		cmd.Wait()
 		dbID, _ := readRuns(t, db)
@@ -267,8 +274,12 @@ func TestSlurmCancelledAndLeftover(t *testing.T) {
 		if code != 0 || !strings.Contains(stdout, "cancelled Slurm job") || !strings.Contains(stdout, "experiment 1 was abandoned") {
 			t.Fatalf("gc: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 		}
-		if q := queued(); strings.Contains(q, "arbiter-"+store.ShortID(dbID)) {
-			t.Errorf("gc left the job queued: %q", q)
+		// A cancelled job leaves the queue once its node has ended it.
+		for deadline := time.Now().Add(30 * time.Second); strings.Contains(queued(), "arbiter-"+store.ShortID(dbID)); {
+			if time.Now().After(deadline) {
+				t.Fatalf("gc left the job queued: %q", queued())
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 		code, stdout, stderr = runCLI(t, "resume", "1", "--db", db)
 		if code != 0 {

@@ -115,6 +115,12 @@ type Placed interface {
 	Placement() Placement
 }
 
+// Refresher is an Instance whose end is learned by polling: Refresh looks once, now, so
+// that an engine that ended is Done before its caller judges what it saw.
+type Refresher interface {
+	Refresh(ctx context.Context)
+}
+
 // Start submits the job, waits until it runs, and returns it.
 func (s Slurm) Start(ctx context.Context, l Launch) (Instance, error) {
 	if len(l.Command) == 0 {
@@ -387,6 +393,7 @@ type slurmInstance struct {
 	endpoint string
 	done     chan struct{}
 
+	finished  sync.Once
 	mu        sync.Mutex
 	placement Placement
 	exit      Exit
@@ -528,11 +535,32 @@ func (i *slurmInstance) watch() {
 			i.finish(j)
 			return
 		}
+		select {
+		case <-i.done:
+			return // Refresh saw the end first
+		default:
+		}
+	}
+}
+
+// Refresh reads the job's state once, now, and records its end if it has ended.
+func (i *slurmInstance) Refresh(ctx context.Context) {
+	select {
+	case <-i.done:
+		return
+	default:
+	}
+	if j, err := showJob(ctx, i.id); err == nil && slurmTerminal[j["JobState"]] {
+		i.finish(j)
 	}
 }
 
 // finish records the job's end and moves its output, redacted, to the launch's log.
 func (i *slurmInstance) finish(j slurmJob) {
+	i.finished.Do(func() { i.record(j) })
+}
+
+func (i *slurmInstance) record(j slurmJob) {
 	tail := i.copyLog()
 	i.mu.Lock()
 	defer i.mu.Unlock()
