@@ -205,7 +205,11 @@ func TestSlurmCancelledAndLeftover(t *testing.T) {
 	slow := "blocks: 1\n"
 	spec := slurmSpec(t, c, slow)
 	b, _ := os.ReadFile(spec)
-	os.WriteFile(spec, []byte(strings.Replace(string(b), "args: [--enable-hierarchical-cache", "args: [--inter-token-delay, 20ms, --enable-hierarchical-cache", 1)), 0o644)
+	small := strings.NewReplacer("args: [--enable-hierarchical-cache", "args: [--inter-token-delay, 5ms, --enable-hierarchical-cache",
+		"sessions: 60", "sessions: 20", "concurrency: 60", "concurrency: 20").Replace(string(b))
+	if err := os.WriteFile(spec, []byte(small), 0o644); err != nil {
+		t.Fatal(err)
+	}
 
 	t.Run("scancel mid-run", func(t *testing.T) {
 		db := filepath.Join(t.TempDir(), "arbiter.db")
@@ -234,6 +238,7 @@ func TestSlurmCancelledAndLeftover(t *testing.T) {
 				if !strings.Contains(r.Error, "engine lost") || !strings.Contains(r.Error, "CANCELLED") {
 					t.Errorf("lost run's error: %q; want Slurm's reason", r.Error)
 				}
+				t.Logf("lost run recorded: %s", r.Error)
 			case r.Arm == "control" && r.Status == "done":
 				finished++
 			}

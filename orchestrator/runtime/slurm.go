@@ -355,6 +355,18 @@ var slurmTerminal = map[string]bool{"COMPLETED": true, "FAILED": true, "CANCELLE
 	"NODE_FAIL": true, "PREEMPTED": true, "BOOT_FAIL": true, "DEADLINE": true, "OUT_OF_MEMORY": true,
 	"SPECIAL_EXIT": true, "REVOKED": true}
 
+// slurmEndWords say what Slurm's end states mean for the engine that ran in the job.
+var slurmEndWords = map[string]string{
+	"CANCELLED":     "cancelled by a user or an administrator (scancel), not by arbiter",
+	"NODE_FAIL":     "its node failed",
+	"TIMEOUT":       "it reached its time limit (runtime.time)",
+	"PREEMPTED":     "preempted for another job",
+	"BOOT_FAIL":     "its node failed to boot",
+	"DEADLINE":      "it reached its deadline",
+	"OUT_OF_MEMORY": "it ran out of memory",
+	"REVOKED":       "revoked (a federated sibling ran it)",
+}
+
 // slurmLost lists the end states that Slurm, not the engine, caused.
 var slurmLost = map[string]bool{"CANCELLED": true, "TIMEOUT": true, "NODE_FAIL": true, "PREEMPTED": true,
 	"BOOT_FAIL": true, "DEADLINE": true, "REVOKED": true}
@@ -543,15 +555,33 @@ func (i *slurmInstance) watch() {
 	}
 }
 
-// Refresh reads the job's state once, now, and records its end if it has ended.
+// Refresh reads the job's state now, and records its end if it has ended. A job Slurm
+// is ending (COMPLETING: cancelled, its processes being killed) is waited for, up to a
+// minute, since its end state is what tells a lost job from a crashed engine.
 func (i *slurmInstance) Refresh(ctx context.Context) {
-	select {
-	case <-i.done:
-		return
-	default:
-	}
-	if j, err := showJob(ctx, i.id); err == nil && slurmTerminal[j["JobState"]] {
-		i.finish(j)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		select {
+		case <-i.done:
+			return
+		default:
+		}
+		j, err := showJob(ctx, i.id)
+		if err != nil {
+			return
+		}
+		if slurmTerminal[j["JobState"]] {
+			i.finish(j)
+			return
+		}
+		if j["JobState"] != "COMPLETING" || time.Now().After(deadline) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }
 
@@ -571,7 +601,14 @@ func (i *slurmInstance) record(j slurmJob) {
 	if n, _ := strconv.Atoi(sig); n != 0 {
 		x.Code, x.Signal = -1, fmt.Sprintf("signal %d", n)
 	}
-	x.Reason = fmt.Sprintf("Slurm job %s %s on %s (Reason=%s, ExitCode=%s)", i.id, state, i.placement.Node, j["Reason"], j["ExitCode"])
+	why := slurmEndWords[state]
+	if r := j["Reason"]; r != "" && r != "None" {
+		why = strings.TrimPrefix(why+"; ", "; ") + "Reason=" + r
+	}
+	if why == "" {
+		why = "ExitCode=" + j["ExitCode"]
+	}
+	x.Reason = fmt.Sprintf("Slurm job %s %s on %s: %s", i.id, state, i.placement.Node, why)
 	x.Lost = !i.stopped && (slurmLost[state] || state == "UNKNOWN")
 	i.exit = x
 	close(i.done)
