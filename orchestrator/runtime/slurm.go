@@ -142,7 +142,9 @@ func (s Slurm) Start(ctx context.Context, l Launch) (Instance, error) {
 	}
 	script, secrets := s.script(l, port)
 	raw := l.LogPath + ".slurm-out"
-	args := []string{"--parsable", "--job-name=" + slurmJobName(l), "--output=" + raw, "--open-mode=truncate",
+	// --no-requeue: a job whose node fails must end (NODE_FAIL, recorded lost), not start
+	// again elsewhere while arbiter drives the workload at the old node.
+	args := []string{"--parsable", "--no-requeue", "--job-name=" + slurmJobName(l), "--output=" + raw, "--open-mode=truncate",
 		"--comment=" + SlurmComment(l.DatabaseID, l.ExperimentID, l.RunID), "--chdir=" + filepath.Dir(l.LogPath)}
 	for _, o := range []struct{ flag, v string }{{"--partition", s.Partition}, {"--account", s.Account},
 		{"--qos", s.QOS}, {"--time", s.TimeLimit}} {
