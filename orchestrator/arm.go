@@ -18,20 +18,25 @@ import (
 	"github.com/arbiterlab/arbiter/workload"
 )
 
-// runArm launches arm ai for block b, drives the workload against it and records it. An
-// error means the experiment cannot go on (the store failed); an arm that crashes or
-// wedges is data, recorded in the run's status, and the experiment continues.
-func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
+// runArm launches arm ai for block b on its slot, waits at the wave's start barrier
+// until every arm of the wave is ready (or out), drives the workload against it and
+// records it. An error means the experiment cannot go on (the store failed); an arm that
+// crashes or wedges is data, recorded in the run's status, and the experiment continues.
+func (e *experiment) runArm(ctx context.Context, ai, b int, at placement, bar *barrierMember) (RunResult, error) {
+	// Every way out of here before the workload counts as arriving at the barrier, so
+	// that the wave's other arms never wait for an arm that is out.
+	defer bar.arrive()
 	arm := e.arms[ai]
 	preset := arms.PresetFor(e.spec.Engine.Preset)
-	rr := RunResult{Arm: arm.Name, Block: b}
-	log := e.log.With("arm", arm.Name, "block", b)
+	rr := RunResult{Arm: arm.Name, Block: b, Node: at.slot.Node, Slot: at.slot.Index, GPUs: at.slot.GPUs, Wave: at.wave}
+	log := e.log.With("arm", arm.Name, "block", b, "slot", at.slot.String())
 	name := fmt.Sprintf("exp%d-%s-b%d", e.id, arm.Name, b)
 	if _, rerun := e.prior[runKey{ai, b}]; rerun {
 		name += "-rerun" // its own log, beside the one of the launch it replaces
 	}
 	run := store.Run{ExperimentID: e.id, ArmID: e.armIDs[ai], Block: b, Runtime: runtimeName(e.spec),
-		Status: store.RunStarting, Started: time.Now(), LogPath: filepath.Join(e.logDir, name+".log"), GPUs: e.gpus}
+		Status: store.RunStarting, Started: time.Now(), LogPath: filepath.Join(e.logDir, name+".log"),
+		Node: at.slot.Node, GPUs: at.slot.GPUs, Slot: at.slot.Index, Wave: at.wave}
 	var err error
 	if run.ID, err = e.store.StartRun(ctx, run); err != nil {
 		return rr, err
@@ -46,7 +51,10 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 	bg := context.WithoutCancel(ctx)
 	finish := func(status store.RunStatus, errText string) (RunResult, error) {
 		run.Status, run.Error, run.Ended = status, errText, time.Now()
-		rr.Status, rr.Err = status, errText
+		rr.Status, rr.Err, rr.Instance = status, errText, run.Instance
+		if status == store.RunLost {
+			e.nodeLost(at.slot.Node, errText)
+		}
 		if p := e.opts.Progress; p != nil {
 			p.RunEnded(arm.Name, b, status)
 		}
@@ -55,16 +63,19 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 	}
 
 	log.Info("launching", "command", fmt.Sprint(arms.RedactArgs(arm.Command)))
-	inst, err := e.rt.Start(ctx, runtime.Launch{Name: name, ExperimentID: e.id, RunID: run.ID, DatabaseID: e.dbID,
-		Command: arm.Command, Env: e.envs[ai], PortFlag: preset.PortFlag, LogPath: run.LogPath, Redact: e.redact,
-		Image: e.spec.Engine.Image, GPUs: e.gpus})
+	inst, err := e.runtimes[at.slot.Node].Start(ctx, runtime.Launch{Name: name, ExperimentID: e.id, RunID: run.ID,
+		DatabaseID: e.dbID, Command: arm.Command, Env: e.envs[ai], PortFlag: preset.PortFlag, LogPath: run.LogPath,
+		Redact: e.redact, Image: e.spec.Engine.Image, GPUs: at.slot.GPUs})
 	if err != nil {
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			return finish(store.RunInterrupted, "")
+		case errors.Is(err, runtime.ErrNodeLost):
+			return finish(store.RunLost, fmt.Sprintf("node %s: %v", at.slot.Node, err))
 		}
 		return finish(store.RunFailed, err.Error())
 	}
-	run.Endpoint = inst.Endpoint()
+	run.Endpoint, run.Instance = inst.Endpoint(), runtime.InstanceID(inst)
 	recorded := e.recordEngineProcess(bg, inst, run.ID, log)
 	stop := func() {
 		stopCtx, cancel := context.WithTimeout(bg, 30*time.Second)
@@ -93,6 +104,8 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 		switch {
 		case ctx.Err() != nil:
 			return finish(store.RunInterrupted, "")
+		case crashed && inst.Exit().Lost != "":
+			return finish(store.RunLost, fmt.Sprintf("node %s: %s before the engine was ready", at.slot.Node, inst.Exit().Lost))
 		case crashed:
 			return finish(store.RunCrashed, fmt.Sprintf("%v before it was ready (%s)", runtime.ErrCrashed, inst.Exit()))
 		}
@@ -106,8 +119,22 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 	}
 	log.Info("ready", "endpoint", inst.Endpoint(), "startup", run.Ready.Sub(run.Started).Round(time.Millisecond))
 
+	// The start barrier: the workload starts on every arm of the wave at once, once all
+	// of them are ready, so that the arms meet the same conditions at the same time.
+	bar.arrive()
+	bar.wait()
+	if ctx.Err() != nil {
+		stop()
+		return finish(store.RunInterrupted, "")
+	}
+	run.WorkloadStarted = time.Now()
 	status, errText, werr := e.drive(ctx, inst, preset, arm, ai, b, run.ID, model, &rr)
+	run.WorkloadEnded = time.Now()
+	rr.WorkloadStarted, rr.WorkloadEnded = run.WorkloadStarted, run.WorkloadEnded
 	stop()
+	if lost := inst.Exit().Lost; lost != "" && status != store.RunDone && status != store.RunInterrupted {
+		status, errText = store.RunLost, fmt.Sprintf("node %s: %s", at.slot.Node, lost)
+	}
 	if werr != nil {
 		finish(store.RunFailed, werr.Error())
 		return rr, werr
