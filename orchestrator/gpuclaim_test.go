@@ -11,7 +11,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
 )
 
 // syncBuffer is a bytes.Buffer safe for a logger and a test to share.
