@@ -34,6 +34,9 @@ func (e *experiment) runArm(ctx context.Context, ai, b int, at placement, bar *b
 	if _, rerun := e.prior[runKey{ai, b}]; rerun {
 		name += "-rerun" // its own log, beside the one of the launch it replaces
 	}
+	if at.replaces != 0 {
+		name += fmt.Sprintf("-w%d", at.wave) // beside the log of the launch its node lost
+	}
 	run := store.Run{ExperimentID: e.id, ArmID: e.armIDs[ai], Block: b, Runtime: runtimeName(e.spec),
 		Status: store.RunStarting, Started: time.Now(), LogPath: filepath.Join(e.logDir, name+".log"),
 		Node: at.slot.Node, GPUs: at.slot.GPUs, Slot: at.slot.Index, Wave: at.wave}
@@ -41,9 +44,16 @@ func (e *experiment) runArm(ctx context.Context, ai, b int, at placement, bar *b
 	if run.ID, err = e.store.StartRun(ctx, run); err != nil {
 		return rr, err
 	}
-	if p, ok := e.prior[runKey{ai, b}]; ok {
+	rr.RunID = run.ID
+	if p, ok := e.prior[runKey{ai, b}]; ok && at.replaces == 0 {
 		// A launch that did not finish before a resume: this run replaces it.
 		if err := e.store.Supersede(ctx, p.id, run.ID); err != nil {
+			return rr, err
+		}
+	}
+	if at.replaces != 0 {
+		// A launch lost with its node: this run, on a live slot, replaces it.
+		if err := e.store.Supersede(ctx, at.replaces, run.ID); err != nil {
 			return rr, err
 		}
 	}
@@ -128,12 +138,19 @@ func (e *experiment) runArm(ctx context.Context, ai, b int, at placement, bar *b
 		return finish(store.RunInterrupted, "")
 	}
 	run.WorkloadStarted = time.Now()
-	status, errText, werr := e.drive(ctx, inst, preset, arm, ai, b, run.ID, model, &rr)
+	var completed armCounts
+	status, errText, werr := e.drive(ctx, inst, preset, arm, ai, b, run.ID, model, &rr, &completed)
 	run.WorkloadEnded = time.Now()
 	rr.WorkloadStarted, rr.WorkloadEnded = run.WorkloadStarted, run.WorkloadEnded
 	stop()
 	if lost := inst.Exit().Lost; lost != "" && status != store.RunDone && status != store.RunInterrupted {
 		status, errText = store.RunLost, fmt.Sprintf("node %s: %s", at.slot.Node, lost)
+	}
+	if status != store.RunLost {
+		// A lost launch is run again elsewhere and left out of the analysis; its
+		// sessions must not count twice in the sequential looks.
+		e.counts[ai].sessions += completed.sessions
+		e.counts[ai].corrupted += completed.corrupted
 	}
 	if werr != nil {
 		finish(store.RunFailed, werr.Error())
@@ -144,7 +161,7 @@ func (e *experiment) runArm(ctx context.Context, ai, b int, at placement, bar *b
 
 // drive runs the workload against a ready engine under the liveness watchdog.
 func (e *experiment) drive(ctx context.Context, inst runtime.Instance, preset arms.Preset, arm arms.Arm, ai, b int,
-	runID int64, model string, rr *RunResult) (status store.RunStatus, errText string, err error) {
+	runID int64, model string, rr *RunResult, completed *armCounts) (status store.RunStatus, errText string, err error) {
 	w := e.store.NewWriter(store.WriterOptions{})
 	dog := newWatchdog(e.spec.Timeouts, e.spec.Workload)
 	tracker := &sessionTracker{e: e, w: w, runID: runID, armID: e.armIDs[ai], arm: arm.Name, block: b,
@@ -177,8 +194,7 @@ func (e *experiment) drive(ctx context.Context, inst runtime.Instance, preset ar
 		return store.RunFailed, "", cerr
 	}
 	rr.Sessions, rr.Corrupted = tracker.sessions, tracker.corrupted
-	e.counts[ai].sessions += tracker.completed.sessions
-	e.counts[ai].corrupted += tracker.completed.corrupted
+	*completed = tracker.completed
 
 	cause := context.Cause(wctx)
 	var stopped *stopCause

@@ -92,6 +92,8 @@ type Result struct {
 
 // RunResult is one launch of one arm.
 type RunResult struct {
+	// RunID is the run's id in the database; 0 for a launch kept from before a resume.
+	RunID     int64
 	Arm       string
 	Block     int
 	Status    store.RunStatus

@@ -216,16 +216,35 @@ func TestLostNodeLosesOnlyItsRuns(t *testing.T) {
 			t.Errorf("run %+v", r)
 		}
 	}
-	// Block 0 put one arm on each node; block 1 ran both on the good node, in two waves.
-	if lost != 1 || len(runs) != 4 {
-		t.Errorf("%d runs, %d lost; want 4 and 1", len(runs), lost)
+	// Block 0 put one arm on each node and ran the lost one again on the good node, in
+	// a second wave; block 1 ran both on the good node, in two waves.
+	if lost != 1 || len(runs) != 5 {
+		t.Errorf("%d runs, %d lost; want 5 and 1", len(runs), lost)
 	}
 	ro, _ := store.OpenReadOnly(db)
 	defer ro.Close()
-	var why string
-	ro.Get(&why, `SELECT error FROM runs WHERE status = 'lost'`)
-	if !strings.Contains(why, "node gone") || !strings.Contains(why, "no daemon answers") {
-		t.Errorf("lost run's error = %q", why)
+	var lostRun struct {
+		Error string `db:"error"`
+		Arm   int64  `db:"arm_id"`
+		By    int64  `db:"superseded_by"`
+	}
+	if err := ro.Get(&lostRun, `SELECT error, arm_id, superseded_by FROM runs WHERE status = 'lost'`); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(lostRun.Error, "node gone") || !strings.Contains(lostRun.Error, "no daemon answers") {
+		t.Errorf("lost run's error = %q", lostRun.Error)
+	}
+	var again struct {
+		Arm   int64  `db:"arm_id"`
+		Block int    `db:"block"`
+		Node  string `db:"node"`
+		Wave  int    `db:"wave"`
+	}
+	if err := ro.Get(&again, `SELECT arm_id, block, node, wave FROM runs WHERE id = ?`, lostRun.By); err != nil {
+		t.Fatal(err)
+	}
+	if again.Arm != lostRun.Arm || again.Block != 0 || again.Node != "good" || again.Wave != 1 {
+		t.Errorf("the lost run was replaced by %+v; want the same arm in block 0, wave 1, on node good", again)
 	}
 }
 

@@ -4,15 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/store"
 )
 
 // placement is where and in which wave one run of a block goes.
 type placement struct {
 	slot arms.Slot
 	wave int
+	// replaces is the run, lost with its node, that this one runs again; 0 for none.
+	replaces int64
 }
 
 // barrier holds the arms of one wave until each has arrived: ready, or out (it failed
@@ -95,6 +99,7 @@ func (e *experiment) runBlock(ctx context.Context, b int, pending []int, res *Re
 		e.log.Warn(fmt.Sprintf("block %d: %d arms on %d slots: running in %d waves; arms of different waves run at different times",
 			b, len(pending), len(live), waves))
 	}
+	replaces := map[int]int64{}
 	for wave := 0; len(pending) > 0; wave++ {
 		if ctx.Err() != nil {
 			return nil
@@ -105,7 +110,7 @@ func (e *experiment) runBlock(ctx context.Context, b int, pending []int, res *Re
 		}
 		n := min(len(live), len(pending))
 		now := pending[:n]
-		pending = pending[n:]
+		pending = slices.Clone(pending[n:])
 		bar := newBarrier(n)
 		runs := make([]RunResult, n)
 		errs := make([]error, n)
@@ -113,13 +118,21 @@ func (e *experiment) runBlock(ctx context.Context, b int, pending []int, res *Re
 		for i, ai := range now {
 			m := bar.member(i)
 			wg.Go(func() {
-				runs[i], errs[i] = e.runArm(ctx, ai, b, placement{slot: live[i], wave: wave}, m)
+				runs[i], errs[i] = e.runArm(ctx, ai, b, placement{slot: live[i], wave: wave, replaces: replaces[ai]}, m)
 			})
 		}
 		wg.Wait()
 		res.Runs = append(res.Runs, runs...)
 		if err := errors.Join(errs...); err != nil {
 			return err
+		}
+		// An arm whose node was lost runs again, in a later wave of the block, on a slot
+		// of a node still answering; the new run supersedes the lost one.
+		for i, ai := range now {
+			if runs[i].Status == store.RunLost && ctx.Err() == nil {
+				replaces[ai] = runs[i].RunID
+				pending = append(pending, ai)
+			}
 		}
 	}
 	return nil
