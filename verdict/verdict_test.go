@@ -140,7 +140,7 @@ func recordFixture(t *testing.T, f fixture) (*sqlx.DB, string) {
 	}
 	rounds := spec.Workload.Rounds
 	w := s.NewWriter(store.WriterOptions{})
-	runOf := map[string]int64{} // arm and block to run, for the divergence rows
+	runOf := map[string]int64{}   // arm and block to run, for the divergence rows
 	inBlock := map[[2]int]int{}   // launches so far per block and wave
 	lostRun := map[string]int64{} // arm and block to a run lost with its node, which the next launch replaces
 	var div []store.SessionDivergence
