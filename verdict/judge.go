@@ -985,8 +985,30 @@ func (v *Verdict) Summary() map[string]any {
 	if v.Outcomes != nil {
 		out["outcomes"] = v.outcomeSummary()
 	}
+	out["runs"] = v.runSummary()
+	if lines := v.placementLines(); len(lines) > 0 {
+		out["placement"] = lines
+	}
 	return out
 }
+
+// runSummary is every launch with its placement and times, for `arbiter show --json`.
+func (v *Verdict) runSummary() []map[string]any {
+	out := []map[string]any{}
+	for _, r := range v.Runs {
+		m := map[string]any{"id": r.ID, "arm": r.Arm, "block": r.Block, "status": r.Status, "node": r.Node, "slot": r.Slot,
+			"gpus": r.GPUs, "wave": r.Wave, "instance": r.Instance, "superseded": r.Superseded}
+		if !r.WorkloadStart.IsZero() {
+			m["workload_started_at"], m["workload_ended_at"] = r.WorkloadStart, r.WorkloadEnd
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// Placement says in a few lines where the arms ran and how much their workloads
+// overlapped, block by block; nothing for launches recorded before placement was.
+func (v *Verdict) Placement() []string { return v.placementLines() }
 
 func nanNil(x float64) any {
 	if math.IsNaN(x) || math.IsInf(x, 0) {
