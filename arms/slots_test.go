@@ -59,3 +59,40 @@ func TestSlotsWithoutGPUs(t *testing.T) {
 		}
 	}
 }
+
+// FuzzExpandGPUs checks that any GPU list either fails cleanly or expands to distinct
+// devices, and that cutting a node into slots never hands one device to two slots.
+func FuzzExpandGPUs(f *testing.F) {
+	for _, s := range []string{"0-7", "0,2,4", "3", "1-0", "0-99999", "a", ",", "0,,1"} {
+		f.Add(s, 2, 0)
+	}
+	f.Fuzz(func(t *testing.T, list string, perArm, slots int) {
+		ids, err := ExpandGPUs(list)
+		if err != nil {
+			return
+		}
+		seen := map[string]bool{}
+		for _, id := range ids {
+			if seen[id] {
+				t.Fatalf("%q: device %s twice", list, id)
+			}
+			seen[id] = true
+		}
+		if perArm < 0 || perArm > MaxGPUs || slots < 0 || slots > MaxSlots {
+			return
+		}
+		out, err := nodeSlots(Node{Name: "n", GPUs: list, Slots: slots}, 0, perArm)
+		if err != nil {
+			return
+		}
+		used := map[string]bool{}
+		for _, sl := range out {
+			for id := range strings.SplitSeq(sl.GPUs, ",") {
+				if id != "" && used[id] {
+					t.Fatalf("%q, %d per arm: device %s in two slots", list, perArm, id)
+				}
+				used[id] = true
+			}
+		}
+	})
+}
