@@ -96,3 +96,21 @@ func FuzzExpandGPUs(f *testing.F) {
 		}
 	})
 }
+
+func TestSlotsOnCountsAllGPUs(t *testing.T) {
+	src := strings.Replace(specWith(twoArms+"runtime:\n  nodes:\n    - {name: gpu-host, gpus: all}\n"), "preset: refserve", "preset: refserve\n  gpus: 1", 1)
+	s := mustParse(t, src)
+	for count, want := range map[int]string{0: "gpu-host/0 (GPUs 0)", 1: "gpu-host/0 (GPUs 0)", 2: "gpu-host/0 (GPUs 0) gpu-host/1 (GPUs 1)"} {
+		slots, err := s.SlotsOn(func(Node) int { return count })
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, sl := range slots {
+			got = append(got, sl.String())
+		}
+		if strings.Join(got, " ") != want {
+			t.Errorf("%d GPUs: slots %v, want %s", count, got, want)
+		}
+	}
+}
