@@ -124,8 +124,8 @@ func BenchmarkFactorialOnEightSlots(b *testing.B) {
 		wall += res.Elapsed
 	}
 	n := time.Duration(b.N)
-	b.ReportMetric(float64((wall/n).Milliseconds()), "wall-ms")
-	b.ReportMetric(float64((alone/n).Milliseconds()), "slowest-arm-alone-ms")
+	b.ReportMetric(float64((wall / n).Milliseconds()), "wall-ms")
+	b.ReportMetric(float64((alone / n).Milliseconds()), "slowest-arm-alone-ms")
 	b.ReportMetric(float64(wall)/float64(alone), "wall/slowest-arm")
 }
 
