@@ -194,9 +194,6 @@ func (e *experiment) judgeEnd(ctx context.Context, inst runtime.Instance, d *wat
 }
 
 func crashedDuringWorkload(inst runtime.Instance) error {
-	if x := inst.Exit(); x.Lost {
-		return fmt.Errorf("%w during the workload (%s)", runtime.ErrLost, x)
-	}
 	return fmt.Errorf("%w during the workload (%s)", runtime.ErrCrashed, inst.Exit())
 }
 

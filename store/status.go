@@ -37,7 +37,7 @@ const (
 	RunErroring    RunStatus = "erroring"    // turns in a row failed fast (HTTP errors, broken replies), none completed
 	RunTimedOut    RunStatus = "timed-out"   // turns in a row ran past the request timeout, none completed
 	RunInterrupted RunStatus = "interrupted" // the user stopped the experiment
-	RunLost        RunStatus = "lost"        // the place it ran on went away (a Slurm job cancelled or its node failed): says nothing about the engine
+	RunLost        RunStatus = "lost"        // its node stopped answering (a Docker daemon went away); not the engine's doing
 )
 
 // SessionStatus is how one session ended (sessions.status).

@@ -123,7 +123,7 @@ func (p Process) Start(ctx context.Context, l Launch) (Instance, error) {
 	if tailLines <= 0 {
 		tailLines = 40
 	}
-	log := newLogSink(logFile, l.Redact, tailLines)
+	log := newLogSink(logFile, l, tailLines)
 	// An OS pipe, not an io.Pipe: Wait then returns when the engine exits, even while a
 	// worker it left behind still holds the pipe open.
 	pr, pw, err := os.Pipe()
@@ -256,7 +256,10 @@ type processInstance struct {
 	exit    Exit
 }
 
-func (i *processInstance) Endpoint() string      { return i.endpoint }
+func (i *processInstance) Endpoint() string { return i.endpoint }
+
+// InstanceID is "pid " and the engine's process id.
+func (i *processInstance) InstanceID() string    { return fmt.Sprintf("pid %d", i.cmd.Process.Pid) }
 func (i *processInstance) Done() <-chan struct{} { return i.done }
 
 func (i *processInstance) Group() (ProcessID, bool) {

@@ -30,6 +30,9 @@ type Launch struct {
 	// Redact rewrites every log line before it reaches LogPath or the log tail; nil keeps
 	// lines as they are.
 	Redact func(string) string
+	// RedactCut rewrites a line that was cut at MaxLogLine: like Redact, and it also
+	// hides the start of a secret left at the very end of the cut line. Nil uses Redact.
+	RedactCut func(string) string
 	// GPUs are the devices pinned to this arm ("0-3"); empty for none.
 	GPUs string
 	// Image is the container image (docker runtime).
@@ -57,18 +60,33 @@ type Instance interface {
 	Stop(ctx context.Context) error
 }
 
+// Identified is an Instance that can say what it is on its node, for the store
+// (runs.instance) and the verdict: "container 3f2a9c1b…", "pid 4242". Runtimes
+// implement it; the orchestrator records "" for an Instance that does not.
+type Identified interface {
+	InstanceID() string
+}
+
+// InstanceID is inst's InstanceID, or "" when it has none.
+func InstanceID(inst Instance) string {
+	if id, ok := inst.(Identified); ok {
+		return id.InstanceID()
+	}
+	return ""
+}
+
 // Exit is how an engine ended.
 type Exit struct {
 	Code    int    // exit code; -1 when killed by a signal
 	Signal  string // the signal that ended it, if any
 	Stopped bool   // true when Stop asked for the exit
 	LogTail string // the last lines of its log
-	// Lost is true when the engine did not end by itself but the place it ran on went
-	// away: the scheduler cancelled its job, its node failed. Such a launch says nothing
-	// about the engine.
-	Lost bool
+	// Lost, when not empty, says that the runtime lost track of the engine rather than
+	// saw it end: its node stopped answering (a Docker daemon went away). The run is
+	// recorded lost (store.RunLost), not crashed: the engine is not to blame.
+	Lost string
 	// Reason is the runtime's own account of the end, when it has one (a Slurm job's
-	// state and reason).
+	// state and why).
 	Reason string
 }
 
@@ -90,6 +108,7 @@ func (e Exit) String() string {
 // ErrCrashed is wrapped by errors that report an engine that exited on its own.
 var ErrCrashed = errors.New("engine exited")
 
-// ErrLost is wrapped by errors that report an engine whose place went away under it
-// (Exit.Lost).
-var ErrLost = errors.New("engine lost")
+// ErrNodeLost is wrapped by Start errors that mean the node itself cannot be reached (a
+// Docker daemon that does not answer), as opposed to an engine that fails: the run is
+// recorded lost and the node gets no further arms.
+var ErrNodeLost = errors.New("node unreachable")

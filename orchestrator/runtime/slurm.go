@@ -182,7 +182,7 @@ func (s Slurm) Start(ctx context.Context, l Launch) (Instance, error) {
 	if _, err := strconv.ParseUint(jobID, 10, 64); err != nil {
 		return nil, fmt.Errorf("slurm runtime: sbatch printed %q, not a job id", out)
 	}
-	inst := &slurmInstance{s: s, id: jobID, raw: raw, logPath: l.LogPath, redact: l.Redact, port: port,
+	inst := &slurmInstance{s: s, id: jobID, raw: raw, logPath: l.LogPath, launch: l, redact: l.Redact, port: port,
 		done: make(chan struct{}), placement: Placement{Job: "slurm:" + jobID, Submitted: submitted}}
 	if err := inst.waitRunning(ctx); err != nil {
 		cancelJob(jobID, false)
@@ -402,6 +402,7 @@ type slurmInstance struct {
 	id       string
 	raw      string
 	logPath  string
+	launch   Launch
 	redact   func(string) string
 	port     int
 	endpoint string
@@ -611,7 +612,9 @@ func (i *slurmInstance) record(j slurmJob) {
 		why = "ExitCode=" + j["ExitCode"]
 	}
 	x.Reason = fmt.Sprintf("Slurm job %s %s on %s: %s", i.id, state, i.placement.Node, why)
-	x.Lost = !i.stopped && (slurmLost[state] || state == "UNKNOWN")
+	if !i.stopped && (slurmLost[state] || state == "UNKNOWN") {
+		x.Lost = x.Reason
+	}
 	i.exit = x
 	close(i.done)
 }
@@ -633,7 +636,7 @@ func (i *slurmInstance) copyLog() string {
 	if lines <= 0 {
 		lines = 40
 	}
-	sink := newLogSink(out, i.redact, lines)
+	sink := newLogSink(out, i.launch, lines)
 	sink.copyFrom(in)
 	os.Remove(i.raw)
 	return sink.tail()
