@@ -34,15 +34,15 @@ func (s Slot) String() string {
 }
 
 // SlurmNode is the one node of the slurm runtime: the cluster, whose scheduler places
-// each arm's job itself. It has a slot for every arm a block can hold, so that all the
-// arms of a block are submitted together, and pins no GPUs (Slurm assigns them).
+// each arm's job itself. SlotsOn gives it a slot per arm, so that all the arms of a block
+// are submitted together, and pins no GPUs (Slurm assigns them).
 const SlurmNode = "slurm"
 
 // Nodes are the spec's nodes; a spec that lists none runs on LocalNode, this machine,
 // with one slot.
 func (s *Spec) Nodes() []Node {
 	if s.Runtime.Kind == "slurm" {
-		return []Node{{Name: SlurmNode, Slots: MaxArms}}
+		return []Node{{Name: SlurmNode}}
 	}
 	if len(s.Runtime.Nodes) == 0 {
 		return []Node{{Name: LocalNode}}
@@ -63,8 +63,13 @@ func (s *Spec) Slots() ([]Slot, error) { return s.SlotsOn(nil) }
 // nil, and returns 0 for a node it cannot count.
 func (s *Spec) SlotsOn(count func(Node) int) ([]Slot, error) {
 	if s.Runtime.Kind == "slurm" {
-		// Slurm gives each job its node and GPUs: the slots pin nothing.
-		out := make([]Slot, MaxArms)
+		// Slurm gives each job its node and GPUs: the slots pin nothing, and there is
+		// one per arm, so that a block's arms are all submitted at once.
+		n, over := s.armCount()
+		if over || n > MaxArms {
+			n = MaxArms
+		}
+		out := make([]Slot, max(n, 1))
 		for i := range out {
 			out[i] = Slot{Node: SlurmNode, Index: i}
 		}

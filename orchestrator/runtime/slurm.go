@@ -705,3 +705,14 @@ func shellName(k string) bool {
 	}
 	return true
 }
+
+// InstanceID names the job and how long it waited in the queue, for runs.instance and the
+// verdict's placement: "slurm job 123 (queued 4m12s)".
+func (i *slurmInstance) InstanceID() string {
+	p := i.Placement()
+	id := "slurm job " + i.id
+	if !p.Started.IsZero() && !p.Submitted.IsZero() {
+		id += fmt.Sprintf(" (queued %s)", max(p.Started.Sub(p.Submitted), 0).Round(time.Second))
+	}
+	return id
+}
