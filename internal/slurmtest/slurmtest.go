@@ -32,6 +32,9 @@ import (
 // RequireEnv is the variable that turns a skip into a failure.
 const RequireEnv = "ARBITER_REQUIRE_SLURM"
 
+// LoopbackEnv set to 1 runs the nodes on the loopback even where namespaces work.
+const LoopbackEnv = "ARBITER_SLURMTEST_LOOPBACK"
+
 // Options shape the cluster; the zero value gives two nodes of two GPUs and four CPUs.
 type Options struct {
 	Nodes       int // default 2
@@ -54,6 +57,10 @@ type Cluster struct {
 	JobComp   string // the job completion log
 	Partition string // the one partition, holding every node
 	Nodes     []Node
+	// Namespaces is true when every node runs in a network namespace of its own; false
+	// when they share this machine's loopback, for the reason Why gives.
+	Namespaces bool
+	Why        string
 
 	procs []*daemon
 	links []string
@@ -103,6 +110,9 @@ func Start(t testing.TB, o Options) *Cluster {
 	t.Cleanup(func() { c.stop(t) })
 	if err := c.start(o); err != nil {
 		t.Fatalf("slurm cluster: %v\n%s", err, c.logs())
+	}
+	if !c.Namespaces {
+		t.Logf("slurm cluster: %s", c.Why)
 	}
 	return c
 }
@@ -198,13 +208,35 @@ func (c *Cluster) start(o Options) error {
 	}
 
 	// Nodes: a namespace, a veth pair (host side .1, node side .2 of its own /24), and
-	// fake GPU devices.
+	// fake GPU devices. Where no namespace can be made (a container without
+	// CAP_SYS_ADMIN, or LoopbackEnv=1), every slurmd runs on this machine's loopback with a
+	// port of its own: the jobs then share the host's ports and addresses.
 	var nodeLines, gresLines []string
+	c.Namespaces = os.Getenv(LoopbackEnv) != "1"
+	if c.Namespaces {
+		probe := fmt.Sprintf("arbslurm%04x-probe", id)
+		if out, err := exec.Command("ip", "netns", "add", probe).CombinedOutput(); err != nil {
+			c.Namespaces = false
+			c.Why = fmt.Sprintf("no network namespaces here (ip netns add: %v: %s): nodes share the loopback", err, strings.TrimSpace(string(out)))
+		} else {
+			exec.Command("ip", "netns", "delete", probe).Run()
+		}
+	} else {
+		c.Why = LoopbackEnv + "=1: nodes share the loopback"
+	}
 	for k := 1; k <= o.Nodes; k++ {
 		n := Node{Name: fmt.Sprintf("n%d", k), NetNS: fmt.Sprintf("arbslurm%04x-%d", id, k)}
 		hostIf, nodeIf := fmt.Sprintf("as%04xh%d", id, k), fmt.Sprintf("as%04xn%d", id, k)
 		hostAddr, nodeAddr := fmt.Sprintf("%s%d.1", subnet, k), fmt.Sprintf("%s%d.2", subnet, k)
 		n.Addr = nodeAddr
+		portSpec := ""
+		if !c.Namespaces {
+			port, err := freePort()
+			if err != nil {
+				return err
+			}
+			n.NetNS, n.Addr, hostAddr, portSpec = "", "127.0.0.1", "127.0.0.1", fmt.Sprintf(" Port=%d", port)
+		}
 		steps := [][]string{
 			{"netns", "add", n.NetNS},
 			{"link", "add", hostIf, "type", "veth", "peer", "name", nodeIf},
@@ -215,6 +247,9 @@ func (c *Cluster) start(o Options) error {
 			{"-n", n.NetNS, "link", "set", nodeIf, "up"},
 			{"-n", n.NetNS, "link", "set", "lo", "up"},
 			{"-n", n.NetNS, "route", "add", "default", "via", hostAddr},
+		}
+		if !c.Namespaces {
+			steps = nil
 		}
 		for i, s := range steps {
 			if out, err := exec.Command("ip", s...).CombinedOutput(); err != nil {
@@ -244,8 +279,8 @@ func (c *Cluster) start(o Options) error {
 		if err := os.MkdirAll(filepath.Join(c.Dir, "spool", n.Name), 0o755); err != nil {
 			return err
 		}
-		nodeLines = append(nodeLines, fmt.Sprintf("NodeName=%s NodeAddr=%s CPUs=%d RealMemory=1000 Gres=gpu:%d State=UNKNOWN",
-			n.Name, n.Addr, o.CPUsPerNode, o.GPUsPerNode))
+		nodeLines = append(nodeLines, fmt.Sprintf("NodeName=%s NodeAddr=%s%s CPUs=%d RealMemory=1000 Gres=gpu:%d State=UNKNOWN",
+			n.Name, n.Addr, portSpec, o.CPUsPerNode, o.GPUsPerNode))
 		for _, f := range files {
 			gresLines = append(gresLines, fmt.Sprintf("NodeName=%s Name=gpu File=%s", n.Name, f))
 		}
@@ -313,7 +348,11 @@ PartitionName=%s Nodes=%s Default=YES MaxTime=INFINITE State=UP
 	}
 	for _, n := range c.Nodes {
 		// nsenter, not `ip netns exec`: the latter remounts /sys, hiding the cgroup fs.
-		if err := c.daemon("slurmd-"+n.Name, "nsenter", "--net=/run/netns/"+n.NetNS, "slurmd", "-D", "-N", n.Name); err != nil {
+		argv := []string{"slurmd", "-D", "-N", n.Name}
+		if n.NetNS != "" {
+			argv = append([]string{"nsenter", "--net=/run/netns/" + n.NetNS}, argv...)
+		}
+		if err := c.daemon("slurmd-"+n.Name, argv...); err != nil {
 			return err
 		}
 	}
@@ -377,17 +416,6 @@ func (c *Cluster) alive() error {
 		}
 	}
 	return nil
-}
-
-// KillNode stops a node's slurmd and everything it started there (its jobs' steps), as a
-// machine that fails would; Slurm notices on its own (SlurmdTimeout).
-func (c *Cluster) KillNode(name string) error {
-	for _, d := range c.procs {
-		if d.name == "slurmd-"+name {
-			return syscall.Kill(-d.cmd.Process.Pid, syscall.SIGKILL)
-		}
-	}
-	return fmt.Errorf("no node %s", name)
 }
 
 func (c *Cluster) stop(t testing.TB) {

@@ -16,7 +16,11 @@ func TestCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !strings.Contains(out, n.Name+" 0,1") || !strings.Contains(out, n.Addr+"/24") {
+		want := n.Addr + "/24"
+		if !c.Namespaces {
+			want = "127.0.0.1/8"
+		}
+		if !strings.Contains(out, n.Name+" 0,1") || !strings.Contains(out, want) {
 			t.Errorf("job on %s printed %q; want its name, GPUs 0,1 and address %s", n.Name, out, n.Addr)
 		}
 	}
