@@ -187,8 +187,19 @@ func TestSlurmQuickstart(t *testing.T) {
 			t.Errorf("%s not in Slurm's job completions: %v", name, jobs)
 		}
 	}
-	if !strings.Contains(stdout, "treatment") {
-		t.Errorf("no verdict on stdout:\n%s", stdout)
+	// The verdict's Runs section shows where each job ran and how long it queued.
+	_, path, _ := strings.Cut(stdout, "verdict: ")
+	verdict, err := os.ReadFile(strings.TrimSpace(path))
+	if err != nil {
+		t.Fatalf("no verdict file (%v) in:\n%s", err, stdout)
+	}
+	for _, r := range runs {
+		if cell := r.Node + "/"; !strings.Contains(string(verdict), cell) || !strings.Contains(string(verdict), "(GPUs "+r.GPUs+")") {
+			t.Errorf("the verdict does not show %s's placement %s (GPUs %s)", r.Arm, r.Node, r.GPUs)
+		}
+	}
+	if !strings.Contains(string(verdict), "slurm job ") || !strings.Contains(string(verdict), "(queued ") {
+		t.Errorf("the verdict does not name the jobs and their queue waits:\n%s", verdict)
 	}
 }
 
