@@ -10,7 +10,7 @@ import (
 
 // ErrNoSlurm reports a machine without the Slurm client commands: no job of arbiter's can
 // be found from it.
-var ErrNoSlurm = errors.New("no Slurm client commands (squeue) on this machine")
+var ErrNoSlurm = errors.New("no Slurm cluster configured here (no squeue, or no slurm.conf)")
 
 // SlurmLeftovers lists the jobs arbiter submitted for the results database databaseID
 // that Slurm still holds (queued or running), found by their comment (SlurmComment); only
@@ -23,6 +23,11 @@ func SlurmLeftovers(ctx context.Context, databaseID, experiment string) ([]Lefto
 	out, err := slurmCommand(ctx, nil, nil, "squeue", "-h", "-t", "PENDING,RUNNING,SUSPENDED,CONFIGURING,COMPLETING,REQUEUED,RESIZING",
 		"-o", "%i|%T|%k|%j")
 	if err != nil {
+		if strings.Contains(err.Error(), "fetch_config") {
+			// The client commands are installed, but no cluster is configured here
+			// (no slurm.conf, no configless DNS record): no job can be ours.
+			return nil, ErrNoSlurm
+		}
 		return nil, err
 	}
 	var left []Leftover
