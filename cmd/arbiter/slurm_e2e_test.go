@@ -283,6 +283,43 @@ func TestSlurmCancelledAndLeftover(t *testing.T) {
 		}
 	})
 
+	t.Run("node failure mid-run", func(t *testing.T) {
+		db := filepath.Join(t.TempDir(), "arbiter.db")
+		type result struct {
+			code           int
+			stdout, stderr string
+		}
+		done := make(chan result, 1)
+		go func() {
+			code, stdout, stderr := runCLI(t, "run", spec, "--db", db)
+			done <- result{code, stdout, stderr}
+		}()
+		r := waitForRun(t, db, "control", "ready", 60*time.Second)
+		// The node goes down under the running job, as an administrator marks a node
+		// that failed: Slurm ends its jobs with NODE_FAIL.
+		if _, err := c.Command(ctx, "scontrol", "update", "nodename="+r.Node, "state=down", "reason=arbiter test: node failed"); err != nil {
+			t.Fatal(err)
+		}
+		defer c.Command(ctx, "scontrol", "update", "nodename="+r.Node, "state=resume")
+		res := <-done
+		_, runs := readRuns(t, db)
+		// The node's jobs are lost in Slurm's words; their arms run again as new jobs
+		// (ReturnToService=2 may bring the same node back for them) and finish.
+		lost, finished := false, 0
+		for _, x := range runs {
+			switch {
+			case x.Arm == "control" && x.Status == "lost" && x.Super:
+				lost = strings.Contains(x.Error, "NODE_FAIL on "+r.Node) && strings.Contains(x.Error, "its node failed")
+			case x.Status == "done" && !x.Super:
+				finished++
+			}
+		}
+		if !lost || finished != 2 || res.code != 0 {
+			t.Fatalf("runs %+v; want control lost with NODE_FAIL on %s, both arms done at last\nstdout: %s\nstderr: %s",
+				runs, r.Node, res.stdout, res.stderr)
+		}
+	})
+
 	t.Run("gc and resume after a killed arbiter", func(t *testing.T) {
 		db := filepath.Join(t.TempDir(), "arbiter.db")
 		bin := testbin.Build(t, "github.com/arbiterlab/arbiter/cmd/arbiter")
