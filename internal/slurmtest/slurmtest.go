@@ -71,7 +71,7 @@ func Available() error {
 	if os.Geteuid() != 0 {
 		return errors.New("not root (slurmd and network namespaces need root)")
 	}
-	for _, b := range []string{"munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel", "sacct", "ip", "nsenter", "mknod"} {
+	for _, b := range []string{"munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel", "sacct", "ip", "nsenter"} {
 		if _, err := exec.LookPath(b); err != nil {
 			return fmt.Errorf("%s not installed (apt-get install munge slurmctld slurmd slurm-client iproute2)", b)
 		}
