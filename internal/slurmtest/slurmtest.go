@@ -22,7 +22,9 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -40,6 +42,8 @@ type Options struct {
 	Nodes       int // default 2
 	GPUsPerNode int // default 2
 	CPUsPerNode int // default 4
+	// REST also starts slurmrestd (as user slurm, JWT auth) on a loopback port.
+	REST bool
 }
 
 // Node is one slurmd.
@@ -61,6 +65,9 @@ type Cluster struct {
 	// when they share this machine's loopback, for the reason Why gives.
 	Namespaces bool
 	Why        string
+	// RESTURL and Token reach slurmrestd when Options.REST: a JWT of user root, sent as
+	// X-SLURM-USER-NAME: root and X-SLURM-USER-TOKEN.
+	RESTURL, Token string
 
 	procs []*daemon
 	links []string
@@ -295,6 +302,18 @@ func (c *Cluster) start(o Options) error {
 	for _, n := range c.Nodes {
 		names = append(names, n.Name)
 	}
+	jwtLines := ""
+	if o.REST {
+		key := make([]byte, 32)
+		for i := range key {
+			key[i] = byte(rand.IntN(256))
+		}
+		keyFile := filepath.Join(c.Dir, "jwt.key")
+		if err := os.WriteFile(keyFile, key, 0o600); err != nil {
+			return err
+		}
+		jwtLines = "AuthAltTypes=auth/jwt\nAuthAltParameters=jwt_key=" + keyFile + "\n"
+	}
 	conf := fmt.Sprintf(`# written by arbiter's slurmtest harness
 ClusterName=arbtest
 SlurmctldHost=%s(%s)
@@ -317,7 +336,7 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/filetxt
 JobCompLoc=%s
-SelectType=select/cons_tres
+%sSelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 GresTypes=gpu
 SlurmdParameters=config_overrides
@@ -328,7 +347,7 @@ KillWait=5
 SlurmdTimeout=30
 %s
 PartitionName=%s Nodes=%s Default=YES MaxTime=INFINITE State=UP
-`, host, ctlAddr, ctlPort, dPort, sock, c.Dir, c.Dir, c.Dir, c.Dir, c.Dir, c.Dir, c.JobComp,
+`, host, ctlAddr, ctlPort, dPort, sock, c.Dir, c.Dir, c.Dir, c.Dir, c.Dir, c.Dir, c.JobComp, jwtLines,
 		strings.Join(nodeLines, "\n"), c.Partition, strings.Join(names, ","))
 	if err := os.WriteFile(c.Conf, []byte(conf), 0o644); err != nil {
 		return err
@@ -374,7 +393,56 @@ PartitionName=%s Nodes=%s Default=YES MaxTime=INFINITE State=UP
 	}); err != nil {
 		return fmt.Errorf("slurmd nodes did not register: %w", err)
 	}
+	if o.REST {
+		return c.startREST(ctx)
+	}
 	return nil
+}
+
+// startREST starts slurmrestd, which refuses to run as root, as user slurm, taking JWTs
+// (AuthAltTypes=auth/jwt), and gets a token for root.
+func (c *Cluster) startREST(ctx context.Context) error {
+	u, err := user.Lookup("slurm")
+	if err != nil {
+		return fmt.Errorf("slurmrestd needs a user slurm: %w", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	out, err := os.Create(filepath.Join(c.Dir, "slurmrestd.out"))
+	if err != nil {
+		return err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	cmd := exec.Command("slurmrestd", "-s", "openapi/v0.0.38", addr)
+	cmd.Env = append(os.Environ(), c.Env()...)
+	cmd.Env = append(cmd.Env, "SLURM_JWT=daemon")
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	if err := cmd.Start(); err != nil {
+		out.Close()
+		return fmt.Errorf("start slurmrestd: %w", err)
+	}
+	out.Close()
+	d := &daemon{name: "slurmrestd", cmd: cmd, done: make(chan struct{})}
+	go func() { cmd.Wait(); close(d.done) }()
+	c.procs = append(c.procs, d)
+	tok, err := c.Command(ctx, "scontrol", "token", "username=root", "lifespan=7200")
+	if err != nil {
+		return err
+	}
+	c.Token = strings.TrimPrefix(strings.TrimSpace(tok), "SLURM_JWT=")
+	c.RESTURL = "http://" + addr
+	return c.waitFor(20*time.Second, func() error {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			return err
+		}
+		return conn.Close()
+	})
 }
 
 // daemon starts one daemon of the cluster in the foreground, its output in DIR/NAME.out.

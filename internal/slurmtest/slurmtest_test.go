@@ -2,6 +2,8 @@ package slurmtest
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -35,5 +37,22 @@ func TestCluster(t *testing.T) {
 		if j["State"] != "COMPLETED" || j["NodeList"] != c.Nodes[i].Name {
 			t.Errorf("job %d: %v; want COMPLETED on %s", i, j, c.Nodes[i].Name)
 		}
+	}
+}
+
+// TestREST starts slurmrestd beside the cluster and reads the partitions through it.
+func TestREST(t *testing.T) {
+	c := Start(t, Options{REST: true})
+	req, _ := http.NewRequest(http.MethodGet, c.RESTURL+"/slurm/v0.0.38/partitions", nil)
+	req.Header.Set("X-SLURM-USER-NAME", "root")
+	req.Header.Set("X-SLURM-USER-TOKEN", c.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"name": "`+c.Partition+`"`) && !strings.Contains(string(b), `"name":"`+c.Partition+`"`) {
+		t.Fatalf("GET partitions: %s\n%s", resp.Status, b)
 	}
 }
