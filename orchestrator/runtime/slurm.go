@@ -50,6 +50,11 @@ type Slurm struct {
 	Poll time.Duration
 	// TailLines is how many log lines an Exit keeps (default 40).
 	TailLines int
+	// REST, when set, is the base URL of the cluster's slurmrestd (e.g.
+	// "http://slurm-rest:6820"): jobs are submitted, watched and cancelled through its
+	// API (v0.0.38) instead of the commands, authenticated with Token (a JWT, as
+	// `scontrol token` prints) as User. Options cannot be passed that way.
+	REST, Token, User string
 }
 
 // SlurmJobPrefix begins the name of every job arbiter submits; the job's comment carries
@@ -174,18 +179,26 @@ func (s Slurm) Start(ctx context.Context, l Launch) (Instance, error) {
 	args = append(args, "--export="+strings.Join(names, ","))
 	args = append(args, s.Options...)
 	submitted := time.Now()
-	out, err := slurmCommand(ctx, env, []byte(script), "sbatch", args...)
-	if err != nil {
-		return nil, submitError(err, s.Partition)
-	}
-	jobID, _, _ := strings.Cut(strings.TrimSpace(out), ";")
-	if _, err := strconv.ParseUint(jobID, 10, 64); err != nil {
-		return nil, fmt.Errorf("slurm runtime: sbatch printed %q, not a job id", out)
+	var jobID string
+	if s.REST != "" {
+		var err error
+		if jobID, err = s.submitREST(ctx, l, script, env, raw); err != nil {
+			return nil, err
+		}
+	} else {
+		out, err := slurmCommand(ctx, env, []byte(script), "sbatch", args...)
+		if err != nil {
+			return nil, submitError(err, s.Partition)
+		}
+		jobID, _, _ = strings.Cut(strings.TrimSpace(out), ";")
+		if _, err := strconv.ParseUint(jobID, 10, 64); err != nil {
+			return nil, fmt.Errorf("slurm runtime: sbatch printed %q, not a job id", out)
+		}
 	}
 	inst := &slurmInstance{s: s, id: jobID, raw: raw, logPath: l.LogPath, launch: l, redact: l.Redact, port: port,
 		done: make(chan struct{}), placement: Placement{Job: "slurm:" + jobID, Submitted: submitted}}
 	if err := inst.waitRunning(ctx); err != nil {
-		cancelJob(jobID, false)
+		s.cancel(jobID, false)
 		return nil, err
 	}
 	go inst.watch()
@@ -308,11 +321,11 @@ func submitError(err error, partition string) error {
 	lower := strings.ToLower(msg)
 	switch {
 	case strings.Contains(lower, "invalid partition"):
-		return fmt.Errorf("slurm runtime: %w: no such partition %q (sbatch: %s); see sinfo -s for the partitions", ErrSlurmRejected, partition, msg)
+		return fmt.Errorf("slurm runtime: %w: no such partition %q (%s: %s); see sinfo -s for the partitions", ErrSlurmRejected, partition, se.cmd, msg)
 	case strings.Contains(lower, "unable to contact slurm controller"), strings.Contains(lower, "connection refused"):
-		return fmt.Errorf("slurm runtime: the Slurm controller does not answer (sbatch: %s)", msg)
+		return fmt.Errorf("slurm runtime: the Slurm controller does not answer (%s: %s)", se.cmd, msg)
 	}
-	return fmt.Errorf("slurm runtime: %w (sbatch: %s)", ErrSlurmRejected, msg)
+	return fmt.Errorf("slurm runtime: %w (%s: %s)", ErrSlurmRejected, se.cmd, msg)
 }
 
 // slurmJob is what `scontrol show job -d -o` says about a job.
@@ -372,6 +385,34 @@ var slurmEndWords = map[string]string{
 // slurmLost lists the end states that Slurm, not the engine, caused.
 var slurmLost = map[string]bool{"CANCELLED": true, "TIMEOUT": true, "NODE_FAIL": true, "PREEMPTED": true,
 	"BOOT_FAIL": true, "DEADLINE": true, "REVOKED": true}
+
+// show reads a job's state: through slurmrestd when the runtime has one, else scontrol.
+func (s Slurm) show(ctx context.Context, id string) (slurmJob, error) {
+	if s.REST != "" {
+		return s.showREST(ctx, id)
+	}
+	return showJob(ctx, id)
+}
+
+// cancel cancels a job (kill: at once, with SIGKILL).
+func (s Slurm) cancel(id string, kill bool) error {
+	if s.REST != "" {
+		return s.cancelREST(id, kill)
+	}
+	return cancelJob(id, kill)
+}
+
+// nodeAddr is the address a node is reached at (NodeAddr).
+func (s Slurm) nodeAddr(ctx context.Context, node string) (string, error) {
+	if s.REST != "" {
+		return s.nodeAddrREST(ctx, node)
+	}
+	out, err := slurmCommand(ctx, nil, nil, "scontrol", "show", "node", "-o", node)
+	if err != nil {
+		return "", err
+	}
+	return parseSlurmJob(out)["NodeAddr"], nil
+}
 
 func showJob(ctx context.Context, id string) (slurmJob, error) {
 	out, err := slurmCommand(ctx, nil, nil, "scontrol", "show", "job", "-d", "-o", id)
@@ -449,7 +490,7 @@ func (i *slurmInstance) waitRunning(ctx context.Context) error {
 	var j slurmJob
 	for {
 		var err error
-		j, err = showJob(ctx, i.id)
+		j, err = i.s.show(ctx, i.id)
 		if err != nil && ctx.Err() == nil {
 			return fmt.Errorf("slurm runtime: job %s: %w", i.id, err)
 		}
@@ -475,10 +516,8 @@ func (i *slurmInstance) waitRunning(ctx context.Context) error {
 	}
 	node := j["BatchHost"]
 	addr := node
-	if out, err := slurmCommand(ctx, nil, nil, "scontrol", "show", "node", "-o", node); err == nil {
-		if a := parseSlurmJob(out)["NodeAddr"]; a != "" {
-			addr = a
-		}
+	if a, err := i.s.nodeAddr(ctx, node); err == nil && a != "" {
+		addr = a
 	}
 	i.endpoint = fmt.Sprintf("http://%s:%d", bracketIPv6(addr), i.port)
 	started, _ := time.ParseInLocation("2006-01-02T15:04:05", j["StartTime"], time.Local)
@@ -534,7 +573,7 @@ func (i *slurmInstance) watch() {
 	misses := 0
 	for range tick.C {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		j, err := showJob(ctx, i.id)
+		j, err := i.s.show(ctx, i.id)
 		cancel()
 		if err != nil {
 			// Slurm forgets a job MinJobAge after its end; a controller that does not
@@ -569,7 +608,7 @@ func (i *slurmInstance) Refresh(ctx context.Context) {
 			return
 		default:
 		}
-		j, err := showJob(ctx, i.id)
+		j, err := i.s.show(ctx, i.id)
 		if err != nil {
 			return
 		}
@@ -669,12 +708,12 @@ func (i *slurmInstance) Stop(ctx context.Context) error {
 	i.mu.Lock()
 	i.stopped = true
 	i.mu.Unlock()
-	err := cancelJob(i.id, false)
+	err := i.s.cancel(i.id, false)
 	select {
 	case <-i.done:
 		return nil
 	case <-ctx.Done():
-		cancelJob(i.id, true)
+		i.s.cancel(i.id, true)
 		<-i.done
 		if err != nil {
 			return err

@@ -191,3 +191,57 @@ func FuzzParseSlurmJob(f *testing.F) {
 		}
 	})
 }
+
+// TestSlurmREST runs a job through slurmrestd instead of the commands: the same
+// placement, the same lost job in Slurm's words, the same refusal of a bad partition.
+func TestSlurmREST(t *testing.T) {
+	c := slurmtest.Start(t, slurmtest.Options{REST: true})
+	t.Setenv("SLURM_CONF", c.Conf) // for the test's own scancel only
+	ctx := context.Background()
+	s := Slurm{REST: c.RESTURL, Token: c.Token, User: "root", Partition: c.Partition, GPUs: 1, TimeLimit: "10:00",
+		Poll: 100 * time.Millisecond}
+	inst, err := s.Start(ctx, refserveLaunch(t, "exp7-treatment-b0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := inst.(Placed).Placement()
+	if p.Node == "" || p.GPUs != "0" || p.Visible != "0" {
+		t.Fatalf("placement %+v", p)
+	}
+	healthy(t, inst.Endpoint())
+	job := strings.TrimPrefix(p.Job, "slurm:")
+	if _, err := c.Command(ctx, "scancel", job); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-inst.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("a cancelled job did not end")
+	}
+	if x := inst.Exit(); x.Lost == "" || !strings.Contains(x.Lost, "CANCELLED") {
+		t.Errorf("exit of a cancelled job: %+v", x)
+	}
+	bad := s
+	bad.Partition = "nosuch"
+	if _, err := bad.Start(ctx, refserveLaunch(t, "exp7-control-b0")); !errors.Is(err, ErrSlurmRejected) || !strings.Contains(err.Error(), `no such partition "nosuch"`) {
+		t.Errorf("no such partition through slurmrestd: %v", err)
+	}
+	wrong := s
+	wrong.Token = "not-a-token"
+	if _, err := wrong.Start(ctx, refserveLaunch(t, "exp7-control-b0")); err == nil || !strings.Contains(err.Error(), "SLURM_JWT") {
+		t.Errorf("a bad token: %v", err)
+	}
+}
+
+func TestSlurmMinutes(t *testing.T) {
+	for in, want := range map[string]int{"90": 90, "1:30": 2, "1:30:00": 90, "2-12": 3600, "1-0:30": 1470, "0-0:0:1": 1, "UNLIMITED": 0} {
+		if got, err := SlurmMinutes(in); err != nil || got != want {
+			t.Errorf("SlurmMinutes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "x", "1:2:3:4", "-1", "1-2:3:4:5"} {
+		if _, err := SlurmMinutes(in); err == nil {
+			t.Errorf("SlurmMinutes(%q) accepted", in)
+		}
+	}
+}
