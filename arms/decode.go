@@ -708,13 +708,13 @@ func (d *decoder) decodeRuntime(e entry) {
 	rt := &d.spec.Runtime
 	names := map[string]bool{}
 	slurmFields := map[string]entry{}
-	seen := d.fields(e.val, e.path, []string{"kind", "nodes", "partition", "account", "qos", "time", "sbatch", "host_flag"}, func(f entry) {
+	seen := d.fields(e.val, e.path, []string{"kind", "nodes", "partition", "account", "qos", "time", "sbatch", "host_flag", "rest"}, func(f entry) {
 		switch f.key {
 		case "kind":
 			if v, ok := d.oneOf(f, "runtime", runtimes); ok {
 				rt.Kind = v
 			}
-		case "partition", "account", "qos", "time", "host_flag":
+		case "partition", "account", "qos", "time", "host_flag", "rest":
 			slurmFields[f.key] = f
 			v, ok := d.str(f)
 			if !ok {
@@ -738,6 +738,11 @@ func (d *decoder) decodeRuntime(e entry) {
 				rt.Slurm.Time = v
 			case "host_flag":
 				rt.Slurm.HostFlag = v
+			case "rest":
+				if !strings.HasPrefix(v, "http://") && !strings.HasPrefix(v, "https://") {
+					d.add(f.val, f.path, "rest %q must be slurmrestd's http:// or https:// URL", v)
+				}
+				rt.Slurm.REST = v
 			}
 		case "sbatch":
 			slurmFields[f.key] = f
@@ -787,13 +792,16 @@ func (d *decoder) decodeRuntime(e entry) {
 		}
 	})
 	if rt.Kind != "slurm" {
-		for _, k := range []string{"partition", "account", "qos", "time", "sbatch", "host_flag"} {
+		for _, k := range []string{"partition", "account", "qos", "time", "sbatch", "host_flag", "rest"} {
 			f, ok := slurmFields[k]
 			if !ok {
 				continue
 			}
 			d.add(f.keyNode, f.path, "%s is a setting of the slurm runtime, but runtime.kind is %s", k, kindOrDefault(rt.Kind))
 		}
+	} else if _, ok := slurmFields["rest"]; ok && len(rt.Slurm.Options) > 0 {
+		f := slurmFields["sbatch"]
+		d.add(f.keyNode, f.path, "sbatch options cannot go through slurmrestd (runtime.rest); submit with the Slurm commands, or leave them out")
 	} else if n, ok := seen["nodes"]; ok {
 		d.add(n.keyNode, n.path, "the slurm runtime places arms itself: list no nodes (Slurm picks them; use partition or sbatch options such as --nodelist)")
 	}

@@ -76,6 +76,9 @@ type Slurm struct {
 	Time      string   // --time, the job's time limit, e.g. "2:00:00"
 	Options   []string // more sbatch options as given, e.g. pyxis's --container-image=IMAGE
 	HostFlag  string   // the engine's listen-address flag (default "--host")
+	// REST is the cluster's slurmrestd base URL; empty submits with the Slurm commands.
+	// Its token comes from arbiter's $SLURM_JWT, its user from $SLURM_USER_NAME (else $USER).
+	REST string
 }
 
 // Node is one machine that hosts arms: a Docker daemon, or this machine for the

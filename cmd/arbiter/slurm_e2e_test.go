@@ -369,3 +369,33 @@ func TestSlurmCancelledAndLeftover(t *testing.T) {
 		}
 	})
 }
+
+// TestSlurmQuickstartREST runs the quickstart through the cluster's slurmrestd instead of
+// the Slurm commands.
+func TestSlurmQuickstartREST(t *testing.T) {
+	c := slurmtest.Start(t, slurmtest.Options{REST: true})
+	t.Setenv("SLURM_CONF", "/nonexistent") // nothing may go through the commands
+	t.Setenv("SLURM_JWT", c.Token)
+	t.Setenv("SLURM_USER_NAME", "root")
+	t.Setenv("PATH", buildRefserve(t)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	spec := slurmSpec(t, c, "")
+	b, _ := os.ReadFile(spec)
+	restSpec := strings.Replace(string(b), "runtime: {kind: slurm,", "runtime: {kind: slurm, rest: \""+c.RESTURL+"\",", 1)
+	if err := os.WriteFile(spec, []byte(restSpec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(t.TempDir(), "arbiter.db")
+	code, stdout, stderr := runCLI(t, "run", spec, "--db", db)
+	if code != 0 {
+		t.Fatalf("arbiter run: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	_, runs := readRuns(t, db)
+	if len(runs) != 2 {
+		t.Fatalf("runs: %+v", runs)
+	}
+	for _, r := range runs {
+		if r.Status != "done" || r.Node == "" || r.GPUs == "" {
+			t.Errorf("run %+v; want done on a node of the cluster with its GPU", r)
+		}
+	}
+}
