@@ -402,6 +402,9 @@ PartitionName=%s Nodes=%s Default=YES MaxTime=INFINITE State=UP
 // startREST starts slurmrestd, which refuses to run as root, as user slurm, taking JWTs
 // (AuthAltTypes=auth/jwt), and gets a token for root.
 func (c *Cluster) startREST(ctx context.Context) error {
+	if _, err := exec.LookPath("slurmrestd"); err != nil {
+		return fmt.Errorf("slurmrestd not installed (apt-get install slurmrestd)")
+	}
 	u, err := user.Lookup("slurm")
 	if err != nil {
 		return fmt.Errorf("slurmrestd needs a user slurm: %w", err)
