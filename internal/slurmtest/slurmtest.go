@@ -90,7 +90,11 @@ func Available() error {
 // none can run.
 func Start(t testing.TB, o Options) *Cluster {
 	t.Helper()
-	if err := Available(); err != nil {
+	err := Available()
+	if _, lerr := exec.LookPath("slurmrestd"); err == nil && o.REST && lerr != nil {
+		err = errors.New("slurmrestd not installed (apt-get install slurmrestd)")
+	}
+	if err != nil {
 		if os.Getenv(RequireEnv) == "1" {
 			t.Fatalf("slurm cluster: %v (%s=1)", err, RequireEnv)
 		}
