@@ -43,7 +43,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Progress, if set, hears about runs and sessions as they happen.
 	Progress Progress
-	// ProbeInterval is how often readiness is polled (default 250ms).
+	// ProbeInterval is the longest wait between readiness polls (default 250ms); the
+	// polls start 5 ms apart and back off to it.
 	ProbeInterval time.Duration
 	// Resume, when not 0, continues that recorded experiment instead of starting a new
 	// one: launches that finished are kept, the others run again (see Resume).
