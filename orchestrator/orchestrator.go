@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/orchestrator/runtime"
@@ -608,8 +609,10 @@ func (t *sessionTracker) Turn(turn workload.Turn) {
 		ExperimentID: t.e.id, RunID: t.runID, ArmID: t.armID, Session: turn.Session, Index: turn.Index,
 		Round: turn.Round, Started: turn.Started, StatusCode: turn.StatusCode, FinishReason: turn.FinishReason,
 		TTFT: turn.TTFT, Latency: turn.Latency, DecodeTime: turn.DecodeTime, Deltas: turn.Deltas, PromptTokens: turn.PromptTokens,
-		CompletionTokens: turn.CompletionTokens, Corrupted: corrupted, Error: turn.Err,
-		Request: string(turn.Request), Raw: string(turn.Raw),
+		CompletionTokens: turn.CompletionTokens, Corrupted: corrupted, Error: turn.Err, TokenTimes: turn.DeltaTimes,
+		// Views, not copies: the workload never writes a turn's bytes again, and a copy
+		// of every body was most of a long run's memory.
+		Request: bytesView(turn.Request), Raw: bytesView(turn.Raw),
 	}
 	resp := turn.Response
 	if t.e.redactor.Active() {
@@ -617,7 +620,7 @@ func (t *sessionTracker) Turn(turn workload.Turn) {
 		// is whole only in the assembled text, so the raw stream is rewritten here,
 		// once the detectors have read the response as it came. A response cut short
 		// may end with the start of a secret.
-		row.Raw = string(workload.RedactRaw(turn.Raw, t.e.redactor))
+		row.Raw = bytesView(workload.RedactRaw(turn.Raw, t.e.redactor))
 		if turn.Err != "" {
 			resp = workload.RedactCutCompletion(resp, t.e.redactor)
 		}
@@ -690,6 +693,14 @@ func sessionStatus(w string) store.SessionStatus {
 		return store.SessionAborted
 	}
 	return store.SessionError
+}
+
+// bytesView is b as a string without a copy; b must not change afterwards.
+func bytesView(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
 }
 
 func nonNilMap(m map[string]string) map[string]string {

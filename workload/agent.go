@@ -288,34 +288,7 @@ func (s *agentSession) send(ctx context.Context, round int) Exchange {
 		RID:         fmt.Sprintf("arb-%d-%d-%d", s.cfg.Seed, s.script.Session, s.turns),
 	}
 	ex := s.client.Chat(ctx, s.base, req)
-	t := Turn{
-		Session:    s.script.Session,
-		Index:      s.turns,
-		Round:      round,
-		Started:    ex.Started,
-		Request:    ex.Request,
-		Tools:      s.script.Tools,
-		ToolChoice: req.ToolChoice,
-		StatusCode: ex.StatusCode,
-		Response:   ex.Completion,
-		Raw:        ex.Raw,
-		TTFT:       ex.TTFT,
-		Latency:    ex.Latency,
-		Deltas:     ex.Deltas,
-	}
-	if ex.Deltas > 1 {
-		t.DecodeTime = ex.LastDelta - ex.TTFT
-	}
-	if u := ex.Completion.Usage; u != nil {
-		t.PromptTokens, t.CompletionTokens = u.PromptTokens, u.CompletionTokens
-	}
-	if len(ex.Completion.Choices) > 0 {
-		t.FinishReason = ex.Completion.Choices[0].FinishReason
-	}
-	if ex.Err != nil {
-		t.Err = ex.Err.Error()
-		t.Failure = failureOf(ctx, ex.Err)
-	}
+	t := turnOf(ctx, ex, s.script.Session, s.turns, round, req)
 	s.turns++
 	s.rec.Turn(t)
 	return ex

@@ -158,6 +158,10 @@ type Exchange struct {
 	// first is the inter-token latency, when the tokens arrived in more than one event.
 	LastDelta time.Duration
 	Deltas    int
+	// DeltaTimes are the times, from Started, at which each of those Deltas events
+	// arrived: with engines that stream one token per event, the per-token timeline
+	// whose gaps are the true inter-token latencies.
+	DeltaTimes []time.Duration
 	// Err is nil when the request completed, whatever the content. It wraps ErrStalled,
 	// ErrRequestTimeout, ErrBrokenStream, ErrNoChoices, ErrResponseTooLarge, a
 	// *StatusError, or the context's error when the caller cancelled.
@@ -322,17 +326,20 @@ func readStream(ex *Exchange, body io.Reader, limit int64, tooLarge func() error
 			return err
 		}
 		stallTimer.Reset(stall)
-		if delta {
-			ex.LastDelta = time.Since(ex.Started)
-			ex.Deltas++
+		if !delta {
+			return nil
 		}
-		if delta && ex.TTFT == 0 {
-			ex.TTFT = time.Since(ex.Started)
+		now := time.Since(ex.Started)
+		ex.LastDelta = now
+		ex.Deltas++
+		ex.DeltaTimes = append(ex.DeltaTimes, now)
+		if ex.TTFT == 0 {
+			ex.TTFT = now
 			if ex.hooks.FirstDelta != nil {
 				ex.hooks.FirstDelta()
 			}
 		}
-		if delta && onToken != nil {
+		if onToken != nil {
 			onToken()
 		}
 		return nil
