@@ -68,11 +68,13 @@ func NewScript(seed int64, session, rounds int) Script {
 	for _, i := range perm[:n] {
 		chosen[i] = true
 	}
-	var offered []toolDef
+	offered := make([]toolDef, 0, n)
+	s.Tools = make([]openai.Tool, 0, n)
+	specs := toolSpecs()
 	for i, t := range toolSet {
 		if chosen[i] {
 			offered = append(offered, t)
-			s.Tools = append(s.Tools, t.spec())
+			s.Tools = append(s.Tools, specs[i])
 		}
 	}
 	persona := personas[r.intn(len(personas))]
