@@ -178,12 +178,17 @@ func (c *Client) Chat(ctx context.Context, base string, req openai.ChatRequest) 
 	if req.Stream && req.StreamOptions == nil {
 		req.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
 	}
-	ex := Exchange{hooks: streamHooks(ctx)}
 	body, err := json.Marshal(req)
 	if err != nil {
-		ex.Err = fmt.Errorf("workload: encode request %s: %w", req.RID, err)
-		return ex
+		return Exchange{Err: fmt.Errorf("workload: encode request %s: %w", req.RID, err)}
 	}
+	return c.chatBody(ctx, base, req, body)
+}
+
+// chatBody sends body, the encoding of req (which must already ask for the usage chunk
+// when it streams), and reads the answer.
+func (c *Client) chatBody(ctx context.Context, base string, req openai.ChatRequest, body []byte) Exchange {
+	ex := Exchange{hooks: streamHooks(ctx)}
 	ex.Request = body
 	reqTimeout, stall := c.timeouts()
 
