@@ -240,6 +240,16 @@ func (s *agentSession) push(ms ...openai.Message) error {
 	return nil
 }
 
+// begin opens the conversation with the system message.
+func (s *agentSession) begin() error {
+	enc, err := newRequestBuilder(s.template())
+	if err != nil {
+		return err
+	}
+	s.enc, s.msgs = enc, nil
+	return s.push(openai.Message{Role: "system", Content: s.script.System})
+}
+
 // template is the request every turn of the session shares, less messages and id.
 func (s *agentSession) template() openai.ChatRequest {
 	temp := s.cfg.Temperature
@@ -265,12 +275,7 @@ func (s *agentSession) run(ctx context.Context) SessionResult {
 	if maxSteps == 0 {
 		maxSteps = DefaultMaxToolSteps
 	}
-	enc, err := newRequestBuilder(s.template())
-	if err != nil {
-		return s.end(res, SessionError, err)
-	}
-	s.enc = enc
-	if err := s.push(openai.Message{Role: "system", Content: s.script.System}); err != nil {
+	if err := s.begin(); err != nil {
 		return s.end(res, SessionError, err)
 	}
 	for round, user := range s.script.Users {
