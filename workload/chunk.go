@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"encoding/json"
 	"strconv"
 	"unicode/utf8"
 
@@ -23,6 +24,8 @@ type chunkDecoder struct {
 	pos     int
 	scratch []byte // unescaped strings
 	c       fastChunk
+	// whole reads a non-streamed completion: choices carry a message, not a delta.
+	whole bool
 }
 
 // fastChunk is a decoded chunk; its byte slices live until the next decode.
@@ -32,11 +35,13 @@ type fastChunk struct {
 	usage             openai.Usage
 	hasUsage          bool
 	choices           []fastChoice
+	choicesFound      bool // choices was an array, not null or absent
 }
 
 type fastChoice struct {
 	index          int
 	role, content  []byte
+	name, callID   []byte // a whole message's name and tool_call_id
 	calls          []fastCall
 	finish         []byte
 	hasFinish      bool // finish_reason was a string, not null
@@ -177,8 +182,7 @@ func seen(mask *uint32, i uint) bool {
 
 var (
 	chunkKeys  = []string{"id", "object", "created", "model", "choices", "usage", "error"}
-	choiceKeys = []string{"index", "delta", "finish_reason"}
-	deltaKeys  = []string{"role", "content", "tool_calls"}
+	choiceKeys = []string{"index", "delta", "message", "finish_reason"}
 	callKeys   = []string{"index", "id", "type", "function"}
 	funcKeys   = []string{"name", "arguments"}
 	usageKeys  = []string{"prompt_tokens", "completion_tokens", "total_tokens"}
@@ -204,6 +208,7 @@ func (d *chunkDecoder) chunk() bool {
 			if d.null() {
 				return true
 			}
+			c.choicesFound = true
 			return d.array(func() bool {
 				// The slots of earlier chunks are reused, tool-call slices included.
 				n := len(c.choices)
@@ -249,7 +254,10 @@ func (d *chunkDecoder) choice(ch *fastChoice) bool {
 			}
 			ch.index = int(v)
 			return true
-		case "delta":
+		case "delta", "message":
+			if (string(key) == "message") != d.whole {
+				break // the other form's key: unknown here
+			}
 			if !seen(&mask, 1) {
 				return false
 			}
@@ -271,6 +279,9 @@ func (d *chunkDecoder) choice(ch *fastChoice) bool {
 	})
 }
 
+// messageKeys are the fields of openai.Message beyond a delta's.
+var messageKeys = []string{"role", "content", "tool_calls", "name", "tool_call_id"}
+
 func (d *chunkDecoder) delta(ch *fastChoice) bool {
 	var mask uint32
 	return d.object(func(key []byte) bool {
@@ -279,6 +290,14 @@ func (d *chunkDecoder) delta(ch *fastChoice) bool {
 			return seen(&mask, 0) && d.strField(&ch.role)
 		case "content":
 			return seen(&mask, 1) && d.strField(&ch.content)
+		case "name", "tool_call_id":
+			if !d.whole {
+				break
+			}
+			if string(key) == "name" {
+				return seen(&mask, 3) && d.strField(&ch.name)
+			}
+			return seen(&mask, 4) && d.strField(&ch.callID)
 		case "tool_calls":
 			if !seen(&mask, 2) {
 				return false
@@ -292,7 +311,7 @@ func (d *chunkDecoder) delta(ch *fastChoice) bool {
 				return d.call(&ch.calls[len(ch.calls)-1])
 			})
 		}
-		return unknownKey(key, deltaKeys...) && d.skip(0)
+		return unknownKey(key, messageKeys...) && d.skip(0)
 	})
 }
 
@@ -690,6 +709,46 @@ func (d *chunkDecoder) skipNumber() bool {
 	}
 	d.pos = i
 	return true
+}
+
+// completion is a non-streamed answer decoded with whole set, as encoding/json would
+// have decoded it into an openai.ChatCompletion.
+func (c *fastChunk) completion() openai.ChatCompletion {
+	out := openai.ChatCompletion{ID: string(c.id), Object: string(c.object), Created: c.created, Model: string(c.model)}
+	if c.hasUsage {
+		u := c.usage
+		out.Usage = &u
+	}
+	if c.choicesFound {
+		out.Choices = make([]openai.Choice, 0, len(c.choices))
+	}
+	for _, ch := range c.choices {
+		m := openai.Message{Role: string(ch.role), Content: string(ch.content), Name: string(ch.name), ToolCallID: string(ch.callID)}
+		if ch.toolCallsFound {
+			m.ToolCalls = make([]openai.ToolCall, 0, len(ch.calls))
+		}
+		for _, tc := range ch.calls {
+			call := openai.ToolCall{ID: string(tc.id), Type: string(tc.typ),
+				Function: openai.FunctionCall{Name: string(tc.name), Arguments: string(tc.args)}}
+			if tc.hasIndex {
+				i := tc.index
+				call.Index = &i
+			}
+			m.ToolCalls = append(m.ToolCalls, call)
+		}
+		out.Choices = append(out.Choices, openai.Choice{Index: ch.index, Message: m, FinishReason: string(ch.finish)})
+	}
+	return out
+}
+
+// decodeCompletion decodes a non-streamed answer, fast when it is plain.
+func decodeCompletion(raw []byte, out *openai.ChatCompletion) error {
+	d := chunkDecoder{whole: true}
+	if c, ok := d.decode(raw); ok {
+		*out = c.completion()
+		return nil
+	}
+	return json.Unmarshal(raw, out)
 }
 
 // event is the chunk as encoding/json would have decoded it into a streamEvent, for

@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/arbiterlab/arbiter/openai"
 )
 
 // normal makes empty slices nil, where encoding/json and the chunk decoder may differ
@@ -41,6 +43,32 @@ func checkChunk(t testing.TB, d *chunkDecoder, payload []byte) bool {
 		t.Fatalf("%q:\n chunk decoder %+v\n encoding/json %+v", payload, got, want)
 	}
 	return true
+}
+
+// checkWhole holds decodeCompletion's fast path to encoding/json's answer exactly.
+func checkWhole(t testing.TB, payload []byte) bool {
+	t.Helper()
+	d := chunkDecoder{whole: true}
+	c, ok := d.decode(payload)
+	if !ok {
+		return false
+	}
+	var want openai.ChatCompletion
+	if err := json.Unmarshal(payload, &want); err != nil {
+		t.Fatalf("completion decoder took %q, encoding/json refuses it: %v", payload, err)
+	}
+	if got := c.completion(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("%q:\n completion decoder %#v\n encoding/json      %#v", payload, got, want)
+	}
+	return true
+}
+
+var wholeSamples = []string{
+	`{"id":"chatcmpl-1","object":"chat.completion","created":1733000000,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hello \u00e9\n"},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}`,
+	`{"id":"c","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},"finish_reason":"tool_calls"}]}`,
+	`{"id":"c","choices":[],"usage":null}`,
+	`{"id":"c","choices":null}`,
+	`{"id":"c","choices":[{"message":{"role":"tool","name":"f","tool_call_id":"x","content":"","tool_calls":[]}}]}`,
 }
 
 var chunkSamples = []string{
@@ -122,7 +150,24 @@ func TestAssemblyFastAndSlowAgree(t *testing.T) {
 	}
 }
 
+func TestCompletionDecoderAgreesWithEncodingJSON(t *testing.T) {
+	for _, s := range wholeSamples {
+		if !checkWhole(t, []byte(s)) {
+			t.Errorf("fast path refused a plain completion: %s", s)
+		}
+	}
+	for _, s := range append(chunkRefused, `{"choices":[{"message":{"content":[{"type":"text","text":"parts"}]}}]}`,
+		`{"choices":[{"delta":{"content":"a chunk's key"}}]}`) {
+		if checkWhole(t, []byte(s)) {
+			t.Errorf("fast path took %s", s)
+		}
+	}
+}
+
 func FuzzChunkDecoder(f *testing.F) {
+	for _, s := range wholeSamples {
+		f.Add([]byte(s))
+	}
 	for _, s := range chunkSamples {
 		f.Add([]byte(s))
 	}
@@ -135,6 +180,7 @@ func FuzzChunkDecoder(f *testing.F) {
 		// A decoder that read another chunk first gives the same answer.
 		d.decode([]byte(chunkSamples[3]))
 		checkChunk(t, &d, payload)
+		checkWhole(t, payload)
 	})
 }
 

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/arbiterlab/arbiter/openai"
@@ -280,8 +281,23 @@ func readWhole(ex *Exchange, body io.Reader, length, limit int64, tooLarge func(
 		ex.Err = tooLarge()
 		return
 	}
+	if length >= 0 {
+		// The size is known: one buffer of it, and the reads land in place.
+		raw := make([]byte, length)
+		n, err := io.ReadFull(body, raw)
+		ex.Latency = time.Since(ex.Started)
+		ex.Raw = raw[:n]
+		if err != nil {
+			ex.Err = failure("read", err)
+			return
+		}
+		decodeWhole(ex)
+		return
+	}
 	var raw rawBody
-	buf := make([]byte, 32<<10)
+	bp := readBuffers.Get().(*[]byte)
+	defer readBuffers.Put(bp)
+	buf := *bp
 	var err error
 	for err == nil && int64(raw.n) <= limit {
 		var n int
@@ -302,7 +318,15 @@ func readWhole(ex *Exchange, body io.Reader, length, limit int64, tooLarge func(
 		ex.Err = failure("read", err)
 		return
 	}
-	if err := json.Unmarshal(ex.Raw, &ex.Completion); err != nil {
+	decodeWhole(ex)
+}
+
+// readBuffers are the 32 KiB buffers responses are read through.
+var readBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// decodeWhole decodes the non-streamed answer in ex.Raw.
+func decodeWhole(ex *Exchange) {
+	if err := decodeCompletion(ex.Raw, &ex.Completion); err != nil {
 		ex.Err = fmt.Errorf("workload: decode completion: %w: %w", ErrBrokenStream, err)
 		return
 	}
@@ -323,8 +347,10 @@ func readStream(ex *Exchange, body io.Reader, limit int64, tooLarge func() error
 	var (
 		dec sseDecoder
 		asm streamAssembly
-		buf = make([]byte, 32<<10)
+		bp  = readBuffers.Get().(*[]byte)
+		buf = *bp
 	)
+	defer readBuffers.Put(bp)
 	emit := func(p []byte) error {
 		delta, err := asm.event(p)
 		if err != nil {
