@@ -2,7 +2,6 @@ package workload
 
 import (
 	"encoding/json"
-	"strconv"
 	"unicode/utf8"
 
 	"github.com/arbiterlab/arbiter/openai"
@@ -564,9 +563,12 @@ func (d *chunkDecoder) intField(dst *int64) bool {
 			return false
 		}
 	}
-	v, err := strconv.ParseInt(string(d.buf[d.pos:i]), 10, 64)
-	if err != nil {
-		return false
+	var v int64
+	for _, c := range d.buf[digits:i] {
+		v = v*10 + int64(c-'0') // 18 digits cannot overflow
+	}
+	if digits > d.pos {
+		v = -v
 	}
 	*dst, d.pos = v, i
 	return true

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/arbiterlab/arbiter/openai"
@@ -210,12 +211,12 @@ func (c *Client) chatBody(ctx context.Context, base string, req openai.ChatReque
 	}
 
 	ex.Started = time.Now()
-	var stallTimer *time.Timer
+	var watch *stallWatch
 	if req.Stream {
 		// The stall clock runs from sending: an engine that never answers a stream
 		// has stalled as surely as one that stops mid-way.
-		stallTimer = time.AfterFunc(stall, func() { cancelStall(ErrStalled) })
-		defer stallTimer.Stop()
+		watch = newStallWatch(stall, func() { cancelStall(ErrStalled) })
+		defer watch.stop()
 	}
 	// failure says what ended the request early, judged by which context fired.
 	failure := func(where string, err error) error {
@@ -267,8 +268,59 @@ func (c *Client) chatBody(ctx context.Context, base string, req openai.ChatReque
 		}
 		return ex
 	}
-	readStream(&ex, resp.Body, limit, tooLarge, stallTimer, stall, c.OnToken, failure)
+	readStream(&ex, resp.Body, limit, tooLarge, watch, c.OnToken, failure)
 	return ex
+}
+
+// stallWatch fires when no stream event arrived for its stall time. Events only record
+// when they came; the timer, armed once, re-arms itself for what remains of the
+// window, so that a stream of thousands of events does not reset a timer for each.
+type stallWatch struct {
+	stall  time.Duration
+	start  time.Time
+	last   atomic.Int64 // the latest event, as time since start
+	timer  *time.Timer
+	fire   func()
+	mu     sync.Mutex
+	closed bool
+}
+
+func newStallWatch(stall time.Duration, fire func()) *stallWatch {
+	w := &stallWatch{stall: stall, start: time.Now(), fire: fire}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.timer = time.AfterFunc(stall, w.check)
+	return w
+}
+
+// event records an event at since (time since the request was sent; the watch's
+// clock started at most microseconds later, so the window is never shortened).
+func (w *stallWatch) event(since time.Duration) {
+	if w != nil {
+		w.last.Store(int64(since))
+	}
+}
+
+func (w *stallWatch) check() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return
+	}
+	quiet := time.Since(w.start) - time.Duration(w.last.Load())
+	if quiet < w.stall {
+		w.timer.Reset(w.stall - quiet)
+		return
+	}
+	w.closed = true
+	w.fire()
+}
+
+func (w *stallWatch) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closed = true
+	w.timer.Stop()
 }
 
 // readWhole reads a JSON body of at most limit bytes. A longer one (by its
@@ -342,7 +394,7 @@ func decodeWhole(ex *Exchange) {
 // readStream reads an SSE body of at most limit bytes, assembling the completion as
 // events arrive. At the limit it stops reading: the raw prefix up to the last whole event
 // within KeptPrefixBytes is kept, with the completion those events make.
-func readStream(ex *Exchange, body io.Reader, limit int64, tooLarge func() error, stallTimer *time.Timer, stall time.Duration,
+func readStream(ex *Exchange, body io.Reader, limit int64, tooLarge func() error, watch *stallWatch,
 	onToken func(), failure func(string, error) error) {
 	var (
 		dec sseDecoder
@@ -356,11 +408,11 @@ func readStream(ex *Exchange, body io.Reader, limit int64, tooLarge func() error
 		if err != nil {
 			return err
 		}
-		stallTimer.Reset(stall)
+		now := time.Since(ex.Started)
+		watch.event(now)
 		if !delta {
 			return nil
 		}
-		now := time.Since(ex.Started)
 		ex.LastDelta = now
 		ex.Deltas++
 		ex.DeltaTimes = append(ex.DeltaTimes, now)

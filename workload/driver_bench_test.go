@@ -166,9 +166,9 @@ func BenchmarkReadPath(b *testing.B) {
 	for b.Loop() {
 		var ex Exchange
 		ex.Started = time.Now()
-		timer := time.NewTimer(time.Hour)
-		readStream(&ex, bytes.NewReader(body), DefaultMaxResponseBytes, nil, timer, time.Hour, nil, nil)
-		timer.Stop()
+		watch := newStallWatch(time.Hour, func() {})
+		readStream(&ex, bytes.NewReader(body), DefaultMaxResponseBytes, nil, watch, nil, nil)
+		watch.stop()
 		if ex.Err != nil || ex.Deltas != 512 {
 			b.Fatalf("%v, %d deltas", ex.Err, ex.Deltas)
 		}
