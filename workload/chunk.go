@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"bytes"
 	"encoding/json"
 	"unicode/utf8"
 
@@ -25,6 +26,16 @@ type chunkDecoder struct {
 	c       fastChunk
 	// whole reads a non-streamed completion: choices carry a message, not a delta.
 	whole bool
+
+	// Engines send every token in the same chunk but for its text: the bytes around
+	// the content string of the last plain text chunk are kept, and a chunk that has
+	// exactly those bytes around a string is that chunk with the new text, read
+	// without parsing the rest again.
+	pre, suf   []byte
+	tmpl       fastChunk  // the chunk decoded from pre and suf, strings owned, less its choice
+	tmplChoice fastChoice // its one choice, less the text
+	contentAt  [2]int     // where the content string of the chunk being decoded lies
+	contentHit bool
 }
 
 // fastChunk is a decoded chunk; its byte slices live until the next decode.
@@ -62,14 +73,65 @@ const maxChunkDepth = 64
 // decode parses payload; ok is false when encoding/json must decide instead.
 func (d *chunkDecoder) decode(payload []byte) (c *fastChunk, ok bool) {
 	d.buf, d.pos, d.scratch = payload, 0, d.scratch[:0]
+	if c, ok := d.templated(payload); ok {
+		d.buf = nil
+		return c, true
+	}
 	d.c = fastChunk{choices: d.c.choices[:0]}
+	d.contentHit = false
 	ok = d.chunk()
 	if ok {
 		d.ws()
 		ok = d.pos == len(d.buf)
 	}
+	if ok && !d.whole {
+		d.remember(payload)
+	}
 	d.buf = nil
 	return &d.c, ok
+}
+
+// templated decodes payload by the kept template, when it fits.
+func (d *chunkDecoder) templated(payload []byte) (*fastChunk, bool) {
+	if d.pre == nil || len(payload) < len(d.pre)+len(d.suf)+1 ||
+		!bytes.HasPrefix(payload, d.pre) || !bytes.HasSuffix(payload, d.suf) {
+		return nil, false
+	}
+	d.pos = len(d.pre) - 1 // the opening quote
+	text, _ := d.str()
+	if text == nil || d.pos != len(payload)-len(d.suf) {
+		return nil, false
+	}
+	own := d.c.choices[:0]
+	d.c = d.tmpl
+	d.c.choices = append(own, d.tmplChoice)
+	d.c.choices[0].content = text
+	return &d.c, true
+}
+
+// remember keeps payload as the template when it is a plain text chunk: one choice
+// carrying content and nothing else that changes from token to token.
+func (d *chunkDecoder) remember(payload []byte) {
+	c := &d.c
+	if !d.contentHit || len(c.choices) != 1 || c.hasUsage {
+		return
+	}
+	ch := c.choices[0]
+	if ch.role != nil || ch.toolCallsFound || len(ch.calls) > 0 || ch.hasFinish || ch.name != nil || ch.callID != nil {
+		return
+	}
+	start, end := d.contentAt[0], d.contentAt[1]
+	if bytes.Equal(d.pre, payload[:start+1]) && bytes.Equal(d.suf, payload[end:]) {
+		return // kept already
+	}
+	d.pre = append(d.pre[:0], payload[:start+1]...)
+	d.suf = append(d.suf[:0], payload[end:]...)
+	d.tmpl = fastChunk{id: bytes.Clone(c.id), object: bytes.Clone(c.object), model: bytes.Clone(c.model),
+		created: c.created, choicesFound: true}
+	d.tmplChoice = fastChoice{index: ch.index}
+	if d.pre == nil {
+		d.pre = []byte{}
+	}
 }
 
 func (d *chunkDecoder) ws() {
@@ -288,7 +350,18 @@ func (d *chunkDecoder) delta(ch *fastChoice) bool {
 		case "role":
 			return seen(&mask, 0) && d.strField(&ch.role)
 		case "content":
-			return seen(&mask, 1) && d.strField(&ch.content)
+			if !seen(&mask, 1) {
+				return false
+			}
+			d.ws()
+			start := d.pos
+			if !d.strField(&ch.content) {
+				return false
+			}
+			if d.buf[start] == '"' {
+				d.contentAt, d.contentHit = [2]int{start, d.pos}, true
+			}
+			return true
 		case "name", "tool_call_id":
 			if !d.whole {
 				break

@@ -102,6 +102,32 @@ var chunkRefused = []string{
 	`null`,
 }
 
+// A stream's text chunks differ only in their text: after the first, each is read by
+// the template, and a chunk that differs elsewhere is parsed in full.
+func TestChunkTemplate(t *testing.T) {
+	var d chunkDecoder
+	body := string(renderStream(4))
+	for _, ev := range strings.Split(strings.TrimSuffix(body, "\n\n"), "\n\n") {
+		p := strings.TrimPrefix(ev, "data: ")
+		if p != "[DONE]" && !checkChunk(t, &d, []byte(p)) {
+			t.Fatalf("refused %s", p)
+		}
+	}
+	if d.pre == nil {
+		t.Fatal("no template kept")
+	}
+	for _, p := range []string{
+		strings.Replace(chunkSamples[1], `"Hello"`, `"He said \"hi\"\n"`, 1),
+		strings.Replace(chunkSamples[1], `"Hello"`, `"He" , "x":"y"`, 1),
+		strings.Replace(chunkSamples[1], `"Hello"`, `""`, 1),
+		strings.Replace(chunkSamples[1], `"Hello"`, `null`, 1),
+		strings.Replace(chunkSamples[1], `"Hello"`, "\"bad \xff\"", 1),
+	} {
+		checkChunk(t, &d, []byte(chunkSamples[1]))
+		checkChunk(t, &d, []byte(p))
+	}
+}
+
 func TestChunkDecoderAgreesWithEncodingJSON(t *testing.T) {
 	var d chunkDecoder
 	for _, s := range chunkSamples {
@@ -180,6 +206,13 @@ func FuzzChunkDecoder(f *testing.F) {
 		// A decoder that read another chunk first gives the same answer.
 		d.decode([]byte(chunkSamples[3]))
 		checkChunk(t, &d, payload)
+		// And one that keeps a plain text chunk as its template.
+		var e chunkDecoder
+		for _, s := range chunkSamples[1:3] {
+			checkChunk(t, &e, []byte(s))
+		}
+		checkChunk(t, &e, payload)
+		checkChunk(t, &e, payload)
 		checkWhole(t, payload)
 	})
 }
