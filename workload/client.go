@@ -362,6 +362,7 @@ func readWhole(ex *Exchange, body io.Reader, length, limit int64, tooLarge func(
 	ex.Latency = time.Since(ex.Started)
 	if int64(raw.n) > limit {
 		ex.Raw = raw.prefix(KeptPrefixBytes)
+		raw.release()
 		ex.Err = tooLarge()
 		return
 	}
@@ -433,6 +434,7 @@ func readStream(ex *Exchange, body io.Reader, limit int64, tooLarge func() error
 		if int64(raw.n)+int64(n) > limit {
 			ex.Latency = time.Since(ex.Started)
 			ex.Raw = raw.keptPrefix()
+			raw.release()
 			ex.Completion, _ = AssembleStream(ex.Raw)
 			ex.Err = tooLarge()
 			return
@@ -464,13 +466,33 @@ func readStream(ex *Exchange, body io.Reader, limit int64, tooLarge func() error
 }
 
 // rawBody keeps a streamed body as it arrives, in chunks that grow from 4 KiB to 1 MiB
-// and are joined once, at the exact length, when the body is complete. One growing slice
-// would copy a long body over and over, and the garbage of the copies of several
-// concurrent multi-megabyte streams would be most of arbiter's memory.
+// and are joined once, at the exact length, when the body is complete; the chunks then
+// go back to a pool for the next body. One growing slice would copy a long body over
+// and over, and the garbage of the copies of several concurrent multi-megabyte streams
+// would be most of arbiter's memory.
 type rawBody struct {
 	full [][]byte // chunks filled to their capacity
 	cur  []byte
 	n    int
+}
+
+// rawChunks pools the chunks by size class: 4 KiB << i.
+var rawChunks [9]sync.Pool
+
+func chunkClass(size int) int {
+	c := 0
+	for 4<<10<<c < size {
+		c++
+	}
+	return min(c, len(rawChunks)-1)
+}
+
+func getChunk(size int) []byte {
+	c := chunkClass(size)
+	if b, ok := rawChunks[c].Get().(*[]byte); ok {
+		return (*b)[:0]
+	}
+	return make([]byte, 0, 4<<10<<c)
 }
 
 func (r *rawBody) write(p []byte) {
@@ -480,7 +502,7 @@ func (r *rawBody) write(p []byte) {
 			if r.cur != nil {
 				r.full = append(r.full, r.cur)
 			}
-			r.cur = make([]byte, 0, min(max(4<<10, 2*cap(r.cur)), 1<<20))
+			r.cur = getChunk(min(max(4<<10, 2*cap(r.cur)), 1<<20))
 		}
 		k := min(len(p), cap(r.cur)-len(r.cur))
 		r.cur = append(r.cur, p[:k]...)
@@ -488,16 +510,30 @@ func (r *rawBody) write(p []byte) {
 	}
 }
 
-// bytes is the whole body; nil when nothing arrived.
+// bytes is the whole body, in a slice of its own; nil when nothing arrived. The
+// chunks are given back: the rawBody is empty afterwards.
 func (r *rawBody) bytes() []byte {
-	if len(r.full) == 0 {
-		return r.cur
+	if r.n == 0 {
+		return nil
 	}
 	out := make([]byte, 0, r.n)
 	for _, c := range r.full {
 		out = append(out, c...)
 	}
-	return append(out, r.cur...)
+	out = append(out, r.cur...)
+	r.release()
+	return out
+}
+
+// release gives the chunks back to the pool.
+func (r *rawBody) release() {
+	for _, c := range append(r.full, r.cur) {
+		if cap(c) == 4<<10<<chunkClass(cap(c)) {
+			c = c[:0]
+			rawChunks[chunkClass(cap(c))].Put(&c)
+		}
+	}
+	*r = rawBody{}
 }
 
 // prefix is a copy of the body's first n bytes.
