@@ -188,6 +188,11 @@ func runToolcallAgent(ctx context.Context, cfg Config, base string, rec Recorder
 		model = ids[0]
 	}
 
+	// The first wave's connections are open before any session starts, so that round
+	// 0 does not time the client's own dialling. A failure here is the first request's
+	// to report.
+	_ = client.Warm(ctx, base, min(conc, cfg.Sessions))
+
 	var g errgroup.Group
 	g.SetLimit(conc)
 	first, last := cfg.SessionOffset, cfg.SessionOffset+cfg.Sessions

@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -82,25 +83,76 @@ type Client struct {
 	// exchange ends with ErrResponseTooLarge and keeps only its first KeptPrefixBytes,
 	// so that concurrent giant replies cost at most concurrency x this in memory.
 	MaxResponseBytes int64
+
+	// dialed holds connections opened by Warm, which the transport takes first.
+	dialed chan net.Conn
 }
 
-var defaultHTTP = newHTTPClient(16)
+var defaultHTTP = newHTTPClient(16, nil)
 
 // NewClient returns a Client whose transport keeps one idle connection per concurrent
 // session, so that a run at concurrency C reuses C connections instead of churning.
 func NewClient(concurrency int) *Client {
-	return &Client{HTTP: newHTTPClient(concurrency)}
+	c := &Client{dialed: make(chan net.Conn, max(concurrency, 1))}
+	c.HTTP = newHTTPClient(concurrency, c.dialed)
+	return c
 }
 
-func newHTTPClient(concurrency int) *http.Client {
+// Warm opens n connections to base before a run's clock starts, so that the first
+// requests do not measure the client's own dialling: the transport takes them as it
+// would take connections it dialled. Call it just before the requests, as a server
+// may close a connection left idle (uvicorn after 5 s).
+func (c *Client) Warm(ctx context.Context, base string, n int) error {
+	if c.dialed == nil {
+		return nil // a client of its own transport
+	}
+	u, err := url.Parse(base)
+	if err != nil || u.Scheme != "http" {
+		return nil // TLS or odd bases dial as usual
+	}
+	host := u.Host
+	if u.Port() == "" {
+		host = net.JoinHostPort(u.Hostname(), "80")
+	}
+	d := net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	for range min(n, cap(c.dialed)-len(c.dialed)) {
+		conn, err := d.DialContext(ctx, "tcp", host)
+		if err != nil {
+			return fmt.Errorf("workload: warm connections to %s: %w", base, err)
+		}
+		select {
+		case c.dialed <- conn:
+		default:
+			conn.Close()
+		}
+	}
+	return nil
+}
+
+func newHTTPClient(concurrency int, dialed chan net.Conn) *http.Client {
 	if concurrency < 1 {
 		concurrency = 1
+	}
+	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		for {
+			select {
+			case conn := <-dialed: // a nil channel never yields
+				if conn.RemoteAddr().String() == addr || conn.RemoteAddr().Network() == network && sameHost(conn, addr) {
+					return conn, nil
+				}
+				conn.Close()
+				continue
+			default:
+			}
+			return dialer.DialContext(ctx, network, addr)
+		}
 	}
 	t := &http.Transport{
 		// Engines are reached directly; a proxy from the environment must not
 		// intercept (or leak) experiment traffic.
 		Proxy:       nil,
-		DialContext: (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext: dial,
 		// Raw bytes are kept exactly as the engine sent them, so no transparent gzip.
 		DisableCompression:  true,
 		MaxIdleConns:        concurrency,
@@ -111,8 +163,37 @@ func newHTTPClient(concurrency int) *http.Client {
 	return &http.Client{Transport: t}
 }
 
-// CloseIdleConnections closes the connections kept for reuse, at the end of a run.
-func (c *Client) CloseIdleConnections() { c.httpClient().CloseIdleConnections() }
+// sameHost reports whether conn was dialled to addr (host:port as the transport names it).
+func sameHost(conn net.Conn, addr string) bool {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ips, err := net.DefaultResolver.LookupHost(context.Background(), host)
+	if err != nil {
+		return false
+	}
+	for _, ip := range ips {
+		if net.JoinHostPort(ip, port) == conn.RemoteAddr().String() {
+			return true
+		}
+	}
+	return false
+}
+
+// CloseIdleConnections closes the connections kept for reuse, and those warmed and not
+// taken, at the end of a run.
+func (c *Client) CloseIdleConnections() {
+	c.httpClient().CloseIdleConnections()
+	for c.dialed != nil {
+		select {
+		case conn := <-c.dialed:
+			conn.Close()
+		default:
+			return
+		}
+	}
+}
 
 func (c *Client) httpClient() *http.Client {
 	if c.HTTP != nil {
