@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -592,10 +593,63 @@ type sessionTracker struct {
 	sessions  int
 	corrupted int
 	completed armCounts // the sessions the analysis counts (store.Analysed)
+
+	// Turns are labelled and stored by a few workers, off the sessions' goroutines,
+	// so that a detector's CPU time never sits between a response and the session's
+	// next request. The queue is short: a session whose turns wait blocks, which
+	// bounds the turns held in memory. pending counts each session's turns not yet
+	// labelled (guarded by mu); its SessionDone waits for them.
+	startPool sync.Once
+	jobs      chan labelJob
+	workers   sync.WaitGroup
+	pending   map[int]*sync.WaitGroup
 }
 
 func (t *sessionTracker) Turn(turn workload.Turn) {
 	t.ended(turn.Failure, turn.Err)
+	t.startPool.Do(func() {
+		n := goruntime.GOMAXPROCS(0)
+		t.jobs = make(chan labelJob, n)
+		for range n {
+			t.workers.Go(func() {
+				for j := range t.jobs {
+					t.label(j.turn)
+					j.done.Done()
+				}
+			})
+		}
+	})
+	t.mu.Lock()
+	if t.pending == nil {
+		t.pending = map[int]*sync.WaitGroup{}
+	}
+	wg := t.pending[turn.Session]
+	if wg == nil {
+		wg = &sync.WaitGroup{}
+		t.pending[turn.Session] = wg
+	}
+	wg.Add(1)
+	t.mu.Unlock()
+	t.jobs <- labelJob{turn, wg}
+}
+
+// labelJob is a turn to label and its session's count of turns pending.
+type labelJob struct {
+	turn workload.Turn
+	done *sync.WaitGroup
+}
+
+// drain waits until every turn handed over is stored; no Turn may come after it.
+func (t *sessionTracker) drain() {
+	t.startPool.Do(func() {}) // a run without turns started no pool
+	if t.jobs != nil {
+		close(t.jobs)
+		t.workers.Wait()
+	}
+}
+
+// label runs the detectors on a turn and queues its row.
+func (t *sessionTracker) label(turn workload.Turn) {
 	// A detector gets as long as a request; one that hangs must not stall the session.
 	ctx, cancel := context.WithTimeout(context.Background(), t.e.spec.Timeouts.Request)
 	labels, corrupted, err := detectors.Label(ctx, t.e.detectors, plugins.Response{Completion: turn.Response, Tools: turn.Tools, ToolChoice: turn.ToolChoice})
@@ -654,6 +708,13 @@ func (t *sessionTracker) Turn(turn workload.Turn) {
 }
 
 func (t *sessionTracker) SessionDone(s workload.SessionResult) {
+	t.mu.Lock()
+	wg := t.pending[s.Session]
+	delete(t.pending, s.Session)
+	t.mu.Unlock()
+	if wg != nil {
+		wg.Wait() // its turns are labelled: whether it was corrupted is known
+	}
 	t.mu.Lock()
 	first, corrupted := t.firstBad[s.Session]
 	t.sessions++
