@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -53,4 +54,40 @@ func FuzzTokenTimes(f *testing.F) {
 			t.Fatalf("re-encoding %v: %v %v", at, again, err)
 		}
 	})
+}
+
+// The writer stores a turn's token times as the blob the verdict reads back, and holds
+// at most MaxQueueBytes of texts queued: a sender past it waits for a batch to be
+// written, and the turns all arrive.
+func TestWriterStoresTokenTimesAndBoundsItsQueue(t *testing.T) {
+	s := newStore(t, Options{})
+	exp, arm, run := seedExperiment(t, s)
+	w := s.NewWriter(WriterOptions{MaxQueueBytes: 100 << 10, MaxBatch: 4})
+	raw := strings.Repeat("x", 40<<10)
+	at := []time.Duration{100 * time.Millisecond, 120 * time.Millisecond, 141 * time.Millisecond}
+	var peak int64
+	for i := range 20 {
+		w.Turn(Turn{ExperimentID: exp, RunID: run, ArmID: arm, Session: i, StatusCode: 200, Started: time.Now(),
+			Request: "{}", Response: "{}", Raw: raw, TokenTimes: at})
+		w.queueMu.Lock()
+		peak = max(peak, w.queued)
+		w.queueMu.Unlock()
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if peak > 100<<10 {
+		t.Errorf("queue held %d bytes, bound 100 KiB", peak)
+	}
+	if w.queued != 0 {
+		t.Errorf("%d bytes still counted after Close", w.queued)
+	}
+	var blobs [][]byte
+	if err := s.DB().Select(&blobs, "SELECT token_times FROM turns"); err != nil || len(blobs) != 20 {
+		t.Fatalf("%d turns: %v", len(blobs), err)
+	}
+	got, err := DecodeTokenTimes(blobs[0])
+	if err != nil || !reflect.DeepEqual(got, at) {
+		t.Errorf("stored token times %v %v, want %v", got, err, at)
+	}
 }
