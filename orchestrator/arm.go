@@ -189,7 +189,7 @@ func (e *experiment) waitReady(ctx context.Context, inst runtime.Instance, prese
 	if maxInterval <= 0 {
 		maxInterval = 250 * time.Millisecond
 	}
-	interval := min(5*time.Millisecond, maxInterval)
+	interval := min(2*time.Millisecond, maxInterval)
 	client := &http.Client{Timeout: 30 * time.Second}
 	base := inst.Endpoint()
 	healthPath := preset.HealthPath
@@ -203,7 +203,7 @@ func (e *experiment) waitReady(ctx context.Context, inst runtime.Instance, prese
 			break
 		}
 		tick.Reset(interval)
-		interval = min(interval*3/2, maxInterval)
+		interval = min(interval*5/4, maxInterval)
 		select {
 		case <-inst.Done():
 			return "", fmt.Errorf("%w before it was ready (%s)", runtime.ErrCrashed, inst.Exit())

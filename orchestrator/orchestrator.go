@@ -46,7 +46,7 @@ type Options struct {
 	// Progress, if set, hears about runs and sessions as they happen.
 	Progress Progress
 	// ProbeInterval is the longest wait between readiness polls (default 250ms); the
-	// polls start 5 ms apart and back off to it.
+	// polls start 2 ms apart and back off to it by a quarter each time.
 	ProbeInterval time.Duration
 	// Resume, when not 0, continues that recorded experiment instead of starting a new
 	// one: launches that finished are kept, the others run again (see Resume).
