@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -155,6 +156,13 @@ func BenchmarkDriverVsVegeta(b *testing.B) {
 	}
 }
 
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // BenchmarkReadPath is the whole read path of one stream on one goroutine: SSE framing,
 // chunk decoding and assembly of a 512-chunk body in 32 KiB reads, as readStream does it;
 // events/s here is events per second per core.
@@ -163,6 +171,7 @@ func BenchmarkReadPath(b *testing.B) {
 	events := bytes.Count(body, []byte("\n\n"))
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
+	cpu0 := cpuTime()
 	for b.Loop() {
 		var ex Exchange
 		ex.Started = time.Now()
@@ -173,6 +182,10 @@ func BenchmarkReadPath(b *testing.B) {
 			b.Fatalf("%v, %d deltas", ex.Err, ex.Deltas)
 		}
 	}
+	// Wall time on a shared machine counts the neighbours' time too; the process's CPU
+	// time (this goroutine, the garbage collector's included) is the per-core figure.
+	cpu := cpuTime() - cpu0
 	b.ReportMetric(float64(events*b.N)/b.Elapsed().Seconds(), "events/s")
-	b.ReportMetric(2e6, "target-events/s")
+	b.ReportMetric(float64(events*b.N)/cpu.Seconds(), "events/cpu-s")
+	b.ReportMetric(2e6, "target-events/cpu-s")
 }
