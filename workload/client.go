@@ -476,30 +476,33 @@ func decodeWhole(ex *Exchange) {
 // readStream reads an SSE body of at most limit bytes, assembling the completion as
 // events arrive. At the limit it stops reading: the raw prefix up to the last whole event
 // within KeptPrefixBytes is kept, with the completion those events make.
+//
+// An event's arrival time is read from the clock once per Read, right after the Read
+// that brought the event's last byte returns, before any framing or decoding: the
+// events a Read completes arrived together, and the time the decoding of the first of
+// them takes is not the arrival of the second. The bytes are read straight into the
+// chunks the raw body is kept in, so a stream holds no read buffer of its own.
 func readStream(ex *Exchange, body io.Reader, limit int64, tooLarge func() error, watch *stallWatch,
 	onToken func(), failure func(string, error) error) {
 	var (
 		dec sseDecoder
 		asm streamAssembly
-		bp  = readBuffers.Get().(*[]byte)
-		buf = *bp
+		at  time.Duration // when the current Read returned
 	)
-	defer readBuffers.Put(bp)
 	emit := func(p []byte) error {
 		delta, err := asm.event(p)
 		if err != nil {
 			return err
 		}
-		now := time.Since(ex.Started)
-		watch.event(now)
+		watch.event(at)
 		if !delta {
 			return nil
 		}
-		ex.LastDelta = now
+		ex.LastDelta = at
 		ex.Deltas++
-		ex.DeltaTimes = append(ex.DeltaTimes, now)
+		ex.DeltaTimes = append(ex.DeltaTimes, at)
 		if ex.TTFT == 0 {
-			ex.TTFT = now
+			ex.TTFT = at
 			if ex.hooks.FirstDelta != nil {
 				ex.hooks.FirstDelta()
 			}
@@ -511,18 +514,19 @@ func readStream(ex *Exchange, body io.Reader, limit int64, tooLarge func() error
 	}
 	var raw rawBody
 	for {
-		n, rerr := body.Read(buf)
-		if int64(raw.n)+int64(n) > limit {
-			ex.Latency = time.Since(ex.Started)
+		// One byte past the limit is read, so that a body of exactly limit bytes passes.
+		p, rerr := raw.readFrom(body, int(min(limit-int64(raw.n)+1, 1<<30)))
+		at = time.Since(ex.Started)
+		if int64(raw.n) > limit {
+			ex.Latency = at
 			ex.Raw = raw.keptPrefix()
 			raw.release()
 			ex.Completion, _ = AssembleStream(ex.Raw)
 			ex.Err = tooLarge()
 			return
 		}
-		if n > 0 {
-			raw.write(buf[:n])
-			if err := dec.Feed(buf[:n], emit); err != nil {
+		if len(p) > 0 {
+			if err := dec.Feed(p, emit); err != nil {
 				ex.Err = fmt.Errorf("workload: stream: %w", err)
 				break
 			}
@@ -576,15 +580,58 @@ func getChunk(size int) []byte {
 	return make([]byte, 0, 4<<10<<c)
 }
 
+func (r *rawBody) writeString(s string) {
+	r.n += len(s)
+	for len(s) > 0 {
+		r.room()
+		k := min(len(s), cap(r.cur)-len(r.cur))
+		r.cur = append(r.cur, s[:k]...)
+		s = s[k:]
+	}
+}
+
+// room makes sure the current chunk has free space, taking a chunk twice the size of
+// the last from the pool when it is full.
+func (r *rawBody) room() {
+	if len(r.cur) == cap(r.cur) {
+		if r.cur != nil {
+			r.full = append(r.full, r.cur)
+		}
+		r.cur = getChunk(min(max(4<<10, 2*cap(r.cur)), 1<<20))
+	}
+}
+
+// readFrom reads once from body straight into the current chunk, at most max bytes,
+// and returns what it read: the bytes land where they are kept, with no copy through
+// a read buffer.
+func (r *rawBody) readFrom(body io.Reader, max int) ([]byte, error) {
+	r.room()
+	free := r.cur[len(r.cur):min(cap(r.cur), len(r.cur)+max)]
+	n, err := body.Read(free)
+	r.cur = r.cur[:len(r.cur)+n]
+	r.n += n
+	return free[:n], err
+}
+
+// string is the whole text, joined once; the chunks go back to the pool.
+func (r *rawBody) string() string {
+	if r.n == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.Grow(r.n)
+	for _, c := range r.full {
+		b.Write(c)
+	}
+	b.Write(r.cur)
+	r.release()
+	return b.String()
+}
+
 func (r *rawBody) write(p []byte) {
 	r.n += len(p)
 	for len(p) > 0 {
-		if len(r.cur) == cap(r.cur) {
-			if r.cur != nil {
-				r.full = append(r.full, r.cur)
-			}
-			r.cur = getChunk(min(max(4<<10, 2*cap(r.cur)), 1<<20))
-		}
+		r.room()
 		k := min(len(p), cap(r.cur)-len(r.cur))
 		r.cur = append(r.cur, p[:k]...)
 		p = p[k:]
@@ -608,13 +655,18 @@ func (r *rawBody) bytes() []byte {
 
 // release gives the chunks back to the pool.
 func (r *rawBody) release() {
-	for _, c := range append(r.full, r.cur) {
-		if cap(c) == 4<<10<<chunkClass(cap(c)) {
-			c = c[:0]
-			rawChunks[chunkClass(cap(c))].Put(&c)
-		}
+	for _, c := range r.full {
+		putChunk(c)
 	}
+	putChunk(r.cur)
 	*r = rawBody{}
+}
+
+func putChunk(c []byte) {
+	if cap(c) == 4<<10<<chunkClass(cap(c)) {
+		c = c[:0]
+		rawChunks[chunkClass(cap(c))].Put(&c)
+	}
 }
 
 // prefix is a copy of the body's first n bytes.

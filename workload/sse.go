@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 
 	"github.com/arbiterlab/arbiter/openai"
 )
@@ -138,27 +137,23 @@ type choiceAssembly struct {
 // copy a long reply over and over and leave the garbage of each copy behind, which for
 // several concurrent multi-megabyte replies is most of arbiter's memory.
 type pieces struct {
-	parts []string
-	n     int
+	b      rawBody
+	joined string
+	done   bool
 }
 
-func (p *pieces) add(s string) {
-	if s != "" {
-		p.parts = append(p.parts, s)
-		p.n += len(s)
-	}
-}
+func (p *pieces) add(s string) { p.b.writeString(s) }
 
+// addBytes appends a fragment that is a slice of a payload, copying its bytes only
+// (a string of each token would be an allocation per token).
+func (p *pieces) addBytes(s []byte) { p.b.write(s) }
+
+// String is the joined text; the fragments' chunks go back to their pool the first time.
 func (p *pieces) String() string {
-	if len(p.parts) == 1 {
-		return p.parts[0]
+	if !p.done {
+		p.joined, p.done = p.b.string(), true
 	}
-	var b strings.Builder
-	b.Grow(p.n)
-	for _, s := range p.parts {
-		b.WriteString(s)
-	}
-	return b.String()
+	return p.joined
 }
 
 // streamAssembly turns a stream's chunks back into the completion a non-streaming
@@ -282,7 +277,7 @@ func (a *streamAssembly) fast(ch *fastChunk) (delta bool) {
 			c.role = string(cc.role)
 		}
 		if len(cc.content) > 0 {
-			c.content.add(string(cc.content))
+			c.content.addBytes(cc.content)
 			delta = true
 		}
 		for _, f := range cc.calls {
