@@ -138,7 +138,7 @@ func newHTTPClient(concurrency int, dialed chan net.Conn) *http.Client {
 		for {
 			select {
 			case conn := <-dialed: // a nil channel never yields
-				if conn.RemoteAddr().String() == addr || conn.RemoteAddr().Network() == network && sameHost(conn, addr) {
+				if (conn.RemoteAddr().String() == addr || conn.RemoteAddr().Network() == network && sameHost(conn, addr)) && alive(conn) {
 					return conn, nil
 				}
 				conn.Close()
