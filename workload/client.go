@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net"
 	"net/http"
 	"net/url"
@@ -277,8 +276,13 @@ func (c *Client) chatBody(ctx context.Context, base string, req openai.ChatReque
 
 	rctx, cancelTimeout := context.WithTimeoutCause(ctx, reqTimeout, ErrRequestTimeout)
 	defer cancelTimeout()
-	sctx, cancelStall := context.WithCancelCause(rctx)
-	defer cancelStall(nil)
+	// Only a stream can stall; a whole answer runs under the request timeout alone,
+	// without a second context to allocate and cancel.
+	sctx, cancelStall := rctx, context.CancelCauseFunc(nil)
+	if req.Stream {
+		sctx, cancelStall = context.WithCancelCause(rctx)
+		defer cancelStall(nil)
+	}
 
 	url := strings.TrimRight(base, "/") + "/v1/chat/completions"
 	hreq, err := http.NewRequestWithContext(sctx, http.MethodPost, url, bytes.NewReader(body))
@@ -339,8 +343,7 @@ func (c *Client) chatBody(ctx context.Context, base string, req openai.ChatReque
 	tooLarge := func() error {
 		return fmt.Errorf("workload: request %s: response exceeded %d bytes (workload.max_response_bytes): %w", req.RID, limit, ErrResponseTooLarge)
 	}
-	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	if !req.Stream || mt == "application/json" {
+	if !req.Stream || isJSON(resp.Header.Get("Content-Type")) {
 		// An engine may answer a stream request with one JSON body (some do on
 		// validation errors that still carry 200); read it as such.
 		readWhole(&ex, resp.Body, resp.ContentLength, limit, tooLarge, failure)
@@ -351,6 +354,13 @@ func (c *Client) chatBody(ctx context.Context, base string, req openai.ChatReque
 	}
 	readStream(&ex, resp.Body, limit, tooLarge, watch, c.OnToken, failure)
 	return ex
+}
+
+// isJSON reports whether a Content-Type names application/json, whatever its
+// parameters; mime.ParseMediaType would build a map of them for every response.
+func isJSON(contentType string) bool {
+	mt, _, _ := strings.Cut(contentType, ";")
+	return strings.EqualFold(strings.TrimSpace(mt), "application/json")
 }
 
 // stallWatch fires when no stream event arrived for its stall time. Events only record
