@@ -246,7 +246,7 @@ func (a *streamAssembly) choice(i int) *choiceAssembly {
 	}
 	c := a.choices[i]
 	if c == nil {
-		c = &choiceAssembly{calls: make(map[int]*openai.ToolCall), args: make(map[int]*pieces)}
+		c = &choiceAssembly{} // its tool-call maps are made by the first call's fragment
 		a.choices[i] = c
 	}
 	a.last, a.lastIdx = c, i
@@ -315,6 +315,9 @@ func (c *choiceAssembly) addFragment(f openai.ToolCall) {
 		idx = c.order[len(c.order)-1]
 	default:
 		idx = 0
+	}
+	if c.calls == nil {
+		c.calls, c.args = make(map[int]*openai.ToolCall), make(map[int]*pieces)
 	}
 	call := c.calls[idx]
 	if call == nil {

@@ -204,7 +204,7 @@ func arbiterStreams(tb testing.TB, base string, n int) timingErrors {
 			mu.Unlock()
 		})
 	}
-	close(gate)
+	startOnCollectedHeap(gate)
 	wg.Wait()
 	return errs
 }
@@ -243,7 +243,7 @@ func scannerStreams(tb testing.TB, base string, n int) timingErrors {
 			mu.Unlock()
 		})
 	}
-	close(gate)
+	startOnCollectedHeap(gate)
 	wg.Wait()
 	return errs
 }
@@ -279,30 +279,31 @@ func warmUp(tb testing.TB, base string) {
 // scanner–arbiter, so that each runs as often first as second, on a machine the other
 // just loaded, whatever the number of iterations.
 func sideBySide(tb testing.TB, base string, n int) (arbiter, scanner timingErrors) {
-	a1 := collected(tb, base, n, arbiterStreams)
-	s1 := collected(tb, base, n, scannerStreams)
-	s2 := collected(tb, base, n, scannerStreams)
-	a2 := collected(tb, base, n, arbiterStreams)
+	a1 := arbiterStreams(tb, base, n)
+	s1 := scannerStreams(tb, base, n)
+	s2 := scannerStreams(tb, base, n)
+	a2 := arbiterStreams(tb, base, n)
 	arbiter = timingErrors{ttft: append(a1.ttft, a2.ttft...), itl: append(a1.itl, a2.itl...)}
 	scanner = timingErrors{ttft: append(s1.ttft, s2.ttft...), itl: append(s1.itl, s2.itl...)}
 	return arbiter, scanner
 }
 
-// collected runs one client's streams on a freshly collected heap, so that the
-// collections (and their stop-the-world pauses, which on a loaded machine last tens of
-// milliseconds) that happen during its streams are those its own allocations cause, not
-// the leftovers of the client before it.
-func collected(tb testing.TB, base string, n int, streams func(testing.TB, string, int) timingErrors) timingErrors {
+// startOnCollectedHeap opens the start barrier right after a collection, once the
+// client's connections are open and its goroutines wait at the barrier: the collections
+// (and their stop-the-world pauses, which on a loaded machine last tens of
+// milliseconds) that happen during the streams are then those the client's own
+// allocations cause, not the leftovers of the client before it or of its warming.
+func startOnCollectedHeap(gate chan struct{}) {
 	runtime.GC()
-	return streams(tb, base, n)
+	close(gate)
 }
 
 // BenchmarkStreamTiming measures how far the driver's own clock readings are from when
 // the server sent each token, side by side with the minimal client in one run:
 // 1,000 concurrent streams (first token at 100 ms, then one every 20 ms) for TTFT, and
 // 500 streams of 16 tokens for the inter-token error. Method: the server runs in a child
-// process (see pacedServer); both clients start from warm connections and a start
-// barrier; each iteration runs both clients in both orders (sideBySide); the
+// process (see pacedServer); both clients start from warm connections, a start barrier
+// and a collected heap (startOnCollectedHeap); each iteration runs both clients in both orders (sideBySide); the
 // percentiles are over every stream (TTFT) or token gap (ITL) of every iteration, so
 // -benchtime 4x gives 8,000 TTFT samples per client, 80 beyond the p99. The machine's
 // load shows in both clients alike; the ratio is the figure to read on a shared one.
