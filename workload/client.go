@@ -99,8 +99,12 @@ func NewClient(concurrency int) *Client {
 
 // Warm opens n connections to base before a run's clock starts, so that the first
 // requests do not measure the client's own dialling: the transport takes them as it
-// would take connections it dialled. Call it just before the requests, as a server
-// may close a connection left idle (uvicorn after 5 s).
+// would take connections it dialled. It then sends n concurrent GET /v1/models over
+// them (the answer, whatever its status, is read and dropped), so that the transport
+// has made each connection its own, with its buffers and reading goroutines, and keeps
+// it idle: set up during the first wave, those would cost the most exactly when the
+// first tokens of that wave arrive. Call it just before the requests, as a server may
+// close a connection left idle (uvicorn after 5 s); one it closed is not used.
 func (c *Client) Warm(ctx context.Context, base string, n int) error {
 	if c.dialed == nil {
 		return nil // a client of its own transport
@@ -114,7 +118,8 @@ func (c *Client) Warm(ctx context.Context, base string, n int) error {
 		host = net.JoinHostPort(u.Hostname(), "80")
 	}
 	d := net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
-	for range min(n, cap(c.dialed)-len(c.dialed)) {
+	n = min(n, cap(c.dialed)-len(c.dialed))
+	for range n {
 		conn, err := d.DialContext(ctx, "tcp", host)
 		if err != nil {
 			return fmt.Errorf("workload: warm connections to %s: %w", base, err)
@@ -125,6 +130,26 @@ func (c *Client) Warm(ctx context.Context, base string, n int) error {
 			conn.Close()
 		}
 	}
+	models := strings.TrimRight(base, "/") + "/v1/models"
+	// An engine that does not answer this promptly is no reason to hold the run up.
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, models, nil)
+			if err != nil {
+				return
+			}
+			resp, err := c.httpClient().Do(req)
+			if err != nil {
+				return // the first request will say what is wrong
+			}
+			io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
+			resp.Body.Close()
+		})
+	}
+	wg.Wait()
 	return nil
 }
 

@@ -57,6 +57,10 @@ func pacedHandler(tokens int, ttft, gap time.Duration) http.Handler {
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
+		if r.Method == http.MethodGet { // Client.Warm's GET /v1/models
+			w.Write([]byte(`{"object":"list","data":[{"id":"m","object":"model"}]}`))
+			return
+		}
 		start := time.Now()
 		io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "text/event-stream")

@@ -26,6 +26,10 @@ func newConnCounter(t *testing.T) *connCounter {
 	c := &connCounter{}
 	body := renderStream(2)
 	c.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			w.Write([]byte(`{"object":"list","data":[{"id":"m","object":"model"}]}`))
+			return
+		}
 		c.mu.Lock()
 		c.atChats = append(c.atChats, c.conns)
 		c.mu.Unlock()
@@ -81,8 +85,12 @@ func TestWarmedConnectionClosedByTheServerIsSkipped(t *testing.T) {
 	srv := newConnCounter(t)
 	c := NewClient(2)
 	defer c.CloseIdleConnections()
-	if err := c.Warm(context.Background(), srv.srv.URL, 2); err != nil {
-		t.Fatal(err)
+	for range 2 { // as Warm dials them, before its requests take them
+		conn, err := net.Dial("tcp", srv.srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.dialed <- conn
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	// The server accepts in its own time; a connection it has not taken yet it cannot close.
