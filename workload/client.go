@@ -674,10 +674,17 @@ func (r *rawBody) write(p []byte) {
 }
 
 // bytes is the whole body, in a slice of its own; nil when nothing arrived. The
-// chunks are given back: the rawBody is empty afterwards.
+// chunks are given back (or the one chunk handed over): the rawBody is empty afterwards.
 func (r *rawBody) bytes() []byte {
 	if r.n == 0 {
 		return nil
+	}
+	if len(r.full) == 0 && 2*len(r.cur) >= cap(r.cur) {
+		// A body in one chunk it fills at least half of is handed over as it is:
+		// a copy would cost as much memory and a second pass over the bytes.
+		out := r.cur
+		*r = rawBody{}
+		return out
 	}
 	out := make([]byte, 0, r.n)
 	for _, c := range r.full {

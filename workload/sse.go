@@ -25,11 +25,16 @@ type sseDecoder struct {
 	data    []byte // the data field of the event being built
 	hasData bool   // a data field was seen (an empty "data:" still makes an event)
 	skipLF  bool   // the previous line ended in CR; a following LF belongs to it
+	// lent says data is a slice of the bytes being fed, not of own: an event of one data
+	// line that ends within one Feed is emitted from where it lies, without a copy.
+	lent bool
+	own  []byte
 }
 
 // Feed consumes p and calls emit with the data of every event p completes. emit must not
 // keep the slice it is given.
 func (d *sseDecoder) Feed(p []byte, emit func(data []byte) error) error {
+	defer d.keep()
 	for len(p) > 0 {
 		if d.skipLF {
 			d.skipLF = false
@@ -53,14 +58,14 @@ func (d *sseDecoder) Feed(p []byte, emit func(data []byte) error) error {
 			d.line = append(d.line, p...)
 			return nil
 		}
-		line := p[:end]
+		line, lent := p[:end], true
 		if len(d.line) > 0 {
 			d.line = append(d.line, line...)
-			line = d.line
+			line, lent = d.line, false
 		}
 		d.skipLF = p[end] == '\r'
 		p = p[end+1:]
-		err := d.processLine(line, emit)
+		err := d.processLine(line, lent, emit)
 		d.line = d.line[:0]
 		if err != nil {
 			return err
@@ -72,7 +77,16 @@ func (d *sseDecoder) Feed(p []byte, emit func(data []byte) error) error {
 // processLine applies one complete line: a blank line dispatches the event, a line
 // starting with ':' is a comment (keep-alive), and only the data field matters to
 // chat completions (event, id and retry are ignored).
-func (d *sseDecoder) processLine(line []byte, emit func([]byte) error) error {
+// keep copies a lent data field into the decoder's own buffer, before the bytes it
+// lies in go back to the caller.
+func (d *sseDecoder) keep() {
+	if d.lent {
+		d.own = append(d.own[:0], d.data...)
+		d.data, d.lent = d.own, false
+	}
+}
+
+func (d *sseDecoder) processLine(line []byte, lent bool, emit func([]byte) error) error {
 	if len(line) > maxEventBytes {
 		return fmt.Errorf("sse line longer than %d bytes: %w", maxEventBytes, ErrEventTooLarge)
 	}
@@ -81,7 +95,7 @@ func (d *sseDecoder) processLine(line []byte, emit func([]byte) error) error {
 			return nil
 		}
 		err := emit(d.data)
-		d.data = d.data[:0]
+		d.data, d.lent = d.own[:0], false
 		d.hasData = false
 		return err
 	}
@@ -98,6 +112,11 @@ func (d *sseDecoder) processLine(line []byte, emit func([]byte) error) error {
 	if string(field) != "data" {
 		return nil
 	}
+	if !d.hasData && lent {
+		d.data, d.lent, d.hasData = value, true, true
+		return nil
+	}
+	d.keep()
 	if d.hasData {
 		d.data = append(d.data, '\n')
 	}
@@ -105,6 +124,7 @@ func (d *sseDecoder) processLine(line []byte, emit func([]byte) error) error {
 		return fmt.Errorf("sse event longer than %d bytes: %w", maxEventBytes, ErrEventTooLarge)
 	}
 	d.data = append(d.data, value...)
+	d.own = d.data
 	d.hasData = true
 	return nil
 }
