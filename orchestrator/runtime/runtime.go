@@ -63,14 +63,21 @@ type Exit struct {
 	Signal  string // the signal that ended it, if any
 	Stopped bool   // true when Stop asked for the exit
 	LogTail string // the last lines of its log
+	// Lost says why the runtime lost the engine's node (its Docker daemon stopped
+	// answering) when it did; the engine's own fate is then unknown, and its run is
+	// lost rather than crashed. Empty otherwise.
+	Lost string
 }
 
-// Crashed reports whether the engine ended on its own, not because it was asked to.
-func (e Exit) Crashed() bool { return !e.Stopped }
+// Crashed reports whether the engine ended on its own, not because it was asked to
+// and not with its node.
+func (e Exit) Crashed() bool { return !e.Stopped && e.Lost == "" }
 
 // String says how the engine ended in a few words.
 func (e Exit) String() string {
 	switch {
+	case e.Lost != "":
+		return "lost with its node (" + e.Lost + ")"
 	case e.Signal != "":
 		return fmt.Sprintf("killed by %s", e.Signal)
 	default:
@@ -80,3 +87,7 @@ func (e Exit) String() string {
 
 // ErrCrashed is wrapped by errors that report an engine that exited on its own.
 var ErrCrashed = errors.New("engine exited")
+
+// ErrNodeLost is wrapped by errors that report a node that stopped answering while it
+// ran an engine: the runs on it are lost, not crashed.
+var ErrNodeLost = errors.New("node unreachable")
