@@ -32,8 +32,13 @@ type Options struct {
 	Spec *arms.Spec
 	// DBPath is the results database; created if missing.
 	DBPath string
-	// Runtime launches arms (default: the spec's runtime kind; process for "process").
+	// Runtime, when set, launches the arms of every node (tests, a caller with a
+	// runtime of its own). Otherwise NodeRuntime builds one runtime per node.
 	Runtime runtime.Runtime
+	// NodeRuntime builds the runtime that launches the arms of one node of
+	// spec.Nodes(); it is called once per node before anything is recorded, and an
+	// error fails the experiment there (default RuntimeFor).
+	NodeRuntime func(spec *arms.Spec, node arms.Node) (runtime.Runtime, error)
 	// LogDir receives one engine log per run, under LogDir/DB/exp-ID with DB the
 	// database's short id (default: "arbiter-logs" beside the database).
 	LogDir string
@@ -132,22 +137,11 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		log = slog.Default()
 	}
 	log = slog.New(redactingHandler{next: log.Handler(), redact: redactor.Redact})
-	rt := opts.Runtime
-	if rt == nil {
-		switch spec.Runtime.Kind {
-		case "", "process":
-			rt = runtime.Process{}
-		case "docker":
-			// Arms run one at a time, on the first node (the local daemon when none).
-			d := runtime.Docker{GPUCount: spec.Engine.GPUs, Mounts: spec.Engine.Mounts}
-			if len(spec.Runtime.Nodes) > 0 {
-				d.Host, d.GPUs = spec.Runtime.Nodes[0].Host, spec.Runtime.Nodes[0].GPUs
-			}
-			rt = d
-		default:
-			return Result{}, fmt.Errorf("orchestrator: runtime %q needs a Runtime", spec.Runtime.Kind)
-		}
+	runtimes, err := nodeRuntimes(spec, opts)
+	if err != nil {
+		return Result{}, err
 	}
+	rt := runtimes[spec.Nodes()[0].Name]
 	gpus, err := gpuSlot(spec)
 	if err != nil {
 		return Result{}, err
@@ -312,6 +306,46 @@ func Version() string {
 		return bi.Main.Version
 	}
 	return "devel"
+}
+
+// RuntimeFor is the default Options.NodeRuntime: the runtime of the spec's kind for one
+// node. The process runtime runs on this machine (slots get their GPUs through
+// CUDA_VISIBLE_DEVICES); the docker runtime talks to the node's daemon (its host, or
+// the local daemon when empty or "local").
+func RuntimeFor(spec *arms.Spec, node arms.Node) (runtime.Runtime, error) {
+	switch spec.Runtime.Kind {
+	case "", "process":
+		return runtime.Process{}, nil
+	case "docker":
+		// A slot's devices come with each launch; "all" (or none) stays the node's.
+		d := runtime.Docker{Mounts: spec.Engine.Mounts, GPUs: node.GPUs}
+		if !arms.IsLocalHost(node.Host) {
+			d.Host = node.Host
+		}
+		return d, nil
+	}
+	return nil, fmt.Errorf("orchestrator: runtime %q needs Options.Runtime or Options.NodeRuntime", spec.Runtime.Kind)
+}
+
+// nodeRuntimes builds one runtime per node of spec.Nodes(), by name.
+func nodeRuntimes(spec *arms.Spec, opts Options) (map[string]runtime.Runtime, error) {
+	build := opts.NodeRuntime
+	if build == nil {
+		build = RuntimeFor
+	}
+	out := map[string]runtime.Runtime{}
+	for _, n := range spec.Nodes() {
+		if opts.Runtime != nil {
+			out[n.Name] = opts.Runtime
+			continue
+		}
+		rt, err := build(spec, n)
+		if err != nil {
+			return nil, fmt.Errorf("node %s: %w", n.Name, err)
+		}
+		out[n.Name] = rt
+	}
+	return out, nil
 }
 
 // gpuSlot is the list of devices an arm runs on: the first engine.gpus of the node's
