@@ -104,6 +104,8 @@ func gc(ctx context.Context, g *globals, o gcOptions) error {
 	d := runtime.Docker{Host: o.host}
 	left, err := d.Leftovers(ctx, o.experiment)
 	switch {
+	case errors.Is(err, runtime.ErrBadHost):
+		return withCode(exitUsage, err)
 	case err != nil && o.host == "" && client.IsErrConnectionFailed(err):
 		// No local daemon: nothing of the docker runtime can be left on it.
 		fmt.Fprintln(g.stderr, "arbiter gc: no Docker daemon answers; only engine processes were checked")

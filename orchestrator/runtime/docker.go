@@ -128,6 +128,9 @@ func (d Docker) defaults() Docker {
 	return d
 }
 
+// ErrBadHost is wrapped by errors about a daemon address arbiter cannot use as given.
+var ErrBadHost = errors.New("not a daemon address")
+
 // client opens a client for d.Host; API version negotiation is on, so old daemons
 // (API 1.41, Docker 20.10) are spoken to in their own version.
 func (d Docker) client() (*client.Client, error) {
@@ -155,7 +158,7 @@ func (d Docker) client() (*client.Client, error) {
 	case u.Scheme == "unix" || u.Scheme == "tcp":
 		opts = append(opts, client.WithHost(host))
 	default:
-		return nil, fmt.Errorf("docker runtime: host %q: want unix://, tcp:// or ssh:// (or empty for the local daemon)", host)
+		return nil, fmt.Errorf("docker runtime: host %q: %w: want unix://, tcp:// or ssh:// (or empty for the local daemon)", host, ErrBadHost)
 	}
 	if tls {
 		if d.TLSCA == "" || d.TLSCert == "" || d.TLSKey == "" {

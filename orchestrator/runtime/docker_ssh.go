@@ -20,13 +20,13 @@ import (
 // without a prompt.
 func sshDialer(u *url.URL, command string) (func(ctx context.Context, network, addr string) (net.Conn, error), error) {
 	if u.Hostname() == "" {
-		return nil, fmt.Errorf("docker runtime: host %s: no machine to ssh to", u.Redacted())
+		return nil, fmt.Errorf("docker runtime: host %s: %w: no machine to ssh to", u.Redacted(), ErrBadHost)
 	}
 	if u.Path != "" && u.Path != "/" {
-		return nil, fmt.Errorf("docker runtime: host %s: an ssh:// address takes no path (the remote docker CLI finds its daemon)", u.Redacted())
+		return nil, fmt.Errorf("docker runtime: host %s: %w: an ssh:// address takes no path (the remote docker CLI finds its daemon)", u.Redacted(), ErrBadHost)
 	}
 	if _, set := u.User.Password(); set {
-		return nil, fmt.Errorf("docker runtime: host %s: no passwords in the address; let an ssh key or agent authenticate", u.Redacted())
+		return nil, fmt.Errorf("docker runtime: host %s: %w: no passwords in the address; let an ssh key or agent authenticate", u.Redacted(), ErrBadHost)
 	}
 	if command == "" {
 		command = "ssh"
