@@ -608,7 +608,7 @@ type dockerInstance struct {
 	removeErr  error
 }
 
-func (i *dockerInstance) Endpoint() string      { return i.endpoint }
+func (i *dockerInstance) Endpoint() string { return i.endpoint }
 
 // InstanceID is "container " and the container's short id.
 func (i *dockerInstance) InstanceID() string { return "container " + shortContainerID(i.id) }
