@@ -317,12 +317,9 @@ func RuntimeFor(spec *arms.Spec, node arms.Node) (runtime.Runtime, error) {
 	case "", "process":
 		return runtime.Process{}, nil
 	case "docker":
-		// A slot's devices come with each launch; "all" (or none) stays the node's.
-		d := runtime.Docker{Mounts: spec.Engine.Mounts, GPUs: node.GPUs}
-		if !arms.IsLocalHost(node.Host) {
-			d.Host = node.Host
-		}
-		return d, nil
+		return DockerFor(spec, node), nil
+	case "external":
+		return runtime.External{}, nil
 	}
 	return nil, fmt.Errorf("orchestrator: runtime %q needs Options.Runtime or Options.NodeRuntime", spec.Runtime.Kind)
 }

@@ -34,6 +34,8 @@ type Launch struct {
 	GPUs string
 	// Image is the container image (docker runtime).
 	Image string
+	// BaseURL is where an arm that already runs is reached (external runtime).
+	BaseURL string
 }
 
 // Runtime starts engines.
