@@ -1,0 +1,104 @@
+//go:build linux
+
+package dockertest
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/arbiterlab/arbiter/orchestrator/runtime"
+)
+
+// Two daemons are two nodes: each holds the image built into it and only its own
+// containers, and one that is killed loses the engine it ran (reported as lost, not
+// crashed) while the other's engine serves on.
+func TestTwoDaemonsAreSeparateNodes(t *testing.T) {
+	ds := Start(t, 2)
+	image := RefserveImage(t, ds...)
+	insts := make([]runtime.Instance, len(ds))
+	for i, d := range ds {
+		rt := runtime.Docker{Host: d.Host, Network: "host", Grace: 5 * time.Second}
+		inst, err := rt.Start(context.Background(), runtime.Launch{Name: "exp1-arm" + strconv.Itoa(i) + "-b0", RunID: int64(i + 1),
+			Image: image, Command: []string{"refserve"}, LogPath: filepath.Join(t.TempDir(), "engine.log")})
+		if err != nil {
+			t.Fatalf("%s: %v", d.Name, err)
+		}
+		t.Cleanup(func() { inst.Stop(context.Background()) })
+		insts[i] = inst
+		waitHealthy(t, inst)
+	}
+	for i, d := range ds {
+		cli, err := client.New(client.WithHost(d.Host), client.WithAPIVersionNegotiation())
+		if err != nil {
+			t.Fatal(err)
+		}
+		list, err := cli.ContainerList(context.Background(), client.ContainerListOptions{All: true})
+		cli.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Items) != 1 || list.Items[0].Labels[runtime.LabelRun] != strconv.Itoa(i+1) {
+			t.Errorf("%s lists %d containers (%+v), want only its own run %d", d.Name, len(list.Items), list.Items, i+1)
+		}
+	}
+
+	ds[0].Kill()
+	select {
+	case <-insts[0].Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the engine of a killed daemon was not reported ended within 30s")
+	}
+	if e := insts[0].Exit(); e.Lost == "" || e.Crashed() {
+		t.Errorf("exit after the daemon's end = %+v, want lost (not crashed)", e)
+	}
+	select {
+	case <-insts[1].Done():
+		t.Fatalf("the other node's engine ended too: %+v", insts[1].Exit())
+	default:
+	}
+	waitHealthy(t, insts[1])
+}
+
+func TestRemoveLeavesNothing(t *testing.T) {
+	bin := Require(t)
+	d, err := start(bin, "node-x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Kill()
+	if err := d.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(d.Dir); !os.IsNotExist(err) {
+		t.Errorf("%s is still there after Remove (%v)", d.Dir, err)
+	}
+}
+
+func waitHealthy(t *testing.T, inst runtime.Instance) {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if resp, err := http.Get(inst.Endpoint() + "/health"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case <-inst.Done():
+			t.Fatalf("engine ended before it was healthy: %s", inst.Exit())
+		case <-deadline:
+			t.Fatalf("engine at %s not healthy within 30s", inst.Endpoint())
+		case <-tick.C:
+		}
+	}
+}
