@@ -92,6 +92,8 @@ type Result struct {
 
 // RunResult is one launch of one arm.
 type RunResult struct {
+	// RunID is the run's id in the database; 0 for a launch kept from before a resume.
+	RunID     int64
 	Arm       string
 	Block     int
 	Status    store.RunStatus
@@ -100,6 +102,15 @@ type RunResult struct {
 	Err       string
 	// Kept is true for a launch that finished before a resume and was not run again.
 	Kept bool
+	// Node, Slot and GPUs are where the run ran, Wave its wave within the block, and
+	// Instance what the runtime started ("container …", "pid …").
+	Node     string
+	Slot     int
+	GPUs     string
+	Wave     int
+	Instance string
+	// WorkloadStarted and WorkloadEnded bound the workload; zero when it never ran.
+	WorkloadStarted, WorkloadEnded time.Time
 }
 
 // Sentinel errors the CLI maps to messages and exit codes.
@@ -141,8 +152,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	rt := runtimes[spec.Nodes()[0].Name]
-	gpus, err := gpuSlot(spec)
+	slots, err := spec.Slots()
 	if err != nil {
 		return Result{}, err
 	}
@@ -164,7 +174,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 
 	// The GPUs are claimed before anything is recorded: an arbiter that waits for
 	// another to finish has nothing in the database yet.
-	claim, err := claimGPUs(ctx, gpuLockDir(opts.GPULockDir), gpuScope(spec), gpus, holderText(spec, opts.DBPath), log)
+	claim, err := claimSlots(ctx, gpuLockDir(opts.GPULockDir), spec, slots, holderText(spec, opts.DBPath), log)
 	if err != nil {
 		return Result{}, err
 	}
@@ -208,9 +218,9 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	logDir = filepath.Join(logDir, store.ShortID(dbID))
 	e := &experiment{
 		opts: opts, spec: spec, arms: armList, armIDs: armIDs, envs: envs, id: expID, store: st,
-		detectors: dets, redact: redactor.Redact, redactor: redactor, log: log.With("experiment", expID, "name", spec.Name), rt: rt,
+		detectors: dets, redact: redactor.Redact, redactor: redactor, log: log.With("experiment", expID, "name", spec.Name), runtimes: runtimes,
 		logDir: filepath.Join(logDir, fmt.Sprintf("exp-%d", expID)), counts: make([]armCounts, len(armList)),
-		prior: prior, gpus: gpus, dbID: dbID, self: self, trace: trace,
+		prior: prior, slots: slots, lostNodes: map[string]string{}, dbID: dbID, self: self, trace: trace,
 	}
 	// The heartbeat outlives an interrupt: tearing the arms down after Ctrl-C may take a
 	// while, and the lease must stay live until the experiment's end is recorded.
@@ -345,36 +355,6 @@ func nodeRuntimes(spec *arms.Spec, opts Options) (map[string]runtime.Runtime, er
 	return out, nil
 }
 
-// gpuSlot is the list of devices an arm runs on: the first engine.gpus of the node's
-// gpus ("0-7", "0,2"; all of them when engine.gpus is 0). Empty when the spec pins none or
-// says "all", which leaves the engine every device it sees.
-func gpuSlot(spec *arms.Spec) (string, error) {
-	node := ""
-	if len(spec.Runtime.Nodes) > 0 {
-		node = strings.TrimSpace(spec.Runtime.Nodes[0].GPUs)
-	}
-	n := spec.Engine.GPUs
-	var ids []string
-	switch {
-	case node == "" || node == "all":
-		for i := range n {
-			ids = append(ids, fmt.Sprint(i))
-		}
-	default:
-		var err error
-		if ids, err = runtime.ParseGPUs(node); err != nil {
-			return "", err
-		}
-		if n > len(ids) {
-			return "", fmt.Errorf("engine.gpus: %d GPUs per arm, but node %s has %d (%s)", n, spec.Runtime.Nodes[0].Name, len(ids), node)
-		}
-		if n > 0 {
-			ids = ids[:n]
-		}
-	}
-	return strings.Join(ids, ","), nil
-}
-
 // create records a new experiment, owned by owner, and its arms.
 func create(ctx context.Context, st *store.Store, spec *arms.Spec, armList []arms.Arm, start time.Time,
 	owner store.Owner) (int64, []int64, *store.Lease, error) {
@@ -480,17 +460,21 @@ type experiment struct {
 	detectors []plugins.Detector
 	redact    func(string) string
 	log       *slog.Logger
-	rt        runtime.Runtime
-	logDir    string
+	// runtimes launch the arms of each node, by node name.
+	runtimes map[string]runtime.Runtime
+	logDir   string
 
 	// counts are each arm's cumulative completed and corrupted sessions, for the
-	// sequential looks; written by one run at a time.
+	// sequential looks; an arm runs once per block, so each entry has one writer at a
+	// time, and the looks read them between blocks.
 	counts []armCounts
 	// prior are the launches recorded before a resume; nil for a new experiment.
 	prior map[runKey]priorRun
-	// gpus are the devices every launch is pinned to (arms run one at a time, so each
-	// gets the same slot); empty for no pinning.
-	gpus string
+	// slots are where arms run (Spec.Slots); lostNodes the nodes taken out of the
+	// schedule, with why, guarded by placeMu.
+	slots     []arms.Slot
+	placeMu   sync.Mutex
+	lostNodes map[string]string
 	// dbID is the database's unique id, which launches carry (runtime.Launch).
 	dbID string
 	// self is this arbiter's process, recorded with every engine process group so that a
@@ -529,10 +513,11 @@ func (e *experiment) run(ctx context.Context, res *Result) error {
 		return err
 	}
 	for b, order := range plan(len(e.arms), blocks, e.spec.Workload.Seed) {
+		if ctx.Err() != nil {
+			return nil
+		}
+		var pending []int
 		for _, ai := range order {
-			if ctx.Err() != nil {
-				return nil
-			}
 			if p, ok := e.prior[runKey{ai, b}]; ok && p.done {
 				// Finished before the resume: kept as it is.
 				e.counts[ai].sessions += p.counts.sessions
@@ -541,11 +526,10 @@ func (e *experiment) run(ctx context.Context, res *Result) error {
 					Sessions: p.counts.sessions, Corrupted: p.counts.corrupted, Kept: true})
 				continue
 			}
-			rr, err := e.runArm(ctx, ai, b)
-			res.Runs = append(res.Runs, rr)
-			if err != nil {
-				return err
-			}
+			pending = append(pending, ai)
+		}
+		if err := e.runBlock(ctx, b, pending, res); err != nil {
+			return err
 		}
 		if b == blocks-1 || ctx.Err() != nil {
 			continue

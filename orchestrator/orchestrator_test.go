@@ -525,31 +525,6 @@ type writerFunc func(p []byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
-func TestGPUSlot(t *testing.T) {
-	for _, tc := range []struct {
-		node  string
-		n     int
-		want  string
-		fails bool
-	}{
-		{"", 0, "", false},
-		{"all", 2, "0,1", false},
-		{"0-7", 4, "0,1,2,3", false},
-		{"2,5", 0, "2,5", false},
-		{"0-1", 4, "", true},
-	} {
-		spec := testSpec(t, "")
-		spec.Engine.GPUs = tc.n
-		if tc.node != "" {
-			spec.Runtime.Nodes = []arms.Node{{Name: "node-a", GPUs: tc.node}}
-		}
-		got, err := gpuSlot(spec)
-		if (err != nil) != tc.fails || got != tc.want {
-			t.Errorf("node %q, %d per arm: %q, %v; want %q (error %v)", tc.node, tc.n, got, err, tc.want, tc.fails)
-		}
-	}
-}
-
 func TestStoredArmsHideCredentialsByName(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "a.db")
 	spec := testSpec(t, "")

@@ -349,9 +349,9 @@ type Run struct {
 	// WorkloadStarted and WorkloadEnded bound the workload; zero when it never ran.
 	WorkloadStarted, WorkloadEnded time.Time
 	Ended                          time.Time
-	ExitCode            *int
-	Error, LogTail      string
-	ServerInfo          string
+	ExitCode                       *int
+	Error, LogTail                 string
+	ServerInfo                     string
 }
 
 // StartRun records a launch and returns its id.
