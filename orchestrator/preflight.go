@@ -307,16 +307,32 @@ func CheckPins(ctx context.Context, preset arms.Preset, a arms.Arm) PinCheck {
 	if err == nil && status != http.StatusOK {
 		err = fmt.Errorf("HTTP %d", status)
 	}
-	var info map[string]any
-	if err == nil {
-		err = json.Unmarshal(body, &info)
-	}
-	if err != nil || info == nil {
+	if err != nil {
 		return all(fmt.Sprintf("get_server_info unreadable: %v", err))
 	}
-	env, hasEnv := info["env"].(map[string]any)
-	for _, k := range slices.Sorted(maps.Keys(a.Pins.Env)) {
-		want := a.Pins.Env[k]
+	return ComparePins(body, a.Pins)
+}
+
+// ComparePins compares an engine's /get_server_info JSON with pins: a flag pin with
+// the value reported under the flag's name (- read as _), an env pin with the
+// engine's report of its environment (refserve reports the variables it reads under
+// env; SGLang none). A pin the engine does not report is unverified, not mismatched.
+func ComparePins(info []byte, pins arms.Pins) PinCheck {
+	var c PinCheck
+	var m map[string]any
+	if err := json.Unmarshal(info, &m); err != nil || m == nil {
+		why := "get_server_info is not a JSON object"
+		for _, k := range slices.Sorted(maps.Keys(pins.Env)) {
+			c.Unverified = append(c.Unverified, k+" ("+why+")")
+		}
+		for _, f := range pinFlags(pins.Args) {
+			c.Unverified = append(c.Unverified, f.name+" ("+why+")")
+		}
+		return c
+	}
+	env, hasEnv := m["env"].(map[string]any)
+	for _, k := range slices.Sorted(maps.Keys(pins.Env)) {
+		want := pins.Env[k]
 		got, ok := env[k].(string)
 		switch {
 		case !hasEnv || !ok:
@@ -327,9 +343,9 @@ func CheckPins(ctx context.Context, preset arms.Preset, a arms.Arm) PinCheck {
 			c.Verified = append(c.Verified, k+"="+want)
 		}
 	}
-	for _, f := range pinFlags(a.Pins.Args) {
+	for _, f := range pinFlags(pins.Args) {
 		key := strings.ReplaceAll(strings.TrimLeft(f.name, "-"), "-", "_")
-		v, reported := info[key]
+		v, reported := m[key]
 		if !reported {
 			c.Unverified = append(c.Unverified, f.name+" (the engine does not report it)")
 			continue
