@@ -48,9 +48,19 @@ func (s *Spec) Nodes() []Node {
 // each pinned to devices 0..engine.gpus-1 when it has one slot and engine.gpus is set,
 // unpinned otherwise. Slots are ordered round-robin across nodes (slot 0 of every node,
 // then slot 1, ...) so that the first arms of a block spread over the nodes.
-func (s *Spec) Slots() ([]Slot, error) {
+func (s *Spec) Slots() ([]Slot, error) { return s.SlotsOn(nil) }
+
+// SlotsOn is Slots with the GPUs of "all" counted: a node whose gpus is "all" and whose
+// count is at least engine.gpus is cut as if it listed devices 0..count-1. count may be
+// nil, and returns 0 for a node it cannot count.
+func (s *Spec) SlotsOn(count func(Node) int) ([]Slot, error) {
 	var perNode [][]Slot
 	for ni, n := range s.Nodes() {
+		if strings.TrimSpace(n.GPUs) == "all" && s.Engine.GPUs > 0 && count != nil {
+			if c := count(n); c >= s.Engine.GPUs {
+				n.GPUs = fmt.Sprintf("0-%d", c-1)
+			}
+		}
 		ss, err := nodeSlots(n, ni, s.Engine.GPUs)
 		if err != nil {
 			return nil, fmt.Errorf("runtime.nodes[%d] (%s): %w", ni, n.Name, err)

@@ -59,3 +59,58 @@ func TestSlotsWithoutGPUs(t *testing.T) {
 		}
 	}
 }
+
+// FuzzExpandGPUs checks that any GPU list either fails cleanly or expands to distinct
+// devices, and that cutting a node into slots never hands one device to two slots.
+func FuzzExpandGPUs(f *testing.F) {
+	for _, s := range []string{"0-7", "0,2,4", "3", "1-0", "0-99999", "a", ",", "0,,1"} {
+		f.Add(s, 2, 0)
+	}
+	f.Fuzz(func(t *testing.T, list string, perArm, slots int) {
+		ids, err := ExpandGPUs(list)
+		if err != nil {
+			return
+		}
+		seen := map[string]bool{}
+		for _, id := range ids {
+			if seen[id] {
+				t.Fatalf("%q: device %s twice", list, id)
+			}
+			seen[id] = true
+		}
+		if perArm < 0 || perArm > MaxGPUs || slots < 0 || slots > MaxSlots {
+			return
+		}
+		out, err := nodeSlots(Node{Name: "n", GPUs: list, Slots: slots}, 0, perArm)
+		if err != nil {
+			return
+		}
+		used := map[string]bool{}
+		for _, sl := range out {
+			for id := range strings.SplitSeq(sl.GPUs, ",") {
+				if id != "" && used[id] {
+					t.Fatalf("%q, %d per arm: device %s in two slots", list, perArm, id)
+				}
+				used[id] = true
+			}
+		}
+	})
+}
+
+func TestSlotsOnCountsAllGPUs(t *testing.T) {
+	src := strings.Replace(specWith(twoArms+"runtime:\n  nodes:\n    - {name: gpu-host, gpus: all}\n"), "preset: refserve", "preset: refserve\n  gpus: 1", 1)
+	s := mustParse(t, src)
+	for count, want := range map[int]string{0: "gpu-host/0 (GPUs 0)", 1: "gpu-host/0 (GPUs 0)", 2: "gpu-host/0 (GPUs 0) gpu-host/1 (GPUs 1)"} {
+		slots, err := s.SlotsOn(func(Node) int { return count })
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, sl := range slots {
+			got = append(got, sl.String())
+		}
+		if strings.Join(got, " ") != want {
+			t.Errorf("%d GPUs: slots %v, want %s", count, got, want)
+		}
+	}
+}

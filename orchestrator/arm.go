@@ -75,7 +75,7 @@ func (e *experiment) runArm(ctx context.Context, ai, b int, at placement, bar *b
 	log.Info("launching", "command", fmt.Sprint(arms.RedactArgs(arm.Command)))
 	inst, err := e.runtimes[at.slot.Node].Start(ctx, runtime.Launch{Name: name, ExperimentID: e.id, RunID: run.ID,
 		DatabaseID: e.dbID, Command: arm.Command, Env: e.envs[ai], PortFlag: preset.PortFlag, LogPath: run.LogPath,
-		Redact: e.redact, Image: e.spec.Engine.Image, GPUs: at.slot.GPUs, BaseURL: arm.BaseURL})
+		Redact: e.redact, RedactCut: e.redactor.RedactCut, Image: e.spec.Engine.Image, GPUs: at.slot.GPUs, BaseURL: arm.BaseURL})
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:

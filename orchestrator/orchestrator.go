@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -35,6 +36,10 @@ type Options struct {
 	// Runtime, when set, launches the arms of every node (tests, a caller with a
 	// runtime of its own). Otherwise NodeRuntime builds one runtime per node.
 	Runtime runtime.Runtime
+	// CountGPUs says how many GPUs a node whose gpus is "all" has, so that engine.gpus
+	// can cut it into slots; 0 when unknown, which leaves it one slot (default
+	// LocalGPUs for the process runtime's nodes, 0 for others).
+	CountGPUs func(spec *arms.Spec, node arms.Node) int
 	// NodeRuntime builds the runtime that launches the arms of one node of
 	// spec.Nodes(); it is called once per node before anything is recorded, and an
 	// error fails the experiment there (default RuntimeFor).
@@ -152,7 +157,16 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	slots, err := spec.Slots()
+	countGPUs := opts.CountGPUs
+	if countGPUs == nil {
+		countGPUs = func(spec *arms.Spec, n arms.Node) int {
+			if spec.Runtime.Kind == "process" && arms.IsLocalHost(n.Host) {
+				return LocalGPUs()
+			}
+			return 0
+		}
+	}
+	slots, err := spec.SlotsOn(func(n arms.Node) int { return countGPUs(spec, n) })
 	if err != nil {
 		return Result{}, err
 	}
@@ -349,6 +363,19 @@ func RuntimeFor(spec *arms.Spec, node arms.Node) (runtime.Runtime, error) {
 		return runtime.External{}, nil
 	}
 	return nil, fmt.Errorf("orchestrator: runtime %q needs Options.Runtime or Options.NodeRuntime", spec.Runtime.Kind)
+}
+
+// LocalGPUs counts this machine's NVIDIA GPUs by their device files (/dev/nvidia0,
+// /dev/nvidia1, ...), whatever CUDA_VISIBLE_DEVICES says; 0 when there are none.
+func LocalGPUs() int {
+	matches, _ := filepath.Glob("/dev/nvidia[0-9]*")
+	n := 0
+	for _, m := range matches {
+		if _, err := strconv.Atoi(strings.TrimPrefix(m, "/dev/nvidia")); err == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // nodeRuntimes builds one runtime per node of spec.Nodes(), by name.

@@ -96,8 +96,8 @@ func (e *experiment) runBlock(ctx context.Context, b int, pending []int, res *Re
 		return fmt.Errorf("block %d: %w", b, ErrNoSlot)
 	}
 	if waves := (len(pending) + len(live) - 1) / len(live); waves > 1 {
-		e.log.Warn(fmt.Sprintf("block %d: %d arms on %d slots: running in %d waves; arms of different waves run at different times",
-			b, len(pending), len(live), waves))
+		e.log.Warn(fmt.Sprintf("block %d: %d arms on %d slot%s: running in %d waves; arms of different waves run at different times (list more slots under runtime.nodes to run them at once)",
+			b, len(pending), len(live), map[bool]string{true: "s"}[len(live) > 1], waves))
 	}
 	replaces := map[int]int64{}
 	for wave := 0; len(pending) > 0; wave++ {

@@ -72,6 +72,10 @@ func newShowCmd(g *globals) *cobra.Command {
 			for _, line := range v.Headline() {
 				fmt.Fprintln(g.stdout, line)
 			}
+			if lines := v.Placement(); len(lines) > 0 {
+				fmt.Fprintf(g.stdout, "\nWhere the arms ran (arbiter query \"SELECT node, slot, gpus, instance, wave, workload_started_at, workload_ended_at FROM runs\"):\n%s\n",
+					strings.Join(lines, "\n"))
+			}
 			return nil
 		},
 	}
