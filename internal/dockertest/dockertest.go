@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 
 	"github.com/arbiterlab/arbiter/orchestrator/runtime"
@@ -266,6 +267,23 @@ func (d *Daemon) Stop() error {
 	}
 }
 
+// Freeze stops the daemon's process (SIGSTOP) without ending it: it holds every
+// connection open and answers nothing, as a daemon cut off by the network would.
+// Thaw (or Remove) lets it go on.
+func (d *Daemon) Freeze() { d.signal(syscall.SIGSTOP) }
+
+// Thaw lets a frozen daemon go on (SIGCONT).
+func (d *Daemon) Thaw() { d.signal(syscall.SIGCONT) }
+
+func (d *Daemon) signal(sig syscall.Signal) {
+	d.mu.Lock()
+	cmd := d.cmd
+	d.mu.Unlock()
+	if cmd != nil {
+		_ = cmd.Process.Signal(sig)
+	}
+}
+
 // Running reports whether the daemon's process still runs.
 func (d *Daemon) Running() bool {
 	d.mu.Lock()
@@ -298,6 +316,7 @@ func (d *Daemon) Restart() error {
 // Remove removes every container of the daemon, stops it and deletes its folder.
 func (d *Daemon) Remove() error {
 	var errs []error
+	d.Thaw()
 	if !d.Running() {
 		// A killed daemon left its containers to containerd: a new one ends them.
 		if err := d.Restart(); err != nil {
@@ -333,7 +352,8 @@ func (d *Daemon) removeContainers() error {
 	}
 	var errs []error
 	for _, c := range list.Items {
-		if _, err := cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil {
+		// A removal already under way (asked before a freeze) is left to finish.
+		if _, err := cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsConflict(err) {
 			errs = append(errs, err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -100,5 +101,30 @@ func waitHealthy(t *testing.T, inst runtime.Instance) {
 			t.Fatalf("engine at %s not healthy within 30s", inst.Endpoint())
 		case <-tick.C:
 		}
+	}
+}
+
+// A daemon that stops answering without closing its connections (frozen here, cut off
+// by a network elsewhere) loses its engine once its heartbeat goes unanswered.
+func TestFrozenDaemonLosesItsEngine(t *testing.T) {
+	ds := Start(t, 1)
+	image := RefserveImage(t, ds...)
+	rt := runtime.Docker{Host: ds[0].Host, Network: "host", Grace: 5 * time.Second, Heartbeat: 200 * time.Millisecond}
+	inst, err := rt.Start(context.Background(), runtime.Launch{Name: "exp1-frozen-b0", Image: image,
+		Command: []string{"refserve"}, LogPath: filepath.Join(t.TempDir(), "engine.log")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inst.Stop(context.Background()) })
+	waitHealthy(t, inst)
+	ds[0].Freeze()
+	t.Cleanup(ds[0].Thaw) // before the engine's Stop, which asks the daemon
+	select {
+	case <-inst.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the engine of a frozen daemon was not reported lost within 30s")
+	}
+	if e := inst.Exit(); e.Lost == "" || !strings.Contains(e.Lost, "pings in a row went unanswered") {
+		t.Errorf("exit = %+v, want lost after unanswered pings", e)
 	}
 }

@@ -97,6 +97,9 @@ type Docker struct {
 	Grace time.Duration
 	// TailLines is how many log lines an Exit keeps (default 40).
 	TailLines int
+	// Heartbeat is how often a running engine's daemon is pinged; three pings in a row
+	// without an answer (each given Heartbeat) lose the node (default 5s).
+	Heartbeat time.Duration
 
 	// hostPort is the port an engine on the host's network listens on, picked by Start.
 	hostPort int
@@ -124,6 +127,9 @@ func (d Docker) defaults() Docker {
 	}
 	if d.TailLines <= 0 {
 		d.TailLines = 40
+	}
+	if d.Heartbeat <= 0 {
+		d.Heartbeat = 5 * time.Second
 	}
 	return d
 }
@@ -289,8 +295,13 @@ func (d Docker) Start(ctx context.Context, l Launch) (Instance, error) {
 		stdout.flush()
 		stderr.flush()
 	}()
+	// A daemon that stops answering without closing the connection (frozen, or cut off
+	// by the network) would hold the wait open: the heartbeat gives up on it instead.
+	waitCtx, lost := context.WithCancelCause(bg)
+	go inst.heartbeat(waitCtx, d.Heartbeat, lost)
 	go func() {
-		code, oom, waitErr := inst.wait(bg)
+		code, oom, waitErr := inst.wait(waitCtx)
+		lost(nil)
 		// The log stream ends when the container does; a daemon that keeps it open
 		// must not hold the exit back.
 		select {
@@ -639,6 +650,10 @@ func (i *dockerInstance) wait(ctx context.Context) (code int, oom bool, err erro
 	case err = <-w.Error:
 		code = -1
 	}
+	if cause := context.Cause(ctx); errors.Is(cause, ErrNodeLost) {
+		// The heartbeat gave up on the daemon: asking it more would only wait again.
+		return -1, false, cause
+	}
 	// OOM is only in the container's state; a failed wait may still have an answer there.
 	inspCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
@@ -699,6 +714,40 @@ func signalName(s syscall.Signal) string {
 		return n
 	}
 	return fmt.Sprintf("signal %d", int(s))
+}
+
+// heartbeatMisses is how many pings in a row may go unanswered before a node is lost.
+const heartbeatMisses = 3
+
+// heartbeat pings the daemon every interval while the engine runs, and ends ctx with
+// an ErrNodeLost cause once heartbeatMisses pings in a row went unanswered.
+func (i *dockerInstance) heartbeat(ctx context.Context, every time.Duration, lost context.CancelCauseFunc) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	misses := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-i.done:
+			return
+		case <-tick.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, every)
+		_, err := i.cli.Ping(pctx, client.PingOptions{})
+		cancel()
+		switch {
+		case err == nil:
+			misses = 0
+		case ctx.Err() != nil:
+			return
+		default:
+			if misses++; misses >= heartbeatMisses {
+				lost(fmt.Errorf("%w: daemon %s: %d pings in a row went unanswered: %v", ErrNodeLost, i.cli.DaemonHost(), misses, err))
+				return
+			}
+		}
+	}
 }
 
 // Stop stops the container (SIGTERM, SIGKILL after the grace period or when ctx ends)
