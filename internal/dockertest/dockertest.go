@@ -3,9 +3,11 @@
 // Package dockertest starts Docker daemons of their own for tests: each with its own
 // socket, data root, exec root, pidfile and containerd namespace, beside the system's
 // daemon, so that a test can run arms on several Docker nodes of one machine and stop
-// one of them under a running experiment. The daemons stay off the host's networking
-// (no bridge, no iptables rules, no masquerading): their containers run on the host's
-// network (a node's network: host), on ports arbiter picks.
+// one of them under a running experiment. The daemons keep off the host's networking:
+// each has a bridge of its own (never docker0: a daemon started with --bridge=none
+// deletes docker0, the system daemon's bridge) and no iptables rules or masquerading;
+// tests run their containers on the host's network (a node's network: host), on ports
+// arbiter picks.
 //
 // Starting a daemon needs root and dockerd. Without them a test skips, unless
 // ARBITER_REQUIRE_DOCKER=1 (CI), which makes it a failure.
@@ -14,6 +16,7 @@ package dockertest
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
@@ -45,6 +48,8 @@ type Daemon struct {
 	Dir string
 	// Driver is the storage driver it runs with (overlay2, else vfs).
 	Driver string
+	// Bridge is the network bridge made for it, deleted with it.
+	Bridge string
 
 	args []string
 	mu   sync.Mutex
@@ -63,6 +68,10 @@ func Require(t testing.TB) string {
 		why = err.Error()
 	case os.Geteuid() != 0:
 		why = "starting Docker daemons needs root"
+	default:
+		if _, err := exec.LookPath("ip"); err != nil {
+			why = "no ip command (iproute2) to make the daemons' bridges"
+		}
 	}
 	if why == "" {
 		return bin
@@ -121,10 +130,13 @@ func start(bin, name string) (*Daemon, error) {
 	}
 	ns := filepath.Base(dir)
 	d := &Daemon{Name: name, Host: "unix://" + filepath.Join(dir, "d.sock"), Dir: dir}
+	if err := d.makeBridge(); err != nil {
+		return d, err
+	}
 	base := []string{bin, "--config-file", filepath.Join(dir, "daemon.json"),
 		"--host", d.Host, "--data-root", filepath.Join(dir, "data"), "--exec-root", filepath.Join(dir, "x"),
 		"--pidfile", filepath.Join(dir, "d.pid"),
-		"--bridge=none", "--iptables=false", "--ip-masq=false", "--ip-forward=false",
+		"--bridge", d.Bridge, "--iptables=false", "--ip-masq=false", "--ip-forward=false",
 		// The system's containerd may be shared: a namespace of its own keeps this
 		// daemon's containers apart from every other daemon's.
 		"--containerd-namespace", ns, "--containerd-plugins-namespace", ns + "-plugins"}
@@ -141,6 +153,40 @@ func start(bin, name string) (*Daemon, error) {
 		os.RemoveAll(filepath.Join(dir, "data"))
 	}
 	return d, errors.Join(errs...)
+}
+
+// makeBridge makes the daemon's own bridge, named after its folder (at most 15 bytes),
+// on a private /24.
+func (d *Daemon) makeBridge() error {
+	suffix := strings.TrimPrefix(filepath.Base(d.Dir), "adt")
+	if len(suffix) > 10 {
+		suffix = suffix[len(suffix)-10:]
+	}
+	name := "adt" + suffix
+	var b [2]byte
+	_, _ = rand.Read(b[:])
+	addr := fmt.Sprintf("10.%d.%d.1/24", 200+int(b[0])%50, b[1])
+	for i, args := range [][]string{{"link", "add", "name", name, "type", "bridge"}, {"addr", "add", addr, "dev", name}, {"link", "set", name, "up"}} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		if i == 0 {
+			d.Bridge = name // made: Remove deletes it
+		}
+	}
+	return nil
+}
+
+// deleteBridge deletes the daemon's bridge.
+func (d *Daemon) deleteBridge() error {
+	if d.Bridge == "" {
+		return nil
+	}
+	if out, err := exec.Command("ip", "link", "delete", d.Bridge).CombinedOutput(); err != nil {
+		return fmt.Errorf("ip link delete %s: %v: %s", d.Bridge, err, out)
+	}
+	d.Bridge = ""
+	return nil
 }
 
 // launch starts the daemon and waits until it answers.
@@ -306,6 +352,9 @@ func (d *Daemon) Restart() error {
 	if d.Running() {
 		return errors.New("dockerd still runs")
 	}
+	if d.args == nil {
+		return errors.New("dockerd was never started")
+	}
 	// The pid files of a killed daemon and its containerd would make the new ones
 	// wait for processes that are gone.
 	os.Remove(filepath.Join(d.Dir, "d.pid"))
@@ -317,7 +366,7 @@ func (d *Daemon) Restart() error {
 func (d *Daemon) Remove() error {
 	var errs []error
 	d.Thaw()
-	if !d.Running() {
+	if !d.Running() && d.args != nil {
 		// A killed daemon left its containers to containerd: a new one ends them.
 		if err := d.Restart(); err != nil {
 			errs = append(errs, fmt.Errorf("restart to clean up: %w", err))
@@ -333,6 +382,9 @@ func (d *Daemon) Remove() error {
 	}
 	d.unmount()
 	if err := os.RemoveAll(d.Dir); err != nil {
+		errs = append(errs, err)
+	}
+	if err := d.deleteBridge(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

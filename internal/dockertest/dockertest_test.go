@@ -4,9 +4,11 @@ package dockertest
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -67,8 +69,11 @@ func TestTwoDaemonsAreSeparateNodes(t *testing.T) {
 	waitHealthy(t, insts[1])
 }
 
+// A daemon leaves nothing behind: neither its folder nor its bridge, and the host's
+// other interfaces (the system daemon's docker0 above all) are as they were.
 func TestRemoveLeavesNothing(t *testing.T) {
 	bin := Require(t)
+	before := interfaces(t)
 	d, err := start(bin, "node-x")
 	if err != nil {
 		t.Fatal(err)
@@ -80,6 +85,23 @@ func TestRemoveLeavesNothing(t *testing.T) {
 	if _, err := os.Stat(d.Dir); !os.IsNotExist(err) {
 		t.Errorf("%s is still there after Remove (%v)", d.Dir, err)
 	}
+	if after := interfaces(t); after != before {
+		t.Errorf("network interfaces before: %s; after: %s", before, after)
+	}
+}
+
+func interfaces(t *testing.T) string {
+	t.Helper()
+	ifs, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, i := range ifs {
+		names = append(names, i.Name)
+	}
+	slices.Sort(names)
+	return strings.Join(names, " ")
 }
 
 func waitHealthy(t *testing.T, inst runtime.Instance) {
