@@ -143,6 +143,13 @@ func (p *Preflight) processGPUs(node string, slots []arms.Slot) {
 	if len(ids) == 0 {
 		return
 	}
+	if _, err := os.Stat("/dev/nvidiactl"); err != nil {
+		// No NVIDIA driver here: the pins are only CUDA_VISIBLE_DEVICES, which an
+		// engine on the CPU (refserve's sim backend) ignores; a CUDA engine fails its
+		// own start, which the run records.
+		p.add(node, "gpus", nil, "no NVIDIA driver on this machine (/dev/nvidiactl): GPUs "+strings.Join(ids, ",")+" are pinned through CUDA_VISIBLE_DEVICES only")
+		return
+	}
 	var missing []string
 	for _, id := range ids {
 		if _, err := os.Stat("/dev/nvidia" + id); err != nil {
