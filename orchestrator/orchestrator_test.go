@@ -43,6 +43,9 @@ type engine struct {
 	// leak makes every streamed answer carry DSML tool-call markup in content.
 	leak    bool
 	stopped atomic.Bool
+	// lost, when set, is what Exit says when the engine ends on its own: its runtime
+	// lost track of it (a node gone), not a crash.
+	lost string
 }
 
 func newEngine(t *testing.T, onChat func(n int64, e *engine, r *http.Request) bool) *engine {
@@ -137,6 +140,9 @@ func (e *engine) Exit() runtime.Exit {
 	case <-e.done:
 		if e.stopped.Load() {
 			return runtime.Exit{Stopped: true}
+		}
+		if e.lost != "" {
+			return runtime.Exit{Code: -1, Lost: e.lost}
 		}
 		return runtime.Exit{Code: 139, LogTail: "segfault in decode"}
 	default:

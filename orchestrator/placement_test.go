@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -256,5 +257,49 @@ func TestEveryNodeLostFailsTheExperiment(t *testing.T) {
 	_, err := Run(context.Background(), Options{Spec: spec, DBPath: filepath.Join(t.TempDir(), "a.db"), Logger: quietLogger(), Runtime: gone})
 	if !errors.Is(err, ErrNoSlot) {
 		t.Fatalf("err = %v, want ErrNoSlot", err)
+	}
+}
+
+// An engine whose node goes away during the workload loses its run (recorded lost, with
+// what the runtime said), and its arm runs again on the node still answering.
+func TestNodeLostMidRunRunsTheArmAgainElsewhere(t *testing.T) {
+	spec := testSpec(t, "runtime:\n  nodes:\n    - {name: good}\n    - {name: flaky}\n")
+	db := filepath.Join(t.TempDir(), "a.db")
+	good := engines(func(string) *engine { return newEngine(t, nil) })
+	flaky := engines(func(string) *engine {
+		e := newEngine(t, func(n int64, e *engine, r *http.Request) bool {
+			if n >= 3 {
+				e.crash()
+				panic(http.ErrAbortHandler)
+			}
+			return false
+		})
+		e.lost = "lost track of the container: Cannot connect to the Docker daemon"
+		return e
+	})
+	res, err := Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quietLogger(),
+		NodeRuntime: func(_ *arms.Spec, n arms.Node) (runtime.Runtime, error) {
+			if n.Name == "flaky" {
+				return flaky, nil
+			}
+			return good, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := placedRuns(t, db, res.ExperimentID)
+	var got []string
+	for _, r := range runs {
+		got = append(got, fmt.Sprintf("%s/%d %s", r.Node, r.Wave, r.Status))
+	}
+	if strings.Join(got, " ") != "good/0 done flaky/0 lost good/1 done" && strings.Join(got, " ") != "flaky/0 lost good/0 done good/1 done" {
+		t.Errorf("runs = %v; want one lost on flaky and both arms done on good", got)
+	}
+	ro, _ := store.OpenReadOnly(db)
+	defer ro.Close()
+	var why string
+	ro.Get(&why, `SELECT error FROM runs WHERE status = 'lost'`)
+	if !strings.Contains(why, "node flaky") || !strings.Contains(why, "Cannot connect to the Docker daemon") {
+		t.Errorf("lost run's error = %q", why)
 	}
 }
