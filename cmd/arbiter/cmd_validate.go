@@ -32,8 +32,10 @@ func newValidateCmd(g *globals) *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := validateSpec(g, args[0]); err != nil || !preflight {
-				return err
+			if !preflight || !g.json {
+				if err := validateSpec(g, args[0]); err != nil || !preflight {
+					return err
+				}
 			}
 			return preflightSpec(cmd.Context(), g, args[0])
 		},
@@ -58,9 +60,13 @@ func preflightSpec(ctx context.Context, g *globals, path string) error {
 		return err
 	}
 	if g.json {
+		// One document: the spec's summary with the preflight in it.
+		expanded, _ := spec.Expand()
+		sum := summarize(spec, expanded, spec.Redactor(os.LookupEnv))
+		sum.Preflight = &pf
 		enc := json.NewEncoder(g.stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(pf); err != nil {
+		if err := enc.Encode(sum); err != nil {
 			return err
 		}
 	} else {
@@ -137,6 +143,8 @@ type specSummary struct {
 	Blocks    int               `json:"blocks"`
 	Timeouts  map[string]string `json:"timeouts"`
 	Secrets   []string          `json:"secrets,omitempty"`
+	// Preflight is what validate --preflight found; absent without it.
+	Preflight *orchestrator.Preflight `json:"preflight,omitempty"`
 }
 
 type armSummary struct {

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"encoding/json"
 	"net"
 	"os"
 	"path/filepath"
@@ -53,6 +54,28 @@ func runRefused(t *testing.T, src, want string) {
 	code, stdout, _ = runCLI(t, "validate", "--preflight", spec)
 	if code != exitError || !strings.Contains(stdout, "FAIL") || !strings.Contains(stdout, want) {
 		t.Errorf("validate --preflight: exit %d, want %d and a FAIL line saying %q:\n%s", code, exitError, want, stdout)
+	}
+	// --json: one document, the spec's summary with the checks in it.
+	code, stdout, _ = runCLI(t, "validate", "--preflight", "--json", spec)
+	var doc struct {
+		Name      string `json:"name"`
+		Preflight struct {
+			Checks []struct {
+				OK     bool   `json:"ok"`
+				Detail string `json:"detail"`
+			} `json:"checks"`
+		} `json:"preflight"`
+	}
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	if err := dec.Decode(&doc); err != nil || dec.More() || code != exitError || doc.Name != "preflight" {
+		t.Fatalf("validate --preflight --json: exit %d, %v, one document: %v\n%s", code, err, !dec.More(), stdout)
+	}
+	failed := false
+	for _, c := range doc.Preflight.Checks {
+		failed = failed || (!c.OK && strings.Contains(c.Detail, want))
+	}
+	if !failed {
+		t.Errorf("validate --preflight --json lists no failed check saying %q:\n%s", want, stdout)
 	}
 }
 
