@@ -50,6 +50,9 @@ type Daemon struct {
 	Driver string
 	// Bridge is the network bridge made for it, deleted with it.
 	Bridge string
+	// TLSHost is the daemon's tcp:// address, and CA, Cert and Key the files a client
+	// needs there (StartTLS only).
+	TLSHost, CA, Cert, Key string
 
 	args []string
 	mu   sync.Mutex
@@ -98,10 +101,23 @@ func dockerdPath() (string, error) {
 // their containers) when t ends.
 func Start(t testing.TB, n int) []*Daemon {
 	t.Helper()
+	return startN(t, n, false)
+}
+
+// StartTLS starts one daemon that also listens on tcp://127.0.0.1 with --tlsverify:
+// TLSHost is that address, and CA, Cert and Key the client's files (a CA, a server
+// certificate for 127.0.0.1 and a client certificate are made for it).
+func StartTLS(t testing.TB) *Daemon {
+	t.Helper()
+	return startN(t, 1, true)[0]
+}
+
+func startN(t testing.TB, n int, tls bool) []*Daemon {
+	t.Helper()
 	bin := Require(t)
 	var out []*Daemon
 	for i := range n {
-		d, err := start(bin, fmt.Sprintf("node-%d", i))
+		d, err := start(bin, fmt.Sprintf("node-%d", i), tls)
 		if d != nil {
 			t.Cleanup(func() {
 				if err := d.Remove(); err != nil {
@@ -117,7 +133,7 @@ func Start(t testing.TB, n int) []*Daemon {
 	return out
 }
 
-func start(bin, name string) (*Daemon, error) {
+func start(bin, name string, tls bool) (*Daemon, error) {
 	// A short path: socket paths are limited to about 100 bytes.
 	dir, err := os.MkdirTemp("", "adt")
 	if err != nil {
@@ -140,6 +156,13 @@ func start(bin, name string) (*Daemon, error) {
 		// The system's containerd may be shared: a namespace of its own keeps this
 		// daemon's containers apart from every other daemon's.
 		"--containerd-namespace", ns, "--containerd-plugins-namespace", ns + "-plugins"}
+	if tls {
+		args, err := d.makeTLS()
+		if err != nil {
+			return d, err
+		}
+		base = append(base, args...)
+	}
 	var errs []error
 	for _, driver := range []string{"overlay2", "vfs"} {
 		d.args, d.Driver = append(base[:len(base):len(base)], "--storage-driver", driver), driver

@@ -74,7 +74,7 @@ func TestTwoDaemonsAreSeparateNodes(t *testing.T) {
 func TestRemoveLeavesNothing(t *testing.T) {
 	bin := Require(t)
 	before := interfaces(t)
-	d, err := start(bin, "node-x")
+	d, err := start(bin, "node-x", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,5 +148,26 @@ func TestFrozenDaemonLosesItsEngine(t *testing.T) {
 	}
 	if e := inst.Exit(); e.Lost == "" || !strings.Contains(e.Lost, "pings in a row went unanswered") {
 		t.Errorf("exit = %+v, want lost after unanswered pings", e)
+	}
+}
+
+// A tcp:// daemon with --tlsverify is reached with the node's TLS files, and refused
+// without them.
+func TestTLSDaemon(t *testing.T) {
+	d := StartTLS(t)
+	image := RefserveImage(t, d)
+	rt := runtime.Docker{Host: d.TLSHost, TLSCA: d.CA, TLSCert: d.Cert, TLSKey: d.Key, Network: "host", Grace: 5 * time.Second}
+	inst, err := rt.Start(context.Background(), runtime.Launch{Name: "exp1-tls-b0", Image: image,
+		Command: []string{"refserve"}, LogPath: filepath.Join(t.TempDir(), "engine.log")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inst.Stop(context.Background()) })
+	waitHealthy(t, inst)
+	if err := inst.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (runtime.Docker{Host: d.TLSHost}).Check(context.Background(), "", false); err == nil {
+		t.Error("the TLS daemon answered a client without certificates")
 	}
 }
