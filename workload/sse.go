@@ -157,21 +157,54 @@ type choiceAssembly struct {
 // copy a long reply over and over and leave the garbage of each copy behind, which for
 // several concurrent multi-megabyte replies is most of arbiter's memory.
 type pieces struct {
-	b      rawBody
+	small  []byte  // the text while it is short, grown in place
+	b      rawBody // the text once it is long, in pooled chunks
 	joined string
 	done   bool
 }
 
-func (p *pieces) add(s string) { p.b.writeString(s) }
+// smallPieces is how long a text grows in one slice before it moves to chunks: most
+// replies stay below it, and a 4 KiB chunk for each would be most of what a stream
+// allocates.
+const smallPieces = 2 << 10
+
+func (p *pieces) add(s string) {
+	if p.b.n == 0 && len(p.small)+len(s) <= smallPieces {
+		p.small = append(p.small, s...)
+		return
+	}
+	p.spill()
+	p.b.writeString(s)
+}
 
 // addBytes appends a fragment that is a slice of a payload, copying its bytes only
 // (a string of each token would be an allocation per token).
-func (p *pieces) addBytes(s []byte) { p.b.write(s) }
+func (p *pieces) addBytes(s []byte) {
+	if p.b.n == 0 && len(p.small)+len(s) <= smallPieces {
+		p.small = append(p.small, s...)
+		return
+	}
+	p.spill()
+	p.b.write(s)
+}
+
+// spill moves the short text into the chunks, once it outgrows its slice.
+func (p *pieces) spill() {
+	if len(p.small) > 0 {
+		p.b.write(p.small)
+		p.small = nil
+	}
+}
 
 // String is the joined text; the fragments' chunks go back to their pool the first time.
 func (p *pieces) String() string {
 	if !p.done {
-		p.joined, p.done = p.b.string(), true
+		if p.b.n == 0 {
+			p.joined = string(p.small)
+		} else {
+			p.joined = p.b.string()
+		}
+		p.small, p.done = nil, true
 	}
 	return p.joined
 }

@@ -145,7 +145,10 @@ func sentAt(text []byte) (time.Time, bool) {
 
 // timingErrors are, over every stream, the first token's error (arrival − sending) and
 // every later token's inter-token error |arrival gap − sending gap|, in ms.
-type timingErrors struct{ ttft, itl []float64 }
+type timingErrors struct {
+	ttft, itl []float64
+	gcs       uint32 // garbage collections that ran during the streams
+}
 
 func (e *timingErrors) add(arrived, sent []time.Time) {
 	for k := range arrived {
@@ -208,8 +211,9 @@ func arbiterStreams(tb testing.TB, base string, n int) timingErrors {
 			mu.Unlock()
 		})
 	}
-	startOnCollectedHeap(gate)
+	gc0 := startOnCollectedHeap(gate)
 	wg.Wait()
+	errs.gcs = numGC() - gc0
 	return errs
 }
 
@@ -247,8 +251,9 @@ func scannerStreams(tb testing.TB, base string, n int) timingErrors {
 			mu.Unlock()
 		})
 	}
-	startOnCollectedHeap(gate)
+	gc0 := startOnCollectedHeap(gate)
 	wg.Wait()
+	errs.gcs = numGC() - gc0
 	return errs
 }
 
@@ -287,8 +292,8 @@ func sideBySide(tb testing.TB, base string, n int) (arbiter, scanner timingError
 	s1 := scannerStreams(tb, base, n)
 	s2 := scannerStreams(tb, base, n)
 	a2 := arbiterStreams(tb, base, n)
-	arbiter = timingErrors{ttft: append(a1.ttft, a2.ttft...), itl: append(a1.itl, a2.itl...)}
-	scanner = timingErrors{ttft: append(s1.ttft, s2.ttft...), itl: append(s1.itl, s2.itl...)}
+	arbiter = timingErrors{ttft: append(a1.ttft, a2.ttft...), itl: append(a1.itl, a2.itl...), gcs: a1.gcs + a2.gcs}
+	scanner = timingErrors{ttft: append(s1.ttft, s2.ttft...), itl: append(s1.itl, s2.itl...), gcs: s1.gcs + s2.gcs}
 	return arbiter, scanner
 }
 
@@ -297,9 +302,25 @@ func sideBySide(tb testing.TB, base string, n int) (arbiter, scanner timingError
 // (and their stop-the-world pauses, which on a loaded machine last tens of
 // milliseconds) that happen during the streams are then those the client's own
 // allocations cause, not the leftovers of the client before it or of its warming.
-func startOnCollectedHeap(gate chan struct{}) {
+// It returns the number of collections so far.
+func startOnCollectedHeap(gate chan struct{}) uint32 {
 	runtime.GC()
+	n := numGC()
 	close(gate)
+	return n
+}
+
+func numGC() uint32 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.NumGC
+}
+
+// reportGCs reports how many collections ran during each client's streams, per run of
+// them (two per iteration): the figure that explains most of a p99 gap between them.
+func reportGCs(b *testing.B, arb, min timingErrors) {
+	b.ReportMetric(float64(arb.gcs)/float64(2*b.N), "arbiter-gcs/run")
+	b.ReportMetric(float64(min.gcs)/float64(2*b.N), "scanner-gcs/run")
 }
 
 // BenchmarkStreamTiming measures how far the driver's own clock readings are from when
@@ -319,7 +340,9 @@ func BenchmarkStreamTiming(b *testing.B) {
 		for b.Loop() {
 			a, m := sideBySide(b, base, 1000)
 			arb.ttft, min.ttft = append(arb.ttft, a.ttft...), append(min.ttft, m.ttft...)
+			arb.gcs, min.gcs = arb.gcs+a.gcs, min.gcs+m.gcs
 		}
+		reportGCs(b, arb, min)
 		b.ReportMetric(p(arb.ttft, 0.5), "arbiter-p50-ms")
 		b.ReportMetric(p(arb.ttft, 0.99), "arbiter-p99-ms")
 		b.ReportMetric(p(min.ttft, 0.5), "scanner-p50-ms")
@@ -334,7 +357,9 @@ func BenchmarkStreamTiming(b *testing.B) {
 		for b.Loop() {
 			a, m := sideBySide(b, base, 500)
 			arb.itl, min.itl = append(arb.itl, a.itl...), append(min.itl, m.itl...)
+			arb.gcs, min.gcs = arb.gcs+a.gcs, min.gcs+m.gcs
 		}
+		reportGCs(b, arb, min)
 		b.ReportMetric(p(arb.itl, 0.5), "arbiter-p50-ms")
 		b.ReportMetric(p(arb.itl, 0.99), "arbiter-p99-ms")
 		b.ReportMetric(p(min.itl, 0.5), "scanner-p50-ms")
