@@ -111,7 +111,7 @@ var SchemaVersion = func() int {
 	if err != nil {
 		panic(err)
 	}
-	return len(ms)
+	return ms[len(ms)-1].version
 }()
 
 type migration struct {
@@ -127,11 +127,13 @@ func migrations() ([]migration, error) {
 	}
 	sort.Strings(names)
 	var ms []migration
-	for i, n := range names {
+	for _, n := range names {
+		// Numbers rise strictly; a number may be missing while the change that owns it
+		// is not in this build yet (numbers are handed out ahead).
 		base := path.Base(n)
 		v, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
-		if err != nil || v != i+1 {
-			return nil, fmt.Errorf("migration %s: want version %d as its prefix", base, i+1)
+		if prev := len(ms); err != nil || v < 1 || (prev > 0 && v <= ms[prev-1].version) {
+			return nil, fmt.Errorf("migration %s: want a version prefix above the previous one", base)
 		}
 		b, err := migrationFiles.ReadFile(n)
 		if err != nil {
@@ -152,10 +154,13 @@ func migrate(db *sqlx.DB) (int, error) {
 	if err := db.Get(&current, "PRAGMA user_version"); err != nil {
 		return 0, err
 	}
-	if current > len(ms) {
-		return current, fmt.Errorf("schema version %d is newer than this arbiter's %d", current, len(ms))
+	if last := ms[len(ms)-1].version; current > last {
+		return current, fmt.Errorf("schema version %d is newer than this arbiter's %d", current, last)
 	}
-	for _, m := range ms[current:] {
+	for _, m := range ms {
+		if m.version <= current {
+			continue
+		}
 		tx, err := db.Beginx()
 		if err != nil {
 			return current, err
