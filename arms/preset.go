@@ -19,6 +19,9 @@ type Preset struct {
 	GenerateHealthPath string
 	// ServerInfoPath returns the resolved server arguments and version, stored per run.
 	ServerInfoPath string
+	// MetricsPath serves the engine's Prometheus metrics, scraped while a run's workload
+	// runs (SGLang and refserve serve it with --enable-metrics; vLLM always).
+	MetricsPath string
 	// AbortPath aborts requests (POST {"rid": ..., "abort_all": bool}); empty when a
 	// client disconnect is the only abort (vLLM).
 	AbortPath string
@@ -35,6 +38,7 @@ var presets = map[string]Preset{
 		GenerateHealthPath: "/health_generate",
 		ServerInfoPath:     "/get_server_info",
 		AbortPath:          "/abort_request",
+		MetricsPath:        "/metrics",
 	},
 	"sglang": {
 		Name:               "sglang",
@@ -44,17 +48,20 @@ var presets = map[string]Preset{
 		GenerateHealthPath: "/health_generate",
 		ServerInfoPath:     "/get_server_info",
 		AbortPath:          "/abort_request",
+		MetricsPath:        "/metrics",
 	},
 	"vllm": {
-		Name:       "vllm",
-		Command:    []string{"vllm", "serve"},
-		PortFlag:   "--port",
-		HealthPath: "/health",
+		Name:        "vllm",
+		Command:     []string{"vllm", "serve"},
+		PortFlag:    "--port",
+		HealthPath:  "/health",
+		MetricsPath: "/metrics",
 	},
 	"custom": {
-		Name:       "custom",
-		PortFlag:   "--port",
-		HealthPath: "/health",
+		Name:        "custom",
+		PortFlag:    "--port",
+		HealthPath:  "/health",
+		MetricsPath: "/metrics",
 	},
 }
 

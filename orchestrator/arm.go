@@ -137,7 +137,9 @@ func (e *experiment) drive(ctx context.Context, inst runtime.Instance, preset ar
 	}
 	cfg := e.workloadConfig(model, b)
 	cfg.OnToken = dog.token
+	finishScrape := e.scrapeServerMetrics(wctx, inst.Endpoint(), preset, runID, e.armIDs[ai])
 	runErr := workload.Run(wctx, cfg, inst.Endpoint(), tracker)
+	finishScrape()
 	if runErr == nil && context.Cause(wctx) == nil {
 		// Every session ended by itself; whether they ended well is the watchdog's to say.
 		if c := e.judgeEnd(ctx, inst, dog, preset); c != nil {

@@ -45,6 +45,10 @@ type Options struct {
 	Progress Progress
 	// ProbeInterval is how often readiness is polled (default 250ms).
 	ProbeInterval time.Duration
+	// MetricsInterval is the longest gap between two scrapes of the engine's /metrics
+	// while a workload runs (default 2s; the first gaps are shorter, see
+	// firstScrapeInterval); negative turns scraping off.
+	MetricsInterval time.Duration
 	// Resume, when not 0, continues that recorded experiment instead of starting a new
 	// one: launches that finished are kept, the others run again (see Resume).
 	Resume int64

@@ -255,6 +255,8 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 		}
 	}
 
+	v.conditionsSection(b)
+
 	fmt.Fprintf(b, "\n## Runs\n\n")
 	v.launchTable(b)
 	fmt.Fprintf(b, "| arm | block | status | startup | duration | exit | note |\n|---|---:|---|---:|---:|---:|---|\n")
