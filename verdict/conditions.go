@@ -207,8 +207,10 @@ func runConditions(scrapes []*scrape) map[string]weighted {
 		return last - first, ok1 && ok2
 	}
 	out := map[string]weighted{
-		CondRunning: gauge(func(s *scrape) (float64, bool) { return sumOf(s, "sglang:num_running_reqs", "vllm:num_requests_running") }),
-		CondQueued:  gauge(func(s *scrape) (float64, bool) { return sumOf(s, "sglang:num_queue_reqs", "vllm:num_requests_waiting") }),
+		CondRunning: gauge(func(s *scrape) (float64, bool) {
+			return sumOf(s, "sglang:num_running_reqs", "vllm:num_requests_running")
+		}),
+		CondQueued: gauge(func(s *scrape) (float64, bool) { return sumOf(s, "sglang:num_queue_reqs", "vllm:num_requests_waiting") }),
 		CondTokenUsage: gauge(func(s *scrape) (float64, bool) {
 			return meanOf(s, "sglang:token_usage", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 		}),
