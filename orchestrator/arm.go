@@ -54,6 +54,11 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 		return rr, e.store.UpdateRun(bg, run)
 	}
 
+	lp, _ := e.opts.Progress.(LaunchProgress)
+	if lp != nil {
+		lp.EngineStarting(LaunchInfo{Arm: arm.Name, Block: b, Position: e.positions[runKey{ai, b}], Arms: len(e.arms),
+			Blocks: max(e.spec.Blocks, 1), Sessions: e.spec.Workload.Sessions, LogPath: run.LogPath})
+	}
 	log.Info("launching", "command", fmt.Sprint(arms.RedactArgs(arm.Command)))
 	inst, err := e.rt.Start(ctx, runtime.Launch{Name: name, ExperimentID: e.id, RunID: run.ID, DatabaseID: e.dbID,
 		Command: arm.Command, Env: e.envs[ai], PortFlag: preset.PortFlag, LogPath: run.LogPath, Redact: e.redact,
@@ -61,6 +66,9 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 	if err != nil {
 		if ctx.Err() != nil {
 			return finish(store.RunInterrupted, "")
+		}
+		if lp != nil {
+			lp.EngineFailed(arm.Name, b, err.Error(), "")
 		}
 		return finish(store.RunFailed, err.Error())
 	}
@@ -90,13 +98,20 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 		default:
 		}
 		stop()
+		why := err.Error()
+		if crashed {
+			why = fmt.Sprintf("%v before it was ready (%s)", runtime.ErrCrashed, inst.Exit())
+		}
+		if lp != nil && ctx.Err() == nil {
+			lp.EngineFailed(arm.Name, b, why, run.LogTail)
+		}
 		switch {
 		case ctx.Err() != nil:
 			return finish(store.RunInterrupted, "")
 		case crashed:
-			return finish(store.RunCrashed, fmt.Sprintf("%v before it was ready (%s)", runtime.ErrCrashed, inst.Exit()))
+			return finish(store.RunCrashed, why)
 		}
-		return finish(store.RunFailed, err.Error())
+		return finish(store.RunFailed, why)
 	}
 	run.Status, run.Ready = store.RunReady, time.Now()
 	run.ServerInfo = e.serverInfo(ctx, inst.Endpoint(), preset)
@@ -105,6 +120,9 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 		return rr, err
 	}
 	log.Info("ready", "endpoint", inst.Endpoint(), "startup", run.Ready.Sub(run.Started).Round(time.Millisecond))
+	if lp != nil {
+		lp.EngineReady(arm.Name, b)
+	}
 
 	status, errText, werr := e.drive(ctx, inst, preset, arm, ai, b, run.ID, model, &rr)
 	stop()

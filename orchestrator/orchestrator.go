@@ -71,10 +71,41 @@ type Options struct {
 type ArmCounts struct{ Sessions, Corrupted int }
 
 // Progress hears about an experiment as it runs; the CLI draws progress bars from it.
+// Launches of a block may run at the same time, so every call names its arm and block.
 type Progress interface {
 	RunStarted(arm string, block, sessions int)
-	SessionDone(arm string, block int, corrupted bool)
+	// SessionDone hears of every session that ended, however it ended: status says
+	// whether it finished (store.SessionOK) or was lost.
+	SessionDone(arm string, block int, status store.SessionStatus, corrupted bool)
 	RunEnded(arm string, block int, status store.RunStatus)
+}
+
+// LaunchProgress, when a Progress also implements it, hears about a launch before its
+// workload runs (a real engine takes 10-30 minutes to start) and about the tokens it
+// generates.
+type LaunchProgress interface {
+	// EngineStarting is called before the engine is launched.
+	EngineStarting(l LaunchInfo)
+	// EngineReady is called once the engine generates.
+	EngineReady(arm string, block int)
+	// EngineFailed is called when the engine did not become ready (it exited, or the
+	// startup timeout passed), with why and the last lines of its log.
+	EngineFailed(arm string, block int, why, logTail string)
+	// TurnDone is called for every completed turn with the tokens it generated.
+	TurnDone(arm string, block, completionTokens int)
+}
+
+// LaunchInfo describes a launch to a LaunchProgress.
+type LaunchInfo struct {
+	Arm   string
+	Block int
+	// Position is the arm's place in its block's order, from 1, of Arms; Blocks is the
+	// number of blocks planned.
+	Position, Arms, Blocks int
+	// Sessions is how many sessions the launch will run.
+	Sessions int
+	// LogPath is the engine's log file.
+	LogPath string
 }
 
 // Result summarises a finished (or interrupted) experiment.
@@ -219,7 +250,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	e := &experiment{
 		opts: opts, spec: spec, arms: armList, armIDs: armIDs, envs: envs, id: expID, store: st,
 		detectors: dets, redact: redactor.Redact, redactor: redactor, log: log.With("experiment", expID, "name", spec.Name), rt: rt,
-		logDir: filepath.Join(logDir, fmt.Sprintf("exp-%d", expID)), counts: make([]armCounts, len(armList)),
+		logDir: filepath.Join(logDir, fmt.Sprintf("exp-%d", expID)), counts: make([]armCounts, len(armList)), positions: map[runKey]int{},
 		prior: prior, gpus: gpus, dbID: dbID, self: self, trace: trace,
 	}
 	// The heartbeat outlives an interrupt: tearing the arms down after Ctrl-C may take a
@@ -456,6 +487,9 @@ type experiment struct {
 	rt        runtime.Runtime
 	logDir    string
 
+	// positions are each launch's place in its block's order, from 1, for the progress
+	// display.
+	positions map[runKey]int
 	// counts are each arm's cumulative completed and corrupted sessions, for the
 	// sequential looks; written by one run at a time.
 	counts []armCounts
@@ -502,7 +536,8 @@ func (e *experiment) run(ctx context.Context, res *Result) error {
 		return err
 	}
 	for b, order := range plan(len(e.arms), blocks, e.spec.Workload.Seed) {
-		for _, ai := range order {
+		for k, ai := range order {
+			e.positions[runKey{ai, b}] = k + 1
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -651,6 +686,9 @@ func (t *sessionTracker) Turn(turn workload.Turn) {
 		t.mu.Unlock()
 	}
 	t.w.Turn(row)
+	if lp, ok := t.e.opts.Progress.(LaunchProgress); ok && turn.Err == "" {
+		lp.TurnDone(t.arm, t.block, turn.CompletionTokens)
+	}
 }
 
 func (t *sessionTracker) SessionDone(s workload.SessionResult) {
@@ -677,7 +715,7 @@ func (t *sessionTracker) SessionDone(s workload.SessionResult) {
 	}
 	t.w.Session(row)
 	if p := t.e.opts.Progress; p != nil {
-		p.SessionDone(t.arm, t.block, corrupted)
+		p.SessionDone(t.arm, t.block, status, corrupted)
 	}
 }
 

@@ -75,16 +75,13 @@ func runExperiment(ctx context.Context, g *globals, specPath string, o runOption
 func execute(ctx context.Context, g *globals, spec *arms.Spec, resume int64, o runOptions) error {
 	logger := slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	progress := newProgress(g.stderr, g.json)
-	opts := orchestrator.Options{Spec: spec, DBPath: g.dbPath(), LogDir: o.logDir, Logger: logger, Resume: resume}
-	if progress != nil {
-		opts.Progress = progress
-		// Bars own the terminal; logs would tear them, so only warnings get through.
-		opts.Logger = slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	opts := orchestrator.Options{Spec: spec, DBPath: g.dbPath(), LogDir: o.logDir, Logger: logger, Resume: resume, Progress: progress}
+	if progress.bars != nil {
+		// Bars own the terminal: only warnings get through, written above the bars.
+		opts.Logger = slog.New(slog.NewTextHandler(progress.Writer(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	res, runErr := orchestrator.Run(ctx, opts)
-	if progress != nil {
-		progress.Wait()
-	}
+	progress.Wait()
 	if errors.Is(runErr, store.ErrNotArbiterDatabase) {
 		return withCode(exitUsage, runErr)
 	}
