@@ -2,6 +2,9 @@
 GO      ?= go
 BIN     := bin
 DB      ?= arbiter.db
+# VERSION is stored with every experiment and printed by arbiter version.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+LDFLAGS := -X github.com/arbiterlab/arbiter/internal/version.version=$(VERSION)
 
 .PHONY: all build demo test bench kernels fuzz clean
 
@@ -9,8 +12,8 @@ all: build
 
 ## build: the arbiter CLI and the refserve reference engine, into bin/
 build:
-	$(GO) build -o $(BIN)/arbiter ./cmd/arbiter
-	$(GO) build -o $(BIN)/refserve ./cmd/refserve
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/arbiter ./cmd/arbiter
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/refserve ./cmd/refserve
 
 ## demo: the decisive BF16_INDEX_K A/B on local refserve processes, into ./arbiter.db
 demo: build

@@ -13,12 +13,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/internal/version"
 	"github.com/arbiterlab/arbiter/orchestrator/runtime"
 	"github.com/arbiterlab/arbiter/plugins"
 	"github.com/arbiterlab/arbiter/plugins/detectors"
@@ -341,13 +341,9 @@ type redactedError struct {
 func (e *redactedError) Error() string { return e.msg }
 func (e *redactedError) Unwrap() error { return e.err }
 
-// Version is arbiter's version as the build recorded it.
-func Version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "devel"
-}
+// Version is arbiter's version as the build recorded it (see internal/version); it is
+// stored with every experiment.
+func Version() string { return version.String() }
 
 // gpuSlot is the list of devices an arm runs on: the first engine.gpus of the node's
 // gpus ("0-7", "0,2"; all of them when engine.gpus is 0). Empty when the spec pins none or

@@ -74,7 +74,7 @@ arbiter no longer runs and whose supervisor did not end them (SIGTERM, then SIGK
 	cmd.Flags().BoolVar(&o.force, "force", false, "also kill the containers of experiments an arbiter is still running")
 	cmd.Flags().StringVar(&o.experiment, "experiment", "", "only the containers of this experiment ID")
 	cmd.Flags().StringVar(&o.host, "host", "", "Docker daemon, unix:// or tcp:// (default $DOCKER_HOST, else the local socket)")
-	return cmd
+	return addDBFlag(cmd, g)
 }
 
 func gc(ctx context.Context, g *globals, o gcOptions) error {

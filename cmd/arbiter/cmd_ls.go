@@ -13,7 +13,7 @@ import (
 func init() { subcommands = append(subcommands, newLsCmd) }
 
 func newLsCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	return addDBFlag(&cobra.Command{
 		Use:   "ls",
 		Short: "List the experiments in the results database",
 		Args:  cobra.NoArgs,
@@ -41,5 +41,5 @@ func newLsCmd(g *globals) *cobra.Command {
 			}
 			return tw.Flush()
 		},
-	}
+	}, g)
 }

@@ -50,7 +50,7 @@ phases, leases.`,
 	}
 	cmd.Flags().StringVar(&o.format, "format", "table", "output format: table, csv or json")
 	cmd.Flags().IntVar(&o.maxWidth, "max-width", 60, "in table format, cut cells longer than this (0: never)")
-	return cmd
+	return addDBFlag(cmd, g)
 }
 
 func runQuery(ctx context.Context, g *globals, sql string, o queryOptions) error {

@@ -29,6 +29,15 @@ type runOptions struct {
 	allowInconclusive bool
 }
 
+// addOutputFlag adds -o/--output, the verdict file, with the meaning -o has on every
+// command: the file the command's report is written to (with its charts beside it).
+// --verdict, its former name, is still read.
+func addOutputFlag(cmd *cobra.Command, path *string) {
+	cmd.Flags().StringVarP(path, "output", "o", "", "write the verdict (and its SVG charts) to this file (default verdicts/NAME-DB-ID.md beside the database, DB the database's short id)")
+	cmd.Flags().StringVar(path, "verdict", "", "the former name of --output")
+	cmd.Flags().MarkDeprecated("verdict", "use -o/--output")
+}
+
 // addGateFlags adds --fail-on and --allow-inconclusive, shared by run, resume and verdict.
 func addGateFlags(cmd *cobra.Command, failOn *string, allow *bool) {
 	cmd.Flags().StringVar(failOn, "fail-on", "", "exit 3 when the verdict shows: "+strings.Join(verdict.Gates(), ", ")+
@@ -53,10 +62,10 @@ keeps what was recorded; a second exits at once.`,
 			return runExperiment(cmd.Context(), g, args[0], o)
 		},
 	}
-	cmd.Flags().StringVarP(&o.verdictPath, "verdict", "o", "", "verdict file (default verdicts/NAME-DB-ID.md beside the database, DB the database's short id)")
+	addOutputFlag(cmd, &o.verdictPath)
 	cmd.Flags().StringVar(&o.logDir, "log-dir", "", "engine logs, under DIR/DB/exp-ID (default arbiter-logs beside the database)")
 	addGateFlags(cmd, &o.failOn, &o.allowInconclusive)
-	return cmd
+	return addDBFlag(cmd, g)
 }
 
 func runExperiment(ctx context.Context, g *globals, specPath string, o runOptions) error {

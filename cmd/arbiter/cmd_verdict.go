@@ -53,11 +53,11 @@ experiment. Without -o the markdown goes to stdout; with -o it is written with i
 	}
 	cmd.Flags().StringVarP(&out, "output", "o", "", "write the verdict (and its SVG charts) to this file")
 	addGateFlags(cmd, &failOn, &allowInconclusive)
-	return cmd
+	return addDBFlag(cmd, g)
 }
 
 func newShowCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	return addDBFlag(&cobra.Command{
 		Use:   "show [EXP]",
 		Short: "Summarise an experiment: arms, runs, corrupted sessions, decisions",
 		Args:  cobra.MaximumNArgs(1),
@@ -74,7 +74,7 @@ func newShowCmd(g *globals) *cobra.Command {
 			}
 			return nil
 		},
-	}
+	}, g)
 }
 
 // loadVerdict judges the experiment the optional argument names, else the newest.

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/arbiterlab/arbiter/internal/version"
 )
 
 // Exit codes of the CLI contract (DESIGN.md).
@@ -83,6 +85,13 @@ func (g *globals) dbPath() string {
 	return "arbiter.db"
 }
 
+// addDBFlag gives a command that reads or writes the results database its --db flag;
+// commands that use no database (validate, stats, classify, version) have none.
+func addDBFlag(cmd *cobra.Command, g *globals) *cobra.Command {
+	cmd.Flags().StringVar(&g.db, "db", "", "results database (default $ARBITER_DB, else ./arbiter.db)")
+	return cmd
+}
+
 // subcommands is filled by the init functions of the cmd_*.go files, one per subcommand.
 var subcommands []func(*globals) *cobra.Command
 
@@ -112,11 +121,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Long:          "arbiter launches the same engine with different pinned flags (the arms), drives an identical seeded workload against every arm, labels every response, stores everything in SQLite and writes a statistically honest verdict.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version.String(),
 	}
+	root.SetVersionTemplate("arbiter {{.Version}}\n")
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.PersistentFlags().StringVar(&g.db, "db", "", "results database (default $ARBITER_DB, else ./arbiter.db)")
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print results as JSON")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &flagError{err} })
 	for _, newCmd := range subcommands {
