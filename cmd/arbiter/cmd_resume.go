@@ -94,7 +94,7 @@ func resume(ctx context.Context, g *globals, ref string, o resumeOptions) error 
 // command that writes) upgrades to this arbiter's schema first; it never creates one.
 func findForResume(ctx context.Context, path, ref string) (store.ExperimentRow, error) {
 	if _, err := os.Stat(path); err != nil {
-		return store.ExperimentRow{}, withCode(exitUsage, fmt.Errorf("resume: no results database at %s (give --db): %w", path, err))
+		return store.ExperimentRow{}, fmt.Errorf("resume: no results database at %s (give --db): %w", path, err)
 	}
 	st, err := store.Open(path, store.Options{})
 	if errors.Is(err, store.ErrNotArbiterDatabase) {

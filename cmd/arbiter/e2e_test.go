@@ -348,7 +348,7 @@ func TestResumeRefusesWhatCannotBeResumed(t *testing.T) {
 	if code, _, stderr := runCLI(t, "resume", "finished", "--db", db); code != exitUsage || !strings.Contains(stderr, "nothing to resume") {
 		t.Errorf("resume of a done experiment: exit %d, %q", code, stderr)
 	}
-	if code, _, stderr := runCLI(t, "resume", "no-such", "--db", db); code != exitUsage || !strings.Contains(stderr, "not found") {
+	if code, _, stderr := runCLI(t, "resume", "no-such", "--db", db); code != exitNotFound || !strings.Contains(stderr, "not found") {
 		t.Errorf("resume of an unknown experiment: exit %d, %q", code, stderr)
 	}
 }

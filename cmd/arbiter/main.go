@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/arbiterlab/arbiter/internal/version"
+	"github.com/arbiterlab/arbiter/store"
 )
 
 // Exit codes of the CLI contract (DESIGN.md).
@@ -23,6 +25,7 @@ const (
 	exitError       = 1
 	exitUsage       = 2 // bad usage or an invalid spec
 	exitGateFailed  = 3 // the verdict's --fail-on gate failed
+	exitNotFound    = 4 // the experiment, bisection or database named does not exist
 	exitInterrupted = 130
 )
 
@@ -144,12 +147,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintln(stderr, "arbiter:", err)
 	var ce *exitCodeError
 	switch {
+	case errors.Is(err, store.ErrNotFound):
+		// Whatever the command: "not found" is one exit code everywhere.
+		return exitNotFound
 	case errors.As(err, &ce):
 		return ce.code
 	case ctx.Err() != nil:
 		return exitInterrupted
 	case isUsageError(err):
 		return exitUsage
+	case errors.Is(err, fs.ErrNotExist):
+		return exitNotFound
 	}
 	return exitError
 }
