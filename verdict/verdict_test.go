@@ -823,3 +823,30 @@ func TestConditionsUnknownWithoutMetrics(t *testing.T) {
 		t.Errorf("the Conditions section does not say the load is unknown:\n%s", md)
 	}
 }
+
+// TestRoundsNumberedAsInTheDatabase: the verdict's rounds are turns.round as stored, so
+// that a reader can go from a row of the table to the turns behind it.
+func TestRoundsNumberedAsInTheDatabase(t *testing.T) {
+	db, ref := recordFixture(t, examples["quickstart"])
+	var stored []int
+	if err := db.Select(&stored, `SELECT DISTINCT round FROM turns ORDER BY round`); err != nil {
+		t.Fatal(err)
+	}
+	v, err := Build(context.Background(), db, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := markdown(t, v)
+	section := md[strings.Index(md, "## Corruption by round"):]
+	section = section[:strings.Index(section[3:], "\n## ")+3]
+	rows := regexp.MustCompile(`(?m)^\| (\d+) \|`).FindAllStringSubmatch(section, -1)
+	var shown []int
+	for _, r := range rows {
+		var n int
+		fmt.Sscan(r[1], &n)
+		shown = append(shown, n)
+	}
+	if !slices.Equal(shown, stored) {
+		t.Errorf("the verdict shows rounds %v; the database stores %v", shown, stored)
+	}
+}
