@@ -13,7 +13,7 @@ type Preset struct {
 	// PortFlag is the flag the runtime appends with the arm's port, e.g. --port.
 	PortFlag string
 	// HealthPath answers 200 once the server is up; it may not prove that a new
-	// request gets scheduled (FACTS: SGLang's /health passes on any output).
+	// request gets scheduled (SGLang's /health passes as soon as any output arrives).
 	HealthPath string
 	// GenerateHealthPath runs a real generation; empty when the engine has none.
 	GenerateHealthPath string

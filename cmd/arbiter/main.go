@@ -19,7 +19,7 @@ import (
 	"github.com/arbiterlab/arbiter/store"
 )
 
-// Exit codes of the CLI contract (DESIGN.md).
+// Exit codes of the CLI contract, the same for every command (the README lists them).
 const (
 	exitOK          = 0
 	exitError       = 1
