@@ -118,24 +118,8 @@ func withCode(code int, err error) error {
 // run is the whole CLI; main only adds the process around it, so tests call run.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	g := &globals{stdout: stdout, stderr: stderr}
-	root := &cobra.Command{
-		Use:           "arbiter",
-		Short:         "Controlled A/B experiments on LLM serving engines",
-		Long:          "arbiter launches the same engine with different pinned flags (the arms), drives an identical seeded workload against every arm, labels every response, stores everything in SQLite and writes a statistically honest verdict.",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		Version:       version.String(),
-	}
-	root.SetVersionTemplate("arbiter {{.Version}}\n")
+	root := newRoot(g)
 	root.SetArgs(args)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	root.PersistentFlags().BoolVar(&g.json, "json", false, "print results as JSON")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &flagError{err} })
-	for _, newCmd := range subcommands {
-		root.AddCommand(newCmd(g))
-	}
-	markArgErrors(root)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return exitOK
@@ -160,6 +144,28 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitNotFound
 	}
 	return exitError
+}
+
+// newRoot builds the command tree around g.
+func newRoot(g *globals) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "arbiter",
+		Short:         "Controlled A/B experiments on LLM serving engines",
+		Long:          "arbiter launches the same engine with different pinned flags (the arms), drives an identical seeded workload against every arm, labels every response, stores everything in SQLite and writes a statistically honest verdict.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       version.String(),
+	}
+	root.SetVersionTemplate("arbiter {{.Version}}\n")
+	root.SetOut(g.stdout)
+	root.SetErr(g.stderr)
+	root.PersistentFlags().BoolVar(&g.json, "json", false, "print results as JSON")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &flagError{err} })
+	for _, newCmd := range subcommands {
+		root.AddCommand(newCmd(g))
+	}
+	markArgErrors(root)
+	return root
 }
 
 // markArgErrors makes every command's argument-count errors usage errors (exit 2).
