@@ -38,7 +38,8 @@ type launchState struct {
 	ended             time.Time
 	status            store.RunStatus
 	lastLog           string
-	done, lost, bad   int
+	done, lost, bad   int // sessions finished, lost, and corrupted among the finished
+	badLost           int // lost sessions that were corrupted before they were lost
 	tokens            int64
 	failed, failedLog string
 }
@@ -78,6 +79,9 @@ func (l *launchState) describe(now time.Time) string {
 	s := fmt.Sprintf("%d/%d sessions, %d corrupted", l.done, l.info.Sessions, l.bad)
 	if l.lost > 0 {
 		s += fmt.Sprintf(", %d lost", l.lost)
+		if l.badLost > 0 {
+			s += fmt.Sprintf(" (%d corrupted first)", l.badLost)
+		}
 	}
 	if !l.running.IsZero() {
 		if secs := end.Sub(l.running).Seconds(); secs > 0 {
@@ -119,11 +123,16 @@ type progress struct {
 	done chan struct{}
 }
 
-// isTerminal reports whether w is a terminal. A character device is not enough:
-// /dev/null is one too.
+// isTerminal reports whether w is a terminal that bars can be drawn on. A character
+// device is not enough: /dev/null is one too. A terminal of no width (a pseudo-terminal
+// nobody sized) would show bars cut to nothing, so it gets plain lines.
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	return ok && term.IsTerminal(int(f.Fd()))
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return false
+	}
+	width, _, err := term.GetSize(int(f.Fd()))
+	return err == nil && width > 0
 }
 
 // newProgress returns the display for w: bars when w is a terminal and results are not
@@ -371,8 +380,11 @@ func (p *progress) SessionDone(arm string, block int, status store.SessionStatus
 	} else {
 		l.lost++
 	}
-	if corrupted {
+	switch {
+	case corrupted && finished:
 		l.bad++
+	case corrupted:
+		l.badLost++
 	}
 	p.mu.Unlock()
 	if bar != nil && finished {

@@ -82,12 +82,12 @@ func TestPlainLinesFromTheFirstSecond(t *testing.T) {
 		if i >= 8 {
 			status = store.SessionError
 		}
-		p.SessionDone("treatment", 0, status, i == 0)
+		p.SessionDone("treatment", 0, status, i == 0 || i == 9)
 		p.TurnDone("treatment", 0, 400)
 	}
 	clk.t = clk.t.Add(2 * time.Second)
 	p.printActive()
-	if got := out.String(); !strings.Contains(got, "treatment/b0 (arm 2 of 4): 8/60 sessions, 1 corrupted, 2 lost, 2000 tok/s, 2.0s") {
+	if got := out.String(); !strings.Contains(got, "treatment/b0 (arm 2 of 4): 8/60 sessions, 1 corrupted, 2 lost (1 corrupted first), 2000 tok/s, 2.0s") {
 		t.Errorf("running launch not shown with sessions, corrupted, lost and tok/s:\n%s", got)
 	}
 }
