@@ -112,17 +112,29 @@ func fetchMetrics(ctx context.Context, client *http.Client, url string) (map[str
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 		return nil, fmt.Errorf("%s: HTTP %d", url, resp.StatusCode)
 	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(io.LimitReader(resp.Body, maxMetricsBytes))
+	fams, err := parseMetrics(io.LimitReader(resp.Body, maxMetricsBytes))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", url, err)
 	}
 	return fams, nil
 }
 
+// parseMetrics parses the Prometheus text format. The parser panics on some malformed
+// input (a comment line followed by a bare label set, found by FuzzMetricSamples); an
+// engine's bad /metrics must not bring arbiter down, so that is an error here.
+func parseMetrics(r io.Reader) (fams map[string]*dto.MetricFamily, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			fams, err = nil, fmt.Errorf("unreadable metrics (the parser failed: %v)", p)
+		}
+	}()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	return p.TextToMetricFamilies(r)
+}
+
 // metricSamples flattens the engine's own families into samples: a gauge, counter or
 // untyped family one per series, a histogram or summary its _sum and _count. Sorted by
-// name and labels; at most maxSeriesPerScrape.
+// name and labels, each series once; at most maxSeriesPerScrape.
 func metricSamples(fams map[string]*dto.MetricFamily) []store.MetricSample {
 	var out []store.MetricSample
 	for name, f := range fams {
@@ -149,12 +161,21 @@ func metricSamples(fams map[string]*dto.MetricFamily) []store.MetricSample {
 			}
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
+	sort.SliceStable(out, func(i, j int) bool {
 		if out[i].Name != out[j].Name {
 			return out[i].Name < out[j].Name
 		}
 		return out[i].Labels < out[j].Labels
 	})
+	// The text format may repeat a series; the last value served is the one kept.
+	kept := out[:0]
+	for i, s := range out {
+		if i+1 < len(out) && out[i+1].Name == s.Name && out[i+1].Labels == s.Labels {
+			continue
+		}
+		kept = append(kept, s)
+	}
+	out = kept
 	if len(out) > maxSeriesPerScrape {
 		out = out[:maxSeriesPerScrape]
 	}

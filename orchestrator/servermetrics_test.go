@@ -115,3 +115,29 @@ func TestScraperRecordsUntilCancelled(t *testing.T) {
 		t.Errorf("test server off loopback: %s", srv.URL)
 	}
 }
+
+// FuzzMetricSamples: whatever an engine serves at /metrics, reading it never panics, and
+// what is kept is the engine's own families only, each series once per scrape.
+func FuzzMetricSamples(f *testing.F) {
+	f.Add(vllmMetrics)
+	f.Add("sglang:num_running_reqs{model_name=\"a\\\"b\\\\c\\nd\"} 3\n")
+	f.Add("# TYPE sglang:x summary\nsglang:x{quantile=\"0.5\"} 1\nsglang:x_sum 2\nsglang:x_count 3\n")
+	f.Add("refserve:cohort_sessions NaN\nvllm:y +Inf\n")
+	f.Fuzz(func(t *testing.T, text string) {
+		fams, err := parseMetrics(strings.NewReader(text))
+		if err != nil {
+			return
+		}
+		seen := map[string]bool{}
+		for _, s := range metricSamples(fams) {
+			if !keptFamily(s.Name) {
+				t.Errorf("kept %s", s.Name)
+			}
+			if k := s.Name + s.Labels; seen[k] {
+				t.Errorf("series %s twice", k)
+			} else {
+				seen[k] = true
+			}
+		}
+	})
+}
