@@ -61,7 +61,7 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 	}
 	log.Info("launching", "command", fmt.Sprint(arms.RedactArgs(arm.Command)))
 	inst, err := e.rt.Start(ctx, runtime.Launch{Name: name, ExperimentID: e.id, RunID: run.ID, DatabaseID: e.dbID,
-		Command: arm.Command, Env: e.envs[ai], PortFlag: preset.PortFlag, LogPath: run.LogPath, Redact: e.redact,
+		Command: arm.Command, Env: e.envs[ai], PortFlag: preset.PortFlag, LogPath: run.LogPath, Redact: e.redact, RedactCut: e.redactor.RedactCut,
 		Image: e.spec.Engine.Image, GPUs: e.gpus})
 	if err != nil {
 		if ctx.Err() != nil {

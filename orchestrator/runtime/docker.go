@@ -227,7 +227,7 @@ func (d Docker) Start(ctx context.Context, l Launch) (Instance, error) {
 		return discard(fmt.Errorf("docker runtime: inspect %s: %w", name, err))
 	}
 	inst := &dockerInstance{cli: cli, id: created.ID, name: name, grace: d.Grace, cancel: cancelBG,
-		log: newLogSink(logFile, l.Redact, d.TailLines), done: make(chan struct{})}
+		log: newLogSink(logFile, l, d.TailLines), done: make(chan struct{})}
 	inst.endpoint = d.endpoint(cli, inspect.Container.NetworkSettings)
 
 	copied := make(chan struct{})

@@ -499,7 +499,7 @@ func TestMountsParse(t *testing.T) {
 
 func TestLineWriterKeepsStreamsApart(t *testing.T) {
 	var sb strings.Builder
-	sink := newLogSink(&sb, nil, 10)
+	sink := newLogSink(&sb, Launch{}, 10)
 	out, errw := &lineWriter{sink: sink}, &lineWriter{sink: sink}
 	out.Write([]byte("loading wei"))
 	errw.Write([]byte("warn: slow disk\n"))

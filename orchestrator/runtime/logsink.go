@@ -32,18 +32,24 @@ const cutBack = 4 << 10
 type logSink struct {
 	w      io.Writer
 	redact func(string) string
-	max    int
+	// redactCut redacts a line cut short, where a secret may have lost its end.
+	redactCut func(string) string
+	max       int
 
 	mu        sync.Mutex
 	lines     []string
 	tailBytes int
 }
 
-func newLogSink(w io.Writer, redact func(string) string, max int) *logSink {
+func newLogSink(w io.Writer, l Launch, max int) *logSink {
+	redact, redactCut := l.Redact, l.RedactCut
 	if redact == nil {
 		redact = func(s string) string { return s }
 	}
-	return &logSink{w: w, redact: redact, max: max}
+	if redactCut == nil {
+		redactCut = redact
+	}
+	return &logSink{w: w, redact: redact, redactCut: redactCut, max: max}
 }
 
 // copyFrom feeds r to the sink until r ends; memory stays bounded by MaxLogLine whatever
@@ -57,7 +63,11 @@ func (s *logSink) copyFrom(r io.Reader) {
 // writeLine writes one line (without its newline) of which dropped more bytes were cut.
 func (s *logSink) writeLine(line []byte, dropped int64) {
 	// Redact whole lines: a secret split across two writes is still one line.
-	red := s.redact(string(line))
+	redact := s.redact
+	if dropped > 0 {
+		redact = s.redactCut
+	}
+	red := redact(string(line))
 	if dropped > 0 {
 		red += fmt.Sprintf(" [arbiter: line cut, %d more bytes dropped]", dropped)
 	}

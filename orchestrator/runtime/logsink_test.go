@@ -8,13 +8,15 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/arbiterlab/arbiter/arms"
 )
 
 var cutMarker = regexp.MustCompile(` \[arbiter: line cut, (\d+) more bytes dropped\]$`)
 
 func TestLongLinesAreCutWithAMarker(t *testing.T) {
 	var file bytes.Buffer
-	sink := newLogSink(&file, nil, 40)
+	sink := newLogSink(&file, Launch{}, 40)
 	w := &lineWriter{sink: sink}
 	// 1 MiB without a newline, in pieces, then a normal line.
 	long := strings.Repeat("x", 1000) + " " + strings.Repeat("y", 1<<20)
@@ -46,7 +48,7 @@ func TestLongLinesAreCutWithAMarker(t *testing.T) {
 
 func TestCutLineEndsAtWhitespaceSoAStraddlingTokenIsDroppedWhole(t *testing.T) {
 	var file bytes.Buffer
-	sink := newLogSink(&file, nil, 40)
+	sink := newLogSink(&file, Launch{}, 40)
 	w := &lineWriter{sink: sink}
 	// A credential-looking token straddles the cap.
 	head := strings.Repeat("a", MaxLogLine-100) + " token="
@@ -69,7 +71,7 @@ func TestCutLineEndsAtWhitespaceSoAStraddlingTokenIsDroppedWhole(t *testing.T) {
 
 func TestTailIsBoundedInLinesAndBytes(t *testing.T) {
 	var file bytes.Buffer
-	sink := newLogSink(&file, nil, 40)
+	sink := newLogSink(&file, Launch{}, 40)
 	w := &lineWriter{sink: sink}
 	for range 100 {
 		w.Write([]byte(strings.Repeat("z", 10<<10) + "\n"))
@@ -120,7 +122,7 @@ func FuzzLineWriter(f *testing.F) {
 			chunk = 1
 		}
 		var file bytes.Buffer
-		sink := newLogSink(&file, nil, 40)
+		sink := newLogSink(&file, Launch{}, 40)
 		w := &lineWriter{sink: sink}
 		for i := 0; i < len(in); i += chunk {
 			w.Write(in[i:min(i+chunk, len(in))])
@@ -165,3 +167,29 @@ func FuzzLineWriter(f *testing.F) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+func TestCutLineHidesTheStartOfASecretLeftAtTheCut(t *testing.T) {
+	const secret = "hf_QmV5c2VjcmV0VG9rZW4xMjM0NTY3ODkw"
+	spec := &arms.Spec{Engine: arms.Engine{Secrets: []string{"HF_TOKEN"}}}
+	r := spec.Redactor(func(name string) (string, bool) { return secret, name == "HF_TOKEN" })
+	var file bytes.Buffer
+	sink := newLogSink(&file, Launch{Redact: r.Redact, RedactCut: r.RedactCut}, 40)
+	w := &lineWriter{sink: sink}
+	// No whitespace near the cap, so the cut falls inside the secret: its first 20
+	// characters end the kept line, the rest is dropped.
+	line := strings.Repeat("z", MaxLogLine-20) + secret + strings.Repeat("z", 100)
+	w.Write([]byte(line + "\n"))
+	got := file.String()
+	if strings.Contains(got, secret[:8]) {
+		t.Fatalf("the start of a secret cut at the line limit was kept: ...%q", got[max(0, len(got)-120):])
+	}
+	if !strings.Contains(got, arms.Redacted) || cutMarker.FindString(strings.TrimSuffix(got, "\n")) == "" {
+		t.Errorf("cut line not redacted and marked: ...%q", got[max(0, len(got)-120):])
+	}
+	// The same start of a secret in a line that was not cut is only text.
+	file.Reset()
+	w.Write([]byte("prefix hf_QmV5 suffix\n"))
+	if got := file.String(); got != "prefix hf_QmV5 suffix\n" {
+		t.Errorf("uncut line = %q", got)
+	}
+}

@@ -123,7 +123,7 @@ func (p Process) Start(ctx context.Context, l Launch) (Instance, error) {
 	if tailLines <= 0 {
 		tailLines = 40
 	}
-	log := newLogSink(logFile, l.Redact, tailLines)
+	log := newLogSink(logFile, l, tailLines)
 	// An OS pipe, not an io.Pipe: Wait then returns when the engine exits, even while a
 	// worker it left behind still holds the pipe open.
 	pr, pw, err := os.Pipe()

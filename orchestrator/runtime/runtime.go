@@ -30,6 +30,9 @@ type Launch struct {
 	// Redact rewrites every log line before it reaches LogPath or the log tail; nil keeps
 	// lines as they are.
 	Redact func(string) string
+	// RedactCut rewrites a line that was cut at MaxLogLine: like Redact, and it also
+	// hides the start of a secret left at the very end of the cut line. Nil uses Redact.
+	RedactCut func(string) string
 	// GPUs are the devices pinned to this arm ("0-3"); empty for none.
 	GPUs string
 	// Image is the container image (docker runtime).
