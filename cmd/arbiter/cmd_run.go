@@ -82,8 +82,9 @@ func runExperiment(ctx context.Context, g *globals, specPath string, o runOption
 // execute runs (or, with resume set, resumes) the experiment of spec, writes its verdict
 // and prints where it is.
 func execute(ctx context.Context, g *globals, spec *arms.Spec, resume int64, o runOptions) error {
-	logger := slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	progress := newProgress(g.stderr, g.json)
+	// Logs go through the display's writer, which keeps its lines and theirs whole.
+	logger := slog.New(slog.NewTextHandler(progress.Writer(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	opts := orchestrator.Options{Spec: spec, DBPath: g.dbPath(), LogDir: o.logDir, Logger: logger, Resume: resume, Progress: progress}
 	if progress.bars != nil {
 		// Bars own the terminal: only warnings get through, written above the bars.

@@ -138,7 +138,20 @@ func isTerminal(w io.Writer) bool {
 // newProgress returns the display for w: bars when w is a terminal and results are not
 // JSON, plain lines otherwise.
 func newProgress(w io.Writer, jsonOut bool) *progress {
-	return startProgress(w, isTerminal(w) && !jsonOut, plainInterval)
+	return startProgress(&lockedWriter{w: w}, isTerminal(w) && !jsonOut, plainInterval)
+}
+
+// lockedWriter serialises writes, so that the display's lines and the logs' never
+// interleave (stderr may be a buffer or a pipe, not only a terminal).
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // startProgress starts a display on w: bars, or plain lines every interval.
@@ -154,7 +167,7 @@ func startProgress(w io.Writer, bars bool, every time.Duration) *progress {
 }
 
 // Writer is where logs go while the display runs: above the bars, so they do not tear
-// them.
+// them, or between the plain lines.
 func (p *progress) Writer() io.Writer { return p.w }
 
 // loop reads the last line of starting engines' logs, and writes plain lines.
