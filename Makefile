@@ -35,6 +35,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzRedactedSource$$' -fuzztime $(FUZZTIME) ./arms
 	$(GO) test -run '^$$' -fuzz '^FuzzRedactorEncodedForms$$' -fuzztime $(FUZZTIME) ./arms
 	$(GO) test -run '^$$' -fuzz '^FuzzParseBisect$$' -fuzztime $(FUZZTIME) ./arms
+	$(GO) test -run '^$$' -fuzz '^FuzzExpandGPUs$$' -fuzztime $(FUZZTIME) ./arms
 	$(GO) test -run '^$$' -fuzz '^FuzzServerInfoSettings$$' -fuzztime $(FUZZTIME) ./arms
 	$(GO) test -run '^$$' -fuzz '^FuzzSSE$$' -fuzztime $(FUZZTIME) ./workload
 	$(GO) test -run '^$$' -fuzz '^FuzzTraceReader$$' -fuzztime $(FUZZTIME) ./workload

@@ -716,7 +716,15 @@ func (d *decoder) decodeRuntime(e entry) {
 		case "nodes":
 			d.list(f, func(it entry) {
 				var n Node
-				seen := d.fields(it.val, it.path, []string{"name", "host", "gpus"}, func(g entry) {
+				d.spec.pos[it.path] = posOf(it.val)
+				seen := d.fields(it.val, it.path, []string{"name", "host", "gpus", "slots"}, func(g entry) {
+					d.spec.pos[g.path] = posOf(g.keyNode)
+					if g.key == "slots" {
+						if v, ok := d.bounded(g, 1, MaxSlots, "slots on one node"); ok {
+							n.Slots = v
+						}
+						return
+					}
 					v, ok := d.str(g)
 					if !ok {
 						return
@@ -1197,6 +1205,7 @@ func (d *decoder) crossCheck(seen map[string]entry) {
 	if s.Runtime.Kind == "" {
 		s.Runtime.Kind = DefaultRuntime
 	}
+	d.checkSlots()
 	if s.Runtime.Kind == "docker" && s.Engine.Image == "" {
 		if e, ok := seen["engine"]; ok {
 			d.add(e.keyNode, "engine.image", "the docker runtime needs an engine image")
@@ -1311,4 +1320,49 @@ func editDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// checkSlots checks that every node can be cut into slots of engine.gpus, that the
+// process runtime's nodes are this machine, and that no two nodes of one machine share
+// a device (one GPU would serve two arms at once).
+func (d *decoder) checkSlots() {
+	s := d.spec
+	owner := map[string]string{} // host + device -> node
+	for i, n := range s.Runtime.Nodes {
+		path := fmt.Sprintf("runtime.nodes.%d", i)
+		at := func(field string) (Position, string) {
+			if p, ok := s.pos[path+"."+field]; ok {
+				return p, path + "." + field
+			}
+			return s.pos[path], path
+		}
+		if s.Runtime.Kind == DefaultRuntime && !IsLocalHost(n.Host) {
+			p, f := at("host")
+			d.addAt(p, f, "the process runtime runs engines on this machine: leave host out or write local (got %q)", n.Host)
+		}
+		if !gpuListRE.MatchString(strings.TrimSpace(n.GPUs)) && strings.TrimSpace(n.GPUs) != "" {
+			continue // already reported
+		}
+		if _, err := nodeSlots(n, i, s.Engine.GPUs); err != nil {
+			field, msg, _ := strings.Cut(err.Error(), ": ")
+			p, f := at(field)
+			d.addAt(p, f, "node %s: %s", n.Name, msg)
+			continue
+		}
+		if g := strings.TrimSpace(n.GPUs); g != "" && g != "all" {
+			ids, _ := ExpandGPUs(g)
+			host := n.Host
+			if IsLocalHost(host) {
+				host = LocalNode
+			}
+			for _, id := range ids {
+				if other, taken := owner[host+"\x00"+id]; taken {
+					p, f := at("gpus")
+					d.addAt(p, f, "GPU %s of node %s is also node %s's: nodes on one machine must not share devices", id, n.Name, other)
+					break
+				}
+				owner[host+"\x00"+id] = n.Name
+			}
+		}
+	}
 }

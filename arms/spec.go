@@ -59,15 +59,26 @@ type Engine struct {
 
 // Runtime says where arms run.
 type Runtime struct {
-	Kind  string // "process" (default) or "docker"
+	Kind string // "process" (default) or "docker"
+	// Nodes are the machines arms run on; empty runs on this machine (LocalNode) with
+	// one slot. Spec.Slots cuts them into slots.
 	Nodes []Node
 }
 
-// Node is one machine that hosts arms (docker runtime).
+// Node is one machine that hosts arms: a Docker daemon, or this machine for the
+// process runtime.
 type Node struct {
+	// Name names the node in logs, the store (runs.node) and the verdict.
 	Name string
+	// Host is the Docker daemon's address (unix://, tcp://); empty (or "local") is the
+	// local daemon, and the only value the process runtime takes.
 	Host string
-	GPUs string // e.g. "0-7"
+	// GPUs are the node's devices: a range such as "0-7", a list such as "0,2", "all"
+	// or empty (no pinning). engine.gpus cuts a list into slots.
+	GPUs string
+	// Slots caps how many arms the node serves at once; on a node with no GPU list it is
+	// the number of slots (default 1), e.g. refserve arms sharing a CPU machine.
+	Slots int
 }
 
 // Pins are what an arm or a factor level sets on top of the engine's configuration.

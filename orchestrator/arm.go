@@ -18,27 +18,42 @@ import (
 	"github.com/arbiterlab/arbiter/workload"
 )
 
-// runArm launches arm ai for block b, drives the workload against it and records it. An
-// error means the experiment cannot go on (the store failed); an arm that crashes or
-// wedges is data, recorded in the run's status, and the experiment continues.
-func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
+// runArm launches arm ai for block b on its slot, waits at the wave's start barrier
+// until every arm of the wave is ready (or out), drives the workload against it and
+// records it. An error means the experiment cannot go on (the store failed); an arm that
+// crashes or wedges is data, recorded in the run's status, and the experiment continues.
+func (e *experiment) runArm(ctx context.Context, ai, b int, at placement, bar *barrierMember) (RunResult, error) {
+	// Every way out of here before the workload counts as arriving at the barrier, so
+	// that the wave's other arms never wait for an arm that is out.
+	defer bar.arrive()
 	arm := e.arms[ai]
 	preset := arms.PresetFor(e.spec.Engine.Preset)
-	rr := RunResult{Arm: arm.Name, Block: b}
-	log := e.log.With("arm", arm.Name, "block", b)
+	rr := RunResult{Arm: arm.Name, Block: b, Node: at.slot.Node, Slot: at.slot.Index, GPUs: at.slot.GPUs, Wave: at.wave}
+	log := e.log.With("arm", arm.Name, "block", b, "slot", at.slot.String())
 	name := fmt.Sprintf("exp%d-%s-b%d", e.id, arm.Name, b)
 	if _, rerun := e.prior[runKey{ai, b}]; rerun {
 		name += "-rerun" // its own log, beside the one of the launch it replaces
 	}
+	if at.replaces != 0 {
+		name += fmt.Sprintf("-w%d", at.wave) // beside the log of the launch its node lost
+	}
 	run := store.Run{ExperimentID: e.id, ArmID: e.armIDs[ai], Block: b, Runtime: runtimeName(e.spec),
-		Status: store.RunStarting, Started: time.Now(), LogPath: filepath.Join(e.logDir, name+".log"), GPUs: e.gpus}
+		Status: store.RunStarting, Started: time.Now(), LogPath: filepath.Join(e.logDir, name+".log"),
+		Node: at.slot.Node, GPUs: at.slot.GPUs, Slot: at.slot.Index, Wave: at.wave}
 	var err error
 	if run.ID, err = e.store.StartRun(ctx, run); err != nil {
 		return rr, err
 	}
-	if p, ok := e.prior[runKey{ai, b}]; ok {
+	rr.RunID = run.ID
+	if p, ok := e.prior[runKey{ai, b}]; ok && at.replaces == 0 {
 		// A launch that did not finish before a resume: this run replaces it.
 		if err := e.store.Supersede(ctx, p.id, run.ID); err != nil {
+			return rr, err
+		}
+	}
+	if at.replaces != 0 {
+		// A launch lost with its node: this run, on a live slot, replaces it.
+		if err := e.store.Supersede(ctx, at.replaces, run.ID); err != nil {
 			return rr, err
 		}
 	}
@@ -46,7 +61,10 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 	bg := context.WithoutCancel(ctx)
 	finish := func(status store.RunStatus, errText string) (RunResult, error) {
 		run.Status, run.Error, run.Ended = status, errText, time.Now()
-		rr.Status, rr.Err = status, errText
+		rr.Status, rr.Err, rr.Instance = status, errText, run.Instance
+		if status == store.RunLost {
+			e.nodeLost(at.slot.Node, errText)
+		}
 		if p := e.opts.Progress; p != nil {
 			p.RunEnded(arm.Name, b, status)
 		}
@@ -60,19 +78,22 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 			Blocks: max(e.spec.Blocks, 1), Sessions: e.spec.Workload.Sessions, LogPath: run.LogPath})
 	}
 	log.Info("launching", "command", fmt.Sprint(arms.RedactArgs(arm.Command)))
-	inst, err := e.rt.Start(ctx, runtime.Launch{Name: name, ExperimentID: e.id, RunID: run.ID, DatabaseID: e.dbID,
-		Command: arm.Command, Env: e.envs[ai], PortFlag: preset.PortFlag, LogPath: run.LogPath, Redact: e.redact, RedactCut: e.redactor.RedactCut,
-		Image: e.spec.Engine.Image, GPUs: e.gpus})
+	inst, err := e.runtimes[at.slot.Node].Start(ctx, runtime.Launch{Name: name, ExperimentID: e.id, RunID: run.ID,
+		DatabaseID: e.dbID, Command: arm.Command, Env: e.envs[ai], PortFlag: preset.PortFlag, LogPath: run.LogPath,
+		Redact: e.redact, RedactCut: e.redactor.RedactCut, Image: e.spec.Engine.Image, GPUs: at.slot.GPUs})
 	if err != nil {
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			return finish(store.RunInterrupted, "")
+		case errors.Is(err, runtime.ErrNodeLost):
+			return finish(store.RunLost, fmt.Sprintf("node %s: %v", at.slot.Node, err))
 		}
 		if lp != nil {
 			lp.EngineFailed(arm.Name, b, err.Error(), "")
 		}
 		return finish(store.RunFailed, err.Error())
 	}
-	run.Endpoint = inst.Endpoint()
+	run.Endpoint, run.Instance = inst.Endpoint(), runtime.InstanceID(inst)
 	recorded := e.recordEngineProcess(bg, inst, run.ID, log)
 	stop := func() {
 		stopCtx, cancel := context.WithTimeout(bg, 30*time.Second)
@@ -108,6 +129,8 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 		switch {
 		case ctx.Err() != nil:
 			return finish(store.RunInterrupted, "")
+		case crashed && inst.Exit().Lost != "":
+			return finish(store.RunLost, fmt.Sprintf("node %s: %s before the engine was ready", at.slot.Node, inst.Exit().Lost))
 		case crashed:
 			return finish(store.RunCrashed, why)
 		}
@@ -124,8 +147,29 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 		lp.EngineReady(arm.Name, b)
 	}
 
-	status, errText, werr := e.drive(ctx, inst, preset, arm, ai, b, run.ID, model, &rr)
+	// The start barrier: the workload starts on every arm of the wave at once, once all
+	// of them are ready, so that the arms meet the same conditions at the same time.
+	bar.arrive()
+	bar.wait()
+	if ctx.Err() != nil {
+		stop()
+		return finish(store.RunInterrupted, "")
+	}
+	run.WorkloadStarted = time.Now()
+	var completed armCounts
+	status, errText, werr := e.drive(ctx, inst, preset, arm, ai, b, run.ID, model, &rr, &completed)
+	run.WorkloadEnded = time.Now()
+	rr.WorkloadStarted, rr.WorkloadEnded = run.WorkloadStarted, run.WorkloadEnded
 	stop()
+	if lost := inst.Exit().Lost; lost != "" && status != store.RunDone && status != store.RunInterrupted {
+		status, errText = store.RunLost, fmt.Sprintf("node %s: %s", at.slot.Node, lost)
+	}
+	if status != store.RunLost {
+		// A lost launch is run again elsewhere and left out of the analysis; its
+		// sessions must not count twice in the sequential looks.
+		e.counts[ai].sessions += completed.sessions
+		e.counts[ai].corrupted += completed.corrupted
+	}
 	if werr != nil {
 		finish(store.RunFailed, werr.Error())
 		return rr, werr
@@ -135,7 +179,7 @@ func (e *experiment) runArm(ctx context.Context, ai, b int) (RunResult, error) {
 
 // drive runs the workload against a ready engine under the liveness watchdog.
 func (e *experiment) drive(ctx context.Context, inst runtime.Instance, preset arms.Preset, arm arms.Arm, ai, b int,
-	runID int64, model string, rr *RunResult) (status store.RunStatus, errText string, err error) {
+	runID int64, model string, rr *RunResult, completed *armCounts) (status store.RunStatus, errText string, err error) {
 	w := e.store.NewWriter(store.WriterOptions{})
 	dog := newWatchdog(e.spec.Timeouts, e.spec.Workload)
 	tracker := &sessionTracker{e: e, w: w, runID: runID, armID: e.armIDs[ai], arm: arm.Name, block: b,
@@ -170,8 +214,7 @@ func (e *experiment) drive(ctx context.Context, inst runtime.Instance, preset ar
 		return store.RunFailed, "", cerr
 	}
 	rr.Sessions, rr.Corrupted = tracker.sessions, tracker.corrupted
-	e.counts[ai].sessions += tracker.completed.sessions
-	e.counts[ai].corrupted += tracker.completed.corrupted
+	*completed = tracker.completed
 
 	cause := context.Cause(wctx)
 	var stopped *stopCause

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -32,14 +33,14 @@ func gpuLockDir(opt string) string {
 	return DefaultGPULockDir
 }
 
-// gpuScope names the machine whose GPUs a spec's arms run on, as a lock file prefix:
+// gpuScope names the machine whose GPUs a node's arms run on, as a lock file prefix:
 // "local" for the process runtime and for a Docker daemon on this machine, the daemon's
 // host for a remote one (whose lock files only arbiters of this machine see).
-func gpuScope(spec *arms.Spec) string {
-	if spec.Runtime.Kind != "docker" || len(spec.Runtime.Nodes) == 0 {
+func gpuScope(kind, host string) string {
+	if kind != "docker" || arms.IsLocalHost(host) {
 		return "local"
 	}
-	u, err := url.Parse(spec.Runtime.Nodes[0].Host)
+	u, err := url.Parse(host)
 	if err != nil || u.Scheme != "tcp" {
 		return "local"
 	}
@@ -57,6 +58,35 @@ func gpuScope(spec *arms.Spec) string {
 		}
 		return b.String()
 	}
+}
+
+// claimSlots claims the devices of every slot, machine by machine (in name order, so
+// that two arbiters never each hold what the other waits for).
+func claimSlots(ctx context.Context, dir string, spec *arms.Spec, slots []arms.Slot, holder string, log *slog.Logger) (*gpuClaim, error) {
+	nodes := spec.Nodes()
+	byScope := map[string][]string{}
+	for _, sl := range slots {
+		if sl.GPUs == "" {
+			continue
+		}
+		scope := gpuScope(spec.Runtime.Kind, nodes[sl.NodeIndex].Host)
+		byScope[scope] = append(byScope[scope], sl.GPUs)
+	}
+	scopes := make([]string, 0, len(byScope))
+	for sc := range byScope {
+		scopes = append(scopes, sc)
+	}
+	sort.Strings(scopes)
+	all := &gpuClaim{}
+	for _, sc := range scopes {
+		c, err := claimGPUs(ctx, dir, sc, strings.Join(byScope[sc], ","), holder, log)
+		if err != nil {
+			all.release()
+			return nil, err
+		}
+		all.files = append(all.files, c.files...)
+	}
+	return all, nil
 }
 
 // holderText says who holds a claim, for an arbiter that finds the GPUs taken.

@@ -11,8 +11,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/arbiterlab/arbiter/arms"
 )
 
 // syncBuffer is a bytes.Buffer safe for a logger and a test to share.
@@ -112,8 +110,7 @@ func TestGPUScope(t *testing.T) {
 		{"docker", "tcp://127.0.0.1:2375", "local"},
 		{"docker", "tcp://gpu-node-7:2375", "gpu-node-7"},
 	} {
-		spec := &arms.Spec{Runtime: arms.Runtime{Kind: c.kind, Nodes: []arms.Node{{Name: "a", Host: c.host}}}}
-		if got := gpuScope(spec); got != c.want {
+		if got := gpuScope(c.kind, c.host); got != c.want {
 			t.Errorf("%s on %q: scope %q, want %q", c.kind, c.host, got, c.want)
 		}
 	}

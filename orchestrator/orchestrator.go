@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -32,8 +33,17 @@ type Options struct {
 	Spec *arms.Spec
 	// DBPath is the results database; created if missing.
 	DBPath string
-	// Runtime launches arms (default: the spec's runtime kind; process for "process").
+	// Runtime, when set, launches the arms of every node (tests, a caller with a
+	// runtime of its own). Otherwise NodeRuntime builds one runtime per node.
 	Runtime runtime.Runtime
+	// CountGPUs says how many GPUs a node whose gpus is "all" has, so that engine.gpus
+	// can cut it into slots; 0 when unknown, which leaves it one slot (default
+	// LocalGPUs for the process runtime's nodes, 0 for others).
+	CountGPUs func(spec *arms.Spec, node arms.Node) int
+	// NodeRuntime builds the runtime that launches the arms of one node of
+	// spec.Nodes(); it is called once per node before anything is recorded, and an
+	// error fails the experiment there (default RuntimeFor).
+	NodeRuntime func(spec *arms.Spec, node arms.Node) (runtime.Runtime, error)
 	// LogDir receives one engine log per run, under LogDir/DB/exp-ID with DB the
 	// database's short id (default: "arbiter-logs" beside the database).
 	LogDir string
@@ -122,6 +132,8 @@ type Result struct {
 
 // RunResult is one launch of one arm.
 type RunResult struct {
+	// RunID is the run's id in the database; 0 for a launch kept from before a resume.
+	RunID     int64
 	Arm       string
 	Block     int
 	Status    store.RunStatus
@@ -130,6 +142,15 @@ type RunResult struct {
 	Err       string
 	// Kept is true for a launch that finished before a resume and was not run again.
 	Kept bool
+	// Node, Slot and GPUs are where the run ran, Wave its wave within the block, and
+	// Instance what the runtime started ("container …", "pid …").
+	Node     string
+	Slot     int
+	GPUs     string
+	Wave     int
+	Instance string
+	// WorkloadStarted and WorkloadEnded bound the workload; zero when it never ran.
+	WorkloadStarted, WorkloadEnded time.Time
 }
 
 // Sentinel errors the CLI maps to messages and exit codes.
@@ -167,23 +188,20 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		log = slog.Default()
 	}
 	log = slog.New(redactingHandler{next: log.Handler(), redact: redactor.Redact})
-	rt := opts.Runtime
-	if rt == nil {
-		switch spec.Runtime.Kind {
-		case "", "process":
-			rt = runtime.Process{}
-		case "docker":
-			// Arms run one at a time, on the first node (the local daemon when none).
-			d := runtime.Docker{GPUCount: spec.Engine.GPUs, Mounts: spec.Engine.Mounts}
-			if len(spec.Runtime.Nodes) > 0 {
-				d.Host, d.GPUs = spec.Runtime.Nodes[0].Host, spec.Runtime.Nodes[0].GPUs
+	runtimes, err := nodeRuntimes(spec, opts)
+	if err != nil {
+		return Result{}, err
+	}
+	countGPUs := opts.CountGPUs
+	if countGPUs == nil {
+		countGPUs = func(spec *arms.Spec, n arms.Node) int {
+			if spec.Runtime.Kind == "process" && arms.IsLocalHost(n.Host) {
+				return LocalGPUs()
 			}
-			rt = d
-		default:
-			return Result{}, fmt.Errorf("orchestrator: runtime %q needs a Runtime", spec.Runtime.Kind)
+			return 0
 		}
 	}
-	gpus, err := gpuSlot(spec)
+	slots, err := spec.SlotsOn(func(n arms.Node) int { return countGPUs(spec, n) })
 	if err != nil {
 		return Result{}, err
 	}
@@ -205,7 +223,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 
 	// The GPUs are claimed before anything is recorded: an arbiter that waits for
 	// another to finish has nothing in the database yet.
-	claim, err := claimGPUs(ctx, gpuLockDir(opts.GPULockDir), gpuScope(spec), gpus, holderText(spec, opts.DBPath), log)
+	claim, err := claimSlots(ctx, gpuLockDir(opts.GPULockDir), spec, slots, holderText(spec, opts.DBPath), log)
 	if err != nil {
 		return Result{}, err
 	}
@@ -249,9 +267,9 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	logDir = filepath.Join(logDir, store.ShortID(dbID))
 	e := &experiment{
 		opts: opts, spec: spec, arms: armList, armIDs: armIDs, envs: envs, id: expID, store: st,
-		detectors: dets, redact: redactor.Redact, redactor: redactor, log: log.With("experiment", expID, "name", spec.Name), rt: rt,
+		detectors: dets, redact: redactor.Redact, redactor: redactor, log: log.With("experiment", expID, "name", spec.Name), runtimes: runtimes,
 		logDir: filepath.Join(logDir, fmt.Sprintf("exp-%d", expID)), counts: make([]armCounts, len(armList)), positions: map[runKey]int{},
-		prior: prior, gpus: gpus, dbID: dbID, self: self, trace: trace,
+		prior: prior, slots: slots, lostNodes: map[string]string{}, dbID: dbID, self: self, trace: trace,
 	}
 	// The heartbeat outlives an interrupt: tearing the arms down after Ctrl-C may take a
 	// while, and the lease must stay live until the experiment's end is recorded.
@@ -345,34 +363,57 @@ func (e *redactedError) Unwrap() error { return e.err }
 // stored with every experiment.
 func Version() string { return version.String() }
 
-// gpuSlot is the list of devices an arm runs on: the first engine.gpus of the node's
-// gpus ("0-7", "0,2"; all of them when engine.gpus is 0). Empty when the spec pins none or
-// says "all", which leaves the engine every device it sees.
-func gpuSlot(spec *arms.Spec) (string, error) {
-	node := ""
-	if len(spec.Runtime.Nodes) > 0 {
-		node = strings.TrimSpace(spec.Runtime.Nodes[0].GPUs)
+// RuntimeFor is the default Options.NodeRuntime: the runtime of the spec's kind for one
+// node. The process runtime runs on this machine (slots get their GPUs through
+// CUDA_VISIBLE_DEVICES); the docker runtime talks to the node's daemon (its host, or
+// the local daemon when empty or "local").
+func RuntimeFor(spec *arms.Spec, node arms.Node) (runtime.Runtime, error) {
+	switch spec.Runtime.Kind {
+	case "", "process":
+		return runtime.Process{}, nil
+	case "docker":
+		// A slot's devices come with each launch; "all" (or none) stays the node's.
+		d := runtime.Docker{Mounts: spec.Engine.Mounts, GPUs: node.GPUs}
+		if !arms.IsLocalHost(node.Host) {
+			d.Host = node.Host
+		}
+		return d, nil
 	}
-	n := spec.Engine.GPUs
-	var ids []string
-	switch {
-	case node == "" || node == "all":
-		for i := range n {
-			ids = append(ids, fmt.Sprint(i))
-		}
-	default:
-		var err error
-		if ids, err = runtime.ParseGPUs(node); err != nil {
-			return "", err
-		}
-		if n > len(ids) {
-			return "", fmt.Errorf("engine.gpus: %d GPUs per arm, but node %s has %d (%s)", n, spec.Runtime.Nodes[0].Name, len(ids), node)
-		}
-		if n > 0 {
-			ids = ids[:n]
+	return nil, fmt.Errorf("orchestrator: runtime %q needs Options.Runtime or Options.NodeRuntime", spec.Runtime.Kind)
+}
+
+// LocalGPUs counts this machine's NVIDIA GPUs by their device files (/dev/nvidia0,
+// /dev/nvidia1, ...), whatever CUDA_VISIBLE_DEVICES says; 0 when there are none.
+func LocalGPUs() int {
+	matches, _ := filepath.Glob("/dev/nvidia[0-9]*")
+	n := 0
+	for _, m := range matches {
+		if _, err := strconv.Atoi(strings.TrimPrefix(m, "/dev/nvidia")); err == nil {
+			n++
 		}
 	}
-	return strings.Join(ids, ","), nil
+	return n
+}
+
+// nodeRuntimes builds one runtime per node of spec.Nodes(), by name.
+func nodeRuntimes(spec *arms.Spec, opts Options) (map[string]runtime.Runtime, error) {
+	build := opts.NodeRuntime
+	if build == nil {
+		build = RuntimeFor
+	}
+	out := map[string]runtime.Runtime{}
+	for _, n := range spec.Nodes() {
+		if opts.Runtime != nil {
+			out[n.Name] = opts.Runtime
+			continue
+		}
+		rt, err := build(spec, n)
+		if err != nil {
+			return nil, fmt.Errorf("node %s: %w", n.Name, err)
+		}
+		out[n.Name] = rt
+	}
+	return out, nil
 }
 
 // create records a new experiment, owned by owner, and its arms.
@@ -480,20 +521,24 @@ type experiment struct {
 	detectors []plugins.Detector
 	redact    func(string) string
 	log       *slog.Logger
-	rt        runtime.Runtime
-	logDir    string
+	// runtimes launch the arms of each node, by node name.
+	runtimes map[string]runtime.Runtime
+	logDir   string
 
 	// positions are each launch's place in its block's order, from 1, for the progress
 	// display.
 	positions map[runKey]int
 	// counts are each arm's cumulative completed and corrupted sessions, for the
-	// sequential looks; written by one run at a time.
+	// sequential looks; an arm runs once per block, so each entry has one writer at a
+	// time, and the looks read them between blocks.
 	counts []armCounts
 	// prior are the launches recorded before a resume; nil for a new experiment.
 	prior map[runKey]priorRun
-	// gpus are the devices every launch is pinned to (arms run one at a time, so each
-	// gets the same slot); empty for no pinning.
-	gpus string
+	// slots are where arms run (Spec.Slots); lostNodes the nodes taken out of the
+	// schedule, with why, guarded by placeMu.
+	slots     []arms.Slot
+	placeMu   sync.Mutex
+	lostNodes map[string]string
 	// dbID is the database's unique id, which launches carry (runtime.Launch).
 	dbID string
 	// self is this arbiter's process, recorded with every engine process group so that a
@@ -532,11 +577,13 @@ func (e *experiment) run(ctx context.Context, res *Result) error {
 		return err
 	}
 	for b, order := range plan(len(e.arms), blocks, e.spec.Workload.Seed) {
+		if ctx.Err() != nil {
+			return nil
+		}
+		var pending []int
 		for k, ai := range order {
+			// Written before the block's arms start, read by them.
 			e.positions[runKey{ai, b}] = k + 1
-			if ctx.Err() != nil {
-				return nil
-			}
 			if p, ok := e.prior[runKey{ai, b}]; ok && p.done {
 				// Finished before the resume: kept as it is.
 				e.counts[ai].sessions += p.counts.sessions
@@ -545,11 +592,10 @@ func (e *experiment) run(ctx context.Context, res *Result) error {
 					Sessions: p.counts.sessions, Corrupted: p.counts.corrupted, Kept: true})
 				continue
 			}
-			rr, err := e.runArm(ctx, ai, b)
-			res.Runs = append(res.Runs, rr)
-			if err != nil {
-				return err
-			}
+			pending = append(pending, ai)
+		}
+		if err := e.runBlock(ctx, b, pending, res); err != nil {
+			return err
 		}
 		if b == blocks-1 || ctx.Err() != nil {
 			continue

@@ -43,6 +43,9 @@ type engine struct {
 	// leak makes every streamed answer carry DSML tool-call markup in content.
 	leak    bool
 	stopped atomic.Bool
+	// lost, when set, is what Exit says when the engine ends on its own: its runtime
+	// lost track of it (a node gone), not a crash.
+	lost string
 }
 
 func newEngine(t *testing.T, onChat func(n int64, e *engine, r *http.Request) bool) *engine {
@@ -137,6 +140,9 @@ func (e *engine) Exit() runtime.Exit {
 	case <-e.done:
 		if e.stopped.Load() {
 			return runtime.Exit{Stopped: true}
+		}
+		if e.lost != "" {
+			return runtime.Exit{Code: -1, Lost: e.lost}
 		}
 		return runtime.Exit{Code: 139, LogTail: "segfault in decode"}
 	default:
@@ -524,31 +530,6 @@ func TestLogsAreRedacted(t *testing.T) {
 type writerFunc func(p []byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
-
-func TestGPUSlot(t *testing.T) {
-	for _, tc := range []struct {
-		node  string
-		n     int
-		want  string
-		fails bool
-	}{
-		{"", 0, "", false},
-		{"all", 2, "0,1", false},
-		{"0-7", 4, "0,1,2,3", false},
-		{"2,5", 0, "2,5", false},
-		{"0-1", 4, "", true},
-	} {
-		spec := testSpec(t, "")
-		spec.Engine.GPUs = tc.n
-		if tc.node != "" {
-			spec.Runtime.Nodes = []arms.Node{{Name: "node-a", GPUs: tc.node}}
-		}
-		got, err := gpuSlot(spec)
-		if (err != nil) != tc.fails || got != tc.want {
-			t.Errorf("node %q, %d per arm: %q, %v; want %q (error %v)", tc.node, tc.n, got, err, tc.want, tc.fails)
-		}
-	}
-}
 
 func TestStoredArmsHideCredentialsByName(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "a.db")

@@ -198,6 +198,14 @@ type RunRow struct {
 	// SupersededBy is the run that re-ran this launch on resume; the analysis leaves a
 	// superseded run out.
 	SupersededBy sql.NullInt64 `db:"superseded_by"`
+	// Slot and Wave place the run: its slot within Node and its wave within the block.
+	Slot int `db:"slot"`
+	Wave int `db:"wave"`
+	// Instance is what the runtime started ("container …", "pid …").
+	Instance string `db:"instance"`
+	// WorkloadStartedAt and WorkloadEndedAt bound the workload; NULL when it never ran.
+	WorkloadStartedAt sql.NullString `db:"workload_started_at"`
+	WorkloadEndedAt   sql.NullString `db:"workload_ended_at"`
 }
 
 // Runs lists an experiment's runs in launch order.

@@ -37,6 +37,7 @@ const (
 	RunErroring    RunStatus = "erroring"    // turns in a row failed fast (HTTP errors, broken replies), none completed
 	RunTimedOut    RunStatus = "timed-out"   // turns in a row ran past the request timeout, none completed
 	RunInterrupted RunStatus = "interrupted" // the user stopped the experiment
+	RunLost        RunStatus = "lost"        // its node stopped answering (a Docker daemon went away); not the engine's doing
 )
 
 // SessionStatus is how one session ended (sessions.status).

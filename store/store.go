@@ -344,21 +344,27 @@ type Run struct {
 	ExperimentID, ArmID int64
 	Block               int
 	Runtime, Node, GPUs string
-	Endpoint, LogPath   string
-	Status              RunStatus
-	Started, Ready      time.Time
-	Ended               time.Time
-	ExitCode            *int
-	Error, LogTail      string
-	ServerInfo          string
+	// Slot numbers the run's slot within its node; Wave is its wave within the block.
+	Slot, Wave int
+	// Instance is what the runtime started: "container 3f2a9c1b0d4e", "pid 4242".
+	Instance          string
+	Endpoint, LogPath string
+	Status            RunStatus
+	Started, Ready    time.Time
+	// WorkloadStarted and WorkloadEnded bound the workload; zero when it never ran.
+	WorkloadStarted, WorkloadEnded time.Time
+	Ended                          time.Time
+	ExitCode                       *int
+	Error, LogTail                 string
+	ServerInfo                     string
 }
 
 // StartRun records a launch and returns its id.
 func (s *Store) StartRun(ctx context.Context, r Run) (int64, error) {
 	res, err := s.db.ExecContext(ctx, `INSERT INTO runs
-		(experiment_id, arm_id, block, runtime, node, gpus, endpoint, log_path, status, started_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		r.ExperimentID, r.ArmID, r.Block, r.Runtime, r.Node, r.GPUs, r.Endpoint, s.redact(r.LogPath), r.Status, Timestamp(r.Started))
+		(experiment_id, arm_id, block, runtime, node, gpus, slot, wave, endpoint, log_path, status, started_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		r.ExperimentID, r.ArmID, r.Block, r.Runtime, r.Node, r.GPUs, r.Slot, r.Wave, r.Endpoint, s.redact(r.LogPath), r.Status, Timestamp(r.Started))
 	if err != nil {
 		return 0, fmt.Errorf("start run: %w", err)
 	}
@@ -373,9 +379,11 @@ func (s *Store) UpdateRun(ctx context.Context, r Run) error {
 		exit = sql.NullInt64{Int64: int64(*r.ExitCode), Valid: true}
 	}
 	_, err := s.db.ExecContext(ctx, `UPDATE runs SET endpoint = ?, log_path = ?, status = ?, ready_at = ?, ended_at = ?,
-		exit_code = ?, error = ?, log_tail = ?, server_info = ? WHERE id = ?`,
+		exit_code = ?, error = ?, log_tail = ?, server_info = ?, instance = ?, workload_started_at = ?,
+		workload_ended_at = ? WHERE id = ?`,
 		r.Endpoint, s.redact(r.LogPath), r.Status, nullTime(r.Ready), nullTime(r.Ended), exit,
-		s.nullText(r.Error), s.nullText(r.LogTail), s.nullText(r.ServerInfo), r.ID)
+		s.nullText(r.Error), s.nullText(r.LogTail), s.nullText(r.ServerInfo), r.Instance,
+		nullTime(r.WorkloadStarted), nullTime(r.WorkloadEnded), r.ID)
 	if err != nil {
 		return fmt.Errorf("update run %d: %w", r.ID, err)
 	}

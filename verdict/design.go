@@ -160,7 +160,7 @@ func (v *Verdict) others() []int {
 }
 
 func (v *Verdict) strata(sessions []store.SessionOutcome, index map[int64]int) {
-	if v.Design.Blocks < 2 {
+	if v.Design.Blocks < 2 && len(v.nodes()) < 2 {
 		return
 	}
 	// Strata are blocks (and nodes, when arms ran on several).
@@ -196,6 +196,7 @@ func (v *Verdict) strata(sessions []store.SessionOutcome, index map[int64]int) {
 	if len(keys) < 2 {
 		return
 	}
+	byNode := v.strataName() != "block"
 	for _, i := range v.others() {
 		var st []stats.Stratum
 		for _, k := range keys {
@@ -205,10 +206,13 @@ func (v *Verdict) strata(sessions []store.SessionOutcome, index map[int64]int) {
 		r := stats.Stratified(st, 1-v.Alpha)
 		v.Strata = append(v.Strata, StrataView{Arm: v.Arms[i].Name, Result: r})
 		for _, w := range r.Warnings {
-			v.noteOnce(fmt.Sprintf("%s, stratified by block: %s", v.Arms[i].Name, w))
+			if byNode && strings.Contains(string(w), "has an empty arm") {
+				continue // expected across nodes, and said where the strata are shown
+			}
+			v.noteOnce(fmt.Sprintf("%s, stratified by %s: %s", v.Arms[i].Name, v.strataName(), w))
 		}
 		if stats.Reject(r.BreslowDayP, v.Alpha) {
-			v.noteOnce(fmt.Sprintf("%s: the effect differs between blocks (Breslow-Day p = %s); read the pooled figures with care.", v.Arms[i].Name, pval(r.BreslowDayP)))
+			v.noteOnce(fmt.Sprintf("%s: the effect differs between strata (%ss; Breslow-Day p = %s); read the pooled figures with care.", v.Arms[i].Name, v.strataName(), pval(r.BreslowDayP)))
 		}
 	}
 }

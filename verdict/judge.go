@@ -248,8 +248,8 @@ func plural(n int) string {
 // Interrupted launches are left out: the user, not the engine, ended them.
 func (v *Verdict) launchComparison(i int) LaunchComparison {
 	a, b := v.Arms[i].Launches, v.Arms[v.Baseline].Launches
-	lc := LaunchComparison{Faulted: a.Faulted(), Launches: a.Total - a.Interrupted,
-		BaseFaulted: b.Faulted(), BaseLaunches: b.Total - b.Interrupted, FisherP: math.NaN()}
+	lc := LaunchComparison{Faulted: a.Faulted(), Launches: a.Judged(),
+		BaseFaulted: b.Faulted(), BaseLaunches: b.Judged(), FisherP: math.NaN()}
 	if lc.Launches > 0 && lc.BaseLaunches > 0 {
 		lc.FisherP = stats.FisherExact(lc.BaseFaulted, lc.BaseLaunches, lc.Faulted, lc.Launches).PTwoSided
 		lc.Significant = stats.Reject(lc.FisherP, v.Alpha)
@@ -335,6 +335,7 @@ func (v *Verdict) caveats() {
 	if len(faulted) > 0 {
 		add(rankProblem, "Launches that did not finish: %s. Their unfinished sessions count as lost, not as clean, and are not analysed.", strings.Join(faulted, "; "))
 	}
+	v.placementCaveats(add)
 	switch st := v.Experiment.State(); st {
 	case store.ExperimentDone:
 	case store.ExperimentAbandoned:
@@ -955,7 +956,7 @@ func (v *Verdict) Summary() map[string]any {
 			"wilson95":          []any{nanNil(a.Wilson.Lo), nanNil(a.Wilson.Hi)},
 			"clopper_pearson95": []any{nanNil(a.Exact.Lo), nanNil(a.Exact.Hi)}, "baseline": a.Name == v.Arms[v.Baseline].Name,
 			"launches": map[string]int{"total": a.Launches.Total, "done": a.Launches.Done, "crashed": a.Launches.Crashed,
-				"wedged": a.Launches.Wedged, "erroring": a.Launches.Erroring, "timed_out": a.Launches.TimedOut, "failed": a.Launches.Failed, "interrupted": a.Launches.Interrupted},
+				"wedged": a.Launches.Wedged, "erroring": a.Launches.Erroring, "timed_out": a.Launches.TimedOut, "failed": a.Launches.Failed, "interrupted": a.Launches.Interrupted, "lost": a.Launches.NodeLost},
 			"problems": append([]string{}, a.Problems...)}
 		if a.Levels != nil {
 			m["levels"] = a.Levels
@@ -985,8 +986,30 @@ func (v *Verdict) Summary() map[string]any {
 	if v.Outcomes != nil {
 		out["outcomes"] = v.outcomeSummary()
 	}
+	out["runs"] = v.runSummary()
+	if lines := v.placementLines(); len(lines) > 0 {
+		out["placement"] = lines
+	}
 	return out
 }
+
+// runSummary is every launch with its placement and times, for `arbiter show --json`.
+func (v *Verdict) runSummary() []map[string]any {
+	out := []map[string]any{}
+	for _, r := range v.Runs {
+		m := map[string]any{"id": r.ID, "arm": r.Arm, "block": r.Block, "status": r.Status, "node": r.Node, "slot": r.Slot,
+			"gpus": r.GPUs, "wave": r.Wave, "instance": r.Instance, "superseded": r.Superseded}
+		if !r.WorkloadStart.IsZero() {
+			m["workload_started_at"], m["workload_ended_at"] = r.WorkloadStart, r.WorkloadEnd
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// Placement says in a few lines where the arms ran and how much their workloads
+// overlapped, block by block; nothing for launches recorded before placement was.
+func (v *Verdict) Placement() []string { return v.placementLines() }
 
 func nanNil(x float64) any {
 	if math.IsNaN(x) || math.IsInf(x, 0) {

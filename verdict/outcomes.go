@@ -423,7 +423,7 @@ func (v *Verdict) judgeCascades(phases []store.PhaseRow) {
 	o.Cascades = make([]CascadeArm, len(v.Arms))
 	for i, a := range v.Arms {
 		l := a.Launches
-		o.Cascades[i] = CascadeArm{Arm: a.Name, Launches: l.Total - l.Interrupted, Wedged: l.Faulted(), FisherP: math.NaN()}
+		o.Cascades[i] = CascadeArm{Arm: a.Name, Launches: l.Judged(), Wedged: l.Faulted(), FisherP: math.NaN()}
 	}
 	for _, p := range phases {
 		if p.Kind != "cascade" {

@@ -259,10 +259,22 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 
 	fmt.Fprintf(b, "\n## Runs\n\n")
 	v.launchTable(b)
-	fmt.Fprintf(b, "| arm | block | status | startup | duration | exit | note |\n|---|---:|---|---:|---:|---:|---|\n")
-	for _, r := range v.Runs {
-		fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s |\n", r.Arm, r.Block, r.Status, dash(r.Startup), dash(r.Duration),
-			dash(r.ExitCode), mdCell(r.Error))
+	if len(v.nodes()) > 0 {
+		fmt.Fprintf(b, "| arm | block | slot | instance | status | startup | duration | exit | note |\n|---|---:|---|---|---|---:|---:|---:|---|\n")
+		for _, r := range v.Runs {
+			fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", r.Arm, r.Block, mdCell(placementCell(r)), mdCell(dash(r.Instance)),
+				r.Status, dash(r.Startup), dash(r.Duration), dash(r.ExitCode), mdCell(r.Error))
+		}
+	} else {
+		// Recorded before placement was: nothing to say about slots.
+		fmt.Fprintf(b, "| arm | block | status | startup | duration | exit | note |\n|---|---:|---|---:|---:|---:|---|\n")
+		for _, r := range v.Runs {
+			fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s |\n", r.Arm, r.Block, r.Status, dash(r.Startup), dash(r.Duration),
+				dash(r.ExitCode), mdCell(r.Error))
+		}
+	}
+	if lines := v.placementLines(); len(lines) > 0 {
+		fmt.Fprintf(b, "\nThe arms of a block start together on their slots and get the workload at the same moment, once all of them are ready.\n\n%s\n", strings.Join(lines, "\n"))
 	}
 	if info := v.serverFacts(); info != "" {
 		fmt.Fprintf(b, "\n%s", info)
@@ -360,7 +372,9 @@ func (v *Verdict) serverFacts() string {
 		}
 		vals := map[string]bool{}
 		for _, r := range v.Runs {
-			vals[infoValue(r.ServerInfo[k])] = true
+			if r.ServerInfo != nil { // a launch that never answered reported nothing
+				vals[infoValue(r.ServerInfo[k])] = true
+			}
 		}
 		if len(vals) > 1 {
 			differing = append(differing, k)
@@ -378,6 +392,9 @@ func (v *Verdict) serverFacts() string {
 	}
 	fmt.Fprintf(b, "; these differed:\n\n| run | %s |\n|---|%s\n", strings.Join(differing, " | "), strings.Repeat("---|", len(differing)))
 	for _, r := range v.Runs {
+		if r.ServerInfo == nil {
+			continue
+		}
 		fmt.Fprintf(b, "| %s/b%d |", r.Arm, r.Block)
 		for _, k := range differing {
 			fmt.Fprintf(b, " %s |", mdCell(infoValue(r.ServerInfo[k])))

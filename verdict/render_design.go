@@ -54,7 +54,12 @@ func (v *Verdict) designSections(b *strings.Builder) {
 	}
 
 	if len(v.Strata) > 0 {
-		fmt.Fprintf(b, "\n## Stratified by block\n\nBlocks ran at different times; pooling within blocks (Cochran-Mantel-Haenszel) keeps a drift between blocks from passing for an arm effect.\n\n")
+		if v.strataName() == "block" {
+			fmt.Fprintf(b, "\n## Stratified by block\n\nBlocks ran at different times; pooling within blocks (Cochran-Mantel-Haenszel) keeps a drift between blocks from passing for an arm effect.\n\n")
+		} else {
+			fmt.Fprintf(b, "\n## Stratified by block and node\n\nArms ran on %d nodes (%s), and blocks at different times; pooling within each block and node (Cochran-Mantel-Haenszel) keeps a difference between nodes or a drift between blocks from passing for an arm effect. A stratum where only one of the two arms ran adds nothing.\n\n",
+				len(v.nodes()), strings.Join(v.nodes(), ", "))
+		}
 		fmt.Fprintf(b, "| arm | strata | CMH p | MH risk difference | %.0f%% CI | MH odds ratio | Breslow-Day p |\n|---|---:|---:|---:|---|---:|---:|\n", 100*(1-v.Alpha))
 		for _, s := range v.Strata {
 			r := s.Result

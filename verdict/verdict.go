@@ -10,6 +10,7 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/jmoiron/sqlx"
 
@@ -145,7 +146,14 @@ func (c *Comparison) Decision() string {
 // LaunchCounts tallies an arm's launches by how they ended.
 type LaunchCounts struct {
 	Total, Done, Crashed, Wedged, Erroring, TimedOut, Failed, Interrupted int
+	// NodeLost are launches whose node stopped answering: like an interrupt, not the
+	// engine's doing, so they are left out of the fault comparison.
+	NodeLost int
 }
+
+// Judged are the launches the fault comparison counts: all but those the user
+// interrupted and those lost with their node.
+func (l LaunchCounts) Judged() int { return l.Total - l.Interrupted - l.NodeLost }
 
 // Faulted are the launches whose engine crashed, wedged, kept failing requests or let
 // them time out under the workload: the faults arbiter exists to find, compared between
@@ -174,6 +182,15 @@ type RunFact struct {
 	// Superseded is true for a launch that did not finish and was run again on resume;
 	// the analysis leaves it out.
 	Superseded bool
+	// Node, Slot and GPUs place the launch; Wave is its wave within the block; Instance
+	// is what the runtime started ("container …", "pid …").
+	Node     string
+	Slot     int
+	GPUs     string
+	Wave     int
+	Instance string
+	// WorkloadStart and WorkloadEnd bound the workload; zero when it never ran.
+	WorkloadStart, WorkloadEnd time.Time
 }
 
 // RoundRow is corruption by round: for each arm, corrupted sessions of those that reached
@@ -320,6 +337,8 @@ func (v *Verdict) account() {
 			l.Failed++
 		case "interrupted":
 			l.Interrupted++
+		case "lost":
+			l.NodeLost++
 		}
 	}
 	for i := range v.Arms {
@@ -519,7 +538,12 @@ func (v *Verdict) loadRuns(ctx context.Context, db *sqlx.DB, index map[int64]int
 		return err
 	}
 	for _, r := range runs {
-		f := RunFact{ID: r.ID, Arm: v.Arms[index[r.ArmID]].Name, Status: string(r.Status), Block: r.Block, Endpoint: r.Endpoint}
+		f := RunFact{ID: r.ID, Arm: v.Arms[index[r.ArmID]].Name, Status: string(r.Status), Block: r.Block, Endpoint: r.Endpoint,
+			Node: r.Node, Slot: r.Slot, GPUs: r.GPUs, Wave: r.Wave, Instance: r.Instance}
+		if r.WorkloadStartedAt.Valid && r.WorkloadEndedAt.Valid {
+			f.WorkloadStart, _ = time.Parse(time.RFC3339Nano, r.WorkloadStartedAt.String)
+			f.WorkloadEnd, _ = time.Parse(time.RFC3339Nano, r.WorkloadEndedAt.String)
+		}
 		if r.Error.Valid {
 			f.Error = r.Error.String
 		}
@@ -535,7 +559,11 @@ func (v *Verdict) loadRuns(ctx context.Context, db *sqlx.DB, index map[int64]int
 		if r.ServerInfo.Valid {
 			json.Unmarshal([]byte(r.ServerInfo.String), &f.ServerInfo)
 		}
-		if r.SupersededBy.Valid {
+		switch {
+		case r.SupersededBy.Valid && r.Status == store.RunLost:
+			f.Superseded = true
+			f.Error = strings.TrimSpace(f.Error + " " + lostNote)
+		case r.SupersededBy.Valid:
 			f.Superseded = true
 			f.Error = strings.TrimSpace(f.Error + " (run again on resume; left out of the analysis)")
 		}

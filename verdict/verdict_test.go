@@ -81,6 +81,10 @@ type launch struct {
 	// running, when set, records the engine's /metrics as scraped: this many requests
 	// running at every scrape, an empty queue, and throughput growing with them.
 	running float64
+	// node and slot place the launch (default: node "local", the launch's position in
+	// its block); wave is its wave within the block.
+	node       string
+	slot, wave int
 }
 
 // fixture is an example's recorded experiment.
@@ -141,7 +145,9 @@ func recordFixture(t *testing.T, f fixture) (*sqlx.DB, string) {
 	}
 	rounds := spec.Workload.Rounds
 	w := s.NewWriter(store.WriterOptions{})
-	runOf := map[string]int64{} // arm and block to run, for the divergence rows
+	runOf := map[string]int64{}   // arm and block to run, for the divergence rows
+	inBlock := map[[2]int]int{}   // launches so far per block and wave
+	lostRun := map[string]int64{} // arm and block to a run lost with its node, which the next launch replaces
 	var div []store.SessionDivergence
 	for k, r := range f.runs {
 		armID, ok := armIDs[r.arm]
@@ -149,7 +155,16 @@ func recordFixture(t *testing.T, f fixture) (*sqlx.DB, string) {
 			t.Fatalf("fixture names arm %q, which %s does not have", r.arm, specPath)
 		}
 		start := t0.Add(time.Duration(k) * time.Minute)
-		runID, err := s.StartRun(ctx, store.Run{ExperimentID: exp, ArmID: armID, Block: r.block, Runtime: "process", Status: "starting", Started: start})
+		// The arms of a block (of a wave) start together, as the scheduler runs them.
+		node, slot := r.node, r.slot
+		if node == "" {
+			node = "local"
+			slot = inBlock[[2]int{r.block, r.wave}]
+		}
+		inBlock[[2]int{r.block, r.wave}]++
+		launched := t0.Add(time.Duration(r.block)*10*time.Minute + time.Duration(r.wave)*5*time.Minute)
+		runID, err := s.StartRun(ctx, store.Run{ExperimentID: exp, ArmID: armID, Block: r.block, Runtime: "process", Status: "starting",
+			Started: launched, Node: node, Slot: slot, Wave: r.wave})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,10 +175,26 @@ func recordFixture(t *testing.T, f fixture) (*sqlx.DB, string) {
 		if status == "crashed" {
 			code = 139
 		}
+		if lost, ok := lostRun[fmt.Sprint(r.arm, r.block)]; ok {
+			if err := s.Supersede(ctx, lost, runID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if r.status == "lost" {
+			lostRun[fmt.Sprint(r.arm, r.block)] = runID
+		}
 		runOf[fmt.Sprint(r.arm, r.block)] = runID
 		info, _ := json.Marshal(map[string]any{"version": "refserve 0.1", "env": envs[r.arm]})
-		if err := s.UpdateRun(ctx, store.Run{ID: runID, Status: store.RunStatus(status), Error: r.err, Started: start, Ready: start.Add(300 * time.Millisecond),
-			Ended: start.Add(20 * time.Second), ExitCode: &code, ServerInfo: string(info)}); err != nil {
+		wstart := launched.Add(time.Second)
+		wend := wstart.Add(18*time.Second + time.Duration(slot)*500*time.Millisecond)
+		ready, instance, exit := launched.Add(300*time.Millisecond), fmt.Sprintf("pid %d", 4200+k), &code
+		if status == "lost" {
+			// Its node did not answer: nothing started.
+			wstart, wend, ready, instance, exit, info = time.Time{}, time.Time{}, time.Time{}, "", nil, nil
+		}
+		if err := s.UpdateRun(ctx, store.Run{ID: runID, Status: store.RunStatus(status), Error: r.err, Started: launched,
+			Ready: ready, WorkloadStarted: wstart, WorkloadEnded: wend,
+			Ended: launched.Add(20 * time.Second), ExitCode: exit, ServerInfo: string(info), Instance: instance}); err != nil {
 			t.Fatal(err)
 		}
 		if r.running > 0 {
@@ -269,6 +300,16 @@ var examples = map[string]fixture{
 		{arm: "treatment", block: 1, sessions: finished(60, 0, 1, 1, 2, 2, 2, 3, 3, 3)},
 		{arm: "control", block: 1, sessions: finished(60)},
 	}},
+	// The decisive A/B on two nodes, two blocks: the arms swap nodes between blocks, and
+	// node-b stopped answering during block 1, after which its arm ran on node-a in a
+	// second wave.
+	"nodes": {example: "quickstart", runs: []launch{
+		{arm: "treatment", node: "node-a", sessions: finished(60, 0, 1, 1, 2, 2, 2, 3, 3, 3)},
+		{arm: "control", node: "node-b", sessions: finished(60)},
+		{arm: "control", block: 1, node: "node-a", sessions: finished(60)},
+		{arm: "treatment", block: 1, node: "node-b", status: "lost", err: "node node-b: docker runtime: no daemon answers at tcp://node-b:2376 (node unreachable)"},
+		{arm: "treatment", block: 1, node: "node-a", wave: 1, sessions: finished(60, 0, 1, 2, 2, 3, 3, 3, 3)},
+	}},
 	// The decisive A/B whose treatment engine was killed mid-run: 9 sessions had
 	// finished (2 corrupted), 48 were cut off (3 of them already corrupted) and 3 never
 	// started. Counting the corrupted-then-lost sessions would read as 5 of 12 corrupted.
@@ -327,7 +368,7 @@ func markdown(t *testing.T, v *Verdict) string {
 // file, and checks the structure every verdict must have: a headline of at most three
 // sentences, and no paragraph said twice.
 func TestExampleVerdicts(t *testing.T) {
-	for _, name := range []string{"quickstart", "aa", "factorial", "sequential", "crash"} {
+	for _, name := range []string{"quickstart", "aa", "factorial", "sequential", "crash", "nodes"} {
 		t.Run(name, func(t *testing.T) {
 			v := buildExample(t, name)
 			dir := t.TempDir()

@@ -118,6 +118,7 @@ type specSummary struct {
 	Name      string            `json:"name"`
 	Preset    string            `json:"preset"`
 	Runtime   string            `json:"runtime"`
+	Slots     []string          `json:"slots"`
 	Design    string            `json:"design"`
 	Arms      []armSummary      `json:"arms"`
 	Baseline  string            `json:"baseline"`
@@ -172,6 +173,17 @@ func summarize(s *arms.Spec, expanded []arms.Arm, r *arms.Redactor) specSummary 
 		Timeouts: map[string]string{"startup": s.Timeouts.Startup.String(), "request": s.Timeouts.Request.String(), "stall": s.Timeouts.Stall.String()},
 		Secrets:  s.Engine.Secrets,
 	}
+	// Decoding checked that every node can be cut; "all" is counted on this machine,
+	// as a run counts it.
+	slots, _ := s.SlotsOn(func(n arms.Node) int {
+		if s.Runtime.Kind == "process" && arms.IsLocalHost(n.Host) {
+			return orchestrator.LocalGPUs()
+		}
+		return 0
+	})
+	for _, sl := range slots {
+		sum.Slots = append(sum.Slots, sl.String())
+	}
 	for _, a := range expanded {
 		// RedactEnv and RedactArgs hide credential values of any length where they are
 		// written; the Redactor then catches a secret repeated under another name.
@@ -198,6 +210,14 @@ func (s specSummary) write(w io.Writer) error {
 	fmt.Fprintf(&b, "%s: valid\n", s.Spec)
 	fmt.Fprintf(&b, "name       %s\n", s.Name)
 	fmt.Fprintf(&b, "engine     %s, runtime %s\n", s.Preset, s.Runtime)
+	if len(s.Slots) > 0 {
+		waves := (len(s.Arms) + len(s.Slots) - 1) / len(s.Slots)
+		how := "every arm of a block at once"
+		if waves > 1 {
+			how = fmt.Sprintf("%d waves per block", waves)
+		}
+		fmt.Fprintf(&b, "slots      %d (%s): %s\n", len(s.Slots), how, strings.Join(s.Slots, ", "))
+	}
 	fmt.Fprintf(&b, "arms       %d (%s), baseline %s\n", len(s.Arms), s.Design, s.Baseline)
 	width := 0
 	for _, a := range s.Arms {

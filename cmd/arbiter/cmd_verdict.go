@@ -111,6 +111,10 @@ func writeShow(w io.Writer, v *verdict.Verdict) error {
 	for _, line := range v.Headline() {
 		fmt.Fprint(w, wrap(line, "", 100))
 	}
+	if lines := v.Placement(); len(lines) > 0 {
+		fmt.Fprintf(w, "\nWhere the arms ran (arbiter query \"SELECT node, slot, gpus, instance, wave, workload_started_at, workload_ended_at FROM runs\"):\n%s\n",
+			strings.Join(lines, "\n"))
+	}
 	return nil
 }
 

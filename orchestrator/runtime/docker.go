@@ -147,7 +147,7 @@ func (d Docker) connect(ctx context.Context) (*client.Client, error) {
 	}
 	if _, err := cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
 		cli.Close()
-		return nil, fmt.Errorf("docker runtime: no daemon answers at %s: %w", cli.DaemonHost(), err)
+		return nil, fmt.Errorf("docker runtime: no daemon answers at %s (%w): %w", cli.DaemonHost(), ErrNodeLost, err)
 	}
 	return cli, nil
 }
@@ -530,7 +530,17 @@ type dockerInstance struct {
 	removeErr  error
 }
 
-func (i *dockerInstance) Endpoint() string      { return i.endpoint }
+func (i *dockerInstance) Endpoint() string { return i.endpoint }
+
+// InstanceID is "container " and the container's short id.
+func (i *dockerInstance) InstanceID() string { return "container " + shortContainerID(i.id) }
+
+func shortContainerID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
 func (i *dockerInstance) Done() <-chan struct{} { return i.done }
 
 func (i *dockerInstance) Exit() Exit {
@@ -576,6 +586,9 @@ func (i *dockerInstance) finish(code int, oom bool, waitErr error) {
 	}
 	if waitErr != nil {
 		e.LogTail = strings.TrimLeft(e.LogTail+"\n[arbiter: lost track of the container: "+waitErr.Error()+"]", "\n")
+		if !i.stopped {
+			e.Lost = "lost track of the container: " + waitErr.Error()
+		}
 	}
 	i.exit = e
 	i.mu.Unlock()

@@ -256,7 +256,10 @@ type processInstance struct {
 	exit    Exit
 }
 
-func (i *processInstance) Endpoint() string      { return i.endpoint }
+func (i *processInstance) Endpoint() string { return i.endpoint }
+
+// InstanceID is "pid " and the engine's process id.
+func (i *processInstance) InstanceID() string    { return fmt.Sprintf("pid %d", i.cmd.Process.Pid) }
 func (i *processInstance) Done() <-chan struct{} { return i.done }
 
 func (i *processInstance) Group() (ProcessID, bool) {

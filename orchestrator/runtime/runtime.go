@@ -60,12 +60,31 @@ type Instance interface {
 	Stop(ctx context.Context) error
 }
 
+// Identified is an Instance that can say what it is on its node, for the store
+// (runs.instance) and the verdict: "container 3f2a9c1b…", "pid 4242". Runtimes
+// implement it; the orchestrator records "" for an Instance that does not.
+type Identified interface {
+	InstanceID() string
+}
+
+// InstanceID is inst's InstanceID, or "" when it has none.
+func InstanceID(inst Instance) string {
+	if id, ok := inst.(Identified); ok {
+		return id.InstanceID()
+	}
+	return ""
+}
+
 // Exit is how an engine ended.
 type Exit struct {
 	Code    int    // exit code; -1 when killed by a signal
 	Signal  string // the signal that ended it, if any
 	Stopped bool   // true when Stop asked for the exit
 	LogTail string // the last lines of its log
+	// Lost, when not empty, says that the runtime lost track of the engine rather than
+	// saw it end: its node stopped answering (a Docker daemon went away). The run is
+	// recorded lost (store.RunLost), not crashed: the engine is not to blame.
+	Lost string
 }
 
 // Crashed reports whether the engine ended on its own, not because it was asked to.
@@ -83,3 +102,8 @@ func (e Exit) String() string {
 
 // ErrCrashed is wrapped by errors that report an engine that exited on its own.
 var ErrCrashed = errors.New("engine exited")
+
+// ErrNodeLost is wrapped by Start errors that mean the node itself cannot be reached (a
+// Docker daemon that does not answer), as opposed to an engine that fails: the run is
+// recorded lost and the node gets no further arms.
+var ErrNodeLost = errors.New("node unreachable")
