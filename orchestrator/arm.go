@@ -201,6 +201,7 @@ func (e *experiment) drive(ctx context.Context, inst runtime.Instance, preset ar
 	cfg.OnToken = dog.token
 	finishScrape := e.scrapeServerMetrics(wctx, inst.Endpoint(), preset, runID, e.armIDs[ai])
 	runErr := workload.Run(wctx, cfg, inst.Endpoint(), tracker)
+	tracker.drain()
 	finishScrape()
 	if runErr == nil && context.Cause(wctx) == nil {
 		// Every session ended by itself; whether they ended well is the watchdog's to say.
@@ -244,22 +245,28 @@ func (e *experiment) waitReady(ctx context.Context, inst runtime.Instance, prese
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	interval := e.opts.ProbeInterval
-	if interval <= 0 {
-		interval = 250 * time.Millisecond
+	// The poll starts fast (an engine that is up within milliseconds costs the arm
+	// milliseconds, not a whole interval) and backs off to ProbeInterval, so that a
+	// 20-minute startup is not probed thousands of times a minute.
+	maxInterval := e.opts.ProbeInterval
+	if maxInterval <= 0 {
+		maxInterval = 250 * time.Millisecond
 	}
+	interval := min(2*time.Millisecond, maxInterval)
 	client := &http.Client{Timeout: 30 * time.Second}
 	base := inst.Endpoint()
 	healthPath := preset.HealthPath
 	if healthPath == "" {
 		healthPath = "/health"
 	}
-	tick := time.NewTicker(interval)
+	tick := time.NewTimer(interval)
 	defer tick.Stop()
 	for {
 		if ok := probeOK(ctx, client, http.MethodGet, base+healthPath, nil); ok {
 			break
 		}
+		tick.Reset(interval)
+		interval = min(interval*5/4, maxInterval)
 		select {
 		case <-inst.Done():
 			return "", fmt.Errorf("%w before it was ready (%s)", runtime.ErrCrashed, inst.Exit())

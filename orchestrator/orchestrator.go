@@ -13,10 +13,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/internal/version"
@@ -53,7 +55,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Progress, if set, hears about runs and sessions as they happen.
 	Progress Progress
-	// ProbeInterval is how often readiness is polled (default 250ms).
+	// ProbeInterval is the longest wait between readiness polls (default 250ms); the
+	// polls start 2 ms apart and back off to it by a quarter each time.
 	ProbeInterval time.Duration
 	// MetricsInterval is the longest gap between two scrapes of the engine's /metrics
 	// while a workload runs (default 2s; the first gaps are shorter, see
@@ -671,10 +674,63 @@ type sessionTracker struct {
 	sessions  int
 	corrupted int
 	completed armCounts // the sessions the analysis counts (store.Analysed)
+
+	// Turns are labelled and stored by a few workers, off the sessions' goroutines,
+	// so that a detector's CPU time never sits between a response and the session's
+	// next request. The queue is short: a session whose turns wait blocks, which
+	// bounds the turns held in memory. pending counts each session's turns not yet
+	// labelled (guarded by mu); its SessionDone waits for them.
+	startPool sync.Once
+	jobs      chan labelJob
+	workers   sync.WaitGroup
+	pending   map[int]*sync.WaitGroup
 }
 
 func (t *sessionTracker) Turn(turn workload.Turn) {
 	t.ended(turn.Failure, turn.Err)
+	t.startPool.Do(func() {
+		n := goruntime.GOMAXPROCS(0)
+		t.jobs = make(chan labelJob, n)
+		for range n {
+			t.workers.Go(func() {
+				for j := range t.jobs {
+					t.label(j.turn)
+					j.done.Done()
+				}
+			})
+		}
+	})
+	t.mu.Lock()
+	if t.pending == nil {
+		t.pending = map[int]*sync.WaitGroup{}
+	}
+	wg := t.pending[turn.Session]
+	if wg == nil {
+		wg = &sync.WaitGroup{}
+		t.pending[turn.Session] = wg
+	}
+	wg.Add(1)
+	t.mu.Unlock()
+	t.jobs <- labelJob{turn, wg}
+}
+
+// labelJob is a turn to label and its session's count of turns pending.
+type labelJob struct {
+	turn workload.Turn
+	done *sync.WaitGroup
+}
+
+// drain waits until every turn handed over is stored; no Turn may come after it.
+func (t *sessionTracker) drain() {
+	t.startPool.Do(func() {}) // a run without turns started no pool
+	if t.jobs != nil {
+		close(t.jobs)
+		t.workers.Wait()
+	}
+}
+
+// label runs the detectors on a turn and queues its row.
+func (t *sessionTracker) label(turn workload.Turn) {
 	// A detector gets as long as a request; one that hangs must not stall the session.
 	ctx, cancel := context.WithTimeout(context.Background(), t.e.spec.Timeouts.Request)
 	labels, corrupted, err := detectors.Label(ctx, t.e.detectors, plugins.Response{Completion: turn.Response, Tools: turn.Tools, ToolChoice: turn.ToolChoice})
@@ -688,8 +744,10 @@ func (t *sessionTracker) Turn(turn workload.Turn) {
 		ExperimentID: t.e.id, RunID: t.runID, ArmID: t.armID, Session: turn.Session, Index: turn.Index,
 		Round: turn.Round, Started: turn.Started, StatusCode: turn.StatusCode, FinishReason: turn.FinishReason,
 		TTFT: turn.TTFT, Latency: turn.Latency, DecodeTime: turn.DecodeTime, Deltas: turn.Deltas, PromptTokens: turn.PromptTokens,
-		CompletionTokens: turn.CompletionTokens, Corrupted: corrupted, Error: turn.Err,
-		Request: string(turn.Request), Raw: string(turn.Raw),
+		CompletionTokens: turn.CompletionTokens, Corrupted: corrupted, Error: turn.Err, TokenTimes: turn.DeltaTimes,
+		// Views, not copies: the workload never writes a turn's bytes again, and a copy
+		// of every body was most of a long run's memory.
+		Request: bytesView(turn.Request), Raw: bytesView(turn.Raw),
 	}
 	resp := turn.Response
 	if t.e.redactor.Active() {
@@ -697,7 +755,7 @@ func (t *sessionTracker) Turn(turn workload.Turn) {
 		// is whole only in the assembled text, so the raw stream is rewritten here,
 		// once the detectors have read the response as it came. A response cut short
 		// may end with the start of a secret.
-		row.Raw = string(workload.RedactRaw(turn.Raw, t.e.redactor))
+		row.Raw = bytesView(workload.RedactRaw(turn.Raw, t.e.redactor))
 		if turn.Err != "" {
 			resp = workload.RedactCutCompletion(resp, t.e.redactor)
 		}
@@ -734,6 +792,13 @@ func (t *sessionTracker) Turn(turn workload.Turn) {
 }
 
 func (t *sessionTracker) SessionDone(s workload.SessionResult) {
+	t.mu.Lock()
+	wg := t.pending[s.Session]
+	delete(t.pending, s.Session)
+	t.mu.Unlock()
+	if wg != nil {
+		wg.Wait() // its turns are labelled: whether it was corrupted is known
+	}
 	t.mu.Lock()
 	first, corrupted := t.firstBad[s.Session]
 	t.sessions++
@@ -773,6 +838,14 @@ func sessionStatus(w string) store.SessionStatus {
 		return store.SessionAborted
 	}
 	return store.SessionError
+}
+
+// bytesView is b as a string without a copy; b must not change afterwards.
+func bytesView(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
 }
 
 func nonNilMap(m map[string]string) map[string]string {

@@ -120,6 +120,9 @@ type TurnMetric struct {
 	// DecodeMS is from the first to the last delta; NULL when fewer than two events
 	// carried one.
 	DecodeMS sql.NullFloat64 `db:"decode_ms"`
+	// TokenTimes is the turn's per-token arrival blob (DecodeTokenTimes); nil when not
+	// recorded.
+	TokenTimes []byte `db:"token_times"`
 }
 
 // TurnMetrics lists every turn's timing with its run and session, leaving out launches
@@ -128,7 +131,7 @@ func TurnMetrics(ctx context.Context, db *sqlx.DB, experimentID int64) ([]TurnMe
 	var out []TurnMetric
 	err := db.SelectContext(ctx, &out, `SELECT t.arm_id, t.run_id, r.block, t.session_index, t.turn_index, t.ttft_ms,
 			t.latency_ms, t.prompt_tokens, t.completion_tokens, t.status_code, (t.error IS NOT NULL) AS failed, t.finish_reason,
-			t.decode_ms
+			t.decode_ms, t.token_times
 		FROM turns t JOIN runs r ON r.id = t.run_id
 		WHERE t.experiment_id = ? AND r.superseded_by IS NULL
 		ORDER BY t.arm_id, t.run_id, t.session_index, t.turn_index`, experimentID)

@@ -127,13 +127,13 @@ func migrations() ([]migration, error) {
 	}
 	sort.Strings(names)
 	var ms []migration
+	// Versions increase but may skip a number: numbers are handed out per change, and a
+	// change that has not landed yet leaves its number free.
 	for _, n := range names {
-		// Numbers rise strictly; a number may be missing while the change that owns it
-		// is not in this build yet (numbers are handed out ahead).
 		base := path.Base(n)
 		v, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
-		if prev := len(ms); err != nil || v < 1 || (prev > 0 && v <= ms[prev-1].version) {
-			return nil, fmt.Errorf("migration %s: want a version prefix above the previous one", base)
+		if err != nil || v < 1 || len(ms) > 0 && v <= ms[len(ms)-1].version {
+			return nil, fmt.Errorf("migration %s: want a version above the previous one as its prefix", base)
 		}
 		b, err := migrationFiles.ReadFile(n)
 		if err != nil {
@@ -154,8 +154,8 @@ func migrate(db *sqlx.DB) (int, error) {
 	if err := db.Get(&current, "PRAGMA user_version"); err != nil {
 		return 0, err
 	}
-	if last := ms[len(ms)-1].version; current > last {
-		return current, fmt.Errorf("schema version %d is newer than this arbiter's %d", current, last)
+	if current > SchemaVersion {
+		return current, fmt.Errorf("schema version %d is newer than this arbiter's %d", current, SchemaVersion)
 	}
 	for _, m := range ms {
 		if m.version <= current {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/jmoiron/sqlx"
 )
 
 // Turn is one row of turns with its labels.
@@ -29,7 +31,15 @@ type Turn struct {
 	Request, Response string // JSON
 	Tools             string // JSON array; empty when unknown
 	Raw               string
-	Labels            []Label
+	// TokenTimes are the arrival times of the events that carried generated text,
+	// from Started; stored compactly (EncodeTokenTimes).
+	TokenTimes []time.Duration
+	Labels     []Label
+}
+
+// size is what a queued turn holds in memory, roughly: its texts.
+func (t *Turn) size() int64 {
+	return int64(len(t.Raw) + len(t.Request) + len(t.Response) + len(t.Content) + len(t.ToolCalls) + len(t.Tools) + 8*len(t.TokenTimes) + 512)
 }
 
 // Label is one detector's judgement of one turn.
@@ -57,6 +67,10 @@ type WriterOptions struct {
 	// Interval is the longest a row waits before it is written (default 200ms), which bounds
 	// what a killed orchestrator can lose.
 	Interval time.Duration
+	// MaxQueueBytes bounds the texts of the turns queued and not yet written (default
+	// 64 MiB): a sender blocks beyond it, so that a slow disk slows the workload instead
+	// of holding every response in memory. A turn larger than the bound still passes, alone.
+	MaxQueueBytes int64
 }
 
 // Writer is the store's one writer goroutine: rows sent to it are written in batched
@@ -74,7 +88,32 @@ type Writer struct {
 
 	errMu sync.Mutex
 	err   error // first write error; later rows are still attempted
+
+	// queued counts the bytes of turns handed over and not yet written; room is
+	// signalled when it falls.
+	queueMu sync.Mutex
+	room    *sync.Cond
+	queued  int64
+
+	// The statements are prepared once on the store's one connection: preparing per
+	// row was a fifth of a run's CPU.
+	turnStmt, labelStmt, sessionStmt *sqlx.Stmt
+	prepErr                          error
 }
+
+const (
+	insertTurn = `INSERT OR REPLACE INTO turns
+		(experiment_id, run_id, arm_id, session_index, turn_index, round, started_at, status_code,
+		 finish_reason, ttft_ms, latency_ms, prompt_tokens, completion_tokens, content, tool_calls,
+		 corrupted, error, request, response, tools, raw, decode_ms, deltas, token_times)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	insertLabel = `INSERT OR REPLACE INTO labels
+		(experiment_id, run_id, session_index, turn_index, detector, corrupted, reason)
+		VALUES (?, ?, ?, ?, ?, ?, ?)`
+	insertSession = `INSERT OR REPLACE INTO sessions
+		(experiment_id, run_id, arm_id, session_index, block, status, turns, corrupted, first_corrupted_turn, error)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+)
 
 // NewWriter starts the writer goroutine. Close it to flush.
 func (s *Store) NewWriter(opts WriterOptions) *Writer {
@@ -84,13 +123,48 @@ func (s *Store) NewWriter(opts WriterOptions) *Writer {
 	if opts.Interval <= 0 {
 		opts.Interval = 200 * time.Millisecond
 	}
+	if opts.MaxQueueBytes <= 0 {
+		opts.MaxQueueBytes = 64 << 20
+	}
 	w := &Writer{s: s, items: make(chan any, 4*opts.MaxBatch), done: make(chan struct{}), opts: opts}
+	w.room = sync.NewCond(&w.queueMu)
+	w.turnStmt, w.prepErr = s.db.Preparex(insertTurn)
+	if w.prepErr == nil {
+		w.labelStmt, w.prepErr = s.db.Preparex(insertLabel)
+	}
+	if w.prepErr == nil {
+		w.sessionStmt, w.prepErr = s.db.Preparex(insertSession)
+	}
+	if w.prepErr != nil {
+		w.prepErr = fmt.Errorf("store writer: prepare: %w", w.prepErr)
+	}
 	go w.loop()
 	return w
 }
 
-// Turn queues a turn and its labels.
-func (w *Writer) Turn(t Turn) { w.send(t) }
+// Turn queues a turn and its labels. It blocks while the turns queued before it hold
+// MaxQueueBytes.
+func (w *Writer) Turn(t Turn) {
+	n := t.size()
+	w.queueMu.Lock()
+	for w.queued > 0 && w.queued+n > w.opts.MaxQueueBytes {
+		w.room.Wait()
+	}
+	w.queued += n
+	w.queueMu.Unlock()
+	w.send(t)
+}
+
+// written gives back the bytes of written turns.
+func (w *Writer) written(n int64) {
+	if n == 0 {
+		return
+	}
+	w.queueMu.Lock()
+	w.queued -= n
+	w.queueMu.Unlock()
+	w.room.Broadcast()
+}
 
 // Session queues a finished session.
 func (w *Writer) Session(s Session) { w.send(s) }
@@ -100,6 +174,9 @@ func (w *Writer) send(v any) {
 	defer w.sendMu.RUnlock()
 	if w.closed {
 		w.setErr(fmt.Errorf("store writer: row after Close"))
+		if t, ok := v.(Turn); ok {
+			w.written(t.size())
+		}
 		return
 	}
 	w.items <- v
@@ -132,6 +209,11 @@ func (w *Writer) Close() error {
 	close(w.items)
 	w.sendMu.Unlock()
 	<-w.done
+	for _, st := range []*sqlx.Stmt{w.turnStmt, w.labelStmt, w.sessionStmt} {
+		if st != nil {
+			st.Close()
+		}
+	}
 	return w.Err()
 }
 
@@ -160,6 +242,14 @@ func (w *Writer) loop() {
 			if err := w.write(batch); err != nil {
 				w.setErr(err)
 			}
+			var n int64
+			for i, v := range batch {
+				if t, ok := v.(Turn); ok {
+					n += t.size()
+				}
+				batch[i] = nil // the texts go now, not when the slot is reused
+			}
+			w.written(n)
 			batch = batch[:0]
 		}
 	}
@@ -187,41 +277,35 @@ func (w *Writer) loop() {
 
 func (w *Writer) write(batch []any) error {
 	s := w.s
+	if w.prepErr != nil {
+		return w.prepErr
+	}
 	tx, err := s.db.BeginTxx(context.Background(), nil)
 	if err != nil {
 		return fmt.Errorf("store writer: %w", err)
 	}
 	defer tx.Rollback()
+	turns, labels, sessions := tx.Stmtx(w.turnStmt), tx.Stmtx(w.labelStmt), tx.Stmtx(w.sessionStmt)
 	for _, v := range batch {
 		switch r := v.(type) {
 		case Turn:
 			// INSERT OR REPLACE keeps a resumed run from duplicating a turn.
-			_, err = tx.Exec(`INSERT OR REPLACE INTO turns
-				(experiment_id, run_id, arm_id, session_index, turn_index, round, started_at, status_code,
-				 finish_reason, ttft_ms, latency_ms, prompt_tokens, completion_tokens, content, tool_calls,
-				 corrupted, error, request, response, tools, raw, decode_ms, deltas)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			_, err = turns.Exec(
 				r.ExperimentID, r.RunID, r.ArmID, r.Session, r.Index, r.Round, Timestamp(r.Started), r.StatusCode,
 				r.FinishReason, ms(r.TTFT), ms(r.Latency), r.PromptTokens, r.CompletionTokens, s.redact(r.Content),
 				s.nullText(r.ToolCalls), r.Corrupted, s.nullText(r.Error), s.redact(r.Request), s.redact(r.Response),
-				s.nullText(r.Tools), s.redact(r.Raw), decodeMS(r.DecodeTime), r.Deltas)
+				s.nullText(r.Tools), s.redact(r.Raw), decodeMS(r.DecodeTime), r.Deltas, EncodeTokenTimes(r.TokenTimes))
 			if err != nil {
 				return fmt.Errorf("store writer: turn %d/%d of run %d: %w", r.Session, r.Index, r.RunID, err)
 			}
 			for _, l := range r.Labels {
-				_, err = tx.Exec(`INSERT OR REPLACE INTO labels
-					(experiment_id, run_id, session_index, turn_index, detector, corrupted, reason)
-					VALUES (?, ?, ?, ?, ?, ?, ?)`,
-					r.ExperimentID, r.RunID, r.Session, r.Index, l.Detector, l.Corrupted, s.redact(l.Reason))
+				_, err = labels.Exec(r.ExperimentID, r.RunID, r.Session, r.Index, l.Detector, l.Corrupted, s.redact(l.Reason))
 				if err != nil {
 					return fmt.Errorf("store writer: label %s of turn %d/%d: %w", l.Detector, r.Session, r.Index, err)
 				}
 			}
 		case Session:
-			_, err = tx.Exec(`INSERT OR REPLACE INTO sessions
-				(experiment_id, run_id, arm_id, session_index, block, status, turns, corrupted, first_corrupted_turn, error)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-				r.ExperimentID, r.RunID, r.ArmID, r.Index, r.Block, r.Status, r.Turns, r.Corrupted,
+			_, err = sessions.Exec(r.ExperimentID, r.RunID, r.ArmID, r.Index, r.Block, r.Status, r.Turns, r.Corrupted,
 				r.FirstCorruptedTurn, s.nullText(r.Error))
 			if err != nil {
 				return fmt.Errorf("store writer: session %d of run %d: %w", r.Index, r.RunID, err)

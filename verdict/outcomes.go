@@ -73,6 +73,24 @@ type OutcomeGroup struct {
 	summaries [][]sessionSummary
 	// engine holds, per arm, each launch's EngineTPS.
 	engine [][]float64
+	// Gaps holds, per arm, the quantiles of every gap between consecutive streamed
+	// tokens of the group's text replies (per-token times); Gaps[i].N is 0 where none
+	// were recorded.
+	Gaps []GapQuantiles
+}
+
+// GapQuantiles summarise inter-token gaps in milliseconds.
+type GapQuantiles struct {
+	N                  int
+	P50, P90, P99, Max float64
+}
+
+func gapQuantiles(xs []float64) GapQuantiles {
+	if len(xs) == 0 {
+		return GapQuantiles{P50: math.NaN(), P90: math.NaN(), P99: math.NaN(), Max: math.NaN()}
+	}
+	sort.Float64s(xs)
+	return GapQuantiles{N: len(xs), P50: quantile(xs, 0.5), P90: quantile(xs, 0.9), P99: quantile(xs, 0.99), Max: xs[len(xs)-1]}
 }
 
 // sessionSummary is one session reduced to one number per metric (NaN: not measurable),
@@ -178,6 +196,7 @@ func (v *Verdict) loadOutcomes(ctx context.Context, db *sqlx.DB) error {
 		arm, block          int
 		group               string
 		ttft, itl, lat      []float64
+		gaps                []float64
 		tokens, seconds     float64
 		completedWithTokens int
 	}
@@ -209,6 +228,12 @@ func (v *Verdict) loadOutcomes(ctx context.Context, db *sqlx.DB) error {
 		if t.CompletionTokens >= 2 && t.DecodeMS.Valid && t.DecodeMS.Float64 > 0 && t.FinishReason != "tool_calls" {
 			a.itl = append(a.itl, t.DecodeMS.Float64/float64(t.CompletionTokens-1))
 		}
+		if t.FinishReason != "tool_calls" && len(t.TokenTimes) > 0 {
+			// A blob that does not decode is left out: its turn's other figures stand.
+			if gaps, err := store.TokenGaps(t.TokenTimes); err == nil {
+				a.gaps = append(a.gaps, gaps...)
+			}
+		}
 		a.lat = append(a.lat, t.Latency)
 		a.tokens += float64(t.CompletionTokens)
 		a.seconds += t.Latency / 1000
@@ -219,12 +244,17 @@ func (v *Verdict) loadOutcomes(ctx context.Context, db *sqlx.DB) error {
 			groups[all].EngineTPS[i] = math.NaN()
 		}
 	}
+	gaps := map[string][][]float64{}
 	for _, k := range order {
 		a := accs[k]
 		g := groups[a.group]
 		if g == nil {
 			continue
 		}
+		if gaps[a.group] == nil {
+			gaps[a.group] = make([][]float64, n)
+		}
+		gaps[a.group][a.arm] = append(gaps[a.group][a.arm], a.gaps...)
 		s := sessionSummary{MetricTTFT: medianOrNaN(a.ttft), MetricITL: medianOrNaN(a.itl), MetricLatency: medianOrNaN(a.lat),
 			MetricThroughput: math.NaN(), blockKey: float64(a.block)}
 		if a.seconds > 0 && a.tokens > 0 {
@@ -234,6 +264,14 @@ func (v *Verdict) loadOutcomes(ctx context.Context, db *sqlx.DB) error {
 		g.Sessions[a.arm]++
 	}
 	for name, g := range groups {
+		g.Gaps = make([]GapQuantiles, n)
+		for i := range g.Gaps {
+			var xs []float64
+			if gaps[name] != nil {
+				xs = gaps[name][i]
+			}
+			g.Gaps[i] = gapQuantiles(xs)
+		}
 		if e, ok := engine[name]; ok {
 			g.engine = e
 			for i := range g.EngineTPS {
@@ -876,6 +914,10 @@ func (v *Verdict) outcomeSummary() map[string]any {
 				"median_ttft_ms":           nanNil(medianOrNaN(g.values(i, MetricTTFT))),
 				"median_itl_ms":            nanNil(medianOrNaN(g.values(i, MetricITL))),
 				"median_latency_ms":        nanNil(medianOrNaN(g.values(i, MetricLatency)))}
+			if q := g.Gaps[i]; q.N > 0 {
+				arms[a.Name].(map[string]any)["token_gaps"] = map[string]any{"n": q.N, "p50_ms": q.P50, "p90_ms": q.P90,
+					"p99_ms": q.P99, "max_ms": q.Max}
+			}
 		}
 		groups = append(groups, map[string]any{"name": g.Name, "kind": g.Kind, "concurrency": g.Concurrency, "rate": g.Rate, "arms": arms})
 	}

@@ -133,6 +133,17 @@ func recordOutcomes(t *testing.T, example string, launches []outcomeLaunch) (*sq
 					turn.TTFT = time.Duration(p.perf.ttft * g * float64(time.Millisecond))
 					turn.DecodeTime = decode
 					turn.Latency = turn.TTFT + decode
+					// One token per event, a steady pace with every 16th gap doubled: the
+					// per-token table's p99 sees the stalls the mean hides.
+					step := decode / 67
+					at := turn.TTFT
+					for k := range 64 {
+						turn.TokenTimes = append(turn.TokenTimes, at)
+						at += step
+						if k%16 == 15 {
+							at += step
+						}
+					}
 					tokens += turn.CompletionTokens
 				}
 				w.Turn(turn)

@@ -52,6 +52,16 @@ func (v *Verdict) outcomeSections(b *strings.Builder) bool {
 		}
 	}
 
+	if anyGaps(o.Groups) {
+		fmt.Fprintf(b, "\nInter-token latency from per-token arrival times (every gap between consecutive streamed events that carried text, pooled over the arm's text replies):\n\n| %s | arm | gaps | p50 | p90 | p99 | max |\n|---|---|---:|---:|---:|---:|---:|\n", groupWord(phased))
+		for _, g := range o.Groups {
+			for i, a := range v.Arms {
+				q := g.Gaps[i]
+				fmt.Fprintf(b, "| %s | %s | %d | %s | %s | %s | %s |\n", g.Name, a.Name, q.N, msFine(q.P50), msFine(q.P90), msFine(q.P99), msFine(q.Max))
+			}
+		}
+	}
+
 	if len(o.Metrics) > 0 {
 		fmt.Fprintf(b, "\nAgainst %s:\n\n| %s | metric | arm | change | 95%% CI | Mann-Whitney p | Holm-adjusted p | decision |\n|---|---|---|---:|---|---:|---:|---|\n",
 			v.Arms[v.Baseline].Name, groupWord(phased))
@@ -91,6 +101,17 @@ func (v *Verdict) outcomeSections(b *strings.Builder) bool {
 		v.cascadeSection(b)
 	}
 	return true
+}
+
+func anyGaps(groups []OutcomeGroup) bool {
+	for _, g := range groups {
+		for _, q := range g.Gaps {
+			if q.N > 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func groupWord(phased bool) string {

@@ -68,11 +68,13 @@ func NewScript(seed int64, session, rounds int) Script {
 	for _, i := range perm[:n] {
 		chosen[i] = true
 	}
-	var offered []toolDef
+	offered := make([]toolDef, 0, n)
+	s.Tools = make([]openai.Tool, 0, n)
+	specs := toolSpecs()
 	for i, t := range toolSet {
 		if chosen[i] {
 			offered = append(offered, t)
-			s.Tools = append(s.Tools, t.spec())
+			s.Tools = append(s.Tools, specs[i])
 		}
 	}
 	persona := personas[r.intn(len(personas))]
@@ -186,6 +188,11 @@ func runToolcallAgent(ctx context.Context, cfg Config, base string, rec Recorder
 		model = ids[0]
 	}
 
+	// The first wave's connections are open before any session starts, so that round
+	// 0 does not time the client's own dialling. A failure here is the first request's
+	// to report.
+	_ = client.Warm(ctx, base, min(conc, cfg.Sessions))
+
 	var g errgroup.Group
 	g.SetLimit(conc)
 	first, last := cfg.SessionOffset, cfg.SessionOffset+cfg.Sessions
@@ -223,6 +230,48 @@ type agentSession struct {
 	script Script
 	msgs   []openai.Message
 	turns  int
+	// enc holds the request's shared fields and every message encoded once.
+	enc *requestBuilder
+}
+
+// push appends messages to the conversation and to its encoding.
+func (s *agentSession) push(ms ...openai.Message) error {
+	for _, m := range ms {
+		s.msgs = append(s.msgs, m)
+		if err := s.enc.add(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// begin opens the conversation with the system message.
+func (s *agentSession) begin() error {
+	enc, err := newRequestBuilder(s.template())
+	if err != nil {
+		return err
+	}
+	s.enc, s.msgs = enc, nil
+	return s.push(openai.Message{Role: "system", Content: s.script.System})
+}
+
+// template is the request every turn of the session shares, less messages and id.
+func (s *agentSession) template() openai.ChatRequest {
+	temp := s.cfg.Temperature
+	seed := s.cfg.Seed + int64(s.script.Session)
+	req := openai.ChatRequest{
+		Model:       s.model,
+		Tools:       s.script.Tools,
+		ToolChoice:  json.RawMessage(`"auto"`),
+		Stream:      !s.cfg.NoStream,
+		Temperature: &temp,
+		MaxTokens:   s.cfg.MaxTokens,
+		Seed:        &seed,
+	}
+	if req.Stream {
+		req.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
+	}
+	return req
 }
 
 func (s *agentSession) run(ctx context.Context) SessionResult {
@@ -231,9 +280,13 @@ func (s *agentSession) run(ctx context.Context) SessionResult {
 	if maxSteps == 0 {
 		maxSteps = DefaultMaxToolSteps
 	}
-	s.msgs = []openai.Message{{Role: "system", Content: s.script.System}}
+	if err := s.begin(); err != nil {
+		return s.end(res, SessionError, err)
+	}
 	for round, user := range s.script.Users {
-		s.msgs = append(s.msgs, openai.Message{Role: "user", Content: user})
+		if err := s.push(openai.Message{Role: "user", Content: user}); err != nil {
+			return s.end(res, SessionError, err)
+		}
 		// One request opens the round; each further one answers tool calls, up to maxSteps.
 		for step := 0; step <= maxSteps; step++ {
 			if ctx.Err() != nil {
@@ -246,12 +299,16 @@ func (s *agentSession) run(ctx context.Context) SessionResult {
 			}
 			msg := ex.Completion.Choices[0].Message
 			if len(msg.ToolCalls) == 0 {
-				s.msgs = append(s.msgs, openai.Message{Role: "assistant", Content: msg.Content})
+				if err := s.push(openai.Message{Role: "assistant", Content: msg.Content}); err != nil {
+					return s.end(res, SessionError, err)
+				}
 				break
 			}
 			// Even past the cap the calls are answered, so that the conversation stays
 			// well-formed for the next round's user message.
-			s.answerTools(msg)
+			if err := s.answerTools(msg); err != nil {
+				return s.end(res, SessionError, err)
+			}
 		}
 	}
 	return res
@@ -274,55 +331,24 @@ func (s *agentSession) statusOf(ctx context.Context, err error) string {
 
 // send makes the session's next request and reports it as a Turn.
 func (s *agentSession) send(ctx context.Context, round int) Exchange {
-	temp := s.cfg.Temperature
-	seed := s.cfg.Seed + int64(s.script.Session)
-	req := openai.ChatRequest{
-		Model:       s.model,
-		Messages:    s.msgs,
-		Tools:       s.script.Tools,
-		ToolChoice:  json.RawMessage(`"auto"`),
-		Stream:      !s.cfg.NoStream,
-		Temperature: &temp,
-		MaxTokens:   s.cfg.MaxTokens,
-		Seed:        &seed,
-		RID:         fmt.Sprintf("arb-%d-%d-%d", s.cfg.Seed, s.script.Session, s.turns),
+	req := s.template()
+	req.Messages = s.msgs
+	req.RID = fmt.Sprintf("arb-%d-%d-%d", s.cfg.Seed, s.script.Session, s.turns)
+	body, err := s.enc.body(req.RID)
+	var ex Exchange
+	if err != nil {
+		ex.Err = err
+	} else {
+		ex = s.client.chatBody(ctx, s.base, req, body)
 	}
-	ex := s.client.Chat(ctx, s.base, req)
-	t := Turn{
-		Session:    s.script.Session,
-		Index:      s.turns,
-		Round:      round,
-		Started:    ex.Started,
-		Request:    ex.Request,
-		Tools:      s.script.Tools,
-		ToolChoice: req.ToolChoice,
-		StatusCode: ex.StatusCode,
-		Response:   ex.Completion,
-		Raw:        ex.Raw,
-		TTFT:       ex.TTFT,
-		Latency:    ex.Latency,
-		Deltas:     ex.Deltas,
-	}
-	if ex.Deltas > 1 {
-		t.DecodeTime = ex.LastDelta - ex.TTFT
-	}
-	if u := ex.Completion.Usage; u != nil {
-		t.PromptTokens, t.CompletionTokens = u.PromptTokens, u.CompletionTokens
-	}
-	if len(ex.Completion.Choices) > 0 {
-		t.FinishReason = ex.Completion.Choices[0].FinishReason
-	}
-	if ex.Err != nil {
-		t.Err = ex.Err.Error()
-		t.Failure = failureOf(ctx, ex.Err)
-	}
+	t := turnOf(ctx, ex, s.script.Session, s.turns, round, req)
 	s.turns++
 	s.rec.Turn(t)
 	return ex
 }
 
 // answerTools appends the assistant's calls and one tool message per call.
-func (s *agentSession) answerTools(msg openai.Message) {
+func (s *agentSession) answerTools(msg openai.Message) error {
 	calls := make([]openai.ToolCall, len(msg.ToolCalls))
 	for i, tc := range msg.ToolCalls {
 		tc.Index = nil
@@ -335,13 +361,19 @@ func (s *agentSession) answerTools(msg openai.Message) {
 		}
 		calls[i] = tc
 	}
-	s.msgs = append(s.msgs, openai.Message{Role: "assistant", Content: msg.Content, ToolCalls: calls})
+	if err := s.push(openai.Message{Role: "assistant", Content: msg.Content, ToolCalls: calls}); err != nil {
+		return err
+	}
 	for _, tc := range calls {
-		s.msgs = append(s.msgs, openai.Message{
+		err := s.push(openai.Message{
 			Role:       "tool",
 			ToolCallID: tc.ID,
 			Name:       tc.Function.Name,
 			Content:    ToolResult(s.script.Tools, tc.Function),
 		})
+		if err != nil {
+			return err
+		}
 	}
+	return nil
 }

@@ -10,7 +10,10 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/arbiterlab/arbiter/openai"
@@ -80,25 +83,76 @@ type Client struct {
 	// exchange ends with ErrResponseTooLarge and keeps only its first KeptPrefixBytes,
 	// so that concurrent giant replies cost at most concurrency x this in memory.
 	MaxResponseBytes int64
+
+	// dialed holds connections opened by Warm, which the transport takes first.
+	dialed chan net.Conn
 }
 
-var defaultHTTP = newHTTPClient(16)
+var defaultHTTP = newHTTPClient(16, nil)
 
 // NewClient returns a Client whose transport keeps one idle connection per concurrent
 // session, so that a run at concurrency C reuses C connections instead of churning.
 func NewClient(concurrency int) *Client {
-	return &Client{HTTP: newHTTPClient(concurrency)}
+	c := &Client{dialed: make(chan net.Conn, max(concurrency, 1))}
+	c.HTTP = newHTTPClient(concurrency, c.dialed)
+	return c
 }
 
-func newHTTPClient(concurrency int) *http.Client {
+// Warm opens n connections to base before a run's clock starts, so that the first
+// requests do not measure the client's own dialling: the transport takes them as it
+// would take connections it dialled. Call it just before the requests, as a server
+// may close a connection left idle (uvicorn after 5 s).
+func (c *Client) Warm(ctx context.Context, base string, n int) error {
+	if c.dialed == nil {
+		return nil // a client of its own transport
+	}
+	u, err := url.Parse(base)
+	if err != nil || u.Scheme != "http" {
+		return nil // TLS or odd bases dial as usual
+	}
+	host := u.Host
+	if u.Port() == "" {
+		host = net.JoinHostPort(u.Hostname(), "80")
+	}
+	d := net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	for range min(n, cap(c.dialed)-len(c.dialed)) {
+		conn, err := d.DialContext(ctx, "tcp", host)
+		if err != nil {
+			return fmt.Errorf("workload: warm connections to %s: %w", base, err)
+		}
+		select {
+		case c.dialed <- conn:
+		default:
+			conn.Close()
+		}
+	}
+	return nil
+}
+
+func newHTTPClient(concurrency int, dialed chan net.Conn) *http.Client {
 	if concurrency < 1 {
 		concurrency = 1
+	}
+	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		for {
+			select {
+			case conn := <-dialed: // a nil channel never yields
+				if conn.RemoteAddr().String() == addr || conn.RemoteAddr().Network() == network && sameHost(conn, addr) {
+					return conn, nil
+				}
+				conn.Close()
+				continue
+			default:
+			}
+			return dialer.DialContext(ctx, network, addr)
+		}
 	}
 	t := &http.Transport{
 		// Engines are reached directly; a proxy from the environment must not
 		// intercept (or leak) experiment traffic.
 		Proxy:       nil,
-		DialContext: (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext: dial,
 		// Raw bytes are kept exactly as the engine sent them, so no transparent gzip.
 		DisableCompression:  true,
 		MaxIdleConns:        concurrency,
@@ -109,8 +163,37 @@ func newHTTPClient(concurrency int) *http.Client {
 	return &http.Client{Transport: t}
 }
 
-// CloseIdleConnections closes the connections kept for reuse, at the end of a run.
-func (c *Client) CloseIdleConnections() { c.httpClient().CloseIdleConnections() }
+// sameHost reports whether conn was dialled to addr (host:port as the transport names it).
+func sameHost(conn net.Conn, addr string) bool {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ips, err := net.DefaultResolver.LookupHost(context.Background(), host)
+	if err != nil {
+		return false
+	}
+	for _, ip := range ips {
+		if net.JoinHostPort(ip, port) == conn.RemoteAddr().String() {
+			return true
+		}
+	}
+	return false
+}
+
+// CloseIdleConnections closes the connections kept for reuse, and those warmed and not
+// taken, at the end of a run.
+func (c *Client) CloseIdleConnections() {
+	c.httpClient().CloseIdleConnections()
+	for c.dialed != nil {
+		select {
+		case conn := <-c.dialed:
+			conn.Close()
+		default:
+			return
+		}
+	}
+}
 
 func (c *Client) httpClient() *http.Client {
 	if c.HTTP != nil {
@@ -158,6 +241,10 @@ type Exchange struct {
 	// first is the inter-token latency, when the tokens arrived in more than one event.
 	LastDelta time.Duration
 	Deltas    int
+	// DeltaTimes are the times, from Started, at which each of those Deltas events
+	// arrived: with engines that stream one token per event, the per-token timeline
+	// whose gaps are the true inter-token latencies.
+	DeltaTimes []time.Duration
 	// Err is nil when the request completed, whatever the content. It wraps ErrStalled,
 	// ErrRequestTimeout, ErrBrokenStream, ErrNoChoices, ErrResponseTooLarge, a
 	// *StatusError, or the context's error when the caller cancelled.
@@ -174,12 +261,17 @@ func (c *Client) Chat(ctx context.Context, base string, req openai.ChatRequest) 
 	if req.Stream && req.StreamOptions == nil {
 		req.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
 	}
-	ex := Exchange{hooks: streamHooks(ctx)}
 	body, err := json.Marshal(req)
 	if err != nil {
-		ex.Err = fmt.Errorf("workload: encode request %s: %w", req.RID, err)
-		return ex
+		return Exchange{Err: fmt.Errorf("workload: encode request %s: %w", req.RID, err)}
 	}
+	return c.chatBody(ctx, base, req, body)
+}
+
+// chatBody sends body, the encoding of req (which must already ask for the usage chunk
+// when it streams), and reads the answer.
+func (c *Client) chatBody(ctx context.Context, base string, req openai.ChatRequest, body []byte) Exchange {
+	ex := Exchange{hooks: streamHooks(ctx)}
 	ex.Request = body
 	reqTimeout, stall := c.timeouts()
 
@@ -200,12 +292,12 @@ func (c *Client) Chat(ctx context.Context, base string, req openai.ChatRequest) 
 	}
 
 	ex.Started = time.Now()
-	var stallTimer *time.Timer
+	var watch *stallWatch
 	if req.Stream {
 		// The stall clock runs from sending: an engine that never answers a stream
 		// has stalled as surely as one that stops mid-way.
-		stallTimer = time.AfterFunc(stall, func() { cancelStall(ErrStalled) })
-		defer stallTimer.Stop()
+		watch = newStallWatch(stall, func() { cancelStall(ErrStalled) })
+		defer watch.stop()
 	}
 	// failure says what ended the request early, judged by which context fired.
 	failure := func(where string, err error) error {
@@ -257,8 +349,59 @@ func (c *Client) Chat(ctx context.Context, base string, req openai.ChatRequest) 
 		}
 		return ex
 	}
-	readStream(&ex, resp.Body, limit, tooLarge, stallTimer, stall, c.OnToken, failure)
+	readStream(&ex, resp.Body, limit, tooLarge, watch, c.OnToken, failure)
 	return ex
+}
+
+// stallWatch fires when no stream event arrived for its stall time. Events only record
+// when they came; the timer, armed once, re-arms itself for what remains of the
+// window, so that a stream of thousands of events does not reset a timer for each.
+type stallWatch struct {
+	stall  time.Duration
+	start  time.Time
+	last   atomic.Int64 // the latest event, as time since start
+	timer  *time.Timer
+	fire   func()
+	mu     sync.Mutex
+	closed bool
+}
+
+func newStallWatch(stall time.Duration, fire func()) *stallWatch {
+	w := &stallWatch{stall: stall, start: time.Now(), fire: fire}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.timer = time.AfterFunc(stall, w.check)
+	return w
+}
+
+// event records an event at since (time since the request was sent; the watch's
+// clock started at most microseconds later, so the window is never shortened).
+func (w *stallWatch) event(since time.Duration) {
+	if w != nil {
+		w.last.Store(int64(since))
+	}
+}
+
+func (w *stallWatch) check() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return
+	}
+	quiet := time.Since(w.start) - time.Duration(w.last.Load())
+	if quiet < w.stall {
+		w.timer.Reset(w.stall - quiet)
+		return
+	}
+	w.closed = true
+	w.fire()
+}
+
+func (w *stallWatch) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closed = true
+	w.timer.Stop()
 }
 
 // readWhole reads a JSON body of at most limit bytes. A longer one (by its
@@ -271,8 +414,23 @@ func readWhole(ex *Exchange, body io.Reader, length, limit int64, tooLarge func(
 		ex.Err = tooLarge()
 		return
 	}
+	if length >= 0 {
+		// The size is known: one buffer of it, and the reads land in place.
+		raw := make([]byte, length)
+		n, err := io.ReadFull(body, raw)
+		ex.Latency = time.Since(ex.Started)
+		ex.Raw = raw[:n]
+		if err != nil {
+			ex.Err = failure("read", err)
+			return
+		}
+		decodeWhole(ex)
+		return
+	}
 	var raw rawBody
-	buf := make([]byte, 32<<10)
+	bp := readBuffers.Get().(*[]byte)
+	defer readBuffers.Put(bp)
+	buf := *bp
 	var err error
 	for err == nil && int64(raw.n) <= limit {
 		var n int
@@ -285,6 +443,7 @@ func readWhole(ex *Exchange, body io.Reader, length, limit int64, tooLarge func(
 	ex.Latency = time.Since(ex.Started)
 	if int64(raw.n) > limit {
 		ex.Raw = raw.prefix(KeptPrefixBytes)
+		raw.release()
 		ex.Err = tooLarge()
 		return
 	}
@@ -293,7 +452,15 @@ func readWhole(ex *Exchange, body io.Reader, length, limit int64, tooLarge func(
 		ex.Err = failure("read", err)
 		return
 	}
-	if err := json.Unmarshal(ex.Raw, &ex.Completion); err != nil {
+	decodeWhole(ex)
+}
+
+// readBuffers are the 32 KiB buffers responses are read through.
+var readBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// decodeWhole decodes the non-streamed answer in ex.Raw.
+func decodeWhole(ex *Exchange) {
+	if err := decodeCompletion(ex.Raw, &ex.Completion); err != nil {
 		ex.Err = fmt.Errorf("workload: decode completion: %w: %w", ErrBrokenStream, err)
 		return
 	}
@@ -309,30 +476,35 @@ func readWhole(ex *Exchange, body io.Reader, length, limit int64, tooLarge func(
 // readStream reads an SSE body of at most limit bytes, assembling the completion as
 // events arrive. At the limit it stops reading: the raw prefix up to the last whole event
 // within KeptPrefixBytes is kept, with the completion those events make.
-func readStream(ex *Exchange, body io.Reader, limit int64, tooLarge func() error, stallTimer *time.Timer, stall time.Duration,
+func readStream(ex *Exchange, body io.Reader, limit int64, tooLarge func() error, watch *stallWatch,
 	onToken func(), failure func(string, error) error) {
 	var (
 		dec sseDecoder
 		asm streamAssembly
-		buf = make([]byte, 32<<10)
+		bp  = readBuffers.Get().(*[]byte)
+		buf = *bp
 	)
+	defer readBuffers.Put(bp)
 	emit := func(p []byte) error {
 		delta, err := asm.event(p)
 		if err != nil {
 			return err
 		}
-		stallTimer.Reset(stall)
-		if delta {
-			ex.LastDelta = time.Since(ex.Started)
-			ex.Deltas++
+		now := time.Since(ex.Started)
+		watch.event(now)
+		if !delta {
+			return nil
 		}
-		if delta && ex.TTFT == 0 {
-			ex.TTFT = time.Since(ex.Started)
+		ex.LastDelta = now
+		ex.Deltas++
+		ex.DeltaTimes = append(ex.DeltaTimes, now)
+		if ex.TTFT == 0 {
+			ex.TTFT = now
 			if ex.hooks.FirstDelta != nil {
 				ex.hooks.FirstDelta()
 			}
 		}
-		if delta && onToken != nil {
+		if onToken != nil {
 			onToken()
 		}
 		return nil
@@ -343,6 +515,7 @@ func readStream(ex *Exchange, body io.Reader, limit int64, tooLarge func() error
 		if int64(raw.n)+int64(n) > limit {
 			ex.Latency = time.Since(ex.Started)
 			ex.Raw = raw.keptPrefix()
+			raw.release()
 			ex.Completion, _ = AssembleStream(ex.Raw)
 			ex.Err = tooLarge()
 			return
@@ -374,13 +547,33 @@ func readStream(ex *Exchange, body io.Reader, limit int64, tooLarge func() error
 }
 
 // rawBody keeps a streamed body as it arrives, in chunks that grow from 4 KiB to 1 MiB
-// and are joined once, at the exact length, when the body is complete. One growing slice
-// would copy a long body over and over, and the garbage of the copies of several
-// concurrent multi-megabyte streams would be most of arbiter's memory.
+// and are joined once, at the exact length, when the body is complete; the chunks then
+// go back to a pool for the next body. One growing slice would copy a long body over
+// and over, and the garbage of the copies of several concurrent multi-megabyte streams
+// would be most of arbiter's memory.
 type rawBody struct {
 	full [][]byte // chunks filled to their capacity
 	cur  []byte
 	n    int
+}
+
+// rawChunks pools the chunks by size class: 4 KiB << i.
+var rawChunks [9]sync.Pool
+
+func chunkClass(size int) int {
+	c := 0
+	for 4<<10<<c < size {
+		c++
+	}
+	return min(c, len(rawChunks)-1)
+}
+
+func getChunk(size int) []byte {
+	c := chunkClass(size)
+	if b, ok := rawChunks[c].Get().(*[]byte); ok {
+		return (*b)[:0]
+	}
+	return make([]byte, 0, 4<<10<<c)
 }
 
 func (r *rawBody) write(p []byte) {
@@ -390,7 +583,7 @@ func (r *rawBody) write(p []byte) {
 			if r.cur != nil {
 				r.full = append(r.full, r.cur)
 			}
-			r.cur = make([]byte, 0, min(max(4<<10, 2*cap(r.cur)), 1<<20))
+			r.cur = getChunk(min(max(4<<10, 2*cap(r.cur)), 1<<20))
 		}
 		k := min(len(p), cap(r.cur)-len(r.cur))
 		r.cur = append(r.cur, p[:k]...)
@@ -398,16 +591,30 @@ func (r *rawBody) write(p []byte) {
 	}
 }
 
-// bytes is the whole body; nil when nothing arrived.
+// bytes is the whole body, in a slice of its own; nil when nothing arrived. The
+// chunks are given back: the rawBody is empty afterwards.
 func (r *rawBody) bytes() []byte {
-	if len(r.full) == 0 {
-		return r.cur
+	if r.n == 0 {
+		return nil
 	}
 	out := make([]byte, 0, r.n)
 	for _, c := range r.full {
 		out = append(out, c...)
 	}
-	return append(out, r.cur...)
+	out = append(out, r.cur...)
+	r.release()
+	return out
+}
+
+// release gives the chunks back to the pool.
+func (r *rawBody) release() {
+	for _, c := range append(r.full, r.cur) {
+		if cap(c) == 4<<10<<chunkClass(cap(c)) {
+			c = c[:0]
+			rawChunks[chunkClass(cap(c))].Put(&c)
+		}
+	}
+	*r = rawBody{}
 }
 
 // prefix is a copy of the body's first n bytes.

@@ -105,14 +105,18 @@ func runGrowing(ctx context.Context, s *agentSession, lc LongContextConfig, roun
 		maxSteps = DefaultMaxToolSteps
 	}
 	file := newScriptRand(s.cfg.Seed, s.script.Session, -5) // the session's case file
-	s.msgs = []openai.Message{{Role: "system", Content: s.script.System}}
+	if err := s.begin(); err != nil {
+		return s.end(res, SessionError, err)
+	}
 	for round, ask := range s.script.Users {
 		user := openai.Message{Role: "user", Content: ask}
 		need := lc.TargetTokens(round, rounds) - estimateTokens(append(s.msgs, user), s.script.Tools)
 		if need > 16 {
 			user.Content = fmt.Sprintf("Part %d of the case file:\n\n%s\n\n%s", round+1, filler(file, need-16), ask)
 		}
-		s.msgs = append(s.msgs, user)
+		if err := s.push(user); err != nil {
+			return s.end(res, SessionError, err)
+		}
 		for step := 0; step <= maxSteps; step++ {
 			if ctx.Err() != nil {
 				return s.end(res, SessionAborted, ctx.Err())
@@ -124,10 +128,14 @@ func runGrowing(ctx context.Context, s *agentSession, lc LongContextConfig, roun
 			}
 			msg := ex.Completion.Choices[0].Message
 			if len(msg.ToolCalls) == 0 {
-				s.msgs = append(s.msgs, openai.Message{Role: "assistant", Content: msg.Content})
+				if err := s.push(openai.Message{Role: "assistant", Content: msg.Content}); err != nil {
+					return s.end(res, SessionError, err)
+				}
 				break
 			}
-			s.answerTools(msg)
+			if err := s.answerTools(msg); err != nil {
+				return s.end(res, SessionError, err)
+			}
 		}
 	}
 	return res

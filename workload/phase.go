@@ -190,7 +190,7 @@ func turnOf(ctx context.Context, ex Exchange, session, index, round int, req ope
 	t := Turn{
 		Session: session, Index: index, Round: round, Started: ex.Started, Request: ex.Request, Tools: req.Tools,
 		ToolChoice: req.ToolChoice, StatusCode: ex.StatusCode, Response: ex.Completion, Raw: ex.Raw, TTFT: ex.TTFT,
-		Latency: ex.Latency, Deltas: ex.Deltas,
+		Latency: ex.Latency, Deltas: ex.Deltas, DeltaTimes: ex.DeltaTimes,
 	}
 	if ex.Deltas > 1 {
 		t.DecodeTime = ex.LastDelta - ex.TTFT

@@ -171,6 +171,12 @@ type streamAssembly struct {
 	events    int  // data events decoded, [DONE] excluded
 	done      bool // [DONE] arrived
 	finished  bool // some choice carried a finish_reason
+
+	dec chunkDecoder
+	// last is the choice the previous chunk touched: nearly every chunk touches the one
+	// choice again, and the map lookup is then skipped.
+	last    *choiceAssembly
+	lastIdx int
 }
 
 // event applies one data payload. delta reports whether it carried content or a tool-call
@@ -186,6 +192,9 @@ func (a *streamAssembly) event(payload []byte) (delta bool, err error) {
 	if string(payload) == "[DONE]" {
 		a.done = true
 		return false, nil
+	}
+	if c, ok := a.dec.decode(payload); ok {
+		return a.fast(c), nil
 	}
 	var ev streamEvent
 	if err := json.Unmarshal(payload, &ev); err != nil {
@@ -212,11 +221,7 @@ func (a *streamAssembly) event(payload []byte) (delta bool, err error) {
 		a.choices = make(map[int]*choiceAssembly)
 	}
 	for _, cc := range ev.Choices {
-		c := a.choices[cc.Index]
-		if c == nil {
-			c = &choiceAssembly{calls: make(map[int]*openai.ToolCall), args: make(map[int]*pieces)}
-			a.choices[cc.Index] = c
-		}
+		c := a.choice(cc.Index)
 		if c.role == "" {
 			c.role = cc.Delta.Role
 		}
@@ -234,6 +239,67 @@ func (a *streamAssembly) event(payload []byte) (delta bool, err error) {
 		}
 	}
 	return delta, nil
+}
+
+// choice is the assembly of choice i, made on first use.
+func (a *streamAssembly) choice(i int) *choiceAssembly {
+	if a.last != nil && a.lastIdx == i {
+		return a.last
+	}
+	if a.choices == nil {
+		a.choices = make(map[int]*choiceAssembly)
+	}
+	c := a.choices[i]
+	if c == nil {
+		c = &choiceAssembly{calls: make(map[int]*openai.ToolCall), args: make(map[int]*pieces)}
+		a.choices[i] = c
+	}
+	a.last, a.lastIdx = c, i
+	return c
+}
+
+// fast applies a chunk from the chunkDecoder exactly as event applies the same chunk
+// decoded by encoding/json; only the strings kept are copied out of the payload.
+func (a *streamAssembly) fast(ch *fastChunk) (delta bool) {
+	a.events++
+	if a.id == "" {
+		a.id = string(ch.id)
+	}
+	if a.model == "" {
+		a.model = string(ch.model)
+	}
+	if a.created == 0 {
+		a.created = ch.created
+	}
+	if ch.hasUsage {
+		u := ch.usage
+		a.usage = &u
+	}
+	for i := range ch.choices {
+		cc := &ch.choices[i]
+		c := a.choice(cc.index)
+		if c.role == "" && len(cc.role) > 0 {
+			c.role = string(cc.role)
+		}
+		if len(cc.content) > 0 {
+			c.content.add(string(cc.content))
+			delta = true
+		}
+		for _, f := range cc.calls {
+			frag := openai.ToolCall{ID: string(f.id), Type: string(f.typ),
+				Function: openai.FunctionCall{Name: string(f.name), Arguments: string(f.args)}}
+			if f.hasIndex {
+				frag.Index = &f.index
+			}
+			c.addFragment(frag)
+			delta = true
+		}
+		if cc.hasFinish && len(cc.finish) > 0 {
+			c.finish = string(cc.finish)
+			a.finished = true
+		}
+	}
+	return delta
 }
 
 // addFragment merges one tool-call delta: id, type and name come with the first fragment

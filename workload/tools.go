@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"math"
 	"strings"
+	"sync"
 
 	"github.com/arbiterlab/arbiter/openai"
 	"github.com/arbiterlab/arbiter/openai/toolschema"
@@ -150,12 +151,18 @@ func digest(vals ...any) uint64 {
 // set's order; each session offers a seeded subset of them. Detector tests and
 // `arbiter classify --tools` read the workload's own schemas from here.
 func ToolSpecs() []openai.Tool {
+	return append([]openai.Tool(nil), toolSpecs()...)
+}
+
+// toolSpecs are the rendered tools, encoded once per process: every session's offer
+// shares their (never modified) parameter bytes instead of encoding its own.
+var toolSpecs = sync.OnceValue(func() []openai.Tool {
 	out := make([]openai.Tool, len(toolSet))
 	for i, t := range toolSet {
 		out[i] = t.spec()
 	}
 	return out
-}
+})
 
 func toolByName(name string) (toolDef, bool) {
 	for _, t := range toolSet {

@@ -71,8 +71,11 @@ type Turn struct {
 	// DecodeTime is from the first to the last content or tool-call delta, and Deltas
 	// the events that carried one; with two or more, DecodeTime / (CompletionTokens − 1)
 	// is the inter-token latency.
-	DecodeTime       time.Duration
-	Deltas           int
+	DecodeTime time.Duration
+	Deltas     int
+	// DeltaTimes are the arrival times of those events from Started (see
+	// Exchange.DeltaTimes); empty for a non-streamed answer.
+	DeltaTimes       []time.Duration
 	PromptTokens     int
 	CompletionTokens int
 	FinishReason     string

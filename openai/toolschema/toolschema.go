@@ -17,11 +17,11 @@ package toolschema
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"net/url"
 	"sort"
@@ -51,6 +51,9 @@ type Tool struct {
 type Set struct {
 	tools map[string]*Tool
 	names []string
+	// source is what the set was compiled from (names and parameters), which a cache hit
+	// is checked against.
+	source [][]byte
 }
 
 // Lookup returns the offered tool of that name. When a request offers two tools of one
@@ -72,9 +75,13 @@ const cacheSize = 512
 
 var cache = struct {
 	sync.Mutex
-	sets map[[sha256.Size]byte]*Set
-	fifo [][sha256.Size]byte
-}{sets: map[[sha256.Size]byte]*Set{}}
+	sets map[uint64]*Set
+	fifo []uint64
+}{sets: map[uint64]*Set{}}
+
+// seed keys the cache: a fast 64-bit hash whose hits are confirmed byte for byte, where a
+// cryptographic hash of every turn's tools cost more than the check it saved.
+var seed = maphash.MakeSeed()
 
 // Of returns the compiled set of tools, from the cache when the same tool definitions
 // (names and parameters, byte for byte) were compiled before. It never fails: a tool
@@ -84,43 +91,59 @@ func Of(tools []openai.Tool) *Set {
 	cache.Lock()
 	s, ok := cache.sets[key]
 	cache.Unlock()
-	if ok {
+	if ok && s.compiledFrom(tools) {
 		return s
 	}
 	s = compileSet(tools)
 	cache.Lock()
 	defer cache.Unlock()
-	if prev, ok := cache.sets[key]; ok { // compiled meanwhile by another caller
+	if prev, ok := cache.sets[key]; ok && prev.compiledFrom(tools) { // compiled meanwhile by another caller
 		return prev
 	}
-	if len(cache.fifo) >= cacheSize {
-		delete(cache.sets, cache.fifo[0])
-		cache.fifo = cache.fifo[1:]
+	if _, taken := cache.sets[key]; !taken {
+		if len(cache.fifo) >= cacheSize {
+			delete(cache.sets, cache.fifo[0])
+			cache.fifo = cache.fifo[1:]
+		}
+		cache.fifo = append(cache.fifo, key)
 	}
-	cache.sets[key] = s
-	cache.fifo = append(cache.fifo, key)
+	cache.sets[key] = s // a colliding set replaces the other: both stay correct
 	return s
 }
 
 // setKey hashes what validation depends on: each tool's name and parameters bytes.
-func setKey(tools []openai.Tool) [sha256.Size]byte {
-	h := sha256.New()
+func setKey(tools []openai.Tool) uint64 {
+	var h maphash.Hash
+	h.SetSeed(seed)
 	var n [8]byte
 	for _, t := range tools {
-		for _, b := range [][]byte{[]byte(t.Function.Name), t.Function.Parameters} {
-			binary.LittleEndian.PutUint64(n[:], uint64(len(b)))
-			h.Write(n[:])
-			h.Write(b)
+		binary.LittleEndian.PutUint64(n[:], uint64(len(t.Function.Name)))
+		h.Write(n[:])
+		h.WriteString(t.Function.Name)
+		binary.LittleEndian.PutUint64(n[:], uint64(len(t.Function.Parameters)))
+		h.Write(n[:])
+		h.Write(t.Function.Parameters)
+	}
+	return h.Sum64()
+}
+
+// compiledFrom reports whether s was compiled from exactly these definitions.
+func (s *Set) compiledFrom(tools []openai.Tool) bool {
+	if len(s.source) != 2*len(tools) {
+		return false
+	}
+	for i, t := range tools {
+		if string(s.source[2*i]) != t.Function.Name || !bytes.Equal(s.source[2*i+1], t.Function.Parameters) {
+			return false
 		}
 	}
-	var k [sha256.Size]byte
-	h.Sum(k[:0])
-	return k
+	return true
 }
 
 func compileSet(tools []openai.Tool) *Set {
 	s := &Set{tools: make(map[string]*Tool, len(tools))}
 	for _, t := range tools {
+		s.source = append(s.source, []byte(t.Function.Name), bytes.Clone(t.Function.Parameters))
 		if _, dup := s.tools[t.Function.Name]; dup {
 			continue
 		}
