@@ -55,7 +55,7 @@ var KnownDetectors = []string{"dsml-leak", "toolcall-schema", "repetition", "fin
 var KnownWorkloads = []string{"toolcall-agent", WorkloadThroughput, WorkloadAbortCascade, WorkloadLongContext, WorkloadTrace}
 
 var (
-	runtimes = []string{"process", "docker"}
+	runtimes = []string{"process", "docker", "slurm"}
 	designs  = []string{DesignExplicit, DesignFullFactorial, DesignOneAtATime}
 	units    = []string{"session", "response", "launch"}
 
@@ -707,11 +707,50 @@ func (d *decoder) decodeEngine(e entry) {
 func (d *decoder) decodeRuntime(e entry) {
 	rt := &d.spec.Runtime
 	names := map[string]bool{}
-	d.fields(e.val, e.path, []string{"kind", "nodes"}, func(f entry) {
+	slurmFields := map[string]entry{}
+	seen := d.fields(e.val, e.path, []string{"kind", "nodes", "partition", "account", "qos", "time", "sbatch", "host_flag", "rest"}, func(f entry) {
 		switch f.key {
 		case "kind":
 			if v, ok := d.oneOf(f, "runtime", runtimes); ok {
 				rt.Kind = v
+			}
+		case "partition", "account", "qos", "time", "host_flag", "rest":
+			slurmFields[f.key] = f
+			v, ok := d.str(f)
+			if !ok {
+				return
+			}
+			if strings.ContainsAny(v, " \t\n") {
+				d.add(f.val, f.path, "%s %q must be one word", f.key, v)
+				return
+			}
+			switch f.key {
+			case "partition":
+				rt.Slurm.Partition = v
+			case "account":
+				rt.Slurm.Account = v
+			case "qos":
+				rt.Slurm.QOS = v
+			case "time":
+				if !slurmTimeRE.MatchString(v) {
+					d.add(f.val, f.path, "time %q is not a Slurm time limit (minutes, MM:SS, HH:MM:SS, D-HH or D-HH:MM:SS)", v)
+				}
+				rt.Slurm.Time = v
+			case "host_flag":
+				rt.Slurm.HostFlag = v
+			case "rest":
+				if !strings.HasPrefix(v, "http://") && !strings.HasPrefix(v, "https://") {
+					d.add(f.val, f.path, "rest %q must be slurmrestd's http:// or https:// URL", v)
+				}
+				rt.Slurm.REST = v
+			}
+		case "sbatch":
+			slurmFields[f.key] = f
+			rt.Slurm.Options = d.strings(f)
+			for _, o := range rt.Slurm.Options {
+				if !strings.HasPrefix(o, "-") {
+					d.add(f.val, f.path, "sbatch option %q must start with - (write --opt=value as one item)", o)
+				}
 			}
 		case "nodes":
 			d.list(f, func(it entry) {
@@ -752,7 +791,31 @@ func (d *decoder) decodeRuntime(e entry) {
 			})
 		}
 	})
+	if rt.Kind != "slurm" {
+		for _, k := range []string{"partition", "account", "qos", "time", "sbatch", "host_flag", "rest"} {
+			f, ok := slurmFields[k]
+			if !ok {
+				continue
+			}
+			d.add(f.keyNode, f.path, "%s is a setting of the slurm runtime, but runtime.kind is %s", k, kindOrDefault(rt.Kind))
+		}
+	} else if _, ok := slurmFields["rest"]; ok && len(rt.Slurm.Options) > 0 {
+		f := slurmFields["sbatch"]
+		d.add(f.keyNode, f.path, "sbatch options cannot go through slurmrestd (runtime.rest); submit with the Slurm commands, or leave them out")
+	} else if n, ok := seen["nodes"]; ok {
+		d.add(n.keyNode, n.path, "the slurm runtime places arms itself: list no nodes (Slurm picks them; use partition or sbatch options such as --nodelist)")
+	}
 }
+
+func kindOrDefault(k string) string {
+	if k == "" {
+		return DefaultRuntime
+	}
+	return k
+}
+
+// slurmTimeRE matches sbatch's --time formats.
+var slurmTimeRE = regexp.MustCompile(`^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\d+:\d{1,2}:\d{1,2}|UNLIMITED|INFINITE)$`)
 
 func (d *decoder) decodePins(e entry) Pins {
 	var p Pins

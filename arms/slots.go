@@ -33,9 +33,17 @@ func (s Slot) String() string {
 	return fmt.Sprintf("%s/%d (GPUs %s)", s.Node, s.Index, s.GPUs)
 }
 
+// SlurmNode is the one node of the slurm runtime: the cluster, whose scheduler places
+// each arm's job itself. SlotsOn gives it a slot per arm, so that all the arms of a block
+// are submitted together, and pins no GPUs (Slurm assigns them).
+const SlurmNode = "slurm"
+
 // Nodes are the spec's nodes; a spec that lists none runs on LocalNode, this machine,
 // with one slot.
 func (s *Spec) Nodes() []Node {
+	if s.Runtime.Kind == "slurm" {
+		return []Node{{Name: SlurmNode}}
+	}
 	if len(s.Runtime.Nodes) == 0 {
 		return []Node{{Name: LocalNode}}
 	}
@@ -54,6 +62,19 @@ func (s *Spec) Slots() ([]Slot, error) { return s.SlotsOn(nil) }
 // count is at least engine.gpus is cut as if it listed devices 0..count-1. count may be
 // nil, and returns 0 for a node it cannot count.
 func (s *Spec) SlotsOn(count func(Node) int) ([]Slot, error) {
+	if s.Runtime.Kind == "slurm" {
+		// Slurm gives each job its node and GPUs: the slots pin nothing, and there is
+		// one per arm, so that a block's arms are all submitted at once.
+		n, over := s.armCount()
+		if over || n > MaxArms {
+			n = MaxArms
+		}
+		out := make([]Slot, max(n, 1))
+		for i := range out {
+			out[i] = Slot{Node: SlurmNode, Index: i}
+		}
+		return out, nil
+	}
 	var perNode [][]Slot
 	for ni, n := range s.Nodes() {
 		if strings.TrimSpace(n.GPUs) == "all" && s.Engine.GPUs > 0 && count != nil {

@@ -59,10 +59,26 @@ type Engine struct {
 
 // Runtime says where arms run.
 type Runtime struct {
-	Kind string // "process" (default) or "docker"
+	Kind string // "process" (default), "docker" or "slurm"
 	// Nodes are the machines arms run on; empty runs on this machine (LocalNode) with
-	// one slot. Spec.Slots cuts them into slots.
+	// one slot, or, for the slurm runtime, on SlurmNode. Spec.Slots cuts them into slots.
 	Nodes []Node
+	// Slurm is where the slurm runtime submits its jobs; zero for the other kinds.
+	Slurm Slurm
+}
+
+// Slurm says how arms run as Slurm jobs: one batch job per launch, submitted with
+// sbatch's own options. An empty field leaves the cluster's default.
+type Slurm struct {
+	Partition string   // --partition
+	Account   string   // --account
+	QOS       string   // --qos
+	Time      string   // --time, the job's time limit, e.g. "2:00:00"
+	Options   []string // more sbatch options as given, e.g. pyxis's --container-image=IMAGE
+	HostFlag  string   // the engine's listen-address flag (default "--host")
+	// REST is the cluster's slurmrestd base URL; empty submits with the Slurm commands.
+	// Its token comes from arbiter's $SLURM_JWT, its user from $SLURM_USER_NAME (else $USER).
+	REST string
 }
 
 // Node is one machine that hosts arms: a Docker daemon, or this machine for the

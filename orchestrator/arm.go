@@ -62,7 +62,9 @@ func (e *experiment) runArm(ctx context.Context, ai, b int, at placement, bar *b
 	finish := func(status store.RunStatus, errText string) (RunResult, error) {
 		run.Status, run.Error, run.Ended = status, errText, time.Now()
 		rr.Status, rr.Err, rr.Instance = status, errText, run.Instance
-		if status == store.RunLost {
+		if status == store.RunLost && e.spec.Runtime.Kind != "slurm" {
+			// A Slurm job lost (cancelled, its node failed) takes no node out: the
+			// cluster places the next job on a node that works.
 			e.nodeLost(at.slot.Node, errText)
 		}
 		if p := e.opts.Progress; p != nil {
@@ -94,6 +96,14 @@ func (e *experiment) runArm(ctx context.Context, ai, b int, at placement, bar *b
 		return finish(store.RunFailed, err.Error())
 	}
 	run.Endpoint, run.Instance = inst.Endpoint(), runtime.InstanceID(inst)
+	if p, ok := inst.(runtime.Placed); ok {
+		// A scheduler chose the node and the GPUs; the run records its choice.
+		pl := p.Placement()
+		run.Node, run.GPUs = pl.Node, pl.GPUs
+		rr.Node, rr.GPUs = pl.Node, pl.GPUs
+		log.Info("placed", "job", pl.Job, "node", pl.Node, "gpus", pl.GPUs, "cuda_visible_devices", pl.Visible,
+			"queued", pl.Started.Sub(pl.Submitted).Round(time.Second), "endpoint", run.Endpoint)
+	}
 	recorded := e.recordEngineProcess(bg, inst, run.ID, log)
 	stop := func() {
 		stopCtx, cancel := context.WithTimeout(bg, 30*time.Second)
@@ -203,6 +213,18 @@ func (e *experiment) drive(ctx context.Context, inst runtime.Instance, preset ar
 	runErr := workload.Run(wctx, cfg, inst.Endpoint(), tracker)
 	tracker.drain()
 	finishScrape()
+	if r, ok := inst.(runtime.Refresher); ok && context.Cause(wctx) == nil {
+		// An engine whose end is polled for may have ended under the workload's last
+		// turns without being seen yet: look now, before judging the turns.
+		r.Refresh(ctx)
+		select {
+		case <-inst.Done():
+			if !inst.Exit().Stopped {
+				cancel(crashedDuringWorkload(inst))
+			}
+		default:
+		}
+	}
 	if runErr == nil && context.Cause(wctx) == nil {
 		// Every session ended by itself; whether they ended well is the watchdog's to say.
 		if c := e.judgeEnd(ctx, inst, dog, preset); c != nil {

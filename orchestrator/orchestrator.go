@@ -245,6 +245,9 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		// Engines an earlier arbiter left running hold ports and GPUs the resumed
 		// launches need.
 		reapOrphans(ctx, st, log)
+		if spec.Runtime.Kind == "slurm" {
+			cancelSlurmLeftovers(ctx, dbID, opts.Resume, log)
+		}
 	}
 
 	// This process owns the experiment from here to its end: a second arbiter that
@@ -381,6 +384,21 @@ func RuntimeFor(spec *arms.Spec, node arms.Node) (runtime.Runtime, error) {
 			d.Host = node.Host
 		}
 		return d, nil
+	case "slurm":
+		sl := spec.Runtime.Slurm
+		// A job still queued when the startup timeout ends is given up, with Slurm's reason.
+		rt := runtime.Slurm{Partition: sl.Partition, Account: sl.Account, QOS: sl.QOS, TimeLimit: sl.Time,
+			Options: sl.Options, HostFlag: sl.HostFlag, GPUs: spec.Engine.GPUs, Pending: spec.Timeouts.Startup}
+		if sl.REST != "" {
+			rt.REST, rt.Token, rt.User = sl.REST, os.Getenv("SLURM_JWT"), os.Getenv("SLURM_USER_NAME")
+			if rt.User == "" {
+				rt.User = os.Getenv("USER")
+			}
+			if rt.Token == "" {
+				return nil, fmt.Errorf("runtime.rest: slurmrestd needs a token: set $SLURM_JWT (scontrol token prints one)")
+			}
+		}
+		return rt, nil
 	}
 	return nil, fmt.Errorf("orchestrator: runtime %q needs Options.Runtime or Options.NodeRuntime", spec.Runtime.Kind)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/arbiterlab/arbiter/orchestrator/runtime"
@@ -125,4 +126,21 @@ func (e *experiment) recordEngineProcess(ctx context.Context, inst runtime.Insta
 		return false
 	}
 	return true
+}
+
+// cancelSlurmLeftovers cancels the Slurm jobs of an experiment that a killed arbiter left
+// queued or running, before its resume submits their launches again.
+func cancelSlurmLeftovers(ctx context.Context, dbID string, exp int64, log *slog.Logger) {
+	jobs, err := runtime.SlurmLeftovers(ctx, dbID, strconv.FormatInt(exp, 10))
+	if err != nil {
+		log.Warn("could not list the Slurm jobs a killed arbiter left", "err", err)
+		return
+	}
+	for _, j := range jobs {
+		if err := runtime.CancelSlurmJob(ctx, j.ID); err != nil {
+			log.Warn("could not cancel a Slurm job a killed arbiter left", "job", j.ID, "run", j.Run, "err", err)
+			continue
+		}
+		log.Warn("cancelled a Slurm job a killed arbiter left", "job", j.ID, "name", j.Name, "state", j.State, "run", j.Run)
+	}
 }

@@ -371,17 +371,18 @@ func (s *Store) StartRun(ctx context.Context, r Run) (int64, error) {
 	return res.LastInsertId()
 }
 
-// UpdateRun writes a run's progress: endpoint, status, times, exit, error, log tail and
+// UpdateRun writes a run's progress: node and GPUs when given (a scheduler's placement;
+// empty keeps those StartRun recorded), endpoint, status, times, exit, error, log tail and
 // server info. Zero fields are written as NULL or empty.
 func (s *Store) UpdateRun(ctx context.Context, r Run) error {
 	var exit sql.NullInt64
 	if r.ExitCode != nil {
 		exit = sql.NullInt64{Int64: int64(*r.ExitCode), Valid: true}
 	}
-	_, err := s.db.ExecContext(ctx, `UPDATE runs SET endpoint = ?, log_path = ?, status = ?, ready_at = ?, ended_at = ?,
+	_, err := s.db.ExecContext(ctx, `UPDATE runs SET node = coalesce(nullif(?, ''), node), gpus = coalesce(nullif(?, ''), gpus), endpoint = ?, log_path = ?, status = ?, ready_at = ?, ended_at = ?,
 		exit_code = ?, error = ?, log_tail = ?, server_info = ?, instance = ?, workload_started_at = ?,
 		workload_ended_at = ? WHERE id = ?`,
-		r.Endpoint, s.redact(r.LogPath), r.Status, nullTime(r.Ready), nullTime(r.Ended), exit,
+		r.Node, r.GPUs, r.Endpoint, s.redact(r.LogPath), r.Status, nullTime(r.Ready), nullTime(r.Ended), exit,
 		s.nullText(r.Error), s.nullText(r.LogTail), s.nullText(r.ServerInfo), r.Instance,
 		nullTime(r.WorkloadStarted), nullTime(r.WorkloadEnded), r.ID)
 	if err != nil {

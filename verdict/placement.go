@@ -165,6 +165,12 @@ func (v *Verdict) placementCaveats(add func(rank int, format string, args ...any
 				break
 			}
 		}
+		if strings.Contains(why, "Slurm job") {
+			// The slurm runtime: the cluster ended a job, and placed the next one itself.
+			add(rankProblem, "Slurm ended the job%s of %s on node %s%s: lost and left out of the analysis (the engine is not to blame); each lost arm ran again in a later wave of its block, as a new job.",
+				map[bool]string{true: "s", false: ""}[len(lost[n]) > 1], strings.Join(lost[n], ", "), dash(n), why)
+			continue
+		}
 		add(rankProblem, "Node %s stopped answering%s: its launch%s %s %s lost and left out of the analysis (the engine is not to blame); the experiment went on on the other nodes, where each lost arm ran again in a later wave of its block.",
 			dash(n), why, map[bool]string{true: "es", false: ""}[len(lost[n]) > 1], strings.Join(lost[n], ", "), map[bool]string{true: "were", false: "was"}[len(lost[n]) > 1])
 	}

@@ -49,7 +49,7 @@ func newGcCmd(g *globals) *cobra.Command {
 	var o gcOptions
 	cmd := &cobra.Command{
 		Use:   "gc",
-		Short: "Remove the containers and engine processes that killed arbiters left behind",
+		Short: "Remove the containers, engine processes and Slurm jobs that killed arbiters left behind",
 		Long: `Remove the containers the docker runtime started for this results database's experiments
 and never removed: an arbiter killed with SIGKILL, or a daemon that failed to remove a
 container, leaves them behind. Only containers labelled with this database's id
@@ -61,7 +61,11 @@ databases are never touched. Engine logs stay where they are.
 
 Also end the engine process groups of the process runtime, recorded in the database, whose
 arbiter no longer runs and whose supervisor did not end them (SIGTERM, then SIGKILL after
-10s). Processes are checked on Linux only.`,
+10s). Processes are checked on Linux only.
+
+Also cancel the Slurm jobs of the slurm runtime that Slurm still holds (queued or running)
+for this database's experiments, found by their comment (arbiter:db=ID,exp=N,run=M) on the
+cluster the Slurm commands here talk to ($SLURM_CONF), by the same rule as containers.`,
 		Example: `  arbiter gc --dry-run                  # list what would go
   arbiter gc --experiment 12            # only experiment 12's
   arbiter gc --db results.db --host tcp://127.0.0.1:2375 --json`,
@@ -116,6 +120,15 @@ func gc(ctx context.Context, g *globals, o gcOptions) error {
 	var entries []gcEntry
 	others, unlabelled := 0, 0
 	now := time.Now()
+	jobs, err := runtime.SlurmLeftovers(ctx, dbID, o.experiment)
+	switch {
+	case errors.Is(err, runtime.ErrNoSlurm):
+	case err != nil:
+		fmt.Fprintf(g.stderr, "arbiter gc: Slurm jobs not checked: %v\n", err)
+	}
+	for _, l := range jobs {
+		entries = append(entries, gcDecide(gcEntry{Kind: "slurm job", Leftover: l, Action: gcRemove}, byID, o, now))
+	}
 	for _, l := range left {
 		switch l.Database {
 		case dbID:
@@ -126,23 +139,7 @@ func gc(ctx context.Context, g *globals, o gcOptions) error {
 			others++
 			continue
 		}
-		e := gcEntry{Kind: "container", Leftover: l, Action: gcRemove}
-		exp, known := byID[l.Experiment]
-		switch {
-		case !known:
-			e.Reason = fmt.Sprintf("experiment %s is not in this database", l.Experiment)
-		case exp.Status == store.ExperimentRunning && exp.Lease != nil:
-			e.Action = gcLeave
-			if o.force {
-				e.Action = gcKill
-			}
-			e.Reason = fmt.Sprintf("experiment %s is still running: %s", l.Experiment, exp.Lease.Describe(now))
-		case exp.Status == store.ExperimentAbandoned:
-			e.Reason = fmt.Sprintf("experiment %s was abandoned (no lease renewed within %s)", l.Experiment, store.LeaseExpiry)
-		default:
-			e.Reason = fmt.Sprintf("experiment %s is %s", l.Experiment, exp.Status)
-		}
-		entries = append(entries, e)
+		entries = append(entries, gcDecide(gcEntry{Kind: "container", Leftover: l, Action: gcRemove}, byID, o, now))
 	}
 	if others+unlabelled > 0 {
 		fmt.Fprintf(g.stderr, "arbiter gc: left alone: %d container(s) of other results databases and %d without a database label (an older arbiter's; docker ps -a --filter label=%s=1 lists them)\n",
@@ -162,7 +159,11 @@ func gc(ctx context.Context, g *globals, o gcOptions) error {
 		if o.dryRun || e.Action == gcLeave {
 			continue
 		}
-		if err := d.Remove(ctx, e.ID); err != nil {
+		remove := d.Remove
+		if e.Kind == "slurm job" {
+			remove = runtime.CancelSlurmJob
+		}
+		if err := remove(ctx, e.ID); err != nil {
 			e.Error = err.Error()
 			errs = append(errs, err)
 			continue
@@ -180,11 +181,15 @@ func gc(ctx context.Context, g *globals, o gcOptions) error {
 		return errors.Join(errs...)
 	}
 	if len(entries) == 0 {
-		fmt.Fprintln(g.stdout, "no leftover containers or engine processes")
+		fmt.Fprintln(g.stdout, "no leftover containers, engine processes or Slurm jobs")
 	}
 	for _, e := range entries {
-		if e.Kind != "container" {
+		switch e.Kind {
+		case "process group":
 			printGroup(g, o, e)
+			continue
+		case "slurm job":
+			printJob(g, o, e)
 			continue
 		}
 		var verb string
@@ -218,4 +223,53 @@ func gc(ctx context.Context, g *globals, o gcOptions) error {
 		fmt.Fprintln(g.stdout)
 	}
 	return errors.Join(errs...)
+}
+
+// gcDecide says what gc does with one leftover of this database, and why: by the state
+// of its experiment.
+func gcDecide(e gcEntry, byID map[string]store.ExperimentSummary, o gcOptions, now time.Time) gcEntry {
+	exp, known := byID[e.Experiment]
+	switch {
+	case !known:
+		e.Reason = fmt.Sprintf("experiment %s is not in this database", e.Experiment)
+	case exp.Status == store.ExperimentRunning && exp.Lease != nil:
+		e.Action = gcLeave
+		if o.force {
+			e.Action = gcKill
+		}
+		e.Reason = fmt.Sprintf("experiment %s is still running: %s", e.Experiment, exp.Lease.Describe(now))
+	case exp.Status == store.ExperimentAbandoned:
+		e.Reason = fmt.Sprintf("experiment %s was abandoned (no lease renewed within %s)", e.Experiment, store.LeaseExpiry)
+	default:
+		e.Reason = fmt.Sprintf("experiment %s is %s", e.Experiment, exp.Status)
+	}
+	return e
+}
+
+func printJob(g *globals, o gcOptions, e gcEntry) {
+	var verb string
+	switch {
+	case o.dryRun && e.Action == gcLeave:
+		verb = "would leave"
+	case o.dryRun:
+		verb = "would cancel"
+	case e.Action == gcLeave:
+		verb = "left"
+	case !e.Removed:
+		verb = "could not cancel"
+	default:
+		verb = "cancelled"
+	}
+	fmt.Fprintf(g.stdout, "%s Slurm job %s (%s, %s", verb, e.ID, e.Name, e.State)
+	if e.Run != "" {
+		fmt.Fprintf(g.stdout, ", run %s", e.Run)
+	}
+	fmt.Fprintf(g.stdout, "): %s", e.Reason)
+	if e.Action == gcLeave {
+		fmt.Fprint(g.stdout, "; --force cancels it")
+	}
+	if e.Error != "" {
+		fmt.Fprintf(g.stdout, ": %s", e.Error)
+	}
+	fmt.Fprintln(g.stdout)
 }

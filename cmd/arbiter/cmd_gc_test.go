@@ -261,7 +261,7 @@ func TestDockerRuntime(t *testing.T) {
 			t.Fatalf("after gc --force: live %v, other database's %v; want the live one gone, the other's kept", exists(liveName), exists(otherName))
 		}
 		code, stdout, _ = runCLI(t, "gc", "--db", db)
-		if code != 0 || strings.TrimSpace(stdout) != "no leftover containers or engine processes" {
+		if code != 0 || strings.TrimSpace(stdout) != "no leftover containers, engine processes or Slurm jobs" {
 			t.Errorf("third gc: code %d, %q", code, stdout)
 		}
 	})

@@ -293,7 +293,7 @@ func TestResumeAndGCEndEnginesWhoseSupervisorDied(t *testing.T) {
 		}
 		waitAllGone(t, engine, time.Second)
 		code, stdout, _ = gc()
-		if code != 0 || strings.TrimSpace(stdout) != "no leftover containers or engine processes" {
+		if code != 0 || strings.TrimSpace(stdout) != "no leftover containers, engine processes or Slurm jobs" {
 			t.Errorf("second gc: code %d, %q", code, stdout)
 		}
 	})

@@ -85,6 +85,9 @@ type Exit struct {
 	// saw it end: its node stopped answering (a Docker daemon went away). The run is
 	// recorded lost (store.RunLost), not crashed: the engine is not to blame.
 	Lost string
+	// Reason is the runtime's own account of the end, when it has one (a Slurm job's
+	// state and why).
+	Reason string
 }
 
 // Crashed reports whether the engine ended on its own, not because it was asked to.
@@ -93,6 +96,8 @@ func (e Exit) Crashed() bool { return !e.Stopped }
 // String says how the engine ended in a few words.
 func (e Exit) String() string {
 	switch {
+	case e.Reason != "":
+		return e.Reason
 	case e.Signal != "":
 		return fmt.Sprintf("killed by %s", e.Signal)
 	default:
