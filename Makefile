@@ -6,7 +6,7 @@ DB      ?= arbiter.db
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS := -X github.com/arbiterlab/arbiter/internal/version.version=$(VERSION)
 
-.PHONY: all build demo test bench kernels fuzz clean
+.PHONY: all build image demo demo-docker test bench kernels fuzz clean
 
 all: build
 
@@ -14,6 +14,17 @@ all: build
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/arbiter ./cmd/arbiter
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/refserve ./cmd/refserve
+
+## image: the refserve image FROM scratch, built on the Docker daemon ($DOCKER_HOST, else
+## the local socket) through the Engine API: a static refserve and nothing else, no registry
+IMAGE ?= arbiter/refserve:latest
+image: build
+	CGO_ENABLED=0 $(GO) build -tags arbiter_static -o $(BIN)/refserve-static ./cmd/refserve
+	$(BIN)/arbiter image build --binary $(BIN)/refserve-static --tag $(IMAGE)
+
+## demo-docker: the same A/B with every arm a container of that image
+demo-docker: image
+	$(BIN)/arbiter run examples/quickstart-docker.yaml --db $(DB)
 
 ## demo: the decisive BF16_INDEX_K A/B on local refserve processes, into ./arbiter.db
 demo: build
@@ -54,6 +65,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseStat$$' -fuzztime $(FUZZTIME) ./orchestrator/runtime
 	$(GO) test -run '^$$' -fuzz '^FuzzMetricSamples$$' -fuzztime $(FUZZTIME) ./orchestrator
 	$(GO) test -run '^$$' -fuzz '^FuzzParseSlurmJob$$' -fuzztime $(FUZZTIME) ./orchestrator/runtime
+	$(GO) test -run '^$$' -fuzz '^FuzzComparePins$$' -fuzztime $(FUZZTIME) ./orchestrator
 
 ## kernels: the CUDA testbed (needs nvcc; see kernels/)
 kernels:

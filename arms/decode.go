@@ -55,7 +55,7 @@ var KnownDetectors = []string{"dsml-leak", "toolcall-schema", "repetition", "fin
 var KnownWorkloads = []string{"toolcall-agent", WorkloadThroughput, WorkloadAbortCascade, WorkloadLongContext, WorkloadTrace}
 
 var (
-	runtimes = []string{"process", "docker", "slurm"}
+	runtimes = []string{"process", "docker", "external", "slurm"}
 	designs  = []string{DesignExplicit, DesignFullFactorial, DesignOneAtATime}
 	units    = []string{"session", "response", "launch"}
 
@@ -756,7 +756,7 @@ func (d *decoder) decodeRuntime(e entry) {
 			d.list(f, func(it entry) {
 				var n Node
 				d.spec.pos[it.path] = posOf(it.val)
-				seen := d.fields(it.val, it.path, []string{"name", "host", "gpus", "slots"}, func(g entry) {
+				seen := d.fields(it.val, it.path, []string{"name", "host", "gpus", "slots", "ca", "cert", "key", "publish", "network"}, func(g entry) {
 					d.spec.pos[g.path] = posOf(g.keyNode)
 					if g.key == "slots" {
 						if v, ok := d.bounded(g, 1, MaxSlots, "slots on one node"); ok {
@@ -780,6 +780,8 @@ func (d *decoder) decodeRuntime(e entry) {
 							d.add(g.val, g.path, "gpus %q must be all, a range such as 0-7, or a list such as 0,2,4", v)
 						}
 						n.GPUs = v
+					default:
+						d.decodeNodeDocker(g, &n, v)
 					}
 				})
 				d.require(seen, it.val, it.path, "name")
@@ -818,9 +820,16 @@ func kindOrDefault(k string) string {
 var slurmTimeRE = regexp.MustCompile(`^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\d+:\d{1,2}:\d{1,2}|UNLIMITED|INFINITE)$`)
 
 func (d *decoder) decodePins(e entry) Pins {
+	return d.decodePinsAnd(e, nil, nil)
+}
+
+// decodePinsAnd decodes pins, and the fields named in more through field.
+func (d *decoder) decodePinsAnd(e entry, more []string, field func(f entry)) Pins {
 	var p Pins
-	d.fields(e.val, e.path, []string{"env", "args"}, func(f entry) {
+	d.fields(e.val, e.path, append([]string{"env", "args"}, more...), func(f entry) {
 		switch f.key {
+		default:
+			field(f)
 		case "env":
 			p.Env = d.envMap(f)
 		case "args":
@@ -851,7 +860,7 @@ func (d *decoder) decodeArms(e entry) {
 			continue
 		}
 		d.spec.pos[a.path] = posOf(a.keyNode)
-		d.spec.Arms = append(d.spec.Arms, ArmSpec{Name: a.key, Pins: d.decodePins(a)})
+		d.spec.Arms = append(d.spec.Arms, d.decodeArm(a))
 	}
 	if len(entries) == 1 {
 		d.add(e.keyNode, e.path, "an experiment compares at least two arms; only %s is listed", entries[0].key)
@@ -1269,6 +1278,7 @@ func (d *decoder) crossCheck(seen map[string]entry) {
 		s.Runtime.Kind = DefaultRuntime
 	}
 	d.checkSlots()
+	d.checkRuntimeKind()
 	if s.Runtime.Kind == "docker" && s.Engine.Image == "" {
 		if e, ok := seen["engine"]; ok {
 			d.add(e.keyNode, "engine.image", "the docker runtime needs an engine image")

@@ -31,7 +31,9 @@ func (s *Spec) Expand() ([]Arm, error) {
 	var arms []Arm
 	if len(s.Arms) > 0 {
 		for _, a := range s.Arms {
-			arms = append(arms, s.render(a.Name, nil, a.Pins))
+			arm := s.render(a.Name, nil, a.Pins)
+			arm.BaseURL = a.BaseURL
+			arms = append(arms, arm)
 		}
 	} else {
 		for _, combo := range s.combinations() {

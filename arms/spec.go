@@ -59,7 +59,9 @@ type Engine struct {
 
 // Runtime says where arms run.
 type Runtime struct {
-	Kind string // "process" (default), "docker" or "slurm"
+	// Kind is "process" (default), "docker", "external" (arms already running at their
+	// base_url) or "slurm".
+	Kind string
 	// Nodes are the machines arms run on; empty runs on this machine (LocalNode) with
 	// one slot, or, for the slurm runtime, on SlurmNode. Spec.Slots cuts them into slots.
 	Nodes []Node
@@ -95,6 +97,17 @@ type Node struct {
 	// Slots caps how many arms the node serves at once; on a node with no GPU list it is
 	// the number of slots (default 1), e.g. refserve arms sharing a CPU machine.
 	Slots int
+	// CA, Cert and Key are the TLS files of a tcp:// daemon started with --tlsverify:
+	// the CA that signed the daemon's certificate, and arbiter's client certificate and
+	// key (PEM; a relative path is read from the spec's folder). All three or none.
+	CA, Cert, Key string
+	// Publish is the address on the node where engines listen and arbiter reaches them
+	// (default 127.0.0.1: a daemon of this machine). A remote daemon needs an address of
+	// its own that this machine can reach.
+	Publish string
+	// Network is "host" to run engines on the node's own network (the port picked by
+	// arbiter), or empty for the daemon's default bridge with a published port.
+	Network string
 }
 
 // Pins are what an arm or a factor level sets on top of the engine's configuration.
@@ -107,6 +120,9 @@ type Pins struct {
 type ArmSpec struct {
 	Name string
 	Pins Pins
+	// BaseURL is where the arm already runs (runtime kind external), as
+	// bench_serving's --base-url: "http://10.0.0.5:30000".
+	BaseURL string
 }
 
 // Factor is a varied factor with its levels, in file order.
@@ -210,4 +226,6 @@ type Arm struct {
 	Env map[string]string
 	// Secrets are the names of variables copied from arbiter's environment at launch.
 	Secrets []string
+	// BaseURL is where an external arm already runs; empty for arms arbiter launches.
+	BaseURL string
 }

@@ -19,8 +19,6 @@ import (
 	"strings"
 	"sync"
 	"unsafe"
-
-	"github.com/ebitengine/purego"
 )
 
 // LibName is the file name of the testbed library.
@@ -184,6 +182,9 @@ func Candidates() []string {
 // Open loads the library at path, or the first of Candidates that exists when path is "",
 // and checks that CUDA sees a device. The errors wrap ErrNoLibrary or ErrNoDevice.
 func Open(path string) (*Lib, error) {
+	if Static {
+		return nil, fmt.Errorf("kernels: %w", dlopenRefused)
+	}
 	if path == "" {
 		tried := Candidates()
 		for _, c := range tried {
@@ -199,7 +200,7 @@ func Open(path string) (*Lib, error) {
 	} else if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("%w at %s: %v", ErrNoLibrary, path, err)
 	}
-	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	h, err := dlopen(path)
 	if err != nil {
 		return nil, fmt.Errorf("kernels: load %s: %w", path, err)
 	}
@@ -220,11 +221,9 @@ func Open(path string) (*Lib, error) {
 		{"arb_bench_pass", &l.benchPass},
 	}
 	for _, s := range syms {
-		addr, err := purego.Dlsym(h, s.name)
-		if err != nil {
+		if err := bind(h, s.name, s.fn); err != nil {
 			return nil, fmt.Errorf("kernels: %s lacks %s (built from another version?): %w", path, s.name, err)
 		}
-		purego.RegisterFunc(s.fn, addr)
 	}
 	if v := l.abiVersion(); v != abiVersion {
 		return nil, fmt.Errorf("kernels: %s has ABI version %d, this arbiter needs %d: rebuild it", path, v, abiVersion)

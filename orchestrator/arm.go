@@ -82,7 +82,7 @@ func (e *experiment) runArm(ctx context.Context, ai, b int, at placement, bar *b
 	log.Info("launching", "command", fmt.Sprint(arms.RedactArgs(arm.Command)))
 	inst, err := e.runtimes[at.slot.Node].Start(ctx, runtime.Launch{Name: name, ExperimentID: e.id, RunID: run.ID,
 		DatabaseID: e.dbID, Command: arm.Command, Env: e.envs[ai], PortFlag: preset.PortFlag, LogPath: run.LogPath,
-		Redact: e.redact, RedactCut: e.redactor.RedactCut, Image: e.spec.Engine.Image, GPUs: at.slot.GPUs})
+		Redact: e.redact, RedactCut: e.redactor.RedactCut, Image: e.spec.Engine.Image, GPUs: at.slot.GPUs, BaseURL: arm.BaseURL})
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:
@@ -148,6 +148,11 @@ func (e *experiment) runArm(ctx context.Context, ai, b int, at placement, bar *b
 	}
 	run.Status, run.Ready = store.RunReady, time.Now()
 	run.ServerInfo = e.serverInfo(ctx, inst.Endpoint(), preset)
+	if err := e.checkExternalPins(ctx, preset, arm); err != nil {
+		stop()
+		finish(store.RunFailed, err.Error())
+		return rr, err
+	}
 	if err := e.store.UpdateRun(ctx, run); err != nil {
 		stop()
 		return rr, err

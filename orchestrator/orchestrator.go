@@ -232,6 +232,23 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	}
 	defer claim.release()
 
+	// The preflight, before anything is recorded: a node that cannot take its arms
+	// leaves no experiment behind. A caller with runtimes of its own checks its own.
+	var unverified []string
+	if opts.Runtime == nil && opts.NodeRuntime == nil && opts.Resume == 0 {
+		pf, err := RunPreflight(ctx, spec)
+		if err == nil {
+			err = pf.Err()
+		}
+		if err != nil {
+			return Result{}, err
+		}
+		unverified = pf.Unverified
+		for _, u := range unverified {
+			log.Warn("pin not verified", "pin", u)
+		}
+	}
+
 	st, err := store.Open(opts.DBPath, store.Options{Redact: redactor.Redact})
 	if err != nil {
 		return Result{}, err
@@ -261,7 +278,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		if expID, armIDs, prior, lease, err = reopen(ctx, st, opts.Resume, spec, armList, owner); err != nil {
 			return Result{}, err
 		}
-	} else if expID, armIDs, lease, err = create(ctx, st, spec, armList, start, owner); err != nil {
+	} else if expID, armIDs, lease, err = create(ctx, st, spec, armList, start, owner, unverified); err != nil {
 		return Result{}, err
 	}
 	logDir := opts.LogDir
@@ -378,12 +395,9 @@ func RuntimeFor(spec *arms.Spec, node arms.Node) (runtime.Runtime, error) {
 	case "", "process":
 		return runtime.Process{}, nil
 	case "docker":
-		// A slot's devices come with each launch; "all" (or none) stays the node's.
-		d := runtime.Docker{Mounts: spec.Engine.Mounts, GPUs: node.GPUs}
-		if !arms.IsLocalHost(node.Host) {
-			d.Host = node.Host
-		}
-		return d, nil
+		return DockerFor(spec, node), nil
+	case "external":
+		return runtime.External{}, nil
 	case "slurm":
 		sl := spec.Runtime.Slurm
 		// A job still queued when the startup timeout ends is given up, with Slurm's reason.
@@ -439,7 +453,7 @@ func nodeRuntimes(spec *arms.Spec, opts Options) (map[string]runtime.Runtime, er
 
 // create records a new experiment, owned by owner, and its arms.
 func create(ctx context.Context, st *store.Store, spec *arms.Spec, armList []arms.Arm, start time.Time,
-	owner store.Owner) (int64, []int64, *store.Lease, error) {
+	owner store.Owner, unverified []string) (int64, []int64, *store.Lease, error) {
 	host, _ := os.Hostname()
 	baseline := spec.Analysis.Baseline
 	if baseline == "" {
@@ -448,7 +462,7 @@ func create(ctx context.Context, st *store.Store, spec *arms.Spec, armList []arm
 	expID, lease, err := st.StartExperiment(ctx, store.Experiment{
 		Name: spec.Name, SpecPath: spec.Path, Spec: string(spec.RedactedSource()), Seed: spec.Workload.Seed,
 		Unit: spec.Analysis.Unit, Alpha: spec.Analysis.Alpha, Baseline: baseline, Version: Version(), Host: host,
-		Created: start, Design: designJSON(spec),
+		Created: start, Design: designJSON(spec, unverified),
 	}, owner)
 	if err != nil {
 		return 0, nil, nil, err
@@ -491,6 +505,9 @@ func DesignOf(spec *arms.Spec) store.Design {
 	if spec.Workload.Kind != arms.DefaultWorkload {
 		d.Kind = spec.Workload.Kind
 	}
+	if spec.Runtime.Kind == "external" {
+		d.Runtime = spec.Runtime.Kind
+	}
 	if p := spec.Analysis.Plan; p.P0 != p.P1 {
 		d.Plan = &store.DesignPlan{P0: p.P0, P1: p.P1, Power: p.Power}
 	}
@@ -504,8 +521,10 @@ func DesignOf(spec *arms.Spec) store.Design {
 	return d
 }
 
-func designJSON(spec *arms.Spec) string {
-	b, _ := json.Marshal(DesignOf(spec))
+func designJSON(spec *arms.Spec, unverified []string) string {
+	d := DesignOf(spec)
+	d.PinsUnverified = unverified
+	b, _ := json.Marshal(d)
 	return string(b)
 }
 

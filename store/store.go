@@ -244,6 +244,12 @@ type Design struct {
 	// against which a sequential verdict measures the sessions it saved; nil when the
 	// spec plans nothing.
 	Plan *DesignPlan `json:"plan,omitempty"`
+	// Runtime is the spec's runtime kind ("" for process).
+	Runtime string `json:"runtime,omitempty"`
+	// PinsUnverified lists the pins of arms that already ran (runtime kind external)
+	// that the engines' /get_server_info could not confirm, each "arm: pin (why)"; the
+	// verdict says so.
+	PinsUnverified []string `json:"pins_unverified,omitempty"`
 }
 
 // DesignPlan is what an experiment was planned to detect.

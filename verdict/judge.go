@@ -322,6 +322,9 @@ func (v *Verdict) caveats() {
 		}
 		cs = append(cs, caveat{rankDesign, text})
 	}
+	if len(v.Design.PinsUnverified) > 0 {
+		add(rankProblem, "Pins not verified: the engines that already ran did not report %s, so the arms are taken to run as declared there.", strings.Join(v.Design.PinsUnverified, "; "))
+	}
 	var faulted []string
 	for _, r := range v.Runs {
 		if r.Superseded {

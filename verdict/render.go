@@ -95,6 +95,9 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 		fmt.Fprintf(b, ", finished %s (%s)", e.FinishedAt.String, between(e.CreatedAt, e.FinishedAt.String))
 	}
 	fmt.Fprintf(b, ".\n")
+	if v.Design.Runtime == "external" {
+		fmt.Fprintf(b, "%s", v.externalNote())
+	}
 	if v.Design.AA {
 		fmt.Fprintf(b, "- An A/A check: every arm runs the same pins, so a significant difference is the pipeline's (load, placement, detectors, the engine's own nondeterminism), not the pins'.\n")
 	} else {

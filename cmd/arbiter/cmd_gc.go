@@ -11,6 +11,8 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/spf13/cobra"
 
+	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/orchestrator"
 	"github.com/arbiterlab/arbiter/orchestrator/runtime"
 	"github.com/arbiterlab/arbiter/store"
 )
@@ -21,6 +23,7 @@ type gcOptions struct {
 	dryRun     bool
 	force      bool
 	host       string
+	spec       string
 	experiment string
 }
 
@@ -36,6 +39,8 @@ const (
 type gcEntry struct {
 	// Kind is "container" or "process group".
 	Kind string `json:"kind"`
+	// Node is the node whose daemon holds a container, with --spec.
+	Node string `json:"node,omitempty"`
 	runtime.Leftover
 	// Processes is how many processes a leftover process group held.
 	Processes int    `json:"processes,omitempty"`
@@ -77,7 +82,8 @@ cluster the Slurm commands here talk to ($SLURM_CONF), by the same rule as conta
 	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "list the containers and what gc would do, without removing any")
 	cmd.Flags().BoolVar(&o.force, "force", false, "also kill the containers of experiments an arbiter is still running")
 	cmd.Flags().StringVar(&o.experiment, "experiment", "", "only the containers of this experiment ID")
-	cmd.Flags().StringVar(&o.host, "host", "", "Docker daemon, unix:// or tcp:// (default $DOCKER_HOST, else the local socket)")
+	cmd.Flags().StringVar(&o.host, "host", "", "Docker daemon, unix://, tcp:// or ssh:// (default $DOCKER_HOST, else the local socket)")
+	cmd.Flags().StringVar(&o.spec, "spec", "", "look on every node of this spec's docker runtime (with the nodes' TLS files) instead of one daemon")
 	return addDBFlag(cmd, g)
 }
 
@@ -105,19 +111,37 @@ func gc(ctx context.Context, g *globals, o gcOptions) error {
 	}
 
 	groups, groupErr := gcEngineGroups(ctx, g, o)
-	d := runtime.Docker{Host: o.host}
-	left, err := d.Leftovers(ctx, o.experiment)
-	switch {
-	case errors.Is(err, runtime.ErrSSHHost):
-		return withCode(exitUsage, err)
-	case err != nil && o.host == "" && client.IsErrConnectionFailed(err):
-		// No local daemon: nothing of the docker runtime can be left on it.
-		fmt.Fprintln(g.stderr, "arbiter gc: no Docker daemon answers; only engine processes were checked")
-		left = nil
-	case err != nil:
-		return errors.Join(groupErr, err)
+	nodes := []gcNode{{d: runtime.Docker{Host: o.host}}}
+	if o.spec != "" {
+		if nodes, err = specNodes(o.spec); err != nil {
+			return errors.Join(groupErr, err)
+		}
+	}
+	type found struct {
+		runtime.Leftover
+		node int
+	}
+	var left []found
+	for i, n := range nodes {
+		ls, err := n.d.Leftovers(ctx, o.experiment)
+		switch {
+		case errors.Is(err, runtime.ErrBadHost):
+			return withCode(exitUsage, err)
+		case err != nil && o.host == "" && o.spec == "" && client.IsErrConnectionFailed(err):
+			// No local daemon: nothing of the docker runtime can be left on it.
+			fmt.Fprintln(g.stderr, "arbiter gc: no Docker daemon answers; only engine processes were checked")
+		case err != nil && o.spec != "":
+			// One node down leaves the others to be swept.
+			groupErr = errors.Join(groupErr, fmt.Errorf("node %s: %w", n.name, err))
+		case err != nil:
+			return errors.Join(groupErr, err)
+		}
+		for _, l := range ls {
+			left = append(left, found{l, i})
+		}
 	}
 	var entries []gcEntry
+	var entryNode []int
 	others, unlabelled := 0, 0
 	now := time.Now()
 	jobs, err := runtime.SlurmLeftovers(ctx, dbID, o.experiment)
@@ -128,8 +152,10 @@ func gc(ctx context.Context, g *globals, o gcOptions) error {
 	}
 	for _, l := range jobs {
 		entries = append(entries, gcDecide(gcEntry{Kind: "slurm job", Leftover: l, Action: gcRemove}, byID, o, now))
+		entryNode = append(entryNode, -1)
 	}
-	for _, l := range left {
+	for _, f := range left {
+		l := f.Leftover
 		switch l.Database {
 		case dbID:
 		case "":
@@ -139,7 +165,8 @@ func gc(ctx context.Context, g *globals, o gcOptions) error {
 			others++
 			continue
 		}
-		entries = append(entries, gcDecide(gcEntry{Kind: "container", Leftover: l, Action: gcRemove}, byID, o, now))
+		entries = append(entries, gcDecide(gcEntry{Kind: "container", Node: nodes[f.node].name, Leftover: l, Action: gcRemove}, byID, o, now))
+		entryNode = append(entryNode, f.node)
 	}
 	if others+unlabelled > 0 {
 		fmt.Fprintf(g.stderr, "arbiter gc: left alone: %d container(s) of other results databases and %d without a database label (an older arbiter's; docker ps -a --filter label=%s=1 lists them)\n",
@@ -159,11 +186,13 @@ func gc(ctx context.Context, g *globals, o gcOptions) error {
 		if o.dryRun || e.Action == gcLeave {
 			continue
 		}
-		remove := d.Remove
+		var err error
 		if e.Kind == "slurm job" {
-			remove = runtime.CancelSlurmJob
+			err = runtime.CancelSlurmJob(ctx, e.ID)
+		} else {
+			err = nodes[entryNode[i]].d.Remove(ctx, e.ID)
 		}
-		if err := remove(ctx, e.ID); err != nil {
+		if err != nil {
 			e.Error = err.Error()
 			errs = append(errs, err)
 			continue
@@ -210,6 +239,9 @@ func gc(ctx context.Context, g *globals, o gcOptions) error {
 			verb = "removed"
 		}
 		fmt.Fprintf(g.stdout, "%s %s (%s", verb, e.Name, e.State)
+		if e.Node != "" {
+			fmt.Fprintf(g.stdout, ", node %s", e.Node)
+		}
 		if e.Run != "" {
 			fmt.Fprintf(g.stdout, ", run %s", e.Run)
 		}
@@ -272,4 +304,26 @@ func printJob(g *globals, o gcOptions, e gcEntry) {
 		fmt.Fprintf(g.stdout, ": %s", e.Error)
 	}
 	fmt.Fprintln(g.stdout)
+}
+
+// gcNode is one daemon gc looks at: a node of a spec, or the one of --host.
+type gcNode struct {
+	name string
+	d    runtime.Docker
+}
+
+// specNodes are the daemons of the docker nodes of the spec at path.
+func specNodes(path string) ([]gcNode, error) {
+	spec, err := arms.Load(path)
+	if err != nil {
+		return nil, withCode(exitUsage, err)
+	}
+	if spec.Runtime.Kind != "docker" {
+		return nil, withCode(exitUsage, fmt.Errorf("gc --spec: %s runs on the %s runtime, which has no containers", path, spec.Runtime.Kind))
+	}
+	var out []gcNode
+	for _, n := range spec.Nodes() {
+		out = append(out, gcNode{name: n.Name, d: orchestrator.DockerFor(spec, n)})
+	}
+	return out, nil
 }

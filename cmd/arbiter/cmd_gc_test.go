@@ -273,16 +273,16 @@ func TestDockerRuntime(t *testing.T) {
 		}
 	})
 
-	t.Run("ssh host is a usage error", func(t *testing.T) {
+	t.Run("a host that is no daemon address is a usage error", func(t *testing.T) {
 		db := filepath.Join(t.TempDir(), "results.db")
 		s, err := store.Open(db, store.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		s.Close()
-		code, _, stderr := runCLI(t, "gc", "--db", db, "--host", "ssh://ops@node-a")
-		if code != exitUsage || !strings.Contains(stderr, "not supported yet") {
-			t.Errorf("gc --host ssh://: code %d, %q", code, stderr)
+		code, _, stderr := runCLI(t, "gc", "--db", db, "--host", "ssh://ops:secret@127.0.0.1")
+		if code != exitUsage || !strings.Contains(stderr, "no passwords") || strings.Contains(stderr, "secret") {
+			t.Errorf("gc --host ssh://user:password@: code %d, %q", code, stderr)
 		}
 	})
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,7 +19,8 @@ import (
 func init() { subcommands = append(subcommands, newValidateCmd) }
 
 func newValidateCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var preflight bool
+	cmd := &cobra.Command{
 		Use:   "validate SPEC",
 		Short: "Check an experiment spec and show the arms it expands to",
 		Long: "validate reads a spec, reports every problem with file:line:col, runs the confound check " +
@@ -30,9 +32,61 @@ func newValidateCmd(g *globals) *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return validateSpec(g, args[0])
+			if !preflight || !g.json {
+				if err := validateSpec(g, args[0]); err != nil || !preflight {
+					return err
+				}
+			}
+			return preflightSpec(cmd.Context(), g, args[0])
 		},
 	}
+	cmd.Flags().BoolVar(&preflight, "preflight", false, "also run the checks arbiter run makes before it records anything: "+
+		"each Docker daemon answers, holds the image and can give GPUs; GPUs and fixed ports are there and free; external arms answer and report their pins")
+	return cmd
+}
+
+// preflightSpec runs the preflight of the spec at path and prints each check. Exit
+// code 1 when one failed.
+func preflightSpec(ctx context.Context, g *globals, path string) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	spec, err := arms.Load(path)
+	if err != nil {
+		return withCode(exitUsage, err)
+	}
+	pf, err := orchestrator.RunPreflight(ctx, spec)
+	if err != nil {
+		return err
+	}
+	if g.json {
+		// One document: the spec's summary with the preflight in it.
+		expanded, _ := spec.Expand()
+		sum := summarize(spec, expanded, spec.Redactor(os.LookupEnv))
+		sum.Preflight = &pf
+		enc := json.NewEncoder(g.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(sum); err != nil {
+			return err
+		}
+	} else {
+		var b strings.Builder
+		fmt.Fprintf(&b, "preflight  %d %s\n", len(pf.Checks), pluralize(len(pf.Checks), "check"))
+		for _, c := range pf.Checks {
+			mark := "ok  "
+			if !c.OK {
+				mark = "FAIL"
+			}
+			fmt.Fprintf(&b, "  %s %s %s: %s\n", mark, c.Node, c.What, c.Detail)
+		}
+		for _, u := range pf.Unverified {
+			fmt.Fprintf(&b, "  not verified: %s\n", u)
+		}
+		if _, err := io.WriteString(g.stdout, b.String()); err != nil {
+			return err
+		}
+	}
+	return pf.Err()
 }
 
 // validateSpec prints the spec's summary to stdout, or every problem to stderr; with
@@ -128,6 +182,8 @@ type specSummary struct {
 	Blocks    int               `json:"blocks"`
 	Timeouts  map[string]string `json:"timeouts"`
 	Secrets   []string          `json:"secrets,omitempty"`
+	// Preflight is what validate --preflight found; absent without it.
+	Preflight *orchestrator.Preflight `json:"preflight,omitempty"`
 }
 
 type armSummary struct {

@@ -47,8 +47,21 @@ const (
 // instructions give for `docker run`.
 type Docker struct {
 	// Host is the daemon: "" for the local one ($DOCKER_HOST, else the default socket),
-	// "unix:///path/docker.sock" or "tcp://host:port". ssh:// is not supported yet.
+	// "unix:///path/docker.sock", "tcp://host:port" or "ssh://[user@]host[:port]" (the
+	// Docker CLI's habit: `ssh host docker system dial-stdio`, so the remote needs the
+	// docker CLI and this machine key-based ssh access to it).
 	Host string
+	// TLSCA, TLSCert and TLSKey are the files of a tcp:// daemon that demands TLS
+	// (dockerd --tlsverify): the CA that signed the daemon's certificate, and this
+	// client's certificate and key, PEM. All three or none; none speaks plain TCP.
+	TLSCA, TLSCert, TLSKey string
+	// SSHCommand is the ssh client an ssh:// Host is reached through (default "ssh").
+	SSHCommand string
+	// Network is the containers' network: "" for the daemon's default bridge, the
+	// engine's port published on PublishIP; "host" for the node's own network, the
+	// engine listening on PublishIP at a port arbiter picks (GPU nodes that run NCCL or
+	// RDMA are often set up so; a daemon started with --bridge=none has only this).
+	Network string
 	// GPUs are the devices an arm gets when Launch.GPUs is empty: "all", a range such
 	// as "0-7", or a list such as "0,2,4"; empty for none (unless GPUCount is set).
 	GPUs string
@@ -84,6 +97,12 @@ type Docker struct {
 	Grace time.Duration
 	// TailLines is how many log lines an Exit keeps (default 40).
 	TailLines int
+	// Heartbeat is how often a running engine's daemon is pinged; three pings in a row
+	// without an answer (each given Heartbeat) lose the node (default 5s).
+	Heartbeat time.Duration
+
+	// hostPort is the port an engine on the host's network listens on, picked by Start.
+	hostPort int
 }
 
 // defaults fills in the documented zero-value settings.
@@ -109,28 +128,57 @@ func (d Docker) defaults() Docker {
 	if d.TailLines <= 0 {
 		d.TailLines = 40
 	}
+	if d.Heartbeat <= 0 {
+		d.Heartbeat = 5 * time.Second
+	}
 	return d
 }
 
-// ErrSSHHost reports a daemon address arbiter cannot reach by itself yet.
-var ErrSSHHost = errors.New("docker runtime: ssh:// daemon hosts are not supported yet; forward the remote socket (ssh -L /tmp/node.sock:/var/run/docker.sock host) and use unix:///tmp/node.sock")
+// ErrBadHost is wrapped by errors about a daemon address arbiter cannot use as given.
+var ErrBadHost = errors.New("not a daemon address")
 
 // client opens a client for d.Host; API version negotiation is on, so old daemons
 // (API 1.41, Docker 20.10) are spoken to in their own version.
 func (d Docker) client() (*client.Client, error) {
-	opts := []client.Opt{client.FromEnv}
-	switch u, err := url.Parse(d.Host); {
-	case d.Host == "" && strings.HasPrefix(os.Getenv(client.EnvOverrideHost), "ssh://"):
-		return nil, ErrSSHHost
-	case d.Host == "":
+	// DOCKER_HOST is read here rather than by client.FromEnv, which knows no ssh://.
+	opts := []client.Opt{client.WithTLSClientConfigFromEnv(), client.WithAPIVersionFromEnv()}
+	host := d.Host
+	if host == "" {
+		host = os.Getenv(client.EnvOverrideHost)
+	}
+	tls := d.TLSCA != "" || d.TLSCert != "" || d.TLSKey != ""
+	switch u, err := url.Parse(host); {
+	case host == "":
 	case err != nil:
-		return nil, fmt.Errorf("docker runtime: host %q: %w", d.Host, err)
+		return nil, fmt.Errorf("docker runtime: host %q: %w", host, err)
 	case u.Scheme == "ssh":
-		return nil, ErrSSHHost
+		if tls {
+			return nil, fmt.Errorf("docker runtime: host %s: TLS files are for tcp:// daemons; ssh carries its own encryption", host)
+		}
+		dial, err := sshDialer(u, d.SSHCommand)
+		if err != nil {
+			return nil, err
+		}
+		// The address is a placeholder: every connection goes through ssh.
+		opts = append(opts, client.WithHost("http://docker.ssh"), client.WithDialContext(dial))
 	case u.Scheme == "unix" || u.Scheme == "tcp":
-		opts = append(opts, client.WithHost(d.Host))
+		opts = append(opts, client.WithHost(host))
 	default:
-		return nil, fmt.Errorf("docker runtime: host %q: want unix:// or tcp:// (or empty for the local daemon)", d.Host)
+		return nil, fmt.Errorf("docker runtime: host %q: %w: want unix://, tcp:// or ssh:// (or empty for the local daemon)", host, ErrBadHost)
+	}
+	if tls {
+		if d.TLSCA == "" || d.TLSCert == "" || d.TLSKey == "" {
+			return nil, fmt.Errorf("docker runtime: host %s: TLS needs all three files: ca, cert and key", host)
+		}
+		if !strings.HasPrefix(host, "tcp://") {
+			return nil, fmt.Errorf("docker runtime: host %q: TLS files are for tcp:// daemons", host)
+		}
+		for _, f := range []string{d.TLSCA, d.TLSCert, d.TLSKey} {
+			if _, err := os.Stat(f); err != nil {
+				return nil, fmt.Errorf("docker runtime: host %s: TLS file: %w", host, err)
+			}
+		}
+		opts = append(opts, client.WithTLSClientConfig(d.TLSCA, d.TLSCert, d.TLSKey))
 	}
 	cli, err := client.New(opts...)
 	if err != nil {
@@ -163,6 +211,15 @@ func (d Docker) Start(ctx context.Context, l Launch) (Instance, error) {
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if d.Network == "host" {
+		// A port free here; on a daemon of this machine that is the port's own host.
+		// On another machine a taken port shows as an engine that exits at once.
+		port, err := freePort()
+		if err != nil {
+			return nil, fmt.Errorf("docker runtime: %w", err)
+		}
+		d.hostPort = port
 	}
 	cfg, hostCfg, err := d.containerConfig(l)
 	if err != nil {
@@ -238,8 +295,13 @@ func (d Docker) Start(ctx context.Context, l Launch) (Instance, error) {
 		stdout.flush()
 		stderr.flush()
 	}()
+	// A daemon that stops answering without closing the connection (frozen, or cut off
+	// by the network) would hold the wait open: the heartbeat gives up on it instead.
+	waitCtx, lost := context.WithCancelCause(bg)
+	go inst.heartbeat(waitCtx, d.Heartbeat, lost)
 	go func() {
-		code, oom, waitErr := inst.wait(bg)
+		code, oom, waitErr := inst.wait(waitCtx)
+		lost(nil)
 		// The log stream ends when the container does; a daemon that keeps it open
 		// must not hold the exit back.
 		select {
@@ -256,7 +318,14 @@ func (d Docker) Start(ctx context.Context, l Launch) (Instance, error) {
 
 // containerConfig renders l into the daemon's create request.
 func (d Docker) containerConfig(l Launch) (*container.Config, *container.HostConfig, error) {
-	port, err := network.ParsePort(strconv.Itoa(d.ContainerPort) + "/tcp")
+	if d.Network == "host" && d.hostPort == 0 {
+		return nil, nil, errors.New("docker runtime: host network without a port")
+	}
+	listen := d.ContainerPort
+	if d.Network == "host" {
+		listen = d.hostPort
+	}
+	port, err := network.ParsePort(strconv.Itoa(listen) + "/tcp")
 	if err != nil {
 		return nil, nil, fmt.Errorf("docker runtime: container port: %w", err)
 	}
@@ -269,10 +338,12 @@ func (d Docker) containerConfig(l Launch) (*container.Config, *container.HostCon
 		portFlag = "--port"
 	}
 	cfg := &container.Config{
-		Image:        l.Image,
-		Env:          slices.Clone(l.Env),
-		ExposedPorts: network.PortSet{port: {}},
-		Labels:       launchLabels(l),
+		Image:  l.Image,
+		Env:    slices.Clone(l.Env),
+		Labels: launchLabels(l),
+	}
+	if d.Network != "host" {
+		cfg.ExposedPorts = network.PortSet{port: {}}
 	}
 	var args []string
 	if len(l.Command) > 0 {
@@ -282,9 +353,15 @@ func (d Docker) containerConfig(l Launch) (*container.Config, *container.HostCon
 		args = slices.Clone(l.Command[1:])
 	}
 	if d.HostFlag != "-" && !hasFlag(args, d.HostFlag) {
-		args = append(args, d.HostFlag, "0.0.0.0")
+		// On the host's network the engine listens where it is to be reached, and no
+		// wider; in its own namespace it must listen where the published port arrives.
+		addr := "0.0.0.0"
+		if d.Network == "host" {
+			addr = d.PublishIP
+		}
+		args = append(args, d.HostFlag, addr)
 	}
-	cfg.Cmd = append(args, portFlag, strconv.Itoa(d.ContainerPort))
+	cfg.Cmd = append(args, portFlag, strconv.Itoa(listen))
 
 	mounts, err := parseMounts(d.Mounts)
 	if err != nil {
@@ -300,11 +377,18 @@ func (d Docker) containerConfig(l Launch) (*container.Config, *container.HostCon
 		return nil, nil, err
 	}
 	hostCfg := &container.HostConfig{
-		PortBindings: network.PortMap{port: {{HostIP: publish}}},
-		Mounts:       mounts,
-		IpcMode:      container.IpcMode(d.IPC),
-		ShmSize:      d.ShmSize,
-		Resources:    container.Resources{DeviceRequests: devices},
+		Mounts:    mounts,
+		IpcMode:   container.IpcMode(d.IPC),
+		ShmSize:   d.ShmSize,
+		Resources: container.Resources{DeviceRequests: devices},
+	}
+	switch d.Network {
+	case "":
+		hostCfg.PortBindings = network.PortMap{port: {{HostIP: publish}}}
+	case "host":
+		hostCfg.NetworkMode = "host"
+	default:
+		return nil, nil, fmt.Errorf("docker runtime: network %q: want host, or nothing for the daemon's bridge", d.Network)
 	}
 	if d.IPC == "host" {
 		// The host's /dev/shm is used; a size would only be ignored.
@@ -324,7 +408,7 @@ func (d Docker) containerConfig(l Launch) (*container.Config, *container.HostCon
 // loopback, where arbiter cannot reach them.
 func (d Docker) checkReachable() error {
 	u, err := url.Parse(d.Host)
-	if d.Host == "" || err != nil || u.Scheme != "tcp" {
+	if d.Host == "" || err != nil || (u.Scheme != "tcp" && u.Scheme != "ssh") {
 		return nil
 	}
 	if ip, err := netip.ParseAddr(d.PublishIP); err == nil && !ip.IsLoopback() {
@@ -333,7 +417,7 @@ func (d Docker) checkReachable() error {
 	if isLoopbackHost(u.Hostname()) {
 		return nil
 	}
-	return fmt.Errorf("docker runtime: daemon %s is on another machine, but engine ports are published on %s there; give the runtime a PublishIP that this machine can reach", d.Host, d.PublishIP)
+	return fmt.Errorf("docker runtime: daemon %s is on another machine, but engines listen on %s there; give the node an address this machine can reach (publish)", u.Redacted(), d.PublishIP)
 }
 
 func isLoopbackHost(h string) bool {
@@ -347,17 +431,22 @@ func isLoopbackHost(h string) bool {
 // endpoint is the engine's URL as arbiter reaches it. It is empty when the container
 // exited before its port could be read (Done is then closed or about to be).
 func (d Docker) endpoint(cli *client.Client, ns *container.NetworkSettings) string {
+	host := d.PublishIP
+	if ip, err := netip.ParseAddr(host); err == nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+		if u, err := url.Parse(d.Host); err == nil && (u.Scheme == "tcp" || u.Scheme == "ssh") {
+			host = u.Hostname()
+		} else if u, err := url.Parse(cli.DaemonHost()); err == nil && u.Scheme == "tcp" {
+			host = u.Hostname()
+		}
+	}
+	if d.Network == "host" {
+		return "http://" + net.JoinHostPort(host, strconv.Itoa(d.hostPort))
+	}
 	if ns == nil {
 		return ""
 	}
 	port, _ := network.ParsePort(strconv.Itoa(d.ContainerPort) + "/tcp")
-	host := d.PublishIP
-	if ip, err := netip.ParseAddr(host); err == nil && ip.IsUnspecified() {
-		host = "127.0.0.1"
-		if u, err := url.Parse(cli.DaemonHost()); err == nil && u.Scheme == "tcp" {
-			host = u.Hostname()
-		}
-	}
 	for _, b := range ns.Ports[port] {
 		if b.HostPort != "" {
 			return "http://" + net.JoinHostPort(host, b.HostPort)
@@ -561,14 +650,33 @@ func (i *dockerInstance) wait(ctx context.Context) (code int, oom bool, err erro
 	case err = <-w.Error:
 		code = -1
 	}
+	if cause := context.Cause(ctx); errors.Is(cause, ErrNodeLost) {
+		// The heartbeat gave up on the daemon: asking it more would only wait again.
+		return -1, false, cause
+	}
 	// OOM is only in the container's state; a failed wait may still have an answer there.
 	inspCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if insp, ierr := i.cli.ContainerInspect(inspCtx, i.id, client.ContainerInspectOptions{}); ierr == nil && insp.Container.State != nil {
+	insp, ierr := i.cli.ContainerInspect(inspCtx, i.id, client.ContainerInspectOptions{})
+	if ierr == nil && insp.Container.State != nil {
 		st := insp.Container.State
 		oom = st.OOMKilled
 		if !st.Running {
 			code, err = st.ExitCode, nil
+		}
+		return code, oom, err
+	}
+	// No answer about the container: if the daemon answers nothing at all, the node is
+	// lost (stopped, crashed, cut off), and with it whatever the engine was doing; a
+	// daemon that shuts down stops its containers first, so even a clean exit code
+	// read just before is no engine's own end.
+	if ierr != nil && !cerrdefs.IsNotFound(ierr) {
+		if _, perr := i.cli.Ping(inspCtx, client.PingOptions{}); perr != nil {
+			lost := perr
+			if err != nil {
+				lost = err
+			}
+			return -1, false, fmt.Errorf("%w: daemon %s: %v", ErrNodeLost, i.cli.DaemonHost(), lost)
 		}
 	}
 	return code, oom, err
@@ -586,7 +694,10 @@ func (i *dockerInstance) finish(code int, oom bool, waitErr error) {
 	}
 	if waitErr != nil {
 		e.LogTail = strings.TrimLeft(e.LogTail+"\n[arbiter: lost track of the container: "+waitErr.Error()+"]", "\n")
-		if !i.stopped {
+		switch {
+		case errors.Is(waitErr, ErrNodeLost):
+			e.Lost = waitErr.Error()
+		case !i.stopped:
 			e.Lost = "lost track of the container: " + waitErr.Error()
 		}
 	}
@@ -603,6 +714,40 @@ func signalName(s syscall.Signal) string {
 		return n
 	}
 	return fmt.Sprintf("signal %d", int(s))
+}
+
+// heartbeatMisses is how many pings in a row may go unanswered before a node is lost.
+const heartbeatMisses = 3
+
+// heartbeat pings the daemon every interval while the engine runs, and ends ctx with
+// an ErrNodeLost cause once heartbeatMisses pings in a row went unanswered.
+func (i *dockerInstance) heartbeat(ctx context.Context, every time.Duration, lost context.CancelCauseFunc) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	misses := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-i.done:
+			return
+		case <-tick.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, every)
+		_, err := i.cli.Ping(pctx, client.PingOptions{})
+		cancel()
+		switch {
+		case err == nil:
+			misses = 0
+		case ctx.Err() != nil:
+			return
+		default:
+			if misses++; misses >= heartbeatMisses {
+				lost(fmt.Errorf("%w: daemon %s: %d pings in a row went unanswered: %v", ErrNodeLost, i.cli.DaemonHost(), misses, err))
+				return
+			}
+		}
+	}
 }
 
 // Stop stops the container (SIGTERM, SIGKILL after the grace period or when ctx ends)

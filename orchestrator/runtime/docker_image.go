@@ -27,15 +27,17 @@ type ImageFile struct {
 
 // BuildImage builds an image FROM scratch that holds files, tags it tag and returns once
 // the daemon has it. No registry is involved: the files travel in the build context.
-// It is how a locally built engine (refserve) runs under the docker runtime.
-func (d Docker) BuildImage(ctx context.Context, tag string, files []ImageFile) error {
+// It is how a locally built engine (refserve) runs under the docker runtime. The
+// image's entrypoint is entrypoint when given (the docker runtime sets its own from
+// the command either way).
+func (d Docker) BuildImage(ctx context.Context, tag string, files []ImageFile, entrypoint ...string) error {
 	cli, err := d.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer cli.Close()
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(writeBuildContext(pw, files)) }()
+	go func() { pw.CloseWithError(writeBuildContext(pw, files, entrypoint)) }()
 	// No arbiter labels on the image: containers inherit them, and gc would then take
 	// containers that someone else started from it for arbiter's.
 	res, err := cli.ImageBuild(ctx, pr, client.ImageBuildOptions{Tags: []string{tag}, Remove: true, ForceRemove: true})
@@ -79,9 +81,17 @@ func (d Docker) RemoveImage(ctx context.Context, tag string) error {
 
 // writeBuildContext writes a tar holding a Dockerfile that copies rootfs/ into an empty
 // image, and the files under rootfs/.
-func writeBuildContext(w io.Writer, files []ImageFile) error {
+func writeBuildContext(w io.Writer, files []ImageFile, entrypoint []string) error {
 	tw := tar.NewWriter(w)
 	dockerfile := "FROM scratch\nCOPY rootfs/ /\n"
+	if len(entrypoint) > 0 {
+		// The exec form is a JSON list.
+		b, err := json.Marshal(entrypoint)
+		if err != nil {
+			return err
+		}
+		dockerfile += "ENTRYPOINT " + string(b) + "\n"
+	}
 	if err := tw.WriteHeader(&tar.Header{Name: "Dockerfile", Mode: 0o644, Size: int64(len(dockerfile))}); err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -63,7 +62,9 @@ func refserveImage(t *testing.T) string {
 		}
 		defer os.RemoveAll(dir)
 		bin := filepath.Join(dir, "refserve")
-		build := exec.Command("go", "build", "-o", bin, "github.com/arbiterlab/arbiter/cmd/refserve")
+		// The image's engine is built as `make image` builds it: static, so that the
+		// image holds nothing but the binary.
+		build := exec.Command("go", "build", "-tags", "arbiter_static", "-o", bin, "github.com/arbiterlab/arbiter/cmd/refserve")
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := build.CombinedOutput(); err != nil {
 			imageErr = fmt.Errorf("build refserve: %w\n%s", err, out)
@@ -72,6 +73,10 @@ func refserveImage(t *testing.T) string {
 		files, err := ExecutableFiles(bin, "/refserve")
 		if err != nil {
 			imageErr = err
+			return
+		}
+		if len(files) != 1 {
+			imageErr = fmt.Errorf("refserve built with arbiter_static is dynamically linked: it needs %v", files[1:])
 			return
 		}
 		tag := "arbiter-test/refserve:" + randomHex(6)
@@ -306,8 +311,14 @@ func TestDockerStartErrors(t *testing.T) {
 	}{
 		{Docker{}, Launch{Command: []string{"/refserve"}, LogPath: logPath}, "no image"},
 		{Docker{}, Launch{Image: "x", Command: []string{"/refserve"}}, "no log path"},
-		{Docker{Host: "ssh://ops@node-a"}, Launch{Image: "x", LogPath: logPath}, "ssh:// daemon hosts are not supported yet"},
-		{Docker{Host: "http://node-a"}, Launch{Image: "x", LogPath: logPath}, "want unix:// or tcp://"},
+		{Docker{Host: "ssh://ops:pw@127.0.0.1"}, Launch{Image: "x", LogPath: logPath}, "no passwords in the address"},
+		{Docker{Host: "http://node-a"}, Launch{Image: "x", LogPath: logPath}, "want unix://, tcp:// or ssh://"},
+		{Docker{Host: "ssh://127.0.0.1/var/run/docker.sock"}, Launch{Image: "x", LogPath: logPath}, "takes no path"},
+		{Docker{Host: "ssh://127.0.0.1", TLSCA: "ca.pem"}, Launch{Image: "x", LogPath: logPath}, "TLS files are for tcp://"},
+		{Docker{Host: "tcp://127.0.0.1:2376", TLSCA: "ca.pem"}, Launch{Image: "x", LogPath: logPath}, "all three files"},
+		{Docker{Host: "tcp://127.0.0.1:2376", TLSCA: "/nonexistent/ca.pem", TLSCert: "c", TLSKey: "k"}, Launch{Image: "x", LogPath: logPath}, "TLS file"},
+		{Docker{Host: "ssh://ops@node-a"}, Launch{Image: "x", LogPath: logPath}, "is on another machine"},
+		{Docker{Network: "overlay"}, Launch{Image: "x", LogPath: logPath}, "want host"},
 		{Docker{Host: "tcp://node-a:2375"}, Launch{Image: "x", LogPath: logPath}, "is on another machine"},
 		{Docker{Mounts: []string{"/models"}}, Launch{Image: "x", LogPath: logPath}, "want src:dst"},
 		{Docker{GPUs: "0-1", GPUCount: 4}, Launch{Image: "x", LogPath: logPath}, "only 2"},
@@ -318,9 +329,12 @@ func TestDockerStartErrors(t *testing.T) {
 			t.Errorf("Start(%+v, %+v) = %v, want an error saying %q", c.d, c.l, err, c.want)
 		}
 	}
-	t.Setenv("DOCKER_HOST", "ssh://ops@node-a")
-	if _, err := (Docker{}).Start(context.Background(), Launch{Image: "x", LogPath: logPath}); !errors.Is(err, ErrSSHHost) {
-		t.Errorf("Start with DOCKER_HOST=ssh://... = %v, want ErrSSHHost", err)
+	// DOCKER_HOST=ssh://... goes through ssh like a node's host; here to an ssh that
+	// does not exist, which the error names.
+	t.Setenv("DOCKER_HOST", "ssh://ops@127.0.0.1")
+	_, err := (Docker{SSHCommand: "/nonexistent/ssh"}).Start(context.Background(), Launch{Image: "x", LogPath: logPath})
+	if err == nil || !strings.Contains(err.Error(), "/nonexistent/ssh") {
+		t.Errorf("Start with DOCKER_HOST=ssh://... through a missing ssh = %v, want an error naming it", err)
 	}
 }
 
@@ -511,5 +525,86 @@ func TestLineWriterKeepsStreamsApart(t *testing.T) {
 	}
 	if sink.tail() != "warn: slow disk\nloading weights\nready\npartial" {
 		t.Errorf("tail = %q", sink.tail())
+	}
+}
+
+// An ssh:// daemon is reached as the Docker CLI reaches it: `ssh HOST docker system
+// dial-stdio`. The ssh here is a stand-in that checks what it is asked to run and runs
+// it on this machine, so the whole path (create, logs, wait, stop) crosses a real
+// dial-stdio session to the real daemon.
+func TestDockerThroughSSHDialStdio(t *testing.T) {
+	image := refserveImage(t)
+	if _, err := exec.LookPath("docker"); err != nil {
+		if os.Getenv("ARBITER_REQUIRE_DOCKER") == "1" {
+			t.Fatal("ARBITER_REQUIRE_DOCKER=1 but there is no docker CLI for dial-stdio")
+		}
+		t.Skip("no docker CLI to run dial-stdio")
+	}
+	dir := t.TempDir()
+	calls := filepath.Join(dir, "calls")
+	fake := filepath.Join(dir, "ssh")
+	script := "#!/bin/sh\necho \"$*\" >> " + calls + "\n" +
+		`case "$*" in "-o BatchMode=yes -p 2222 -l ops -- 127.0.0.1 docker system dial-stdio") exec docker system dial-stdio;; esac` + "\n" +
+		"echo \"ssh stand-in: unexpected arguments: $*\" >&2\nexit 255\n"
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := Docker{Host: "ssh://ops@127.0.0.1:2222", SSHCommand: fake, Grace: 5 * time.Second}
+	l := Launch{Name: "exp11-ssh-b0", Image: image, Command: []string{"/refserve"}, Env: []string{"BF16_INDEX_K=1"},
+		LogPath: filepath.Join(dir, "engine.log"), RunID: 5}
+	inst, err := d.Start(context.Background(), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inst.Stop(context.Background()) })
+	waitHealthy(t, inst)
+	if err := inst.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if e := inst.Exit(); e.Crashed() || e.Code != 0 || e.Lost != "" {
+		t.Errorf("exit = %+v, want a clean stop", e)
+	}
+	b, err := os.ReadFile(calls)
+	if err != nil || !strings.Contains(string(b), "dial-stdio") {
+		t.Fatalf("the ssh stand-in was not used (%v): %q", err, b)
+	}
+	log, _ := os.ReadFile(l.LogPath)
+	if !strings.Contains(string(log), "fired up and ready") {
+		t.Errorf("the engine's log did not come through the ssh session:\n%s", log)
+	}
+
+	// A refused login says what ssh said.
+	d.Host = "ssh://intruder@127.0.0.1:2222"
+	if _, err := d.Start(context.Background(), l); err == nil || !strings.Contains(err.Error(), "unexpected arguments") {
+		t.Errorf("Start through a refusing ssh = %v, want ssh's own words", err)
+	}
+}
+
+// On the host's network the engine listens on the port arbiter picked, on loopback.
+func TestDockerHostNetwork(t *testing.T) {
+	image := refserveImage(t)
+	l := Launch{Name: "exp12-host-b0", Image: image, Command: []string{"/refserve"},
+		LogPath: filepath.Join(t.TempDir(), "engine.log")}
+	inst, err := Docker{Network: "host", Grace: 5 * time.Second}.Start(context.Background(), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inst.Stop(context.Background()) })
+	waitHealthy(t, inst)
+	resp, err := http.Get(inst.Endpoint() + "/get_server_info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info struct {
+		Host string `json:"host"`
+		Port int    `json:"port"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&info)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("http://127.0.0.1:%d", info.Port); info.Host != "127.0.0.1" || inst.Endpoint() != want {
+		t.Errorf("engine listens on %s:%d, endpoint %s; want loopback and %s", info.Host, info.Port, inst.Endpoint(), want)
 	}
 }

@@ -37,6 +37,8 @@ type Launch struct {
 	GPUs string
 	// Image is the container image (docker runtime).
 	Image string
+	// BaseURL is where an arm that already runs is reached (external runtime).
+	BaseURL string
 }
 
 // Runtime starts engines.
@@ -90,14 +92,17 @@ type Exit struct {
 	Reason string
 }
 
-// Crashed reports whether the engine ended on its own, not because it was asked to.
-func (e Exit) Crashed() bool { return !e.Stopped }
+// Crashed reports whether the engine ended on its own, not because it was asked to
+// and not with its node.
+func (e Exit) Crashed() bool { return !e.Stopped && e.Lost == "" }
 
 // String says how the engine ended in a few words.
 func (e Exit) String() string {
 	switch {
 	case e.Reason != "":
 		return e.Reason
+	case e.Lost != "":
+		return "lost with its node (" + e.Lost + ")"
 	case e.Signal != "":
 		return fmt.Sprintf("killed by %s", e.Signal)
 	default:

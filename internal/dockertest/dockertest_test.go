@@ -1,0 +1,173 @@
+//go:build linux
+
+package dockertest
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/arbiterlab/arbiter/orchestrator/runtime"
+)
+
+// Two daemons are two nodes: each holds the image built into it and only its own
+// containers, and one that is killed loses the engine it ran (reported as lost, not
+// crashed) while the other's engine serves on.
+func TestTwoDaemonsAreSeparateNodes(t *testing.T) {
+	ds := Start(t, 2)
+	image := RefserveImage(t, ds...)
+	insts := make([]runtime.Instance, len(ds))
+	for i, d := range ds {
+		rt := runtime.Docker{Host: d.Host, Network: "host", Grace: 5 * time.Second}
+		inst, err := rt.Start(context.Background(), runtime.Launch{Name: "exp1-arm" + strconv.Itoa(i) + "-b0", RunID: int64(i + 1),
+			Image: image, Command: []string{"refserve"}, LogPath: filepath.Join(t.TempDir(), "engine.log")})
+		if err != nil {
+			t.Fatalf("%s: %v", d.Name, err)
+		}
+		t.Cleanup(func() { inst.Stop(context.Background()) })
+		insts[i] = inst
+		waitHealthy(t, inst)
+	}
+	for i, d := range ds {
+		cli, err := client.New(client.WithHost(d.Host), client.WithAPIVersionNegotiation())
+		if err != nil {
+			t.Fatal(err)
+		}
+		list, err := cli.ContainerList(context.Background(), client.ContainerListOptions{All: true})
+		cli.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Items) != 1 || list.Items[0].Labels[runtime.LabelRun] != strconv.Itoa(i+1) {
+			t.Errorf("%s lists %d containers (%+v), want only its own run %d", d.Name, len(list.Items), list.Items, i+1)
+		}
+	}
+
+	ds[0].Kill()
+	select {
+	case <-insts[0].Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the engine of a killed daemon was not reported ended within 30s")
+	}
+	if e := insts[0].Exit(); e.Lost == "" || e.Crashed() {
+		t.Errorf("exit after the daemon's end = %+v, want lost (not crashed)", e)
+	}
+	select {
+	case <-insts[1].Done():
+		t.Fatalf("the other node's engine ended too: %+v", insts[1].Exit())
+	default:
+	}
+	waitHealthy(t, insts[1])
+}
+
+// A daemon leaves nothing behind: neither its folder nor its bridge, and the host's
+// other interfaces (the system daemon's docker0 above all) are as they were.
+func TestRemoveLeavesNothing(t *testing.T) {
+	bin := Require(t)
+	before := interfaces(t)
+	d, err := start(bin, "node-x", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Kill()
+	if err := d.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(d.Dir); !os.IsNotExist(err) {
+		t.Errorf("%s is still there after Remove (%v)", d.Dir, err)
+	}
+	if after := interfaces(t); after != before {
+		t.Errorf("network interfaces before: %s; after: %s", before, after)
+	}
+}
+
+func interfaces(t *testing.T) string {
+	t.Helper()
+	ifs, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, i := range ifs {
+		names = append(names, i.Name)
+	}
+	slices.Sort(names)
+	return strings.Join(names, " ")
+}
+
+func waitHealthy(t *testing.T, inst runtime.Instance) {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if resp, err := http.Get(inst.Endpoint() + "/health"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case <-inst.Done():
+			t.Fatalf("engine ended before it was healthy: %s", inst.Exit())
+		case <-deadline:
+			t.Fatalf("engine at %s not healthy within 30s", inst.Endpoint())
+		case <-tick.C:
+		}
+	}
+}
+
+// A daemon that stops answering without closing its connections (frozen here, cut off
+// by a network elsewhere) loses its engine once its heartbeat goes unanswered.
+func TestFrozenDaemonLosesItsEngine(t *testing.T) {
+	ds := Start(t, 1)
+	image := RefserveImage(t, ds...)
+	rt := runtime.Docker{Host: ds[0].Host, Network: "host", Grace: 5 * time.Second, Heartbeat: 200 * time.Millisecond}
+	inst, err := rt.Start(context.Background(), runtime.Launch{Name: "exp1-frozen-b0", Image: image,
+		Command: []string{"refserve"}, LogPath: filepath.Join(t.TempDir(), "engine.log")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inst.Stop(context.Background()) })
+	waitHealthy(t, inst)
+	ds[0].Freeze()
+	t.Cleanup(ds[0].Thaw) // before the engine's Stop, which asks the daemon
+	select {
+	case <-inst.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the engine of a frozen daemon was not reported lost within 30s")
+	}
+	if e := inst.Exit(); e.Lost == "" || !strings.Contains(e.Lost, "pings in a row went unanswered") {
+		t.Errorf("exit = %+v, want lost after unanswered pings", e)
+	}
+}
+
+// A tcp:// daemon with --tlsverify is reached with the node's TLS files, and refused
+// without them.
+func TestTLSDaemon(t *testing.T) {
+	d := StartTLS(t)
+	image := RefserveImage(t, d)
+	rt := runtime.Docker{Host: d.TLSHost, TLSCA: d.CA, TLSCert: d.Cert, TLSKey: d.Key, Network: "host", Grace: 5 * time.Second}
+	inst, err := rt.Start(context.Background(), runtime.Launch{Name: "exp1-tls-b0", Image: image,
+		Command: []string{"refserve"}, LogPath: filepath.Join(t.TempDir(), "engine.log")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inst.Stop(context.Background()) })
+	waitHealthy(t, inst)
+	if err := inst.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (runtime.Docker{Host: d.TLSHost}).Check(context.Background(), "", false); err == nil {
+		t.Error("the TLS daemon answered a client without certificates")
+	}
+}
