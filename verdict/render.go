@@ -197,13 +197,13 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 	v.designSections(b)
 
 	if len(v.Rounds) > 0 {
-		fmt.Fprintf(b, "\n## Corruption by round\n\nCorrupted sessions in each round, of the sessions that reached it.\n\n| round |")
+		fmt.Fprintf(b, "\n## Corruption by round\n\nCorrupted sessions in each round, of the sessions that reached it. Rounds count from 0, as `turns.round` does in the database.\n\n| round |")
 		for _, a := range v.Arms {
 			fmt.Fprintf(b, " %s |", a.Name)
 		}
 		fmt.Fprintf(b, "\n|---:|%s\n", strings.Repeat("---:|", len(v.Arms)))
 		for _, r := range v.Rounds {
-			fmt.Fprintf(b, "| %d |", r.Round+1)
+			fmt.Fprintf(b, "| %d |", r.Round)
 			for i := range v.Arms {
 				fmt.Fprintf(b, " %d/%d |", r.Corrupted[i], r.Sessions[i])
 			}
@@ -257,6 +257,8 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 				ms(a.TTFTp50), ms(a.TTFTp95), ms(a.Latencyp50), ms(a.Latencyp95), tps)
 		}
 	}
+
+	v.conditionsSection(b)
 
 	fmt.Fprintf(b, "\n## Runs\n\n")
 	v.launchTable(b)
