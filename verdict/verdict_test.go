@@ -891,3 +891,22 @@ func TestRoundsNumberedAsInTheDatabase(t *testing.T) {
 		t.Errorf("the verdict shows rounds %v; the database stores %v", shown, stored)
 	}
 }
+
+func TestServerFactsShowWhichNestedSettingDiffered(t *testing.T) {
+	faults := func(wedge bool) map[string]any {
+		return map[string]any{"kv_transfer_loop_dead": false, "mass_abort_wedge": false,
+			"nixl_abort_wedge": false, "scheduler_overlap_deadlock": wedge}
+	}
+	v := &Verdict{Runs: []RunFact{
+		{Arm: "control", ServerInfo: map[string]any{"port": 1.0, "tp_size": 8.0, "refserve_faults": faults(false)}},
+		{Arm: "treatment", ServerInfo: map[string]any{"port": 2.0, "tp_size": 8.0, "refserve_faults": faults(true)}},
+	}}
+	got := v.serverFacts()
+	if !strings.Contains(got, "4 identical across runs") {
+		t.Errorf("want tp_size and three unchanged faults counted identical:\n%s", got)
+	}
+	if !strings.Contains(got, "| run | refserve_faults.scheduler_overlap_deadlock |") ||
+		!strings.Contains(got, "| control/b0 | false |") || !strings.Contains(got, "| treatment/b0 | true |") {
+		t.Errorf("the differing nested setting is not its own column:\n%s", got)
+	}
+}
