@@ -2,6 +2,9 @@
 GO      ?= go
 BIN     := bin
 DB      ?= arbiter.db
+# VERSION is stored with every experiment and printed by arbiter version.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+LDFLAGS := -X github.com/arbiterlab/arbiter/internal/version.version=$(VERSION)
 
 .PHONY: all build image demo demo-docker test bench kernels fuzz clean
 
@@ -9,8 +12,8 @@ all: build
 
 ## build: the arbiter CLI and the refserve reference engine, into bin/
 build:
-	$(GO) build -o $(BIN)/arbiter ./cmd/arbiter
-	$(GO) build -o $(BIN)/refserve ./cmd/refserve
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/arbiter ./cmd/arbiter
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/refserve ./cmd/refserve
 
 ## image: the refserve image FROM scratch, built on the Docker daemon ($DOCKER_HOST, else
 ## the local socket) through the Engine API: a static refserve and nothing else, no registry
@@ -60,6 +63,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzArgumentsForSchema$$' -fuzztime $(FUZZTIME) ./cmd/refserve
 	$(GO) test -run '^$$' -fuzz '^FuzzLineWriter$$' -fuzztime $(FUZZTIME) ./orchestrator/runtime
 	$(GO) test -run '^$$' -fuzz '^FuzzParseStat$$' -fuzztime $(FUZZTIME) ./orchestrator/runtime
+	$(GO) test -run '^$$' -fuzz '^FuzzMetricSamples$$' -fuzztime $(FUZZTIME) ./orchestrator
 	$(GO) test -run '^$$' -fuzz '^FuzzParseSlurmJob$$' -fuzztime $(FUZZTIME) ./orchestrator/runtime
 	$(GO) test -run '^$$' -fuzz '^FuzzComparePins$$' -fuzztime $(FUZZTIME) ./orchestrator
 

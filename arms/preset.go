@@ -13,12 +13,15 @@ type Preset struct {
 	// PortFlag is the flag the runtime appends with the arm's port, e.g. --port.
 	PortFlag string
 	// HealthPath answers 200 once the server is up; it may not prove that a new
-	// request gets scheduled (FACTS: SGLang's /health passes on any output).
+	// request gets scheduled (SGLang's /health passes as soon as any output arrives).
 	HealthPath string
 	// GenerateHealthPath runs a real generation; empty when the engine has none.
 	GenerateHealthPath string
 	// ServerInfoPath returns the resolved server arguments and version, stored per run.
 	ServerInfoPath string
+	// MetricsPath serves the engine's Prometheus metrics, scraped while a run's workload
+	// runs (SGLang and refserve serve it with --enable-metrics; vLLM always).
+	MetricsPath string
 	// AbortPath aborts requests (POST {"rid": ..., "abort_all": bool}); empty when a
 	// client disconnect is the only abort (vLLM).
 	AbortPath string
@@ -35,6 +38,7 @@ var presets = map[string]Preset{
 		GenerateHealthPath: "/health_generate",
 		ServerInfoPath:     "/get_server_info",
 		AbortPath:          "/abort_request",
+		MetricsPath:        "/metrics",
 	},
 	"sglang": {
 		Name:               "sglang",
@@ -44,17 +48,20 @@ var presets = map[string]Preset{
 		GenerateHealthPath: "/health_generate",
 		ServerInfoPath:     "/get_server_info",
 		AbortPath:          "/abort_request",
+		MetricsPath:        "/metrics",
 	},
 	"vllm": {
-		Name:       "vllm",
-		Command:    []string{"vllm", "serve"},
-		PortFlag:   "--port",
-		HealthPath: "/health",
+		Name:        "vllm",
+		Command:     []string{"vllm", "serve"},
+		PortFlag:    "--port",
+		HealthPath:  "/health",
+		MetricsPath: "/metrics",
 	},
 	"custom": {
-		Name:       "custom",
-		PortFlag:   "--port",
-		HealthPath: "/health",
+		Name:        "custom",
+		PortFlag:    "--port",
+		HealthPath:  "/health",
+		MetricsPath: "/metrics",
 	},
 }
 

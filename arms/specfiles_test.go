@@ -125,9 +125,9 @@ func TestQuickstartExample(t *testing.T) {
 	if spec.Name != "bf16-index-k-decisive" || spec.Engine.Preset != "refserve" {
 		t.Errorf("name %q preset %q", spec.Name, spec.Engine.Preset)
 	}
-	wantArgs := []string{"--enable-hierarchical-cache", "--tool-call-parser", "deepseekv4"}
+	wantArgs := []string{"--enable-hierarchical-cache", "--tool-call-parser", "deepseekv4", "--enable-metrics"}
 	if !slices.Equal(spec.Engine.Args, wantArgs) {
-		t.Errorf("engine args %q, want %q (no --max-running-requests cap)", spec.Engine.Args, wantArgs)
+		t.Errorf("engine args %q, want %q (no --max-running-requests cap; metrics for the verdict's Conditions)", spec.Engine.Args, wantArgs)
 	}
 	w := spec.Workload
 	if w.Kind != "toolcall-agent" || w.Sessions != 60 || w.Rounds != 4 || w.Concurrency != 60 || w.Seed != 42 || w.Temperature != 0 {
@@ -147,7 +147,7 @@ func TestQuickstartExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"refserve", "--enable-hierarchical-cache", "--tool-call-parser", "deepseekv4"}
+	want := []string{"refserve", "--enable-hierarchical-cache", "--tool-call-parser", "deepseekv4", "--enable-metrics"}
 	for i, v := range []string{"0", "1"} {
 		if !slices.Equal(arms[i].Command, want) {
 			t.Errorf("arm %s command %q", arms[i].Name, arms[i].Command)

@@ -44,7 +44,7 @@ func (s *stopAt) StepStarted(p Probe, _ string, _ int)          { s.step.Store(i
 func (s *stopAt) StepEnded(Probe, *verdict.StepJudgement, bool) {}
 func (s *stopAt) RunStarted(string, int, int)                   {}
 func (s *stopAt) RunEnded(string, int, store.RunStatus)         {}
-func (s *stopAt) SessionDone(arm string, block int, bad bool) {
+func (s *stopAt) SessionDone(arm string, block int, _ store.SessionStatus, bad bool) {
 	if s.step.Load() == int64(s.n) && s.sessions.Add(1) == int64(s.after) {
 		s.once.Do(s.cancel)
 	}

@@ -74,6 +74,11 @@ func (e *experiment) runArm(ctx context.Context, ai, b int, at placement, bar *b
 		return rr, e.store.UpdateRun(bg, run)
 	}
 
+	lp, _ := e.opts.Progress.(LaunchProgress)
+	if lp != nil {
+		lp.EngineStarting(LaunchInfo{Arm: arm.Name, Block: b, Position: e.positions[runKey{ai, b}], Arms: len(e.arms),
+			Blocks: max(e.spec.Blocks, 1), Sessions: e.spec.Workload.Sessions, LogPath: run.LogPath})
+	}
 	log.Info("launching", "command", fmt.Sprint(arms.RedactArgs(arm.Command)))
 	inst, err := e.runtimes[at.slot.Node].Start(ctx, runtime.Launch{Name: name, ExperimentID: e.id, RunID: run.ID,
 		DatabaseID: e.dbID, Command: arm.Command, Env: e.envs[ai], PortFlag: preset.PortFlag, LogPath: run.LogPath,
@@ -84,6 +89,9 @@ func (e *experiment) runArm(ctx context.Context, ai, b int, at placement, bar *b
 			return finish(store.RunInterrupted, "")
 		case errors.Is(err, runtime.ErrNodeLost):
 			return finish(store.RunLost, fmt.Sprintf("node %s: %v", at.slot.Node, err))
+		}
+		if lp != nil {
+			lp.EngineFailed(arm.Name, b, err.Error(), "")
 		}
 		return finish(store.RunFailed, err.Error())
 	}
@@ -121,15 +129,22 @@ func (e *experiment) runArm(ctx context.Context, ai, b int, at placement, bar *b
 		default:
 		}
 		stop()
+		why := err.Error()
+		if crashed {
+			why = fmt.Sprintf("%v before it was ready (%s)", runtime.ErrCrashed, inst.Exit())
+		}
+		if lp != nil && ctx.Err() == nil {
+			lp.EngineFailed(arm.Name, b, why, run.LogTail)
+		}
 		switch {
 		case ctx.Err() != nil:
 			return finish(store.RunInterrupted, "")
 		case crashed && inst.Exit().Lost != "":
 			return finish(store.RunLost, fmt.Sprintf("node %s: %s before the engine was ready", at.slot.Node, inst.Exit().Lost))
 		case crashed:
-			return finish(store.RunCrashed, fmt.Sprintf("%v before it was ready (%s)", runtime.ErrCrashed, inst.Exit()))
+			return finish(store.RunCrashed, why)
 		}
-		return finish(store.RunFailed, err.Error())
+		return finish(store.RunFailed, why)
 	}
 	run.Status, run.Ready = store.RunReady, time.Now()
 	run.ServerInfo = e.serverInfo(ctx, inst.Endpoint(), preset)
@@ -143,6 +158,9 @@ func (e *experiment) runArm(ctx context.Context, ai, b int, at placement, bar *b
 		return rr, err
 	}
 	log.Info("ready", "endpoint", inst.Endpoint(), "startup", run.Ready.Sub(run.Started).Round(time.Millisecond))
+	if lp != nil {
+		lp.EngineReady(arm.Name, b)
+	}
 
 	// The start barrier: the workload starts on every arm of the wave at once, once all
 	// of them are ready, so that the arms meet the same conditions at the same time.
@@ -196,8 +214,10 @@ func (e *experiment) drive(ctx context.Context, inst runtime.Instance, preset ar
 	}
 	cfg := e.workloadConfig(model, b)
 	cfg.OnToken = dog.token
+	finishScrape := e.scrapeServerMetrics(wctx, inst.Endpoint(), preset, runID, e.armIDs[ai])
 	runErr := workload.Run(wctx, cfg, inst.Endpoint(), tracker)
 	tracker.drain()
+	finishScrape()
 	if r, ok := inst.(runtime.Refresher); ok && context.Cause(wctx) == nil {
 		// An engine whose end is polled for may have ended under the workload's last
 		// turns without being seen yet: look now, before judging the turns.

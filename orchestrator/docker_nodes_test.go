@@ -115,8 +115,8 @@ func (w *containerWatch) RunStarted(string, int, int) {
 	}
 }
 
-func (w *containerWatch) SessionDone(string, int, bool)         {}
-func (w *containerWatch) RunEnded(string, int, store.RunStatus) {}
+func (w *containerWatch) SessionDone(string, int, store.SessionStatus, bool) {}
+func (w *containerWatch) RunEnded(string, int, store.RunStatus)              {}
 
 // armCounts are each arm's analysed and corrupted sessions as the verdict counts them.
 func verdictCounts(t *testing.T, db string, exp int64) (map[string][2]int, string) {

@@ -14,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +21,7 @@ import (
 	"unsafe"
 
 	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/internal/version"
 	"github.com/arbiterlab/arbiter/orchestrator/runtime"
 	"github.com/arbiterlab/arbiter/plugins"
 	"github.com/arbiterlab/arbiter/plugins/detectors"
@@ -58,6 +58,10 @@ type Options struct {
 	// ProbeInterval is the longest wait between readiness polls (default 250ms); the
 	// polls start 2 ms apart and back off to it by a quarter each time.
 	ProbeInterval time.Duration
+	// MetricsInterval is the longest gap between two scrapes of the engine's /metrics
+	// while a workload runs (default 2s; the first gaps are shorter, see
+	// firstScrapeInterval); negative turns scraping off.
+	MetricsInterval time.Duration
 	// Resume, when not 0, continues that recorded experiment instead of starting a new
 	// one: launches that finished are kept, the others run again (see Resume).
 	Resume int64
@@ -80,10 +84,41 @@ type Options struct {
 type ArmCounts struct{ Sessions, Corrupted int }
 
 // Progress hears about an experiment as it runs; the CLI draws progress bars from it.
+// Launches of a block may run at the same time, so every call names its arm and block.
 type Progress interface {
 	RunStarted(arm string, block, sessions int)
-	SessionDone(arm string, block int, corrupted bool)
+	// SessionDone hears of every session that ended, however it ended: status says
+	// whether it finished (store.SessionOK) or was lost.
+	SessionDone(arm string, block int, status store.SessionStatus, corrupted bool)
 	RunEnded(arm string, block int, status store.RunStatus)
+}
+
+// LaunchProgress, when a Progress also implements it, hears about a launch before its
+// workload runs (a real engine takes 10-30 minutes to start) and about the tokens it
+// generates.
+type LaunchProgress interface {
+	// EngineStarting is called before the engine is launched.
+	EngineStarting(l LaunchInfo)
+	// EngineReady is called once the engine generates.
+	EngineReady(arm string, block int)
+	// EngineFailed is called when the engine did not become ready (it exited, or the
+	// startup timeout passed), with why and the last lines of its log.
+	EngineFailed(arm string, block int, why, logTail string)
+	// TurnDone is called for every completed turn with the tokens it generated.
+	TurnDone(arm string, block, completionTokens int)
+}
+
+// LaunchInfo describes a launch to a LaunchProgress.
+type LaunchInfo struct {
+	Arm   string
+	Block int
+	// Position is the arm's place in its block's order, from 1, of Arms; Blocks is the
+	// number of blocks planned.
+	Position, Arms, Blocks int
+	// Sessions is how many sessions the launch will run.
+	Sessions int
+	// LogPath is the engine's log file.
+	LogPath string
 }
 
 // Result summarises a finished (or interrupted) experiment.
@@ -256,7 +291,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	e := &experiment{
 		opts: opts, spec: spec, arms: armList, armIDs: armIDs, envs: envs, id: expID, store: st,
 		detectors: dets, redact: redactor.Redact, redactor: redactor, log: log.With("experiment", expID, "name", spec.Name), runtimes: runtimes,
-		logDir: filepath.Join(logDir, fmt.Sprintf("exp-%d", expID)), counts: make([]armCounts, len(armList)),
+		logDir: filepath.Join(logDir, fmt.Sprintf("exp-%d", expID)), counts: make([]armCounts, len(armList)), positions: map[runKey]int{},
 		prior: prior, slots: slots, lostNodes: map[string]string{}, dbID: dbID, self: self, trace: trace,
 	}
 	// The heartbeat outlives an interrupt: tearing the arms down after Ctrl-C may take a
@@ -347,13 +382,9 @@ type redactedError struct {
 func (e *redactedError) Error() string { return e.msg }
 func (e *redactedError) Unwrap() error { return e.err }
 
-// Version is arbiter's version as the build recorded it.
-func Version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "devel"
-}
+// Version is arbiter's version as the build recorded it (see internal/version); it is
+// stored with every experiment.
+func Version() string { return version.String() }
 
 // RuntimeFor is the default Options.NodeRuntime: the runtime of the spec's kind for one
 // node. The process runtime runs on this machine (slots get their GPUs through
@@ -534,6 +565,9 @@ type experiment struct {
 	runtimes map[string]runtime.Runtime
 	logDir   string
 
+	// positions are each launch's place in its block's order, from 1, for the progress
+	// display.
+	positions map[runKey]int
 	// counts are each arm's cumulative completed and corrupted sessions, for the
 	// sequential looks; an arm runs once per block, so each entry has one writer at a
 	// time, and the looks read them between blocks.
@@ -587,7 +621,9 @@ func (e *experiment) run(ctx context.Context, res *Result) error {
 			return nil
 		}
 		var pending []int
-		for _, ai := range order {
+		for k, ai := range order {
+			// Written before the block's arms start, read by them.
+			e.positions[runKey{ai, b}] = k + 1
 			if p, ok := e.prior[runKey{ai, b}]; ok && p.done {
 				// Finished before the resume: kept as it is.
 				e.counts[ai].sessions += p.counts.sessions
@@ -787,6 +823,9 @@ func (t *sessionTracker) label(turn workload.Turn) {
 		t.mu.Unlock()
 	}
 	t.w.Turn(row)
+	if lp, ok := t.e.opts.Progress.(LaunchProgress); ok && turn.Err == "" {
+		lp.TurnDone(t.arm, t.block, turn.CompletionTokens)
+	}
 }
 
 func (t *sessionTracker) SessionDone(s workload.SessionResult) {
@@ -820,7 +859,7 @@ func (t *sessionTracker) SessionDone(s workload.SessionResult) {
 	}
 	t.w.Session(row)
 	if p := t.e.opts.Progress; p != nil {
-		p.SessionDone(t.arm, t.block, corrupted)
+		p.SessionDone(t.arm, t.block, status, corrupted)
 	}
 }
 

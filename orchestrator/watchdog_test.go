@@ -55,7 +55,7 @@ func (c *runClock) RunStarted(arm string, _, _ int) {
 	c.started[arm] = time.Now()
 	c.mu.Unlock()
 }
-func (c *runClock) SessionDone(string, int, bool) {}
+func (c *runClock) SessionDone(string, int, store.SessionStatus, bool) {}
 func (c *runClock) RunEnded(arm string, _ int, _ store.RunStatus) {
 	c.mu.Lock()
 	c.end[arm] = time.Now()

@@ -124,7 +124,7 @@ func TestFisherExactMatchesScipy(t *testing.T) {
 }
 
 func TestFisherFieldFacts(t *testing.T) {
-	// FACTS.md: choosing sessions or responses as the unit moves p by 10^6.
+	// Reference values from the field: choosing sessions or responses as the unit moves p by 10^6.
 	for _, c := range []struct {
 		a, n1, b, n2 int
 		want         float64 // to two significant digits

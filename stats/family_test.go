@@ -70,7 +70,7 @@ func nullFactorialRate(t *testing.T, rate float64, reps int) {
 
 // The field's factorial: only the cell with both factors on corrupts. Alone, its arm
 // would read p = 0.013; in the family of six claims the headline must not claim it,
-// while 14 of 60 (FACTS.md) is claimed on every scale that shows it.
+// while 14 of 60 (the field's rate) is claimed on every scale that shows it.
 func TestFactorialFamilyAdjustsEveryClaimTogether(t *testing.T) {
 	cells := func(e int) []FactorialCell {
 		return []FactorialCell{

@@ -31,7 +31,7 @@ func TestOneRateIntervalsMatchStatsmodels(t *testing.T) {
 }
 
 func TestClopperPearsonZeroOf240(t *testing.T) {
-	// FACTS.md: "no corruption seen" in 240 responses is a bound of 1.53%, not a zero.
+	// Reference value: "no corruption seen" in 240 responses is a bound of 1.53%, not a zero.
 	iv := ClopperPearson(0, 240, 0.95)
 	if iv.Lo != 0 || math.Abs(iv.Hi-0.0153) > 0.00005 {
 		t.Errorf("CP 0/240 = %v, want [0, 0.0153]", iv)

@@ -19,7 +19,7 @@ func TestFisherPowerMatchesEnumeration(t *testing.T) {
 }
 
 func TestFisherPowerFieldFacts(t *testing.T) {
-	// FACTS.md, exact Fisher power at alpha 0.05.
+	// Reference values: exact Fisher power at alpha 0.05.
 	for _, c := range []struct {
 		p0, p1 float64
 		n      int
@@ -54,7 +54,7 @@ func TestSessionsFor(t *testing.T) {
 	if FisherPower(0, 0.12, n, n, 0.05) < 0.8 || FisherPower(0, 0.12, n-1, n-1, 0.05) >= 0.8 {
 		t.Errorf("SessionsFor(0 vs 12%%, 80%%) = %d: power %g there, %g one below", n, FisherPower(0, 0.12, n, n, 0.05), FisherPower(0, 0.12, n-1, n-1, 0.05))
 	}
-	// 60 sessions give 0.74 (FACTS.md), so 80% needs more.
+	// 60 sessions give 0.74 (above), so 80% needs more.
 	if n <= 60 {
 		t.Errorf("SessionsFor(0 vs 12%%, 80%%) = %d, want > 60", n)
 	}

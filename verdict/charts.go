@@ -316,10 +316,10 @@ func (v *Verdict) roundsChart() *chart {
 				continue
 			}
 			y := 100 * float64(r.Corrupted[i]) / float64(n)
-			xy = append(xy, plotter.XY{X: float64(r.Round+1) + shift, Y: y})
+			xy = append(xy, plotter.XY{X: float64(r.Round) + shift, Y: y})
 			top = math.Max(top, y)
 			nMin, nMax = min(nMin, n), max(nMax, n)
-			lastRound = max(lastRound, r.Round+1)
+			lastRound = max(lastRound, r.Round)
 		}
 		if len(xy) == 0 {
 			continue
@@ -351,7 +351,8 @@ func (v *Verdict) roundsChart() *chart {
 		leg.Add(fmt.Sprintf("%s (%s)", label, strings.Join(extra, ", ")), line, points)
 	}
 	p.Y.Min, p.Y.Max = 0, niceMax(top*1.1)
-	p.X.Min, p.X.Max = 0.7, float64(lastRound)+0.3
+	// Rounds count from 0, as turns.round does in the database.
+	p.X.Min, p.X.Max = -0.3, float64(lastRound)+0.3
 	p.X.Tick.Marker = plot.TickerFunc(func(min, max float64) []plot.Tick {
 		var t []plot.Tick
 		for r := math.Ceil(min); r <= max; r++ {

@@ -209,7 +209,9 @@ func (v *Verdict) strata(sessions []store.SessionOutcome, index map[int64]int) {
 			if byNode && strings.Contains(string(w), "has an empty arm") {
 				continue // expected across nodes, and said where the strata are shown
 			}
-			v.noteOnce(fmt.Sprintf("%s, stratified by %s: %s", v.Arms[i].Name, v.strataName(), w))
+			// The statistics name the baseline arm A and the compared arm B.
+			named := strings.NewReplacer("arm A", v.Arms[v.Baseline].Name, "arm B", v.Arms[i].Name).Replace(string(w))
+			v.noteOnce(fmt.Sprintf("%s, stratified by %s: %s", v.Arms[i].Name, v.strataName(), named))
 		}
 		if stats.Reject(r.BreslowDayP, v.Alpha) {
 			v.noteOnce(fmt.Sprintf("%s: the effect differs between strata (%ss; Breslow-Day p = %s); read the pooled figures with care.", v.Arms[i].Name, v.strataName(), pval(r.BreslowDayP)))

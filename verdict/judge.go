@@ -371,6 +371,7 @@ func (v *Verdict) caveats() {
 	v.powerCaveat(add)
 	v.boundCaveat(add)
 	v.outcomeCaveats(add)
+	v.conditionsCaveat(add)
 	if m := len(v.others()); m > 1 {
 		add(rankMultiplicity, "%d arms were compared with the baseline: decisions use Holm-adjusted p-values over those %d comparisons (family-wise error at alpha); the BH q-values bound the false discovery rate instead, for screening.", m, m)
 	}

@@ -197,13 +197,13 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 	v.designSections(b)
 
 	if len(v.Rounds) > 0 {
-		fmt.Fprintf(b, "\n## Corruption by round\n\nCorrupted sessions in each round, of the sessions that reached it.\n\n| round |")
+		fmt.Fprintf(b, "\n## Corruption by round\n\nCorrupted sessions in each round, of the sessions that reached it. Rounds count from 0, as `turns.round` does in the database.\n\n| round |")
 		for _, a := range v.Arms {
 			fmt.Fprintf(b, " %s |", a.Name)
 		}
 		fmt.Fprintf(b, "\n|---:|%s\n", strings.Repeat("---:|", len(v.Arms)))
 		for _, r := range v.Rounds {
-			fmt.Fprintf(b, "| %d |", r.Round+1)
+			fmt.Fprintf(b, "| %d |", r.Round)
 			for i := range v.Arms {
 				fmt.Fprintf(b, " %d/%d |", r.Corrupted[i], r.Sessions[i])
 			}
@@ -257,6 +257,8 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 				ms(a.TTFTp50), ms(a.TTFTp95), ms(a.Latencyp50), ms(a.Latencyp95), tps)
 		}
 	}
+
+	v.conditionsSection(b)
 
 	fmt.Fprintf(b, "\n## Runs\n\n")
 	v.launchTable(b)
@@ -354,12 +356,34 @@ func infoValue(x any) string {
 	return fmt.Sprint(x)
 }
 
+// flattenInfo writes the settings of info into out under dotted names, objects opened
+// down to their leaves; lists stay whole.
+func flattenInfo(prefix string, info map[string]any, out map[string]any) {
+	for k, x := range info {
+		name := prefix + k
+		if m, ok := x.(map[string]any); ok && len(m) > 0 {
+			flattenInfo(name+".", m, out)
+			continue
+		}
+		out[name] = x
+	}
+}
+
 // serverFacts lists the server settings that differed between runs, which is where a
 // reader checks that the arms really ran as pinned.
 func (v *Verdict) serverFacts() string {
+	// Nested settings are compared leaf by leaf (refserve_faults.mass_abort_wedge), so
+	// that the column of a differing one shows what differed, not the first characters
+	// of a whole object.
+	infos := make([]map[string]any, len(v.Runs))
 	keys := map[string]bool{}
-	for _, r := range v.Runs {
-		for k := range r.ServerInfo {
+	for i, r := range v.Runs {
+		if r.ServerInfo == nil {
+			continue
+		}
+		infos[i] = map[string]any{}
+		flattenInfo("", r.ServerInfo, infos[i])
+		for k := range infos[i] {
 			keys[k] = true
 		}
 	}
@@ -372,9 +396,9 @@ func (v *Verdict) serverFacts() string {
 			continue
 		}
 		vals := map[string]bool{}
-		for _, r := range v.Runs {
-			if r.ServerInfo != nil { // a launch that never answered reported nothing
-				vals[infoValue(r.ServerInfo[k])] = true
+		for _, info := range infos {
+			if info != nil { // a launch that never answered reported nothing
+				vals[infoValue(info[k])] = true
 			}
 		}
 		if len(vals) > 1 {
@@ -392,13 +416,13 @@ func (v *Verdict) serverFacts() string {
 		return b.String()
 	}
 	fmt.Fprintf(b, "; these differed:\n\n| run | %s |\n|---|%s\n", strings.Join(differing, " | "), strings.Repeat("---|", len(differing)))
-	for _, r := range v.Runs {
-		if r.ServerInfo == nil {
+	for i, r := range v.Runs {
+		if infos[i] == nil {
 			continue
 		}
 		fmt.Fprintf(b, "| %s/b%d |", r.Arm, r.Block)
 		for _, k := range differing {
-			fmt.Fprintf(b, " %s |", mdCell(infoValue(r.ServerInfo[k])))
+			fmt.Fprintf(b, " %s |", mdCell(infoValue(infos[i][k])))
 		}
 		fmt.Fprintf(b, "\n")
 	}

@@ -53,6 +53,9 @@ type Verdict struct {
 	// Outcomes are the judgements beyond corruption: latency and throughput per session,
 	// per phase, and abort cascades.
 	Outcomes *Outcomes
+	// Conditions are, per arm, the load its engine carried (from its scraped /metrics);
+	// empty when no metrics were recorded.
+	Conditions []ArmConditions
 
 	sessions []store.SessionOutcome
 	index    map[int64]int
@@ -294,6 +297,9 @@ func Build(ctx context.Context, db *sqlx.DB, ref string) (*Verdict, error) {
 	}
 	v.account()
 	if err := v.loadOutcomes(ctx, db); err != nil {
+		return nil, err
+	}
+	if err := v.loadConditions(ctx, db); err != nil {
 		return nil, err
 	}
 	v.judge()

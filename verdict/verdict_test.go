@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -76,6 +78,9 @@ type launch struct {
 	status   string // "done" when empty
 	err      string
 	sessions []outcome
+	// running, when set, records the engine's /metrics as scraped: this many requests
+	// running at every scrape, an empty queue, and throughput growing with them.
+	running float64
 	// node and slot place the launch (default: node "local", the launch's position in
 	// its block); wave is its wave within the block.
 	node       string
@@ -192,6 +197,9 @@ func recordFixture(t *testing.T, f fixture) (*sqlx.DB, string) {
 			Ended: launched.Add(20 * time.Second), ExitCode: exit, ServerInfo: string(info), Instance: instance}); err != nil {
 			t.Fatal(err)
 		}
+		if r.running > 0 {
+			recordLoad(t, s, exp, runID, armID, r.running)
+		}
 		for si, o := range r.sessions {
 			index := r.block*spec.Workload.Sessions + si
 			reached := rounds
@@ -270,8 +278,8 @@ func recordFixture(t *testing.T, f fixture) (*sqlx.DB, string) {
 var examples = map[string]fixture{
 	// The decisive A/B: bf16 index-K corrupts about 15% of sessions, fp8 none.
 	"quickstart": {example: "quickstart", divergence: true, runs: []launch{
-		{arm: "treatment", sessions: join(finished(60, 0, 1, 1, 2, 2, 2, 3, 3, 3))},
-		{arm: "control", sessions: finished(60)},
+		{arm: "treatment", sessions: join(finished(60, 0, 1, 1, 2, 2, 2, 3, 3, 3)), running: 57},
+		{arm: "control", sessions: finished(60), running: 58},
 	}},
 	// Identical arms: nothing to find.
 	"aa": {example: "aa", runs: []launch{
@@ -310,6 +318,31 @@ var examples = map[string]fixture{
 		{arm: "treatment", status: "crashed", err: "engine exited on its own during the workload (exit code 137, signal: killed)",
 			sessions: join(finished(9, 1, 2), lostAt("aborted", 48, 3, 1))},
 	}},
+}
+
+// recordLoad records nine scrapes of a run's engine, 250 ms apart: running requests at
+// every scrape but the last (taken as the workload ended, with nothing running), an empty
+// queue, token usage and cache hit rate that follow the load, and 45 generated tokens
+// per second per running request.
+func recordLoad(t *testing.T, s *store.Store, exp, run, arm int64, running float64) {
+	t.Helper()
+	for k := range 9 {
+		at := float64(250 * k)
+		now := running
+		if k == 8 {
+			now = 0
+		}
+		samples := []store.MetricSample{
+			{Name: "sglang:num_running_reqs", Labels: `{model_name="refserve"}`, Value: now},
+			{Name: "sglang:num_queue_reqs", Labels: `{model_name="refserve"}`, Value: 0},
+			{Name: "sglang:token_usage", Labels: `{model_name="refserve"}`, Value: now / 200},
+			{Name: "sglang:cache_hit_rate", Labels: `{model_name="refserve"}`, Value: 0.4},
+			{Name: "sglang:generation_tokens_total", Labels: `{model_name="refserve"}`, Value: 45 * running * at / 1000},
+		}
+		if err := s.AddServerMetrics(context.Background(), exp, run, arm, at, samples); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func buildExample(t *testing.T, name string) *Verdict {
@@ -770,4 +803,110 @@ func TestEveryDesignReadsInThirtySeconds(t *testing.T) {
 	})
 	_, md := build(t, db, "ni")
 	checkStructure(t, md)
+}
+
+// TestConditionsFlagAnArmThatCarriedAnotherLoad: the verdict's Conditions section shows
+// each arm's running requests and throughput from the scraped metrics, and flags an arm
+// whose engine ran at another load than the baseline's (here half of it), in the table
+// and among the caveats; arms at the same load are not flagged.
+func TestConditionsFlagAnArmThatCarriedAnotherLoad(t *testing.T) {
+	same := buildExample(t, "quickstart")
+	if len(same.Conditions) != 2 {
+		t.Fatalf("conditions of %d arms; want 2", len(same.Conditions))
+	}
+	for i, c := range same.Conditions {
+		if c.Scrapes != 9 || len(c.Differs) != 0 {
+			t.Errorf("%s: %d scrapes, differs %v; want 9 and none", same.Arms[i].Name, c.Scrapes, c.Differs)
+		}
+	}
+	if got := same.Conditions[same.Baseline].Values[CondRunning]; got != 58 {
+		t.Errorf("control ran %v requests on average; want 58 (the last scrape, as the workload ended, weighs nothing)", got)
+	}
+	if got := same.Conditions[same.Baseline].Values[CondThroughput]; math.Abs(got-45*58) > 1e-6 {
+		t.Errorf("control's throughput %v; want %v", got, 45*58)
+	}
+	md := markdown(t, same)
+	if !strings.Contains(md, "## Conditions") || !strings.Contains(md, "| treatment | 9 | 57.0 | 57.0 | 0.0 | 28.5% | 40.0% | 2565 tok/s | same as control |") {
+		t.Errorf("the Conditions section does not show the arms' load:\n%s", md)
+	}
+
+	f := examples["quickstart"]
+	f.runs = []launch{
+		{arm: "treatment", sessions: finished(60, 0, 1, 1), running: 29},
+		{arm: "control", sessions: finished(60), running: 58},
+	}
+	db, ref := recordFixture(t, f)
+	v, err := Build(context.Background(), db, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	treatment := v.Conditions[v.armIndex("treatment")]
+	if want := []string{CondRunning, CondTokenUsage, CondThroughput}; !slices.Equal(treatment.Differs, want) {
+		t.Errorf("treatment differs in %v; want %v", treatment.Differs, want)
+	}
+	md = markdown(t, v)
+	if !strings.Contains(md, "**differ**: running requests, token usage, throughput") {
+		t.Errorf("the Conditions table does not flag treatment:\n%s", md)
+	}
+	if !strings.Contains(strings.Join(v.Caveats, "\n"), "The engines did not carry the same load: treatment (running requests 29.0 against 58.0") {
+		t.Errorf("the caveats do not say the load differed: %q", v.Caveats)
+	}
+}
+
+// TestConditionsUnknownWithoutMetrics: with no metrics recorded the section says the
+// load is unknown and how to get it, rather than staying silent.
+func TestConditionsUnknownWithoutMetrics(t *testing.T) {
+	v := buildExample(t, "aa")
+	if len(v.Conditions) != 0 {
+		t.Fatalf("conditions without metrics: %+v", v.Conditions)
+	}
+	if md := markdown(t, v); !strings.Contains(md, "No server metrics were recorded") || !strings.Contains(md, "--enable-metrics") {
+		t.Errorf("the Conditions section does not say the load is unknown:\n%s", md)
+	}
+}
+
+// TestRoundsNumberedAsInTheDatabase: the verdict's rounds are turns.round as stored, so
+// that a reader can go from a row of the table to the turns behind it.
+func TestRoundsNumberedAsInTheDatabase(t *testing.T) {
+	db, ref := recordFixture(t, examples["quickstart"])
+	var stored []int
+	if err := db.Select(&stored, `SELECT DISTINCT round FROM turns ORDER BY round`); err != nil {
+		t.Fatal(err)
+	}
+	v, err := Build(context.Background(), db, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := markdown(t, v)
+	section := md[strings.Index(md, "## Corruption by round"):]
+	section = section[:strings.Index(section[3:], "\n## ")+3]
+	rows := regexp.MustCompile(`(?m)^\| (\d+) \|`).FindAllStringSubmatch(section, -1)
+	var shown []int
+	for _, r := range rows {
+		var n int
+		fmt.Sscan(r[1], &n)
+		shown = append(shown, n)
+	}
+	if !slices.Equal(shown, stored) {
+		t.Errorf("the verdict shows rounds %v; the database stores %v", shown, stored)
+	}
+}
+
+func TestServerFactsShowWhichNestedSettingDiffered(t *testing.T) {
+	faults := func(wedge bool) map[string]any {
+		return map[string]any{"kv_transfer_loop_dead": false, "mass_abort_wedge": false,
+			"nixl_abort_wedge": false, "scheduler_overlap_deadlock": wedge}
+	}
+	v := &Verdict{Runs: []RunFact{
+		{Arm: "control", ServerInfo: map[string]any{"port": 1.0, "tp_size": 8.0, "refserve_faults": faults(false)}},
+		{Arm: "treatment", ServerInfo: map[string]any{"port": 2.0, "tp_size": 8.0, "refserve_faults": faults(true)}},
+	}}
+	got := v.serverFacts()
+	if !strings.Contains(got, "4 identical across runs") {
+		t.Errorf("want tp_size and three unchanged faults counted identical:\n%s", got)
+	}
+	if !strings.Contains(got, "| run | refserve_faults.scheduler_overlap_deadlock |") ||
+		!strings.Contains(got, "| control/b0 | false |") || !strings.Contains(got, "| treatment/b0 | true |") {
+		t.Errorf("the differing nested setting is not its own column:\n%s", got)
+	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -42,6 +43,9 @@ type bisectOptions struct {
 	failOn      string
 	simulations int
 	rate        float64
+	// format and quiet shape --list as ls's do.
+	format string
+	quiet  bool
 }
 
 func newBisectCmd(g *globals) *cobra.Command {
@@ -84,7 +88,7 @@ whose arbiter was killed continues with --resume from the steps it recorded.`,
 				if len(args) > 0 {
 					return withCode(exitUsage, errors.New("--list takes no argument"))
 				}
-				return listBisections(cmd.Context(), g)
+				return listBisections(cmd.Context(), g, o)
 			case o.verdict:
 				ref := ""
 				if len(args) == 1 {
@@ -113,13 +117,15 @@ whose arbiter was killed continues with --resume from the steps it recorded.`,
 	f.StringVar(&o.spec, "spec", "", "with --resume: the bisection's spec file (default: the text recorded with it)")
 	f.BoolVar(&o.verdict, "verdict", false, "write the report of a recorded bisection (id or name; default the newest)")
 	f.BoolVar(&o.list, "list", false, "list the bisections in the results database")
+	f.StringVar(&o.format, "format", "table", "with --list: table, csv or json (--json is --format json)")
+	f.BoolVarP(&o.quiet, "quiet", "q", false, "with --list: print only the bisection ids, one a line")
 	f.BoolVar(&o.plan, "plan", false, "check the spec and print its changes, step design and a simulation; runs nothing")
 	f.IntVar(&o.simulations, "simulations", 2000, "with --plan: bisections to simulate")
 	f.Float64Var(&o.rate, "rate", 0, "with --plan: the culprit's excess corruption rate to plan for (default search.effect, the hardest the search allows)")
 	f.StringVarP(&o.reportPath, "output", "o", "", "report file (default verdicts/NAME-DB-bID.md beside the database; with --verdict, stdout)")
 	f.StringVar(&o.logDir, "log-dir", "", "engine logs, under DIR/DB/exp-ID (default arbiter-logs beside the database)")
 	f.StringVar(&o.failOn, "fail-on", "", "exit 3 when the bisection shows: culprit (a culprit was named) or uncertain (it ended without a conclusion)")
-	return cmd
+	return addDBFlag(cmd, g)
 }
 
 // stepLines prints every step as it starts and ends, on stderr.
@@ -324,7 +330,15 @@ func bisectVerdict(ctx context.Context, g *globals, ref string, o bisectOptions)
 	return bisectGate(r, o.failOn)
 }
 
-func listBisections(ctx context.Context, g *globals) error {
+func listBisections(ctx context.Context, g *globals, o bisectOptions) error {
+	if g.json {
+		o.format = "json"
+	}
+	switch o.format {
+	case "table", "json", "csv":
+	default:
+		return withCode(exitUsage, fmt.Errorf("--format %q: want table, csv or json", o.format))
+	}
 	db, err := store.OpenReadOnly(g.dbPath())
 	if err != nil {
 		return err
@@ -361,11 +375,26 @@ func listBisections(ctx context.Context, g *globals) error {
 		}
 		out = append(out, l)
 	}
-	if g.json {
+	switch {
+	case o.quiet:
+		for _, l := range out {
+			fmt.Fprintln(g.stdout, l.ID)
+		}
+		return nil
+	case o.format == "json":
 		if out == nil {
 			out = []line{}
 		}
 		return json.NewEncoder(g.stdout).Encode(out)
+	case o.format == "csv":
+		cw := csv.NewWriter(g.stdout)
+		cw.Write([]string{"id", "name", "status", "created_at", "steps", "conclusion", "culprit"})
+		for _, l := range out {
+			cw.Write([]string{fmt.Sprint(l.ID), l.Name, string(l.Status), l.Created, fmt.Sprint(l.Steps), l.Conclusion,
+				strings.Trim(fmt.Sprint(l.Culprit), "[]")})
+		}
+		cw.Flush()
+		return cw.Error()
 	}
 	tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tNAME\tSTATUS\tSTARTED\tSTEPS\tCONCLUSION\tCULPRIT")

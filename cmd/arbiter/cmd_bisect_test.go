@@ -137,6 +137,12 @@ func TestBisectCLISingleCulpritOnRefserve(t *testing.T) {
 	if code, out, _ := runCLI(t, "bisect", "--list", "--db", db); code != 0 || !strings.Contains(out, "index-k-release  done") || !strings.Contains(out, "culprit") {
 		t.Errorf("--list exited %d:\n%s", code, out)
 	}
+	if code, out, _ := runCLI(t, "bisect", "--list", "-q", "--db", db); code != 0 || out != "1\n" {
+		t.Errorf("--list -q exited %d: %q; want the id", code, out)
+	}
+	if code, out, _ := runCLI(t, "bisect", "--list", "--format", "csv", "--db", db); code != 0 || !strings.HasPrefix(out, "id,name,status,created_at,steps,conclusion,culprit\n1,index-k-release,done,") {
+		t.Errorf("--list --format csv exited %d:\n%s", code, out)
+	}
 	if code, _, errOut := runCLI(t, "bisect", "--verdict", "1", "--db", db, "--fail-on", "culprit"); code != exitGateFailed || !strings.Contains(errOut, "gate culprit failed: changes 2 corrupt against good") {
 		t.Errorf("--fail-on culprit exited %d: %s", code, errOut)
 	}

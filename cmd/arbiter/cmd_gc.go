@@ -84,7 +84,7 @@ cluster the Slurm commands here talk to ($SLURM_CONF), by the same rule as conta
 	cmd.Flags().StringVar(&o.experiment, "experiment", "", "only the containers of this experiment ID")
 	cmd.Flags().StringVar(&o.host, "host", "", "Docker daemon, unix://, tcp:// or ssh:// (default $DOCKER_HOST, else the local socket)")
 	cmd.Flags().StringVar(&o.spec, "spec", "", "look on every node of this spec's docker runtime (with the nodes' TLS files) instead of one daemon")
-	return cmd
+	return addDBFlag(cmd, g)
 }
 
 func gc(ctx context.Context, g *globals, o gcOptions) error {

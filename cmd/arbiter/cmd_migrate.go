@@ -13,7 +13,7 @@ import (
 func init() { subcommands = append(subcommands, newMigrateCmd) }
 
 func newMigrateCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	return addDBFlag(&cobra.Command{
 		Use:   "migrate",
 		Short: "Upgrade the results database to this arbiter's schema",
 		Long: `Upgrade a results database written by an older arbiter to this one's schema, keeping every
@@ -41,5 +41,5 @@ left as it was.`,
 			fmt.Fprintf(g.stdout, "%s: upgraded from schema version %d to %d\n", g.dbPath(), from, to)
 			return nil
 		},
-	}
+	}, g)
 }

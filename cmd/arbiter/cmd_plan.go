@@ -41,7 +41,7 @@ null and its power at the plan's rates.`,
 	cmd.Flags().BoolVar(&o.simulate, "simulate", false, "simulate the sequential design (type I error and sessions used)")
 	cmd.Flags().IntVar(&o.reps, "reps", 10000, "simulated experiments per scenario")
 	cmd.Flags().Uint64Var(&o.seed, "seed", 1, "seed of the simulation")
-	return cmd
+	return addDBFlag(cmd, g)
 }
 
 func runPlan(ctx context.Context, g *globals, path string, o planOptions) error {

@@ -30,7 +30,7 @@ analysis: {baseline: control, plan: {p0: 0, p1: 0.12, power: 0.8, turn_seconds: 
 	if err := json.Unmarshal([]byte(stdout), &p); err != nil {
 		t.Fatal(err)
 	}
-	// FACTS.md: 60 sessions per arm have 74% power for 0% vs 12%.
+	// Reference value (exact Fisher power): 60 sessions per arm have 74% power for 0% vs 12%.
 	if math.Abs(p.Power-0.74) > 0.005 {
 		t.Errorf("power = %.4f, want 0.74", p.Power)
 	}

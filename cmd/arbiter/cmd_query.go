@@ -36,7 +36,7 @@ The database is opened read-only, and SQLite itself refuses, before anything run
 statement that would write: INSERT, UPDATE, DELETE, schema changes, ATTACH, VACUUM (INTO),
 transactions, pragmas that set a value, load_extension. A query with one refused statement runs
 none of them, and nothing is changed. Tables: experiments, arms, runs, sessions, turns, labels,
-phases, leases.`,
+divergences, phases, leases, engine_processes, bisections, bisection_steps, server_metrics.`,
 		Example: `  arbiter query "SELECT a.name, sum(s.corrupted) AS corrupted, count(*) AS sessions
                  FROM sessions s JOIN arms a ON a.id = s.arm_id GROUP BY a.name"
   arbiter query "SELECT count(*) FROM turns; SELECT count(*) FROM sessions" --format csv`,
@@ -50,7 +50,7 @@ phases, leases.`,
 	}
 	cmd.Flags().StringVar(&o.format, "format", "table", "output format: table, csv or json")
 	cmd.Flags().IntVar(&o.maxWidth, "max-width", 60, "in table format, cut cells longer than this (0: never)")
-	return cmd
+	return addDBFlag(cmd, g)
 }
 
 func runQuery(ctx context.Context, g *globals, sql string, o queryOptions) error {

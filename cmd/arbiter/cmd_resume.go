@@ -52,10 +52,10 @@ its verdict written.`,
 		},
 	}
 	cmd.Flags().StringVar(&o.spec, "spec", "", "the experiment's spec file (default: the text recorded with it)")
-	cmd.Flags().StringVarP(&o.run.verdictPath, "verdict", "o", "", "verdict file (default verdicts/NAME-DB-ID.md beside the database, DB the database's short id)")
+	addOutputFlag(cmd, &o.run.verdictPath)
 	cmd.Flags().StringVar(&o.run.logDir, "log-dir", "", "engine logs, under DIR/DB/exp-ID (default arbiter-logs beside the database)")
 	addGateFlags(cmd, &o.run.failOn, &o.run.allowInconclusive)
-	return cmd
+	return addDBFlag(cmd, g)
 }
 
 func resume(ctx context.Context, g *globals, ref string, o resumeOptions) error {
@@ -94,7 +94,7 @@ func resume(ctx context.Context, g *globals, ref string, o resumeOptions) error 
 // command that writes) upgrades to this arbiter's schema first; it never creates one.
 func findForResume(ctx context.Context, path, ref string) (store.ExperimentRow, error) {
 	if _, err := os.Stat(path); err != nil {
-		return store.ExperimentRow{}, withCode(exitUsage, fmt.Errorf("resume: no results database at %s (give --db): %w", path, err))
+		return store.ExperimentRow{}, fmt.Errorf("resume: no results database at %s (give --db): %w", path, err)
 	}
 	st, err := store.Open(path, store.Options{})
 	if errors.Is(err, store.ErrNotArbiterDatabase) {

@@ -29,6 +29,15 @@ type runOptions struct {
 	allowInconclusive bool
 }
 
+// addOutputFlag adds -o/--output, the verdict file, with the meaning -o has on every
+// command: the file the command's report is written to (with its charts beside it).
+// --verdict, its former name, is still read.
+func addOutputFlag(cmd *cobra.Command, path *string) {
+	cmd.Flags().StringVarP(path, "output", "o", "", "write the verdict (and its SVG charts) to this file (default verdicts/NAME-DB-ID.md beside the database, DB the database's short id)")
+	cmd.Flags().StringVar(path, "verdict", "", "the former name of --output")
+	cmd.Flags().MarkDeprecated("verdict", "use -o/--output")
+}
+
 // addGateFlags adds --fail-on and --allow-inconclusive, shared by run, resume and verdict.
 func addGateFlags(cmd *cobra.Command, failOn *string, allow *bool) {
 	cmd.Flags().StringVar(failOn, "fail-on", "", "exit 3 when the verdict shows: "+strings.Join(verdict.Gates(), ", ")+
@@ -53,10 +62,10 @@ keeps what was recorded; a second exits at once.`,
 			return runExperiment(cmd.Context(), g, args[0], o)
 		},
 	}
-	cmd.Flags().StringVarP(&o.verdictPath, "verdict", "o", "", "verdict file (default verdicts/NAME-DB-ID.md beside the database, DB the database's short id)")
+	addOutputFlag(cmd, &o.verdictPath)
 	cmd.Flags().StringVar(&o.logDir, "log-dir", "", "engine logs, under DIR/DB/exp-ID (default arbiter-logs beside the database)")
 	addGateFlags(cmd, &o.failOn, &o.allowInconclusive)
-	return cmd
+	return addDBFlag(cmd, g)
 }
 
 func runExperiment(ctx context.Context, g *globals, specPath string, o runOptions) error {
@@ -73,18 +82,16 @@ func runExperiment(ctx context.Context, g *globals, specPath string, o runOption
 // execute runs (or, with resume set, resumes) the experiment of spec, writes its verdict
 // and prints where it is.
 func execute(ctx context.Context, g *globals, spec *arms.Spec, resume int64, o runOptions) error {
-	logger := slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	progress := newProgress(g.stderr, g.json)
-	opts := orchestrator.Options{Spec: spec, DBPath: g.dbPath(), LogDir: o.logDir, Logger: logger, Resume: resume}
-	if progress != nil {
-		opts.Progress = progress
-		// Bars own the terminal; logs would tear them, so only warnings get through.
-		opts.Logger = slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	// Logs go through the display's writer, which keeps its lines and theirs whole.
+	logger := slog.New(slog.NewTextHandler(progress.Writer(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	opts := orchestrator.Options{Spec: spec, DBPath: g.dbPath(), LogDir: o.logDir, Logger: logger, Resume: resume, Progress: progress}
+	if progress.bars != nil {
+		// Bars own the terminal: only warnings get through, written above the bars.
+		opts.Logger = slog.New(slog.NewTextHandler(progress.Writer(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	res, runErr := orchestrator.Run(ctx, opts)
-	if progress != nil {
-		progress.Wait()
-	}
+	progress.Wait()
 	if errors.Is(runErr, store.ErrNotArbiterDatabase) {
 		return withCode(exitUsage, runErr)
 	}

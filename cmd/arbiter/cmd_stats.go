@@ -82,9 +82,8 @@ func parseStatsCount(s string) (statsCount, error) {
 }
 
 func statsWriteJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
+	// Compact, one document per line, as every command's --json (pipe to jq to read).
+	if err := json.NewEncoder(w).Encode(v); err != nil {
 		return fmt.Errorf("stats: writing JSON: %w", err)
 	}
 	return nil

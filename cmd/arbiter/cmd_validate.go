@@ -89,35 +89,73 @@ func preflightSpec(ctx context.Context, g *globals, path string) error {
 	return pf.Err()
 }
 
-// validateSpec prints the spec's summary to stdout, or every problem to stderr.
+// validateSpec prints the spec's summary to stdout, or every problem to stderr; with
+// --json, either one goes to stdout as JSON (the exit code still says which).
 func validateSpec(g *globals, path string) error {
 	spec, err := arms.Load(path)
 	if err != nil {
 		problems := arms.Errors(err)
 		if len(problems) == 0 {
-			return withCode(exitUsage, err)
+			return invalid(g, path, err, []specProblem{{File: path, Message: err.Error()}})
 		}
+		var ps []specProblem
 		for _, p := range problems {
-			fmt.Fprintln(g.stderr, p.Error())
+			ps = append(ps, specProblem{File: p.File, Line: p.Line, Col: p.Col, Field: p.Path, Message: p.Msg, Text: p.Error()})
+			if !g.json {
+				fmt.Fprintln(g.stderr, p.Error())
+			}
 		}
-		return withCode(exitUsage, fmt.Errorf("%s: invalid spec (%d %s)", path, len(problems), pluralize(len(problems), "problem")))
+		return invalid(g, path, fmt.Errorf("%s: invalid spec (%d %s)", path, len(problems), pluralize(len(problems), "problem")), ps)
 	}
 	expanded, err := spec.Expand()
 	if err != nil {
-		return withCode(exitUsage, err) // Load already ran this check; kept for safety
+		return invalid(g, path, err, []specProblem{{File: path, Message: err.Error()}}) // Load already ran this check; kept for safety
 	}
 	// A trace's lines are checked here as run checks them, before any engine starts.
 	if _, err := orchestrator.LoadTrace(spec); err != nil {
-		fmt.Fprintln(g.stderr, err.Error())
-		return withCode(exitUsage, fmt.Errorf("%s: invalid trace", path))
+		if !g.json {
+			fmt.Fprintln(g.stderr, err.Error())
+		}
+		return invalid(g, path, fmt.Errorf("%s: invalid trace", path), []specProblem{{File: path, Message: err.Error(), Text: err.Error()}})
 	}
 	sum := summarize(spec, expanded, spec.Redactor(os.LookupEnv))
+	sum.Valid = true
 	if g.json {
-		enc := json.NewEncoder(g.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(sum)
+		return json.NewEncoder(g.stdout).Encode(sum)
 	}
 	return sum.write(g.stdout)
+}
+
+// specProblem is one problem of an invalid spec, as validate --json prints it.
+type specProblem struct {
+	File    string `json:"file"`
+	Line    int    `json:"line,omitempty"`
+	Col     int    `json:"col,omitempty"`
+	Field   string `json:"field,omitempty"`
+	Message string `json:"message"`
+	// Text is the problem as the plain output writes it (file:line:col: field: message).
+	Text string `json:"text,omitempty"`
+}
+
+// invalid ends validate for an invalid spec: with --json its problems go to stdout as
+// {"spec": ..., "valid": false, "problems": [...]}; the exit code is 2 either way.
+func invalid(g *globals, path string, err error, problems []specProblem) error {
+	if g.json {
+		for i := range problems {
+			if problems[i].Text == "" {
+				problems[i].Text = problems[i].Message
+			}
+		}
+		out := struct {
+			Spec     string        `json:"spec"`
+			Valid    bool          `json:"valid"`
+			Problems []specProblem `json:"problems"`
+		}{path, false, problems}
+		if jerr := json.NewEncoder(g.stdout).Encode(out); jerr != nil {
+			return jerr
+		}
+	}
+	return withCode(exitUsage, err)
 }
 
 func pluralize(n int, noun string) string {
@@ -130,6 +168,7 @@ func pluralize(n int, noun string) string {
 // specSummary is what validate prints; its JSON form is the --json output.
 type specSummary struct {
 	Spec      string            `json:"spec"`
+	Valid     bool              `json:"valid"`
 	Name      string            `json:"name"`
 	Preset    string            `json:"preset"`
 	Runtime   string            `json:"runtime"`

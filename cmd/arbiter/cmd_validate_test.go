@@ -130,7 +130,7 @@ workload: {sessions: 2, rounds: 1}
 				t.Errorf("%v: stdout holds %s:\n%s", args, leak, out)
 			}
 		}
-		if !strings.Contains(out, "API_TOKEN=[redacted]") && !strings.Contains(out, `"API_TOKEN": "[redacted]"`) {
+		if !strings.Contains(out, "API_TOKEN=[redacted]") && !strings.Contains(out, `"API_TOKEN":"[redacted]"`) {
 			t.Errorf("%v: API_TOKEN not shown as redacted:\n%s", args, out)
 		}
 	}

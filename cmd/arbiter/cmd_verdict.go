@@ -3,7 +3,10 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"math"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -53,14 +56,18 @@ experiment. Without -o the markdown goes to stdout; with -o it is written with i
 	}
 	cmd.Flags().StringVarP(&out, "output", "o", "", "write the verdict (and its SVG charts) to this file")
 	addGateFlags(cmd, &failOn, &allowInconclusive)
-	return cmd
+	return addDBFlag(cmd, g)
 }
 
 func newShowCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	return addDBFlag(&cobra.Command{
 		Use:   "show [EXP]",
-		Short: "Summarise an experiment: arms, runs, corrupted sessions, decisions",
-		Args:  cobra.MaximumNArgs(1),
+		Short: "Summarise an experiment: its status, each arm's launches, sessions, corrupted and lost, the decisions",
+		Long: `Summarise a recorded experiment (default: the newest): its status and arbiter version, one
+line per arm (its pins, its launches by how they ended, analysed sessions, corrupted, lost,
+and the decision against the baseline), then the verdict's headline. arbiter verdict writes
+the whole verdict.`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			v, err := loadVerdict(cmd, g, args)
 			if err != nil {
@@ -69,16 +76,83 @@ func newShowCmd(g *globals) *cobra.Command {
 			if g.json {
 				return json.NewEncoder(g.stdout).Encode(v.Summary())
 			}
-			for _, line := range v.Headline() {
-				fmt.Fprintln(g.stdout, line)
-			}
-			if lines := v.Placement(); len(lines) > 0 {
-				fmt.Fprintf(g.stdout, "\nWhere the arms ran (arbiter query \"SELECT node, slot, gpus, instance, wave, workload_started_at, workload_ended_at FROM runs\"):\n%s\n",
-					strings.Join(lines, "\n"))
-			}
-			return nil
+			return writeShow(g.stdout, v)
 		},
+	}, g)
+}
+
+// writeShow prints an experiment's summary: what show's help promises.
+func writeShow(w io.Writer, v *verdict.Verdict) error {
+	e := v.Experiment
+	fmt.Fprintf(w, "experiment %d (%s): %s, started %s by arbiter %s\n", e.ID, e.Name, e.State(), e.CreatedAt, e.Version)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ARM\tPINS\tLAUNCHES\tSESSIONS\tCORRUPTED\tLOST\tDECISION")
+	for i, a := range v.Arms {
+		decision := "baseline"
+		if i != v.Baseline {
+			decision = "–"
+			if c := a.Compare; c != nil {
+				decision = c.Decision()
+				if !c.Inconclusive {
+					decision += " (p = " + pvalue(c.AdjustedP) + ")"
+				}
+			}
+		}
+		corrupted := fmt.Sprint(a.Corrupted)
+		if a.Sessions > 0 {
+			corrupted += fmt.Sprintf(" (%.1f%%)", 100*float64(a.Corrupted)/float64(a.Sessions))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%s\n", a.Name, dashIfEmpty(a.Pins), launches(a.Launches), a.Sessions, corrupted, a.Lost, decision)
 	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	for _, line := range v.Headline() {
+		fmt.Fprint(w, wrap(line, "", 100))
+	}
+	if lines := v.Placement(); len(lines) > 0 {
+		fmt.Fprintf(w, "\nWhere the arms ran (arbiter query \"SELECT node, slot, gpus, instance, wave, workload_started_at, workload_ended_at FROM runs\"):\n%s\n",
+			strings.Join(lines, "\n"))
+	}
+	return nil
+}
+
+// launches writes an arm's launches by how they ended: "2 done, 1 crashed".
+func launches(l verdict.LaunchCounts) string {
+	var parts []string
+	for _, c := range []struct {
+		n    int
+		word string
+	}{{l.Done, "done"}, {l.Crashed, "crashed"}, {l.Wedged, "wedged"}, {l.Erroring, "erroring"}, {l.TimedOut, "timed out"},
+		{l.Failed, "failed"}, {l.Interrupted, "interrupted"}} {
+		if c.n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", c.n, c.word))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func pvalue(p float64) string {
+	switch {
+	case math.IsNaN(p):
+		return "–"
+	case p < 1e-300:
+		return "< 1e-300"
+	case p < 0.001:
+		return fmt.Sprintf("%.1g", p)
+	}
+	return fmt.Sprintf("%.3f", p)
+}
+
+func dashIfEmpty(s string) string {
+	if s == "" {
+		return "–"
+	}
+	return s
 }
 
 // loadVerdict judges the experiment the optional argument names, else the newest.

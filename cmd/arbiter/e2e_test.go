@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -80,7 +81,7 @@ name: e2e-small
 engine:
   preset: refserve
   command: [sh, -c, 'echo "engine auth token: $ARBITER_E2E_TOKEN" >&2; exec refserve "$@"', refserve-wrapper]
-  args: [--enable-hierarchical-cache, --tool-call-parser, deepseekv4, --inter-token-delay, 1ms]
+  args: [--enable-hierarchical-cache, --tool-call-parser, deepseekv4, --inter-token-delay, 1ms, --enable-metrics]
   secrets: [ARBITER_E2E_TOKEN]
 arms:
   control:   {env: {BF16_INDEX_K: "0"}}
@@ -162,6 +163,29 @@ func TestEndToEndExperimentThroughRealProcesses(t *testing.T) {
 		if !bytes.Contains(v, []byte(want)) {
 			t.Errorf("verdict lacks %q", want)
 		}
+	}
+	// The engines served --enable-metrics: each arm's running requests and throughput,
+	// as scraped while its workload ran, are in the verdict's Conditions.
+	var load []struct {
+		Arm     string  `db:"name"`
+		Scrapes int     `db:"scrapes"`
+		Running float64 `db:"running"`
+	}
+	if err := ro.Select(&load, `SELECT a.name, count(*) AS scrapes, max(m.value) AS running FROM server_metrics m
+		JOIN arms a ON a.id = m.arm_id WHERE m.name = 'sglang:num_running_reqs' GROUP BY a.name ORDER BY a.name`); err != nil {
+		t.Fatal(err)
+	}
+	if len(load) != 2 {
+		t.Errorf("server metrics of %d arms; want 2", len(load))
+	}
+	for _, l := range load {
+		if l.Scrapes < 2 || l.Running < 1 {
+			t.Errorf("arm %s: %d scrapes, at most %v running; want two or more, and requests seen running", l.Arm, l.Scrapes, l.Running)
+		}
+	}
+	conditions := regexp.MustCompile(`(?m)^\| (control|treatment) \| [1-9]\d* \| \d+\.\d \| [1-9]\d*\.\d \| \d+\.\d \| [\d.]+% \| [\d.]+% \| [1-9]\d* tok/s \| (baseline|same as control|\*\*differ\*\*: [a-z ,]+) \|$`)
+	if i := bytes.Index(v, []byte("## Conditions")); i < 0 || len(conditions.FindAll(v[i:], -1)) != 2 {
+		t.Errorf("the verdict's Conditions do not show both arms' running requests and throughput:\n%s", v)
 	}
 
 	// A second experiment, into the same database, against an engine that streams its
@@ -324,7 +348,7 @@ func TestResumeRefusesWhatCannotBeResumed(t *testing.T) {
 	if code, _, stderr := runCLI(t, "resume", "finished", "--db", db); code != exitUsage || !strings.Contains(stderr, "nothing to resume") {
 		t.Errorf("resume of a done experiment: exit %d, %q", code, stderr)
 	}
-	if code, _, stderr := runCLI(t, "resume", "no-such", "--db", db); code != exitUsage || !strings.Contains(stderr, "not found") {
+	if code, _, stderr := runCLI(t, "resume", "no-such", "--db", db); code != exitNotFound || !strings.Contains(stderr, "not found") {
 		t.Errorf("resume of an unknown experiment: exit %d, %q", code, stderr)
 	}
 }
@@ -554,8 +578,8 @@ func TestQuickstartWithInterTokenDelayResumesWithoutSpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := strings.Replace(string(quickstart), "args: [--enable-hierarchical-cache, --tool-call-parser, deepseekv4]",
-		"args: [--enable-hierarchical-cache, --tool-call-parser, deepseekv4, --inter-token-delay, 20ms]", 1)
+	src := strings.Replace(string(quickstart), "args: [--enable-hierarchical-cache, --tool-call-parser, deepseekv4, --enable-metrics]",
+		"args: [--enable-hierarchical-cache, --tool-call-parser, deepseekv4, --enable-metrics, --inter-token-delay, 20ms]", 1)
 	src = strings.Replace(src, "  sessions: 60\n", "  sessions: 12\n", 1)
 	src = strings.Replace(src, "  concurrency: 60\n", "  concurrency: 12\n", 1)
 	src = strings.Replace(src, "  rounds: 4\n", "  rounds: 2\n", 1)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"strings"
@@ -13,14 +14,18 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/arbiterlab/arbiter/internal/version"
+	"github.com/arbiterlab/arbiter/store"
 )
 
-// Exit codes of the CLI contract (DESIGN.md).
+// Exit codes of the CLI contract, the same for every command (the README lists them).
 const (
 	exitOK          = 0
 	exitError       = 1
 	exitUsage       = 2 // bad usage or an invalid spec
 	exitGateFailed  = 3 // the verdict's --fail-on gate failed
+	exitNotFound    = 4 // the experiment, bisection or database named does not exist
 	exitInterrupted = 130
 )
 
@@ -83,6 +88,13 @@ func (g *globals) dbPath() string {
 	return "arbiter.db"
 }
 
+// addDBFlag gives a command that reads or writes the results database its --db flag;
+// commands that use no database (validate, stats, classify, version) have none.
+func addDBFlag(cmd *cobra.Command, g *globals) *cobra.Command {
+	cmd.Flags().StringVar(&g.db, "db", "", "results database (default $ARBITER_DB, else ./arbiter.db)")
+	return cmd
+}
+
 // subcommands is filled by the init functions of the cmd_*.go files, one per subcommand.
 var subcommands []func(*globals) *cobra.Command
 
@@ -106,23 +118,8 @@ func withCode(code int, err error) error {
 // run is the whole CLI; main only adds the process around it, so tests call run.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	g := &globals{stdout: stdout, stderr: stderr}
-	root := &cobra.Command{
-		Use:           "arbiter",
-		Short:         "Controlled A/B experiments on LLM serving engines",
-		Long:          "arbiter launches the same engine with different pinned flags (the arms), drives an identical seeded workload against every arm, labels every response, stores everything in SQLite and writes a statistically honest verdict.",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-	}
+	root := newRoot(g)
 	root.SetArgs(args)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	root.PersistentFlags().StringVar(&g.db, "db", "", "results database (default $ARBITER_DB, else ./arbiter.db)")
-	root.PersistentFlags().BoolVar(&g.json, "json", false, "print results as JSON")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &flagError{err} })
-	for _, newCmd := range subcommands {
-		root.AddCommand(newCmd(g))
-	}
-	markArgErrors(root)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return exitOK
@@ -134,14 +131,41 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintln(stderr, "arbiter:", err)
 	var ce *exitCodeError
 	switch {
+	case errors.Is(err, store.ErrNotFound):
+		// Whatever the command: "not found" is one exit code everywhere.
+		return exitNotFound
 	case errors.As(err, &ce):
 		return ce.code
 	case ctx.Err() != nil:
 		return exitInterrupted
 	case isUsageError(err):
 		return exitUsage
+	case errors.Is(err, fs.ErrNotExist):
+		return exitNotFound
 	}
 	return exitError
+}
+
+// newRoot builds the command tree around g.
+func newRoot(g *globals) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "arbiter",
+		Short:         "Controlled A/B experiments on LLM serving engines",
+		Long:          "arbiter launches the same engine with different pinned flags (the arms), drives an identical seeded workload against every arm, labels every response, stores everything in SQLite and writes a statistically honest verdict.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       version.String(),
+	}
+	root.SetVersionTemplate("arbiter {{.Version}}\n")
+	root.SetOut(g.stdout)
+	root.SetErr(g.stderr)
+	root.PersistentFlags().BoolVar(&g.json, "json", false, "print results as JSON")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &flagError{err} })
+	for _, newCmd := range subcommands {
+		root.AddCommand(newCmd(g))
+	}
+	markArgErrors(root)
+	return root
 }
 
 // markArgErrors makes every command's argument-count errors usage errors (exit 2).

@@ -146,7 +146,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&c.TPSize, "tp-size", 1, "tensor parallel size (accepted)")
 	fs.IntVar(&c.DPSize, "dp", 1, "data parallel size (accepted)")
 	fs.IntVar(&c.DPSize, "dp-size", 1, "data parallel size (accepted)")
-	fs.BoolVar(&c.EnableMetrics, "enable-metrics", false, "accepted; /metrics is always served")
+	fs.BoolVar(&c.EnableMetrics, "enable-metrics", false, "serve Prometheus metrics at /metrics (SGLang's names and refserve's own), as SGLang does with this flag")
 	fs.IntVar(&c.PageSize, "page-size", 1, "KV page size in tokens (accepted)")
 	fs.IntVar(&c.HiCacheSize, "hicache-size", 0, "host pool size in GB (accepted)")
 	fs.StringVar(&c.HiCacheWritePolicy, "hicache-write-policy", "write_through", "accepted")

@@ -26,6 +26,7 @@ func testConfig(t testing.TB) config {
 	}
 	c.Env = map[string]string{}
 	c.InterTokenDelay = 0
+	c.EnableMetrics = true
 	return c
 }
 

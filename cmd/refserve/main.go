@@ -29,7 +29,8 @@
 // and SGLang's ignore_eos and min_tokens; each pass of the scheduler prefills a chunk of
 // prompts and decodes a token of every running request, in a time that grows with the
 // batch and with the context; a prefix cache spares what a conversation resends. /metrics
-// serves SGLang's metric names in the Prometheus text format (metrics.go).
+// serves SGLang's metric names through the Prometheus client library, with --enable-metrics
+// as SGLang asks (metrics.go).
 package main
 
 import (

@@ -1,19 +1,19 @@
 package main
 
 import (
-	"io"
-	"math"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// /metrics serves the Prometheus text format (version 0.0.4) under SGLang's metric names,
-// so that a scraper written for SGLang reads refserve unchanged, and a few refserve:
-// metrics that show its faults and its logical load. The format is written here rather
-// than with a Prometheus client library, as refserve depends on the standard library
-// only; the tests parse it with Prometheus's own parser.
+// /metrics serves SGLang's metric names through the Prometheus client library, so that a
+// scraper written for SGLang reads refserve unchanged, and a few refserve: metrics that
+// show its faults and its logical load. As with SGLang, it is served only with
+// --enable-metrics. The library writes the format (escaping included); refserve keeps
+// its own counters under the scheduler's mutex and hands a snapshot to the library at
+// each scrape.
 
 // Histogram buckets, in seconds. TTFT and TPOT are SGLang's; end-to-end latency adds
 // finer buckets below SGLang's first (0.3 s), where refserve's scaled-down replies land.
@@ -23,7 +23,8 @@ var (
 	itlBuckets  = []float64{0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5}
 )
 
-// histogram is a cumulative Prometheus histogram; the scheduler's mutex guards it.
+// histogram is a Prometheus histogram kept under the scheduler's mutex, so that a
+// request's observation and the scheduler's other counters change together.
 type histogram struct {
 	bounds []float64
 	counts []uint64 // per bucket, not cumulative; the last is +Inf
@@ -45,83 +46,79 @@ func (h *histogram) observe(v float64) {
 	h.n++
 }
 
-// clone copies h, so it can be written out after the lock is released.
+// clone copies h, so it can be handed out after the lock is released.
 func (h *histogram) clone() histogram {
 	c := *h
 	c.counts = append([]uint64(nil), h.counts...)
 	return c
 }
 
-// expositionWriter writes metric families in the text format. Every sample carries the
-// same labels (model_name); label values and help text are escaped as the format asks.
-type expositionWriter struct {
-	b      strings.Builder
-	labels string // `model_name="..."`, escaped
-}
-
-func newExpositionWriter(model string) *expositionWriter {
-	return &expositionWriter{labels: `model_name="` + escapeLabelValue(model) + `"`}
-}
-
-func (w *expositionWriter) header(name, typ, help string) {
-	w.b.WriteString("# HELP " + name + " " + escapeHelp(help) + "\n# TYPE " + name + " " + typ + "\n")
-}
-
-func (w *expositionWriter) sample(name, extraLabel string, v float64) {
-	w.b.WriteString(name + "{")
-	if extraLabel != "" {
-		w.b.WriteString(extraLabel + ",")
-	}
-	w.b.WriteString(w.labels + "} " + formatSampleValue(v) + "\n")
-}
-
-func (w *expositionWriter) gauge(name, help string, v float64) {
-	w.header(name, "gauge", help)
-	w.sample(name, "", v)
-}
-
-func (w *expositionWriter) counter(name, help string, v float64) {
-	w.header(name, "counter", help)
-	w.sample(name, "", v)
-}
-
-func (w *expositionWriter) histogram(name, help string, h histogram) {
-	w.header(name, "histogram", help)
+// cumulative is h's buckets as the client library takes them: upper bound to the count
+// of observations at or below it.
+func (h *histogram) cumulative() map[float64]uint64 {
+	m := make(map[float64]uint64, len(h.bounds))
 	var cum uint64
 	for i, b := range h.bounds {
 		cum += h.counts[i]
-		w.sample(name+"_bucket", `le="`+formatSampleValue(b)+`"`, float64(cum))
+		m[b] = cum
 	}
-	w.sample(name+"_bucket", `le="+Inf"`, float64(h.n))
-	w.sample(name+"_sum", "", h.sum)
-	w.sample(name+"_count", "", float64(h.n))
+	return m
 }
 
-// escapeLabelValue escapes a label value: backslash, double quote and line feed.
-func escapeLabelValue(s string) string {
-	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
+// metricDef is one family refserve serves.
+type metricDef struct {
+	desc *prometheus.Desc
+	typ  prometheus.ValueType // GaugeValue or CounterValue; unused for histograms
 }
 
-// escapeHelp escapes help text: backslash and line feed.
-func escapeHelp(s string) string {
-	return strings.NewReplacer(`\`, `\\`, "\n", `\n`).Replace(s)
+// schedCollector reads the scheduler's state at each scrape. Every sample carries the
+// served model's name as its model_name label, as SGLang's do.
+type schedCollector struct {
+	s     *server
+	model string
+	defs  map[string]metricDef
+	order []string
 }
 
-func formatSampleValue(v float64) string {
-	switch {
-	case math.IsNaN(v):
-		return "NaN"
-	case math.IsInf(v, 1):
-		return "+Inf"
-	case math.IsInf(v, -1):
-		return "-Inf"
+func newSchedCollector(s *server) *schedCollector {
+	c := &schedCollector{s: s, model: s.cfg.ServedModelName, defs: map[string]metricDef{}}
+	add := func(name string, typ prometheus.ValueType, help string) {
+		c.defs[name] = metricDef{desc: prometheus.NewDesc(name, help, []string{"model_name"}, nil), typ: typ}
+		c.order = append(c.order, name)
 	}
-	return strconv.FormatFloat(v, 'g', -1, 64)
+	g, n := prometheus.GaugeValue, prometheus.CounterValue
+	add("sglang:num_running_reqs", g, "The number of running requests.")
+	add("sglang:num_queue_reqs", g, "The number of requests in the waiting queue.")
+	add("sglang:num_used_tokens", g, "The number of used tokens.")
+	add("sglang:token_usage", g, "The token usage.")
+	add("sglang:gen_throughput", g, "The generation throughput (token/s).")
+	add("sglang:cache_hit_rate", g, "The prefix cache hit rate of the last batch admitted.")
+	add("sglang:prompt_tokens_total", n, "Number of prefill tokens processed.")
+	add("sglang:generation_tokens_total", n, "Number of generation tokens processed.")
+	add("sglang:cached_tokens_total", n, "Number of cached prompt tokens.")
+	add("sglang:num_requests_total", n, "Number of requests finished.")
+	add("sglang:num_aborted_requests_total", n, "Number of requests aborted.")
+	add("sglang:time_to_first_token_seconds", 0, "Histogram of time to first token in seconds.")
+	add("sglang:e2e_request_latency_seconds", 0, "Histogram of End-to-end request latency in seconds")
+	add("sglang:time_per_output_token_seconds", 0, "Histogram of time per output token in seconds.")
+	add("refserve:cohort_sessions", g, "Sessions the engine is serving: the logical load the sim fault model draws against (refserve only).")
+	add("refserve:stale_index_k_steps_total", n, "Decode steps that read stale index-K (refserve only).")
+	add("refserve:scheduler_wedged", g, "1 once a mass abort wedged the overlap scheduler (refserve only).")
+	add("refserve:kv_transfer_loop_dead", g, "1 once an abort of an in-flight KV transfer killed the transfer loop (refserve only).")
+	add("refserve:kv_transfer_aborts_total", n, "Aborts of requests whose KV transfer was in flight (refserve only).")
+	return c
 }
 
-// metrics serves /metrics.
-func (s *server) metrics(w http.ResponseWriter, _ *http.Request) {
-	sc := s.sched
+// Describe implements prometheus.Collector.
+func (c *schedCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, name := range c.order {
+		ch <- c.defs[name].desc
+	}
+}
+
+// Collect implements prometheus.Collector: one consistent snapshot of the scheduler.
+func (c *schedCollector) Collect(ch chan<- prometheus.Metric) {
+	sc := c.s.sched
 	sc.mu.Lock()
 	running, queued := len(sc.running), len(sc.queue)
 	used := sc.usedTokensLocked()
@@ -138,27 +135,43 @@ func (s *server) metrics(w http.ResponseWriter, _ *http.Request) {
 		}
 		return 0
 	}
+	values := map[string]float64{
+		"sglang:num_running_reqs":            float64(running),
+		"sglang:num_queue_reqs":              float64(queued),
+		"sglang:num_used_tokens":             float64(used),
+		"sglang:token_usage":                 float64(used) / float64(c.s.cfg.MaxTotalTokens),
+		"sglang:gen_throughput":              rate,
+		"sglang:cache_hit_rate":              hitRate,
+		"sglang:prompt_tokens_total":         float64(sc.promptTokens.Load()),
+		"sglang:generation_tokens_total":     float64(gen),
+		"sglang:cached_tokens_total":         float64(sc.cachedTokens.Load()),
+		"sglang:num_requests_total":          float64(sc.requests.Load()),
+		"sglang:num_aborted_requests_total":  float64(sc.aborted.Load()),
+		"refserve:cohort_sessions":           float64(cohort),
+		"refserve:stale_index_k_steps_total": float64(sc.staleSteps.Load()),
+		"refserve:scheduler_wedged":          flag(wedged),
+		"refserve:kv_transfer_loop_dead":     flag(dead),
+		"refserve:kv_transfer_aborts_total":  float64(sc.transferAborts.Load()),
+	}
+	hists := map[string]histogram{
+		"sglang:time_to_first_token_seconds":   ttft,
+		"sglang:e2e_request_latency_seconds":   e2e,
+		"sglang:time_per_output_token_seconds": itl,
+	}
+	for _, name := range c.order {
+		d := c.defs[name]
+		if h, ok := hists[name]; ok {
+			ch <- prometheus.MustNewConstHistogram(d.desc, h.n, h.sum, h.cumulative(), c.model)
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(d.desc, d.typ, values[name], c.model)
+	}
+}
 
-	x := newExpositionWriter(s.cfg.ServedModelName)
-	x.gauge("sglang:num_running_reqs", "The number of running requests.", float64(running))
-	x.gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", float64(queued))
-	x.gauge("sglang:num_used_tokens", "The number of used tokens.", float64(used))
-	x.gauge("sglang:token_usage", "The token usage.", float64(used)/float64(s.cfg.MaxTotalTokens))
-	x.gauge("sglang:gen_throughput", "The generation throughput (token/s).", rate)
-	x.gauge("sglang:cache_hit_rate", "The prefix cache hit rate of the last batch admitted.", hitRate)
-	x.counter("sglang:prompt_tokens_total", "Number of prefill tokens processed.", float64(sc.promptTokens.Load()))
-	x.counter("sglang:generation_tokens_total", "Number of generation tokens processed.", float64(gen))
-	x.counter("sglang:cached_tokens_total", "Number of cached prompt tokens.", float64(sc.cachedTokens.Load()))
-	x.counter("sglang:num_requests_total", "Number of requests finished.", float64(sc.requests.Load()))
-	x.counter("sglang:num_aborted_requests_total", "Number of requests aborted.", float64(sc.aborted.Load()))
-	x.histogram("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", ttft)
-	x.histogram("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", e2e)
-	x.histogram("sglang:time_per_output_token_seconds", "Histogram of time per output token in seconds.", itl)
-	x.gauge("refserve:cohort_sessions", "Sessions the engine is serving: the logical load the sim fault model draws against (refserve only).", float64(cohort))
-	x.counter("refserve:stale_index_k_steps_total", "Decode steps that read stale index-K (refserve only).", float64(sc.staleSteps.Load()))
-	x.gauge("refserve:scheduler_wedged", "1 once a mass abort wedged the overlap scheduler (refserve only).", flag(wedged))
-	x.gauge("refserve:kv_transfer_loop_dead", "1 once an abort of an in-flight KV transfer killed the transfer loop (refserve only).", flag(dead))
-	x.counter("refserve:kv_transfer_aborts_total", "Aborts of requests whose KV transfer was in flight (refserve only).", float64(sc.transferAborts.Load()))
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	_, _ = io.WriteString(w, x.b.String())
+// metricsHandler serves /metrics from a registry of refserve's own (no Go runtime or
+// process collectors: a scraper of an engine wants the engine's metrics).
+func (s *server) metricsHandler() http.Handler {
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(newSchedCollector(s))
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError})
 }

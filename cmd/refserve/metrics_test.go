@@ -8,6 +8,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // scrape reads /metrics with Prometheus's own text parser.
@@ -21,7 +22,7 @@ func scrape(t testing.TB, base string) map[string]*dto.MetricFamily {
 	if ct := resp.Header.Get("Content-Type"); expfmt.ResponseFormat(resp.Header) != expfmt.NewFormat(expfmt.TypeTextPlain) {
 		t.Errorf("Content-Type %q is not the Prometheus text format", ct)
 	}
-	var p expfmt.TextParser
+	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(resp.Body)
 	if err != nil {
 		t.Fatalf("/metrics does not parse as Prometheus text: %v", err)
@@ -130,23 +131,18 @@ func TestKVCapacityQueuesRequests(t *testing.T) {
 	}
 }
 
-func TestExpositionEscaping(t *testing.T) {
-	for in, want := range map[string]string{
-		`plain`: `plain`, `a"b`: `a\"b`, `back\slash`: `back\\slash`, "two\nlines": `two\nlines`,
-	} {
-		if got := escapeLabelValue(in); got != want {
-			t.Errorf("escapeLabelValue(%q) = %q; want %q", in, got, want)
-		}
+// TestMetricsOnlyWithEnableMetrics: like SGLang, refserve serves /metrics only when
+// --enable-metrics asks for it.
+func TestMetricsOnlyWithEnableMetrics(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.EnableMetrics = false
+	_, base := startServer(t, cfg, nil)
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got := escapeHelp("a \"q\" \\ \n"); got != `a "q" \\ \n` {
-		t.Errorf("escapeHelp = %q", got)
-	}
-	for v, want := range map[float64]string{math.Inf(1): "+Inf", math.Inf(-1): "-Inf", 0.25: "0.25", 3e9: "3e+09"} {
-		if got := formatSampleValue(v); got != want {
-			t.Errorf("formatSampleValue(%v) = %q; want %q", v, got, want)
-		}
-	}
-	if formatSampleValue(math.NaN()) != "NaN" {
-		t.Error("NaN")
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("/metrics without --enable-metrics: HTTP %d; want 404", resp.StatusCode)
 	}
 }

@@ -14,7 +14,7 @@ import (
 // request queued for good. With --disable-overlap-schedule a new request completes.
 func TestProcessOverlapDeadlock(t *testing.T) {
 	for _, overlap := range []bool{true, false} {
-		args := []string{"--tp", "8", "--inter-token-delay", "1ms"}
+		args := []string{"--tp", "8", "--inter-token-delay", "1ms", "--enable-metrics"}
 		if !overlap {
 			args = append(args, "--disable-overlap-schedule")
 		}
@@ -67,7 +67,7 @@ func TestProcessNixlAbortWedge(t *testing.T) {
 			env = append(env, "SGLANG_NIXL_ABORT_HANDLER=1")
 		}
 		p := startProcess(t, env, "--disaggregation-mode", "prefill", "--disaggregation-transfer-backend", "nixl",
-			"--disaggregation-bootstrap-port", "9100", "--max-running-requests", "4", "--inter-token-delay", "1ms")
+			"--disaggregation-bootstrap-port", "9100", "--max-running-requests", "4", "--inter-token-delay", "1ms", "--enable-metrics")
 		info := serverInfo(t, p.url)
 		if info["disaggregation_mode"] != "prefill" || info["disaggregation_transfer_backend"] != "nixl" ||
 			info["disaggregation_bootstrap_port"] != 9100.0 || info["nixl_abort_handler"] != handler {

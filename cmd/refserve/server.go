@@ -52,7 +52,9 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("GET /ping", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("GET /get_server_info", s.serverInfo)
 	mux.HandleFunc("POST /abort_request", s.abortRequest)
-	mux.HandleFunc("GET /metrics", s.metrics)
+	if s.cfg.EnableMetrics {
+		mux.Handle("GET /metrics", s.metricsHandler())
+	}
 	return mux
 }
 

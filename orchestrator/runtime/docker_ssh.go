@@ -90,18 +90,33 @@ type sshConn struct {
 func (c *sshConn) Read(p []byte) (int, error) {
 	n, err := c.stdout.Read(p)
 	if errors.Is(err, io.EOF) && n == 0 {
-		select {
-		case <-c.exited:
-		case <-time.After(time.Second):
-		}
-		if msg := strings.TrimSpace(c.stderr.String()); msg != "" {
-			return 0, fmt.Errorf("docker runtime: ssh session ended: %s", msg)
-		}
+		return 0, c.ended(err)
 	}
 	return n, err
 }
 
-func (c *sshConn) Write(p []byte) (int, error) { return c.stdin.Write(p) }
+// Write sends to the remote daemon; a session that ssh already ended (a refused login)
+// fails the write with a broken pipe, which ssh's own words explain better.
+func (c *sshConn) Write(p []byte) (int, error) {
+	n, err := c.stdin.Write(p)
+	if err != nil {
+		err = c.ended(err)
+	}
+	return n, err
+}
+
+// ended is the error of a session that ended under a read or write: what ssh said on
+// its way out when it said something (waiting a moment for it to finish), else err.
+func (c *sshConn) ended(err error) error {
+	select {
+	case <-c.exited:
+	case <-time.After(time.Second):
+	}
+	if msg := strings.TrimSpace(c.stderr.String()); msg != "" {
+		return fmt.Errorf("docker runtime: ssh session ended: %s", msg)
+	}
+	return err
+}
 
 // Close ends the session: its input first, so that dial-stdio ends on its own, then,
 // if it lingers, the ssh process.

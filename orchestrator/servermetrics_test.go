@@ -1,0 +1,143 @@
+package orchestrator
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/arbiterlab/arbiter/store"
+)
+
+// vllmMetrics is a vLLM-style exposition: the engine's families, a histogram, a label
+// value with an escaped quote, and the Python runtime's own families, which are not kept.
+const vllmMetrics = `# HELP python_gc_objects_collected_total Objects collected during gc
+# TYPE python_gc_objects_collected_total counter
+python_gc_objects_collected_total{generation="0"} 1234.0
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="org/m \"q\""} 31.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="org/m \"q\""} 2.0
+# HELP vllm:generation_tokens_total Number of generation tokens processed.
+# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{engine="0",model_name="org/m \"q\""} 5000.0
+# HELP vllm:e2e_request_latency_seconds Histogram of e2e request latency in seconds.
+# TYPE vllm:e2e_request_latency_seconds histogram
+vllm:e2e_request_latency_seconds_bucket{engine="0",le="1.0",model_name="org/m \"q\""} 3.0
+vllm:e2e_request_latency_seconds_bucket{engine="0",le="+Inf",model_name="org/m \"q\""} 4.0
+vllm:e2e_request_latency_seconds_count{engine="0",model_name="org/m \"q\""} 4.0
+vllm:e2e_request_latency_seconds_sum{engine="0",model_name="org/m \"q\""} 2.5
+`
+
+func TestMetricSamplesKeepTheEnginesFamilies(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		io.WriteString(w, vllmMetrics)
+	}))
+	defer srv.Close()
+	fams, err := fetchMetrics(context.Background(), srv.Client(), srv.URL+"/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := metricSamples(fams)
+	labels := `{engine="0",model_name="org/m \"q\""}`
+	want := []store.MetricSample{
+		{Name: "vllm:e2e_request_latency_seconds_count", Labels: labels, Value: 4},
+		{Name: "vllm:e2e_request_latency_seconds_sum", Labels: labels, Value: 2.5},
+		{Name: "vllm:generation_tokens_total", Labels: labels, Value: 5000},
+		{Name: "vllm:num_requests_running", Labels: labels, Value: 31},
+		{Name: "vllm:num_requests_waiting", Labels: labels, Value: 2},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("samples %+v\nwant %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("sample %d: %+v; want %+v", i, got[i], want[i])
+		}
+	}
+}
+
+// TestScraperGivesUpOnAnEngineWithoutMetrics: a 404 before any scrape succeeded (SGLang or
+// refserve without --enable-metrics) ends scraping at once; the scraper records nothing.
+func TestScraperGivesUpOnAnEngineWithoutMetrics(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	defer srv.Close()
+	m := &metricsScraper{url: srv.URL + "/metrics", client: srv.Client(), start: time.Now(),
+		log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		record: func(context.Context, float64, []store.MetricSample) error {
+			t.Error("recorded a scrape of an engine that serves no metrics")
+			return nil
+		}}
+	done := make(chan struct{})
+	go func() { defer close(done); m.run(context.Background(), time.Hour) }()
+	<-done // returns by itself; a scraper that kept trying would hang the test
+}
+
+// TestScraperRecordsUntilCancelled: an engine that serves metrics is scraped until the
+// workload ends, each scrape at a later time than the one before.
+func TestScraperRecordsUntilCancelled(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, vllmMetrics) }))
+	defer srv.Close()
+	var mu sync.Mutex
+	var at []float64
+	third := make(chan struct{})
+	m := &metricsScraper{url: srv.URL, client: srv.Client(), start: time.Now(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		record: func(_ context.Context, ms float64, samples []store.MetricSample) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if at = append(at, ms); len(at) == 3 {
+				close(third)
+			}
+			return nil
+		}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); m.run(ctx, 10*time.Millisecond) }()
+	<-third
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i < len(at); i++ {
+		if at[i] <= at[i-1] {
+			t.Errorf("scrape times %v do not rise", at)
+		}
+	}
+	if !strings.Contains(srv.URL, "127.0.0.1") {
+		t.Errorf("test server off loopback: %s", srv.URL)
+	}
+}
+
+// FuzzMetricSamples: whatever an engine serves at /metrics, reading it never panics, and
+// what is kept is the engine's own families only, each series once per scrape.
+func FuzzMetricSamples(f *testing.F) {
+	f.Add(vllmMetrics)
+	f.Add("sglang:num_running_reqs{model_name=\"a\\\"b\\\\c\\nd\"} 3\n")
+	f.Add("# TYPE sglang:x summary\nsglang:x{quantile=\"0.5\"} 1\nsglang:x_sum 2\nsglang:x_count 3\n")
+	f.Add("refserve:cohort_sessions NaN\nvllm:y +Inf\n")
+	f.Fuzz(func(t *testing.T, text string) {
+		fams, err := parseMetrics(strings.NewReader(text))
+		if err != nil {
+			return
+		}
+		seen := map[string]bool{}
+		for _, s := range metricSamples(fams) {
+			if !keptFamily(s.Name) {
+				t.Errorf("kept %s", s.Name)
+			}
+			if k := s.Name + s.Labels; seen[k] {
+				t.Errorf("series %s twice", k)
+			} else {
+				seen[k] = true
+			}
+		}
+	})
+}
