@@ -178,6 +178,7 @@ func (r *runner) cascade(ctx context.Context, a AbortCascadeConfig, k, first, po
 	accepted := make(chan struct{}, n)
 	streaming := make(chan struct{}, n)
 	sessions := make([]*cascadeSession, n)
+	r.warm(ctx, n)
 	p.Started = time.Now()
 	for i := range sessions {
 		idx := first + i

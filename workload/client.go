@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net"
 	"net/http"
 	"net/url"
@@ -100,8 +99,12 @@ func NewClient(concurrency int) *Client {
 
 // Warm opens n connections to base before a run's clock starts, so that the first
 // requests do not measure the client's own dialling: the transport takes them as it
-// would take connections it dialled. Call it just before the requests, as a server
-// may close a connection left idle (uvicorn after 5 s).
+// would take connections it dialled. It then sends n concurrent GET /v1/models over
+// them (the answer, whatever its status, is read and dropped), so that the transport
+// has made each connection its own, with its buffers and reading goroutines, and keeps
+// it idle: set up during the first wave, those would cost the most exactly when the
+// first tokens of that wave arrive. Call it just before the requests, as a server may
+// close a connection left idle (uvicorn after 5 s); one it closed is not used.
 func (c *Client) Warm(ctx context.Context, base string, n int) error {
 	if c.dialed == nil {
 		return nil // a client of its own transport
@@ -115,7 +118,8 @@ func (c *Client) Warm(ctx context.Context, base string, n int) error {
 		host = net.JoinHostPort(u.Hostname(), "80")
 	}
 	d := net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
-	for range min(n, cap(c.dialed)-len(c.dialed)) {
+	n = min(n, cap(c.dialed)-len(c.dialed))
+	for range n {
 		conn, err := d.DialContext(ctx, "tcp", host)
 		if err != nil {
 			return fmt.Errorf("workload: warm connections to %s: %w", base, err)
@@ -126,6 +130,26 @@ func (c *Client) Warm(ctx context.Context, base string, n int) error {
 			conn.Close()
 		}
 	}
+	models := strings.TrimRight(base, "/") + "/v1/models"
+	// An engine that does not answer this promptly is no reason to hold the run up.
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, models, nil)
+			if err != nil {
+				return
+			}
+			resp, err := c.httpClient().Do(req)
+			if err != nil {
+				return // the first request will say what is wrong
+			}
+			io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
+			resp.Body.Close()
+		})
+	}
+	wg.Wait()
 	return nil
 }
 
@@ -138,7 +162,7 @@ func newHTTPClient(concurrency int, dialed chan net.Conn) *http.Client {
 		for {
 			select {
 			case conn := <-dialed: // a nil channel never yields
-				if conn.RemoteAddr().String() == addr || conn.RemoteAddr().Network() == network && sameHost(conn, addr) {
+				if (conn.RemoteAddr().String() == addr || conn.RemoteAddr().Network() == network && sameHost(conn, addr)) && alive(conn) {
 					return conn, nil
 				}
 				conn.Close()
@@ -277,8 +301,13 @@ func (c *Client) chatBody(ctx context.Context, base string, req openai.ChatReque
 
 	rctx, cancelTimeout := context.WithTimeoutCause(ctx, reqTimeout, ErrRequestTimeout)
 	defer cancelTimeout()
-	sctx, cancelStall := context.WithCancelCause(rctx)
-	defer cancelStall(nil)
+	// Only a stream can stall; a whole answer runs under the request timeout alone,
+	// without a second context to allocate and cancel.
+	sctx, cancelStall := rctx, context.CancelCauseFunc(nil)
+	if req.Stream {
+		sctx, cancelStall = context.WithCancelCause(rctx)
+		defer cancelStall(nil)
+	}
 
 	url := strings.TrimRight(base, "/") + "/v1/chat/completions"
 	hreq, err := http.NewRequestWithContext(sctx, http.MethodPost, url, bytes.NewReader(body))
@@ -339,8 +368,7 @@ func (c *Client) chatBody(ctx context.Context, base string, req openai.ChatReque
 	tooLarge := func() error {
 		return fmt.Errorf("workload: request %s: response exceeded %d bytes (workload.max_response_bytes): %w", req.RID, limit, ErrResponseTooLarge)
 	}
-	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	if !req.Stream || mt == "application/json" {
+	if !req.Stream || isJSON(resp.Header.Get("Content-Type")) {
 		// An engine may answer a stream request with one JSON body (some do on
 		// validation errors that still carry 200); read it as such.
 		readWhole(&ex, resp.Body, resp.ContentLength, limit, tooLarge, failure)
@@ -351,6 +379,13 @@ func (c *Client) chatBody(ctx context.Context, base string, req openai.ChatReque
 	}
 	readStream(&ex, resp.Body, limit, tooLarge, watch, c.OnToken, failure)
 	return ex
+}
+
+// isJSON reports whether a Content-Type names application/json, whatever its
+// parameters; mime.ParseMediaType would build a map of them for every response.
+func isJSON(contentType string) bool {
+	mt, _, _ := strings.Cut(contentType, ";")
+	return strings.EqualFold(strings.TrimSpace(mt), "application/json")
 }
 
 // stallWatch fires when no stream event arrived for its stall time. Events only record
@@ -476,30 +511,33 @@ func decodeWhole(ex *Exchange) {
 // readStream reads an SSE body of at most limit bytes, assembling the completion as
 // events arrive. At the limit it stops reading: the raw prefix up to the last whole event
 // within KeptPrefixBytes is kept, with the completion those events make.
+//
+// An event's arrival time is read from the clock once per Read, right after the Read
+// that brought the event's last byte returns, before any framing or decoding: the
+// events a Read completes arrived together, and the time the decoding of the first of
+// them takes is not the arrival of the second. The bytes are read straight into the
+// chunks the raw body is kept in, so a stream holds no read buffer of its own.
 func readStream(ex *Exchange, body io.Reader, limit int64, tooLarge func() error, watch *stallWatch,
 	onToken func(), failure func(string, error) error) {
 	var (
 		dec sseDecoder
 		asm streamAssembly
-		bp  = readBuffers.Get().(*[]byte)
-		buf = *bp
+		at  time.Duration // when the current Read returned
 	)
-	defer readBuffers.Put(bp)
 	emit := func(p []byte) error {
 		delta, err := asm.event(p)
 		if err != nil {
 			return err
 		}
-		now := time.Since(ex.Started)
-		watch.event(now)
+		watch.event(at)
 		if !delta {
 			return nil
 		}
-		ex.LastDelta = now
+		ex.LastDelta = at
 		ex.Deltas++
-		ex.DeltaTimes = append(ex.DeltaTimes, now)
+		ex.DeltaTimes = append(ex.DeltaTimes, at)
 		if ex.TTFT == 0 {
-			ex.TTFT = now
+			ex.TTFT = at
 			if ex.hooks.FirstDelta != nil {
 				ex.hooks.FirstDelta()
 			}
@@ -511,18 +549,19 @@ func readStream(ex *Exchange, body io.Reader, limit int64, tooLarge func() error
 	}
 	var raw rawBody
 	for {
-		n, rerr := body.Read(buf)
-		if int64(raw.n)+int64(n) > limit {
-			ex.Latency = time.Since(ex.Started)
+		// One byte past the limit is read, so that a body of exactly limit bytes passes.
+		p, rerr := raw.readFrom(body, int(min(limit-int64(raw.n)+1, 1<<30)))
+		at = time.Since(ex.Started)
+		if int64(raw.n) > limit {
+			ex.Latency = at
 			ex.Raw = raw.keptPrefix()
 			raw.release()
 			ex.Completion, _ = AssembleStream(ex.Raw)
 			ex.Err = tooLarge()
 			return
 		}
-		if n > 0 {
-			raw.write(buf[:n])
-			if err := dec.Feed(buf[:n], emit); err != nil {
+		if len(p) > 0 {
+			if err := dec.Feed(p, emit); err != nil {
 				ex.Err = fmt.Errorf("workload: stream: %w", err)
 				break
 			}
@@ -576,15 +615,58 @@ func getChunk(size int) []byte {
 	return make([]byte, 0, 4<<10<<c)
 }
 
+func (r *rawBody) writeString(s string) {
+	r.n += len(s)
+	for len(s) > 0 {
+		r.room()
+		k := min(len(s), cap(r.cur)-len(r.cur))
+		r.cur = append(r.cur, s[:k]...)
+		s = s[k:]
+	}
+}
+
+// room makes sure the current chunk has free space, taking a chunk twice the size of
+// the last from the pool when it is full.
+func (r *rawBody) room() {
+	if len(r.cur) == cap(r.cur) {
+		if r.cur != nil {
+			r.full = append(r.full, r.cur)
+		}
+		r.cur = getChunk(min(max(4<<10, 2*cap(r.cur)), 1<<20))
+	}
+}
+
+// readFrom reads once from body straight into the current chunk, at most max bytes,
+// and returns what it read: the bytes land where they are kept, with no copy through
+// a read buffer.
+func (r *rawBody) readFrom(body io.Reader, max int) ([]byte, error) {
+	r.room()
+	free := r.cur[len(r.cur):min(cap(r.cur), len(r.cur)+max)]
+	n, err := body.Read(free)
+	r.cur = r.cur[:len(r.cur)+n]
+	r.n += n
+	return free[:n], err
+}
+
+// string is the whole text, joined once; the chunks go back to the pool.
+func (r *rawBody) string() string {
+	if r.n == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.Grow(r.n)
+	for _, c := range r.full {
+		b.Write(c)
+	}
+	b.Write(r.cur)
+	r.release()
+	return b.String()
+}
+
 func (r *rawBody) write(p []byte) {
 	r.n += len(p)
 	for len(p) > 0 {
-		if len(r.cur) == cap(r.cur) {
-			if r.cur != nil {
-				r.full = append(r.full, r.cur)
-			}
-			r.cur = getChunk(min(max(4<<10, 2*cap(r.cur)), 1<<20))
-		}
+		r.room()
 		k := min(len(p), cap(r.cur)-len(r.cur))
 		r.cur = append(r.cur, p[:k]...)
 		p = p[k:]
@@ -592,10 +674,17 @@ func (r *rawBody) write(p []byte) {
 }
 
 // bytes is the whole body, in a slice of its own; nil when nothing arrived. The
-// chunks are given back: the rawBody is empty afterwards.
+// chunks are given back (or the one chunk handed over): the rawBody is empty afterwards.
 func (r *rawBody) bytes() []byte {
 	if r.n == 0 {
 		return nil
+	}
+	if len(r.full) == 0 && 2*len(r.cur) >= cap(r.cur) {
+		// A body in one chunk it fills at least half of is handed over as it is:
+		// a copy would cost as much memory and a second pass over the bytes.
+		out := r.cur
+		*r = rawBody{}
+		return out
 	}
 	out := make([]byte, 0, r.n)
 	for _, c := range r.full {
@@ -608,13 +697,18 @@ func (r *rawBody) bytes() []byte {
 
 // release gives the chunks back to the pool.
 func (r *rawBody) release() {
-	for _, c := range append(r.full, r.cur) {
-		if cap(c) == 4<<10<<chunkClass(cap(c)) {
-			c = c[:0]
-			rawChunks[chunkClass(cap(c))].Put(&c)
-		}
+	for _, c := range r.full {
+		putChunk(c)
 	}
+	putChunk(r.cur)
 	*r = rawBody{}
+}
+
+func putChunk(c []byte) {
+	if cap(c) == 4<<10<<chunkClass(cap(c)) {
+		c = c[:0]
+		rawChunks[chunkClass(cap(c))].Put(&c)
+	}
 }
 
 // prefix is a copy of the body's first n bytes.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -125,8 +126,8 @@ func vegetaRate(tb testing.TB, base string, stream bool, d time.Duration) int64 
 
 // BenchmarkDriverVsVegeta: requests per second of arbiter's workload client (SSE framing,
 // chunk decoding, assembly, per-token times) and of vegeta (which reads each body and
-// keeps it, decoding nothing), both closed-loop at 8 connections, alternating 300 ms
-// turns within each iteration.
+// keeps it, decoding nothing), both closed-loop at 8 connections, in 300 ms turns whose
+// order alternates from one iteration to the next (-benchtime 8x: four of each order).
 func BenchmarkDriverVsVegeta(b *testing.B) {
 	for _, c := range []struct {
 		name   string
@@ -143,9 +144,20 @@ func BenchmarkDriverVsVegeta(b *testing.B) {
 			srv := instantServer(b, c.body, c.ct)
 			const turn = 300 * time.Millisecond
 			var arb, veg int64
-			for b.Loop() {
-				arb += arbiterRate(b, srv.URL, c.stream, turn)
-				veg += vegetaRate(b, srv.URL, c.stream, turn)
+			for i := 0; b.Loop(); i++ {
+				// Each turn starts on a collected heap, so that neither pays for the
+				// other's garbage, and the order alternates, so that neither always runs
+				// on a machine the other just loaded: run an even number of iterations.
+				runtime.GC()
+				if i%2 == 0 {
+					arb += arbiterRate(b, srv.URL, c.stream, turn)
+					runtime.GC()
+					veg += vegetaRate(b, srv.URL, c.stream, turn)
+				} else {
+					veg += vegetaRate(b, srv.URL, c.stream, turn)
+					runtime.GC()
+					arb += arbiterRate(b, srv.URL, c.stream, turn)
+				}
 			}
 			secs := turn.Seconds() * float64(b.N)
 			b.ReportMetric(float64(arb)/secs, "arbiter-req/s")

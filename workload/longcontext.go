@@ -73,6 +73,7 @@ func runLongContext(ctx context.Context, cfg Config, base string, rec Recorder) 
 	}
 	defer r.client.CloseIdleConnections()
 	shared := sharedPrefix(cfg.Seed, lc.shared())
+	r.warm(ctx, min(conc, cfg.Sessions))
 	var g errgroup.Group
 	g.SetLimit(conc)
 	for i := cfg.SessionOffset; i < cfg.SessionOffset+cfg.Sessions; i++ {

@@ -132,6 +132,18 @@ type runner struct {
 	model  string
 	client *Client
 	rec    Recorder
+	warmed bool
+}
+
+// warm opens the first wave's n connections before it starts, once per run: later
+// waves find the earlier waves' connections idle in the transport. Kinds whose
+// requests arrive spread out in time (open-loop phases) do not call it. A failure here
+// is the first request's to report.
+func (r *runner) warm(ctx context.Context, n int) {
+	if !r.warmed {
+		r.warmed = true
+		_ = r.client.Warm(ctx, r.base, n)
+	}
 }
 
 // newRunner builds the client for conc requests in flight and picks the model. A nil

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 
 	"github.com/arbiterlab/arbiter/openai"
 )
@@ -26,11 +25,16 @@ type sseDecoder struct {
 	data    []byte // the data field of the event being built
 	hasData bool   // a data field was seen (an empty "data:" still makes an event)
 	skipLF  bool   // the previous line ended in CR; a following LF belongs to it
+	// lent says data is a slice of the bytes being fed, not of own: an event of one data
+	// line that ends within one Feed is emitted from where it lies, without a copy.
+	lent bool
+	own  []byte
 }
 
 // Feed consumes p and calls emit with the data of every event p completes. emit must not
 // keep the slice it is given.
 func (d *sseDecoder) Feed(p []byte, emit func(data []byte) error) error {
+	defer d.keep()
 	for len(p) > 0 {
 		if d.skipLF {
 			d.skipLF = false
@@ -54,14 +58,14 @@ func (d *sseDecoder) Feed(p []byte, emit func(data []byte) error) error {
 			d.line = append(d.line, p...)
 			return nil
 		}
-		line := p[:end]
+		line, lent := p[:end], true
 		if len(d.line) > 0 {
 			d.line = append(d.line, line...)
-			line = d.line
+			line, lent = d.line, false
 		}
 		d.skipLF = p[end] == '\r'
 		p = p[end+1:]
-		err := d.processLine(line, emit)
+		err := d.processLine(line, lent, emit)
 		d.line = d.line[:0]
 		if err != nil {
 			return err
@@ -73,7 +77,16 @@ func (d *sseDecoder) Feed(p []byte, emit func(data []byte) error) error {
 // processLine applies one complete line: a blank line dispatches the event, a line
 // starting with ':' is a comment (keep-alive), and only the data field matters to
 // chat completions (event, id and retry are ignored).
-func (d *sseDecoder) processLine(line []byte, emit func([]byte) error) error {
+// keep copies a lent data field into the decoder's own buffer, before the bytes it
+// lies in go back to the caller.
+func (d *sseDecoder) keep() {
+	if d.lent {
+		d.own = append(d.own[:0], d.data...)
+		d.data, d.lent = d.own, false
+	}
+}
+
+func (d *sseDecoder) processLine(line []byte, lent bool, emit func([]byte) error) error {
 	if len(line) > maxEventBytes {
 		return fmt.Errorf("sse line longer than %d bytes: %w", maxEventBytes, ErrEventTooLarge)
 	}
@@ -82,7 +95,7 @@ func (d *sseDecoder) processLine(line []byte, emit func([]byte) error) error {
 			return nil
 		}
 		err := emit(d.data)
-		d.data = d.data[:0]
+		d.data, d.lent = d.own[:0], false
 		d.hasData = false
 		return err
 	}
@@ -99,6 +112,11 @@ func (d *sseDecoder) processLine(line []byte, emit func([]byte) error) error {
 	if string(field) != "data" {
 		return nil
 	}
+	if !d.hasData && lent {
+		d.data, d.lent, d.hasData = value, true, true
+		return nil
+	}
+	d.keep()
 	if d.hasData {
 		d.data = append(d.data, '\n')
 	}
@@ -106,6 +124,7 @@ func (d *sseDecoder) processLine(line []byte, emit func([]byte) error) error {
 		return fmt.Errorf("sse event longer than %d bytes: %w", maxEventBytes, ErrEventTooLarge)
 	}
 	d.data = append(d.data, value...)
+	d.own = d.data
 	d.hasData = true
 	return nil
 }
@@ -138,27 +157,56 @@ type choiceAssembly struct {
 // copy a long reply over and over and leave the garbage of each copy behind, which for
 // several concurrent multi-megabyte replies is most of arbiter's memory.
 type pieces struct {
-	parts []string
-	n     int
+	small  []byte  // the text while it is short, grown in place
+	b      rawBody // the text once it is long, in pooled chunks
+	joined string
+	done   bool
 }
+
+// smallPieces is how long a text grows in one slice before it moves to chunks: most
+// replies stay below it, and a 4 KiB chunk for each would be most of what a stream
+// allocates.
+const smallPieces = 2 << 10
 
 func (p *pieces) add(s string) {
-	if s != "" {
-		p.parts = append(p.parts, s)
-		p.n += len(s)
+	if p.b.n == 0 && len(p.small)+len(s) <= smallPieces {
+		p.small = append(p.small, s...)
+		return
+	}
+	p.spill()
+	p.b.writeString(s)
+}
+
+// addBytes appends a fragment that is a slice of a payload, copying its bytes only
+// (a string of each token would be an allocation per token).
+func (p *pieces) addBytes(s []byte) {
+	if p.b.n == 0 && len(p.small)+len(s) <= smallPieces {
+		p.small = append(p.small, s...)
+		return
+	}
+	p.spill()
+	p.b.write(s)
+}
+
+// spill moves the short text into the chunks, once it outgrows its slice.
+func (p *pieces) spill() {
+	if len(p.small) > 0 {
+		p.b.write(p.small)
+		p.small = nil
 	}
 }
 
+// String is the joined text; the fragments' chunks go back to their pool the first time.
 func (p *pieces) String() string {
-	if len(p.parts) == 1 {
-		return p.parts[0]
+	if !p.done {
+		if p.b.n == 0 {
+			p.joined = string(p.small)
+		} else {
+			p.joined = p.b.string()
+		}
+		p.small, p.done = nil, true
 	}
-	var b strings.Builder
-	b.Grow(p.n)
-	for _, s := range p.parts {
-		b.WriteString(s)
-	}
-	return b.String()
+	return p.joined
 }
 
 // streamAssembly turns a stream's chunks back into the completion a non-streaming
@@ -251,7 +299,7 @@ func (a *streamAssembly) choice(i int) *choiceAssembly {
 	}
 	c := a.choices[i]
 	if c == nil {
-		c = &choiceAssembly{calls: make(map[int]*openai.ToolCall), args: make(map[int]*pieces)}
+		c = &choiceAssembly{} // its tool-call maps are made by the first call's fragment
 		a.choices[i] = c
 	}
 	a.last, a.lastIdx = c, i
@@ -282,7 +330,7 @@ func (a *streamAssembly) fast(ch *fastChunk) (delta bool) {
 			c.role = string(cc.role)
 		}
 		if len(cc.content) > 0 {
-			c.content.add(string(cc.content))
+			c.content.addBytes(cc.content)
 			delta = true
 		}
 		for _, f := range cc.calls {
@@ -320,6 +368,9 @@ func (c *choiceAssembly) addFragment(f openai.ToolCall) {
 		idx = c.order[len(c.order)-1]
 	default:
 		idx = 0
+	}
+	if c.calls == nil {
+		c.calls, c.args = make(map[int]*openai.ToolCall), make(map[int]*pieces)
 	}
 	call := c.calls[idx]
 	if call == nil {

@@ -149,6 +149,7 @@ func (r *runner) throughputPhase(ctx context.Context, t ThroughputConfig, p Phas
 		// The arrival times are the phase's own seeded draw: the same in every arm.
 		p = r.openLoop(ctx, p, shots, newScriptRand(r.cfg.Seed, first, -4))
 	} else {
+		r.warm(ctx, min(p.Concurrency, n))
 		p = r.closedLoop(ctx, p, shots)
 	}
 	recordPhase(r.rec, p)

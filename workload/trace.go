@@ -302,6 +302,7 @@ func runTrace(ctx context.Context, cfg Config, base string, rec Recorder) error 
 		return err
 	}
 	defer r.client.CloseIdleConnections()
+	r.warm(ctx, min(conc, n))
 	var g errgroup.Group
 	g.SetLimit(conc)
 	for k := range n {
