@@ -299,15 +299,10 @@ func (c *Client) chatBody(ctx context.Context, base string, req openai.ChatReque
 	ex.Request = body
 	reqTimeout, stall := c.timeouts()
 
-	rctx, cancelTimeout := context.WithTimeoutCause(ctx, reqTimeout, ErrRequestTimeout)
-	defer cancelTimeout()
-	// Only a stream can stall; a whole answer runs under the request timeout alone,
-	// without a second context to allocate and cancel.
-	sctx, cancelStall := rctx, context.CancelCauseFunc(nil)
-	if req.Stream {
-		sctx, cancelStall = context.WithCancelCause(rctx)
-		defer cancelStall(nil)
-	}
+	// One context and one timer serve both the request timeout and, for a stream, the
+	// stall check: the watch cancels sctx with the cause of whichever came first.
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 
 	url := strings.TrimRight(base, "/") + "/v1/chat/completions"
 	hreq, err := http.NewRequestWithContext(sctx, http.MethodPost, url, bytes.NewReader(body))
@@ -321,13 +316,15 @@ func (c *Client) chatBody(ctx context.Context, base string, req openai.ChatReque
 	}
 
 	ex.Started = time.Now()
-	var watch *stallWatch
+	// The stall clock runs from sending: an engine that never answers a stream has
+	// stalled as surely as one that stops mid-way. Only a stream can stall; a whole
+	// answer runs under the request timeout alone.
+	streamStall := time.Duration(0)
 	if req.Stream {
-		// The stall clock runs from sending: an engine that never answers a stream
-		// has stalled as surely as one that stops mid-way.
-		watch = newStallWatch(stall, func() { cancelStall(ErrStalled) })
-		defer watch.stop()
+		streamStall = stall
 	}
+	watch := newRequestWatch(reqTimeout, streamStall, cancel)
+	defer watch.stop()
 	// failure says what ended the request early, judged by which context fired.
 	failure := func(where string, err error) error {
 		switch {
@@ -388,51 +385,70 @@ func isJSON(contentType string) bool {
 	return strings.EqualFold(strings.TrimSpace(mt), "application/json")
 }
 
-// stallWatch fires when no stream event arrived for its stall time. Events only record
-// when they came; the timer, armed once, re-arms itself for what remains of the
-// window, so that a stream of thousands of events does not reset a timer for each.
-type stallWatch struct {
-	stall  time.Duration
-	start  time.Time
-	last   atomic.Int64 // the latest event, as time since start
-	timer  *time.Timer
-	fire   func()
-	mu     sync.Mutex
-	closed bool
+// requestWatch cancels a request when its timeout passes or, when it has a stall time,
+// when no stream event arrived for that long, with ErrRequestTimeout or ErrStalled as
+// the cause. Events only record when they came; the one timer, armed once, re-arms
+// itself for what remains of the nearer of the two windows, so that a stream of
+// thousands of events does not reset a timer for each, and a request needs no second
+// context or timer for its deadline.
+type requestWatch struct {
+	timeout time.Duration
+	stall   time.Duration // 0: no stall check
+	start   time.Time
+	last    atomic.Int64 // the latest event, as time since start
+	timer   *time.Timer
+	cancel  context.CancelCauseFunc
+	mu      sync.Mutex
+	closed  bool
 }
 
-func newStallWatch(stall time.Duration, fire func()) *stallWatch {
-	w := &stallWatch{stall: stall, start: time.Now(), fire: fire}
+func newRequestWatch(timeout, stall time.Duration, cancel context.CancelCauseFunc) *requestWatch {
+	w := &requestWatch{timeout: timeout, stall: stall, start: time.Now(), cancel: cancel}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.timer = time.AfterFunc(stall, w.check)
+	w.timer = time.AfterFunc(w.next(0), w.check)
 	return w
+}
+
+// next is how long from elapsed (time since start) until the nearer window closes.
+func (w *requestWatch) next(elapsed time.Duration) time.Duration {
+	d := w.timeout - elapsed
+	if w.stall > 0 {
+		d = min(d, w.stall-(elapsed-time.Duration(w.last.Load())))
+	}
+	return d
 }
 
 // event records an event at since (time since the request was sent; the watch's
 // clock started at most microseconds later, so the window is never shortened).
-func (w *stallWatch) event(since time.Duration) {
+func (w *requestWatch) event(since time.Duration) {
 	if w != nil {
 		w.last.Store(int64(since))
 	}
 }
 
-func (w *stallWatch) check() {
+func (w *requestWatch) check() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
 		return
 	}
-	quiet := time.Since(w.start) - time.Duration(w.last.Load())
-	if quiet < w.stall {
-		w.timer.Reset(w.stall - quiet)
+	elapsed := time.Since(w.start)
+	var cause error
+	switch {
+	case elapsed >= w.timeout:
+		cause = ErrRequestTimeout
+	case w.stall > 0 && elapsed-time.Duration(w.last.Load()) >= w.stall:
+		cause = ErrStalled
+	default:
+		w.timer.Reset(w.next(elapsed))
 		return
 	}
 	w.closed = true
-	w.fire()
+	w.cancel(cause)
 }
 
-func (w *stallWatch) stop() {
+func (w *requestWatch) stop() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.closed = true
@@ -517,7 +533,7 @@ func decodeWhole(ex *Exchange) {
 // events a Read completes arrived together, and the time the decoding of the first of
 // them takes is not the arrival of the second. The bytes are read straight into the
 // chunks the raw body is kept in, so a stream holds no read buffer of its own.
-func readStream(ex *Exchange, body io.Reader, limit int64, tooLarge func() error, watch *stallWatch,
+func readStream(ex *Exchange, body io.Reader, limit int64, tooLarge func() error, watch *requestWatch,
 	onToken func(), failure func(string, error) error) {
 	var (
 		dec sseDecoder

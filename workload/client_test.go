@@ -335,3 +335,44 @@ func TestChatStopsReadingAtTheResponseCap(t *testing.T) {
 		t.Fatalf("a 512 KiB reply under a 1 MiB cap: err %v, %d bytes", ex.Err, len(ex.Raw))
 	}
 }
+
+// TestChatRequestTimeoutDuringSteadyStream: a stream whose events keep the stall clock
+// from firing still ends at the request timeout, which the same timer watches.
+func TestChatRequestTimeoutDuringSteadyStream(t *testing.T) {
+	const gap = 10 * time.Millisecond
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		tick := time.NewTicker(gap) // pacing of the stream, not synchronization
+		defer tick.Stop()
+		for {
+			j, _ := json.Marshal(contentDelta("x"))
+			fmt.Fprintf(w, "data: %s\n\n", j)
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}))
+	defer srv.Close()
+	c := &Client{RequestTimeout: 150 * time.Millisecond, StallTimeout: 100 * time.Millisecond}
+	ex := c.Chat(context.Background(), srv.URL, weatherRequest("r11", true))
+	if !errors.Is(ex.Err, ErrRequestTimeout) || errors.Is(ex.Err, ErrStalled) {
+		t.Fatalf("err = %v, want ErrRequestTimeout", ex.Err)
+	}
+	if ex.Deltas < 2 {
+		t.Fatalf("only %d deltas arrived before the timeout", ex.Deltas)
+	}
+}
+
+// TestChatRequestTimeoutWhole: a non-streamed answer that never comes ends at the
+// request timeout, not as a stall.
+func TestChatRequestTimeoutWhole(t *testing.T) {
+	srv := stallAfter(t, 0)
+	c := &Client{RequestTimeout: 50 * time.Millisecond, StallTimeout: 10 * time.Millisecond}
+	ex := c.Chat(context.Background(), srv.URL, weatherRequest("r12", false))
+	if !errors.Is(ex.Err, ErrRequestTimeout) || errors.Is(ex.Err, ErrStalled) {
+		t.Fatalf("err = %v, want ErrRequestTimeout", ex.Err)
+	}
+}

@@ -187,7 +187,7 @@ func BenchmarkReadPath(b *testing.B) {
 	for b.Loop() {
 		var ex Exchange
 		ex.Started = time.Now()
-		watch := newStallWatch(time.Hour, func() {})
+		watch := newRequestWatch(time.Hour, time.Hour, func(error) {})
 		readStream(&ex, bytes.NewReader(body), DefaultMaxResponseBytes, nil, watch, nil, nil)
 		watch.stop()
 		if ex.Err != nil || ex.Deltas != 512 {
