@@ -85,6 +85,8 @@ type Client struct {
 
 	// dialed holds connections opened by Warm, which the transport takes first.
 	dialed chan net.Conn
+	// streamSize sizes the first chunk of each streamed body.
+	streamSize sizeEstimate
 }
 
 var defaultHTTP = newHTTPClient(16, nil)
@@ -374,7 +376,10 @@ func (c *Client) chatBody(ctx context.Context, base string, req openai.ChatReque
 		}
 		return ex
 	}
-	readStream(&ex, resp.Body, limit, tooLarge, watch, c.OnToken, failure)
+	readStream(&ex, resp.Body, limit, c.streamSize.first(), tooLarge, watch, c.OnToken, failure)
+	if ex.Err == nil {
+		c.streamSize.observe(len(ex.Raw))
+	}
 	return ex
 }
 
@@ -383,6 +388,35 @@ func (c *Client) chatBody(ctx context.Context, base string, req openai.ChatReque
 func isJSON(contentType string) bool {
 	mt, _, _ := strings.Cut(contentType, ";")
 	return strings.EqualFold(strings.TrimSpace(mt), "application/json")
+}
+
+// sizeEstimate follows the sizes of a client's streamed bodies, to size the first
+// chunk of the next one so that it holds the whole body: it rises at once to a larger
+// body and decays slowly (by an eighth of the gap per body) towards smaller ones.
+type sizeEstimate struct{ n atomic.Int64 }
+
+// maxFirstChunk bounds the first chunk; a longer body goes on in pooled chunks.
+const maxFirstChunk = 1 << 20
+
+// first is the size for the next body's first chunk: the estimate with a quarter and
+// 512 bytes to spare; 0 before any body was seen.
+func (e *sizeEstimate) first() int {
+	n := e.n.Load()
+	if n == 0 {
+		return 0
+	}
+	return int(min(n+n/4+512, maxFirstChunk))
+}
+
+func (e *sizeEstimate) observe(size int) {
+	n := int64(size)
+	old := e.n.Load()
+	if n < old {
+		n = old - (old-n)/8
+	}
+	if n != old {
+		e.n.Store(n)
+	}
 }
 
 // requestWatch cancels a request when its timeout passes or, when it has a stall time,
@@ -533,7 +567,9 @@ func decodeWhole(ex *Exchange) {
 // events a Read completes arrived together, and the time the decoding of the first of
 // them takes is not the arrival of the second. The bytes are read straight into the
 // chunks the raw body is kept in, so a stream holds no read buffer of its own.
-func readStream(ex *Exchange, body io.Reader, limit int64, tooLarge func() error, watch *requestWatch,
+//
+// first is the size of the first chunk the body is read into (0: a pooled 4 KiB one).
+func readStream(ex *Exchange, body io.Reader, limit int64, first int, tooLarge func() error, watch *requestWatch,
 	onToken func(), failure func(string, error) error) {
 	var (
 		dec sseDecoder
@@ -563,7 +599,7 @@ func readStream(ex *Exchange, body io.Reader, limit int64, tooLarge func() error
 		}
 		return nil
 	}
-	var raw rawBody
+	raw := rawBody{first: first}
 	for {
 		// One byte past the limit is read, so that a body of exactly limit bytes passes.
 		p, rerr := raw.readFrom(body, int(min(limit-int64(raw.n)+1, 1<<30)))
@@ -606,10 +642,16 @@ func readStream(ex *Exchange, body io.Reader, limit int64, tooLarge func() error
 // go back to a pool for the next body. One growing slice would copy a long body over
 // and over, and the garbage of the copies of several concurrent multi-megabyte streams
 // would be most of arbiter's memory.
+//
+// A rawBody with a first size starts in a chunk of its own of that size, outside the
+// pool: sized to hold the whole body, it is handed over as the body with no copy, and
+// no pooled chunk leaves the pool with it (a pool that a collection empties would
+// otherwise allocate a fresh first chunk per stream, and the final copy besides).
 type rawBody struct {
-	full [][]byte // chunks filled to their capacity
-	cur  []byte
-	n    int
+	full  [][]byte // chunks filled to their capacity
+	cur   []byte
+	n     int
+	first int
 }
 
 // rawChunks pools the chunks by size class: 4 KiB << i.
@@ -647,6 +689,9 @@ func (r *rawBody) room() {
 	if len(r.cur) == cap(r.cur) {
 		if r.cur != nil {
 			r.full = append(r.full, r.cur)
+		} else if r.first > 0 && len(r.full) == 0 {
+			r.cur = make([]byte, 0, r.first)
+			return
 		}
 		r.cur = getChunk(min(max(4<<10, 2*cap(r.cur)), 1<<20))
 	}

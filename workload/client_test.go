@@ -376,3 +376,56 @@ func TestChatRequestTimeoutWhole(t *testing.T) {
 		t.Fatalf("err = %v, want ErrRequestTimeout", ex.Err)
 	}
 }
+
+// TestRawBodyFirstChunk: a body that fits the first chunk is handed over without a
+// copy; one that outgrows it goes on in pooled chunks and is joined whole.
+func TestRawBodyFirstChunk(t *testing.T) {
+	body := bytes.Repeat([]byte("data: {}\n\n"), 300) // 3,000 bytes
+	for _, first := range []int{0, 2000, 3200, 64 << 10} {
+		raw := rawBody{first: first}
+		r := bytes.NewReader(body)
+		for {
+			if _, err := raw.readFrom(r, 1<<20); err != nil {
+				break
+			}
+		}
+		var firstChunk []byte
+		if first > 0 {
+			firstChunk = raw.cur
+			if len(raw.full) > 0 {
+				firstChunk = raw.full[0]
+			}
+		}
+		got := raw.bytes()
+		if !bytes.Equal(got, body) {
+			t.Fatalf("first %d: body of %d bytes came back as %d", first, len(body), len(got))
+		}
+		handed := first > 0 && &got[0] == &firstChunk[:1][0]
+		if want := first == 3200; handed != want {
+			t.Errorf("first %d: handed over without a copy = %v, want %v", first, handed, want)
+		}
+	}
+}
+
+func TestSizeEstimate(t *testing.T) {
+	var e sizeEstimate
+	if e.first() != 0 {
+		t.Fatalf("first before any body = %d", e.first())
+	}
+	e.observe(1000)
+	if got := e.first(); got < 1000 || got > 2000 {
+		t.Fatalf("first after a body of 1000 = %d", got)
+	}
+	e.observe(8000) // rises at once
+	if got := e.first(); got < 8000 {
+		t.Fatalf("first after a body of 8000 = %d", got)
+	}
+	e.observe(0) // decays slowly
+	if got := e.n.Load(); got != 7000 {
+		t.Fatalf("estimate after a body of 0 = %d, want 7000", got)
+	}
+	e.observe(100 << 20)
+	if got := e.first(); got != maxFirstChunk {
+		t.Fatalf("first after a body of 100 MiB = %d, want %d", got, maxFirstChunk)
+	}
+}
