@@ -87,6 +87,8 @@ type Client struct {
 	dialed chan net.Conn
 	// streamSize sizes the first chunk of each streamed body.
 	streamSize sizeEstimate
+	// wholeSize sizes the first chunk of each whole body of unknown length.
+	wholeSize sizeEstimate
 }
 
 var defaultHTTP = newHTTPClient(16, nil)
@@ -370,7 +372,10 @@ func (c *Client) chatBody(ctx context.Context, base string, req openai.ChatReque
 	if !req.Stream || isJSON(resp.Header.Get("Content-Type")) {
 		// An engine may answer a stream request with one JSON body (some do on
 		// validation errors that still carry 200); read it as such.
-		readWhole(&ex, resp.Body, resp.ContentLength, limit, tooLarge, failure)
+		readWhole(&ex, resp.Body, resp.ContentLength, limit, c.wholeSize.first(), tooLarge, failure)
+		if ex.Err == nil && resp.ContentLength < 0 {
+			c.wholeSize.observe(len(ex.Raw))
+		}
 		if ex.TTFT > 0 && c.OnToken != nil {
 			c.OnToken()
 		}
@@ -492,7 +497,7 @@ func (w *requestWatch) stop() {
 // readWhole reads a JSON body of at most limit bytes. A longer one (by its
 // Content-Length, or as it arrives) is not read past limit: its first KeptPrefixBytes
 // are kept and the exchange fails.
-func readWhole(ex *Exchange, body io.Reader, length, limit int64, tooLarge func() error, failure func(string, error) error) {
+func readWhole(ex *Exchange, body io.Reader, length, limit int64, first int, tooLarge func() error, failure func(string, error) error) {
 	if length > limit {
 		ex.Raw, _ = io.ReadAll(io.LimitReader(body, KeptPrefixBytes))
 		ex.Latency = time.Since(ex.Started)
@@ -512,15 +517,12 @@ func readWhole(ex *Exchange, body io.Reader, length, limit int64, tooLarge func(
 		decodeWhole(ex)
 		return
 	}
-	var raw rawBody
-	bp := readBuffers.Get().(*[]byte)
-	defer readBuffers.Put(bp)
-	buf := *bp
+	// Of unknown size: read straight into the chunks it is kept in, the first sized
+	// from the client's recent bodies.
+	raw := rawBody{first: first}
 	var err error
 	for err == nil && int64(raw.n) <= limit {
-		var n int
-		n, err = body.Read(buf)
-		raw.write(buf[:n])
+		_, err = raw.readFrom(body, int(min(limit-int64(raw.n)+1, 1<<30)))
 	}
 	if err == io.EOF {
 		err = nil
@@ -539,9 +541,6 @@ func readWhole(ex *Exchange, body io.Reader, length, limit int64, tooLarge func(
 	}
 	decodeWhole(ex)
 }
-
-// readBuffers are the 32 KiB buffers responses are read through.
-var readBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // decodeWhole decodes the non-streamed answer in ex.Raw.
 func decodeWhole(ex *Exchange) {
