@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -427,5 +429,42 @@ func TestSizeEstimate(t *testing.T) {
 	e.observe(100 << 20)
 	if got := e.first(); got != maxFirstChunk {
 		t.Fatalf("first after a body of 100 MiB = %d, want %d", got, maxFirstChunk)
+	}
+}
+
+// TestRunGCPolicy: the policy holds while runs overlap and the settings before it come
+// back when the last ends.
+func TestRunGCPolicy(t *testing.T) {
+	if userGCSettings() {
+		t.Skip("GOGC or GOMEMLIMIT set: the policy is off")
+	}
+	percent := debug.SetGCPercent(100)
+	limit := debug.SetMemoryLimit(math.MaxInt64)
+	defer debug.SetGCPercent(percent)
+	defer debug.SetMemoryLimit(limit)
+	r1 := ApplyRunGCPolicy(10)
+	l1 := debug.SetMemoryLimit(-1)
+	if got := debug.SetGCPercent(-1); got != RunGCPercent {
+		t.Fatalf("GC percent during a run = %d", got)
+	}
+	debug.SetGCPercent(RunGCPercent)
+	if l1 < RunMemoryHeadroom+10*RunMemoryPerSession || l1 == math.MaxInt64 {
+		t.Fatalf("memory limit during a run = %d", l1)
+	}
+	r2 := ApplyRunGCPolicy(4)
+	if got := debug.SetMemoryLimit(-1); got != l1+4*RunMemoryPerSession {
+		t.Fatalf("limit with a second run = %d, want %d", got, l1+4*RunMemoryPerSession)
+	}
+	r1()
+	r1() // a second call changes nothing
+	if got := debug.SetMemoryLimit(-1); got != l1-6*RunMemoryPerSession {
+		t.Fatalf("limit after the first run ended = %d, want %d", got, l1-6*RunMemoryPerSession)
+	}
+	r2()
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Fatalf("GC percent after the runs = %d, want 100", got)
+	}
+	if got := debug.SetMemoryLimit(-1); got != math.MaxInt64 {
+		t.Fatalf("memory limit after the runs = %d", got)
 	}
 }

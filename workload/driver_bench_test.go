@@ -78,6 +78,8 @@ func arbiterRate(tb testing.TB, base string, stream bool, d time.Duration) int64
 		req.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
 	}
 	body, _ := json.Marshal(req)
+	// The collection policy Run applies to every workload, applied here the same way.
+	defer ApplyRunGCPolicy(benchConcurrency)()
 	c := NewClient(benchConcurrency)
 	defer c.CloseIdleConnections()
 	var done atomic.Int64
