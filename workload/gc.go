@@ -21,7 +21,7 @@ import (
 const (
 	RunGCPercent        = 400
 	RunMemoryHeadroom   = 256 << 20
-	RunMemoryPerSession = 512 << 10
+	RunMemoryPerSession = 256 << 10
 )
 
 var gcPolicy struct {
