@@ -85,10 +85,6 @@ type Client struct {
 
 	// dialed holds connections opened by Warm, which the transport takes first.
 	dialed chan net.Conn
-	// streamSize sizes the first chunk of each streamed body.
-	streamSize sizeEstimate
-	// wholeSize sizes the first chunk of each whole body of unknown length.
-	wholeSize sizeEstimate
 }
 
 var defaultHTTP = newHTTPClient(16, nil)
@@ -372,18 +368,18 @@ func (c *Client) chatBody(ctx context.Context, base string, req openai.ChatReque
 	if !req.Stream || isJSON(resp.Header.Get("Content-Type")) {
 		// An engine may answer a stream request with one JSON body (some do on
 		// validation errors that still carry 200); read it as such.
-		readWhole(&ex, resp.Body, resp.ContentLength, limit, c.wholeSize.first(), tooLarge, failure)
+		readWhole(&ex, resp.Body, resp.ContentLength, limit, wholeSizes.first(), tooLarge, failure)
 		if ex.Err == nil && resp.ContentLength < 0 {
-			c.wholeSize.observe(len(ex.Raw))
+			wholeSizes.observe(len(ex.Raw))
 		}
 		if ex.TTFT > 0 && c.OnToken != nil {
 			c.OnToken()
 		}
 		return ex
 	}
-	readStream(&ex, resp.Body, limit, c.streamSize.first(), tooLarge, watch, c.OnToken, failure)
+	readStream(&ex, resp.Body, limit, streamSizes.first(), tooLarge, watch, c.OnToken, failure)
 	if ex.Err == nil {
-		c.streamSize.observe(len(ex.Raw))
+		streamSizes.observe(len(ex.Raw))
 	}
 	return ex
 }
@@ -395,10 +391,15 @@ func isJSON(contentType string) bool {
 	return strings.EqualFold(strings.TrimSpace(mt), "application/json")
 }
 
-// sizeEstimate follows the sizes of a client's streamed bodies, to size the first
-// chunk of the next one so that it holds the whole body: it rises at once to a larger
-// body and decays slowly (by an eighth of the gap per body) towards smaller ones.
+// sizeEstimate follows the sizes of the bodies read, to size the first chunk of the next
+// one so that it holds the whole body: it rises at once to a larger body and decays
+// slowly (by an eighth of the gap per body) towards smaller ones.
 type sizeEstimate struct{ n atomic.Int64 }
+
+// streamSizes and wholeSizes follow the process's streamed bodies and whole bodies of
+// unknown length. They are shared by every client, so that the first requests of a
+// run, all sent before any answer came back, start from the sizes of the runs before.
+var streamSizes, wholeSizes sizeEstimate
 
 // maxFirstChunk bounds the first chunk; a longer body goes on in pooled chunks.
 const maxFirstChunk = 1 << 20
@@ -518,7 +519,7 @@ func readWhole(ex *Exchange, body io.Reader, length, limit int64, first int, too
 		return
 	}
 	// Of unknown size: read straight into the chunks it is kept in, the first sized
-	// from the client's recent bodies.
+	// from recent bodies.
 	raw := rawBody{first: first}
 	var err error
 	for err == nil && int64(raw.n) <= limit {
