@@ -24,6 +24,8 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
+
+	"github.com/arbiterlab/arbiter/arms"
 )
 
 // Labels every container of arbiter carries, so that `arbiter gc` finds leftovers of an
@@ -572,32 +574,11 @@ func deviceRequests(gpus string, count int) ([]container.DeviceRequest, error) {
 }
 
 // ParseGPUs expands a device set such as "0-3" or "0,2,5-6" into device IDs, in order,
-// without duplicates.
+// without duplicates (arms.ExpandGPUs, which the spec's checks use too).
 func ParseGPUs(s string) ([]string, error) {
-	var ids []string
-	seen := map[int]bool{}
-	for part := range strings.SplitSeq(s, ",") {
-		part = strings.TrimSpace(part)
-		lo, hi, isRange := strings.Cut(part, "-")
-		a, err := strconv.Atoi(lo)
-		if err != nil || a < 0 {
-			return nil, fmt.Errorf("docker runtime: GPUs %q: %q is not a device number or range", s, part)
-		}
-		b := a
-		if isRange {
-			if b, err = strconv.Atoi(hi); err != nil || b < a {
-				return nil, fmt.Errorf("docker runtime: GPUs %q: %q is not a range low-high", s, part)
-			}
-		}
-		if b-a > 1024 {
-			return nil, fmt.Errorf("docker runtime: GPUs %q: range %q is too wide", s, part)
-		}
-		for i := a; i <= b; i++ {
-			if !seen[i] {
-				seen[i] = true
-				ids = append(ids, strconv.Itoa(i))
-			}
-		}
+	ids, err := arms.ExpandGPUs(s)
+	if err != nil {
+		return nil, fmt.Errorf("docker runtime: GPUs %q: %w", s, err)
 	}
 	return ids, nil
 }
