@@ -341,7 +341,7 @@ func TestChatStopsReadingAtTheResponseCap(t *testing.T) {
 // TestChatRequestTimeoutDuringSteadyStream: a stream whose events keep the stall clock
 // from firing still ends at the request timeout, which the same timer watches.
 func TestChatRequestTimeoutDuringSteadyStream(t *testing.T) {
-	const gap = 10 * time.Millisecond
+	const gap = 5 * time.Millisecond
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		tick := time.NewTicker(gap) // pacing of the stream, not synchronization
@@ -358,7 +358,7 @@ func TestChatRequestTimeoutDuringSteadyStream(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	c := &Client{RequestTimeout: 150 * time.Millisecond, StallTimeout: 100 * time.Millisecond}
+	c := &Client{RequestTimeout: 500 * time.Millisecond, StallTimeout: 200 * time.Millisecond}
 	ex := c.Chat(context.Background(), srv.URL, weatherRequest("r11", true))
 	if !errors.Is(ex.Err, ErrRequestTimeout) || errors.Is(ex.Err, ErrStalled) {
 		t.Fatalf("err = %v, want ErrRequestTimeout", ex.Err)
