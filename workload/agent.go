@@ -26,6 +26,8 @@ var ErrUnknownKind = errors.New("unknown workload kind")
 // another error only when the run could not start at all (bad config, unknown kind, no
 // model to be found at /v1/models); then no session is reported.
 func Run(ctx context.Context, cfg Config, baseURL string, rec Recorder) error {
+	// The driver's collection policy holds for the run (see ApplyRunGCPolicy).
+	defer ApplyRunGCPolicy(runConcurrency(cfg))()
 	switch cfg.Kind {
 	case "", KindToolcallAgent:
 		return runToolcallAgent(ctx, cfg, baseURL, rec)
@@ -40,6 +42,24 @@ func Run(ctx context.Context, cfg Config, baseURL string, rec Recorder) error {
 	default:
 		return fmt.Errorf("workload: kind %q: %w", cfg.Kind, ErrUnknownKind)
 	}
+}
+
+// runConcurrency is how many requests cfg may have in flight at once, for the run's
+// memory limit: the largest concurrency any of its phases uses.
+func runConcurrency(cfg Config) int {
+	n := cfg.Concurrency
+	if n <= 0 {
+		n = cfg.Sessions
+	}
+	if t := cfg.Throughput; t != nil {
+		for _, c := range t.Concurrency {
+			n = max(n, c)
+		}
+	}
+	if a := cfg.AbortCascade; a != nil {
+		n = max(n, a.Sessions)
+	}
+	return max(n, 1)
 }
 
 // Script is what one session of the tool-call agent says, fixed before it starts: a pure

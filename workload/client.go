@@ -299,15 +299,10 @@ func (c *Client) chatBody(ctx context.Context, base string, req openai.ChatReque
 	ex.Request = body
 	reqTimeout, stall := c.timeouts()
 
-	rctx, cancelTimeout := context.WithTimeoutCause(ctx, reqTimeout, ErrRequestTimeout)
-	defer cancelTimeout()
-	// Only a stream can stall; a whole answer runs under the request timeout alone,
-	// without a second context to allocate and cancel.
-	sctx, cancelStall := rctx, context.CancelCauseFunc(nil)
-	if req.Stream {
-		sctx, cancelStall = context.WithCancelCause(rctx)
-		defer cancelStall(nil)
-	}
+	// One context and one timer serve both the request timeout and, for a stream, the
+	// stall check: the watch cancels sctx with the cause of whichever came first.
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 
 	url := strings.TrimRight(base, "/") + "/v1/chat/completions"
 	hreq, err := http.NewRequestWithContext(sctx, http.MethodPost, url, bytes.NewReader(body))
@@ -321,13 +316,15 @@ func (c *Client) chatBody(ctx context.Context, base string, req openai.ChatReque
 	}
 
 	ex.Started = time.Now()
-	var watch *stallWatch
+	// The stall clock runs from sending: an engine that never answers a stream has
+	// stalled as surely as one that stops mid-way. Only a stream can stall; a whole
+	// answer runs under the request timeout alone.
+	streamStall := time.Duration(0)
 	if req.Stream {
-		// The stall clock runs from sending: an engine that never answers a stream
-		// has stalled as surely as one that stops mid-way.
-		watch = newStallWatch(stall, func() { cancelStall(ErrStalled) })
-		defer watch.stop()
+		streamStall = stall
 	}
+	watch := newRequestWatch(reqTimeout, streamStall, cancel)
+	defer watch.stop()
 	// failure says what ended the request early, judged by which context fired.
 	failure := func(where string, err error) error {
 		switch {
@@ -371,13 +368,19 @@ func (c *Client) chatBody(ctx context.Context, base string, req openai.ChatReque
 	if !req.Stream || isJSON(resp.Header.Get("Content-Type")) {
 		// An engine may answer a stream request with one JSON body (some do on
 		// validation errors that still carry 200); read it as such.
-		readWhole(&ex, resp.Body, resp.ContentLength, limit, tooLarge, failure)
+		readWhole(&ex, resp.Body, resp.ContentLength, limit, wholeSizes.first(), tooLarge, failure)
+		if ex.Err == nil && resp.ContentLength < 0 {
+			wholeSizes.observe(len(ex.Raw))
+		}
 		if ex.TTFT > 0 && c.OnToken != nil {
 			c.OnToken()
 		}
 		return ex
 	}
-	readStream(&ex, resp.Body, limit, tooLarge, watch, c.OnToken, failure)
+	readStream(&ex, resp.Body, limit, streamSizes.first(), tooLarge, watch, c.OnToken, failure)
+	if ex.Err == nil {
+		streamSizes.observe(len(ex.Raw))
+	}
 	return ex
 }
 
@@ -388,51 +391,104 @@ func isJSON(contentType string) bool {
 	return strings.EqualFold(strings.TrimSpace(mt), "application/json")
 }
 
-// stallWatch fires when no stream event arrived for its stall time. Events only record
-// when they came; the timer, armed once, re-arms itself for what remains of the
-// window, so that a stream of thousands of events does not reset a timer for each.
-type stallWatch struct {
-	stall  time.Duration
-	start  time.Time
-	last   atomic.Int64 // the latest event, as time since start
-	timer  *time.Timer
-	fire   func()
-	mu     sync.Mutex
-	closed bool
+// sizeEstimate follows the sizes of the bodies read, to size the first chunk of the next
+// one so that it holds the whole body: it rises at once to a larger body and decays
+// slowly (by an eighth of the gap per body) towards smaller ones.
+type sizeEstimate struct{ n atomic.Int64 }
+
+// streamSizes and wholeSizes follow the process's streamed bodies and whole bodies of
+// unknown length. They are shared by every client, so that the first requests of a
+// run, all sent before any answer came back, start from the sizes of the runs before.
+var streamSizes, wholeSizes sizeEstimate
+
+// maxFirstChunk bounds the first chunk; a longer body goes on in pooled chunks.
+const maxFirstChunk = 1 << 20
+
+// first is the size for the next body's first chunk: the estimate with a quarter and
+// 512 bytes to spare; 0 before any body was seen.
+func (e *sizeEstimate) first() int {
+	n := e.n.Load()
+	if n == 0 {
+		return 0
+	}
+	return int(min(n+n/4+512, maxFirstChunk))
 }
 
-func newStallWatch(stall time.Duration, fire func()) *stallWatch {
-	w := &stallWatch{stall: stall, start: time.Now(), fire: fire}
+func (e *sizeEstimate) observe(size int) {
+	n := int64(size)
+	old := e.n.Load()
+	if n < old {
+		n = old - (old-n)/8
+	}
+	if n != old {
+		e.n.Store(n)
+	}
+}
+
+// requestWatch cancels a request when its timeout passes or, when it has a stall time,
+// when no stream event arrived for that long, with ErrRequestTimeout or ErrStalled as
+// the cause. Events only record when they came; the one timer, armed once, re-arms
+// itself for what remains of the nearer of the two windows, so that a stream of
+// thousands of events does not reset a timer for each, and a request needs no second
+// context or timer for its deadline.
+type requestWatch struct {
+	timeout time.Duration
+	stall   time.Duration // 0: no stall check
+	start   time.Time
+	last    atomic.Int64 // the latest event, as time since start
+	timer   *time.Timer
+	cancel  context.CancelCauseFunc
+	mu      sync.Mutex
+	closed  bool
+}
+
+func newRequestWatch(timeout, stall time.Duration, cancel context.CancelCauseFunc) *requestWatch {
+	w := &requestWatch{timeout: timeout, stall: stall, start: time.Now(), cancel: cancel}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.timer = time.AfterFunc(stall, w.check)
+	w.timer = time.AfterFunc(w.next(0), w.check)
 	return w
+}
+
+// next is how long from elapsed (time since start) until the nearer window closes.
+func (w *requestWatch) next(elapsed time.Duration) time.Duration {
+	d := w.timeout - elapsed
+	if w.stall > 0 {
+		d = min(d, w.stall-(elapsed-time.Duration(w.last.Load())))
+	}
+	return d
 }
 
 // event records an event at since (time since the request was sent; the watch's
 // clock started at most microseconds later, so the window is never shortened).
-func (w *stallWatch) event(since time.Duration) {
+func (w *requestWatch) event(since time.Duration) {
 	if w != nil {
 		w.last.Store(int64(since))
 	}
 }
 
-func (w *stallWatch) check() {
+func (w *requestWatch) check() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
 		return
 	}
-	quiet := time.Since(w.start) - time.Duration(w.last.Load())
-	if quiet < w.stall {
-		w.timer.Reset(w.stall - quiet)
+	elapsed := time.Since(w.start)
+	var cause error
+	switch {
+	case elapsed >= w.timeout:
+		cause = ErrRequestTimeout
+	case w.stall > 0 && elapsed-time.Duration(w.last.Load()) >= w.stall:
+		cause = ErrStalled
+	default:
+		w.timer.Reset(w.next(elapsed))
 		return
 	}
 	w.closed = true
-	w.fire()
+	w.cancel(cause)
 }
 
-func (w *stallWatch) stop() {
+func (w *requestWatch) stop() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.closed = true
@@ -442,7 +498,7 @@ func (w *stallWatch) stop() {
 // readWhole reads a JSON body of at most limit bytes. A longer one (by its
 // Content-Length, or as it arrives) is not read past limit: its first KeptPrefixBytes
 // are kept and the exchange fails.
-func readWhole(ex *Exchange, body io.Reader, length, limit int64, tooLarge func() error, failure func(string, error) error) {
+func readWhole(ex *Exchange, body io.Reader, length, limit int64, first int, tooLarge func() error, failure func(string, error) error) {
 	if length > limit {
 		ex.Raw, _ = io.ReadAll(io.LimitReader(body, KeptPrefixBytes))
 		ex.Latency = time.Since(ex.Started)
@@ -462,15 +518,12 @@ func readWhole(ex *Exchange, body io.Reader, length, limit int64, tooLarge func(
 		decodeWhole(ex)
 		return
 	}
-	var raw rawBody
-	bp := readBuffers.Get().(*[]byte)
-	defer readBuffers.Put(bp)
-	buf := *bp
+	// Of unknown size: read straight into the chunks it is kept in, the first sized
+	// from recent bodies.
+	raw := rawBody{first: first}
 	var err error
 	for err == nil && int64(raw.n) <= limit {
-		var n int
-		n, err = body.Read(buf)
-		raw.write(buf[:n])
+		_, err = raw.readFrom(body, int(min(limit-int64(raw.n)+1, 1<<30)))
 	}
 	if err == io.EOF {
 		err = nil
@@ -489,9 +542,6 @@ func readWhole(ex *Exchange, body io.Reader, length, limit int64, tooLarge func(
 	}
 	decodeWhole(ex)
 }
-
-// readBuffers are the 32 KiB buffers responses are read through.
-var readBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // decodeWhole decodes the non-streamed answer in ex.Raw.
 func decodeWhole(ex *Exchange) {
@@ -517,7 +567,9 @@ func decodeWhole(ex *Exchange) {
 // events a Read completes arrived together, and the time the decoding of the first of
 // them takes is not the arrival of the second. The bytes are read straight into the
 // chunks the raw body is kept in, so a stream holds no read buffer of its own.
-func readStream(ex *Exchange, body io.Reader, limit int64, tooLarge func() error, watch *stallWatch,
+//
+// first is the size of the first chunk the body is read into (0: a pooled 4 KiB one).
+func readStream(ex *Exchange, body io.Reader, limit int64, first int, tooLarge func() error, watch *requestWatch,
 	onToken func(), failure func(string, error) error) {
 	var (
 		dec sseDecoder
@@ -547,7 +599,7 @@ func readStream(ex *Exchange, body io.Reader, limit int64, tooLarge func() error
 		}
 		return nil
 	}
-	var raw rawBody
+	raw := rawBody{first: first}
 	for {
 		// One byte past the limit is read, so that a body of exactly limit bytes passes.
 		p, rerr := raw.readFrom(body, int(min(limit-int64(raw.n)+1, 1<<30)))
@@ -590,10 +642,16 @@ func readStream(ex *Exchange, body io.Reader, limit int64, tooLarge func() error
 // go back to a pool for the next body. One growing slice would copy a long body over
 // and over, and the garbage of the copies of several concurrent multi-megabyte streams
 // would be most of arbiter's memory.
+//
+// A rawBody with a first size starts in a chunk of its own of that size, outside the
+// pool: sized to hold the whole body, it is handed over as the body with no copy, and
+// no pooled chunk leaves the pool with it (a pool that a collection empties would
+// otherwise allocate a fresh first chunk per stream, and the final copy besides).
 type rawBody struct {
-	full [][]byte // chunks filled to their capacity
-	cur  []byte
-	n    int
+	full  [][]byte // chunks filled to their capacity
+	cur   []byte
+	n     int
+	first int
 }
 
 // rawChunks pools the chunks by size class: 4 KiB << i.
@@ -631,6 +689,9 @@ func (r *rawBody) room() {
 	if len(r.cur) == cap(r.cur) {
 		if r.cur != nil {
 			r.full = append(r.full, r.cur)
+		} else if r.first > 0 && len(r.full) == 0 {
+			r.cur = make([]byte, 0, r.first)
+			return
 		}
 		r.cur = getChunk(min(max(4<<10, 2*cap(r.cur)), 1<<20))
 	}

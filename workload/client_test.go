@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -333,5 +335,136 @@ func TestChatStopsReadingAtTheResponseCap(t *testing.T) {
 	ex := (&Client{MaxResponseBytes: limit}).Chat(context.Background(), srv.URL, weatherRequest("ok", true))
 	if ex.Err != nil || len(ex.Completion.Choices[0].Message.Content) != 512<<10 {
 		t.Fatalf("a 512 KiB reply under a 1 MiB cap: err %v, %d bytes", ex.Err, len(ex.Raw))
+	}
+}
+
+// TestChatRequestTimeoutDuringSteadyStream: a stream whose events keep the stall clock
+// from firing still ends at the request timeout, which the same timer watches.
+func TestChatRequestTimeoutDuringSteadyStream(t *testing.T) {
+	const gap = 5 * time.Millisecond
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		tick := time.NewTicker(gap) // pacing of the stream, not synchronization
+		defer tick.Stop()
+		for {
+			j, _ := json.Marshal(contentDelta("x"))
+			fmt.Fprintf(w, "data: %s\n\n", j)
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}))
+	defer srv.Close()
+	c := &Client{RequestTimeout: 500 * time.Millisecond, StallTimeout: 200 * time.Millisecond}
+	ex := c.Chat(context.Background(), srv.URL, weatherRequest("r11", true))
+	if !errors.Is(ex.Err, ErrRequestTimeout) || errors.Is(ex.Err, ErrStalled) {
+		t.Fatalf("err = %v, want ErrRequestTimeout", ex.Err)
+	}
+	if ex.Deltas < 2 {
+		t.Fatalf("only %d deltas arrived before the timeout", ex.Deltas)
+	}
+}
+
+// TestChatRequestTimeoutWhole: a non-streamed answer that never comes ends at the
+// request timeout, not as a stall.
+func TestChatRequestTimeoutWhole(t *testing.T) {
+	srv := stallAfter(t, 0)
+	c := &Client{RequestTimeout: 50 * time.Millisecond, StallTimeout: 10 * time.Millisecond}
+	ex := c.Chat(context.Background(), srv.URL, weatherRequest("r12", false))
+	if !errors.Is(ex.Err, ErrRequestTimeout) || errors.Is(ex.Err, ErrStalled) {
+		t.Fatalf("err = %v, want ErrRequestTimeout", ex.Err)
+	}
+}
+
+// TestRawBodyFirstChunk: a body that fits the first chunk is handed over without a
+// copy; one that outgrows it goes on in pooled chunks and is joined whole.
+func TestRawBodyFirstChunk(t *testing.T) {
+	body := bytes.Repeat([]byte("data: {}\n\n"), 300) // 3,000 bytes
+	for _, first := range []int{0, 2000, 3200, 64 << 10} {
+		raw := rawBody{first: first}
+		r := bytes.NewReader(body)
+		for {
+			if _, err := raw.readFrom(r, 1<<20); err != nil {
+				break
+			}
+		}
+		var firstChunk []byte
+		if first > 0 {
+			firstChunk = raw.cur
+			if len(raw.full) > 0 {
+				firstChunk = raw.full[0]
+			}
+		}
+		got := raw.bytes()
+		if !bytes.Equal(got, body) {
+			t.Fatalf("first %d: body of %d bytes came back as %d", first, len(body), len(got))
+		}
+		handed := first > 0 && &got[0] == &firstChunk[:1][0]
+		if want := first == 3200; handed != want {
+			t.Errorf("first %d: handed over without a copy = %v, want %v", first, handed, want)
+		}
+	}
+}
+
+func TestSizeEstimate(t *testing.T) {
+	var e sizeEstimate
+	if e.first() != 0 {
+		t.Fatalf("first before any body = %d", e.first())
+	}
+	e.observe(1000)
+	if got := e.first(); got < 1000 || got > 2000 {
+		t.Fatalf("first after a body of 1000 = %d", got)
+	}
+	e.observe(8000) // rises at once
+	if got := e.first(); got < 8000 {
+		t.Fatalf("first after a body of 8000 = %d", got)
+	}
+	e.observe(0) // decays slowly
+	if got := e.n.Load(); got != 7000 {
+		t.Fatalf("estimate after a body of 0 = %d, want 7000", got)
+	}
+	e.observe(100 << 20)
+	if got := e.first(); got != maxFirstChunk {
+		t.Fatalf("first after a body of 100 MiB = %d, want %d", got, maxFirstChunk)
+	}
+}
+
+// TestRunGCPolicy: the policy holds while runs overlap and the settings before it come
+// back when the last ends.
+func TestRunGCPolicy(t *testing.T) {
+	if userGCSettings() {
+		t.Skip("GOGC or GOMEMLIMIT set: the policy is off")
+	}
+	percent := debug.SetGCPercent(100)
+	limit := debug.SetMemoryLimit(math.MaxInt64)
+	defer debug.SetGCPercent(percent)
+	defer debug.SetMemoryLimit(limit)
+	r1 := ApplyRunGCPolicy(10)
+	l1 := debug.SetMemoryLimit(-1)
+	if got := debug.SetGCPercent(-1); got != RunGCPercent {
+		t.Fatalf("GC percent during a run = %d", got)
+	}
+	debug.SetGCPercent(RunGCPercent)
+	if l1 < RunMemoryHeadroom+10*RunMemoryPerSession || l1 == math.MaxInt64 {
+		t.Fatalf("memory limit during a run = %d", l1)
+	}
+	r2 := ApplyRunGCPolicy(4)
+	if got := debug.SetMemoryLimit(-1); got != l1+4*RunMemoryPerSession {
+		t.Fatalf("limit with a second run = %d, want %d", got, l1+4*RunMemoryPerSession)
+	}
+	r1()
+	r1() // a second call changes nothing
+	if got := debug.SetMemoryLimit(-1); got != l1-6*RunMemoryPerSession {
+		t.Fatalf("limit after the first run ended = %d, want %d", got, l1-6*RunMemoryPerSession)
+	}
+	r2()
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Fatalf("GC percent after the runs = %d, want 100", got)
+	}
+	if got := debug.SetMemoryLimit(-1); got != math.MaxInt64 {
+		t.Fatalf("memory limit after the runs = %d", got)
 	}
 }

@@ -78,6 +78,8 @@ func arbiterRate(tb testing.TB, base string, stream bool, d time.Duration) int64
 		req.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
 	}
 	body, _ := json.Marshal(req)
+	// The collection policy Run applies to every workload, applied here the same way.
+	defer ApplyRunGCPolicy(benchConcurrency)()
 	c := NewClient(benchConcurrency)
 	defer c.CloseIdleConnections()
 	var done atomic.Int64
@@ -187,8 +189,8 @@ func BenchmarkReadPath(b *testing.B) {
 	for b.Loop() {
 		var ex Exchange
 		ex.Started = time.Now()
-		watch := newStallWatch(time.Hour, func() {})
-		readStream(&ex, bytes.NewReader(body), DefaultMaxResponseBytes, nil, watch, nil, nil)
+		watch := newRequestWatch(time.Hour, time.Hour, func(error) {})
+		readStream(&ex, bytes.NewReader(body), DefaultMaxResponseBytes, 0, nil, watch, nil, nil)
 		watch.stop()
 		if ex.Err != nil || ex.Deltas != 512 {
 			b.Fatalf("%v, %d deltas", ex.Err, ex.Deltas)

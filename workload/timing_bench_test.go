@@ -178,6 +178,8 @@ func arbiterStreams(tb testing.TB, base string, n int) timingErrors {
 	req := openai.ChatRequest{Model: "m", Stream: true, StreamOptions: &openai.StreamOptions{IncludeUsage: true},
 		Messages: []openai.Message{{Role: "user", Content: "go"}}}
 	body, _ := json.Marshal(req)
+	// The collection policy Run applies to every workload, applied here the same way.
+	defer ApplyRunGCPolicy(n)()
 	c := NewClient(n)
 	defer c.CloseIdleConnections()
 	if err := c.Warm(context.Background(), base, n); err != nil {
