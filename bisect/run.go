@@ -253,28 +253,10 @@ type bisection struct {
 }
 
 func (b *bisection) heartbeat(lease *store.BisectionLease, stop <-chan struct{}, cancel context.CancelCauseFunc) {
-	every := b.opts.LeaseHeartbeat
-	if every <= 0 {
-		every = store.LeaseHeartbeat
-	}
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-tick.C:
-			err := lease.Renew(context.Background(), time.Now())
-			switch {
-			case errors.Is(err, store.ErrLeaseLost):
-				b.log.Error("another arbiter took this bisection over; stopping", "err", err)
-				cancel(err)
-				return
-			case err != nil:
-				b.log.Warn("bisection lease heartbeat failed; retrying", "err", err)
-			}
-		}
-	}
+	store.KeepRenewed(lease, b.opts.LeaseHeartbeat, stop, func(err error) {
+		b.log.Error("another arbiter took this bisection over; stopping", "err", err)
+		cancel(err)
+	}, func(err error) { b.log.Warn("bisection lease heartbeat failed; retrying", "err", err) })
 }
 
 // search asks the search for steps and runs each, replaying the steps a resumed

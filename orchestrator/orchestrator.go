@@ -348,28 +348,10 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 // lease expiry), it stops the experiment with store.ErrLeaseLost as the cause. A renewal
 // that fails for another reason (a busy database) is retried at the next beat.
 func (e *experiment) heartbeat(lease *store.Lease, stop <-chan struct{}, cancel context.CancelCauseFunc) {
-	every := e.opts.LeaseHeartbeat
-	if every <= 0 {
-		every = store.LeaseHeartbeat
-	}
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-tick.C:
-			err := lease.Renew(context.Background(), time.Now())
-			switch {
-			case errors.Is(err, store.ErrLeaseLost):
-				e.log.Error("another arbiter took this experiment over; stopping", "err", err)
-				cancel(err)
-				return
-			case err != nil:
-				e.log.Warn("lease heartbeat failed; retrying", "err", err)
-			}
-		}
-	}
+	store.KeepRenewed(lease, e.opts.LeaseHeartbeat, stop, func(err error) {
+		e.log.Error("another arbiter took this experiment over; stopping", "err", err)
+		cancel(err)
+	}, func(err error) { e.log.Warn("lease heartbeat failed; retrying", "err", err) })
 }
 
 // redactedError is an error whose text went through the redactor; errors.Is still sees

@@ -277,3 +277,32 @@ var thisMachine = func() func() Owner {
 	me := Owner{Host: host, PIDNamespace: pidNamespace()}
 	return func() Owner { return me }
 }()
+
+// KeepRenewed renews a lease (a *Lease or a *BisectionLease) every `every`
+// (LeaseHeartbeat when 0) until stop is closed. When another arbiter has taken the lease
+// over (ErrLeaseLost) it calls lost and returns; another failure (a busy database) goes
+// to failed and is retried at the next beat.
+func KeepRenewed(lease interface {
+	Renew(ctx context.Context, now time.Time) error
+}, every time.Duration, stop <-chan struct{}, lost, failed func(error)) {
+	if every <= 0 {
+		every = LeaseHeartbeat
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+			err := lease.Renew(context.Background(), time.Now())
+			switch {
+			case errors.Is(err, ErrLeaseLost):
+				lost(err)
+				return
+			case err != nil:
+				failed(err)
+			}
+		}
+	}
+}
