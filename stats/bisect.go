@@ -260,32 +260,7 @@ func StepOperatingExact(pA, pB float64, nPerLook int, d StepDesign) (StepOperati
 	remaining := 1.0
 	for k := 0; k < K; k++ {
 		top := k * nPerLook
-		for a := 0; a <= top+nPerLook; a++ {
-			for b := 0; b <= top; b++ {
-				tmp[a][b] = 0
-			}
-		}
-		for a := 0; a <= top; a++ {
-			for b := 0; b <= top; b++ {
-				if m := cont[a][b]; m != 0 {
-					for x, w := range fa {
-						tmp[a+x][b] += m * w
-					}
-				}
-			}
-		}
-		for a := 0; a <= top+nPerLook; a++ {
-			for b := 0; b <= top+nPerLook; b++ {
-				cont[a][b] = 0
-			}
-			for b := 0; b <= top; b++ {
-				if m := tmp[a][b]; m != 0 {
-					for y, w := range fb {
-						cont[a][b+y] += m * w
-					}
-				}
-			}
-		}
+		addLook(cont, tmp, top, nPerLook, fa, fb)
 		used := float64(2 * (k + 1) * nPerLook)
 		for a := 0; a <= top+nPerLook; a++ {
 			for b := 0; b <= top+nPerLook; b++ {

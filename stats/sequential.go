@@ -426,32 +426,7 @@ func sequentialExact(p0, p1 float64, nPerLook int, design []Boundary, crossed fu
 	stopped := 0.0
 	for k := 0; k < K; k++ {
 		top := k * nPerLook // largest count before this look's block
-		for a := 0; a <= top+nPerLook; a++ {
-			for b := 0; b <= top; b++ {
-				tmp[a][b] = 0
-			}
-		}
-		for a := 0; a <= top; a++ {
-			for b := 0; b <= top; b++ {
-				if m := cont[a][b]; m != 0 {
-					for x, w := range fa {
-						tmp[a+x][b] += m * w
-					}
-				}
-			}
-		}
-		for a := 0; a <= top+nPerLook; a++ {
-			for b := 0; b <= top+nPerLook; b++ {
-				cont[a][b] = 0
-			}
-			for b := 0; b <= top; b++ {
-				if m := tmp[a][b]; m != 0 {
-					for y, w := range fb {
-						cont[a][b+y] += m * w
-					}
-				}
-			}
-		}
+		addLook(cont, tmp, top, nPerLook, fa, fb)
 		used := float64(2 * (k + 1) * nPerLook)
 		for a := 0; a <= top+nPerLook; a++ {
 			for b := 0; b <= top+nPerLook; b++ {
@@ -496,4 +471,37 @@ func binomialPMF(n int, p float64) []float64 {
 		out[x] = math.Exp(ln - lx - ly + float64(x)*lp + float64(n-x)*lq)
 	}
 	return out
+}
+
+// addLook moves the joint distribution of the two arms' event counts on by one look of
+// nPerLook sessions per arm: cont holds the probabilities of (a, b) up to top each, of
+// continuing past the earlier looks; fa and fb are each arm's binomial pmf over one
+// look; tmp is scratch of cont's size.
+func addLook(cont, tmp [][]float64, top, nPerLook int, fa, fb []float64) {
+	for a := 0; a <= top+nPerLook; a++ {
+		for b := 0; b <= top; b++ {
+			tmp[a][b] = 0
+		}
+	}
+	for a := 0; a <= top; a++ {
+		for b := 0; b <= top; b++ {
+			if m := cont[a][b]; m != 0 {
+				for x, w := range fa {
+					tmp[a+x][b] += m * w
+				}
+			}
+		}
+	}
+	for a := 0; a <= top+nPerLook; a++ {
+		for b := 0; b <= top+nPerLook; b++ {
+			cont[a][b] = 0
+		}
+		for b := 0; b <= top; b++ {
+			if m := tmp[a][b]; m != 0 {
+				for y, w := range fb {
+					cont[a][b+y] += m * w
+				}
+			}
+		}
+	}
 }
