@@ -173,65 +173,76 @@ func p(xs []float64, q float64) float64 {
 }
 
 // arbiterStreams runs n concurrent streams through the workload client, after a start
-// barrier, and reads each token's arrival from the exchange's per-token times.
+// barrier, and reads each token's arrival from the exchange's per-token times. The
+// server's clock readings are read out of the kept bodies only after every stream has
+// ended: parsing them is the benchmark's work, not the client's, and done at the end of
+// each stream it would land on the last tokens of the streams still running.
 func arbiterStreams(tb testing.TB, base string, n int) timingErrors {
 	req := openai.ChatRequest{Model: "m", Stream: true, StreamOptions: &openai.StreamOptions{IncludeUsage: true},
 		Messages: []openai.Message{{Role: "user", Content: "go"}}}
 	body, _ := json.Marshal(req)
 	// The collection policy Run applies to every workload, applied here the same way.
-	defer ApplyRunGCPolicy(n)()
+	restore := ApplyRunGCPolicy(n)
 	c := NewClient(n)
 	defer c.CloseIdleConnections()
 	if err := c.Warm(context.Background(), base, n); err != nil {
 		tb.Fatal(err)
 	}
-	var mu sync.Mutex
-	var errs timingErrors
+	exs := make([]Exchange, n)
 	var wg sync.WaitGroup
 	gate := make(chan struct{})
-	for range n {
+	for i := range n {
 		wg.Go(func() {
 			<-gate
-			ex := c.chatBody(context.Background(), base, req, body)
-			if ex.Err != nil {
-				tb.Error(ex.Err)
-				return
-			}
-			var sent, arrived []time.Time
-			k := 0
-			var dec sseDecoder
-			dec.Feed(ex.Raw, func(p []byte) error {
-				if t, ok := sentAt(p); ok {
-					sent = append(sent, t)
-					arrived = append(arrived, ex.Started.Add(ex.DeltaTimes[k]))
-					k++
-				}
-				return nil
-			})
-			mu.Lock()
-			errs.add(arrived, sent)
-			mu.Unlock()
+			exs[i] = c.chatBody(context.Background(), base, req, body)
 		})
 	}
 	gc0 := startOnCollectedHeap(gate)
 	wg.Wait()
+	var errs timingErrors
 	errs.gcs = numGC() - gc0
+	restore()
+	for _, ex := range exs {
+		if ex.Err != nil {
+			tb.Error(ex.Err)
+			continue
+		}
+		var sent, arrived []time.Time
+		var dec sseDecoder
+		dec.Feed(ex.Raw, func(p []byte) error {
+			if t, ok := sentAt(p); ok && len(arrived) < len(ex.DeltaTimes) {
+				sent = append(sent, t)
+				arrived = append(arrived, ex.Started.Add(ex.DeltaTimes[len(arrived)]))
+			}
+			return nil
+		})
+		errs.add(arrived, sent)
+	}
 	return errs
 }
 
 // scannerStreams is the minimal client: net/http and a bufio.Scanner, the time taken
-// as each line is scanned.
+// as each line is scanned and the line kept; as for arbiterStreams, the server's clock
+// readings are parsed out of the lines after every stream has ended.
 func scannerStreams(tb testing.TB, base string, n int) timingErrors {
 	body := []byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"go"}]}`)
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n, MaxIdleConns: n,
 		DialContext: (&net.Dialer{}).DialContext, DisableCompression: true}}
 	defer hc.CloseIdleConnections()
 	warmScanner(tb, hc, base, n)
-	var mu sync.Mutex
-	var errs timingErrors
+	// Each stream's lines go into storage made before the barrier opens, so that keeping
+	// them allocates nothing while the streams run.
+	type line struct {
+		end int // the line is text[previous end:end]
+		at  time.Time
+	}
+	texts, lines := make([][]byte, n), make([][]line, n)
+	for i := range n {
+		texts[i], lines[i] = make([]byte, 0, 64<<10), make([]line, 0, 256)
+	}
 	var wg sync.WaitGroup
 	gate := make(chan struct{})
-	for range n {
+	for i := range n {
 		wg.Go(func() {
 			<-gate
 			resp, err := hc.Post(base+"/v1/chat/completions", "application/json", bytes.NewReader(body))
@@ -240,22 +251,29 @@ func scannerStreams(tb testing.TB, base string, n int) timingErrors {
 				return
 			}
 			defer resp.Body.Close()
-			var sent, arrived []time.Time
 			sc := bufio.NewScanner(resp.Body)
 			for sc.Scan() {
 				now := time.Now()
-				if t, ok := sentAt(sc.Bytes()); ok {
-					sent, arrived = append(sent, t), append(arrived, now)
-				}
+				texts[i] = append(texts[i], sc.Bytes()...)
+				lines[i] = append(lines[i], line{len(texts[i]), now})
 			}
-			mu.Lock()
-			errs.add(arrived, sent)
-			mu.Unlock()
 		})
 	}
 	gc0 := startOnCollectedHeap(gate)
 	wg.Wait()
+	var errs timingErrors
 	errs.gcs = numGC() - gc0
+	for i := range n {
+		var sent, arrived []time.Time
+		start := 0
+		for _, l := range lines[i] {
+			if t, ok := sentAt(texts[i][start:l.end]); ok {
+				sent, arrived = append(sent, t), append(arrived, l.at)
+			}
+			start = l.end
+		}
+		errs.add(arrived, sent)
+	}
 	return errs
 }
 
