@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strings"
 	"sync"
@@ -163,13 +164,17 @@ func newHTTPClient(concurrency int, dialed chan net.Conn) *http.Client {
 			select {
 			case conn := <-dialed: // a nil channel never yields
 				if (conn.RemoteAddr().String() == addr || conn.RemoteAddr().Network() == network && sameHost(conn, addr)) && alive(conn) {
-					return conn, nil
+					return rxStamped(conn), nil
 				}
 				conn.Close()
 				continue
 			default:
 			}
-			return dialer.DialContext(ctx, network, addr)
+			conn, err := dialer.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return rxStamped(conn), nil
 		}
 	}
 	t := &http.Transport{
@@ -305,7 +310,15 @@ func (c *Client) chatBody(ctx context.Context, base string, req openai.ChatReque
 	defer cancel(nil)
 
 	url := strings.TrimRight(base, "/") + "/v1/chat/completions"
-	hreq, err := http.NewRequestWithContext(sctx, http.MethodPost, url, bytes.NewReader(body))
+	rctx := context.Context(sctx)
+	var rx receiveClock
+	if req.Stream {
+		// The connection the request goes out on, to read its tokens' receive times.
+		rctx = httptrace.WithClientTrace(sctx, &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+			rx, _ = info.Conn.(receiveClock)
+		}})
+	}
+	hreq, err := http.NewRequestWithContext(rctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		ex.Err = fmt.Errorf("workload: request %s: %w", req.RID, err)
 		return ex
@@ -377,7 +390,7 @@ func (c *Client) chatBody(ctx context.Context, base string, req openai.ChatReque
 		}
 		return ex
 	}
-	readStream(&ex, resp.Body, limit, streamSizes.first(), tooLarge, watch, c.OnToken, failure)
+	readStream(&ex, resp.Body, rx, limit, streamSizes.first(), tooLarge, watch, c.OnToken, failure)
 	if ex.Err == nil {
 		streamSizes.observe(len(ex.Raw))
 	}
@@ -562,19 +575,22 @@ func decodeWhole(ex *Exchange) {
 // events arrive. At the limit it stops reading: the raw prefix up to the last whole event
 // within KeptPrefixBytes is kept, with the completion those events make.
 //
-// An event's arrival time is read from the clock once per Read, right after the Read
-// that brought the event's last byte returns, before any framing or decoding: the
-// events a Read completes arrived together, and the time the decoding of the first of
-// them takes is not the arrival of the second. The bytes are read straight into the
-// chunks the raw body is kept in, so a stream holds no read buffer of its own.
+// An event's arrival time is taken once per Read, for the Read that brought the
+// event's last byte, before any framing or decoding: the events a Read completes
+// arrived together, and the time the decoding of the first of them takes is not the
+// arrival of the second. It is the kernel's receive time of the last segment read, when
+// rx (the connection) gives it, else the clock when the Read returned: a driver busy
+// with a thousand streams reads some of them late, and that delay is its own, not the
+// engine's. The bytes are read straight into the chunks the raw body is kept in, so a
+// stream holds no read buffer of its own.
 //
 // first is the size of the first chunk the body is read into (0: a pooled 4 KiB one).
-func readStream(ex *Exchange, body io.Reader, limit int64, first int, tooLarge func() error, watch *requestWatch,
+func readStream(ex *Exchange, body io.Reader, rx receiveClock, limit int64, first int, tooLarge func() error, watch *requestWatch,
 	onToken func(), failure func(string, error) error) {
 	var (
 		dec sseDecoder
 		asm streamAssembly
-		at  time.Duration // when the current Read returned
+		at  time.Duration // when the current Read's bytes arrived
 	)
 	emit := func(p []byte) error {
 		delta, err := asm.event(p)
@@ -603,7 +619,7 @@ func readStream(ex *Exchange, body io.Reader, limit int64, first int, tooLarge f
 	for {
 		// One byte past the limit is read, so that a body of exactly limit bytes passes.
 		p, rerr := raw.readFrom(body, int(min(limit-int64(raw.n)+1, 1<<30)))
-		at = time.Since(ex.Started)
+		at = arrival(ex.Started, rx, at)
 		if int64(raw.n) > limit {
 			ex.Latency = at
 			ex.Raw = raw.keptPrefix()
@@ -635,6 +651,30 @@ func readStream(ex *Exchange, body io.Reader, limit int64, first int, tooLarge f
 	if ex.Err == nil && len(ex.Completion.Choices) == 0 {
 		ex.Err = fmt.Errorf("workload: stream of %d events: %w", asm.events, ErrNoChoices)
 	}
+}
+
+// receiveClock is a connection that says when the kernel received the last segment a
+// read of it took in (rxStamped makes one where the platform can).
+type receiveClock interface{ received() time.Time }
+
+// arrival is when the bytes a Read of a stream just returned arrived, as time since
+// started: the connection's receive time when it has one within [prev, now], else now.
+// The bytes a Read returns from the transport's buffer came in the connection's latest
+// read or before it, so the receive time is never earlier than their arrival; outside
+// that window (a clock stepped mid-stream) it is not trusted.
+func arrival(started time.Time, rx receiveClock, prev time.Duration) time.Duration {
+	now := time.Since(started)
+	if rx == nil {
+		return now
+	}
+	t := rx.received()
+	if t.IsZero() {
+		return now
+	}
+	if at := t.Sub(started); at >= prev && at <= now {
+		return at
+	}
+	return now
 }
 
 // rawBody keeps a streamed body as it arrives, in chunks that grow from 4 KiB to 1 MiB
