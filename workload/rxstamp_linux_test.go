@@ -86,7 +86,7 @@ func TestStampedConnReadsTheKernelsReceiveTime(t *testing.T) {
 func TestStampedConnEndsAsAConnectionDoes(t *testing.T) {
 	t.Run("eof", func(t *testing.T) {
 		c, srv := stampedPair(t)
-			srv.Write([]byte("last"))
+		srv.Write([]byte("last"))
 		srv.Close()
 		b, err := io.ReadAll(c)
 		if err != nil || string(b) != "last" {
@@ -95,7 +95,7 @@ func TestStampedConnEndsAsAConnectionDoes(t *testing.T) {
 	})
 	t.Run("deadline", func(t *testing.T) {
 		c, _ := stampedPair(t)
-			c.SetReadDeadline(time.Now().Add(-time.Second))
+		c.SetReadDeadline(time.Now().Add(-time.Second))
 		_, err := c.Read(make([]byte, 8))
 		var ne net.Error
 		if !errors.As(err, &ne) || !ne.Timeout() {
@@ -104,7 +104,7 @@ func TestStampedConnEndsAsAConnectionDoes(t *testing.T) {
 	})
 	t.Run("closed-while-reading", func(t *testing.T) {
 		c, _ := stampedPair(t)
-			done := make(chan error, 1)
+		done := make(chan error, 1)
 		go func() {
 			_, err := c.Read(make([]byte, 8))
 			done <- err
@@ -116,7 +116,7 @@ func TestStampedConnEndsAsAConnectionDoes(t *testing.T) {
 	})
 	t.Run("reset", func(t *testing.T) {
 		c, srv := stampedPair(t)
-			srv.(*net.TCPConn).SetLinger(0)
+		srv.(*net.TCPConn).SetLinger(0)
 		srv.Close()
 		_, err := c.Read(make([]byte, 8))
 		if err == nil || errors.Is(err, io.EOF) {
@@ -129,7 +129,7 @@ func TestStampedConnEndsAsAConnectionDoes(t *testing.T) {
 // here the client is held up (in OnToken) after the first token until the second is in
 // its socket, and the second token's time must still fall before the client read it.
 func TestStreamTokenTimesAreArrivalsNotReads(t *testing.T) {
-	stampedPair(t) // stamping on for the host, and kept on while this pair is open
+	stampedPair(t)                // stamping on for the host, and kept on while this pair is open
 	second := make(chan struct{}) // the client took the first token
 	written := make(chan time.Time, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
