@@ -297,6 +297,13 @@ func (c *Client) Chat(ctx context.Context, base string, req openai.ChatRequest) 
 	return c.chatBody(ctx, base, req, body)
 }
 
+// The headers of a chat request, shared by every request and never changed: the
+// transport only reads them.
+var (
+	wholeHeader  = http.Header{"Content-Type": {"application/json"}}
+	streamHeader = http.Header{"Content-Type": {"application/json"}, "Accept": {"text/event-stream"}}
+)
+
 // chatBody sends body, the encoding of req (which must already ask for the usage chunk
 // when it streams), and reads the answer.
 func (c *Client) chatBody(ctx context.Context, base string, req openai.ChatRequest, body []byte) Exchange {
@@ -323,9 +330,9 @@ func (c *Client) chatBody(ctx context.Context, base string, req openai.ChatReque
 		ex.Err = fmt.Errorf("workload: request %s: %w", req.RID, err)
 		return ex
 	}
-	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header = wholeHeader
 	if req.Stream {
-		hreq.Header.Set("Accept", "text/event-stream")
+		hreq.Header = streamHeader
 	}
 
 	ex.Started = time.Now()
