@@ -33,6 +33,10 @@ const (
 // the same number, for experiments recorded without one).
 const DefaultMaxLoss = 0.10
 
+// DefaultMinEffect is analysis.min_effect when the spec leaves it out (store's is the same
+// number, for experiments recorded without one).
+const DefaultMinEffect = 0.02
+
 // Designs, in the words a spec uses.
 const (
 	DesignExplicit       = "explicit"
@@ -1139,7 +1143,7 @@ func (d *decoder) decodeDetectors(e entry) {
 
 func (d *decoder) decodeAnalysis(e entry) {
 	a := &d.spec.Analysis
-	known := []string{"unit", "alpha", "baseline", "margin", "throughput_margin", "max_loss", "sequential", "aa", "plan"}
+	known := []string{"unit", "alpha", "baseline", "margin", "throughput_margin", "min_effect", "max_loss", "sequential", "aa", "plan"}
 	d.fields(e.val, e.path, known, func(f entry) {
 		switch f.key {
 		case "unit":
@@ -1167,6 +1171,14 @@ func (d *decoder) decodeAnalysis(e entry) {
 			}
 		case "throughput_margin":
 			a.ThroughputMargin, _ = d.share(f)
+		case "min_effect":
+			d.spec.pos[f.path] = posOf(f.val)
+			text := strings.TrimSuffix(strings.TrimSpace(f.val.String()), "%")
+			if v, err := strconv.ParseFloat(text, 64); err == nil && v == 0 {
+				a.MinEffect = 0 // every significant change counts
+				return
+			}
+			a.MinEffect, _ = d.share(f)
 		case "max_loss":
 			d.spec.pos[f.path] = posOf(f.val)
 			if v, ok := d.number(f); ok {
@@ -1313,6 +1325,9 @@ func (d *decoder) crossCheck(seen map[string]entry) {
 	}
 	if a.Alpha == 0 {
 		a.Alpha = DefaultAlpha
+	}
+	if _, set := s.pos["analysis.min_effect"]; !set {
+		a.MinEffect = DefaultMinEffect
 	}
 	if _, set := s.pos["analysis.max_loss"]; !set {
 		// 0 is a valid setting (any lost session makes the decision inconclusive), so

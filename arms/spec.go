@@ -173,6 +173,10 @@ type Analysis struct {
 	// ThroughputMargin is the share of throughput an arm may lose against the baseline
 	// and still be non-inferior ("the fix costs at most 5%": 0.05); 0 means none declared.
 	ThroughputMargin float64
+	// MinEffect is the smallest change of latency or tok/s, as a share of the baseline's,
+	// that the verdict calls better or worse: a significant change smaller than it is
+	// negligible. 0 calls every significant change; default DefaultMinEffect (2%).
+	MinEffect float64
 	// MaxLoss is the largest share of an arm's sessions that may be lost (to errors,
 	// timeouts, a crash or a wedge) before the verdict calls that arm's corruption
 	// decision inconclusive; default DefaultMaxLoss (10%).

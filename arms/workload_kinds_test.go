@@ -126,3 +126,34 @@ func TestWorkloadKindErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestMinEffect(t *testing.T) {
+	for _, tc := range []struct {
+		analysis string
+		want     float64
+	}{
+		{"", DefaultMinEffect},
+		{"analysis: {min_effect: 5%}", 0.05},
+		{"analysis: {min_effect: 0.01}", 0.01},
+		{"analysis: {min_effect: 0}", 0},
+		{"analysis: {min_effect: 0.0}", 0},
+	} {
+		s, err := Parse("s.yaml", []byte(kindsHead+"workload: {kind: throughput, concurrency: 1}\n"+tc.analysis))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.analysis, err)
+		}
+		if s.Analysis.MinEffect != tc.want {
+			t.Errorf("%q: min_effect %v, want %v", tc.analysis, s.Analysis.MinEffect, tc.want)
+		}
+	}
+	for _, tc := range []struct{ analysis, want string }{
+		{"analysis: {min_effect: 2 percent}", `analysis.min_effect: write a share such as 0.05 or 5%, not "2 percent"`},
+		{"analysis: {min_effect: 1.5}", "analysis.min_effect: a share is above 0 and below 1"},
+		{"analysis: {min_effect: -0.1}", "analysis.min_effect: a share is above 0 and below 1"},
+	} {
+		_, err := Parse("s.yaml", []byte(kindsHead+"workload: {kind: throughput, concurrency: 1}\n"+tc.analysis))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s:\n  error %v\n  want %q", tc.analysis, err, tc.want)
+		}
+	}
+}

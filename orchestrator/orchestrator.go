@@ -479,10 +479,10 @@ func create(ctx context.Context, st *store.Store, spec *arms.Spec, armList []arm
 // DesignOf is how the spec lays the experiment out, as the store records it for
 // verdicts rebuilt later.
 func DesignOf(spec *arms.Spec) store.Design {
-	maxLoss := spec.Analysis.MaxLoss
+	maxLoss, minEffect := spec.Analysis.MaxLoss, spec.Analysis.MinEffect
 	d := store.Design{Blocks: max(spec.Blocks, 1), Looks: spec.Analysis.Sequential.Looks, Margin: spec.Analysis.Margin,
 		AA: spec.Analysis.AA, Sessions: spec.Workload.Sessions, Rounds: spec.Workload.Rounds,
-		Concurrency: spec.Workload.Concurrency, MaxLoss: &maxLoss,
+		Concurrency: spec.Workload.Concurrency, MaxLoss: &maxLoss, MinEffect: &minEffect,
 		Workload: spec.Workload.Describe(), ThroughputMargin: spec.Analysis.ThroughputMargin}
 	if spec.Workload.Kind != arms.DefaultWorkload {
 		d.Kind = spec.Workload.Kind

@@ -240,6 +240,9 @@ type Design struct {
 	Kind             string  `json:"kind,omitempty"`
 	Workload         string  `json:"workload,omitempty"`
 	ThroughputMargin float64 `json:"throughput_margin,omitempty"`
+	// MinEffect is the smallest change of latency or tok/s the verdict calls better or
+	// worse; nil (experiments recorded before it was stored) means DefaultMinEffect.
+	MinEffect *float64 `json:"min_effect,omitempty"`
 	// Plan is the spec's analysis.plan (the rates to tell apart and the power wanted),
 	// against which a sequential verdict measures the sessions it saved; nil when the
 	// spec plans nothing.
@@ -262,6 +265,18 @@ type DesignPlan struct {
 // DefaultMaxLoss is analysis.max_loss when a spec does not set it (arms.DefaultMaxLoss
 // is the same number, for specs).
 const DefaultMaxLoss = 0.10
+
+// DefaultMinEffect is the smallest change called better or worse for experiments recorded
+// without one (arms.DefaultMinEffect is the same number, for specs).
+const DefaultMinEffect = 0.02
+
+// EffectFloor is the design's MinEffect, or DefaultMinEffect when none was recorded.
+func (d Design) EffectFloor() float64 {
+	if d.MinEffect == nil {
+		return DefaultMinEffect
+	}
+	return *d.MinEffect
+}
 
 // LossLimit is the design's MaxLoss, or DefaultMaxLoss when none was recorded.
 func (d Design) LossLimit() float64 {

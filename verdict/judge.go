@@ -981,7 +981,7 @@ func (v *Verdict) Summary() map[string]any {
 		arms = append(arms, m)
 	}
 	out := map[string]any{"experiment_id": v.Experiment.ID, "name": v.Experiment.Name, "status": v.Experiment.State(),
-		"unit": v.Unit, "alpha": v.Alpha, "max_loss": v.MaxLoss, "arms": arms, "headline": v.headline(""),
+		"unit": v.Unit, "alpha": v.Alpha, "max_loss": v.MaxLoss, "min_effect": v.MinEffect, "arms": arms, "headline": v.headline(""),
 		"caveats": append([]string{}, v.Caveats...)}
 	if aa, passed := v.aaOutcome(); aa {
 		out["aa_passed"] = passed

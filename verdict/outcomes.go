@@ -105,9 +105,14 @@ type MetricRow struct {
 	Group, Metric, Arm string
 	Result             stats.RankResult
 	AdjustedP          float64
-	// Decision is "better", "worse", or "" when no significant difference.
+	// Decision is "better" or "worse"; "negligible" when the difference is significant
+	// but smaller than analysis.min_effect; "" when it is not significant.
 	Decision string
 }
+
+// Decisive reports whether the row's difference is significant and large enough to
+// call better or worse.
+func (r MetricRow) Decisive() bool { return r.Decision == "better" || r.Decision == "worse" }
 
 // ThroughputNI is a non-inferiority judgement of tok/s per request: Arm against
 // Against (the baseline, or the same arm before its cascades).
@@ -383,7 +388,9 @@ func (v *Verdict) compareMetrics() {
 		row.AdjustedP = adj[k]
 		if stats.Reject(row.AdjustedP, v.Alpha) {
 			up := row.Result.Shift > 0
-			if up == higherBetter[row.Metric] {
+			if math.Abs(row.Result.Ratio-1) < v.MinEffect {
+				row.Decision = "negligible"
+			} else if up == higherBetter[row.Metric] {
 				row.Decision = "better"
 			} else {
 				row.Decision = "worse"
@@ -766,17 +773,27 @@ func (v *Verdict) metricRow(group, metric, arm string) *MetricRow {
 // significanceSentence is the decision without a margin: which metrics differ
 // significantly, after Holm's adjustment.
 func (v *Verdict) significanceSentence(mark string) string {
-	var sig []string
+	var sig, small []string
 	smallest := 1.0
 	for _, r := range v.Outcomes.Metrics {
 		smallest = math.Min(smallest, r.AdjustedP)
-		if r.Decision != "" {
+		switch {
+		case r.Decisive():
 			sig = append(sig, fmt.Sprintf("%s's %s at %s is %s (%s, Holm-adjusted p %s)", bold(r.Arm, mark), r.Metric, r.Group,
 				r.Decision, signedPct(r.Result.Ratio-1), pEq(r.AdjustedP)))
+		case r.Decision == "negligible":
+			small = append(small, fmt.Sprintf("%s's %s at %s, %s", r.Arm, r.Metric, r.Group, signedPct(r.Result.Ratio-1)))
 		}
 	}
 	if len(v.Outcomes.Metrics) == 0 {
 		return "Too few sessions were measured on both sides to compare latency or throughput."
+	}
+	if len(sig) == 0 && len(small) > 0 {
+		if len(small) > 3 {
+			small = append(small[:3], fmt.Sprintf("%d more", len(small)-3))
+		}
+		return fmt.Sprintf("No latency or throughput difference from %s reaches %s (`analysis.min_effect`): those that are significant (%s) are smaller than that.",
+			bold(v.Arms[v.Baseline].Name, mark), pctShort(v.MinEffect), joinAnd(small))
 	}
 	if len(sig) == 0 {
 		return fmt.Sprintf("No latency or throughput difference from %s is significant (smallest Holm-adjusted p %s); chance alone could produce differences this large.",
@@ -822,7 +839,7 @@ func (v *Verdict) outcomeCaveats(add func(int, string, ...any)) {
 	}
 	significant := false
 	for _, r := range o.Metrics {
-		significant = significant || r.Decision != ""
+		significant = significant || r.Decisive()
 	}
 	launches := 0
 	for _, a := range v.Arms {

@@ -387,3 +387,50 @@ func TestThroughputThatFlipsBetweenBlocksIsNamed(t *testing.T) {
 		t.Errorf("no caveat names the flip: %q", v.Caveats)
 	}
 }
+
+// A latency change can be significant and still too small to matter: below
+// analysis.min_effect it is called negligible, not better or worse, and the decision
+// sentence says no difference reaches the minimum effect.
+func TestSmallSignificantChangeIsNegligible(t *testing.T) {
+	build := func(minEffect, shift float64) *Verdict {
+		// 60 sessions a side whose ITL medians interleave only by the shift: the rank
+		// test calls any consistent shift significant.
+		var base, arm []sessionSummary
+		for i := range 60 {
+			x := 10 + 0.001*float64(i)
+			base = append(base, sessionSummary{MetricITL: x, MetricTTFT: math.NaN(), MetricLatency: math.NaN(), MetricThroughput: math.NaN()})
+			arm = append(arm, sessionSummary{MetricITL: x * (1 + shift), MetricTTFT: math.NaN(), MetricLatency: math.NaN(), MetricThroughput: math.NaN()})
+		}
+		v := &Verdict{Arms: []ArmResult{{Name: "control"}, {Name: "treatment"}}, Alpha: 0.05, MinEffect: minEffect,
+			Outcomes: &Outcomes{Groups: []OutcomeGroup{{Name: "all sessions", summaries: [][]sessionSummary{base, arm}}}}}
+		v.compareMetrics()
+		return v
+	}
+	for _, c := range []struct {
+		minEffect, shift float64
+		want             string
+	}{
+		{0.02, -0.002, "negligible"},
+		{0.02, 0.002, "negligible"},
+		{0.02, -0.05, "better"},
+		{0.02, 0.05, "worse"},
+		{0, -0.002, "better"}, // min_effect 0: every significant change is called
+	} {
+		v := build(c.minEffect, c.shift)
+		if len(v.Outcomes.Metrics) != 1 {
+			t.Fatalf("%d comparisons, want the one metric measured", len(v.Outcomes.Metrics))
+		}
+		r := v.Outcomes.Metrics[0]
+		if !(r.AdjustedP < 0.05) {
+			t.Fatalf("shift %v: p %v; the fixture should make every shift significant", c.shift, r.AdjustedP)
+		}
+		if r.Decision != c.want {
+			t.Errorf("min_effect %v, shift %+v: decision %q, want %q", c.minEffect, c.shift, r.Decision, c.want)
+		}
+	}
+	s := build(0.02, -0.002).significanceSentence("")
+	if !strings.Contains(s, "No latency or throughput difference from control reaches 2% (`analysis.min_effect`)") ||
+		!strings.Contains(s, "treatment's inter-token latency at all sessions, -0.2%") {
+		t.Errorf("decision sentence: %s", s)
+	}
+}

@@ -67,13 +67,20 @@ func (v *Verdict) outcomeSections(b *strings.Builder) bool {
 			v.Arms[v.Baseline].Name, groupWord(phased))
 		for _, r := range o.Metrics {
 			d := "~"
-			if r.Decision != "" {
+			switch {
+			case r.Decisive():
 				d = "**" + r.Decision + "**"
+			case r.Decision != "":
+				d = r.Decision
 			}
 			fmt.Fprintf(b, "| %s | %s | %s | %s | %s to %s | %s | %s | %s |\n", r.Group, r.Metric, r.Arm, signedPct(r.Result.Ratio-1),
 				signedPct(r.Result.RatioCI.Lo-1), signedPct(r.Result.RatioCI.Hi-1), pval(r.Result.P), pval(r.AdjustedP), d)
 		}
-		fmt.Fprintf(b, "\n`~`: no significant difference at alpha %g. For tok/s a positive change is faster; for the latencies a negative one is.\n", v.Alpha)
+		legend := fmt.Sprintf("`~`: no significant difference at alpha %g", v.Alpha)
+		if v.MinEffect > 0 {
+			legend += fmt.Sprintf("; negligible: significant, but the change is smaller than %s (`analysis.min_effect`), too small to call better or worse", pctShort(v.MinEffect))
+		}
+		fmt.Fprintf(b, "\n%s. For tok/s a positive change is faster; for the latencies a negative one is.\n", legend)
 	}
 
 	if len(o.Throughput)+len(o.Stability) > 0 {

@@ -39,6 +39,9 @@ type Verdict struct {
 	// MaxLoss is the share of an arm's sessions it may lose before its decision becomes
 	// inconclusive (analysis.max_loss).
 	MaxLoss float64
+	// MinEffect is the smallest change of latency or tok/s called better or worse
+	// (analysis.min_effect).
+	MinEffect float64
 	// StoppedEarly says why scheduling stopped before the planned blocks; empty if it
 	// did not.
 	StoppedEarly string
@@ -237,7 +240,7 @@ func Build(ctx context.Context, db *sqlx.DB, ref string) (*Verdict, error) {
 		return nil, fmt.Errorf("experiment %d has no arms", exp.ID)
 	}
 	v := &Verdict{Experiment: exp, Alpha: exp.Alpha, Unit: exp.Unit, Design: exp.ParsedDesign()}
-	v.MaxLoss = v.Design.LossLimit()
+	v.MaxLoss, v.MinEffect = v.Design.LossLimit(), v.Design.EffectFloor()
 	if exp.StoppedEarly.Valid {
 		v.StoppedEarly = exp.StoppedEarly.String
 	}
