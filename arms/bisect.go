@@ -183,37 +183,9 @@ func LoadBisect(path string) (*BisectSpec, error) {
 // are read relative to the spec's folder. The reproduction step's spec is built and
 // validated too, so that a spec accepted here runs.
 func ParseBisect(path string, data []byte) (*BisectSpec, error) {
-	if len(data) > MaxSpecBytes {
-		return nil, joinSorted([]*SpecError{tooBig(path, strconv.Itoa(len(data))+" bytes,")})
-	}
-	if e := checkShape(path, data); e != nil {
-		return nil, joinSorted([]*SpecError{e})
-	}
-	d := &decoder{
-		file:    path,
-		anchors: map[string]ast.Node{},
-		typos:   map[string]bool{},
-		spec:    &Spec{Path: path, Source: bytes.Clone(data), pos: map[string]Position{}},
-	}
-	f, err := parseYAML(data)
+	d, body, err := openSpec(path, data)
 	if err != nil {
-		return nil, joinSorted([]*SpecError{d.syntaxError(err)})
-	}
-	var body ast.Node
-	if len(f.Docs) > 0 {
-		body = f.Docs[0].Body
-	}
-	for _, doc := range f.Docs[min(1, len(f.Docs)):] {
-		if doc.Body != nil {
-			d.add(doc.Body, "", "a spec is one YAML document; remove the second one")
-		}
-	}
-	if body == nil {
-		d.errs = append(d.errs, &SpecError{File: path, Line: 1, Col: 1, Msg: "spec is empty: start with \"version: 1\""})
-		return nil, joinSorted(d.errs)
-	}
-	for _, doc := range f.Docs {
-		d.collectAnchors(doc.Body, 0)
+		return nil, err
 	}
 	b := &BisectSpec{Path: path, Source: bytes.Clone(data), Base: d.spec, pos: d.spec.pos}
 	bd := &bisectDecoder{decoder: d, b: b}

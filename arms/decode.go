@@ -85,19 +85,15 @@ func Load(path string) (*Spec, error) {
 	return Parse(path, data)
 }
 
-// Parse decodes and validates a version 1 spec read from path (used only in errors).
-// It fills defaults, expands the arms once to run the confound check, and returns
-// every problem it finds as an errors.Join of *SpecError sorted by position.
-//
-// A text over MaxSpecBytes, nested deeper than MaxSpecDepth, with more than MaxSpecNodes
-// nodes or more than MaxArms arms or levels of a factor is refused from a scan of the
-// text, before the YAML parser runs.
-func Parse(path string, data []byte) (*Spec, error) {
+// openSpec checks the text of a spec (an experiment's or a bisection's) before and while
+// parsing it, and returns a decoder for its one document with the document's body;
+// the error joins every problem that stops the decoding from starting.
+func openSpec(path string, data []byte) (*decoder, ast.Node, error) {
 	if len(data) > MaxSpecBytes {
-		return nil, joinSorted([]*SpecError{tooBig(path, strconv.Itoa(len(data))+" bytes,")})
+		return nil, nil, joinSorted([]*SpecError{tooBig(path, strconv.Itoa(len(data))+" bytes,")})
 	}
 	if e := checkShape(path, data); e != nil {
-		return nil, joinSorted([]*SpecError{e})
+		return nil, nil, joinSorted([]*SpecError{e})
 	}
 	d := &decoder{
 		file:    path,
@@ -107,7 +103,7 @@ func Parse(path string, data []byte) (*Spec, error) {
 	}
 	f, err := parseYAML(data)
 	if err != nil {
-		return nil, joinSorted([]*SpecError{d.syntaxError(err)})
+		return nil, nil, joinSorted([]*SpecError{d.syntaxError(err)})
 	}
 	var body ast.Node
 	if len(f.Docs) > 0 {
@@ -120,10 +116,25 @@ func Parse(path string, data []byte) (*Spec, error) {
 	}
 	if body == nil {
 		d.errs = append(d.errs, &SpecError{File: path, Line: 1, Col: 1, Msg: "spec is empty: start with \"version: 1\""})
-		return nil, joinSorted(d.errs)
+		return nil, nil, joinSorted(d.errs)
 	}
 	for _, doc := range f.Docs {
 		d.collectAnchors(doc.Body, 0)
+	}
+	return d, body, nil
+}
+
+// Parse decodes and validates a version 1 spec read from path (used only in errors).
+// It fills defaults, expands the arms once to run the confound check, and returns
+// every problem it finds as an errors.Join of *SpecError sorted by position.
+//
+// A text over MaxSpecBytes, nested deeper than MaxSpecDepth, with more than MaxSpecNodes
+// nodes or more than MaxArms arms or levels of a factor is refused from a scan of the
+// text, before the YAML parser runs.
+func Parse(path string, data []byte) (*Spec, error) {
+	d, body, err := openSpec(path, data)
+	if err != nil {
+		return nil, err
 	}
 	d.decodeSpec(body)
 	if len(d.errs) > 0 {
@@ -985,6 +996,32 @@ func (d *decoder) decodeEnvShorthand(fe entry) []Level {
 	return levels
 }
 
+// requestField decodes a workload field that shapes every request, whatever the kind:
+// seed, temperature, max_tokens, model, max_response_bytes or stream.
+func (d *decoder) requestField(f entry, w *Workload) {
+	switch f.key {
+	case "seed":
+		w.Seed, _ = d.integer(f, math.MinInt64)
+	case "temperature":
+		if v, ok := d.number(f); ok {
+			if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+				d.add(f.val, f.path, "temperature must be 0 or more")
+			}
+			w.Temperature = v
+		}
+	case "max_tokens":
+		w.MaxTokens, _ = d.bounded(f, 0, MaxMaxTokens, "tokens of one completion")
+	case "model":
+		w.Model, _ = d.str(f)
+	case "max_response_bytes":
+		w.MaxResponseBytes, _ = d.byteSize(f, MinMaxResponseBytes, MaxMaxResponseBytes)
+	case "stream":
+		if v, ok := d.boolean(f); ok {
+			w.NoStream = !v
+		}
+	}
+}
+
 func (d *decoder) decodeWorkload(e entry) {
 	if kind := d.workloadKind(e); kind != DefaultWorkload && slices.Contains(KnownWorkloads, kind) {
 		d.decodeKindWorkload(e, kind)
@@ -1008,25 +1045,8 @@ func (d *decoder) decodeWorkload(e entry) {
 			w.Rounds, _ = d.bounded(f, 1, MaxRounds, "rounds of one conversation")
 		case "concurrency":
 			w.Concurrency, _ = d.bounded(f, 1, MaxConcurrency, "sessions in flight at once against one engine")
-		case "seed":
-			w.Seed, _ = d.integer(f, math.MinInt64)
-		case "temperature":
-			if v, ok := d.number(f); ok {
-				if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
-					d.add(f.val, f.path, "temperature must be 0 or more")
-				}
-				w.Temperature = v
-			}
-		case "max_tokens":
-			w.MaxTokens, _ = d.bounded(f, 0, MaxMaxTokens, "tokens of one completion")
-		case "model":
-			w.Model, _ = d.str(f)
-		case "max_response_bytes":
-			w.MaxResponseBytes, _ = d.byteSize(f, MinMaxResponseBytes, MaxMaxResponseBytes)
-		case "stream":
-			if v, ok := d.boolean(f); ok {
-				w.NoStream = !v
-			}
+		case "seed", "temperature", "max_tokens", "model", "max_response_bytes", "stream":
+			d.requestField(f, w)
 		}
 	})
 	d.require(seen, e.keyNode, e.path, "sessions", "rounds")

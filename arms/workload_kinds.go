@@ -127,25 +127,8 @@ func (d *decoder) decodeKindWorkload(e entry, kind string) {
 	seen := d.fields(e.val, e.path, known, func(f entry) {
 		switch f.key {
 		case "kind":
-		case "seed":
-			w.Seed, _ = d.integer(f, math.MinInt64)
-		case "temperature":
-			if v, ok := d.number(f); ok {
-				if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
-					d.add(f.val, f.path, "temperature must be 0 or more")
-				}
-				w.Temperature = v
-			}
-		case "max_tokens":
-			w.MaxTokens, _ = d.bounded(f, 0, MaxMaxTokens, "tokens of one completion")
-		case "model":
-			w.Model, _ = d.str(f)
-		case "max_response_bytes":
-			w.MaxResponseBytes, _ = d.byteSize(f, MinMaxResponseBytes, MaxMaxResponseBytes)
-		case "stream":
-			if v, ok := d.boolean(f); ok {
-				w.NoStream = !v
-			}
+		case "seed", "temperature", "max_tokens", "model", "max_response_bytes", "stream":
+			d.requestField(f, w)
 		case "concurrency":
 			if kind == WorkloadThroughput {
 				tp.Concurrency = d.counts(f, MaxConcurrency)
