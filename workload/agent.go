@@ -304,34 +304,44 @@ func (s *agentSession) run(ctx context.Context) SessionResult {
 		return s.end(res, SessionError, err)
 	}
 	for round, user := range s.script.Users {
-		if err := s.push(openai.Message{Role: "user", Content: user}); err != nil {
-			return s.end(res, SessionError, err)
-		}
-		// One request opens the round; each further one answers tool calls, up to maxSteps.
-		for step := 0; step <= maxSteps; step++ {
-			if ctx.Err() != nil {
-				return s.end(res, SessionAborted, ctx.Err())
-			}
-			ex := s.send(ctx, round)
-			res.Turns = s.turns
-			if ex.Err != nil {
-				return s.end(res, s.statusOf(ctx, ex.Err), ex.Err)
-			}
-			msg := ex.Completion.Choices[0].Message
-			if len(msg.ToolCalls) == 0 {
-				if err := s.push(openai.Message{Role: "assistant", Content: msg.Content}); err != nil {
-					return s.end(res, SessionError, err)
-				}
-				break
-			}
-			// Even past the cap the calls are answered, so that the conversation stays
-			// well-formed for the next round's user message.
-			if err := s.answerTools(msg); err != nil {
-				return s.end(res, SessionError, err)
-			}
+		var over bool
+		if res, over = s.round(ctx, res, round, openai.Message{Role: "user", Content: user}, maxSteps); over {
+			return res
 		}
 	}
 	return res
+}
+
+// round plays one round: the user's message, then one request, and one more for each
+// answer to tool calls, up to maxSteps. It returns res brought up to date, and over when
+// the session ended in the round; otherwise the session goes on to its next round.
+func (s *agentSession) round(ctx context.Context, res SessionResult, round int, user openai.Message, maxSteps int) (_ SessionResult, over bool) {
+	if err := s.push(user); err != nil {
+		return s.end(res, SessionError, err), true
+	}
+	for step := 0; step <= maxSteps; step++ {
+		if ctx.Err() != nil {
+			return s.end(res, SessionAborted, ctx.Err()), true
+		}
+		ex := s.send(ctx, round)
+		res.Turns = s.turns
+		if ex.Err != nil {
+			return s.end(res, s.statusOf(ctx, ex.Err), ex.Err), true
+		}
+		msg := ex.Completion.Choices[0].Message
+		if len(msg.ToolCalls) == 0 {
+			if err := s.push(openai.Message{Role: "assistant", Content: msg.Content}); err != nil {
+				return s.end(res, SessionError, err), true
+			}
+			return res, false
+		}
+		// Even past the cap the calls are answered, so that the conversation stays
+		// well-formed for the next round's user message.
+		if err := s.answerTools(msg); err != nil {
+			return s.end(res, SessionError, err), true
+		}
+	}
+	return res, false
 }
 
 func (s *agentSession) end(res SessionResult, status string, err error) SessionResult {

@@ -115,28 +115,9 @@ func runGrowing(ctx context.Context, s *agentSession, lc LongContextConfig, roun
 		if need > 16 {
 			user.Content = fmt.Sprintf("Part %d of the case file:\n\n%s\n\n%s", round+1, filler(file, need-16), ask)
 		}
-		if err := s.push(user); err != nil {
-			return s.end(res, SessionError, err)
-		}
-		for step := 0; step <= maxSteps; step++ {
-			if ctx.Err() != nil {
-				return s.end(res, SessionAborted, ctx.Err())
-			}
-			ex := s.send(ctx, round)
-			res.Turns = s.turns
-			if ex.Err != nil {
-				return s.end(res, s.statusOf(ctx, ex.Err), ex.Err)
-			}
-			msg := ex.Completion.Choices[0].Message
-			if len(msg.ToolCalls) == 0 {
-				if err := s.push(openai.Message{Role: "assistant", Content: msg.Content}); err != nil {
-					return s.end(res, SessionError, err)
-				}
-				break
-			}
-			if err := s.answerTools(msg); err != nil {
-				return s.end(res, SessionError, err)
-			}
+		var over bool
+		if res, over = s.round(ctx, res, round, user, maxSteps); over {
+			return res
 		}
 	}
 	return res
