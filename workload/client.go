@@ -665,23 +665,30 @@ func readStream(ex *Exchange, body io.Reader, rx receiveClock, limit int64, firs
 type receiveClock interface{ received() time.Time }
 
 // arrival is when the bytes a Read of a stream just returned arrived, as time since
-// started: the connection's receive time when it has one within [prev, now], else now.
-// The bytes a Read returns from the transport's buffer came in the connection's latest
-// read or before it, so the receive time is never earlier than their arrival; outside
-// that window (a clock stepped mid-stream) it is not trusted.
+// started (prev: the previous Read's): now, less how long they waited since the kernel
+// received them when the connection says. The bytes a Read returns from the transport's
+// buffer came in the connection's latest read or before it, so the receive time is never
+// earlier than their arrival.
+//
+// The kernel stamps with the wall clock, which a time daemon may slew (by up to 8% while
+// it catches up) or step; a request's times are on the monotonic clock. So the wall
+// clock only measures the wait, from the stamp to now, a span of microseconds to
+// milliseconds, and the wait is taken off the monotonic time since started; a wait the
+// wall clock makes negative (stepped back) counts as none.
 func arrival(started time.Time, rx receiveClock, prev time.Duration) time.Duration {
-	now := time.Since(started)
+	now := time.Now()
+	at := now.Sub(started)
 	if rx == nil {
-		return now
+		return at
 	}
 	t := rx.received()
 	if t.IsZero() {
-		return now
-	}
-	if at := t.Sub(started); at >= prev && at <= now {
 		return at
 	}
-	return now
+	if waited := now.Round(0).Sub(t); waited > 0 {
+		at -= waited
+	}
+	return max(at, prev)
 }
 
 // rawBody keeps a streamed body as it arrives, in chunks that grow from 4 KiB to 1 MiB

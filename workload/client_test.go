@@ -468,3 +468,37 @@ func TestRunGCPolicy(t *testing.T) {
 		t.Fatalf("memory limit after the runs = %d", got)
 	}
 }
+
+// fixedStamp is a connection whose last read was received at t.
+type fixedStamp time.Time
+
+func (f fixedStamp) received() time.Time { return time.Time(f) }
+
+// arrival takes only the wait since the kernel's stamp from the wall clock: the time
+// since the request started stays on the monotonic clock, so a wall clock slewed or
+// stepped during a long request does not move a token's time.
+func TestArrivalTakesTheWaitOffTheMonotonicClock(t *testing.T) {
+	started := time.Now().Add(-time.Second) // a request sent a second ago
+	waited := 30 * time.Millisecond
+	before := time.Since(started)
+	at := arrival(started, fixedStamp(time.Now().Round(0).Add(-waited)), 0)
+	after := time.Since(started)
+	if at < before-waited || at > after-waited {
+		t.Errorf("bytes received %v ago: at %v, want within [%v, %v]", waited, at, before-waited, after-waited)
+	}
+	// A stamp ahead of the wall clock (stepped back since): no wait, the read's time.
+	if at := arrival(started, fixedStamp(time.Now().Add(time.Hour)), 0); at < before {
+		t.Errorf("stamp in the future: at %v, want the read's time (at least %v)", at, before)
+	}
+	// A wait longer than the stream (stepped forward): never before the previous event.
+	prev := 900 * time.Millisecond
+	if at := arrival(started, fixedStamp(time.Now().Add(-time.Hour)), prev); at != prev {
+		t.Errorf("stamp an hour old: at %v, want the previous event's %v", at, prev)
+	}
+	// No stamp, or no stamped connection: the read's time.
+	for _, rx := range []receiveClock{nil, fixedStamp(time.Time{})} {
+		if at := arrival(started, rx, 0); at < before {
+			t.Errorf("%v: at %v, want the read's time", rx, at)
+		}
+	}
+}
