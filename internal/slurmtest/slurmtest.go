@@ -86,6 +86,17 @@ func Available() error {
 	return nil
 }
 
+// jwtPlugin reports whether slurmctld's auth/jwt plugin, which slurmrestd's tokens need,
+// is where distributions put Slurm's plugins.
+func jwtPlugin() bool {
+	for _, pattern := range []string{"/usr/lib/*/slurm-wlm/auth_jwt.so", "/usr/lib/slurm/auth_jwt.so", "/usr/lib64/slurm/auth_jwt.so", "/usr/local/lib/slurm/auth_jwt.so"} {
+		if m, _ := filepath.Glob(pattern); len(m) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // Start starts a cluster, or skips the test (fails it under ARBITER_REQUIRE_SLURM=1) where
 // none can run.
 func Start(t testing.TB, o Options) *Cluster {
@@ -93,6 +104,9 @@ func Start(t testing.TB, o Options) *Cluster {
 	err := Available()
 	if _, lerr := exec.LookPath("slurmrestd"); err == nil && o.REST && lerr != nil {
 		err = errors.New("slurmrestd not installed (apt-get install slurmrestd)")
+	}
+	if err == nil && o.REST && !jwtPlugin() {
+		err = errors.New("slurmctld's auth/jwt plugin (auth_jwt.so) not installed (apt-get install slurm-wlm-jwt-plugin)")
 	}
 	if err != nil {
 		if os.Getenv(RequireEnv) == "1" {
