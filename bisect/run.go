@@ -134,6 +134,13 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	if opts.Resume == 0 && opts.Runtime == nil {
+		// The steps share the engine, the runtime and its nodes: the first step's
+		// preflight is every step's, and a failed one leaves no bisection behind.
+		if err := preflight(ctx, spec); err != nil {
+			return Result{}, err
+		}
+	}
 	redactor := spec.Base.Redactor(environ)
 	st, err := store.Open(opts.DBPath, store.Options{Redact: redactor.Redact})
 	if err != nil {
@@ -392,6 +399,24 @@ func (b *bisection) step(ctx context.Context, p Probe, recorded map[int]store.Bi
 		pr.StepEnded(p, j, sr.Kept)
 	}
 	return sr, nil
+}
+
+// preflight runs the orchestrator's preflight on the reproduction step: every change
+// applied against good.
+func preflight(ctx context.Context, spec *arms.BisectSpec) error {
+	all := make([]int, len(spec.Changes))
+	for i := range all {
+		all[i] = i
+	}
+	step, err := spec.StepSpec(arms.StepOptions{Name: spec.Name, Applied: all, Alpha: spec.Search.ErrorBudget})
+	if err != nil {
+		return err
+	}
+	pf, err := orchestrator.RunPreflight(ctx, step)
+	if err != nil {
+		return err
+	}
+	return pf.Err()
 }
 
 // look is the step experiments' stopping rule beyond the orchestrator's own efficacy

@@ -102,7 +102,25 @@ func RunPreflight(ctx context.Context, spec *arms.Spec) (Preflight, error) {
 			p.ports(n.Name, ports, len(nodeSlots) > 1, local)
 		}
 	}
+	if spec.Runtime.Kind == "" || spec.Runtime.Kind == arms.DefaultRuntime {
+		p.engineCommands(armList)
+	}
 	return p, nil
+}
+
+// engineCommands checks that the process runtime finds every arm's engine binary, as
+// it will look for it (beside arbiter, then on PATH): a missing one would fail every
+// launch of the experiment.
+func (p *Preflight) engineCommands(armList []arms.Arm) {
+	seen := map[string]bool{}
+	for _, a := range armList {
+		if len(a.Command) == 0 || seen[a.Command[0]] {
+			continue
+		}
+		seen[a.Command[0]] = true
+		path, err := runtime.LookCommand(a.Command[0])
+		p.add("local", "engine", err, a.Command[0]+" is "+path)
+	}
 }
 
 func (p *Preflight) add(node, what string, err error, ok string) {

@@ -152,12 +152,16 @@ func changeNumbers(idx []int) string {
 }
 
 func runBisection(ctx context.Context, g *globals, spec *arms.BisectSpec, resume int64, o bisectOptions) error {
-	logger := slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	opts := bisect.Options{Spec: spec, DBPath: g.dbPath(), LogDir: o.logDir, Logger: logger, Resume: resume}
+	// Every step's launches get the same display as a run's: a step's engines take as
+	// long to start as any.
+	progress := newProgress(g.stderr, g.json)
+	logger := slog.New(slog.NewTextHandler(progress.Writer(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	opts := bisect.Options{Spec: spec, DBPath: g.dbPath(), LogDir: o.logDir, Logger: logger, Resume: resume, Runs: progress}
 	if !g.json {
-		opts.Progress = stepLines{g.stderr}
+		opts.Progress = stepLines{progress.Writer()}
 	}
 	res, runErr := bisect.Run(ctx, opts)
+	progress.Wait()
 	if errors.Is(runErr, store.ErrNotArbiterDatabase) {
 		return withCode(exitUsage, runErr)
 	}

@@ -86,6 +86,10 @@ func TestBisectCLISingleCulpritOnRefserve(t *testing.T) {
 			t.Errorf("stdout does not say %q:\n%s", want, stdout)
 		}
 	}
+	// Each step's launches are shown as a run's are: the engine starting, then sessions.
+	if !strings.Contains(stderr, "engine ready after") || !strings.Contains(stderr, "/40 sessions, ") {
+		t.Errorf("the steps' launches were not shown:\n%s", stderr)
+	}
 	if !strings.Contains(stderr, "step 1 (reproduce, recorded before the resume): corrupts") || !strings.Contains(stderr, "step 3 of at most 9 (search)") ||
 		strings.Contains(stderr, "experiment index-k-release-b1-s01") {
 		t.Errorf("the resume did not continue at step 3 from the recorded steps:\n%s", stderr)

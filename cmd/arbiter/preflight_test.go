@@ -96,6 +96,25 @@ func TestFailedPreflightLeavesNothing(t *testing.T) {
 		runRefused(t, refusedSpec("  args: [--disaggregation-bootstrap-port=1]", "runtime: {nodes: [{name: box, slots: 2}]}\n"),
 			"is set for arms control, treatment, which may run side by side")
 	})
+	t.Run("an engine binary that is nowhere", func(t *testing.T) {
+		runRefused(t, refusedSpec("  command: [no-such-engine-1a2b]", ""), "no-such-engine-1a2b: not found beside arbiter or on PATH")
+	})
+	t.Run("a bisection whose engine binary is nowhere", func(t *testing.T) {
+		dir := t.TempDir()
+		spec := filepath.Join(dir, "bisect.yaml")
+		src := strings.Replace(singleCulpritSpec, "  preset: refserve\n", "  preset: refserve\n  command: [no-such-engine-1a2b]\n", 1)
+		if err := os.WriteFile(spec, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		db := filepath.Join(dir, "results.db")
+		code, stdout, stderr := runCLI(t, "bisect", spec, "--db", db)
+		if code != exitError || !strings.Contains(stderr, "preflight failed") || !strings.Contains(stderr, "no-such-engine-1a2b: not found") {
+			t.Errorf("bisect: exit %d, want %d and a preflight failure\nstdout:\n%s\nstderr:\n%s", code, exitError, stdout, stderr)
+		}
+		if _, err := os.Stat(db); !os.IsNotExist(err) {
+			t.Errorf("a database exists after a bisection's failed preflight (%v)", err)
+		}
+	})
 	t.Run("an image the daemon does not have", func(t *testing.T) {
 		ds := dockertest.Start(t, 1)
 		runRefused(t, refusedSpec("  image: arbiter-test/absent:1", "runtime: {kind: docker, nodes: [{name: n, host: \""+ds[0].Host+"\"}]}\n"),

@@ -17,7 +17,7 @@ func TestLookCommandFindsEnginesAsTheREADMESays(t *testing.T) {
 	}
 	// The test binary's own name is beside itself: found there even with an empty PATH.
 	t.Setenv("PATH", "")
-	if got, err := lookCommand(filepath.Base(self)); err != nil || got != filepath.Join(filepath.Dir(self), filepath.Base(self)) {
+	if got, err := LookCommand(filepath.Base(self)); err != nil || got != filepath.Join(filepath.Dir(self), filepath.Base(self)) {
 		t.Errorf("beside arbiter: %q, %v; want %s", got, err, self)
 	}
 	dir := t.TempDir()
@@ -26,13 +26,13 @@ func TestLookCommandFindsEnginesAsTheREADMESays(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("PATH", dir)
-	if got, err := lookCommand("fake-engine-on-path"); err != nil || got != engine {
+	if got, err := LookCommand("fake-engine-on-path"); err != nil || got != engine {
 		t.Errorf("on PATH: %q, %v; want %s", got, err, engine)
 	}
-	if got, err := lookCommand(engine); err != nil || got != engine {
+	if got, err := LookCommand(engine); err != nil || got != engine {
 		t.Errorf("a path: %q, %v; want it as it is", got, err)
 	}
-	if _, err := lookCommand("no-such-engine-anywhere"); err == nil || !strings.Contains(err.Error(), "not found beside arbiter or on PATH") {
+	if _, err := LookCommand("no-such-engine-anywhere"); err == nil || !strings.Contains(err.Error(), "not found beside arbiter or on PATH") {
 		t.Errorf("a missing engine: %v", err)
 	}
 }

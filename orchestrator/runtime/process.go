@@ -76,7 +76,7 @@ func (p Process) Start(ctx context.Context, l Launch) (Instance, error) {
 		portFlag = "--port"
 	}
 	args := append(append([]string{}, l.Command[1:]...), portFlag, strconv.Itoa(port))
-	bin, err := lookCommand(l.Command[0])
+	bin, err := LookCommand(l.Command[0])
 	if err != nil {
 		return nil, fmt.Errorf("process runtime: %w", err)
 	}
@@ -201,9 +201,9 @@ func (p Process) baseEnv() []string {
 	return env
 }
 
-// lookCommand finds an engine binary: a bare name is looked for beside arbiter's own
+// LookCommand finds an engine binary: a bare name is looked for beside arbiter's own
 // executable first (so bin/arbiter runs bin/refserve of the same build), then on PATH.
-func lookCommand(name string) (string, error) {
+func LookCommand(name string) (string, error) {
 	if !strings.ContainsRune(name, filepath.Separator) {
 		if self, err := os.Executable(); err == nil {
 			sibling := filepath.Join(filepath.Dir(self), name)

@@ -226,7 +226,7 @@ func (s Slurm) script(l Launch, port int) (string, []string) {
 		fmt.Fprintf(&b, "export %s=%s\n", k, shellQuote(v))
 	}
 	cmd := l.Command[0]
-	if p, err := lookCommand(cmd); err == nil {
+	if p, err := LookCommand(cmd); err == nil {
 		cmd = p
 	}
 	portFlag := l.PortFlag
