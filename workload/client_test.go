@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"sync/atomic"
@@ -466,6 +467,53 @@ func TestRunGCPolicy(t *testing.T) {
 	}
 	if got := debug.SetMemoryLimit(-1); got != math.MaxInt64 {
 		t.Fatalf("memory limit after the runs = %d", got)
+	}
+	if gcPolicy.stop != nil {
+		t.Error("the live heap is still followed after the last run ended")
+	}
+}
+
+// A live heap that grows during a run raises the limit, so that the collector is not
+// held at the limit, collecting over and over, for the rest of the run.
+func TestRunGCPolicyFollowsTheLiveHeap(t *testing.T) {
+	if userGCSettings() {
+		t.Skip("GOGC or GOMEMLIMIT set: the policy is off")
+	}
+	for _, c := range []struct{ cur, live, want int64 }{
+		{cur: 300 << 20, live: 100 << 20, want: 0},                           // a collection frees more than it marks
+		{cur: 300 << 20, live: 200 << 20, want: 400<<20 + RunMemoryHeadroom}, // it would free less: raised
+		{cur: math.MaxInt64, live: 1 << 30, want: 0},                         // no limit
+	} {
+		if got := raisedLimit(c.cur, c.live); got != c.want {
+			t.Errorf("raisedLimit(%d, %d) = %d, want %d", c.cur, c.live, got, c.want)
+		}
+	}
+
+	limit := debug.SetMemoryLimit(math.MaxInt64)
+	defer debug.SetMemoryLimit(limit)
+	restore := ApplyRunGCPolicy(10)
+	before := debug.SetMemoryLimit(-1)
+	// Live data of more than half the limit: a collection would free less than it marks.
+	live := make([]byte, before/2+(16<<20))
+	for i := range live {
+		live[i] = byte(i)
+	}
+	runtime.GC() // the live heap is what the last collection found
+	grown := liveHeap()
+	deadline := time.Now().Add(30 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for debug.SetMemoryLimit(-1) < 2*grown {
+		if time.Now().After(deadline) {
+			t.Fatalf("limit %d after the live heap grew to %d; want at least %d (it was %d)",
+				debug.SetMemoryLimit(-1), grown, 2*grown, before)
+		}
+		<-tick.C
+	}
+	runtime.KeepAlive(live)
+	restore()
+	if got := debug.SetMemoryLimit(-1); got != math.MaxInt64 {
+		t.Errorf("limit after the run = %d, want the one before it", got)
 	}
 }
 
