@@ -137,6 +137,10 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	if opts.Resume == 0 && opts.Runtime == nil {
 		// The steps share the engine, the runtime and its nodes: the first step's
 		// preflight is every step's, and a failed one leaves no bisection behind.
+		// Another program's database is the first thing to hear about.
+		if err := store.Identify(opts.DBPath); err != nil {
+			return Result{}, err
+		}
 		if err := preflight(ctx, spec); err != nil {
 			return Result{}, err
 		}

@@ -236,6 +236,10 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	// leaves no experiment behind. A caller with runtimes of its own checks its own.
 	var unverified []string
 	if opts.Runtime == nil && opts.NodeRuntime == nil && opts.Resume == 0 {
+		// Another program's database is the first thing to hear about.
+		if err := store.Identify(opts.DBPath); err != nil {
+			return Result{}, err
+		}
 		pf, err := RunPreflight(ctx, spec)
 		if err == nil {
 			err = pf.Err()

@@ -177,6 +177,25 @@ func OpenReadOnly(path string) (*sqlx.DB, error) {
 	return db, nil
 }
 
+// Identify checks, reading only, that the file at path is an arbiter results database
+// (of any schema version: Open migrates it), an empty file, or no file at all, so that a
+// run can refuse another program's database before it checks anything else. Open
+// checks the same again.
+func Identify(path string) error {
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	db, err := sqlx.Open(readOnlyDriver, "file:"+escapePath(path)+"?mode=ro&_busy_timeout=10000&_query_only=1")
+	if err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	defer db.Close()
+	if _, err := identify(context.Background(), db); err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	return nil
+}
+
 // identify checks that db is an arbiter results database, or an empty file that may
 // become one, and returns its schema version (0 for an empty file). It reads only.
 func identify(ctx context.Context, db *sqlx.DB) (int, error) {
