@@ -657,14 +657,29 @@ func (e *experiment) checkData(runs []RunResult) error {
 		if e.counts[i].sessions > 0 {
 			continue
 		}
-		var what []string
+		// Blocks that ended alike are named together: an engine that cannot start fails
+		// every block with the same words.
+		var ends []string
+		blocks := map[string][]string{}
 		for _, r := range runs {
 			if r.Arm == a.Name {
-				what = append(what, fmt.Sprintf("block %d %s", r.Block, r.Status))
+				end := string(r.Status)
 				if r.Err != "" {
-					what[len(what)-1] += ": " + r.Err
+					end += ": " + r.Err
 				}
+				if _, seen := blocks[end]; !seen {
+					ends = append(ends, end)
+				}
+				blocks[end] = append(blocks[end], strconv.Itoa(r.Block))
 			}
+		}
+		what := make([]string, len(ends))
+		for k, end := range ends {
+			word := "block "
+			if len(blocks[end]) > 1 {
+				word = "blocks "
+			}
+			what[k] = word + strings.Join(blocks[end], ", ") + " " + end
 		}
 		errs = append(errs, fmt.Errorf("arm %s: %w (%s)", a.Name, ErrNoData, strings.Join(what, "; ")))
 	}

@@ -691,3 +691,21 @@ func TestLaunchesCarryTheDatabaseID(t *testing.T) {
 		t.Errorf("launches carried database ids %q; want %q for each (containers are labelled with it)", seen, id)
 	}
 }
+
+// An arm whose engine failed every block the same way is told once, with its blocks;
+// blocks that ended otherwise are told apart.
+func TestNoDataNamesBlocksThatEndedAlikeTogether(t *testing.T) {
+	e := &experiment{arms: []arms.Arm{{Name: "control"}, {Name: "treatment"}}, counts: []armCounts{{sessions: 4}, {}}}
+	noBinary := "process runtime: refserve: not found"
+	err := e.checkData([]RunResult{
+		{Arm: "control", Block: 0, Status: "done"},
+		{Arm: "treatment", Block: 0, Status: "failed", Err: noBinary},
+		{Arm: "treatment", Block: 1, Status: "failed", Err: noBinary},
+		{Arm: "treatment", Block: 2, Status: "crashed", Err: "exit status 1"},
+		{Arm: "treatment", Block: 3, Status: "failed", Err: noBinary},
+	})
+	want := "arm treatment: no completed session (blocks 0, 1, 3 failed: " + noBinary + "; block 2 crashed: exit status 1)"
+	if !errors.Is(err, ErrNoData) || err.Error() != want {
+		t.Errorf("error %q\nwant  %q", err, want)
+	}
+}
