@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -335,13 +333,9 @@ func bisectVerdict(ctx context.Context, g *globals, ref string, o bisectOptions)
 }
 
 func listBisections(ctx context.Context, g *globals, o bisectOptions) error {
-	if g.json {
-		o.format = "json"
-	}
-	switch o.format {
-	case "table", "json", "csv":
-	default:
-		return withCode(exitUsage, fmt.Errorf("--format %q: want table, csv or json", o.format))
+	format, err := listFormat(g, o.format)
+	if err != nil {
+		return err
 	}
 	db, err := store.OpenReadOnly(g.dbPath())
 	if err != nil {
@@ -379,33 +373,20 @@ func listBisections(ctx context.Context, g *globals, o bisectOptions) error {
 		}
 		out = append(out, l)
 	}
-	switch {
-	case o.quiet:
-		for _, l := range out {
-			fmt.Fprintln(g.stdout, l.ID)
-		}
-		return nil
-	case o.format == "json":
-		if out == nil {
-			out = []line{}
-		}
-		return json.NewEncoder(g.stdout).Encode(out)
-	case o.format == "csv":
-		cw := csv.NewWriter(g.stdout)
-		cw.Write([]string{"id", "name", "status", "created_at", "steps", "conclusion", "culprit"})
-		for _, l := range out {
-			cw.Write([]string{fmt.Sprint(l.ID), l.Name, string(l.Status), l.Created, fmt.Sprint(l.Steps), l.Conclusion,
-				strings.Trim(fmt.Sprint(l.Culprit), "[]")})
-		}
-		cw.Flush()
-		return cw.Error()
-	}
-	tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tSTATUS\tSTARTED\tSTEPS\tCONCLUSION\tCULPRIT")
-	for _, l := range out {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", l.ID, l.Name, l.Status, l.Created, l.Steps, l.Conclusion, dash(changeNumbers(zeroBased(l.Culprit))))
-	}
-	return tw.Flush()
+	return listing[line]{
+		items:     out,
+		id:        func(l line) int64 { return l.ID },
+		columns:   []string{"id", "name", "status", "created_at", "steps", "conclusion", "culprit"},
+		tableHead: []string{"ID", "NAME", "STATUS", "STARTED", "STEPS", "CONCLUSION", "CULPRIT"},
+		csvRow: func(l line) []string {
+			return []string{fmt.Sprint(l.ID), l.Name, string(l.Status), l.Created, fmt.Sprint(l.Steps), l.Conclusion,
+				strings.Trim(fmt.Sprint(l.Culprit), "[]")}
+		},
+		tableRow: func(l line) []string {
+			return []string{fmt.Sprint(l.ID), l.Name, string(l.Status), l.Created, fmt.Sprint(l.Steps), l.Conclusion,
+				dash(changeNumbers(zeroBased(l.Culprit)))}
+		},
+	}.write(g, format, o.quiet)
 }
 
 func zeroBased(oneBased []int) []int {

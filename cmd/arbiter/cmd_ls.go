@@ -1,10 +1,7 @@
 package main
 
 import (
-	"encoding/csv"
-	"encoding/json"
 	"fmt"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -31,14 +28,11 @@ it started, its arms, and its sessions as the verdict counts them (analysed, cor
   arbiter ls -q | xargs -n1 arbiter show   # every experiment's headline`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if g.json {
-				o.format = "json"
+			format, err := listFormat(g, o.format)
+			if err != nil {
+				return err
 			}
-			switch o.format {
-			case "table", "json", "csv":
-			default:
-				return withCode(exitUsage, fmt.Errorf("--format %q: want table, csv or json", o.format))
-			}
+			o.format = format
 			db, err := store.OpenReadOnly(g.dbPath())
 			if err != nil {
 				return err
@@ -57,32 +51,15 @@ it started, its arms, and its sessions as the verdict counts them (analysed, cor
 }
 
 func writeExperiments(g *globals, exps []store.ExperimentSummary, o lsOptions) error {
-	switch {
-	case o.quiet:
-		for _, e := range exps {
-			fmt.Fprintln(g.stdout, e.ID)
-		}
-		return nil
-	case o.format == "json":
-		if exps == nil {
-			exps = []store.ExperimentSummary{}
-		}
-		return json.NewEncoder(g.stdout).Encode(exps)
-	case o.format == "csv":
-		cw := csv.NewWriter(g.stdout)
-		cw.Write([]string{"id", "name", "status", "created_at", "arms", "sessions", "corrupted_sessions", "lost_sessions"})
-		for _, e := range exps {
-			cw.Write([]string{fmt.Sprint(e.ID), e.Name, string(e.Status), e.CreatedAt, fmt.Sprint(e.Arms), fmt.Sprint(e.Sessions),
-				fmt.Sprint(e.Corrupted), fmt.Sprint(e.Lost)})
-		}
-		cw.Flush()
-		return cw.Error()
-	}
-	tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
 	// Sessions as the verdict counts them: analysed (finished) and lost.
-	fmt.Fprintln(tw, "ID\tNAME\tSTATUS\tSTARTED\tARMS\tSESSIONS\tCORRUPTED\tLOST")
-	for _, e := range exps {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%d\t%d\n", e.ID, e.Name, e.Status, e.CreatedAt, e.Arms, e.Sessions, e.Corrupted, e.Lost)
-	}
-	return tw.Flush()
+	return listing[store.ExperimentSummary]{
+		items:     exps,
+		id:        func(e store.ExperimentSummary) int64 { return e.ID },
+		columns:   []string{"id", "name", "status", "created_at", "arms", "sessions", "corrupted_sessions", "lost_sessions"},
+		tableHead: []string{"ID", "NAME", "STATUS", "STARTED", "ARMS", "SESSIONS", "CORRUPTED", "LOST"},
+		csvRow: func(e store.ExperimentSummary) []string {
+			return []string{fmt.Sprint(e.ID), e.Name, string(e.Status), e.CreatedAt, fmt.Sprint(e.Arms), fmt.Sprint(e.Sessions),
+				fmt.Sprint(e.Corrupted), fmt.Sprint(e.Lost)}
+		},
+	}.write(g, o.format, o.quiet)
 }

@@ -42,9 +42,11 @@ divergences, phases, leases, engine_processes, bisections, bisection_steps, serv
   arbiter query "SELECT count(*) FROM turns; SELECT count(*) FROM sessions" --format csv`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if g.json {
-				o.format = "json"
+			format, err := listFormat(g, o.format)
+			if err != nil {
+				return err
 			}
+			o.format = format
 			return runQuery(cmd.Context(), g, args[0], o)
 		},
 	}
@@ -54,11 +56,6 @@ divergences, phases, leases, engine_processes, bisections, bisection_steps, serv
 }
 
 func runQuery(ctx context.Context, g *globals, sql string, o queryOptions) error {
-	switch o.format {
-	case "table", "csv", "json":
-	default:
-		return withCode(exitUsage, fmt.Errorf("--format %q: want table, csv or json", o.format))
-	}
 	results, err := store.Query(ctx, g.dbPath(), sql)
 	switch {
 	case errors.Is(err, store.ErrNoStatement):
