@@ -221,22 +221,9 @@ func gc(ctx context.Context, g *globals, o gcOptions) error {
 			printJob(g, o, e)
 			continue
 		}
-		var verb string
-		switch {
-		case o.dryRun && e.Action == gcLeave:
-			verb = "would leave"
-		case o.dryRun && e.Action == gcKill:
-			verb = "would kill"
-		case o.dryRun:
-			verb = "would remove"
-		case e.Action == gcLeave:
-			verb = "left"
-		case !e.Removed:
-			verb = "could not remove"
-		case e.Action == gcKill:
-			verb = "killed"
-		default:
-			verb = "removed"
+		verb := gcVerb(o, e, "remove", "removed")
+		if e.Action == gcKill {
+			verb = gcVerb(o, e, "kill", "killed")
 		}
 		fmt.Fprintf(g.stdout, "%s %s (%s", verb, e.Name, e.State)
 		if e.Node != "" {
@@ -278,20 +265,24 @@ func gcDecide(e gcEntry, byID map[string]store.ExperimentSummary, o gcOptions, n
 	return e
 }
 
-func printJob(g *globals, o gcOptions, e gcEntry) {
-	var verb string
+// gcVerb says what gc did, or would do with --dry-run, to a leftover whose removal is
+// called do (done when done): left alone, done, or not done for an error.
+func gcVerb(o gcOptions, e gcEntry, do, done string) string {
 	switch {
-	case o.dryRun && e.Action == gcLeave:
-		verb = "would leave"
-	case o.dryRun:
-		verb = "would cancel"
+	case e.Action == gcLeave && o.dryRun:
+		return "would leave"
 	case e.Action == gcLeave:
-		verb = "left"
+		return "left"
+	case o.dryRun:
+		return "would " + do
 	case !e.Removed:
-		verb = "could not cancel"
-	default:
-		verb = "cancelled"
+		return "could not " + do
 	}
+	return done
+}
+
+func printJob(g *globals, o gcOptions, e gcEntry) {
+	verb := gcVerb(o, e, "cancel", "cancelled")
 	fmt.Fprintf(g.stdout, "%s Slurm job %s (%s, %s", verb, e.ID, e.Name, e.State)
 	if e.Run != "" {
 		fmt.Fprintf(g.stdout, ", run %s", e.Run)
