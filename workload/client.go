@@ -727,16 +727,6 @@ func getChunk(size int) []byte {
 	return make([]byte, 0, 4<<10<<c)
 }
 
-func (r *rawBody) writeString(s string) {
-	r.n += len(s)
-	for len(s) > 0 {
-		r.room()
-		k := min(len(s), cap(r.cur)-len(r.cur))
-		r.cur = append(r.cur, s[:k]...)
-		s = s[k:]
-	}
-}
-
 // room makes sure the current chunk has free space, taking a chunk twice the size of
 // the last from the pool when it is full.
 func (r *rawBody) room() {
@@ -778,13 +768,16 @@ func (r *rawBody) string() string {
 	return b.String()
 }
 
-func (r *rawBody) write(p []byte) {
-	r.n += len(p)
-	for len(p) > 0 {
+func (r *rawBody) write(p []byte) { writeRaw(r, p) }
+
+// writeRaw appends text, of a string or of bytes, to the chunks.
+func writeRaw[S string | []byte](r *rawBody, s S) {
+	r.n += len(s)
+	for len(s) > 0 {
 		r.room()
-		k := min(len(p), cap(r.cur)-len(r.cur))
-		r.cur = append(r.cur, p[:k]...)
-		p = p[k:]
+		k := min(len(s), cap(r.cur)-len(r.cur))
+		r.cur = append(r.cur, s[:k]...)
+		s = s[k:]
 	}
 }
 

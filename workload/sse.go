@@ -168,24 +168,19 @@ type pieces struct {
 // allocates.
 const smallPieces = 2 << 10
 
-func (p *pieces) add(s string) {
-	if p.b.n == 0 && len(p.small)+len(s) <= smallPieces {
-		p.small = append(p.small, s...)
-		return
-	}
-	p.spill()
-	p.b.writeString(s)
-}
+func (p *pieces) add(s string) { addPiece(p, s) }
 
 // addBytes appends a fragment that is a slice of a payload, copying its bytes only
 // (a string of each token would be an allocation per token).
-func (p *pieces) addBytes(s []byte) {
+func (p *pieces) addBytes(s []byte) { addPiece(p, s) }
+
+func addPiece[S string | []byte](p *pieces, s S) {
 	if p.b.n == 0 && len(p.small)+len(s) <= smallPieces {
 		p.small = append(p.small, s...)
 		return
 	}
 	p.spill()
-	p.b.write(s)
+	writeRaw(&p.b, s)
 }
 
 // spill moves the short text into the chunks, once it outgrows its slice.
