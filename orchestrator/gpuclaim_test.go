@@ -1,35 +1,17 @@
 package orchestrator
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/arbiterlab/arbiter/internal/lockedbuf"
 )
-
-// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func TestGPUClaimWaitsForTheHolderAndSaysWhoItIs(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "locks")
@@ -45,7 +27,7 @@ func TestGPUClaimWaitsForTheHolderAndSaysWhoItIs(t *testing.T) {
 		t.Errorf("lock folder mode = %v, %v; want a sticky folder every user can write", fi.Mode(), err)
 	}
 
-	var log syncBuffer
+	var log lockedbuf.Buffer
 	got := make(chan error, 1)
 	var second *gpuClaim
 	go func() {

@@ -1,35 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/arbiterlab/arbiter/internal/lockedbuf"
 	"github.com/arbiterlab/arbiter/orchestrator"
 	"github.com/arbiterlab/arbiter/store"
 )
-
-// syncBuffer is a buffer the display and the test may use at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestDevNullGetsPlainLines: /dev/null is a character device but not a terminal, so a
 // run whose stderr goes there gets plain lines, not bars.
@@ -58,7 +39,7 @@ func (c *fakeClock) now() time.Time { return c.t }
 // of 4, elapsed, the last line of its log), then its sessions, corrupted, lost and
 // tokens per second.
 func TestPlainLinesFromTheFirstSecond(t *testing.T) {
-	var out syncBuffer
+	var out lockedbuf.Buffer
 	p := startProgress(&out, false, time.Hour)
 	defer p.Wait()
 	clk := &fakeClock{t: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
@@ -95,7 +76,7 @@ func TestPlainLinesFromTheFirstSecond(t *testing.T) {
 // TestBarNeverShowsLostSessionsAsDone: after a Ctrl-C the sessions cut short end as
 // aborted; the bar counts only those that finished and stops there, aborted.
 func TestBarNeverShowsLostSessionsAsDone(t *testing.T) {
-	var out syncBuffer
+	var out lockedbuf.Buffer
 	p := startProgress(&out, true, time.Hour)
 	p.EngineStarting(orchestrator.LaunchInfo{Arm: "control", Position: 1, Arms: 2, Blocks: 1, Sessions: 60})
 	p.EngineReady("control", 0)
@@ -125,7 +106,7 @@ func TestBarNeverShowsLostSessionsAsDone(t *testing.T) {
 // TestEngineFailurePrintsItsLogTailAndPath: an engine that does not start is reported
 // with why, the end of its log and the log's path.
 func TestEngineFailurePrintsItsLogTailAndPath(t *testing.T) {
-	var out syncBuffer
+	var out lockedbuf.Buffer
 	p := startProgress(&out, false, time.Hour)
 	defer p.Wait()
 	logPath := filepath.Join(t.TempDir(), "engine.log")
