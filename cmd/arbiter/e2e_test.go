@@ -385,12 +385,7 @@ func TestEngineKilledMidRunMakesItsArmInconclusive(t *testing.T) {
 	db := filepath.Join(dir, "results.db")
 	verdictPath := filepath.Join(dir, "verdict.md")
 
-	done := make(chan cliResult, 1)
-	go func() {
-		var out, errb bytes.Buffer
-		code := run(context.Background(), []string{"run", spec, "--db", db, "-o", verdictPath, "--fail-on", "regression"}, &out, &errb)
-		done <- cliResult{code, out.String(), errb.String()}
-	}()
+	done := runInBackground(t, "run", spec, "--db", db, "-o", verdictPath, "--fail-on", "regression")
 
 	// Kill the treatment engine once some of its sessions have finished and the rest
 	// are still running: the crash must come mid-run, not before or after.
@@ -465,6 +460,17 @@ type cliResult struct {
 	stdout, stderr string
 }
 
+// runInBackground runs the command as runCLI does, on a goroutine of its own; its result
+// comes on the channel.
+func runInBackground(t *testing.T, args ...string) <-chan cliResult {
+	done := make(chan cliResult, 1)
+	go func() {
+		code, stdout, stderr := runCLI(t, args...)
+		done <- cliResult{code, stdout, stderr}
+	}()
+	return done
+}
+
 // waitForTreatment waits until the treatment engine has written its pid and query (a
 // count over the database) reaches at least n, and returns the pid. It fails the test if
 // arbiter ends first.
@@ -516,12 +522,7 @@ func TestEngineKilledWithEverySessionInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	db := filepath.Join(dir, "results.db")
-	done := make(chan cliResult, 1)
-	go func() {
-		var out, errb bytes.Buffer
-		code := run(context.Background(), []string{"run", spec, "--db", db, "--fail-on", "regression"}, &out, &errb)
-		done <- cliResult{code, out.String(), errb.String()}
-	}()
+	done := runInBackground(t, "run", spec, "--db", db, "--fail-on", "regression")
 	pid := waitForTreatment(t, db, pidFile, done, "SELECT count(*) FROM turns t JOIN arms a ON a.id = t.arm_id WHERE a.name = 'treatment'", 24)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill the treatment engine (pid %d): %v", pid, err)

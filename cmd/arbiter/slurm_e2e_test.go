@@ -242,15 +242,7 @@ func TestSlurmCancelledAndLeftover(t *testing.T) {
 
 	t.Run("scancel mid-run", func(t *testing.T) {
 		db := filepath.Join(t.TempDir(), "arbiter.db")
-		type result struct {
-			code           int
-			stdout, stderr string
-		}
-		done := make(chan result, 1)
-		go func() {
-			code, stdout, stderr := runCLI(t, "run", spec, "--db", db)
-			done <- result{code, stdout, stderr}
-		}()
+		done := runInBackground(t, "run", spec, "--db", db)
 		waitForRun(t, db, "treatment", "ready", 60*time.Second)
 		dbID, _ := readRuns(t, db)
 		name := "arbiter-" + store.ShortID(dbID) + "-exp1-treatment-b0"
@@ -285,15 +277,7 @@ func TestSlurmCancelledAndLeftover(t *testing.T) {
 
 	t.Run("node failure mid-run", func(t *testing.T) {
 		db := filepath.Join(t.TempDir(), "arbiter.db")
-		type result struct {
-			code           int
-			stdout, stderr string
-		}
-		done := make(chan result, 1)
-		go func() {
-			code, stdout, stderr := runCLI(t, "run", spec, "--db", db)
-			done <- result{code, stdout, stderr}
-		}()
+		done := runInBackground(t, "run", spec, "--db", db)
 		r := waitForRun(t, db, "control", "ready", 60*time.Second)
 		// The node goes down under the running job, as an administrator marks a node
 		// that failed: Slurm ends its jobs with NODE_FAIL.
