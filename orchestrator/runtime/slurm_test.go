@@ -29,6 +29,20 @@ func refserveLaunch(t *testing.T, name string) Launch {
 		Redact:  func(s string) string { return strings.ReplaceAll(s, "hf_secretvalue", "[redacted]") }}
 }
 
+// scancel cancels the job behind arbiter's back, as an administrator would, and waits for
+// its instance to end.
+func scancel(ctx context.Context, t *testing.T, c *slurmtest.Cluster, job string, inst Instance) {
+	t.Helper()
+	if _, err := c.Command(ctx, "scancel", job); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-inst.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("a cancelled job did not end")
+	}
+}
+
 func healthy(t *testing.T, endpoint string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -105,14 +119,7 @@ func TestSlurmJob(t *testing.T) {
 	}
 
 	// Cancelled behind arbiter's back: lost, in Slurm's words.
-	if _, err := c.Command(ctx, "scancel", job); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-inst.Done():
-	case <-time.After(30 * time.Second):
-		t.Fatal("a cancelled job did not end")
-	}
+	scancel(ctx, t, c, job, inst)
 	x := inst.Exit()
 	if x.Lost == "" || x.Stopped || !strings.Contains(x.String(), "CANCELLED") || !strings.Contains(x.String(), "job "+job) {
 		t.Errorf("exit of a cancelled job: %+v (%s); want lost, in Slurm's words", x, x)
@@ -210,14 +217,7 @@ func TestSlurmREST(t *testing.T) {
 	}
 	healthy(t, inst.Endpoint())
 	job := strings.TrimPrefix(p.Job, "slurm:")
-	if _, err := c.Command(ctx, "scancel", job); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-inst.Done():
-	case <-time.After(30 * time.Second):
-		t.Fatal("a cancelled job did not end")
-	}
+	scancel(ctx, t, c, job, inst)
 	if x := inst.Exit(); x.Lost == "" || !strings.Contains(x.Lost, "CANCELLED") {
 		t.Errorf("exit of a cancelled job: %+v", x)
 	}
