@@ -677,14 +677,7 @@ func (v *Verdict) niClauses(mark string) string {
 	if o.Margin <= 0 {
 		return ""
 	}
-	byArm := map[string][]ThroughputNI{}
-	var arms []string
-	for _, t := range o.Throughput {
-		if _, ok := byArm[t.Arm]; !ok {
-			arms = append(arms, t.Arm)
-		}
-		byArm[t.Arm] = append(byArm[t.Arm], t)
-	}
+	arms, byArm := groupInOrder(o.Throughput, func(t ThroughputNI) string { return t.Arm })
 	var clauses []string
 	for _, a := range arms {
 		ts := byArm[a]

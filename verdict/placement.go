@@ -99,14 +99,7 @@ func overlap(runs []RunFact) (share float64, ok bool) {
 // workloads overlapped in time, block by block; nothing for launches recorded before
 // placement was stored.
 func (v *Verdict) placementLines() []string {
-	byBlock := map[int][]waveGroup{}
-	var blocks []int
-	for _, w := range v.waves() {
-		if _, ok := byBlock[w.block]; !ok {
-			blocks = append(blocks, w.block)
-		}
-		byBlock[w.block] = append(byBlock[w.block], w)
-	}
+	blocks, byBlock := groupInOrder(v.waves(), func(w waveGroup) int { return w.block })
 	var lines []string
 	for _, b := range blocks {
 		ws := byBlock[b]
@@ -188,6 +181,20 @@ func (v *Verdict) placementCaveats(add func(rank int, format string, args ...any
 
 // lostNote ends the note of a launch lost with its node and run again.
 const lostNote = "(run again on another slot; left out of the analysis)"
+
+// groupInOrder groups items by key, and gives the keys in the order they first came.
+func groupInOrder[K comparable, V any](items []V, key func(V) K) ([]K, map[K][]V) {
+	var keys []K
+	groups := map[K][]V{}
+	for _, it := range items {
+		k := key(it)
+		if _, seen := groups[k]; !seen {
+			keys = append(keys, k)
+		}
+		groups[k] = append(groups[k], it)
+	}
+	return keys, groups
+}
 
 // placementCell says where a launch ran: "node-a/1 (GPUs 2,3)".
 func placementCell(r RunFact) string {
