@@ -10,11 +10,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/arbiterlab/arbiter/internal/lockedbuf"
 	"github.com/arbiterlab/arbiter/internal/testbin"
 	"github.com/arbiterlab/arbiter/orchestrator/runtime"
 	"github.com/arbiterlab/arbiter/store"
@@ -43,26 +43,8 @@ timeouts: {startup: 30s, request: 120s, stall: %s}
 // arbiterProc is arbiter running as a child process of the test.
 type arbiterProc struct {
 	cmd            *exec.Cmd
-	stdout, stderr lockedBuffer
+	stdout, stderr lockedbuf.Buffer
 	db             string
-}
-
-// lockedBuffer collects a child's output while the test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func startArbiter(t testing.TB, dir, mode, stall, extra string, env []string, args ...string) *arbiterProc {
