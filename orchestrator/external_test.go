@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/internal/dockertest"
 	"github.com/arbiterlab/arbiter/internal/testbin"
 	"github.com/arbiterlab/arbiter/orchestrator/runtime"
 	"github.com/arbiterlab/arbiter/store"
@@ -31,24 +32,8 @@ func startServer(t *testing.T, bin string, env ...string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { inst.Stop(context.Background()) })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(inst.Endpoint() + "/health")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return inst.Endpoint()
-			}
-		}
-		select {
-		case <-inst.Done():
-			t.Fatalf("deployment ended: %s", inst.Exit())
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("deployment not healthy within 30s")
-		}
-	}
+	dockertest.WaitHealthy(t, inst)
+	return inst.Endpoint()
 }
 
 func externalSpec(t *testing.T, controlURL, controlK, treatmentURL string) *arms.Spec {

@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,24 +56,7 @@ func TestImageBuildMakesAnImageThatServes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer inst.Stop(context.Background())
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(inst.Endpoint() + "/health")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		select {
-		case <-inst.Done():
-			t.Fatalf("the image's engine ended: %s\n%s", inst.Exit(), inst.Exit().LogTail)
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the image's engine did not answer within 30s")
-		}
-	}
+	dockertest.WaitHealthy(t, inst)
 
 	// A binary that is not there is a usage error that says how to make one.
 	code, _, stderr = runCLI(t, "image", "build", "--binary", filepath.Join(t.TempDir(), "none"), "--host", ds[0].Host)

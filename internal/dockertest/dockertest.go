@@ -19,6 +19,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -485,4 +486,31 @@ func RefserveImage(t testing.TB, daemons ...*Daemon) string {
 		}
 	}
 	return tag
+}
+
+// WaitHealthy polls an engine's /health until it answers 200, for at most 30 s; the test
+// fails, with the end of the engine's log, if the engine ends first or never answers.
+func WaitHealthy(t testing.TB, inst runtime.Instance) {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	client := &http.Client{Timeout: 2 * time.Second}
+	for {
+		if ep := inst.Endpoint(); ep != "" {
+			if resp, err := client.Get(ep + "/health"); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return
+				}
+			}
+		}
+		select {
+		case <-inst.Done():
+			t.Fatalf("engine ended before it was healthy: %s\n%s", inst.Exit(), inst.Exit().LogTail)
+		case <-deadline:
+			t.Fatalf("engine at %s not healthy within 30s", inst.Endpoint())
+		case <-tick.C:
+		}
+	}
 }

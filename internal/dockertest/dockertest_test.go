@@ -5,7 +5,6 @@ package dockertest
 import (
 	"context"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -35,7 +34,7 @@ func TestTwoDaemonsAreSeparateNodes(t *testing.T) {
 		}
 		t.Cleanup(func() { inst.Stop(context.Background()) })
 		insts[i] = inst
-		waitHealthy(t, inst)
+		WaitHealthy(t, inst)
 	}
 	for i, d := range ds {
 		cli, err := client.New(client.WithHost(d.Host), client.WithAPIVersionNegotiation())
@@ -66,7 +65,7 @@ func TestTwoDaemonsAreSeparateNodes(t *testing.T) {
 		t.Fatalf("the other node's engine ended too: %+v", insts[1].Exit())
 	default:
 	}
-	waitHealthy(t, insts[1])
+	WaitHealthy(t, insts[1])
 }
 
 // A daemon leaves nothing behind: neither its folder nor its bridge, and the host's
@@ -104,28 +103,6 @@ func interfaces(t *testing.T) string {
 	return strings.Join(names, " ")
 }
 
-func waitHealthy(t *testing.T, inst runtime.Instance) {
-	t.Helper()
-	deadline := time.After(30 * time.Second)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if resp, err := http.Get(inst.Endpoint() + "/health"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		select {
-		case <-inst.Done():
-			t.Fatalf("engine ended before it was healthy: %s", inst.Exit())
-		case <-deadline:
-			t.Fatalf("engine at %s not healthy within 30s", inst.Endpoint())
-		case <-tick.C:
-		}
-	}
-}
-
 // A daemon that stops answering without closing its connections (frozen here, cut off
 // by a network elsewhere) loses its engine once its heartbeat goes unanswered.
 func TestFrozenDaemonLosesItsEngine(t *testing.T) {
@@ -138,7 +115,7 @@ func TestFrozenDaemonLosesItsEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { inst.Stop(context.Background()) })
-	waitHealthy(t, inst)
+	WaitHealthy(t, inst)
 	ds[0].Freeze()
 	t.Cleanup(ds[0].Thaw) // before the engine's Stop, which asks the daemon
 	select {
@@ -163,7 +140,7 @@ func TestTLSDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { inst.Stop(context.Background()) })
-	waitHealthy(t, inst)
+	WaitHealthy(t, inst)
 	if err := inst.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}

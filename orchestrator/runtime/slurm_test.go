@@ -3,7 +3,6 @@ package runtime
 import (
 	"context"
 	"errors"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -43,27 +42,6 @@ func scancel(ctx context.Context, t *testing.T, c *slurmtest.Cluster, job string
 	}
 }
 
-func healthy(t *testing.T, endpoint string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, endpoint+"/health", nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s/health never answered: %v", endpoint, err)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
 // TestSlurmJob runs refserve as a Slurm job on a real cluster: the job lands on a node
 // with the GPU Slurm assigned, serves on that node's own address, carries its pins in
 // the batch script Slurm keeps (its secret not), and a job cancelled by scancel is lost
@@ -91,7 +69,7 @@ func TestSlurmJob(t *testing.T) {
 	if want := "http://" + node.Addr + ":"; !strings.HasPrefix(inst.Endpoint(), want) {
 		t.Errorf("endpoint %s; want the node's own address %s", inst.Endpoint(), want)
 	}
-	healthy(t, inst.Endpoint())
+	waitHealthy(t, inst)
 
 	script, err := c.Command(ctx, "scontrol", "write", "batch_script", job, "-")
 	if err != nil {
@@ -131,7 +109,7 @@ func TestSlurmJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	healthy(t, inst2.Endpoint())
+	waitHealthy(t, inst2)
 	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := inst2.Stop(stopCtx); err != nil {
@@ -215,7 +193,7 @@ func TestSlurmREST(t *testing.T) {
 	if p.Node == "" || p.GPUs != "0" || p.Visible != "0" {
 		t.Fatalf("placement %+v", p)
 	}
-	healthy(t, inst.Endpoint())
+	waitHealthy(t, inst)
 	job := strings.TrimPrefix(p.Job, "slurm:")
 	scancel(ctx, t, c, job, inst)
 	if x := inst.Exit(); x.Lost == "" || !strings.Contains(x.Lost, "CANCELLED") {
