@@ -199,12 +199,19 @@ func (v *Verdict) strata(sessions []store.SessionOutcome, index map[int64]int) {
 	byNode := v.strataName() != "block"
 	for _, i := range v.others() {
 		var st []stats.Stratum
+		events := 0
 		for _, k := range keys {
 			b, a := counts[k][v.Baseline], counts[k][i]
 			st = append(st, stats.Stratum{A: b.events, N1: b.n, B: a.events, N2: a.n})
+			events += b.events + a.events
 		}
 		r := stats.Stratified(st, 1-v.Alpha)
 		v.Strata = append(v.Strata, StrataView{Arm: v.Arms[i].Name, Result: r})
+		if events == 0 {
+			// Nothing corrupted on either side: the stratified test has nothing to say, and
+			// the caveat on arms without a corrupted session says what there is.
+			continue
+		}
 		for _, w := range r.Warnings {
 			if byNode && strings.Contains(string(w), "has an empty arm") {
 				continue // expected across nodes, and said where the strata are shown

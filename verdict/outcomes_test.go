@@ -348,6 +348,13 @@ func TestThroughputVerdictComparesLatencyAndThroughputByRanks(t *testing.T) {
 		!(r.Result.P < 0.05) {
 		t.Errorf("TTFT at c=1: %+v", r)
 	}
+	// Nothing was corrupted in either arm: the stratified corruption test has nothing to
+	// say, and no caveat about its strata may crowd the ones that matter.
+	for _, c := range v.Caveats {
+		if strings.Contains(c, "stratified by") {
+			t.Errorf("a caveat on strata without a corrupted session: %s", c)
+		}
+	}
 	md := markdown(t, v)
 	for _, want := range []string{"## Latency and throughput", "## Throughput non-inferiority (margin 5%)", "| poisson 16/s |"} {
 		if !strings.Contains(md, want) {
