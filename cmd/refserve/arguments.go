@@ -25,7 +25,8 @@ import (
 // uniqueItems, minProperties and maxProperties.
 //
 // This makes openai/toolschema, and the JSON Schema library under it, refserve's one
-// import beyond the standard library, openai and the kernels loader: refserve reads
+// import beyond the standard library, openai, the kernels loader and gonum's
+// distributions (which draw a launch's variation, launch.go): refserve reads
 // schemas the way the engines it stands in for do (with a real validator), and a second,
 // hand-written reader here is exactly the disagreement this package exists to prevent.
 

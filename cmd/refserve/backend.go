@@ -41,6 +41,9 @@ type BackendConfig struct {
 	Seed         int64   // --seed
 	// MaxRunning is --max-running-requests (0: unlimited), the largest batch a backend sees.
 	MaxRunning int
+	// FaultMultiplier is the launch's multiplier of every fault probability (launch.go);
+	// 0 stands for 1. A backend whose race is physical (cuda) has none to scale.
+	FaultMultiplier float64
 }
 
 // Backend runs the decode iterations of the scheduler and says which steps read stale

@@ -30,11 +30,17 @@ const (
 type simBackend struct {
 	armed bool
 	seed  uint64
+	// faultMultiplier is the launch's M (launch.go), which scales the hazard.
+	faultMultiplier float64
 }
 
 func newSimBackend(cfg BackendConfig) (Backend, error) {
+	m := cfg.FaultMultiplier
+	if m == 0 {
+		m = 1
+	}
 	// The gate orders every read after its restore: with it nothing is ever stale.
-	return &simBackend{armed: cfg.BF16IndexK && cfg.HiCache && !cfg.Gate, seed: uint64(cfg.Seed)}, nil
+	return &simBackend{armed: cfg.BF16IndexK && cfg.HiCache && !cfg.Gate, seed: uint64(cfg.Seed), faultMultiplier: m}, nil
 }
 
 // Decode marks a step stale iff it reads restored index-K (its request opens a later
@@ -42,9 +48,17 @@ func newSimBackend(cfg BackendConfig) (Backend, error) {
 func (b *simBackend) Decode(_ context.Context, steps []Step) error {
 	for i := range steps {
 		s := &steps[i]
-		s.Stale = b.armed && s.Restored && stepUniform(b.seed, s.Session, s.Position) < simHazard(s.Load)
+		s.Stale = b.armed && s.Restored && stepUniform(b.seed, s.Session, s.Position) < b.hazard(s.Load)
 	}
 	return nil
+}
+
+// hazard is the probability that one decode step reads stale index-K in this launch:
+// simHazard scaled by the launch's multiplier, capped at 1. The draws stay fixed by
+// (seed, session, position), so a launch with a higher multiplier corrupts a superset of
+// the steps a lower one does.
+func (b *simBackend) hazard(sessions int) float64 {
+	return scaleProbability(simHazard(sessions), b.faultMultiplier)
 }
 
 // Close has nothing to release.

@@ -75,6 +75,12 @@ type config struct {
 	HealthCheckTimeout time.Duration `json:"-"`
 	// Env holds the env pins refserve reads, as it read them.
 	Env map[string]string `json:"env"`
+
+	// Launch is refserve's own per-launch variation (launch.go): --launch-fault-cv,
+	// --launch-speed-cv and --launch-seed, and what the launch drew from them. It is left
+	// out of the settings' JSON so that an ordinary launch reports what it always did;
+	// /get_server_info adds it under launch_variation when a CV is non-zero.
+	Launch launchVariation `json:"-"`
 }
 
 // envPins are the environment variables refserve reads.
@@ -110,6 +116,11 @@ Faults, switched as on the real engine:
       transfer alone.
 Env: SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=1 makes /health run a generation;
 SGLANG_HEALTH_CHECK_TIMEOUT (seconds, default 20) bounds /health_generate.
+Launch variation (refserve's own), as between two launches of a real engine:
+  --launch-fault-cv C multiplies every fault probability of the sim backend by one
+  draw M ~ Gamma (mean 1, CV C), --launch-speed-cv C every pacing delay by one draw
+  S = exp(N(0, C²)); --launch-seed seeds both (0: a fresh seed at every launch).
+  /get_server_info reports the draws under launch_variation.
 `
 
 // parseConfig reads the command line and the environment. Errors are usage errors.
@@ -155,6 +166,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.Float64Var(&c.MemFractionStatic, "mem-fraction-static", 0.9, "accepted")
 	fs.BoolVar(&c.TrustRemoteCode, "trust-remote-code", false, "accepted")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warning or error")
+	fs.Float64Var(&c.Launch.FaultCV, "launch-fault-cv", 0,
+		"refserve's own: the launch multiplies every fault probability of the sim backend by M ~ Gamma with mean 1 and this CV (0 to 2; 0: M = 1)")
+	fs.Float64Var(&c.Launch.SpeedCV, "launch-speed-cv", 0,
+		"refserve's own: the launch multiplies every pacing delay by S = exp(N(0, this²)), CV about this (0 to 2; 0: S = 1)")
+	fs.Uint64Var(&c.Launch.Seed, "launch-seed", 0,
+		"refserve's own: seed of the launch's draws, independent of --seed; 0 draws one from crypto/rand, so that every launch differs")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stderr, usage)
@@ -191,6 +208,11 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	check(c.MaxTotalTokens > 0, "--max-total-tokens %d: must be positive", c.MaxTotalTokens)
 	check(c.ContextLength > 1, "--context-length %d: must be at least 2", c.ContextLength)
 	check(slices.Contains([]string{"debug", "info", "warning", "error"}, c.LogLevel), "--log-level %q: want debug, info, warning or error", c.LogLevel)
+	check(validLaunchCV(c.Launch.FaultCV), "--launch-fault-cv %g: want a coefficient of variation from 0 to %d", c.Launch.FaultCV, maxLaunchCV)
+	check(validLaunchCV(c.Launch.SpeedCV), "--launch-speed-cv %g: want a coefficient of variation from 0 to %d", c.Launch.SpeedCV, maxLaunchCV)
+	check(c.Launch.Seed <= maxLaunchSeed, "--launch-seed %d: must be below 2^53, so that /get_server_info reports it exactly", c.Launch.Seed)
+	check(c.Launch.FaultCV == 0 || c.Backend == "sim",
+		"--launch-fault-cv %g with --backend %s: only the sim backend's faults are drawn, the GPU testbed's race is physical", c.Launch.FaultCV, c.Backend)
 
 	c.Env = map[string]string{}
 	for _, k := range envPins {
@@ -228,12 +250,20 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 			c.HealthCheckTimeout = time.Duration(secs * float64(time.Second))
 		}
 	}
-	return c, errors.Join(errs...)
+	if len(errs) > 0 {
+		return c, errors.Join(errs...)
+	}
+	if c.Launch.varies() && c.Launch.Seed == 0 {
+		c.Launch.Seed = newLaunchSeed()
+	}
+	c.Launch = drawLaunch(c.Launch.Seed, c.Launch.FaultCV, c.Launch.SpeedCV)
+	return c, nil
 }
 
-// costModel is the pace the configuration sets.
+// costModel is the pace the configuration sets, at the launch's speed.
 func (c config) costModel() costModel {
-	return costModel{interToken: c.InterTokenDelay, batchCost: c.DecodeBatchCost, prefillPerToken: c.PrefillDelayPerToken}
+	return costModel{interToken: c.InterTokenDelay, batchCost: c.DecodeBatchCost, prefillPerToken: c.PrefillDelayPerToken,
+		speed: c.Launch.speedFactor()}
 }
 
 // massAbortArmed says whether a mass abort wedges the scheduler: the overlap scheduler
@@ -255,5 +285,7 @@ func (c config) backendConfig() BackendConfig {
 		HiCacheRatio: c.HiCacheRatio,
 		Seed:         c.Seed,
 		MaxRunning:   c.MaxRunningRequests,
+
+		FaultMultiplier: c.Launch.faultMultiplier(),
 	}
 }

@@ -31,6 +31,11 @@
 // batch and with the context; a prefix cache spares what a conversation resends. /metrics
 // serves SGLang's metric names through the Prometheus client library, with --enable-metrics
 // as SGLang asks (metrics.go).
+//
+// Launches of one configuration are replicas unless asked otherwise (launch.go):
+// --launch-fault-cv and --launch-speed-cv make each launch draw, from --launch-seed, a
+// multiplier of every fault probability and a factor of every pacing delay, as a real
+// engine's launches differ in their GPU clocks and memory layout.
 package main
 
 import (
@@ -125,6 +130,10 @@ func (s *server) serve(ctx context.Context, ln net.Listener) error {
 		"tp", cfg.TPSize, "overlap_schedule", !cfg.DisableOverlapSchedule, "disaggregation_mode", cfg.DisaggregationMode,
 		"transfer_backend", cfg.DisaggregationTransferBackend, "mass_abort_wedge_armed", cfg.massAbortArmed(),
 		"nixl_abort_wedge_armed", cfg.nixlAbortArmed())
+	if v := cfg.Launch; v.varies() {
+		log.Info("launch variation drawn", "launch_seed", v.Seed, "fault_cv", v.FaultCV, "fault_multiplier", v.FaultMultiplier,
+			"speed_cv", v.SpeedCV, "speed_factor", v.SpeedFactor)
+	}
 	log.Info(readyLine)
 
 	var err error

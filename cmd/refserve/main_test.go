@@ -41,6 +41,16 @@ func TestFlagErrors(t *testing.T) {
 		{args: []string{"--chunked-prefill-size", "0"}, want: "--chunked-prefill-size"},
 		{args: []string{"--max-total-tokens", "0"}, want: "--max-total-tokens"},
 		{args: []string{"--context-length", "1"}, want: "--context-length"},
+		{args: []string{"--launch-fault-cv", "-0.5"}, want: "--launch-fault-cv -0.5"},
+		{args: []string{"--launch-fault-cv", "NaN"}, want: "--launch-fault-cv NaN"},
+		{args: []string{"--launch-fault-cv", "+Inf"}, want: "--launch-fault-cv +Inf"},
+		{args: []string{"--launch-fault-cv", "2.5"}, want: "--launch-fault-cv 2.5"},
+		{args: []string{"--launch-speed-cv", "-1"}, want: "--launch-speed-cv -1"},
+		{args: []string{"--launch-speed-cv", "Inf"}, want: "--launch-speed-cv +Inf"},
+		{args: []string{"--launch-speed-cv", "3"}, want: "--launch-speed-cv 3"},
+		{args: []string{"--launch-seed", "-1"}, want: "launch-seed"},
+		{args: []string{"--launch-seed", "9007199254740992"}, want: "--launch-seed 9007199254740992"},
+		{args: []string{"--launch-fault-cv", "0.5", "--backend", "cuda"}, want: "--launch-fault-cv 0.5 with --backend cuda"},
 	} {
 		t.Setenv("BF16_INDEX_K", tc.env)
 		var stderr bytes.Buffer
@@ -123,7 +133,8 @@ func TestHelpNamesTheFaults(t *testing.T) {
 		t.Fatalf("refserve -h: exit %d", code)
 	}
 	for _, want := range []string{"--disaggregation-transfer-backend", "SGLANG_NIXL_ABORT_HANDLER=1", "--disable-overlap-schedule",
-		"-prefill-delay-per-token", "-decode-batch-cost", "BF16_INDEX_K=1", "SGLANG_HEALTH_CHECK_TIMEOUT"} {
+		"-prefill-delay-per-token", "-decode-batch-cost", "BF16_INDEX_K=1", "SGLANG_HEALTH_CHECK_TIMEOUT",
+		"-launch-fault-cv", "-launch-speed-cv", "-launch-seed"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("refserve -h does not mention %s", want)
 		}

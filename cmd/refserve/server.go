@@ -396,6 +396,9 @@ func (s *server) serverInfo(w http.ResponseWriter, _ *http.Request) {
 	info["health_check_timeout"] = s.cfg.HealthCheckTimeout.String()
 	info["version"] = version
 	info["engine"] = "refserve"
+	if s.cfg.Launch.varies() { // an ordinary launch reports what it always did
+		info["launch_variation"] = s.cfg.Launch
+	}
 	// Which of refserve's faults these settings arm, and whether one went off.
 	wedged, dead := s.sched.faultState()
 	info["refserve_faults"] = map[string]any{

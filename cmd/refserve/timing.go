@@ -39,6 +39,9 @@ type costModel struct {
 	interToken      time.Duration // one decode step of a lone request
 	batchCost       float64       // share of it each further request adds
 	prefillPerToken time.Duration // one prompt token at position 0
+	// speed is the launch's speed factor (launch.go), which multiplies every duration;
+	// 0 stands for 1.
+	speed float64
 }
 
 // decode is the time of a decode step for a batch of n requests; 0 for none.
@@ -46,7 +49,7 @@ func (c costModel) decode(n int) time.Duration {
 	if n <= 0 {
 		return 0
 	}
-	return time.Duration(float64(c.interToken) * (1 + float64(n-1)*c.batchCost))
+	return time.Duration(float64(c.interToken) * (1 + float64(n-1)*c.batchCost) * c.speedFactor())
 }
 
 // prefill is the time to prefill n prompt tokens at positions from, from+1, ...
@@ -56,7 +59,16 @@ func (c costModel) prefill(from, n int) time.Duration {
 	}
 	f, k := float64(from), float64(n)
 	work := k + (f*k+k*(k-1)/2)/prefillAttentionSpan
-	return time.Duration(work * float64(c.prefillPerToken))
+	return time.Duration(work * float64(c.prefillPerToken) * c.speedFactor())
+}
+
+// speedFactor is the launch's speed factor; at 1 the products above are exactly
+// what they are without it.
+func (c costModel) speedFactor() float64 {
+	if c.speed == 0 {
+		return 1
+	}
+	return c.speed
 }
 
 // pacer spaces iterations on a schedule of deadlines, so that the time spent between
