@@ -169,7 +169,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.Float64Var(&c.Launch.FaultCV, "launch-fault-cv", 0,
 		"refserve's own: the launch multiplies every fault probability of the sim backend by M ~ Gamma with mean 1 and this CV (0 to 2; 0: M = 1)")
 	fs.Float64Var(&c.Launch.SpeedCV, "launch-speed-cv", 0,
-		"refserve's own: the launch multiplies every pacing delay by S = exp(N(0, this²)), CV about this (0 to 2; 0: S = 1)")
+		"refserve's own: the launch multiplies every pacing delay by S = exp(N(0, this²)), median 1, CV about this when small (0 to 2; 0: S = 1)")
 	fs.Uint64Var(&c.Launch.Seed, "launch-seed", 0,
 		"refserve's own: seed of the launch's draws, independent of --seed; 0 draws one from crypto/rand, so that every launch differs")
 	if err := fs.Parse(args); err != nil {

@@ -17,15 +17,18 @@ import (
 // refserve's own flags give its launches that spread, so that the statistics can be
 // tested end to end against it. At start a launch draws
 //
-//	a fault-rate multiplier M ~ Gamma(shape 1/C², rate 1/C²)   (mean 1, CV C = --launch-fault-cv)
-//	a speed factor          S = exp(N(0, C²))                  (median 1, CV √(e^{C²}-1) ≈ C = --launch-speed-cv)
+//	a fault-rate multiplier M ~ Gamma(shape 1/C², rate 1/C²), C = --launch-fault-cv: mean 1, CV C
+//	a speed factor          S = exp(N(0, C²)),              C = --launch-speed-cv: median 1, CV √(e^{C²}-1), about C when small
 //
 // from --launch-seed. Every fault probability of the sim backend is multiplied by M
-// (capped at 1), every pacing delay of the cost model by S. A CV of 0 draws nothing: M or
-// S is exactly 1, and the launch runs as if the flags did not exist. The draws are
-// independent of --seed, which fixes the workload's sessions and must be the same in
-// every arm; a launch seed of 0 is drawn from crypto/rand, so that launches given
-// identical arguments (an A/A experiment's) differ.
+// (capped at 1), every pacing delay of the cost model by S. The sim backend's stale-read
+// hazard is refserve's one fault probability: the wedges (faults.go) go off at a count of
+// aborts, not by chance, and the cuda backend's race is physical, so --launch-fault-cv
+// asks for the sim backend. A CV of 0 draws nothing: M or S is exactly 1, and the launch
+// runs as if the flags did not exist. The draws are independent of --seed, which fixes
+// the workload's sessions and must be the same in every arm; a launch seed of 0 is drawn
+// from crypto/rand, so that launches given identical arguments (an A/A experiment's)
+// differ.
 
 // maxLaunchCV bounds both CVs. At 2 the median launch already runs at a sixth of the
 // mean fault rate and nearly half (44%) below a tenth of it, while one in twenty runs at

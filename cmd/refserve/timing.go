@@ -14,7 +14,8 @@ import "time"
 //	prefill: --prefill-delay-per-token x (1 + p/prefillAttentionSpan)  for each prompt token,
 //	         p being its position in the context
 //
-// so throughput at concurrency 32 is higher in total and lower per request than at 1, a
+// each times the launch's speed factor (--launch-speed-cv, launch.go; exactly 1 unless asked),
+// and so throughput at concurrency 32 is higher in total and lower per request than at 1, a
 // long prefill slows every decode that shares its iterations, and time to first token
 // grows with the context even where the prefix cache spares most of the prompt: each new
 // token attends to all those before it.
