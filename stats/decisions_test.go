@@ -75,33 +75,6 @@ func TestDonnerAdjustedReference(t *testing.T) {
 	}
 }
 
-func TestLaunchTTestReference(t *testing.T) {
-	ref := loadDecisions(t)
-	if len(ref.LaunchT) < 200 {
-		t.Fatalf("only %d reference cases", len(ref.LaunchT))
-	}
-	for i, c := range ref.LaunchT {
-		r, err := LaunchTTest(sessionsOf(c.A), sessionsOf(c.B), c.Conf)
-		if err != nil {
-			t.Fatalf("case %d: %v", i, err)
-		}
-		if !r.Possible || r.DF != c.DF {
-			t.Fatalf("case %d: %+v, want %d degrees of freedom", i, r, c.DF)
-		}
-		for _, ch := range []struct {
-			name      string
-			got, want float64
-		}{
-			{"difference", r.Difference, c.Difference}, {"SE", r.SE, c.SE}, {"t", r.T, c.T},
-			{"p", r.P, c.P}, {"CI low", r.CI.Lo, c.Lo}, {"CI high", r.CI.Hi, c.Hi},
-		} {
-			if !closeTo(ch.got, ch.want, 1e-7, 1e-12) {
-				t.Errorf("case %d %s: got %.12g, want %.12g (A %v B %v)", i, ch.name, ch.got, ch.want, c.A, c.B)
-			}
-		}
-	}
-}
-
 func TestInteractionPReference(t *testing.T) {
 	ref := loadDecisions(t)
 	if len(ref.MoverP) < 150 {

@@ -3,137 +3,367 @@ package stats
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"sync"
 
 	"gonum.org/v1/gonum/stat/distuv"
 )
 
-// When the launch (one engine run) is the unit, the sessions of a launch share its memory
-// layout, its warm-up and its node, so they are correlated, and an experiment has only as
-// many independent units as it has launches: a few per arm. A chi-square test corrected
-// by an estimated design effect (DonnerAdjusted) needs many clusters; with two to eight
-// launches per arm it rejects a true null up to twice as often as it should. The
-// launch-level test here compares the launches' own corruption rates with Student's t on
-// launches − 2 degrees of freedom, the cluster-level analysis that the literature on
-// trials with few clusters recommends (Donner and Klar 2000; Hayes and Moulton 2017),
-// whose size stays near alpha down to two launches per arm
-// (TestLaunchTTestSizeWithFewLaunches).
+// The launch (one engine run) is the experimental unit. The sessions of a launch share
+// its memory layout, its warm-up, its clocks and its node, so they are correlated, and
+// two launches of one configuration are not replicas: an experiment has only as many
+// independent units as it has launches, a few per arm. A test that counts sessions (or
+// requests) as independent calls the launch-to-launch difference a finding: at an
+// intra-launch correlation of only 0.02, Fisher's test on one launch per arm claims a
+// difference under a true null about 11% of the time.
+//
+// The tests here take one number per launch (its corruption rate, whether it wedged, the
+// log of its median tok/s) and compare the arms' launches:
+//   - LaunchPermutation, the exact randomization test over launch labels, for rates and
+//     other bounded outcomes: its size is at most alpha with any number of launches and
+//     any spread between them, zero included, because it conditions on the values seen;
+//     with few launches it simply cannot reach small p-values (MinAttainableP), and then
+//     nothing can be claimed;
+//   - LaunchMeans, the two-sample t test on launch values, for speed summaries on the log
+//     scale, where a launch's slowdown is multiplicative and close to normal; it needs
+//     two launches per arm and a non-zero spread, since a spread of zero is no evidence.
 
-// MinLaunchesPerArm is the fewest launches (with at least one analysed session) each arm
-// needs before the launch-level test can conclude anything: the t reference estimates
-// the launch-to-launch variance within each arm, which one launch cannot show. Below it
-// no launch-level conclusion is possible, whatever the session counts say.
-const MinLaunchesPerArm = 2
-
-// LaunchTest is the comparison of arm B's launches with the baseline arm A's.
-type LaunchTest struct {
-	LaunchesA, LaunchesB int // launches with at least one analysed session
-	// Possible is false when an arm has fewer than MinLaunchesPerArm launches: then no
-	// launch-level conclusion is possible and every figure below is NaN.
-	Possible bool
-	// RateA and RateB are the unweighted means of the launches' corruption rates.
-	RateA, RateB float64
-	Difference   float64  // RateB − RateA
-	SE           float64  // pooled-variance standard error of Difference
-	T            float64  // Difference / SE
-	DF           int      // LaunchesA + LaunchesB − 2
-	P            float64  // two-sided, Student's t with DF degrees of freedom
-	CI           Interval // t interval of Difference at the requested confidence
-	Conf         float64
-	Warnings     []Warning
+// LaunchPermutationTest is the randomization test of arm B's launches against arm A's.
+type LaunchPermutationTest struct {
+	LaunchesA, LaunchesB int
+	// MeanA and MeanB are the means of the launches' values; Difference is MeanB − MeanA.
+	MeanA, MeanB, Difference float64
+	// P is the two-sided p-value: the share of the relabellings of the launches as A or
+	// B (keeping each arm's number) whose |difference| is at least the observed one.
+	P float64
+	// MinP is the smallest p-value this number of launches can give at all
+	// (MinAttainableP): when it exceeds the level a claim is tested at, no data could
+	// support a claim, and the verdict says so instead of testing.
+	MinP float64
+	// Exact is true when every relabelling was enumerated; otherwise P is a Monte Carlo
+	// estimate over Draws seeded relabellings, (1 + extreme) / (1 + Draws), which keeps
+	// its size.
+	Exact bool
+	Draws int
+	// CI is the interval of shifts δ of B's values that the test at 1 − Conf does not
+	// reject (the test inverted): it excludes 0 exactly when P ≤ 1 − Conf. A bound is
+	// ±Inf when MinP exceeds 1 − Conf. NaN when no interval was asked for.
+	CI   Interval
+	Conf float64
 }
 
-// MarshalJSON writes the test with the figures that are undefined when no conclusion
-// is possible as null.
-func (l LaunchTest) MarshalJSON() ([]byte, error) {
-	return coreJSONObject(
-		coreJSONField{"launches_a", l.LaunchesA},
-		coreJSONField{"launches_b", l.LaunchesB},
-		coreJSONField{"possible", l.Possible},
-		coreJSONField{"rate_a", l.RateA},
-		coreJSONField{"rate_b", l.RateB},
-		coreJSONField{"difference", l.Difference},
-		coreJSONField{"se", l.SE},
-		coreJSONField{"t", l.T},
-		coreJSONField{"df", l.DF},
-		coreJSONField{"p", l.P},
-		coreJSONField{"ci" + coreConfLabel(l.Conf), Bounds(l.CI)},
-		coreJSONField{"warnings", l.Warnings},
-	)
+// PrimaryShare is the share of alpha that a verdict's claims on its workload's primary
+// outcome split between them (corruption for agents and traces, wedged launches for
+// abort cascades, tok/s for throughput runs); every other claim shares the rest
+// (weighted Bonferroni), so that a verdict claims anything falsely at most alpha of the
+// time. 0.6 lets two arms of 4 launches each claim their primary outcome at alpha 0.05:
+// the randomization test's smallest p there is 2/70 = 0.029 ≤ 0.03.
+const PrimaryShare = 0.6
+
+// PrimaryLevel is the level each of comparisons claims on the primary outcome is tested
+// at when other claims share the rest of alpha.
+func PrimaryLevel(alpha float64, comparisons int) float64 {
+	return alpha * PrimaryShare / float64(max(comparisons, 1))
 }
 
-// LaunchTTest compares the corruption rates of two arms' launches: each launch counts
-// once, with its share of corrupted sessions (ClusterCounts.Events of Responses), and
-// the two arms' means are compared by the pooled two-sample t test on DF = launches − 2
-// degrees of freedom, with its interval at confidence conf (0 means DefaultConf).
-// Launches without analysed sessions are left out. It checks the tallies like
-// DonnerAdjusted.
-func LaunchTTest(a, b []ClusterCounts, conf float64) (LaunchTest, error) {
-	if err := checkClusters("arm A", a); err != nil {
-		return LaunchTest{}, err
+// permutationLimit is the most relabellings enumerated; beyond it (more than about 12
+// launches per arm) the test draws permutationDraws of them.
+const (
+	permutationLimit = 1 << 20
+	permutationDraws = 100_000
+)
+
+// binomial is C(n, k) as a float64 (exact up to 2^53).
+func binomial(n, k int) float64 {
+	if k < 0 || k > n {
+		return 0
 	}
-	if err := checkClusters("arm B", b); err != nil {
-		return LaunchTest{}, err
+	k = min(k, n-k)
+	c := 1.0
+	for i := 1; i <= k; i++ {
+		c = c * float64(n-k+i) / float64(i)
 	}
-	conf = coreConf(conf)
+	return math.Round(c)
+}
+
+// MinAttainableP is the smallest two-sided p-value the launch randomization test can
+// give with na and nb launches, whatever they show: 2 / C(na+nb, na) with equal arms
+// (the most extreme labelling and its mirror), 1 / C(na+nb, na) otherwise. 1 with no
+// launch in an arm.
+func MinAttainableP(na, nb int) float64 {
+	if na < 1 || nb < 1 {
+		return 1
+	}
+	c := binomial(na+nb, na)
+	if na == nb {
+		return math.Min(1, 2/c)
+	}
+	return math.Min(1, 1/c)
+}
+
+// LaunchesNeeded is the fewest launches per arm, the same in both, with which the launch
+// randomization test can reach a two-sided p at or below alpha: 4 at 0.05, 5 at 0.01.
+// It is a floor, not a power calculation: see LaunchPower.
+func LaunchesNeeded(alpha float64) int {
+	for n := 1; n < 64; n++ {
+		if Reject(MinAttainableP(n, n), alpha) {
+			return n
+		}
+	}
+	return 64
+}
+
+// LaunchPermutation compares launch values b with a by the exact randomization test, and
+// inverts it for an interval of the shift at confidence conf (0 leaves CI NaN; the
+// inversion costs about sixty tests). Values must be finite.
+func LaunchPermutation(a, b []float64, conf float64) (LaunchPermutationTest, error) {
+	for _, x := range append(append([]float64(nil), a...), b...) {
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return LaunchPermutationTest{}, fmt.Errorf("stats: launch permutation: value %g is not finite", x)
+		}
+	}
 	nan := math.NaN()
-	out := LaunchTest{Conf: conf, RateA: nan, RateB: nan, Difference: nan, SE: nan, T: nan, P: nan, CI: Interval{nan, nan}}
-	rates := func(cs []ClusterCounts) []float64 {
-		var r []float64
-		for _, c := range cs {
-			if c.Responses > 0 {
-				r = append(r, float64(c.Events)/float64(c.Responses))
+	out := LaunchPermutationTest{LaunchesA: len(a), LaunchesB: len(b), MeanA: nan, MeanB: nan, Difference: nan,
+		P: 1, MinP: MinAttainableP(len(a), len(b)), CI: Interval{nan, nan}, Conf: conf}
+	if len(a) == 0 || len(b) == 0 {
+		return out, nil
+	}
+	out.MeanA, out.MeanB = mean(a), mean(b)
+	out.Difference = out.MeanB - out.MeanA
+	out.P, out.Exact, out.Draws = permutationP(a, b, 0)
+	if conf > 0 && conf < 1 {
+		out.CI = shiftInterval(a, b, out.Difference, 1-conf, out.MinP)
+	}
+	return out, nil
+}
+
+func mean(xs []float64) float64 {
+	s := 0.0
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
+}
+
+// permutationP is the two-sided randomization p-value of b − delta against a.
+func permutationP(a, b []float64, delta float64) (p float64, exact bool, draws int) {
+	na, nb := len(a), len(b)
+	n := na + nb
+	x := make([]float64, 0, n)
+	x = append(x, a...)
+	for _, v := range b {
+		x = append(x, v-delta)
+	}
+	total := 0.0
+	for _, v := range x {
+		total += v
+	}
+	// For fixed arm sizes the difference of means is an increasing function of the sum of
+	// the values labelled B, so a relabelling is as extreme as the observed one when its
+	// difference is at least as far from 0.
+	diff := func(sumB float64) float64 { return sumB/float64(nb) - (total-sumB)/float64(na) }
+	obsSum := 0.0
+	for _, v := range x[na:] {
+		obsSum += v
+	}
+	obs := math.Abs(diff(obsSum))
+	// Relabellings whose difference equals the observed one up to rounding count as
+	// extreme: ties must never make the test anti-conservative.
+	tol := 1e-9 * (1 + math.Abs(obs) + math.Abs(total)/float64(n))
+	extreme := func(sumB float64) bool { return math.Abs(diff(sumB)) >= obs-tol }
+	if binomial(n, nb) <= permutationLimit {
+		return enumeratedP(x, nb, extreme), true, int(binomial(n, nb))
+	}
+	return drawnP(x, nb, extreme), false, permutationDraws
+}
+
+// enumeratedP is the share of every labelling of nb of the values x as B whose sum of B
+// values is extreme.
+func enumeratedP(x []float64, nb int, extreme func(sumB float64) bool) float64 {
+	n := len(x)
+	count, all := 0, 0
+	var walk func(start, left int, sum float64)
+	walk = func(start, left int, sum float64) {
+		if left == 0 {
+			all++
+			if extreme(sum) {
+				count++
+			}
+			return
+		}
+		for i := start; i <= n-left; i++ {
+			walk(i+1, left-1, sum+x[i])
+		}
+	}
+	walk(0, nb, 0)
+	return float64(count) / float64(all)
+}
+
+// drawnP estimates enumeratedP from permutationDraws seeded labellings, counting the
+// observed one among them so that the estimate never falls below what the test allows.
+func drawnP(x []float64, nb int, extreme func(sumB float64) bool) float64 {
+	n := len(x)
+	// A fixed seed: the same launches give the same p-value on every re-judging.
+	rng := rand.New(rand.NewPCG(0x61726269, 0x74657221))
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	count := 0
+	for d := 0; d < permutationDraws; d++ {
+		sum := 0.0
+		for k := 0; k < nb; k++ {
+			j := k + rng.IntN(n-k)
+			idx[k], idx[j] = idx[j], idx[k]
+			sum += x[idx[k]]
+		}
+		if extreme(sum) {
+			count++
+		}
+	}
+	return float64(1+count) / float64(1+permutationDraws)
+}
+
+// shiftInterval inverts the randomization test: the shifts δ for which b − δ against a
+// gives p > level, bracketed by bisection on each side of the observed difference.
+func shiftInterval(a, b []float64, observed, level, minP float64) Interval {
+	if !(minP <= level*(1+rejectTolerance)) {
+		return Interval{math.Inf(-1), math.Inf(1)}
+	}
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, v := range append(append([]float64(nil), a...), b...) {
+		lo, hi = math.Min(lo, v), math.Max(hi, v)
+	}
+	// Beyond a shift of the whole range every B value lies past every A value: the
+	// relabelling is the most extreme one, and p = MinP ≤ level.
+	reach := 2*(hi-lo) + math.Abs(observed) + 1e-12
+	rejects := func(delta float64) bool {
+		p, _, _ := permutationP(a, b, delta)
+		return Reject(p, level)
+	}
+	edge := func(inside, outside float64) float64 {
+		for range 60 {
+			mid := (inside + outside) / 2
+			if rejects(mid) {
+				outside = mid
+			} else {
+				inside = mid
 			}
 		}
-		return r
+		return (inside + outside) / 2
 	}
-	ra, rb := rates(a), rates(b)
-	out.LaunchesA, out.LaunchesB = len(ra), len(rb)
-	if skipped := len(a) + len(b) - len(ra) - len(rb); skipped > 0 {
-		out.Warnings = append(out.Warnings, Warning(fmt.Sprintf("%d launches had no analysed session and were left out", skipped)))
+	if rejects(observed) {
+		// Only possible with a degenerate sample; say nothing rather than a wrong interval.
+		return Interval{math.NaN(), math.NaN()}
 	}
-	if len(ra) < MinLaunchesPerArm || len(rb) < MinLaunchesPerArm {
-		out.Warnings = append(out.Warnings, Warning(fmt.Sprintf("%d and %d launches: each arm needs at least %d to estimate how much launches differ, so no launch-level conclusion is possible",
-			len(ra), len(rb), MinLaunchesPerArm)))
+	return Interval{edge(observed, observed-reach), edge(observed, observed+reach)}
+}
+
+// LaunchTest is the two-sample t test of arm B's launch values against arm A's, for
+// speed summaries on the log scale.
+type LaunchTest struct {
+	LaunchesA, LaunchesB int
+	// Possible is false when an arm has fewer than two launches or the launches of both
+	// arms agree exactly (no spread to weigh a difference against): then no claim is
+	// possible, and P, CI and Lower are NaN.
+	Possible   bool
+	MeanA      float64
+	MeanB      float64
+	Difference float64  // MeanB − MeanA
+	SE         float64  // pooled-variance standard error of Difference
+	T          float64  // Difference / SE
+	DF         int      // LaunchesA + LaunchesB − 2
+	P          float64  // two-sided, Student's t with DF degrees of freedom
+	CI         Interval // two-sided t interval at Conf
+	Conf       float64
+}
+
+// LaunchMeans compares launch values b with a by the pooled two-sample t test on
+// launches − 2 degrees of freedom, with its two-sided interval at conf.
+func LaunchMeans(a, b []float64, conf float64) (LaunchTest, error) {
+	for _, x := range append(append([]float64(nil), a...), b...) {
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return LaunchTest{}, fmt.Errorf("stats: launch t test: value %g is not finite", x)
+		}
+	}
+	if !(conf > 0 && conf < 1) {
+		return LaunchTest{}, fmt.Errorf("stats: launch t test: confidence %g is not in (0, 1)", conf)
+	}
+	nan := math.NaN()
+	out := LaunchTest{LaunchesA: len(a), LaunchesB: len(b), Conf: conf, MeanA: nan, MeanB: nan, Difference: nan,
+		SE: nan, T: nan, P: nan, CI: Interval{nan, nan}}
+	if len(a) > 0 && len(b) > 0 {
+		out.MeanA, out.MeanB = mean(a), mean(b)
+		out.Difference = out.MeanB - out.MeanA
+	}
+	if len(a) < 2 || len(b) < 2 {
+		return out, nil
+	}
+	ss := 0.0
+	for _, x := range a {
+		ss += (x - out.MeanA) * (x - out.MeanA)
+	}
+	for _, x := range b {
+		ss += (x - out.MeanB) * (x - out.MeanB)
+	}
+	out.DF = len(a) + len(b) - 2
+	df := float64(out.DF)
+	out.SE = math.Sqrt(ss / df * (1/float64(len(a)) + 1/float64(len(b))))
+	if !(out.SE > 0) {
 		return out, nil
 	}
 	out.Possible = true
-	mean := func(r []float64) float64 {
-		s := 0.0
-		for _, x := range r {
-			s += x
-		}
-		return s / float64(len(r))
-	}
-	out.RateA, out.RateB = mean(ra), mean(rb)
-	out.Difference = out.RateB - out.RateA
-	ss := 0.0
-	for _, x := range ra {
-		ss += (x - out.RateA) * (x - out.RateA)
-	}
-	for _, x := range rb {
-		ss += (x - out.RateB) * (x - out.RateB)
-	}
-	out.DF = len(ra) + len(rb) - 2
-	df := float64(out.DF)
-	out.SE = math.Sqrt(ss / df * (1/float64(len(ra)) + 1/float64(len(rb))))
+	out.T = out.Difference / out.SE
+	out.P = min(1, 2*distuv.StudentsT{Mu: 0, Sigma: 1, Nu: df}.Survival(math.Abs(out.T)))
 	tq := studentQuantile(out.DF, 1-(1-conf)/2)
-	switch {
-	case out.SE > 0:
-		out.T = out.Difference / out.SE
-		out.P = min(1, 2*distuv.StudentsT{Mu: 0, Sigma: 1, Nu: df}.Survival(math.Abs(out.T)))
-	case out.Difference == 0:
-		out.T, out.P = 0, 1
-	default:
-		// Every launch of each arm had the same rate: the t statistic is unbounded.
-		out.T, out.P = math.Copysign(math.Inf(1), out.Difference), 0
-		out.Warnings = append(out.Warnings, "every launch of each arm had exactly the same corruption rate: the launch-to-launch variance is estimated as 0 and the t test cannot weigh the difference; read the session counts")
-	}
 	out.CI = Interval{out.Difference - tq*out.SE, out.Difference + tq*out.SE}
-	if min(len(ra), len(rb)) < 4 {
-		out.Warnings = append(out.Warnings, Warning(fmt.Sprintf("only %d and %d launches: the t reference has %d degrees of freedom, so only a large, consistent difference between launches can be shown; more blocks buy more power than more sessions per launch",
-			len(ra), len(rb), out.DF)))
+	return out, nil
+}
+
+// PAbove is the one-sided p-value of the hypothesis that the difference is at most x
+// (non-inferiority: x is the margin on the log scale); NaN when the test was not
+// possible.
+func (l LaunchTest) PAbove(x float64) float64 {
+	if !l.Possible {
+		return math.NaN()
 	}
+	return distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(l.DF)}.Survival((l.Difference - x) / l.SE)
+}
+
+// LaunchMean is the one-sample t interval of launch values (the log-ratios of each
+// launch's after to its before, say) at two-sided confidence conf; Possible as for
+// LaunchMeans, with two launches.
+func LaunchMean(x []float64, conf float64) (LaunchTest, error) {
+	for _, v := range x {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return LaunchTest{}, fmt.Errorf("stats: launch t interval: value %g is not finite", v)
+		}
+	}
+	nan := math.NaN()
+	out := LaunchTest{LaunchesB: len(x), Conf: conf, MeanA: 0, MeanB: nan, Difference: nan, SE: nan, T: nan, P: nan,
+		CI: Interval{nan, nan}}
+	if len(x) == 0 {
+		return out, nil
+	}
+	out.MeanB = mean(x)
+	out.Difference = out.MeanB
+	if len(x) < 2 {
+		return out, nil
+	}
+	ss := 0.0
+	for _, v := range x {
+		ss += (v - out.MeanB) * (v - out.MeanB)
+	}
+	out.DF = len(x) - 1
+	out.SE = math.Sqrt(ss / float64(out.DF) / float64(len(x)))
+	if !(out.SE > 0) {
+		return out, nil
+	}
+	out.Possible = true
+	out.T = out.Difference / out.SE
+	out.P = min(1, 2*distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(out.DF)}.Survival(math.Abs(out.T)))
+	tq := studentQuantile(out.DF, 1-(1-conf)/2)
+	out.CI = Interval{out.Difference - tq*out.SE, out.Difference + tq*out.SE}
 	return out, nil
 }
 
@@ -154,4 +384,124 @@ func studentQuantile(df int, p float64) float64 {
 	q := distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(df)}.Quantile(p)
 	studentQuantiles.Store(k, q)
 	return q
+}
+
+// LaunchICC estimates the intra-launch correlation of a binary session outcome from
+// launches' counts (ANOVA estimator, truncated at 0): the share of the session-level
+// variance that lies between launches of one configuration. NaN with fewer than two
+// launches or no variance at all.
+func LaunchICC(clusters []ClusterCounts) float64 {
+	var k, n, events int
+	for _, c := range clusters {
+		if c.Responses == 0 {
+			continue
+		}
+		k++
+		n += c.Responses
+		events += c.Events
+	}
+	if k < 2 || n <= k {
+		return math.NaN()
+	}
+	p := float64(events) / float64(n)
+	if p == 0 || p == 1 {
+		return math.NaN()
+	}
+	var ssb, ssw, n2 float64
+	for _, c := range clusters {
+		if c.Responses == 0 {
+			continue
+		}
+		m := float64(c.Responses)
+		pi := float64(c.Events) / m
+		ssb += m * (pi - p) * (pi - p)
+		ssw += float64(c.Events) * (1 - pi)
+		n2 += m * m
+	}
+	msb := ssb / float64(k-1)
+	msw := ssw / float64(n-k)
+	m0 := (float64(n) - n2/float64(n)) / float64(k-1)
+	icc := (msb - msw) / (msb + (m0-1)*msw)
+	return math.Max(0, icc)
+}
+
+// LaunchCV is the coefficient of variation of launches' values (tok/s, a latency):
+// their standard deviation over their mean. NaN with fewer than two.
+func LaunchCV(xs []float64) float64 {
+	if len(xs) < 2 {
+		return math.NaN()
+	}
+	m := mean(xs)
+	ss := 0.0
+	for _, x := range xs {
+		ss += (x - m) * (x - m)
+	}
+	return math.Sqrt(ss/float64(len(xs)-1)) / m
+}
+
+// LaunchPower is the power of the launch randomization test at two-sided level alpha to
+// tell a corruption rate p1 from p0 with launches per arm of sessions each, when launches
+// of one configuration differ with intra-launch correlation icc (each launch's rate
+// drawn from a beta distribution with that mean and correlation), estimated over sims
+// seeded experiments.
+func LaunchPower(p0, p1, icc float64, sessions, launches int, alpha float64, sims int, seed uint64) float64 {
+	if launches < 1 || sessions < 1 || sims < 1 {
+		return 0
+	}
+	if !Reject(MinAttainableP(launches, launches), alpha) {
+		return 0
+	}
+	rng := rand.New(rand.NewPCG(seed, 0x706f776572))
+	a, b := make([]float64, launches), make([]float64, launches)
+	hits := 0
+	for s := 0; s < sims; s++ {
+		for k := range launches {
+			a[k] = float64(BetaBinomialDraw(rng, sessions, p0, icc)) / float64(sessions)
+			b[k] = float64(BetaBinomialDraw(rng, sessions, p1, icc)) / float64(sessions)
+		}
+		p, _, _ := permutationP(a, b, 0)
+		if Reject(p, alpha) {
+			hits++
+		}
+	}
+	return float64(hits) / float64(sims)
+}
+
+// BetaBinomialDraw draws the corrupted sessions of one launch of n sessions whose rate
+// is drawn from a beta distribution with mean mu and intra-launch correlation icc (icc
+// 0: every launch has rate mu).
+func BetaBinomialDraw(rng *rand.Rand, n int, mu, icc float64) int {
+	p := mu
+	if icc > 0 && mu > 0 && mu < 1 {
+		s := 1/icc - 1
+		p = distuv.Beta{Alpha: mu * s, Beta: (1 - mu) * s, Src: rng}.Rand()
+	}
+	if p <= 0 {
+		return 0
+	}
+	if p >= 1 {
+		return n
+	}
+	// Inverse cdf from 0: a few steps at the rates of serving faults.
+	u := rng.Float64()
+	f := math.Pow(1-p, float64(n))
+	cdf := f
+	x := 0
+	for cdf < u && x < n {
+		f *= float64(n-x) / float64(x+1) * p / (1 - p)
+		x++
+		cdf += f
+	}
+	return x
+}
+
+// LaunchesForPower is the fewest launches per arm (up to max) at which LaunchPower
+// reaches power; 0 when none up to max does.
+func LaunchesForPower(p0, p1, icc float64, sessions int, alpha, power float64, max int) int {
+	for l := LaunchesNeeded(alpha); l <= max; l++ {
+		if LaunchPower(p0, p1, icc, sessions, l, alpha, 1000, 1) >= power {
+			return l
+		}
+	}
+	return 0
 }
