@@ -238,6 +238,7 @@ var notInBisect = map[string]string{
 	"design":   "a bisection chooses the subsets each step applies; remove design",
 	"analysis": "a bisection sets each step's analysis from search (error_budget, looks, max_loss); remove analysis",
 	"blocks":   "a step takes up to search.looks blocks; remove blocks",
+	"launches": "a step launches each side up to search.looks times; remove launches",
 }
 
 func (d *bisectDecoder) decode(root ast.Node) {

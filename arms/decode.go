@@ -596,7 +596,7 @@ func (d *decoder) decodeSpec(root ast.Node) {
 			return
 		}
 	}
-	known := []string{"version", "name", "engine", "runtime", "arms", "factors", "design", "workload", "detectors", "analysis", "blocks", "timeouts"}
+	known := []string{"version", "name", "engine", "runtime", "arms", "factors", "design", "workload", "detectors", "analysis", "launches", "blocks", "timeouts"}
 	seen := d.fields(root, "", known, func(e entry) {
 		switch e.key {
 		case "version":
@@ -636,8 +636,14 @@ func (d *decoder) decodeSpec(root ast.Node) {
 			d.decodeDetectors(e)
 		case "analysis":
 			d.decodeAnalysis(e)
-		case "blocks":
+		case "launches", "blocks":
+			// Launches per arm: every block launches every arm once, so the two are one
+			// number under two names.
 			if v, ok := d.bounded(e, 1, MaxBlocks, "every block launches every arm again"); ok {
+				if s.Blocks != 0 && s.Blocks != v {
+					d.add(e.val, e.path, "launches and blocks are the same number (every block launches every arm once): write one of them")
+					return
+				}
 				s.Blocks = v
 			}
 		case "timeouts":
@@ -1235,7 +1241,7 @@ func (d *decoder) decodePlan(e entry) {
 			*dst = v
 		}
 	}
-	d.fields(e.val, e.path, []string{"p0", "p1", "power", "icc", "turn_seconds"}, func(f entry) {
+	d.fields(e.val, e.path, []string{"p0", "p1", "power", "icc", "launch_icc", "turn_seconds"}, func(f entry) {
 		switch f.key {
 		case "p0":
 			rate(f, &p.P0)
@@ -1251,6 +1257,9 @@ func (d *decoder) decodePlan(e entry) {
 			}
 		case "icc":
 			rate(f, &p.ICC)
+		case "launch_icc":
+			rate(f, &p.LaunchICC)
+			p.LaunchICCSet = true
 		case "turn_seconds":
 			if v, ok := d.number(f); ok {
 				if !(v > 0) {

@@ -26,7 +26,8 @@ type Spec struct {
 	Workload  Workload
 	Detectors []string
 	Analysis  Analysis
-	// Blocks is how many times every arm is run, each block in a fresh random order (default 1).
+	// Blocks is how many times every arm is launched (launches per arm; `launches` or
+	// `blocks` in the spec), each block in a fresh random order (default 1).
 	Blocks   int
 	Timeouts Timeouts
 
@@ -198,6 +199,12 @@ type Plan struct {
 	// ICC is the expected correlation of responses within a session, for planning with
 	// responses as the unit (design effect 1 + (turns-1)·ICC).
 	ICC float64
+	// LaunchICC is the expected intra-launch correlation of corruption: the share of
+	// the session-level variance that lies between launches of one configuration
+	// (measure it with an A/A experiment of several launches per arm). LaunchICCSet
+	// says whether the spec declared it.
+	LaunchICC    float64
+	LaunchICCSet bool
 	// TurnSeconds is one turn's expected duration, for the wall-time estimate; 0 when
 	// unknown (plan then uses the last recorded experiment of the same name).
 	TurnSeconds float64

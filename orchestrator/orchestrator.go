@@ -598,7 +598,11 @@ func plan(nArms, blocks int, seed int64) [][]int {
 
 func (e *experiment) run(ctx context.Context, res *Result) error {
 	blocks := e.spec.Blocks
-	seq, err := newSequentialPlan(e.spec, len(e.arms))
+	names := make([]string, len(e.arms))
+	for i, a := range e.arms {
+		names[i] = a.Name
+	}
+	seq, err := newSequentialPlan(e.spec, names)
 	if err != nil {
 		return err
 	}

@@ -401,12 +401,13 @@ func TestPlanIsASeededPermutationPerBlock(t *testing.T) {
 	}
 }
 
-func TestSequentialDesignStopsSchedulingOnceTheBoundaryIsCrossed(t *testing.T) {
+func TestSequentialDesignStopsSchedulingOnceTheLaunchesReject(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "a.db")
 	// The treatment engine garbles every reply into leaked DSML markup; control is clean.
-	// With 4 looks of 6 sessions, the first look (0/6 vs 6/6, p = 0.002) is above
-	// O'Brien-Fleming's first threshold and the second (0/12 vs 12/12) is far below its own.
-	spec := testSpec(t, "analysis: {baseline: control, sequential: {looks: 4}}\n")
+	// With 8 looks each tests at 0.03/8 = 0.00375: 5 launches per arm cannot reach it
+	// (2/252), 6 can (2/924), so scheduling stops after block 6 (12 launches), however
+	// clear the sessions were from the first block on.
+	spec := testSpec(t, "analysis: {baseline: control, sequential: {looks: 8}}\n")
 	res, err := Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quietLogger(),
 		Runtime: engines(func(arm string) *engine {
 			e := newEngine(t, nil)
@@ -416,8 +417,8 @@ func TestSequentialDesignStopsSchedulingOnceTheBoundaryIsCrossed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.StoppedEarly == "" || len(res.Runs) != 4 {
-		t.Fatalf("stopped early %q after %d runs, want a stop after 2 blocks (4 runs)", res.StoppedEarly, len(res.Runs))
+	if res.StoppedEarly == "" || len(res.Runs) != 12 {
+		t.Fatalf("stopped early %q after %d runs, want a stop after 6 blocks (12 runs)", res.StoppedEarly, len(res.Runs))
 	}
 	ro, _ := store.OpenReadOnly(db)
 	defer ro.Close()
@@ -425,7 +426,7 @@ func TestSequentialDesignStopsSchedulingOnceTheBoundaryIsCrossed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !e.StoppedEarly.Valid || !strings.Contains(e.StoppedEarly.String, "look 2 of 4") || e.ParsedDesign().Looks != 4 {
+	if !e.StoppedEarly.Valid || !strings.Contains(e.StoppedEarly.String, "treatment against control: launch p = 0.00216 ≤ 0.00375 over 6 and 6 launches") || e.ParsedDesign().Looks != 8 {
 		t.Errorf("stored stop = %v, design %+v", e.StoppedEarly, e.ParsedDesign())
 	}
 }

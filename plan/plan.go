@@ -57,49 +57,85 @@ type Plan struct {
 	Power float64 `json:"power"`
 	// SessionsNeeded is the sessions per arm of the fixed design that reaches
 	// TargetPower: the yardstick every sequential saving is measured against.
-	SessionsNeeded  int      `json:"sessions_needed_per_arm"`
-	WallTimeSeconds *float64 `json:"wall_time_s"`
-	WallTimeBasis   string   `json:"wall_time_basis"`
-	Sequential      *SeqPlan `json:"sequential,omitempty"`
-	Notes           []string `json:"notes,omitempty"`
+	SessionsNeeded int `json:"sessions_needed_per_arm"`
+	// The launch is the experimental unit: every claim is tested on launches.
+	// LaunchesPerArm is the spec's launches (blocks); LaunchLevel the level each claim
+	// on the primary outcome is tested at (its share of alpha); LaunchMinP the smallest
+	// p the launch randomization test can give with these launches (above LaunchLevel
+	// nothing can be attributed to the arms); LaunchICC the intra-launch correlation
+	// planned for (LaunchICCBasis says where it comes from) and LaunchDesignEffect what
+	// it costs, 1 + (sessions per launch − 1) · ICC; LaunchPower the launch test's power
+	// at the plan's rates, and LaunchesNeeded the launches per arm that reach the target
+	// power (0: more than MaxPlannedLaunches).
+	LaunchesPerArm     int      `json:"launches_per_arm"`
+	LaunchLevel        float64  `json:"launch_level"`
+	LaunchMinP         float64  `json:"launch_min_p"`
+	LaunchICC          float64  `json:"launch_icc"`
+	LaunchICCBasis     string   `json:"launch_icc_basis"`
+	LaunchDesignEffect float64  `json:"launch_design_effect"`
+	LaunchPower        float64  `json:"launch_power"`
+	LaunchesNeeded     int      `json:"launches_needed_per_arm"`
+	WallTimeSeconds    *float64 `json:"wall_time_s"`
+	WallTimeBasis      string   `json:"wall_time_basis"`
+	Sequential         *SeqPlan `json:"sequential,omitempty"`
+	Notes              []string `json:"notes,omitempty"`
 }
 
-// SeqPlan is the sequential part of a plan.
+// SeqPlan is the sequential part of a plan: a look after every block, each arm's
+// launches so far tested against the baseline's at LevelPerLook (the corruption claim's
+// share of alpha over the looks), stopping at the first rejection.
 type SeqPlan struct {
-	Looks          int              `json:"looks"`
-	SessionsPerArm int              `json:"sessions_per_look_per_arm"`
-	Boundaries     []stats.Boundary `json:"boundaries"`
-	// Power and ExpectedSessions are the design's exact power and expected sessions
-	// (both arms) at the plan's rates p0 and p1; MaxSessions is its ceiling.
-	Power            float64 `json:"power"`
-	ExpectedSessions float64 `json:"expected_sessions"`
-	MaxSessions      int     `json:"max_sessions"`
-	// FixedSessions is the sessions (both arms) of the fixed design at the plan's target
-	// power and the same alpha; 0 when no fixed design reaches it.
-	FixedSessions int `json:"fixed_sessions_at_target_power"`
-	// SavedFraction is 1 − ExpectedSessions/FixedSessions: positive when the sequential
-	// design costs less on average than the fixed design the plan asks for, negative
-	// when its looks are larger than the plan needs; nil without FixedSessions.
-	SavedFraction *float64 `json:"saved_fraction,omitempty"`
-	// PerLookForTarget is the fewest sessions per arm and look with which the same
-	// looks reach the plan's target power, and ExpectedForTarget the sessions (both
-	// arms) that design uses on average: how to size the blocks. Zero when the target
-	// is out of reach.
-	PerLookForTarget  int         `json:"sessions_per_look_for_target_power,omitempty"`
-	ExpectedForTarget float64     `json:"expected_sessions_for_target_power,omitempty"`
-	Null              *SimFigures `json:"null,omitempty"`
-	Alt               *SimFigures `json:"alternative,omitempty"`
+	Looks             int     `json:"looks"`
+	SessionsPerLaunch int     `json:"sessions_per_launch"`
+	LevelPerLook      float64 `json:"level_per_look"`
+	// EarliestStop is the first look at which the launch test can reach the level at
+	// all (0: no look can, and the design can never claim).
+	EarliestStop int `json:"earliest_stop"`
+	// Null and Alt are simulations of the design (--simulate): under the null at the
+	// plan's p0, and at p0 against p1; both with the plan's launch ICC.
+	Null *SimFigures `json:"null,omitempty"`
+	Alt  *SimFigures `json:"alternative,omitempty"`
 }
 
 // SimFigures are a simulation's headline figures.
 type SimFigures struct {
 	// Rate is the common corruption rate of both arms in a null scenario.
-	Rate            float64 `json:"rate,omitempty"`
-	Reps            int     `json:"reps"`
-	RejectRate      float64 `json:"reject_rate"`
-	ExactRejectRate float64 `json:"exact_reject_rate"`
-	MeanSessions    float64 `json:"mean_sessions"`
-	MaxSessions     int     `json:"max_sessions"`
+	Rate         float64 `json:"rate,omitempty"`
+	Reps         int     `json:"reps"`
+	RejectRate   float64 `json:"reject_rate"`
+	MeanLaunches float64 `json:"mean_launches_per_arm"`
+}
+
+// DefaultLaunchICC is the intra-launch correlation planned for when the spec declares
+// none: GPU launches of one configuration measured 0.01 to 0.09 (docs/results).
+const DefaultLaunchICC = 0.05
+
+// MaxPlannedLaunches is the most launches per arm the plan searches for power.
+const MaxPlannedLaunches = 8
+
+// planLaunches says what the spec's launches per arm let a verdict claim, and how many
+// it needs for the plan's rates at its target power.
+func (p *Plan) planLaunches(spec *arms.Spec, blocks, looks int, seed uint64) {
+	pl := spec.Analysis.Plan
+	p.LaunchesPerArm = blocks
+	p.LaunchLevel = stats.PrimaryLevel(p.Alpha, p.Comparisons)
+	if looks > 1 {
+		// A sequential arm tests its launches at every look: each look gets its share.
+		p.LaunchLevel /= float64(looks)
+	}
+	p.LaunchMinP = stats.MinAttainableP(blocks, blocks)
+	p.LaunchICC, p.LaunchICCBasis = DefaultLaunchICC, "assumed; measure it with an A/A experiment of several launches per arm and declare analysis.plan.launch_icc"
+	if pl.LaunchICCSet {
+		p.LaunchICC, p.LaunchICCBasis = pl.LaunchICC, "analysis.plan.launch_icc"
+	}
+	m := max(spec.Workload.Sessions, 1)
+	p.LaunchDesignEffect = 1 + float64(m-1)*p.LaunchICC
+	p.LaunchPower = stats.LaunchPower(pl.P0, pl.P1, p.LaunchICC, m, blocks, p.LaunchLevel, 2000, seed)
+	p.LaunchesNeeded = stats.LaunchesForPower(pl.P0, pl.P1, p.LaunchICC, m, p.LaunchLevel, p.TargetPower, MaxPlannedLaunches)
+	if !stats.Reject(p.LaunchMinP, p.LaunchLevel) {
+		p.Notes = append(p.Notes, fmt.Sprintf("with %d launch(es) per arm the launch test's smallest p is %.3g, above the %.3g each claim is tested at: the verdict will report what it sees but cannot attribute it to the arms (%d launches per arm can)",
+			blocks, p.LaunchMinP, p.LaunchLevel, stats.LaunchesNeeded(p.LaunchLevel)))
+	}
 }
 
 // Compute plans the spec in o.
@@ -161,12 +197,6 @@ func Compute(o Options) (Plan, error) {
 		// Responses count for less than their number: the effective sample size is
 		// responses / design effect.
 		n = int(math.Floor(float64(p.SessionsPerArm) * p.TurnsPerSession / p.DesignEffect))
-	case "launch":
-		if blocks < stats.MinLaunchesPerArm {
-			p.Notes = append(p.Notes, fmt.Sprintf("launches are the unit but the spec runs %d launch per arm: the verdict needs at least %d per arm (blocks) and will say no launch-level conclusion is possible", blocks, stats.MinLaunchesPerArm))
-		} else {
-			p.Notes = append(p.Notes, fmt.Sprintf("launches are the unit: the verdict compares the %d launches' rates per arm with a t test on %d degrees of freedom; the figures here treat sessions as independent and overstate its power, and more launches buy more power than more sessions per launch", blocks, 2*blocks-2))
-		}
 	}
 	p.Power = stats.FisherPower(pl.P0, pl.P1, n, n, p.AlphaPerComparison)
 	need := stats.SessionsFor(pl.P0, pl.P1, p.AlphaPerComparison, p.TargetPower, p.DesignEffect)
@@ -177,6 +207,7 @@ func Compute(o Options) (Plan, error) {
 	if need == 0 {
 		p.Notes = append(p.Notes, "no feasible number of sessions reaches the target power for these rates")
 	}
+	p.planLaunches(spec, blocks, looks, o.Seed)
 
 	turn := pl.TurnSeconds
 	p.WallTimeBasis = "analysis.plan.turn_seconds"
@@ -207,77 +238,24 @@ func Compute(o Options) (Plan, error) {
 // expected sessions at the plan's rates against the fixed design at the target power,
 // and with o.Simulate the same checked by simulation.
 func sequential(p Plan, perLook, looks int, o Options) (*SeqPlan, error) {
-	design, err := stats.Boundaries(looks, p.AlphaPerComparison, nil)
-	if err != nil {
-		return nil, err
-	}
-	s := &SeqPlan{Looks: looks, SessionsPerArm: perLook, Boundaries: design}
-	op, err := stats.SequentialExact(p.P0, p.P1, perLook, design)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	s.Power, s.ExpectedSessions, s.MaxSessions = op.Power, op.MeanSessions, op.MaxSessions
-	// Sequential decisions count sessions, whatever the spec's unit.
-	if _, total := stats.FixedDesignSessions(p.P0, p.P1, p.AlphaPerComparison, p.TargetPower); total > 0 {
-		saved := 1 - s.ExpectedSessions/float64(total)
-		s.FixedSessions, s.SavedFraction = total, &saved
-	}
-	if n, op := perLookFor(p, looks, design); n > 0 {
-		s.PerLookForTarget, s.ExpectedForTarget = n, op.MeanSessions
-	}
+	level := stats.PrimaryLevel(p.Alpha, p.Comparisons) / float64(looks)
+	sim := stats.SimulateLaunchSequential(p.P0, p.P0, p.LaunchICC, perLook, looks, level, 0, o.Seed)
+	s := &SeqPlan{Looks: looks, SessionsPerLaunch: perLook, LevelPerLook: level, EarliestStop: sim.EarliestStop}
 	if !o.Simulate {
 		return s, nil
 	}
-	// The type I error depends on the common rate under the null; a null at 0% can
-	// never reject, so the worst of the rates between p0 and p1 is reported.
-	var worst stats.SimResult
+	// Under the null the design's error depends on the common rate; the worst of p0, p1
+	// and between is reported.
+	var worst stats.LaunchSequential
 	worstRate := -1.0
 	for _, r := range []float64{p.P0, (p.P0 + p.P1) / 2, p.P1} {
-		if r == 0 {
-			continue
-		}
-		sim := stats.SimulateSequential(r, r, perLook, looks, p.AlphaPerComparison, o.Reps, o.Seed)
-		if worstRate < 0 || sim.ExactRejectRate > worst.ExactRejectRate {
-			worst, worstRate = sim, r
+		n := stats.SimulateLaunchSequential(r, r, p.LaunchICC, perLook, looks, level, o.Reps, o.Seed)
+		if worstRate < 0 || n.RejectRate > worst.RejectRate {
+			worst, worstRate = n, r
 		}
 	}
-	alt := stats.SimulateSequential(p.P0, p.P1, perLook, looks, p.AlphaPerComparison, o.Reps, o.Seed+1)
-	s.Null = simFigures(worst)
-	s.Null.Rate = worstRate
-	s.Alt = simFigures(alt)
+	alt := stats.SimulateLaunchSequential(p.P0, p.P1, p.LaunchICC, perLook, looks, level, o.Reps, o.Seed+1)
+	s.Null = &SimFigures{Rate: worstRate, Reps: worst.Reps, RejectRate: worst.RejectRate, MeanLaunches: worst.MeanLaunches}
+	s.Alt = &SimFigures{Reps: alt.Reps, RejectRate: alt.RejectRate, MeanLaunches: alt.MeanLaunches}
 	return s, nil
-}
-
-// perLookFor is the fewest sessions per arm and look at which the design's looks reach
-// the plan's target power, found by bisection between the fixed design's size spread
-// over the looks and the fixed design's size per look (which always overshoots). Exact
-// power is a sawtooth in the sample size, so this is the crossing bisection finds, as
-// in stats.SessionsFor.
-func perLookFor(p Plan, looks int, design []stats.Boundary) (int, stats.SequentialOperating) {
-	fixed, _ := stats.FixedDesignSessions(p.P0, p.P1, p.AlphaPerComparison, p.TargetPower)
-	if fixed == 0 {
-		return 0, stats.SequentialOperating{}
-	}
-	at := func(n int) stats.SequentialOperating {
-		op, _ := stats.SequentialExact(p.P0, p.P1, n, design)
-		return op
-	}
-	lo, hi := max(1, fixed/looks)-1, fixed
-	if at(hi).Power < p.TargetPower {
-		return 0, stats.SequentialOperating{}
-	}
-	for hi-lo > 1 { // at(hi) reaches the target; lo == 0 or at(lo) does not
-		mid := lo + (hi-lo)/2
-		if at(mid).Power >= p.TargetPower {
-			hi = mid
-		} else {
-			lo = mid
-		}
-	}
-	return hi, at(hi)
-}
-
-func simFigures(r stats.SimResult) *SimFigures {
-	return &SimFigures{Reps: r.Reps, RejectRate: r.RejectRate, ExactRejectRate: r.ExactRejectRate,
-		MeanSessions: r.MeanSessions, MaxSessions: r.MaxSessions}
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/arbiterlab/arbiter/stats"
 )
 
 // WriteText writes the plan for a person at a terminal.
@@ -17,9 +19,18 @@ func (p Plan) WriteText(w io.Writer) {
 	if p.Unit == "response" {
 		fmt.Fprintf(w, "  %.1f turns per session, design effect %.2f\n", p.TurnsPerSession, p.DesignEffect)
 	}
-	fmt.Fprintf(w, "  power with %d sessions per arm: %.2f (exact, Fisher's test)\n", p.SessionsPerArm, p.Power)
+	fmt.Fprintf(w, "  power with %d sessions per arm, if launches were replicas: %.2f (exact, Fisher's test)\n", p.SessionsPerArm, p.Power)
 	if p.SessionsNeeded > 0 {
 		fmt.Fprintf(w, "  fixed design at the plan's power %.2f: %d sessions per arm (%d in all)\n", p.TargetPower, p.SessionsNeeded, 2*p.SessionsNeeded)
+	}
+	fmt.Fprintf(w, "  launches: %d per arm; each claim on the primary outcome is tested at %.3g (its share of alpha %g); the launch test's smallest p with these launches is %.3g\n",
+		p.LaunchesPerArm, p.LaunchLevel, p.Alpha, p.LaunchMinP)
+	fmt.Fprintf(w, "  launch-level power with %d sessions per launch, launch ICC %.3g (%s; design effect %.2f): %.2f\n",
+		p.SessionsPerArm/max(p.LaunchesPerArm, 1), p.LaunchICC, p.LaunchICCBasis, p.LaunchDesignEffect, p.LaunchPower)
+	if p.LaunchesNeeded > 0 {
+		fmt.Fprintf(w, "  launches per arm for power %.2f: %d\n", p.TargetPower, p.LaunchesNeeded)
+	} else {
+		fmt.Fprintf(w, "  launches per arm for power %.2f: more than %d\n", p.TargetPower, MaxPlannedLaunches)
 	}
 	if p.WallTimeSeconds != nil {
 		fmt.Fprintf(w, "  expected wall time: %s (%s)\n", (time.Duration(*p.WallTimeSeconds * float64(time.Second))).Round(time.Second), p.WallTimeBasis)
@@ -27,34 +38,21 @@ func (p Plan) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "  expected wall time: %s\n", p.WallTimeBasis)
 	}
 	if s := p.Sequential; s != nil {
-		fmt.Fprintf(w, "  sequential: %d looks of %d sessions per arm, Lan-DeMets O'Brien-Fleming\n", s.Looks, s.SessionsPerArm)
-		for _, b := range s.Boundaries {
-			fmt.Fprintf(w, "    look %d at %3.0f%% of the sessions: stop if Fisher p <= %.3g (z %.2f)\n", b.Look, 100*b.Fraction, b.NominalP, b.Z)
-		}
-		fmt.Fprintf(w, "  at %.1f%% vs %.1f%% it has power %.3f and uses %.1f sessions on average, at most %d (exact)\n",
-			100*p.P0, 100*p.P1, s.Power, s.ExpectedSessions, s.MaxSessions)
-		if s.SavedFraction != nil {
-			switch saved := *s.SavedFraction; {
-			case s.Power < p.TargetPower:
-				fmt.Fprintf(w, "    it falls short of the plan's power %.2f, so it is not comparable with the fixed design at that power (%d sessions)\n", p.TargetPower, s.FixedSessions)
-			case saved >= 0:
-				fmt.Fprintf(w, "    against the fixed design at power %.2f (%d sessions) it saves %.0f%% on average\n", p.TargetPower, s.FixedSessions, 100*saved)
-			default:
-				fmt.Fprintf(w, "    against the fixed design at power %.2f (%d sessions) it uses %.0f%% more on average: its looks are larger than the plan needs\n",
-					p.TargetPower, s.FixedSessions, -100*saved)
-			}
-		}
-		if s.PerLookForTarget > 0 && s.PerLookForTarget != s.SessionsPerArm {
-			fmt.Fprintf(w, "    %d looks reach power %.2f with %d sessions per arm and look, %.1f sessions on average\n",
-				s.Looks, p.TargetPower, s.PerLookForTarget, s.ExpectedForTarget)
+		fmt.Fprintf(w, "  sequential: %d looks, one launch per arm and look (%d sessions each), each look testing the launches so far at %.3g\n",
+			s.Looks, s.SessionsPerLaunch, s.LevelPerLook)
+		if s.EarliestStop > 0 {
+			fmt.Fprintf(w, "    the earliest look that can stop with a claim: %d (%d launches per arm)\n", s.EarliestStop, s.EarliestStop)
+		} else {
+			fmt.Fprintf(w, "    no look can reach %.3g: %d launches per arm are needed, so give the design at least %d looks\n",
+				s.LevelPerLook, stats.LaunchesNeeded(s.LevelPerLook), stats.LaunchesNeeded(s.LevelPerLook))
 		}
 		if s.Null != nil {
-			fmt.Fprintf(w, "  simulation, %d experiments under the null (both arms at %.1f%%, the worst of p0, p1 and between): type I error %.4f (exact %.4f), at or below alpha %g: %v\n",
-				s.Null.Reps, 100*s.Null.Rate, s.Null.RejectRate, s.Null.ExactRejectRate, p.AlphaPerComparison, s.Null.ExactRejectRate <= p.AlphaPerComparison)
+			fmt.Fprintf(w, "  simulation, %d experiments under the null (both arms at %.1f%%, launch ICC %.3g): claims %.4f, at or below %.3g: %v\n",
+				s.Null.Reps, 100*s.Null.Rate, p.LaunchICC, s.Null.RejectRate, s.LevelPerLook*float64(s.Looks), s.Null.RejectRate <= s.LevelPerLook*float64(s.Looks))
 		}
 		if s.Alt != nil {
-			fmt.Fprintf(w, "  simulation, %d experiments at %.1f%% vs %.1f%%: power %.3f, %.0f sessions on average of at most %d\n",
-				s.Alt.Reps, 100*p.P0, 100*p.P1, s.Alt.RejectRate, s.Alt.MeanSessions, s.Alt.MaxSessions)
+			fmt.Fprintf(w, "  simulation, %d experiments at %.1f%% vs %.1f%%: power %.3f, %.1f launches per arm on average of at most %d\n",
+				s.Alt.Reps, 100*p.P0, 100*p.P1, s.Alt.RejectRate, s.Alt.MeanLaunches, s.Looks)
 		}
 	}
 	for _, n := range p.Notes {

@@ -505,3 +505,54 @@ func LaunchesForPower(p0, p1, icc float64, sessions int, alpha, power float64, m
 	}
 	return 0
 }
+
+// LaunchSequential is how a group-sequential design on launches behaves: one launch per
+// arm at each of looks looks, the randomization test on the launches so far at level
+// at every look, stopping at the first rejection.
+type LaunchSequential struct {
+	// EarliestStop is the first look whose launches can reach level at all (0: none).
+	EarliestStop int
+	// RejectRate is the share of simulated experiments that stopped with a claim, and
+	// MeanLaunches the launches per arm they used on average, over Reps experiments.
+	RejectRate, MeanLaunches float64
+	Reps                     int
+}
+
+// SimulateLaunchSequential simulates the design at rates p0 and p1 (equal: the null)
+// with launches of sessions sessions whose rates are correlated within a launch at icc.
+func SimulateLaunchSequential(p0, p1, icc float64, sessions, looks int, level float64, reps int, seed uint64) LaunchSequential {
+	out := LaunchSequential{Reps: reps}
+	for k := 1; k <= looks; k++ {
+		if Reject(MinAttainableP(k, k), level) {
+			out.EarliestStop = k
+			break
+		}
+	}
+	if reps < 1 || out.EarliestStop == 0 {
+		out.MeanLaunches = float64(looks)
+		return out
+	}
+	rng := rand.New(rand.NewPCG(seed, 0x736571))
+	rejected, used := 0, 0
+	a, b := make([]float64, 0, looks), make([]float64, 0, looks)
+	for r := 0; r < reps; r++ {
+		a, b = a[:0], b[:0]
+		stop := looks
+		for k := 1; k <= looks; k++ {
+			a = append(a, float64(BetaBinomialDraw(rng, sessions, p0, icc))/float64(sessions))
+			b = append(b, float64(BetaBinomialDraw(rng, sessions, p1, icc))/float64(sessions))
+			if k < out.EarliestStop {
+				continue
+			}
+			if p, _, _ := permutationP(a, b, 0); Reject(p, level) {
+				rejected++
+				stop = k
+				break
+			}
+		}
+		used += stop
+	}
+	out.RejectRate = float64(rejected) / float64(reps)
+	out.MeanLaunches = float64(used) / float64(reps)
+	return out
+}

@@ -23,29 +23,26 @@ type UnitView struct {
 	Events   []int  // per arm
 	N        []int
 	Clusters []int // sessions (response unit) or launches (launch unit) per arm
-	// P is the deciding test's raw p against the baseline, per arm (NaN for the
-	// baseline, and for every arm when no launch-level conclusion is possible): Donner's
-	// adjusted chi-square for responses, the t test on launch rates for launches. The
-	// arm's Comparison.AdjustedP is this p adjusted with the others (Holm, or the
-	// factorial family).
+	// P is the unit's test's p against the baseline, per arm (NaN for the baseline, and
+	// for an arm whose launches cannot reach alpha): Donner's adjusted chi-square for
+	// responses, the randomization test on launch rates for launches. Decisions are the
+	// launch family's (Verdict.Claims).
 	P []float64
 	// NaiveP is what counting the items as independent would give: the Pearson
 	// chi-square on responses, or Fisher's exact test on the sessions of all launches.
 	NaiveP []float64
 	ICC    []float64 // pooled intra-cluster correlation against the baseline
 	DE     []float64 // design effect against the baseline
-	// Test names the deciding test: "Donner's adjusted chi-square" or "t test on launch
-	// rates".
+	// Test names the unit's test: "Donner's adjusted chi-square" or the randomization
+	// test on launches.
 	Test string
-	// Launch is, per arm, the launch-level t test against the baseline (nil for the
-	// baseline and for the response unit): launch rates, difference with its t
-	// interval, degrees of freedom, p, and whether a conclusion was possible.
-	Launch []*stats.LaunchTest
-	// Inconclusive is true when some arm has fewer than MinLaunchesPerArm launches with
-	// analysed sessions: no launch-level conclusion is possible, so no arm is declared
-	// different on this unit (the session counts are not a substitute, since the spec
-	// chose launches because sessions of a launch are correlated).
-	Inconclusive      bool
+	// Launch is, per arm, the randomization test of its launches' corruption rates
+	// against the baseline's (nil for the baseline and for the response unit).
+	Launch []*stats.LaunchPermutationTest
+	// Inconclusive is true when some arm has too few launches with analysed sessions
+	// for the randomization test to reach alpha at all.
+	Inconclusive bool
+	// MinLaunchesPerArm is the fewest launches per arm with which it can.
 	MinLaunchesPerArm int
 	Fallback          string // why the unit's test could not decide, in words
 }
@@ -103,6 +100,9 @@ type AdditiveInteraction struct {
 type NIView struct {
 	Arm    string
 	Result stats.NonInferiorityResult
+	// Launch is the claim as tested on launches, which decides Result.NonInferior and
+	// gives Result.Upper.
+	Launch *LaunchClaim
 }
 
 // LossView compares losses of one arm with the baseline's.
@@ -111,28 +111,26 @@ type LossView struct {
 	Result stats.LossResult
 }
 
-// SequentialView is the group-sequential decision of one arm against the baseline.
+// SequentialView is the group-sequential judgement of one arm against the baseline, on
+// launches: at every look (after each block) the randomization test on the launches so
+// far, against the per-look level (the claim's share of alpha over the looks), as the
+// orchestrator took it to decide whether to stop.
 type SequentialView struct {
-	Arm    string
-	Design []stats.Boundary
-	// Result is the decision. Result.Interval is the repeated confidence interval of
-	// the difference at the last look taken (level Result.IntervalConf at that look,
-	// 1 − alpha over all looks at once), which the arm's Comparison.DiffCI is set to:
-	// after an early stop the fixed-sample interval on the same counts under-covers.
-	// Result.SessionsUsed and Result.SessionsMax are the sessions (both arms) used and
-	// the design's ceiling.
-	Result stats.SequentialResult
-	// TargetPower is the spec's analysis.plan.power (0.8 when not set), and
-	// FixedSessions the sessions, both arms, of the fixed design that reaches it for the
-	// spec's planned rates (analysis.plan p0, p1) at the same alpha per comparison: 0
-	// when the spec plans no rates, and then no saving can be claimed.
-	TargetPower   float64
-	FixedSessions int
-	// Saved is FixedSessions − Result.SessionsUsed: sessions the sequential design saved
-	// against that fixed design, negative when it used more. SavedFraction is Saved /
-	// FixedSessions, NaN without FixedSessions.
-	Saved         int
-	SavedFraction float64
+	Arm   string
+	Looks int     // the design's looks
+	Level float64 // the per-look level
+	// Taken are the looks the data allow, in order; Stopped is the 1-based look whose
+	// test rejected (0: none did).
+	Taken   []SequentialLook
+	Stopped int
+}
+
+// SequentialLook is one look of a sequential arm.
+type SequentialLook struct {
+	Look                      int
+	LaunchesArm, LaunchesBase int
+	P, MinP                   float64
+	Crossed                   bool
 }
 
 // analyseDesign runs every design-dependent analysis; it runs after the session-level
@@ -313,8 +311,6 @@ func (v *Verdict) factorial() {
 		switch {
 		case i == v.Baseline || c == nil || c.Sequential:
 			armP[i] = math.NaN()
-		case c.UnitDecides && v.UnitView != nil:
-			armP[i], armTest = v.UnitView.P[i], v.UnitView.Test
 		default:
 			armP[i] = c.FisherP
 		}
@@ -326,22 +322,6 @@ func (v *Verdict) factorial() {
 		return
 	}
 	v.Factorial = &FactorialView{Result: res, Reference: ref, Family: family}
-	for _, cl := range family.Claims {
-		if cl.Kind != stats.ClaimArm {
-			continue
-		}
-		for i, a := range v.Arms {
-			if a.Name == cl.Name && a.Compare != nil {
-				c := a.Compare
-				c.AdjustedP = cl.AdjustedP
-				c.Significant = cl.Reject
-				c.Direction = ""
-				if c.Significant {
-					c.Direction = direction(v.armRateDifference(i))
-				}
-			}
-		}
-	}
 	for i := 0; i < len(f); i++ {
 		for j := i + 1; j < len(f); j++ {
 			var t [2][2]stats.Cell
@@ -365,17 +345,6 @@ func (v *Verdict) factorial() {
 	for _, w := range res.Warnings {
 		v.noteOnce("Factorial model: " + string(w))
 	}
-}
-
-// armRateDifference is arm i's rate minus the baseline's on the unit that decides it.
-func (v *Verdict) armRateDifference(i int) float64 {
-	if uv := v.UnitView; uv != nil && v.Arms[i].Compare.UnitDecides {
-		if uv.Launch != nil && uv.Launch[i] != nil {
-			return uv.Launch[i].Difference
-		}
-		return float64(uv.Events[i])/float64(max(uv.N[i], 1)) - float64(uv.Events[v.Baseline])/float64(max(uv.N[v.Baseline], 1))
-	}
-	return v.Arms[i].Compare.Difference
 }
 
 // direction names the sign of a difference for a significant comparison.
@@ -454,28 +423,19 @@ func (v *Verdict) sequential(sessions []store.SessionOutcome, index map[int64]in
 	if len(others) == 0 {
 		return
 	}
-	// The orchestrator spends alpha/(arms-1) per comparison; the verdict judges the same.
-	alpha := v.Alpha / float64(len(others))
-	design, err := stats.Boundaries(looks, alpha, nil)
-	if err != nil {
-		v.Caveats = append(v.Caveats, fmt.Sprintf("The sequential design could not be rebuilt: %v", err))
-		return
-	}
-	plan := v.plannedRates()
-	fixed := 0
-	if plan.P0 != plan.P1 {
-		_, fixed = stats.FixedDesignSessions(plan.P0, plan.P1, alpha, plan.Power)
-	}
+	level := stats.PrimaryLevel(v.Alpha, len(others)) / float64(looks)
+	// Each block's launch rate per arm, in block order.
+	type cell struct{ n, events int }
+	perBlock := map[int][]cell{}
 	maxBlock := -1
-	perBlock := map[int][]armCounts{}
 	for _, s := range sessions {
-		if perBlock[s.Block] == nil {
-			perBlock[s.Block] = make([]armCounts, len(v.Arms))
-		}
-		maxBlock = max(maxBlock, s.Block)
 		if !analysed(s) {
 			continue
 		}
+		if perBlock[s.Block] == nil {
+			perBlock[s.Block] = make([]cell, len(v.Arms))
+		}
+		maxBlock = max(maxBlock, s.Block)
 		c := &perBlock[s.Block][index[s.ArmID]]
 		c.n++
 		if s.Corrupted {
@@ -483,42 +443,33 @@ func (v *Verdict) sequential(sessions []store.SessionOutcome, index map[int64]in
 		}
 	}
 	for _, i := range others {
-		var lc []stats.LookCounts
-		cum := make([]armCounts, len(v.Arms))
-		for b := 0; b <= maxBlock && b < looks; b++ {
-			for k, c := range perBlock[b] {
-				cum[k].events += c.events
-				cum[k].n += c.n
+		sv := SequentialView{Arm: v.Arms[i].Name, Looks: looks, Level: level}
+		var a, b []float64
+		for blk := 0; blk <= maxBlock && blk < looks; blk++ {
+			for k, c := range perBlock[blk] {
+				if c.n == 0 {
+					continue
+				}
+				switch k {
+				case v.Baseline:
+					a = append(a, float64(c.events)/float64(c.n))
+				case i:
+					b = append(b, float64(c.events)/float64(c.n))
+				}
 			}
-			lc = append(lc, stats.LookCounts{EventsA: cum[v.Baseline].events, SessionsA: cum[v.Baseline].n,
-				EventsB: cum[i].events, SessionsB: cum[i].n})
-		}
-		if len(lc) == 0 {
-			continue
-		}
-		res, err := stats.SequentialDecision(lc, design)
-		if err != nil {
-			v.Caveats = append(v.Caveats, fmt.Sprintf("Sequential decision for %s: %v", v.Arms[i].Name, err))
-			continue
-		}
-		sv := SequentialView{Arm: v.Arms[i].Name, Design: design, Result: res, TargetPower: plan.Power,
-			FixedSessions: fixed, SavedFraction: math.NaN()}
-		if fixed > 0 {
-			sv.Saved = fixed - res.SessionsUsed
-			sv.SavedFraction = float64(sv.Saved) / float64(fixed)
+			r, err := stats.LaunchPermutation(a, b, 0)
+			if err != nil {
+				break
+			}
+			look := SequentialLook{Look: blk + 1, LaunchesArm: len(b), LaunchesBase: len(a), P: r.P, MinP: r.MinP,
+				Crossed: len(a) > 0 && len(b) > 0 && stats.Reject(r.MinP, level) && stats.Reject(r.P, level)}
+			sv.Taken = append(sv.Taken, look)
+			if look.Crossed && sv.Stopped == 0 {
+				sv.Stopped = look.Look
+			}
 		}
 		v.Sequential = append(v.Sequential, sv)
-		// With repeated looks, a fixed-design p on all the data overstates the evidence,
-		// and a fixed-sample interval under-covers after an early stop: the decision is
-		// the boundary's and the interval the repeated one.
-		c := v.Arms[i].Compare
-		c.Significant = res.Significant
-		c.DiffCI = res.Interval
-		c.Direction = ""
-		if res.Significant {
-			c.Direction = direction(res.Difference)
-		}
-		c.Sequential = true
+		v.Arms[i].Compare.Sequential = true
 	}
 }
 
@@ -567,9 +518,10 @@ func specPlan(spec string) plannedRates {
 	return plannedRates{P0: p.P0, P1: p.P1, Power: p.Power}
 }
 
-// unitView computes the response- or launch-level comparison when the spec chose that
-// unit; its test then decides: Donner's adjusted chi-square over sessions for
-// responses, the t test on launch rates for launches.
+// unitView describes the comparison on the spec's unit when it is not the session:
+// Donner's adjusted chi-square over the responses of sessions, or the randomization test
+// on the launches' corruption rates. Decisions are the launch family's (judgeLaunches),
+// whatever the unit; this view shows what counting the unit's items would say.
 func (v *Verdict) unitView(sessions []store.SessionOutcome, index map[int64]int) {
 	if v.Unit != "response" && v.Unit != "launch" {
 		return
@@ -604,10 +556,10 @@ func (v *Verdict) unitView(sessions []store.SessionOutcome, index map[int64]int)
 			clusters[runArm[r]] = append(clusters[runArm[r]], *perRun[r])
 		}
 	}
-	uv := &UnitView{Unit: v.Unit, Test: "Donner's adjusted chi-square", MinLaunchesPerArm: stats.MinLaunchesPerArm}
+	uv := &UnitView{Unit: v.Unit, Test: "Donner's adjusted chi-square", MinLaunchesPerArm: stats.LaunchesNeeded(v.Alpha)}
 	if v.Unit == "launch" {
-		uv.Test = "t test on launch rates"
-		uv.Launch = make([]*stats.LaunchTest, len(v.Arms))
+		uv.Test = testRandomization
+		uv.Launch = make([]*stats.LaunchPermutationTest, len(v.Arms))
 	}
 	for i := range v.Arms {
 		ev, n := 0, 0
@@ -624,12 +576,19 @@ func (v *Verdict) unitView(sessions []store.SessionOutcome, index map[int64]int)
 		uv.DE = append(uv.DE, math.NaN())
 	}
 	v.UnitView = uv
-	var unitPs []float64
-	var decided []int
+	rates := func(cs []stats.ClusterCounts) []float64 {
+		var r []float64
+		for _, c := range cs {
+			if c.Responses > 0 {
+				r = append(r, float64(c.Events)/float64(c.Responses))
+			}
+		}
+		return r
+	}
 	for _, i := range v.others() {
 		base, arm := clusters[v.Baseline], clusters[i]
 		if v.Unit == "response" && (len(arm) < 2 || len(base) < 2) {
-			uv.Fallback = "each arm needs at least two sessions to estimate their correlation; the session-level test decides"
+			uv.Fallback = "each arm needs at least two sessions to estimate their correlation"
 			return
 		}
 		if d, err := stats.DonnerAdjusted(base, arm); err == nil {
@@ -640,83 +599,22 @@ func (v *Verdict) unitView(sessions []store.SessionOutcome, index map[int64]int)
 			return
 		}
 		if v.Unit == "launch" {
-			lt, err := stats.LaunchTTest(base, arm, 0.95)
+			lt, err := stats.LaunchPermutation(rates(base), rates(arm), 0.95)
 			if err != nil {
 				uv.Fallback = err.Error()
 				return
 			}
 			uv.Launch[i] = &lt
 			uv.P[i], uv.NaiveP[i] = lt.P, v.Arms[i].Compare.FisherP
-			if !lt.Possible {
+			if !stats.Reject(lt.MinP, v.Alpha) {
 				uv.Inconclusive = true
+				uv.P[i] = math.NaN()
 			}
-			for _, w := range lt.Warnings {
-				v.noteOnce(fmt.Sprintf("%s against %s, launches as the unit: %s.", v.Arms[i].Name, v.Arms[v.Baseline].Name, w))
-			}
-		}
-		if !v.Arms[i].Compare.Sequential {
-			unitPs = append(unitPs, uv.P[i])
-			decided = append(decided, i)
 		}
 	}
 	if uv.Inconclusive {
-		uv.Fallback = fmt.Sprintf("an arm has fewer than %d launches with analysed sessions: no launch-level conclusion is possible (run more blocks)", stats.MinLaunchesPerArm)
-		for i := range uv.P {
-			uv.P[i] = math.NaN()
-		}
-		for _, i := range decided {
-			c := v.Arms[i].Compare
-			c.AdjustedP, c.Significant, c.Direction, c.UnitDecides = math.NaN(), false, "", true
-		}
-		return
+		uv.Fallback = fmt.Sprintf("an arm has too few launches with analysed sessions for the randomization test to reach alpha %g at all (it needs %d per arm)", v.Alpha, uv.MinLaunchesPerArm)
 	}
-	// Several arms against the baseline: Holm over the clustered p-values, as over the
-	// exact ones.
-	adjusted := holm(unitPs)
-	for k, i := range decided {
-		c := v.Arms[i].Compare
-		c.AdjustedP = adjusted[k]
-		c.Significant = stats.Reject(c.AdjustedP, v.Alpha)
-		c.Direction = ""
-		c.UnitDecides = true
-		if c.Significant {
-			c.Direction = direction(v.armRateDifference(i))
-		}
-	}
-}
-
-// HeadlineFamily is the declared family of claims a headline may draw from: in a
-// factorial experiment FactorialView.Family; otherwise every arm against the baseline
-// that a p-value decides (on sessions, or on the spec's unit), Holm-adjusted together,
-// the same adjustment as each Comparison.AdjustedP. Arms decided by a sequential
-// boundary spend their own alpha and are not in it; neither are arms that could not be
-// tested (no launch-level conclusion possible). A claim may be headlined only when its
-// Reject is true, quoting its AdjustedP.
-func (v *Verdict) HeadlineFamily() stats.Family {
-	if v.Factorial != nil {
-		return v.Factorial.Family
-	}
-	var claims []stats.Claim
-	for i, a := range v.Arms {
-		c := a.Compare
-		if i == v.Baseline || c == nil || c.Sequential {
-			continue
-		}
-		cl := stats.Claim{Kind: stats.ClaimArm, Name: a.Name, Scale: stats.ScaleRiskDifference, Test: "Fisher exact",
-			Estimate: c.Difference, P: c.FisherP}
-		if uv := v.UnitView; c.UnitDecides && uv != nil {
-			cl.Test, cl.P, cl.Estimate = uv.Test, uv.P[i], v.armRateDifference(i)
-		}
-		claims = append(claims, cl)
-	}
-	desc := fmt.Sprintf("%d %s against %s", len(claims), map[bool]string{true: "arm", false: "arms"}[len(claims) == 1], v.Arms[v.Baseline].Name)
-	f, err := stats.NewFamily("arms", desc, v.Alpha, claims)
-	if err != nil {
-		// Alpha is checked when the verdict is built; an error here is a bug.
-		return stats.Family{Name: "arms", Description: err.Error()}
-	}
-	f.Description = fmt.Sprintf("%d %s, Holm-adjusted together: %s", f.Tested, map[bool]string{true: "claim", false: "claims"}[f.Tested == 1], desc)
-	return f
 }
 
 // factorLabel names a term for a reader: "bf16_index_k x hicache interaction".

@@ -104,7 +104,7 @@ func build(t *testing.T, db *sqlx.DB, name string) (*Verdict, string) {
 	return v, md.String()
 }
 
-func TestFactorialVerdictNamesTheInteraction(t *testing.T) {
+func TestFactorialVerdictDescribesTheInteraction(t *testing.T) {
 	design := store.Design{Blocks: 1, Factors: []store.DesignFactor{
 		{Name: "bf16_index_k", Levels: []string{"0", "1"}}, {Name: "hicache", Levels: []string{"off", "on"}}}}
 	lv := func(k, h string) map[string]string { return map[string]string{"bf16_index_k": k, "hicache": h} }
@@ -122,19 +122,22 @@ func TestFactorialVerdictNamesTheInteraction(t *testing.T) {
 	if len(v.Factorial.Additive) != 1 || !v.Factorial.Additive[0].Result.Significant {
 		t.Fatalf("additive interaction = %+v, want significant", v.Factorial.Additive)
 	}
+	// The interaction is described on sessions, but no factorial term is claimed on
+	// launches: the headline names the largest difference and what the launches allow.
 	head := strings.Join(v.Headline(), "\n")
-	if !strings.Contains(head, "bf16_index_k x hicache interaction") {
-		t.Errorf("headline does not name the interaction:\n%s", head)
+	if strings.Contains(head, "interaction") || !strings.Contains(head, "bf16_index_k=1,hicache=on's: 14 of 60") || !strings.Contains(head, "cannot be told apart") {
+		t.Errorf("headline:\n%s", head)
 	}
-	if !strings.Contains(md, "## Factorial model") || !strings.Contains(md, "Holm-adjusted") {
-		t.Errorf("markdown lacks the factorial section or the multiplicity adjustment")
+	if !strings.Contains(md, "## Factorial model") || !strings.Contains(md, "bf16_index_k x hicache") {
+		t.Errorf("markdown lacks the factorial section")
 	}
 }
 
-func TestSequentialVerdictJudgesByTheBoundary(t *testing.T) {
+// A sequential arm is judged on launches at every look, at its level divided over the
+// looks: 5 of 20 against 0 of 20 in one launch each is far from it, and so are two
+// launches; six launches of a consistent difference cross (2/924 ≤ 0.0075).
+func TestSequentialVerdictJudgesOnLaunches(t *testing.T) {
 	design := store.Design{Blocks: 4, Looks: 4, Sessions: 20}
-	// Look 1: 0/20 vs 5/20 (Fisher p = 0.047): significant for a fixed test, but far
-	// above O'Brien-Fleming's first threshold; the experiment went on to look 2.
 	db := record(t, "seq", "session", design, []fixtureRun{
 		{arm: "control", block: 0, sessions: 20},
 		{arm: "treatment", block: 0, sessions: 20, corrupted: 5},
@@ -145,16 +148,30 @@ func TestSequentialVerdictJudgesByTheBoundary(t *testing.T) {
 	if len(v.Sequential) != 1 {
 		t.Fatalf("sequential views = %d", len(v.Sequential))
 	}
-	r := v.Sequential[0].Result
-	if len(r.Looks) != 2 || r.Looks[0].Crossed {
-		t.Fatalf("looks = %+v", r.Looks)
+	sv := v.Sequential[0]
+	if len(sv.Taken) != 2 || sv.Taken[0].Crossed || sv.Taken[1].Crossed || sv.Stopped != 0 || math.Abs(sv.Level-0.03/4) > 1e-12 {
+		t.Fatalf("sequential view %+v", sv)
 	}
 	c := v.Arms[1].Compare
-	if !c.Sequential || c.Significant != r.Significant {
-		t.Errorf("comparison %+v does not follow the sequential decision %+v", c, r)
+	if !c.Sequential || c.Significant || c.Launch == nil || math.Abs(c.Launch.Level-0.03/4) > 1e-12 || c.Launch.Testable {
+		t.Errorf("comparison %+v, claim %+v", c, c.Launch)
 	}
-	if !strings.Contains(md, "## Sequential design") || !strings.Contains(md, "| 1 | 25% |") {
+	if !strings.Contains(md, "## Sequential design") || !strings.Contains(md, "| 1 | 1 vs 1 | 1.000 |") {
 		t.Errorf("markdown lacks the look table:\n%s", md)
+	}
+	var runs []fixtureRun
+	for b := range 6 {
+		runs = append(runs, fixtureRun{arm: "control", block: b, sessions: 20}, fixtureRun{arm: "treatment", block: b, sessions: 20, corrupted: 5})
+	}
+	db = record(t, "seq6", "session", store.Design{Blocks: 6, Looks: 6, Sessions: 20}, runs)
+	v, _ = build(t, db, "seq6")
+	sv = v.Sequential[0]
+	// At 6 looks the level is 0.005: 5 launches (2/252) cannot reach it, 6 (2/924) can.
+	if sv.Stopped != 6 || sv.Taken[4].Crossed || !v.Arms[1].Compare.Significant {
+		t.Errorf("six consistent launches: %+v, comparison %+v", sv, v.Arms[1].Compare)
+	}
+	if h := v.headline(""); !strings.Contains(h, "divided over 6 looks") || !strings.Contains(h, "significantly higher") {
+		t.Errorf("headline: %s", h)
 	}
 }
 
@@ -181,14 +198,13 @@ func TestBlocksAreStratifiedAndSessionsPaired(t *testing.T) {
 }
 
 func TestNonInferiorityAndLosses(t *testing.T) {
-	design := store.Design{Blocks: 1, Margin: 0.1}
-	db := record(t, "ni", "session", design, []fixtureRun{
-		{arm: "baseline", sessions: 200, corrupted: 2},
-		{arm: "fixed", sessions: 200, corrupted: 1, lost: 12},
-	})
+	design := store.Design{Blocks: 4, Margin: 0.1}
+	db := record(t, "ni", "session", design, inBlocks(4,
+		fixtureRun{arm: "baseline", sessions: 200, corrupted: 2},
+		fixtureRun{arm: "fixed", sessions: 200, corrupted: 1, lost: 12}))
 	v, md := build(t, db, "ni")
 	if len(v.NonInferiority) != 1 || !v.NonInferiority[0].Result.NonInferior {
-		t.Fatalf("non-inferiority = %+v", v.NonInferiority)
+		t.Fatalf("non-inferiority = %+v, claim %+v", v.NonInferiority, v.NonInferiority[0].Launch)
 	}
 	if !strings.Contains(strings.Join(v.Headline(), " "), "fixed is non-inferior") {
 		t.Errorf("headline does not say the fix is safe: %q", v.Headline())
@@ -201,7 +217,7 @@ func TestNonInferiorityAndLosses(t *testing.T) {
 	}
 }
 
-func TestResponseUnitIsDecidedByTheClusteredTest(t *testing.T) {
+func TestResponseUnitShowsTheClusteredTest(t *testing.T) {
 	db := record(t, "resp", "response", store.Design{Blocks: 1}, []fixtureRun{
 		{arm: "control", sessions: 60, turnsPerSession: 8},
 		{arm: "treatment", sessions: 60, corrupted: 3, turnsPerSession: 8},
@@ -214,7 +230,7 @@ func TestResponseUnitIsDecidedByTheClusteredTest(t *testing.T) {
 	c := v.Arms[1].Compare
 	// 21 of 480 responses against 0 looks overwhelming as if independent; clustered in 3
 	// sessions it is not much more than the session-level 3/60 against 0/60.
-	if !c.UnitDecides || !(uv.NaiveP[1] < 1e-5) || !(uv.P[1] > uv.NaiveP[1]*100) || math.IsNaN(uv.DE[1]) || uv.DE[1] < 2 {
+	if !(uv.NaiveP[1] < 1e-5) || !(uv.P[1] > uv.NaiveP[1]*100) || math.IsNaN(uv.DE[1]) || uv.DE[1] < 2 {
 		t.Fatalf("response unit: %+v, naive p %g, Donner p %g, DE %g", c, uv.NaiveP[1], uv.P[1], uv.DE[1])
 	}
 	if !strings.Contains(md, "## Unit of analysis: response") || uv.Test != "Donner's adjusted chi-square" {
@@ -257,42 +273,41 @@ func TestNoComparisonFailsTheGatesAndSaysSo(t *testing.T) {
 	}
 }
 
-// Outside a factorial design the headline family is the arms against the baseline,
-// with the same Holm adjustment as each comparison.
-func TestHeadlineFamilyOfSeveralArms(t *testing.T) {
-	db := record(t, "arms3", "session", store.Design{Blocks: 1}, []fixtureRun{
-		{arm: "control", sessions: 60},
-		{arm: "b", sessions: 60, corrupted: 12},
-		{arm: "c", sessions: 60, corrupted: 4},
-	})
-	v, _ := build(t, db, "arms3")
-	f := v.HeadlineFamily()
-	if f.Tested != 2 || f.Method != "Holm" || !strings.Contains(f.Description, "2 claims") {
-		t.Fatalf("family %+v", f)
-	}
-	for _, cl := range f.Claims {
-		for _, a := range v.Arms {
-			if a.Name == cl.Name && (a.Compare.AdjustedP != cl.AdjustedP || a.Compare.Significant != cl.Reject || a.Compare.FisherP != cl.P) {
-				t.Errorf("%s: family %+v, comparison %+v", a.Name, cl, a.Compare)
-			}
+// inBlocks repeats runs in blocks 0 to n−1: identical launches of each arm.
+func inBlocks(n int, runs ...fixtureRun) []fixtureRun {
+	var out []fixtureRun
+	for b := range n {
+		for _, r := range runs {
+			r.block = b
+			out = append(out, r)
 		}
 	}
-	if h := f.Headlined(); len(h) != 1 || h[0].Name != "b" {
-		t.Errorf("headlined %+v", h)
-	}
+	return out
 }
 
-func TestResponseUnitHolmAdjustsAcrossArms(t *testing.T) {
-	db := record(t, "resp3", "response", store.Design{Blocks: 1}, []fixtureRun{
-		{arm: "control", sessions: 60, turnsPerSession: 8},
-		{arm: "b", sessions: 60, corrupted: 3, turnsPerSession: 8},
-		{arm: "c", sessions: 60, turnsPerSession: 8},
-	})
-	v, _ := build(t, db, "resp3")
-	uv := v.UnitView
-	c := v.Arms[1].Compare
-	if !c.UnitDecides || c.AdjustedP <= uv.P[1] || math.Abs(c.AdjustedP-math.Min(1, 2*uv.P[1])) > 1e-12 {
-		t.Errorf("arm b: Donner p %g, adjusted %g; want Holm's 2p", uv.P[1], c.AdjustedP)
+// Several arms share the corruption claims' part of alpha: with two arms against the
+// baseline each is tested at 0.015, which 5 launches per arm can reach (2/252) and 4
+// cannot (2/70).
+func TestSeveralArmsShareTheirLevel(t *testing.T) {
+	db := record(t, "arms3", "session", store.Design{Blocks: 5}, inBlocks(5,
+		fixtureRun{arm: "control", sessions: 60},
+		fixtureRun{arm: "b", sessions: 60, corrupted: 12},
+		fixtureRun{arm: "c", sessions: 60}))
+	v, _ := build(t, db, "arms3")
+	b, c := v.Arms[1].Compare, v.Arms[2].Compare
+	if b.Launch == nil || math.Abs(b.Launch.Level-0.015) > 1e-12 || !b.Launch.Testable || !b.Significant || c.Significant {
+		t.Fatalf("b %+v (claim %+v), c %+v", b, b.Launch, c)
+	}
+	if h := v.headline(""); !strings.Contains(h, "ignificantly higher than control: b") {
+		t.Errorf("headline: %s", h)
+	}
+	db = record(t, "arms3x4", "session", store.Design{Blocks: 4}, inBlocks(4,
+		fixtureRun{arm: "control", sessions: 60},
+		fixtureRun{arm: "b", sessions: 60, corrupted: 12},
+		fixtureRun{arm: "c", sessions: 60}))
+	v, _ = build(t, db, "arms3x4")
+	if b := v.Arms[1].Compare; b.Significant || b.Launch.Testable || b.Launch.Needed != 5 {
+		t.Errorf("4 launches per arm reached 0.015: %+v", b.Launch)
 	}
 }
 
@@ -352,9 +367,10 @@ func TestFactorialFamilyDecidesTheVerdictsClaims(t *testing.T) {
 
 func sameFloat(a, b float64) bool { return a == b || (math.IsNaN(a) && math.IsNaN(b)) }
 
-// Launches as the unit: two launches per arm are judged by the t test on launch rates;
-// one launch per arm allows no launch-level conclusion at all.
-func TestLaunchUnitIsDecidedOnLaunches(t *testing.T) {
+// Every claim is decided on launches, whatever the unit: two launches per arm cannot
+// reach the corruption claim's level at all, four can, and the session counts never
+// decide on their own.
+func TestCorruptionIsDecidedOnLaunches(t *testing.T) {
 	db := record(t, "launch2", "launch", store.Design{Blocks: 2}, []fixtureRun{
 		{arm: "control", block: 0, sessions: 60},
 		{arm: "treatment", block: 0, sessions: 60, corrupted: 9},
@@ -363,82 +379,38 @@ func TestLaunchUnitIsDecidedOnLaunches(t *testing.T) {
 	})
 	v, _ := build(t, db, "launch2")
 	uv := v.UnitView
-	if uv == nil || uv.Test != "t test on launch rates" || uv.Launch[1] == nil || uv.Inconclusive {
+	if uv == nil || uv.Test != testRandomization || uv.Launch[1] == nil || !uv.Inconclusive || uv.MinLaunchesPerArm != 4 {
 		t.Fatalf("unit view %+v", uv)
 	}
-	lt := uv.Launch[1]
-	want, _ := stats.LaunchTTest([]stats.ClusterCounts{{Events: 0, Responses: 60}, {Events: 0, Responses: 60}}, []stats.ClusterCounts{{Events: 9, Responses: 60}, {Events: 7, Responses: 60}}, 0.95)
-	if lt.DF != 2 || lt.P != want.P || uv.P[1] != want.P || uv.Clusters[1] != 2 {
-		t.Errorf("launch test %+v, want %+v", lt, want)
+	if lt := uv.Launch[1]; lt.LaunchesA != 2 || lt.LaunchesB != 2 || math.Abs(lt.P-1.0/3) > 1e-12 {
+		t.Errorf("launch test %+v", lt)
 	}
 	c := v.Arms[1].Compare
-	if !c.UnitDecides || !c.Significant || c.Direction != "higher" || c.AdjustedP != want.P || uv.NaiveP[1] != c.FisherP {
-		t.Errorf("comparison %+v", c)
+	if c.Significant || c.Launch == nil || c.Launch.Testable || c.Launch.Needed != 4 || !(c.FisherP < 0.001) {
+		t.Errorf("two launches per arm decided: %+v, claim %+v", c, c.Launch)
+	}
+	if h := v.headline(""); !strings.Contains(h, "cannot be told apart from a difference between launches") || !strings.Contains(h, "4 launches per arm") {
+		t.Errorf("headline does not say what the design cannot claim: %s", h)
 	}
 
-	db = record(t, "launch1", "launch", store.Design{Blocks: 1}, []fixtureRun{
-		{arm: "control", sessions: 60},
-		{arm: "treatment", sessions: 60, corrupted: 14},
-	})
-	v, _ = build(t, db, "launch1")
-	uv = v.UnitView
+	var runs []fixtureRun
+	for b, k := range []int{9, 7, 8, 10} {
+		runs = append(runs, fixtureRun{arm: "control", block: b, sessions: 60}, fixtureRun{arm: "treatment", block: b, sessions: 60, corrupted: k})
+	}
+	db = record(t, "launch4", "session", store.Design{Blocks: 4}, runs)
+	v, _ = build(t, db, "launch4")
 	c = v.Arms[1].Compare
-	if !uv.Inconclusive || uv.MinLaunchesPerArm != 2 || !strings.Contains(uv.Fallback, "no launch-level conclusion is possible") {
-		t.Fatalf("one launch per arm: %+v", uv)
+	lc := c.Launch
+	if lc == nil || !lc.Testable || !c.Significant || c.Direction != "higher" || math.Abs(lc.P-2.0/70) > 1e-12 || math.Abs(lc.Level-0.03) > 1e-12 {
+		t.Fatalf("four launches per arm: %+v, claim %+v", c, lc)
 	}
-	// 14 of 60 against 0 of 60 is p = 3e-5 on sessions, but the spec chose launches.
-	if !(c.FisherP < 1e-4) || c.Significant || !c.UnitDecides || !math.IsNaN(c.AdjustedP) {
-		t.Errorf("one launch per arm decided anyway: %+v", c)
+	if !(lc.CI.Lo > 0) || c.AdjustedP != lc.P {
+		t.Errorf("the interval %+v must exclude 0 with the claim, and AdjustedP %g be its p", lc.CI, c.AdjustedP)
 	}
-	if f := v.HeadlineFamily(); f.Tested != 0 || len(f.Headlined()) != 0 {
-		t.Errorf("an arm with no launch-level conclusion entered the headline family: %+v", f)
-	}
-	if !strings.Contains(strings.Join(v.Caveats, "\n"), "no launch-level conclusion is possible") {
-		t.Errorf("caveats do not say it: %q", v.Caveats)
+	if h := v.headline(""); !strings.Contains(h, "significantly higher") || !strings.Contains(h, "97% CI") {
+		t.Errorf("headline: %s", h)
 	}
 }
 
 // After an early stop the arm's interval is the repeated confidence interval, and what
 // the stop saved is measured against the fixed design with the spec's own power.
-func TestSequentialEarlyStopIntervalAndSaving(t *testing.T) {
-	spec := `version: 1
-name: seq-plan
-analysis:
-  unit: session
-  sequential: {looks: 4}
-  plan: {p0: 0, p1: 0.15, power: 0.8}
-`
-	design := store.Design{Blocks: 4, Looks: 4, Sessions: 60}
-	// Look 1: 0/60 vs 9/60, p = 0.003, above 1.5e-5; look 2: 0/120 vs 18/120, below 0.003.
-	db := recordSpec(t, "seqplan", "session", spec, design, []fixtureRun{
-		{arm: "control", block: 0, sessions: 60},
-		{arm: "treatment", block: 0, sessions: 60, corrupted: 9},
-		{arm: "control", block: 1, sessions: 60},
-		{arm: "treatment", block: 1, sessions: 60, corrupted: 9},
-	})
-	v, _ := build(t, db, "seqplan")
-	sv := v.Sequential[0]
-	r := sv.Result
-	if r.StoppedAt != 2 || r.SessionsUsed != 240 || r.SessionsMax != 480 {
-		t.Fatalf("sequential result %+v", r)
-	}
-	c := v.Arms[1].Compare
-	fixedCI := stats.Newcombe(0, 120, 18, 120, 0.95)
-	if c.DiffCI != r.Interval || !(r.Interval.Lo < fixedCI.Lo) || !(r.Interval.Hi > fixedCI.Hi) {
-		t.Errorf("interval after the stop %+v, repeated %+v, fixed-sample %+v", c.DiffCI, r.Interval, fixedCI)
-	}
-	_, fixed := stats.FixedDesignSessions(0, 0.15, 0.05, 0.8)
-	if sv.FixedSessions != fixed || fixed != 104 || sv.TargetPower != 0.8 || sv.Saved != 104-240 || math.Abs(sv.SavedFraction-float64(104-240)/104) > 1e-12 {
-		t.Errorf("saving against the fixed design at power 0.8: %+v", sv)
-	}
-
-	// Without planned rates nothing is claimed saved.
-	db = record(t, "seqnoplan", "session", design, []fixtureRun{
-		{arm: "control", block: 0, sessions: 60},
-		{arm: "treatment", block: 0, sessions: 60, corrupted: 9},
-	})
-	v, _ = build(t, db, "seqnoplan")
-	if sv := v.Sequential[0]; sv.FixedSessions != 0 || !math.IsNaN(sv.SavedFraction) {
-		t.Errorf("no plan, yet a saving: %+v", sv)
-	}
-}

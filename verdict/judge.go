@@ -78,8 +78,9 @@ func (v *Verdict) judge() {
 		}
 		c.Inconclusive, c.Why = v.inconclusive(i)
 		c.Tipping = v.tipping(i)
-		c.Launch = v.launchComparison(i)
+		c.Faults = v.launchComparison(i)
 	}
+	v.judgeLaunches()
 	v.caveats()
 }
 
@@ -353,8 +354,8 @@ func (v *Verdict) caveats() {
 	}
 	v.lossCaveat(add)
 	for _, sv := range v.Sequential {
-		if sv.Result.Significant && sv.Result.StoppedAt < len(sv.Design) {
-			add(rankDesign, "The experiment stopped early at look %d: rates and differences estimated at an early stop tend to overstate the effect.", sv.Result.StoppedAt)
+		if sv.Stopped > 0 && sv.Stopped < sv.Looks {
+			add(rankDesign, "The experiment stopped early at look %d: rates and differences estimated at an early stop tend to overstate the effect.", sv.Stopped)
 			break
 		}
 	}
@@ -372,9 +373,7 @@ func (v *Verdict) caveats() {
 	v.boundCaveat(add)
 	v.outcomeCaveats(add)
 	v.conditionsCaveat(add)
-	if m := len(v.others()); m > 1 {
-		add(rankMultiplicity, "%d arms were compared with the baseline: decisions use Holm-adjusted p-values over those %d comparisons (family-wise error at alpha); the BH q-values bound the false discovery rate instead, for screening.", m, m)
-	}
+	v.launchCaveat(add)
 	sort.SliceStable(cs, func(i, j int) bool { return cs[i].rank < cs[j].rank })
 	seen := map[string]bool{}
 	v.Caveats = v.Caveats[:0]
@@ -493,29 +492,38 @@ func (v *Verdict) decision(a ArmResult) string {
 	case "higher", "lower":
 		return fmt.Sprintf("**%s**", c.Direction)
 	}
+	if c.Launch == nil || !c.Launch.Testable {
+		return "not attributable"
+	}
 	return "~"
 }
 
-// pLabel names the p-value that decided a comparison, for a sentence: "Fisher's exact
-// test gives p = 0.003" or "Holm-adjusted p = 0.004 (Fisher's exact test, 3 comparisons)".
+// pLabel names the test that decided a comparison, for a sentence: "The randomization
+// test on the launches' corruption rates gives p = 0.029".
 func (v *Verdict) pLabel(c *Comparison) string {
-	m := len(v.others())
-	switch {
-	case c.UnitDecides:
-		test := "Donner's adjusted chi-square"
-		if v.UnitView != nil && v.UnitView.Test != "" {
-			test = v.UnitView.Test
-		}
-		what := map[string]string{"response": "Counting responses, corrected for their clustering in sessions (" + test + "),",
-			"launch": "Counting launches, each launch's corruption rate one observation (" + test + "),"}[v.Unit]
-		if m > 1 {
-			return fmt.Sprintf("%s gives a Holm-adjusted p = %s over %d comparisons", what, pval(c.AdjustedP), m)
-		}
-		return fmt.Sprintf("%s gives p = %s", what, pval(c.AdjustedP))
-	case m > 1:
-		return fmt.Sprintf("Fisher's exact test gives a Holm-adjusted p = %s over %d comparisons", pval(c.AdjustedP), m)
+	return fmt.Sprintf("The randomization test on the launches' corruption rates gives p = %s", pval(c.AdjustedP))
+}
+
+// levelClause is how a claim's p is weighed: "≤ 0.03, this claim's share of alpha 0.05".
+func (v *Verdict) levelClause(lc *LaunchClaim) string {
+	op := ">"
+	if stats.Reject(lc.P, lc.Level) {
+		op = "≤"
 	}
-	return fmt.Sprintf("Fisher's exact test gives p = %s", pval(c.AdjustedP))
+	looks := ""
+	if lc.Level < v.claimShare(lc)*(1-1e-9) {
+		looks = fmt.Sprintf(", divided over %d looks", v.Design.Looks)
+	}
+	return fmt.Sprintf("%s %s, this claim's share of alpha %g%s", op, levelText(lc.Level), v.Alpha, looks)
+}
+
+// claimShare is a claim's share of alpha before a sequential design divides it over
+// its looks.
+func (v *Verdict) claimShare(lc *LaunchClaim) float64 {
+	if v.Design.Looks > 1 {
+		return lc.Level * float64(v.Design.Looks)
+	}
+	return lc.Level
 }
 
 // against compares p with alpha in symbols a reader checks at a glance.
@@ -531,73 +539,63 @@ func counted(a ArmResult) string {
 	return fmt.Sprintf("%d of %d sessions (%s)", a.Corrupted, a.Sessions, pct(a.Rate))
 }
 
-// evidence is the sentence with one comparison's counts and difference.
+// evidence is the sentence with one comparison's counts and difference: on launches
+// when they can test it, else on the sessions of these launches, said as such.
 func (v *Verdict) evidence(a ArmResult, mark string) string {
 	base := v.Arms[v.Baseline]
 	c := a.Compare
-	lo, hi, label := v.diffInterval(a)
-	return fmt.Sprintf("%s corrupted %s against %d of %d (%s) for %s: a difference of %+.1f points (%s %+.1f to %+.1f).",
-		bold(a.Name, mark), counted(a), base.Corrupted, base.Sessions, pct(base.Rate), bold(base.Name, mark),
-		100*c.Difference, label, 100*lo, 100*hi)
+	lead := fmt.Sprintf("%s corrupted %s against %d of %d (%s) for %s", bold(a.Name, mark), counted(a), base.Corrupted, base.Sessions,
+		pct(base.Rate), bold(base.Name, mark))
+	if lc := c.Launch; lc != nil && lc.Testable {
+		lo, hi, label := v.diffInterval(a)
+		return fmt.Sprintf("%s, over %d and %d launches: the launches' rates differ by %s points (%s %s to %s).",
+			lead, lc.LaunchesArm, lc.LaunchesBase, signedNum(100*lc.Estimate), label, signedNum(100*lo), signedNum(100*hi))
+	}
+	return fmt.Sprintf("%s: a difference of %+.1f points (Fisher's exact test on these sessions: p = %s).", lead, 100*c.Difference, pval(c.FisherP))
 }
 
-// diffInterval is the interval the headline gives for a difference, and its label. For an
-// arm judged by sequential looks it is the repeated confidence interval, which keeps its
-// coverage whichever look the experiment stopped at (a fixed-sample interval on the same
-// counts is too narrow after an early stop).
+// diffInterval is the interval the headline gives for a difference, and its label: the
+// launch test's own interval, at the level the claim is tested at, so that it excludes 0
+// exactly when the claim is made (after a sequential stop too); the sessions' Newcombe
+// interval when the launches cannot test the claim.
 func (v *Verdict) diffInterval(a ArmResult) (lo, hi float64, label string) {
 	c := a.Compare
-	label = "95% CI"
-	if c.Sequential {
-		label = fmt.Sprintf("%.0f%% repeated CI", 100*(1-v.Alpha))
+	if lc := c.Launch; lc != nil && lc.Testable {
+		return lc.CI.Lo, lc.CI.Hi, fmt.Sprintf("%s%% CI", confText(1-lc.Level))
 	}
-	return c.DiffCI.Lo, c.DiffCI.Hi, label
+	return c.DiffCI.Lo, c.DiffCI.Hi, "95% CI"
+}
+
+// confText is a confidence level in percent, short: "97", "99.4".
+func confText(conf float64) string {
+	return strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.2f", 100*conf), "0"), ".")
 }
 
 // decisionSentence says how one comparison was decided, ending with the decision.
 func (v *Verdict) decisionSentence(a ArmResult, mark string) string {
 	c := a.Compare
-	if c.Sequential {
-		for _, sv := range v.Sequential {
-			if sv.Arm != a.Name {
-				continue
-			}
-			r := sv.Result
-			last := r.Looks[len(r.Looks)-1]
-			if r.Significant {
-				return fmt.Sprintf("The experiment stopped at look %d of %d (%d of at most %d sessions) when the exact p = %s crossed the look's boundary %.3g: %s's corruption rate is significantly %s at overall alpha %g.",
-					last.Look, len(sv.Design), r.SessionsUsed, r.SessionsMax, pval(last.P), last.Threshold, a.Name, c.Direction, v.Alpha)
-			}
-			return fmt.Sprintf("No look crossed its boundary (look %d of %d: exact p = %s, boundary %.3g): no significant difference; chance alone could produce a difference this large.",
-				last.Look, len(sv.Design), pval(last.P), last.Threshold)
-		}
+	lc := c.Launch
+	if lc == nil {
+		return "No launch of one of the arms has an analysed session: nothing can be compared."
+	}
+	if !lc.Testable {
+		return attributionSentence(lc)
 	}
 	if c.Significant {
-		return fmt.Sprintf("%s %s: %s's corruption rate is significantly %s.", v.pLabel(c), v.against(c.AdjustedP), a.Name, c.Direction)
+		return fmt.Sprintf("%s %s: %s's corruption rate is significantly %s.", v.pLabel(c), v.levelClause(lc), a.Name, c.Direction)
 	}
-	return fmt.Sprintf("%s %s: no significant difference; chance alone could produce a difference this large.", v.pLabel(c), v.against(c.AdjustedP))
+	return fmt.Sprintf("%s %s: no difference between the arms' launches is shown; the launches alone could differ this much.", v.pLabel(c), v.levelClause(lc))
 }
 
 func bold(s, mark string) string { return mark + s + mark }
 
-// ciMethod names how a comparison's difference interval was computed.
-func ciMethod(c *Comparison) string {
-	if c.Sequential {
-		return "repeated confidence interval"
-	}
-	return "Newcombe"
-}
-
-// interactionShown says whether the headline may claim an interaction: its claim on the
-// risk-difference scale, the one scale declared for interactions, survived the Holm
-// adjustment over the factorial family (every arm, main effect and interaction), so
-// that a null factorial headlines anything at most alpha of the time.
-//
-// No interaction is claimed while any arm is inconclusive: every interaction pools over
-// the other factors, so the surviving sessions of a crashed arm would feed each of them.
-func (v *Verdict) interactionShown(ai AdditiveInteraction) bool {
-	return ai.Reject && len(v.inconclusiveArms()) == 0
-}
+// interactionShown says whether the headline may claim an interaction. No factorial
+// term is claimed on launches yet: an interaction of launch rates has no exact
+// randomization test (its null leaves the main effects free), and a t test on launch
+// rates rejects a true null too often with few launches and rare events. The factorial
+// section shows the session-level model as a description; the headline claims only what
+// the launches test (each arm against the baseline).
+func (v *Verdict) interactionShown(AdditiveInteraction) bool { return false }
 
 // inconclusiveArms names the arms whose corruption cannot be judged.
 func (v *Verdict) inconclusiveArms() []string {
@@ -636,20 +634,40 @@ func (v *Verdict) interactionEvidence(shown []AdditiveInteraction, mark string) 
 // with an arm (if anything) first, then the evidence, then the decision.
 func (v *Verdict) Headline() []string { return []string{v.headline("")} }
 
-// aaOutcome reports whether the experiment was an A/A check and whether it passed.
-func (v *Verdict) aaOutcome() (aa, passed bool) {
+// The outcomes of an A/A check.
+const (
+	aaPassed   = "passed"
+	aaFailed   = "failed"
+	aaUntested = "untested"
+)
+
+// aaOutcome reports whether the experiment was an A/A check and how it ended: passed (no
+// claim of a difference, every primary claim testable), failed (a claimed difference, or
+// an arm that crashed, wedged or lost too much), or untested (too few launches to test
+// the primary outcome: identical arms whose launches differ would go unnoticed).
+func (v *Verdict) aaOutcome() (aa bool, outcome string) {
 	if !v.Design.AA {
-		return false, false
+		return false, ""
+	}
+	if len(v.Claims.Differences()) > 0 {
+		return true, aaFailed
 	}
 	for i, a := range v.Arms {
 		if len(a.Problems) > 0 {
-			return true, false
+			return true, aaFailed
 		}
 		if i != v.Baseline && (a.Compare == nil || a.Compare.Decision() != "none") {
-			return true, false
+			return true, aaFailed
 		}
 	}
-	return true, true
+	if v.Claims != nil {
+		for _, c := range v.Claims.Claims {
+			if c.Primary && !c.Testable {
+				return true, aaUntested
+			}
+		}
+	}
+	return true, aaPassed
 }
 
 func (v *Verdict) headline(mark string) string {
@@ -658,7 +676,7 @@ func (v *Verdict) headline(mark string) string {
 	}
 	var sentences []string
 	problems := v.problemSentence(mark)
-	aa, passed := v.aaOutcome()
+	aa, outcome := v.aaOutcome()
 	others := v.others()
 	switch {
 	case len(others) == 0:
@@ -703,11 +721,17 @@ func (v *Verdict) headline(mark string) string {
 	}
 	text := strings.Join(out, " ")
 	if aa {
-		if passed {
+		switch {
+		case outcome == aaPassed:
 			return "A/A check passed: " + lowerFirst(text, mark)
-		}
-		if problems == "" {
-			return "A/A check FAILED: the pipeline sees a difference between identical arms. " + text
+		case outcome == aaUntested:
+			return "A/A check not decided: " + lowerFirst(text, mark)
+		case problems == "":
+			var named []string
+			for _, c := range v.Claims.Differences() {
+				named = append(named, fmt.Sprintf("%s's %s %s", c.Arm, outcomeWords(c.Outcome), c.Decision))
+			}
+			return fmt.Sprintf("A/A check FAILED: the pipeline claims a difference between identical arms (%s). %s", joinAnd(named), text)
 		}
 		return "A/A check FAILED: " + lowerFirst(text, mark)
 	}
@@ -808,9 +832,16 @@ func (v *Verdict) multiEvidence(mark string) string {
 			best = i
 			continue
 		}
-		// The smallest p; among equal ones (Holm caps them at 1), the largest difference.
+		// The smallest launch p; among equal or untested ones, the largest difference.
 		bc := v.Arms[best].Compare
-		if c.AdjustedP < bc.AdjustedP || (c.AdjustedP == bc.AdjustedP && math.Abs(c.Difference) > math.Abs(bc.Difference)) {
+		p, bp := c.AdjustedP, bc.AdjustedP
+		if math.IsNaN(p) {
+			p = 2
+		}
+		if math.IsNaN(bp) {
+			bp = 2
+		}
+		if p < bp || (p == bp && math.Abs(c.Difference) > math.Abs(bc.Difference)) {
 			best = i
 		}
 	}
@@ -825,22 +856,22 @@ func (v *Verdict) multiEvidence(mark string) string {
 		bold(a.Name, mark), counted(a), 100*c.Difference, label, 100*lo, 100*hi, v.shortP(c))
 }
 
-// shortP is the p that decided a comparison, with its name: "Holm-adjusted p = 0.004".
+// shortP is the p that decided a comparison, with its level: "launch p = 0.003 ≤
+// 0.015", or why none could: "1 launch per arm, not attributable".
 func (v *Verdict) shortP(c *Comparison) string {
-	if c.Sequential {
-		for _, sv := range v.Sequential {
-			for _, a := range v.Arms {
-				if a.Compare == c && sv.Arm == a.Name {
-					last := sv.Result.Looks[len(sv.Result.Looks)-1]
-					return fmt.Sprintf("look %d exact p = %s against its boundary %.3g", last.Look, pval(last.P), last.Threshold)
-				}
-			}
-		}
+	lc := c.Launch
+	switch {
+	case lc == nil:
+		return "no launches to compare"
+	case !lc.Testable:
+		n := min(lc.LaunchesArm, lc.LaunchesBase)
+		return fmt.Sprintf("%d launch%s per arm: not attributable", n, pluralEs(n))
 	}
-	if len(v.others()) > 1 {
-		return "Holm-adjusted p = " + pval(c.AdjustedP)
+	op := ">"
+	if stats.Reject(lc.P, lc.Level) {
+		op = "≤"
 	}
-	return "p = " + pval(c.AdjustedP)
+	return fmt.Sprintf("launch p = %s %s %s", pval(lc.P), op, levelText(lc.Level))
 }
 
 // multiDecision is the decision sentence of a design with several arms.
@@ -895,11 +926,22 @@ func (v *Verdict) multiDecision(mark string) string {
 		if len(none) == 0 {
 			return capitalize(strings.Join(clauses, "; ")) + "."
 		}
-		smallest := 1.0
+		smallest, tested := 1.0, false
+		var untestable *LaunchClaim
 		for _, i := range none {
-			smallest = math.Min(smallest, v.Arms[i].Compare.AdjustedP)
+			lc := v.Arms[i].Compare.Launch
+			switch {
+			case lc == nil:
+			case lc.Testable:
+				smallest, tested = math.Min(smallest, lc.P), true
+			default:
+				untestable = lc
+			}
 		}
-		s := fmt.Sprintf("No arm's corruption rate differs significantly from %s's (smallest Holm-adjusted p = %s); chance alone could produce differences this large", base, pval(smallest))
+		s := fmt.Sprintf("No arm's corruption rate differs from %s's beyond what its launches alone could do (smallest launch p = %s)", base, pval(smallest))
+		if !tested && untestable != nil {
+			s = strings.TrimSuffix(attributionSentence(untestable), ".")
+		}
 		if len(clauses) > 0 {
 			s = capitalize(strings.Join(clauses, "; ")) + "; of the others, no arm's corruption rate differs significantly from " + base + "'s"
 		}
@@ -965,9 +1007,9 @@ func (v *Verdict) Summary() map[string]any {
 			m["levels"] = a.Levels
 		}
 		if c := a.Compare; c != nil {
-			cm := map[string]any{"difference": c.Difference, "ci95": []float64{c.DiffCI.Lo, c.DiffCI.Hi}, "ci_method": ciMethod(c),
-				"fisher_p": c.FisherP, "adjusted_p": c.AdjustedP, "significant": c.Significant && !c.Inconclusive,
-				"direction": c.Direction, "decision": c.Decision(), "launch_faults_p": nanNil(c.Launch.FisherP)}
+			cm := map[string]any{"difference": c.Difference, "ci95": []any{nanNil(c.DiffCI.Lo), nanNil(c.DiffCI.Hi)}, "ci_method": "Newcombe, on sessions",
+				"fisher_p": nanNil(c.FisherP), "launch_p": nanNil(c.AdjustedP), "significant": c.Significant && !c.Inconclusive,
+				"direction": c.Direction, "decision": c.Decision(), "launch_faults_p": nanNil(c.Faults.FisherP)}
 			if c.Inconclusive {
 				cm["direction"] = ""
 				cm["why_inconclusive"] = c.Why
@@ -983,11 +1025,15 @@ func (v *Verdict) Summary() map[string]any {
 	out := map[string]any{"experiment_id": v.Experiment.ID, "name": v.Experiment.Name, "status": v.Experiment.State(),
 		"unit": v.Unit, "alpha": v.Alpha, "max_loss": v.MaxLoss, "min_effect": v.MinEffect, "arms": arms, "headline": v.headline(""),
 		"caveats": append([]string{}, v.Caveats...)}
-	if aa, passed := v.aaOutcome(); aa {
-		out["aa_passed"] = passed
+	if aa, outcome := v.aaOutcome(); aa {
+		out["aa_passed"] = outcome == aaPassed
+		out["aa"] = outcome
 	}
 	if v.Outcomes != nil {
 		out["outcomes"] = v.outcomeSummary()
+	}
+	if v.Claims != nil {
+		out["claims"] = v.claimSummary()
 	}
 	out["runs"] = v.runSummary()
 	if lines := v.placementLines(); len(lines) > 0 {
@@ -1022,8 +1068,8 @@ func nanNil(x float64) any {
 }
 
 var gates = map[string]string{
-	"regression": "an arm's corruption rate is significantly higher than the baseline's, or cannot be judged",
-	"difference": "an arm's corruption rate differs significantly from the baseline's, either way, or cannot be judged",
+	"regression": "an arm's corruption rate is significantly higher than the baseline's on launches, or is higher with too few launches to test it, or cannot be judged",
+	"difference": "an arm's corruption rate differs significantly from the baseline's on launches, either way, or differs with too few launches to test it, or cannot be judged",
 	"corruption": "any session of any arm was corrupted",
 	"loss":       "any session was lost, or any run crashed, wedged or failed",
 	"wedge":      "any launch of any arm crashed or wedged (an abort cascade's canary never completed)",
@@ -1080,6 +1126,10 @@ func (v *Verdict) GateWith(name string, o GateOptions) (bool, string) {
 					a.Name, v.Arms[v.Baseline].Name, a.Sessions, v.Arms[v.Baseline].Sessions)
 			case c.Inconclusive:
 				return true, fmt.Sprintf("%s's corruption is inconclusive (%s); --allow-inconclusive lets it pass", a.Name, c.Why)
+			case c.Launch != nil && !c.Launch.Testable && (c.Difference > 0 || (name == "difference" && c.Difference != 0)):
+				// A difference seen but not attributable: a gate must not pass what it
+				// could not test.
+				return true, v.evidence(a, "") + " " + v.decisionSentence(a, "") + " --allow-inconclusive lets it pass"
 			}
 		}
 	case "corruption":

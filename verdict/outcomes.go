@@ -97,17 +97,24 @@ func gapQuantiles(xs []float64) GapQuantiles {
 // with its block under blockKey.
 type sessionSummary map[string]float64
 
-// blockKey holds a session summary's block.
-const blockKey = "\x00block"
+// blockKey holds a session summary's block, runKey its launch's run id.
+const (
+	blockKey = "\x00block"
+	runKey   = "\x00run"
+)
 
 // MetricRow is one arm against the baseline on one metric in one group.
 type MetricRow struct {
 	Group, Metric, Arm string
 	Result             stats.RankResult
-	AdjustedP          float64
-	// Decision is "better" or "worse"; "negligible" when the difference is significant
-	// but smaller than analysis.min_effect; "" when it is not significant.
+	// AdjustedP is the launch-level test's p (Launch.P); NaN when it could not be tested.
+	AdjustedP float64
+	// Decision is the launch-level claim's: "better" or "worse" when the whole interval
+	// of the change lies beyond analysis.min_effect, "negligible" when it lies within it,
+	// "" otherwise.
 	Decision string
+	// Launch is the claim as tested on launches; nil when none was made.
+	Launch *LaunchClaim
 }
 
 // Decisive reports whether the row's difference is significant and large enough to
@@ -122,6 +129,8 @@ type ThroughputNI struct {
 	AgainstGroup string
 	Result       stats.RatioNonInferiority
 	N1, N2       int
+	// Launch is the claim as tested on launches, which decides Result.NonInferior.
+	Launch *LaunchClaim
 }
 
 // CascadeArm is one arm's abort cascades.
@@ -139,6 +148,8 @@ type CascadeArm struct {
 	WedgedAfter []float64
 	// FisherP compares wedged launches with the baseline's (NaN for the baseline).
 	FisherP float64
+	// Launch is the wedge claim against the baseline, tested on launches.
+	Launch *LaunchClaim
 	// Recovery compares recovery times with the baseline's, when both recovered twice
 	// or more.
 	Recovery *stats.RankResult
@@ -261,7 +272,7 @@ func (v *Verdict) loadOutcomes(ctx context.Context, db *sqlx.DB) error {
 		}
 		gaps[a.group][a.arm] = append(gaps[a.group][a.arm], a.gaps...)
 		s := sessionSummary{MetricTTFT: medianOrNaN(a.ttft), MetricITL: medianOrNaN(a.itl), MetricLatency: medianOrNaN(a.lat),
-			MetricThroughput: math.NaN(), blockKey: float64(a.block)}
+			MetricThroughput: math.NaN(), blockKey: float64(a.block), runKey: float64(k.run)}
 		if a.seconds > 0 && a.tokens > 0 {
 			s[MetricThroughput] = a.tokens / a.seconds
 		}
@@ -357,11 +368,11 @@ func (g OutcomeGroup) blockRatios(base, i int) (blocks []int, ratios []float64) 
 	return blocks, ratios
 }
 
-// compareMetrics compares every arm with the baseline on every metric of every group,
-// and adjusts the p-values for the number of comparisons (Holm).
+// compareMetrics describes every arm against the baseline on every metric of every
+// group by the sessions' ranks (Hodges-Lehmann change, Mann-Whitney p). It describes the
+// launches measured; the decisions are the launch family's (judgeLaunches).
 func (v *Verdict) compareMetrics() {
 	o := v.Outcomes
-	var ps []float64
 	for _, g := range o.Groups {
 		for _, m := range metricOrder {
 			base := g.values(v.Baseline, m)
@@ -377,23 +388,7 @@ func (v *Verdict) compareMetrics() {
 				if err != nil {
 					continue
 				}
-				o.Metrics = append(o.Metrics, MetricRow{Group: g.Name, Metric: m, Arm: a.Name, Result: r})
-				ps = append(ps, r.P)
-			}
-		}
-	}
-	adj := holm(ps)
-	for k := range o.Metrics {
-		row := &o.Metrics[k]
-		row.AdjustedP = adj[k]
-		if stats.Reject(row.AdjustedP, v.Alpha) {
-			up := row.Result.Shift > 0
-			if math.Abs(row.Result.Ratio-1) < v.MinEffect {
-				row.Decision = "negligible"
-			} else if up == higherBetter[row.Metric] {
-				row.Decision = "better"
-			} else {
-				row.Decision = "worse"
+				o.Metrics = append(o.Metrics, MetricRow{Group: g.Name, Metric: m, Arm: a.Name, Result: r, AdjustedP: math.NaN()})
 			}
 		}
 	}
@@ -573,7 +568,7 @@ func (v *Verdict) cascadeHeadline(mark string) []string {
 			first += ", against " + joinAnd(others)
 		}
 		if p, ok := v.cascadeP(); ok {
-			first += fmt.Sprintf(" (Fisher's exact test on launches: p %s)", pEq(p))
+			first += fmt.Sprintf(" (randomization test on launches: p %s)", pEq(p))
 		}
 		first += "."
 	}
@@ -648,14 +643,17 @@ func (v *Verdict) cascadeDecision(mark string) string {
 	base := o.Cascades[v.Baseline]
 	var clauses []string
 	for i, c := range o.Cascades {
-		if i == v.Baseline || math.IsNaN(c.FisherP) {
+		if i == v.Baseline || c.Launch == nil {
 			continue
 		}
 		switch {
-		case stats.Reject(c.FisherP, v.Alpha) && c.Wedged*base.Launches > base.Wedged*c.Launches:
+		case c.Launch.Claimed && c.Launch.Decision == "higher":
 			clauses = append(clauses, fmt.Sprintf("%s wedges significantly more often than %s", bold(c.Arm, mark), bold(base.Arm, mark)))
-		case stats.Reject(c.FisherP, v.Alpha):
+		case c.Launch.Claimed:
 			clauses = append(clauses, fmt.Sprintf("%s wedges significantly less often than %s", bold(c.Arm, mark), bold(base.Arm, mark)))
+		case c.Wedged+base.Wedged > 0 && !c.Launch.Testable:
+			clauses = append(clauses, fmt.Sprintf("with %d and %d launches, how often %s and %s wedge cannot be told apart from chance; %d launches per arm can",
+				c.Launches, base.Launches, bold(c.Arm, mark), bold(base.Arm, mark), c.Launch.Needed))
 		case c.Wedged+base.Wedged > 0:
 			clauses = append(clauses, fmt.Sprintf("%s and %s do not differ significantly in how often they wedge (%d of %d against %d of %d launches; more launches, as blocks, would tell)",
 				bold(c.Arm, mark), bold(base.Arm, mark), c.Wedged, c.Launches, base.Wedged, base.Launches))
@@ -689,12 +687,20 @@ func (v *Verdict) niClauses(mark string) string {
 				worst = t
 			}
 		}
-		if all {
-			clauses = append(clauses, fmt.Sprintf("%s's throughput is non-inferior to %s's within the %s margin at %s (lowest one-sided %g%% bound %s, at %s)",
-				bold(a, mark), bold(worst.Against, mark), pctShort(o.Margin), groupsOf(ts), 100*(1-v.Alpha), signedPct(worst.Result.Bound-1), worst.Group))
-		} else {
-			clauses = append(clauses, fmt.Sprintf("non-inferiority of %s's throughput to %s's within the %s margin is not shown at %s (one-sided %g%% bound %s), which is not evidence that it is slower",
-				bold(a, mark), bold(worst.Against, mark), pctShort(o.Margin), worst.Group, 100*(1-v.Alpha), signedPct(worst.Result.Bound-1)))
+		level := "–"
+		if worst.Launch != nil {
+			level = confText(1 - worst.Launch.Level)
+		}
+		switch {
+		case all:
+			clauses = append(clauses, fmt.Sprintf("%s's throughput is non-inferior to %s's within the %s margin at %s (lowest one-sided %s%% bound over launches %s, at %s)",
+				bold(a, mark), bold(worst.Against, mark), pctShort(o.Margin), groupsOf(ts), level, signedPct(worst.Result.Bound-1), worst.Group))
+		case worst.Launch != nil && !worst.Launch.Testable:
+			clauses = append(clauses, fmt.Sprintf("with one launch per arm, %s's throughput cannot be judged against %s's within the %s margin: 2 launches per arm can",
+				bold(a, mark), bold(worst.Against, mark), pctShort(o.Margin)))
+		default:
+			clauses = append(clauses, fmt.Sprintf("non-inferiority of %s's throughput to %s's within the %s margin is not shown at %s (one-sided %s%% bound over launches %s), which is not evidence that it is slower",
+				bold(a, mark), bold(worst.Against, mark), pctShort(o.Margin), worst.Group, level, signedPct(worst.Result.Bound-1)))
 		}
 	}
 	return strings.Join(clauses, "; ")
@@ -730,15 +736,15 @@ func (v *Verdict) throughputHeadline(mark string) []string {
 				continue
 			}
 			row := v.metricRow(heavy.Name, MetricThroughput, a.Name)
-			if row == nil {
+			if row == nil || row.Launch == nil {
 				continue
 			}
-			r := row.Result
-			evidence = fmt.Sprintf("At %s, %s generated %s tok/s against %s for %s; per request its tok/s differ by %s (95%% CI %s to %s, Mann-Whitney p %s)",
+			lc := row.Launch
+			evidence = fmt.Sprintf("At %s, %s generated %s tok/s against %s for %s; over %d and %d launches its tok/s per request differ by %s",
 				heavy.Name, bold(a.Name, mark), tps(heavy.EngineTPS[i]), tps(heavy.EngineTPS[v.Baseline]), bold(v.Arms[v.Baseline].Name, mark),
-				signedPct(r.Ratio-1), signedPct(r.RatioCI.Lo-1), signedPct(r.RatioCI.Hi-1), pEq(r.P))
-			if ttft := v.metricRow(heavy.Name, MetricTTFT, a.Name); ttft != nil {
-				evidence += fmt.Sprintf(" and its TTFT by %s", signedPct(ttft.Result.Ratio-1))
+				lc.LaunchesArm, lc.LaunchesBase, signedPct(lc.Estimate-1))
+			if lc.Testable {
+				evidence += fmt.Sprintf(" (%s%% CI %s)", confText(1-lc.Level), claimInterval(lc))
 			}
 			evidence += "."
 			break
@@ -763,34 +769,44 @@ func (v *Verdict) metricRow(group, metric, arm string) *MetricRow {
 	return nil
 }
 
-// significanceSentence is the decision without a margin: which metrics differ
-// significantly, after Holm's adjustment.
+// significanceSentence is the decision without a margin: which metrics differ beyond
+// analysis.min_effect on launches.
 func (v *Verdict) significanceSentence(mark string) string {
 	var sig, small []string
-	smallest := 1.0
+	untestable := 0
 	for _, r := range v.Outcomes.Metrics {
-		smallest = math.Min(smallest, r.AdjustedP)
+		lc := r.Launch
+		if lc == nil {
+			continue
+		}
+		if !lc.Testable {
+			untestable++
+		}
 		switch {
 		case r.Decisive():
-			sig = append(sig, fmt.Sprintf("%s's %s at %s is %s (%s, Holm-adjusted p %s)", bold(r.Arm, mark), r.Metric, r.Group,
-				r.Decision, signedPct(r.Result.Ratio-1), pEq(r.AdjustedP)))
+			sig = append(sig, fmt.Sprintf("%s's %s at %s is %s (%s, %s%% CI %s)", bold(r.Arm, mark), r.Metric, r.Group,
+				r.Decision, signedPct(lc.Estimate-1), confText(1-lc.Level), claimInterval(lc)))
 		case r.Decision == "negligible":
-			small = append(small, fmt.Sprintf("%s's %s at %s, %s", r.Arm, r.Metric, r.Group, signedPct(r.Result.Ratio-1)))
+			small = append(small, fmt.Sprintf("%s's %s at %s, %s", r.Arm, r.Metric, r.Group, signedPct(lc.Estimate-1)))
 		}
 	}
 	if len(v.Outcomes.Metrics) == 0 {
 		return "Too few sessions were measured on both sides to compare latency or throughput."
 	}
+	if len(sig) == 0 && untestable > 0 {
+		return fmt.Sprintf("With fewer than 2 launches per arm no latency or throughput difference from %s can be told apart from a difference between launches: 2 launches per arm can test them.",
+			bold(v.Arms[v.Baseline].Name, mark))
+	}
 	if len(sig) == 0 && len(small) > 0 {
 		if len(small) > 3 {
 			small = append(small[:3], fmt.Sprintf("%d more", len(small)-3))
 		}
-		return fmt.Sprintf("No latency or throughput difference from %s reaches %s (`analysis.min_effect`): those that are significant (%s) are smaller than that.",
+		return fmt.Sprintf("No latency or throughput change from %s is shown to reach %s (`analysis.min_effect`); shown smaller than that: %s.",
 			bold(v.Arms[v.Baseline].Name, mark), pctShort(v.MinEffect), joinAnd(small))
 	}
 	if len(sig) == 0 {
-		return fmt.Sprintf("No latency or throughput difference from %s is significant (smallest Holm-adjusted p %s); chance alone could produce differences this large.",
-			bold(v.Arms[v.Baseline].Name, mark), pEq(smallest))
+		return fmt.Sprintf("No latency or throughput change from %s is shown beyond %s (`analysis.min_effect`) on launches, nor shown to be smaller.",
+			bold(v.Arms[v.Baseline].Name, mark), pctShort(v.MinEffect))
 	}
 	if len(sig) > 3 {
 		sig = append(sig[:3], fmt.Sprintf("%d more", len(sig)-3))
@@ -830,18 +846,6 @@ func (v *Verdict) outcomeCaveats(add func(int, string, ...any)) {
 	if o == nil {
 		return
 	}
-	significant := false
-	for _, r := range o.Metrics {
-		significant = significant || r.Decisive()
-	}
-	launches := 0
-	for _, a := range v.Arms {
-		launches = max(launches, a.Launches.Total)
-	}
-	judged := significant || len(o.Throughput)+len(o.Stability) > 0
-	if judged && launches < 2 {
-		add(rankDesign, "Latency and throughput come from one launch per arm: the sessions of a launch share its engine and its moment (a busy machine slows all of them), and the intervals do not include that; a difference could be the launch's rather than the arm's. Blocks give each arm several launches, and show whether a difference holds from one to the next.")
-	}
 	// With several launches: does the tok/s difference keep its direction in every block?
 	for _, g := range o.Groups {
 		for i, a := range v.Arms {
@@ -863,9 +867,6 @@ func (v *Verdict) outcomeCaveats(add func(int, string, ...any)) {
 					g.Name, a.Name, v.Arms[v.Baseline].Name, strings.Join(parts, ", "))
 			}
 		}
-	}
-	if len(o.Metrics) > 1 {
-		add(rankMultiplicity, "Latency and throughput were compared %d times (metrics, groups and arms): their decisions use Holm-adjusted p-values over those %d comparisons.", len(o.Metrics), len(o.Metrics))
 	}
 	for _, c := range o.Cascades {
 		for _, n := range c.Notes {
@@ -934,8 +935,8 @@ func (v *Verdict) outcomeSummary() map[string]any {
 	for _, r := range o.Metrics {
 		metrics = append(metrics, map[string]any{"group": r.Group, "metric": r.Metric, "arm": r.Arm,
 			"ratio": nanNil(r.Result.Ratio), "ratio95": interval(r.Result.RatioCI), "shift": r.Result.Shift,
-			"shift95": interval(r.Result.ShiftCI), "mann_whitney_p": r.Result.P, "exact": r.Result.Exact,
-			"adjusted_p": r.AdjustedP, "decision": r.Decision})
+			"shift95": interval(r.Result.ShiftCI), "mann_whitney_p": nanNil(r.Result.P), "exact": r.Result.Exact,
+			"launch_p": nanNil(r.AdjustedP), "decision": r.Decision})
 	}
 	for _, set := range [][]ThroughputNI{o.Throughput, o.Stability} {
 		for _, t := range set {

@@ -138,62 +138,33 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 
 	if len(v.Arms) > 1 {
 		fmt.Fprintf(b, "\n## Against the baseline (%s)\n\n", v.Arms[v.Baseline].Name)
-		multi := len(v.others()) > 1
-		ciLabel := "95% CI (Newcombe)"
-		for i, a := range v.Arms {
-			if i != v.Baseline && a.Compare != nil && a.Compare.Sequential {
-				ciLabel = "95% CI (repeated, sequential)"
-			}
-		}
-		if multi {
-			fmt.Fprintf(b, "| arm | difference | %s | Fisher p | Holm-adjusted p | BH q | decision |\n|---|---:|---|---:|---:|---:|---|\n", ciLabel)
-		} else {
-			fmt.Fprintf(b, "| arm | difference | %s | Fisher p | mid-p | decision |\n|---|---:|---|---:|---:|---|\n", ciLabel)
-		}
-		seq, unit, tilde := false, false, false
+		fmt.Fprintf(b, "Each arm's launches are compared with %s's: every launch counts once, with its share of corrupted sessions, and the randomization test on the launches decides, at the claim's share of alpha (see Claims below). The sessions' own difference, interval and Fisher p describe these launches only: they would call a difference between two launches a finding.\n\n", v.Arms[v.Baseline].Name)
+		fmt.Fprintf(b, "| arm | launches | difference | 95%% CI (sessions, Newcombe) | Fisher p (sessions) | launch p | tested at | decision |\n|---|---:|---:|---|---:|---:|---:|---|\n")
 		for i, a := range v.Arms {
 			c := a.Compare
 			if i == v.Baseline {
 				continue
 			}
 			if c == nil {
-				cols := "| – | – | – | – |"
-				if multi {
-					cols = "| – | – | – | – | – |"
-				}
-				fmt.Fprintf(b, "| %s %s no comparison: no analysed session |\n", a.Name, cols)
+				fmt.Fprintf(b, "| %s | – | – | – | – | – | – | no comparison: no analysed session |\n", a.Name)
 				continue
 			}
-			seq, unit = seq || c.Sequential, unit || c.UnitDecides
-			tilde = tilde || c.Decision() == "none"
-			// Fay's mid-p is undefined where the margins allow a single table (no
-			// event in either arm, say): every table is then the observed one.
-			mid := pval(c.MidP)
-			if math.IsNaN(c.MidP) {
-				mid = "no mid-p"
+			launches, lp, level := "–", "–", "–"
+			if lc := c.Launch; lc != nil {
+				launches = fmt.Sprintf("%d vs %d", lc.LaunchesArm, lc.LaunchesBase)
+				level = levelText(lc.Level)
+				lp = "not testable"
+				if lc.Testable {
+					lp = pval(lc.P)
+				}
 			}
-			last := mid
-			if multi {
-				last = pval(c.AdjustedP) + " | " + pval(c.FDRQ)
-			}
-			fmt.Fprintf(b, "| %s | %+.1f pts | %s | %s | %s | %s |\n", a.Name, 100*c.Difference,
-				fmt.Sprintf("%+.1f to %+.1f pts", 100*c.DiffCI.Lo, 100*c.DiffCI.Hi), pval(c.FisherP), last, v.decision(a))
+			fmt.Fprintf(b, "| %s | %s | %+.1f pts | %s | %s | %s | %s | %s |\n", a.Name, launches, 100*c.Difference,
+				fmt.Sprintf("%+.1f to %+.1f pts", 100*c.DiffCI.Lo, 100*c.DiffCI.Hi), pval(c.FisherP), lp, level, v.decision(a))
 		}
-		var notes []string
-		if tilde {
-			notes = append(notes, fmt.Sprintf("`~`: no significant difference at alpha %g.", v.Alpha))
-		}
-		if seq {
-			notes = append(notes, "Decisions come from the sequential boundaries (below), not from the fixed-design p.")
-		}
-		if unit {
-			notes = append(notes, fmt.Sprintf("Decisions come from the %s-level test (below), which accounts for clustering.", v.Unit))
-		}
-		if len(notes) > 0 {
-			fmt.Fprintf(b, "\n%s\n", strings.Join(notes, " "))
-		}
+		fmt.Fprintf(b, "\n`~`: no difference between the arms' launches shown; not attributable: too few launches per arm for the test to reach its level at all.\n")
 	}
 
+	v.claimsSection(b)
 	v.designSections(b)
 
 	if len(v.Rounds) > 0 {
@@ -310,9 +281,9 @@ func (v *Verdict) launchTable(b *strings.Builder) {
 	fmt.Fprintf(b, "| arm | launches | done | crashed | wedged | erroring | timed out | failed to start | Fisher p (faulted) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, a := range v.Arms {
 		p := "–"
-		if c := a.Compare; c != nil && !math.IsNaN(c.Launch.FisherP) {
-			p = pval(c.Launch.FisherP)
-			if c.Launch.Launches+c.Launch.BaseLaunches <= 2 {
+		if c := a.Compare; c != nil && !math.IsNaN(c.Faults.FisherP) {
+			p = pval(c.Faults.FisherP)
+			if c.Faults.Launches+c.Faults.BaseLaunches <= 2 {
 				p += " (one launch each cannot show a difference)"
 			}
 		}

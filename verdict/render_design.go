@@ -27,25 +27,24 @@ func (v *Verdict) designSections(b *strings.Builder) {
 
 	if len(v.Sequential) > 0 {
 		fmt.Fprintf(b, "\n## Sequential design\n\n")
-		fmt.Fprintf(b, "%d looks, one after each block, with Lan-DeMets O'Brien-Fleming alpha spending on the exact test; an arm is judged at the first look whose Fisher p falls to the look's boundary.\n", v.Design.Looks)
+		fmt.Fprintf(b, "%d looks, one after each block. At every look each arm's launches so far are compared with %s's by the randomization test on their corruption rates, at %s: the corruption claim's share of alpha divided over the looks, so that looking after every block and stopping at any look keeps the claim's error at its share. Scheduling stops once every arm's test rejects; until enough launches have run, none can.\n",
+			v.Design.Looks, base, levelText(v.Sequential[0].Level))
 		for _, sv := range v.Sequential {
-			fmt.Fprintf(b, "\n**%s** against %s:\n\n| look | information | boundary | Fisher p | crossed |\n|---:|---:|---:|---:|---|\n", sv.Arm, base)
-			for k, bd := range sv.Design {
-				p, crossed := "–", "not taken"
-				if k < len(sv.Result.Looks) {
-					l := sv.Result.Looks[k]
-					p = pval(l.P)
+			fmt.Fprintf(b, "\n**%s** against %s:\n\n| look | launches | smallest p possible | launch p | crossed |\n|---:|---:|---:|---:|---|\n", sv.Arm, base)
+			for k := 1; k <= sv.Looks; k++ {
+				launches, minP, p, crossed := "–", "–", "–", "not taken"
+				if k <= len(sv.Taken) {
+					l := sv.Taken[k-1]
+					launches = fmt.Sprintf("%d vs %d", l.LaunchesArm, l.LaunchesBase)
+					minP, p = pval(l.MinP), pval(l.P)
 					crossed = map[bool]string{true: "**yes**", false: "no"}[l.Crossed]
 				}
-				fmt.Fprintf(b, "| %d | %.0f%% | %.3g | %s | %s |\n", bd.Look, 100*bd.Fraction, bd.NominalP, p, crossed)
-			}
-			if note := sequentialSaving(sv); note != "" {
-				fmt.Fprintf(b, "\n%s\n", note)
+				fmt.Fprintf(b, "| %d | %s | %s | %s | %s |\n", k, launches, minP, p, crossed)
 			}
 		}
 		crossed := false
 		for _, sv := range v.Sequential {
-			crossed = crossed || sv.Result.Significant
+			crossed = crossed || sv.Stopped > 0
 		}
 		if v.StoppedEarly != "" && !crossed {
 			// A stopping rule of the caller's (a bisection step shown clean), not a boundary.
@@ -244,18 +243,3 @@ func num(x float64) string {
 	return fmt.Sprintf("%.2f", x)
 }
 
-// sequentialSaving compares the sessions a sequential arm used with the fixed design
-// that reaches the spec's own target power: a saving is only a saving against the
-// design the spec would otherwise have run, not against the sequential design's ceiling.
-func sequentialSaving(sv SequentialView) string {
-	r := sv.Result
-	if sv.FixedSessions <= 0 {
-		return fmt.Sprintf("It used %d of at most %d sessions (both arms); the spec plans no rates (`analysis.plan`), so no fixed design to compare with.", r.SessionsUsed, r.SessionsMax)
-	}
-	what := fmt.Sprintf("%d fewer (%.0f%% saved)", sv.Saved, 100*sv.SavedFraction)
-	if sv.Saved < 0 {
-		what = fmt.Sprintf("%d more", -sv.Saved)
-	}
-	return fmt.Sprintf("It used %d of at most %d sessions (both arms); a fixed design with the plan's power %.2f needs %d: %s.",
-		r.SessionsUsed, r.SessionsMax, sv.TargetPower, sv.FixedSessions, what)
-}

@@ -16,8 +16,7 @@ func (v *Verdict) outcomeSections(b *strings.Builder) bool {
 	}
 	fmt.Fprintf(b, "\n## Latency and throughput\n\n")
 	fmt.Fprintf(b, "The session is the unit: each session is summarised by its tokens per second (its completion tokens over its requests' end-to-end time) and by the median of its requests' TTFT, inter-token latency (from its first streamed token to its last, over the tokens after the first; text replies that came in two events or more) and end-to-end latency. ")
-	fmt.Fprintf(b, "An arm's session summaries are compared with %s's by ranks: the change is the Hodges-Lehmann estimate of their ratio, with its 95%% distribution-free interval, and p is the Mann-Whitney test's, Holm-adjusted over every comparison in this section. Requests cut by an abort cascade, and canaries, are left out.\n\n",
-		v.Arms[v.Baseline].Name)
+	fmt.Fprintf(b, "Requests cut by an abort cascade, and canaries, are left out.\n\n")
 
 	phased := false
 	for _, g := range o.Groups {
@@ -63,43 +62,51 @@ func (v *Verdict) outcomeSections(b *strings.Builder) bool {
 	}
 
 	if len(o.Metrics) > 0 {
-		fmt.Fprintf(b, "\nAgainst %s:\n\n| %s | metric | arm | change | 95%% CI | Mann-Whitney p | Holm-adjusted p | decision |\n|---|---|---|---:|---|---:|---:|---|\n",
+		fmt.Fprintf(b, "\nAgainst %s, launch by launch: each launch is summarised by the median of its sessions' summaries, and the change is the ratio of the arms' geometric means over launches, with its interval at the level the claim is tested at (the t test on the logs; see Claims). The Hodges-Lehmann change over sessions describes these launches only.\n\n| %s | metric | arm | launches | change | interval | launch p | tested at | change over sessions | decision |\n|---|---|---|---:|---:|---|---:|---:|---:|---|\n",
 			v.Arms[v.Baseline].Name, groupWord(phased))
 		for _, r := range o.Metrics {
-			d := "~"
-			switch {
-			case r.Decisive():
-				d = "**" + r.Decision + "**"
-			case r.Decision != "":
-				d = r.Decision
+			lc := r.Launch
+			if lc == nil {
+				continue
 			}
-			fmt.Fprintf(b, "| %s | %s | %s | %s | %s to %s | %s | %s | %s |\n", r.Group, r.Metric, r.Arm, signedPct(r.Result.Ratio-1),
-				signedPct(r.Result.RatioCI.Lo-1), signedPct(r.Result.RatioCI.Hi-1), pval(r.Result.P), pval(r.AdjustedP), d)
+			p := "–"
+			if lc.Testable {
+				p = pval(lc.P)
+			}
+			fmt.Fprintf(b, "| %s | %s | %s | %d vs %d | %s | %s | %s | %s | %s | %s |\n", r.Group, r.Metric, r.Arm, lc.LaunchesArm, lc.LaunchesBase,
+				claimEstimate(lc), claimInterval(lc), p, levelText(lc.Level), signedPct(r.Result.Ratio-1), claimDecision(lc))
 		}
-		legend := fmt.Sprintf("`~`: no significant difference at alpha %g", v.Alpha)
-		if v.MinEffect > 0 {
-			legend += fmt.Sprintf("; negligible: significant, but the change is smaller than %s (`analysis.min_effect`), too small to call better or worse", pctShort(v.MinEffect))
-		}
-		fmt.Fprintf(b, "\n%s. For tok/s a positive change is faster; for the latencies a negative one is.\n", legend)
+		fmt.Fprintf(b, "\n`~`: the interval straddles the edge of the negligible zone (within %s of no change, `analysis.min_effect`): neither a change nor its absence is shown. For tok/s a positive change is faster; for the latencies a negative one is.\n", pctShort(v.MinEffect))
 	}
 
 	if len(o.Throughput)+len(o.Stability) > 0 {
 		fmt.Fprintf(b, "\n## Throughput non-inferiority (margin %s)\n\n", pctShort(o.Margin))
-		fmt.Fprintf(b, "An arm's tok/s per request is non-inferior when the one-sided %g%% lower bound of its ratio to what it is compared with (the Hodges-Lehmann ratio's interval at %g%%) stays above 1 − %s: it costs at most %s. \"Not shown\" is not evidence that it is slower.\n\n",
-			100*(1-v.Alpha), 100*(1-2*v.Alpha), pctShort(o.Margin), pctShort(o.Margin))
-		fmt.Fprintf(b, "| arm | %s | against | sessions | change | one-sided lower bound | decision |\n|---|---|---|---:|---:|---:|---|\n", groupWord(phased))
+		fmt.Fprintf(b, "An arm's tok/s per request is non-inferior when the one-sided lower bound of its ratio to what it is compared with stays above 1 − %s: it costs at most %s. The ratio is of geometric means over launches (each launch's median tok/s), and the bound is the t interval's on their logs at the claim's level (see Claims); against itself before its cascades, over each launch's own after/before ratio. \"Not shown\" is not evidence that it is slower.\n\n",
+			pctShort(o.Margin), pctShort(o.Margin))
+		fmt.Fprintf(b, "| arm | %s | against | launches | change | one-sided lower bound | tested at | decision |\n|---|---|---|---:|---:|---:|---:|---|\n", groupWord(phased))
 		for _, set := range [][]ThroughputNI{o.Throughput, o.Stability} {
 			for _, t := range set {
+				lc := t.Launch
+				if lc == nil {
+					continue
+				}
 				d := "not shown"
-				if t.Result.NonInferior {
+				switch {
+				case !lc.Testable:
+					d = fmt.Sprintf("not attributable (%d launches per arm can)", lc.Needed)
+				case t.Result.NonInferior:
 					d = "**non-inferior**"
 				}
 				against := t.Against
 				if t.AgainstGroup != t.Group {
 					against = fmt.Sprintf("%s at %s", t.Against, t.AgainstGroup)
 				}
-				fmt.Fprintf(b, "| %s | %s | %s | %d vs %d | %s | %s | %s |\n", t.Arm, t.Group, against, t.N2, t.N1,
-					signedPct(t.Result.Ratio-1), signedPct(t.Result.Bound-1), d)
+				bound := "–"
+				if lc.Testable {
+					bound = signedPct(lc.CI.Lo - 1)
+				}
+				fmt.Fprintf(b, "| %s | %s | %s | %d vs %d | %s | %s | %s | %s |\n", t.Arm, t.Group, against, lc.LaunchesArm, lc.LaunchesBase,
+					claimEstimate(lc), bound, levelText(lc.Level), d)
 			}
 		}
 	}

@@ -56,6 +56,9 @@ type Verdict struct {
 	// Outcomes are the judgements beyond corruption: latency and throughput per session,
 	// per phase, and abort cascades.
 	Outcomes *Outcomes
+	// Claims are every claim of the verdict as tested on launches, the experimental
+	// unit; they decide the comparisons, rows and gates above.
+	Claims *LaunchFamily
 	// Conditions are, per arm, the load its engine carried (from its scraped /metrics);
 	// empty when no metrics were recorded.
 	Conditions []ArmConditions
@@ -119,8 +122,6 @@ type Comparison struct {
 	Direction   string // "higher", "lower" or "" when not significant
 	// Sequential is true when a group-sequential boundary, not FisherP, decides.
 	Sequential bool
-	// UnitDecides is true when the response- or launch-level test decides.
-	UnitDecides bool
 	// Inconclusive is true when the arm or the baseline crashed, wedged, failed to
 	// launch or lost more than analysis.max_loss of its sessions: what survived is not a
 	// fair sample, so no corruption decision is made, whatever the test says. Why names
@@ -130,8 +131,11 @@ type Comparison struct {
 	// Tipping is how many lost sessions, labelled against the decision, would change it;
 	// nil when no session was lost on either side.
 	Tipping *TippingPoint
-	// Launch compares crashed or wedged launches with the baseline's.
-	Launch LaunchComparison
+	// Faults compares crashed or wedged launches with the baseline's.
+	Faults LaunchComparison
+	// Launch is the corruption claim as tested on launches: it decides Significant and
+	// Direction, and AdjustedP is its p (NaN when the launches could not test it).
+	Launch *LaunchClaim
 }
 
 // Decision is the comparison's outcome in one word: "higher", "lower", "none" (no

@@ -281,10 +281,28 @@ var examples = map[string]fixture{
 		{arm: "treatment", sessions: join(finished(60, 0, 1, 1, 2, 2, 2, 3, 3, 3)), running: 57},
 		{arm: "control", sessions: finished(60), running: 58},
 	}},
+	// The decisive A/B with 4 launches per arm: every treatment launch corrupts, no
+	// control launch does.
+	"quickstart4": {example: "quickstart-launches", runs: []launch{
+		{arm: "treatment", sessions: finished(60, 0, 1, 1, 2, 2, 2, 3, 3, 3), running: 57},
+		{arm: "control", sessions: finished(60), running: 58},
+		{arm: "control", block: 1, sessions: finished(60), running: 58},
+		{arm: "treatment", block: 1, sessions: finished(60, 1, 1, 2, 2, 3, 3, 3), running: 57},
+		{arm: "treatment", block: 2, sessions: finished(60, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3, 3), running: 57},
+		{arm: "control", block: 2, sessions: finished(60), running: 58},
+		{arm: "control", block: 3, sessions: finished(60), running: 58},
+		{arm: "treatment", block: 3, sessions: finished(60, 0, 1, 2, 2, 3, 3, 3, 3), running: 57},
+	}},
 	// Identical arms: nothing to find.
 	"aa": {example: "aa", runs: []launch{
 		{arm: "a2", sessions: finished(60)},
 		{arm: "a1", sessions: finished(60)},
+		{arm: "a1", block: 1, sessions: finished(60)},
+		{arm: "a2", block: 1, sessions: finished(60)},
+		{arm: "a2", block: 2, sessions: finished(60)},
+		{arm: "a1", block: 2, sessions: finished(60)},
+		{arm: "a1", block: 3, sessions: finished(60)},
+		{arm: "a2", block: 3, sessions: finished(60)},
 	}},
 	// Corruption needs bf16 index-K and HiCache together: the interaction.
 	"factorial": {example: "factorial", runs: []launch{
@@ -294,11 +312,19 @@ var examples = map[string]fixture{
 		{arm: "bf16_index_k=0,hicache=off", sessions: finished(60)},
 	}},
 	// Stopped for efficacy at the second of four looks.
-	"sequential": {example: "sequential", stoppedEarly: "a boundary was crossed at look 2", runs: []launch{
+	"sequential": {example: "sequential", stoppedEarly: "treatment against control: launch p = 0.00216 ≤ 0.00375 over 6 and 6 launches", runs: []launch{
 		{arm: "control", block: 0, sessions: finished(60)},
 		{arm: "treatment", block: 0, sessions: finished(60, 0, 1, 1, 2, 2, 3, 3, 3)},
 		{arm: "treatment", block: 1, sessions: finished(60, 0, 1, 1, 2, 2, 2, 3, 3, 3)},
 		{arm: "control", block: 1, sessions: finished(60)},
+		{arm: "control", block: 2, sessions: finished(60)},
+		{arm: "treatment", block: 2, sessions: finished(60, 1, 1, 2, 3, 3, 3)},
+		{arm: "treatment", block: 3, sessions: finished(60, 0, 1, 2, 2, 2, 3, 3)},
+		{arm: "control", block: 3, sessions: finished(60)},
+		{arm: "treatment", block: 4, sessions: finished(60, 0, 1, 1, 2, 3, 3, 3, 3)},
+		{arm: "control", block: 4, sessions: finished(60)},
+		{arm: "control", block: 5, sessions: finished(60)},
+		{arm: "treatment", block: 5, sessions: finished(60, 1, 2, 2, 2, 3, 3, 3)},
 	}},
 	// The decisive A/B on two nodes, two blocks: the arms swap nodes between blocks, and
 	// node-b stopped answering during block 1, after which its arm ran on node-a in a
@@ -368,7 +394,7 @@ func markdown(t *testing.T, v *Verdict) string {
 // file, and checks the structure every verdict must have: a headline of at most three
 // sentences, and no paragraph said twice.
 func TestExampleVerdicts(t *testing.T) {
-	for _, name := range []string{"quickstart", "aa", "factorial", "sequential", "crash", "nodes"} {
+	for _, name := range []string{"quickstart", "quickstart4", "aa", "factorial", "sequential", "crash", "nodes"} {
 		t.Run(name, func(t *testing.T) {
 			v := buildExample(t, name)
 			dir := t.TempDir()
@@ -471,7 +497,9 @@ func checkGolden(t *testing.T, got []byte, path string) {
 	}
 }
 
-func TestQuickstartIsSignificantAndGated(t *testing.T) {
+// One launch per arm: the verdict reports what it saw, says it cannot attribute it to
+// the flag, and the regression gate does not pass what it could not test.
+func TestQuickstartReportsButCannotAttribute(t *testing.T) {
 	v := buildExample(t, "quickstart")
 	base, tr := v.Arms[0], v.Arms[1]
 	if base.Corrupted != 0 || tr.Corrupted != 9 || tr.Sessions != 60 || tr.Lost != 0 {
@@ -479,18 +507,47 @@ func TestQuickstartIsSignificantAndGated(t *testing.T) {
 	}
 	c := tr.Compare
 	// 0/60 vs 9/60: scipy.stats.fisher_exact gives p = 0.0029 (two-sided).
-	if c == nil || c.FisherP < 0.0028 || c.FisherP > 0.0030 || c.Decision() != "higher" {
-		t.Fatalf("comparison = %+v", c)
+	if c == nil || c.FisherP < 0.0028 || c.FisherP > 0.0030 || c.Decision() != "none" || c.Launch == nil || c.Launch.Testable || c.Launch.Needed != 4 {
+		t.Fatalf("comparison = %+v, claim %+v", c, c.Launch)
+	}
+	failed, why := v.Gate("regression")
+	if !failed || !strings.Contains(why, "cannot be told apart") {
+		t.Errorf("regression gate on an untestable increase: %v %q", failed, why)
+	}
+	if failed, _ := v.GateWith("regression", GateOptions{AllowInconclusive: true}); failed {
+		t.Error("--allow-inconclusive does not let an untestable comparison pass")
+	}
+	head := v.Headline()[0]
+	if !strings.Contains(head, "9 of 60 sessions") || !strings.HasSuffix(head, "4 launches per arm (`launches: 4`) can test it.") {
+		t.Errorf("headline does not say what the design can claim: %q", head)
+	}
+	if v.Responses == nil || !v.Responses.Available || v.Responses.FisherP >= c.FisherP {
+		t.Errorf("response view = %+v: counting responses should look (wrongly) more certain", v.Responses)
+	}
+}
+
+// Four launches per arm: the randomization test on launches decides, and the headline,
+// the comparison, the gate and the JSON agree.
+func TestQuickstartWithLaunchesIsSignificantAndGated(t *testing.T) {
+	v := buildExample(t, "quickstart4")
+	c := v.Arms[1].Compare
+	if c == nil || c.Decision() != "higher" || c.Launch == nil || !c.Launch.Testable || math.Abs(c.Launch.P-2.0/70) > 1e-12 {
+		t.Fatalf("comparison = %+v, claim %+v", c, c.Launch)
 	}
 	if failed, _ := v.Gate("regression"); !failed {
 		t.Error("regression gate passed on a significant regression")
 	}
 	head := v.Headline()[0]
-	if !strings.HasSuffix(head, "treatment's corruption rate is significantly higher.") {
-		t.Errorf("headline does not end with the decision: %q", head)
+	if !strings.HasSuffix(head, "treatment's corruption rate is significantly higher.") || !strings.Contains(head, "over 4 and 4 launches") {
+		t.Errorf("headline: %q", head)
 	}
-	if v.Responses == nil || !v.Responses.Available || v.Responses.FisherP >= c.FisherP {
-		t.Errorf("response view = %+v: counting responses should look (wrongly) more certain", v.Responses)
+	sum := v.Summary()
+	b, err := json.Marshal(sum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"decision":"higher"`) {
+		t.Errorf("--json does not carry the decision: %s", b)
 	}
 }
 
@@ -527,7 +584,7 @@ func TestCrashedArmIsInconclusiveNotCorrupted(t *testing.T) {
 	if failed, _ := v.Gate("corruption"); !failed {
 		t.Error("corruption gate passed although sessions were corrupted")
 	}
-	if c.Launch.Faulted != 1 || c.Launch.Launches != 1 || c.Launch.BaseFaulted != 0 || c.Launch.FisherP != 1 {
+	if c.Faults.Faulted != 1 || c.Faults.Launches != 1 || c.Faults.BaseFaulted != 0 || c.Faults.FisherP != 1 {
 		t.Errorf("launch comparison = %+v, want 1 of 1 crashed against 0 of 1, p = 1", c.Launch)
 	}
 	if !strings.Contains(md, "| treatment | 1 | 0 | 1 | 0 | 0 |") {
@@ -557,8 +614,8 @@ func TestLossAboveMaxLossIsInconclusive(t *testing.T) {
 		t.Fatal(err)
 	}
 	c = v.Arms[1].Compare
-	if c.Inconclusive || c.Decision() != "higher" || c.Tipping == nil {
-		t.Fatalf("6 of 60 lost (10%%, at the limit) should be judged: %+v", c)
+	if c.Inconclusive || c.Decision() != "none" || c.Launch == nil || c.Launch.Testable || c.Tipping == nil {
+		t.Fatalf("6 of 60 lost (10%%, at the limit) should be judged (one launch: not attributable): %+v", c)
 	}
 }
 
@@ -615,17 +672,29 @@ func TestAAVerdictSaysWhetherTheCheckPassed(t *testing.T) {
 		}
 	}
 
-	// The same identical arms, but the pipeline sees a difference.
-	db, ref := recordFixture(t, fixture{example: "aa", runs: []launch{
+	// The same identical arms, but the pipeline sees a difference in every launch.
+	var runs []launch
+	for b := range 4 {
+		runs = append(runs, launch{arm: "a1", block: b, sessions: finished(60)}, launch{arm: "a2", block: b, sessions: finished(60, 0, 0, 1, 1, 2, 2, 3, 3)})
+	}
+	db, ref := recordFixture(t, fixture{example: "aa", runs: runs})
+	if v, err := Build(context.Background(), db, ref); err != nil {
+		t.Fatal(err)
+	} else if head := v.Headline()[0]; !strings.HasPrefix(head, "A/A check FAILED: the pipeline claims a difference between identical arms (a2's corruption higher).") {
+		t.Errorf("A/A with a significant difference: headline %q", head)
+	} else {
+		checkStructure(t, markdown(t, v))
+	}
+
+	// One launch per arm: identical arms whose launches differ would go unnoticed.
+	db, ref = recordFixture(t, fixture{example: "aa", runs: []launch{
 		{arm: "a1", sessions: finished(60)},
 		{arm: "a2", sessions: finished(60, 0, 0, 1, 1, 2, 2, 3, 3)},
 	}})
 	if v, err := Build(context.Background(), db, ref); err != nil {
 		t.Fatal(err)
-	} else if head := v.Headline()[0]; !strings.HasPrefix(head, "A/A check FAILED: the pipeline sees a difference between identical arms.") {
-		t.Errorf("A/A with a significant difference: headline %q", head)
-	} else {
-		checkStructure(t, markdown(t, v))
+	} else if head := v.Headline()[0]; !strings.HasPrefix(head, "A/A check not decided: ") {
+		t.Errorf("A/A with one launch per arm: headline %q", head)
 	}
 
 	// Identical arms, but one crashed: the check cannot pass.
@@ -640,21 +709,18 @@ func TestAAVerdictSaysWhetherTheCheckPassed(t *testing.T) {
 	}
 }
 
-func TestFactorialHeadlineNamesTheInteractionAndEndsWithTheDecision(t *testing.T) {
+func TestFactorialHeadlineSaysWhatTheLaunchesAllow(t *testing.T) {
 	v := buildExample(t, "factorial")
 	head := v.Headline()[0]
-	if !strings.HasPrefix(head, "The factorial analysis finds a bf16_index_k x hicache interaction") {
-		t.Errorf("headline does not open with the interaction: %q", head)
-	}
-	if !strings.Contains(head, "Holm-adjusted p = ") {
-		t.Errorf("headline does not say its p-values are Holm-adjusted: %q", head)
+	if !strings.HasPrefix(head, "The largest difference from the baseline bf16_index_k=0,hicache=off") || !strings.HasSuffix(head, "5 launches per arm (`launches: 5`) can test it.") {
+		t.Errorf("headline: %q", head)
 	}
 	md := markdown(t, v)
 	if strings.Count(md, "## Factorial model") != 1 || strings.Count(md, "| term |") != 1 {
 		t.Errorf("the factorial model is not one table:\n%s", md)
 	}
-	if !strings.Contains(md, "3 arms were compared with the baseline") {
-		t.Errorf("the multiplicity caveat miscounts the comparisons:\n%s", md)
+	if !strings.Contains(md, "This verdict tests 15 claims on launches") {
+		t.Errorf("the multiplicity caveat miscounts the claims:\n%s", md)
 	}
 }
 
@@ -674,7 +740,7 @@ func TestCaveatsAreMergedAndRanked(t *testing.T) {
 		t.Errorf("%d zero-event caveats, want them merged into 1: %q", bounds, f.Caveats)
 	}
 	last := f.Caveats[len(f.Caveats)-1]
-	if !strings.Contains(last, "bounds") && !strings.Contains(last, "compared with the baseline") {
+	if !strings.Contains(last, "bounds") && !strings.Contains(last, "claims on launches") {
 		t.Errorf("caveats not ranked (bounds and multiplicity last): %q", f.Caveats)
 	}
 }

@@ -65,23 +65,9 @@ func TestPlanSimulatesTheSequentialExample(t *testing.T) {
 	if s == nil || s.Null == nil || s.Alt == nil {
 		t.Fatalf("no simulation in %s", stdout)
 	}
-	t.Logf("null (both arms at %.2f): type I error %.4f simulated, %.4f exact, over %d experiments",
-		s.Null.Rate, s.Null.RejectRate, s.Null.ExactRejectRate, s.Null.Reps)
-	t.Logf("0%% vs 15%%: power %.4f, %.1f sessions on average of at most %d; fixed design at power %.2f: %d sessions",
-		s.Power, s.ExpectedSessions, s.MaxSessions, p.TargetPower, s.FixedSessions)
-	if s.Null.Reps != 10000 || s.Null.ExactRejectRate > p.Alpha || s.Null.RejectRate > p.Alpha {
-		t.Errorf("type I error %.4f (exact %.4f) exceeds alpha %g", s.Null.RejectRate, s.Null.ExactRejectRate, p.Alpha)
-	}
-	if s.FixedSessions != 2*p.SessionsNeeded || p.SessionsNeeded < 45 || p.SessionsNeeded > 60 {
-		t.Errorf("fixed design at power 0.8: %d sessions (%d per arm), want about 52 per arm", s.FixedSessions, p.SessionsNeeded)
-	}
-	if s.SavedFraction == nil || *s.SavedFraction >= 0 || s.ExpectedSessions <= float64(s.FixedSessions) {
-		t.Errorf("four looks of 60 per arm must cost more than the fixed design at power 0.8: %+v", s)
-	}
-	_, text, _ := runCLI(t, "plan", "../../examples/sequential.yaml", "--db", filepath.Join(t.TempDir(), "none.db"))
-	for _, want := range []string{"fixed design at the plan's power 0.80: 52 sessions per arm (104 in all)", "sessions on average, at most 480", "more on average"} {
-		if !strings.Contains(text, want) {
-			t.Errorf("plan output lacks %q:\n%s", want, text)
-		}
+	t.Logf("null (both arms at %.2f): claims %.4f over %d experiments; 0%% vs 15%%: power %.4f, %.1f launches per arm on average",
+		s.Null.Rate, s.Null.RejectRate, s.Null.Reps, s.Alt.RejectRate, s.Alt.MeanLaunches)
+	if s.Null.Reps != 10000 || s.Null.RejectRate > s.LevelPerLook*float64(s.Looks)+0.005 || s.EarliestStop == 0 || s.Alt.RejectRate < 0.5 {
+		t.Errorf("sequential example: %+v, null %+v, alternative %+v", s, s.Null, s.Alt)
 	}
 }

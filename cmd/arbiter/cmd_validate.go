@@ -14,6 +14,7 @@ import (
 
 	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/orchestrator"
+	"github.com/arbiterlab/arbiter/stats"
 )
 
 func init() { subcommands = append(subcommands, newValidateCmd) }
@@ -167,21 +168,23 @@ func pluralize(n int, noun string) string {
 
 // specSummary is what validate prints; its JSON form is the --json output.
 type specSummary struct {
-	Spec      string            `json:"spec"`
-	Valid     bool              `json:"valid"`
-	Name      string            `json:"name"`
-	Preset    string            `json:"preset"`
-	Runtime   string            `json:"runtime"`
-	Slots     []string          `json:"slots"`
-	Design    string            `json:"design"`
-	Arms      []armSummary      `json:"arms"`
-	Baseline  string            `json:"baseline"`
-	Workload  workloadSummary   `json:"workload"`
-	Detectors []string          `json:"detectors"`
-	Analysis  analysisSummary   `json:"analysis"`
-	Blocks    int               `json:"blocks"`
-	Timeouts  map[string]string `json:"timeouts"`
-	Secrets   []string          `json:"secrets,omitempty"`
+	Spec      string          `json:"spec"`
+	Valid     bool            `json:"valid"`
+	Name      string          `json:"name"`
+	Preset    string          `json:"preset"`
+	Runtime   string          `json:"runtime"`
+	Slots     []string        `json:"slots"`
+	Design    string          `json:"design"`
+	Arms      []armSummary    `json:"arms"`
+	Baseline  string          `json:"baseline"`
+	Workload  workloadSummary `json:"workload"`
+	Detectors []string        `json:"detectors"`
+	Analysis  analysisSummary `json:"analysis"`
+	Blocks    int             `json:"blocks"`
+	// Launches is what the design's launches per arm let a verdict claim.
+	Launches launchSummary     `json:"launches"`
+	Timeouts map[string]string `json:"timeouts"`
+	Secrets  []string          `json:"secrets,omitempty"`
 	// Preflight is what validate --preflight found; absent without it.
 	Preflight *orchestrator.Preflight `json:"preflight,omitempty"`
 }
@@ -209,6 +212,18 @@ type workloadSummary struct {
 	Describe string `json:"describe,omitempty"`
 }
 
+// launchSummary says what the launches per arm (blocks) let a verdict attribute to the
+// arms: the level each claim on the primary outcome is tested at, the smallest p the
+// launch randomization test can give with these launches, and the launches per arm it
+// needs to reach that level at all.
+type launchSummary struct {
+	PerArm       int     `json:"per_arm"`
+	PrimaryLevel float64 `json:"primary_level"`
+	MinP         float64 `json:"min_p"`
+	CanClaim     bool    `json:"can_claim"`
+	Needed       int     `json:"needed_per_arm"`
+}
+
 type analysisSummary struct {
 	Unit  string  `json:"unit"`
 	Alpha float64 `json:"alpha"`
@@ -226,6 +241,7 @@ func summarize(s *arms.Spec, expanded []arms.Arm, r *arms.Redactor) specSummary 
 			Describe: s.Workload.Describe()},
 		Analysis: analysisSummary{Unit: s.Analysis.Unit, Alpha: s.Analysis.Alpha, AA: s.Analysis.AA},
 		Blocks:   s.Blocks,
+		Launches: summarizeLaunches(s, len(expanded)),
 		Timeouts: map[string]string{"startup": s.Timeouts.Startup.String(), "request": s.Timeouts.Request.String(), "stall": s.Timeouts.Stall.String()},
 		Secrets:  s.Engine.Secrets,
 	}
@@ -312,12 +328,27 @@ func (s specSummary) write(w io.Writer) error {
 		aa = ", A/A check"
 	}
 	fmt.Fprintf(&b, "analysis   unit %s, alpha %g, %d %s%s\n", s.Analysis.Unit, s.Analysis.Alpha, s.Blocks, pluralize(s.Blocks, "block"), aa)
+	l := s.Launches
+	claim := fmt.Sprintf("the launch test can reach it (smallest p %.3g)", l.MinP)
+	if !l.CanClaim {
+		claim = fmt.Sprintf("its smallest p is %.3g, so the verdict can report differences but not attribute them to the arms: %d launches per arm can", l.MinP, l.Needed)
+	}
+	fmt.Fprintf(&b, "launches   %d per arm (one per block); each primary claim is tested at %.3g: %s\n", l.PerArm, l.PrimaryLevel, claim)
 	fmt.Fprintf(&b, "timeouts   startup %s, request %s, stall %s\n", s.Timeouts["startup"], s.Timeouts["request"], s.Timeouts["stall"])
 	if len(s.Secrets) > 0 {
 		fmt.Fprintf(&b, "secrets    %s (from arbiter's environment)\n", strings.Join(s.Secrets, ", "))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+func summarizeLaunches(s *arms.Spec, arms int) launchSummary {
+	level := stats.PrimaryLevel(s.Analysis.Alpha, arms-1)
+	if looks := s.Analysis.Sequential.Looks; looks > 1 {
+		level /= float64(looks)
+	}
+	minP := stats.MinAttainableP(s.Blocks, s.Blocks)
+	return launchSummary{PerArm: s.Blocks, PrimaryLevel: level, MinP: minP, CanClaim: stats.Reject(minP, level), Needed: stats.LaunchesNeeded(level)}
 }
 
 // byteSize writes a size as a person would: 8 MiB, 512 KiB, 100000 bytes.

@@ -43,7 +43,7 @@ func TestAbortCascadeWedgeThroughTheCLI(t *testing.T) {
 		t.Fatalf("arbiter run --fail-on wedge exited %d, want %d\nstdout:\n%s\nstderr:\n%s", code, exitGateFailed, stdout, stderr)
 	}
 	headline := strings.Join(strings.Fields(stdout), " ")
-	for _, want := range []string{"overlap-on in 4 of 4 launches, against overlap-off in 0 of 4 (Fisher's exact test on launches: p = 0.029)",
+	for _, want := range []string{"overlap-on in 4 of 4 launches, against overlap-off in 0 of 4 (randomization test on launches: p = 0.029)",
 		"Decision: overlap-off wedges significantly less often than overlap-on."} {
 		if !strings.Contains(headline, want) {
 			t.Errorf("the headline lacks %q:\n%s", want, stdout)

@@ -1,0 +1,137 @@
+package verdict
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// claimsSection lists every claim of the verdict as tested on launches: what each
+// compared, at which level, and what it decided.
+func (v *Verdict) claimsSection(b *strings.Builder) {
+	f := v.Claims
+	if f == nil || len(f.Claims) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\n## Claims, tested on launches\n\n")
+	fmt.Fprintf(b, "Launches of one configuration differ (clocks, memory layout, warm-up, the host's other load), so every claim is tested on launches, one number per launch: ")
+	fmt.Fprintf(b, "the randomization test for rates (exact with any number of launches; it cannot go below the smallest p its launches allow), the t test on the logs of the launches' medians for speed. ")
+	fmt.Fprintf(b, "The claims share alpha %g: those on %s split %.0f%% of it, the others the rest, so that this verdict claims anything falsely at most %g of the time.",
+		v.Alpha, outcomeWords(f.Primary), 100*primaryShareOf(f), v.Alpha)
+	if v.Design.Looks > 1 {
+		fmt.Fprintf(b, " An arm judged at sequential looks tests its claims at every look, at its level divided by the %d looks.", v.Design.Looks)
+	}
+	fmt.Fprintf(b, "\n\n| outcome | arm | against | launches | estimate | interval | p | tested at | launch spread | decision |\n|---|---|---|---:|---:|---|---:|---:|---:|---|\n")
+	for _, c := range f.Claims {
+		against := c.Against
+		if c.Group != "" {
+			against += " at " + c.Group
+		}
+		outcome := c.Outcome
+		if c.Primary {
+			outcome = "**" + outcome + "**"
+		}
+		p := "–"
+		if c.Testable {
+			p = pval(c.P)
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %d vs %d | %s | %s | %s | %s | %s | %s |\n", outcome, c.Arm, against, c.LaunchesArm, c.LaunchesBase,
+			claimEstimate(c), claimInterval(c), p, levelText(c.Level), claimSpread(c), claimDecision(c))
+	}
+	fmt.Fprintf(b, "\nThe interval is at 1 − the level the claim is tested at (non-inferiority: its one-sided lower bound), so it excludes no change exactly when the claim is made. Launch spread: the intra-launch correlation of corruption (the share of its variance between launches of one arm), or the launches' coefficient of variation for speed. ")
+	fmt.Fprintf(b, "Speed is called better or worse only when its whole interval lies beyond %s of no change (`analysis.min_effect`), negligible only when it lies within it. Not attributable: too few launches per arm for the test to reach its level at all; the number in brackets can.\n", pctShort(v.MinEffect))
+}
+
+// primaryShareOf is the share of alpha the primary outcome's claims split.
+func primaryShareOf(f *LaunchFamily) float64 {
+	total, primary := 0.0, 0.0
+	for _, c := range f.Claims {
+		share := c.Level
+		total += share
+		if c.Primary {
+			primary += share
+		}
+	}
+	if total == 0 {
+		return 0
+	}
+	return primary / total
+}
+
+// outcomeWords names an outcome in a sentence.
+func outcomeWords(outcome string) string {
+	switch outcome {
+	case OutcomeCorruption:
+		return "corruption"
+	case OutcomeWedge:
+		return "wedged launches"
+	case MetricThroughput:
+		return "tok/s"
+	}
+	return outcome
+}
+
+func claimEstimate(c *LaunchClaim) string {
+	if math.IsNaN(c.Estimate) {
+		return "–"
+	}
+	switch c.Outcome {
+	case OutcomeCorruption, OutcomeWedge, OutcomeCorruptionNI:
+		return fmt.Sprintf("%+.1f pts", 100*c.Estimate)
+	}
+	return signedPct(c.Estimate - 1)
+}
+
+func claimInterval(c *LaunchClaim) string {
+	if !c.Testable || math.IsNaN(c.CI.Lo) {
+		return "–"
+	}
+	switch c.Outcome {
+	case OutcomeCorruption, OutcomeWedge:
+		return fmt.Sprintf("%s to %s pts", signedNum(100*c.CI.Lo), signedNum(100*c.CI.Hi))
+	case OutcomeCorruptionNI:
+		return "≤ " + signedNum(100*c.CI.Hi) + " pts"
+	case OutcomeNonInferiority, OutcomeStability:
+		return "≥ " + signedPct(c.CI.Lo-1)
+	}
+	return signedPct(c.CI.Lo-1) + " to " + signedPct(c.CI.Hi-1)
+}
+
+// signedNum is a signed figure with one decimal, or ±∞.
+func signedNum(x float64) string {
+	switch {
+	case math.IsInf(x, 1):
+		return "+∞"
+	case math.IsInf(x, -1):
+		return "−∞"
+	}
+	if math.Abs(x) < 0.05 {
+		x = 0 // no "-0.0"
+	}
+	return fmt.Sprintf("%+.1f", x)
+}
+
+func claimSpread(c *LaunchClaim) string {
+	if math.IsNaN(c.Spread) {
+		return "–"
+	}
+	switch c.Outcome {
+	case OutcomeCorruption, OutcomeCorruptionNI:
+		return fmt.Sprintf("ICC %.3f", c.Spread)
+	case OutcomeWedge, OutcomeStability:
+		return "–"
+	}
+	return "CV " + pctShort(c.Spread)
+}
+
+func claimDecision(c *LaunchClaim) string {
+	switch {
+	case !c.Testable:
+		return fmt.Sprintf("not attributable (%d)", c.Needed)
+	case c.Decision == "":
+		return "~"
+	case c.Decision == "negligible":
+		return c.Decision
+	}
+	return "**" + c.Decision + "**"
+}
