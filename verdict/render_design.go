@@ -242,4 +242,3 @@ func num(x float64) string {
 	}
 	return fmt.Sprintf("%.2f", x)
 }
-
