@@ -78,6 +78,9 @@ var queryLimitFlags = map[store.QueryLimit]string{
 }
 
 func runQuery(ctx context.Context, g *globals, sql string, o queryOptions) error {
+	if o.timeout < 0 || o.maxRows < 0 {
+		return withCode(exitUsage, errors.New("query: --timeout and --max-rows take 0 (no limit) or more"))
+	}
 	// On the command line 0 is no limit; to the store it is the default.
 	noLimitIfZero := func(n int64) int64 {
 		if n == 0 {

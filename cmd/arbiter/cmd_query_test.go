@@ -84,7 +84,9 @@ func TestQueryLimits(t *testing.T) {
 		t.Errorf("table under --max-rows 5: exit %d, %q, want the first 5", code, stdout)
 	}
 
-	if code, _, stderr := runCLI(t, "query", "SELECT 1", "--db", db, "--max-bytes", "lots"); code != exitUsage {
-		t.Errorf("--max-bytes lots: exit %d, %s", code, stderr)
+	for _, bad := range [][]string{{"--max-bytes", "lots"}, {"--max-bytes", "-1"}, {"--max-rows", "-1"}, {"--timeout", "-1s"}} {
+		if code, _, stderr := runCLI(t, append([]string{"query", "SELECT 1", "--db", db}, bad...)...); code != exitUsage {
+			t.Errorf("%v: exit %d, %s", bad, code, stderr)
+		}
 	}
 }
