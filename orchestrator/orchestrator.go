@@ -279,7 +279,11 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	var prior map[runKey]priorRun
 	var lease *store.Lease
 	if opts.Resume != 0 {
-		if expID, armIDs, prior, lease, err = reopen(ctx, st, opts.Resume, spec, armList, owner); err != nil {
+		// Containers a killed arbiter left hold their slots' GPUs and ports.
+		leftovers := func(ctx context.Context) error {
+			return removeLeftoverContainers(ctx, runtimes, dbID, opts.Resume, log)
+		}
+		if expID, armIDs, prior, lease, err = reopen(ctx, st, opts.Resume, spec, armList, owner, leftovers); err != nil {
 			return Result{}, err
 		}
 	} else if expID, armIDs, lease, err = create(ctx, st, spec, armList, start, owner, unverified); err != nil {

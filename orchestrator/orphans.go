@@ -3,8 +3,11 @@ package orchestrator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -143,4 +146,54 @@ func cancelSlurmLeftovers(ctx context.Context, dbID string, exp int64, log *slog
 		}
 		log.Warn("cancelled a Slurm job a killed arbiter left", "job", j.ID, "name", j.Name, "state", j.State, "run", j.Run)
 	}
+}
+
+// containerRuntime is a runtime whose engines are containers that outlive a killed
+// arbiter (the docker runtime): a resume finds and removes them.
+type containerRuntime interface {
+	Leftovers(ctx context.Context, experiment string) ([]runtime.Leftover, error)
+	Remove(ctx context.Context, id string) error
+}
+
+// removeLeftoverContainers removes, on every node whose runtime runs containers, the
+// containers of experiment exp of database dbID that an earlier arbiter of it left: one
+// killed (kill -9, a lost login) before it could tear its arms down leaves its engine
+// running, holding its slot's GPUs and port. It runs while the resume holds the
+// experiment's lease, so no arbiter still runs them, and before any launch reuses a
+// slot. A node whose daemon does not answer is passed over (its launches find it lost);
+// a container found and not removed is an error, since a launch beside it would share
+// its GPUs. Containers without the database label (an older arbiter's) may be another
+// database's and are left to `arbiter gc`.
+func removeLeftoverContainers(ctx context.Context, runtimes map[string]runtime.Runtime, dbID string, exp int64, log *slog.Logger) error {
+	var errs []error
+	for _, node := range slices.Sorted(maps.Keys(runtimes)) {
+		rt, ok := runtimes[node].(containerRuntime)
+		if !ok {
+			continue
+		}
+		left, err := rt.Leftovers(ctx, strconv.FormatInt(exp, 10))
+		if err != nil {
+			log.Warn("could not list the containers a killed arbiter may have left", "node", node, "err", err)
+			continue
+		}
+		for _, c := range left {
+			if c.Database != dbID {
+				if c.Database == "" {
+					log.Warn("left a container of an older arbiter that may be another database's; `arbiter gc` removes it",
+						"node", node, "container", c.Name, "run", c.Run, "state", c.State)
+				}
+				continue
+			}
+			if err := rt.Remove(ctx, c.ID); err != nil {
+				errs = append(errs, fmt.Errorf("node %s: container %s of run %s (%s), which a killed arbiter left, could not be removed: %w",
+					node, c.Name, c.Run, c.State, err))
+				continue
+			}
+			log.Warn("removed a container a killed arbiter left", "node", node, "container", c.Name, "run", c.Run, "state", c.State)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("resume: %w; a launch beside it would share its slot's GPUs: remove it (arbiter gc) and resume again", err)
+	}
+	return nil
 }

@@ -27,9 +27,11 @@ type priorRun struct {
 // experiment's lease (refusing an experiment another arbiter is running, see
 // store.AcquireLease), the spec must be the one it was recorded with, and the launches
 // that finished are kept. A resumed experiment follows the same seeded plan, so the
-// launches it still runs are the ones it would have run.
+// launches it still runs are the ones it would have run. leftovers, when not nil, ends
+// what earlier arbiters of the experiment left running; it runs once the lease is
+// held (none of them runs any more), and its error leaves the experiment as it was.
 func reopen(ctx context.Context, st *store.Store, id int64, spec *arms.Spec, armList []arms.Arm,
-	owner store.Owner) (int64, []int64, map[runKey]priorRun, *store.Lease, error) {
+	owner store.Owner, leftovers func(context.Context) error) (int64, []int64, map[runKey]priorRun, *store.Lease, error) {
 	if _, err := store.FindExperiment(ctx, st.DB(), fmt.Sprint(id)); err != nil {
 		return 0, nil, nil, nil, err
 	}
@@ -42,6 +44,12 @@ func reopen(ctx context.Context, st *store.Store, id int64, spec *arms.Spec, arm
 		// Nothing was changed: let go of the experiment as it was.
 		_ = lease.Release(context.WithoutCancel(ctx))
 		return 0, nil, nil, nil, err
+	}
+	if leftovers != nil {
+		if err := leftovers(ctx); err != nil {
+			_ = lease.Release(context.WithoutCancel(ctx))
+			return 0, nil, nil, nil, err
+		}
 	}
 	if err := st.ReopenExperiment(ctx, id); err != nil {
 		_ = lease.Release(context.WithoutCancel(ctx))

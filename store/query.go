@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"reflect"
 	"strings"
+	"time"
 	"unicode"
 
 	sqlite3 "github.com/mattn/go-sqlite3"
@@ -48,28 +50,141 @@ func (e *QueryRefusedError) Unwrap() error { return ErrQueryRefused }
 // the reader prepare without end.
 const maxStatements = 1000
 
+// The limits of a query whose QueryLimits leave them zero.
+const (
+	DefaultQueryTimeout  = 30 * time.Second
+	DefaultQueryMaxRows  = 100_000
+	DefaultQueryMaxBytes = 256 << 20
+)
+
+// QueryLimits bound one query, so that no text (a recursive CTE without end,
+// zeroblob(1e9), a cross join of the turns) can run, hold or print without end. The zero
+// value is the defaults; a negative field is no limit.
+type QueryLimits struct {
+	// Timeout bounds the whole query, its statements and the handing on of their rows
+	// (default DefaultQueryTimeout, 30s): SQLite is interrupted when it passes.
+	Timeout time.Duration
+	// MaxRows bounds the rows of all the query's statements together (default
+	// DefaultQueryMaxRows, 100000).
+	MaxRows int64
+	// MaxBytes bounds every value SQLite makes or reads (SQLite's SQLITE_LIMIT_LENGTH,
+	// so that zeroblob(1e9) fails before it allocates) and the text and blob bytes of
+	// all the query's rows together (default DefaultQueryMaxBytes, 256 MiB).
+	MaxBytes int64
+}
+
+func (l QueryLimits) withDefaults() QueryLimits {
+	if l.Timeout == 0 {
+		l.Timeout = DefaultQueryTimeout
+	}
+	if l.MaxRows == 0 {
+		l.MaxRows = DefaultQueryMaxRows
+	}
+	if l.MaxBytes == 0 {
+		l.MaxBytes = DefaultQueryMaxBytes
+	}
+	return l
+}
+
+// QueryLimit names one of QueryLimits, in QueryLimitError.
+type QueryLimit string
+
+// The limits a query can reach.
+const (
+	LimitTime  QueryLimit = "time"
+	LimitRows  QueryLimit = "row"
+	LimitBytes QueryLimit = "size"
+)
+
+// ErrQueryLimit is wrapped by every *QueryLimitError.
+var ErrQueryLimit = errors.New("query limit reached")
+
+// QueryLimitError reports a query stopped at one of its QueryLimits. The rows read
+// before it were handed on already; no more were.
+type QueryLimitError struct {
+	Limit     QueryLimit
+	Statement string
+	// What says what passed the limit: "it ran for 30s", "more than 100000 rows".
+	What string
+}
+
+func (e *QueryLimitError) Error() string {
+	return fmt.Sprintf("query stopped at its %s limit: %s, in %q", e.Limit, e.What, firstStatement(e.Statement))
+}
+
+// Unwrap makes errors.Is(err, ErrQueryLimit) hold.
+func (e *QueryLimitError) Unwrap() error { return ErrQueryLimit }
+
+// RowWriter receives a query's rows as they are read, statement by statement, so that
+// none are held longer than the writer holds them.
+type RowWriter interface {
+	// Statement begins the rows of the next statement.
+	Statement(text string, columns []string) error
+	// Row is one row of the current statement: int64, float64, string (text and
+	// blobs), time.Time or nil, the writer's to keep.
+	Row(values []any) error
+}
+
+// sqliteLimitLength is SQLITE_LIMIT_LENGTH (https://www.sqlite.org/c3ref/c_limit_attached.html).
+const sqliteLimitLength = 0
+
 // Query runs text, one or more SQL statements, against the results database at path
-// through a read-only connection (see OpenReadOnly) and returns every statement's
-// result in order. SQLite itself splits the text: each statement is prepared and the
-// rest of the text (SQLite's tail) is prepared next, so empty statements and trailing
-// comments end the loop. Every statement is prepared, and so authorized, before the
-// first runs: a query with one refused statement runs none.
+// under the default QueryLimits and returns every statement's rows in order (see
+// QueryTo).
 func Query(ctx context.Context, path, text string) ([]ResultSet, error) {
+	var c resultCollector
+	if err := QueryTo(ctx, path, text, QueryLimits{}, &c); err != nil {
+		return nil, err
+	}
+	return c.sets, nil
+}
+
+type resultCollector struct{ sets []ResultSet }
+
+func (c *resultCollector) Statement(text string, columns []string) error {
+	c.sets = append(c.sets, ResultSet{Statement: text, Columns: columns})
+	return nil
+}
+
+func (c *resultCollector) Row(values []any) error {
+	rs := &c.sets[len(c.sets)-1]
+	rs.Rows = append(rs.Rows, values)
+	return nil
+}
+
+// QueryTo runs text, one or more SQL statements, against the results database at path
+// through a read-only connection (see OpenReadOnly) and hands each statement's rows to
+// w as they are read, under lim. SQLite itself splits the text: each statement is
+// prepared and the rest of the text (SQLite's tail) is prepared next, so empty
+// statements and trailing comments end the loop. Every statement is prepared, and so
+// authorized, before the first runs: a query with one refused statement runs none.
+// A query that reaches a limit ends with a *QueryLimitError.
+func QueryTo(ctx context.Context, path, text string, lim QueryLimits, w RowWriter) error {
+	lim = lim.withDefaults()
+	if lim.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, lim.Timeout, errQueryTimeout)
+		defer cancel()
+	}
 	db, err := OpenReadOnly(path)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer db.Close()
 	conn, err := db.Conn(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("query: %w", err)
+		return fmt.Errorf("query: %w", err)
 	}
 	defer conn.Close()
-	var out []ResultSet
-	err = conn.Raw(func(dc any) error {
+	return conn.Raw(func(dc any) error {
 		c, ok := dc.(*sqlite3.SQLiteConn)
 		if !ok {
 			return fmt.Errorf("query: unexpected driver connection %T", dc)
+		}
+		if lim.MaxBytes > 0 {
+			// SQLite lowers a limit past its own hard one (1e9 bytes) to that.
+			prev := c.SetLimit(sqliteLimitLength, int(min(lim.MaxBytes, math.MaxInt32)))
+			defer c.SetLimit(sqliteLimitLength, prev)
 		}
 		// The connection's authorizer again, now noting why it denied, for the message.
 		var denied string
@@ -89,20 +204,19 @@ func Query(ctx context.Context, path, text string) ([]ResultSet, error) {
 		if err != nil {
 			return err
 		}
+		q := queryRun{lim: lim, w: w}
 		for _, s := range stmts {
-			rs, err := runStatement(ctx, s)
-			if err != nil {
+			if err := q.statement(ctx, s); err != nil {
 				return err
 			}
-			out = append(out, rs)
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
+
+// errQueryTimeout is the cause of a query's context that ran out of time, told apart
+// from a cancel (Ctrl-C), which stays the caller's own error.
+var errQueryTimeout = errors.New("query time limit")
 
 type preparedStatement struct {
 	text string
@@ -177,36 +291,88 @@ func statementTail(st driver.Stmt) (tail string, empty bool, err error) {
 	return "", false, fmt.Errorf("query: the SQLite driver's statement %T does not expose its tail; arbiter query cannot split statements with it", st)
 }
 
-// runStatement runs one prepared statement and reads all its rows.
-func runStatement(ctx context.Context, s preparedStatement) (ResultSet, error) {
-	rs := ResultSet{Statement: s.text}
-	q, ok := s.stmt.(driver.StmtQueryContext)
+// queryRun is one query's statements run in turn, and what their rows used of its limits.
+type queryRun struct {
+	lim   QueryLimits
+	w     RowWriter
+	rows  int64
+	bytes int64
+}
+
+// statement runs one prepared statement and hands its rows on as they are read.
+func (q *queryRun) statement(ctx context.Context, s preparedStatement) error {
+	st, ok := s.stmt.(driver.StmtQueryContext)
 	if !ok {
-		return rs, fmt.Errorf("query: driver statement %T cannot query", s.stmt)
+		return fmt.Errorf("query: driver statement %T cannot query", s.stmt)
 	}
-	rows, err := q.QueryContext(ctx, nil)
+	rows, err := st.QueryContext(ctx, nil)
 	if err != nil {
-		return rs, fmt.Errorf("query: %s: %w", s.text, err)
+		return q.failed(ctx, s.text, err)
 	}
 	defer rows.Close()
-	rs.Columns = rows.Columns()
+	cols := rows.Columns()
+	if err := q.w.Statement(s.text, cols); err != nil {
+		return err
+	}
 	for {
-		vals := make([]driver.Value, len(rs.Columns))
+		vals := make([]driver.Value, len(cols))
 		if err := rows.Next(vals); errors.Is(err, io.EOF) {
-			break
+			return nil
 		} else if err != nil {
-			return rs, fmt.Errorf("query: %s: %w", s.text, err)
+			return q.failed(ctx, s.text, err)
 		}
+		if q.lim.MaxRows > 0 && q.rows >= q.lim.MaxRows {
+			return &QueryLimitError{Limit: LimitRows, Statement: s.text, What: fmt.Sprintf("more than %d rows", q.lim.MaxRows)}
+		}
+		q.rows++
 		row := make([]any, len(vals))
 		for i, v := range vals {
-			if b, ok := v.([]byte); ok {
-				v = string(b)
+			switch x := v.(type) {
+			case []byte:
+				v = string(x)
+				q.bytes += int64(len(x))
+			case string:
+				q.bytes += int64(len(x))
 			}
 			row[i] = v
 		}
-		rs.Rows = append(rs.Rows, row)
+		if q.lim.MaxBytes > 0 && q.bytes > q.lim.MaxBytes {
+			return &QueryLimitError{Limit: LimitBytes, Statement: s.text,
+				What: fmt.Sprintf("its rows hold more than %s of text and blobs", byteCount(q.lim.MaxBytes))}
+		}
+		if err := q.w.Row(row); err != nil {
+			return err
+		}
 	}
-	return rs, nil
+}
+
+// failed is the error of a statement that SQLite ended: a limit it reached when it
+// was one, else SQLite's own error.
+func (q *queryRun) failed(ctx context.Context, stmt string, err error) error {
+	if context.Cause(ctx) == errQueryTimeout {
+		return &QueryLimitError{Limit: LimitTime, Statement: stmt, What: fmt.Sprintf("it ran for %s", q.lim.Timeout)}
+	}
+	if se, ok := errors.AsType[sqlite3.Error](err); ok && se.Code == sqlite3.ErrTooBig {
+		return &QueryLimitError{Limit: LimitBytes, Statement: stmt,
+			What: fmt.Sprintf("a value longer than %s (SQLite: %v)", byteCount(q.lim.MaxBytes), err)}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("query: %s: %w", stmt, err)
+}
+
+// byteCount writes a size as a person reads it: 256 MiB, 512 KiB, 1000 bytes.
+func byteCount(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%d GiB", n>>30)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // firstStatement is the start of text, for messages about a statement SQLite could not

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -232,4 +233,95 @@ func FuzzQuery(f *testing.F) {
 			t.Fatalf("query %q changed the working folder", text)
 		}
 	})
+}
+
+// countingWriter counts the rows a query hands on.
+type countingWriter struct{ statements, rows int }
+
+func (c *countingWriter) Statement(string, []string) error { c.statements++; return nil }
+func (c *countingWriter) Row([]any) error                  { c.rows++; return nil }
+
+// queryToWithin runs QueryTo and fails the test if it does not return within d.
+func queryToWithin(t *testing.T, d time.Duration, path, text string, lim QueryLimits, w RowWriter) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- QueryTo(context.Background(), path, text, lim, w) }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(d):
+		t.Fatalf("query %q did not return within %s", text, d)
+		return nil
+	}
+}
+
+func wantLimit(t *testing.T, q string, err error, limit QueryLimit, words string) {
+	t.Helper()
+	var le *QueryLimitError
+	if !errors.As(err, &le) || le.Limit != limit || !errors.Is(err, ErrQueryLimit) || !strings.Contains(err.Error(), words) {
+		t.Errorf("query %q: %v, want the %s limit saying %q", q, err, limit, words)
+	}
+}
+
+// A recursive CTE without end, whether it makes no row (count) or rows without end, is
+// interrupted at the time limit, with a message that says so.
+func TestQueryTimeLimitInterruptsARecursiveCTE(t *testing.T) {
+	path, _ := queryDB(t)
+	for _, q := range []string{
+		"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c",
+		"WITH RECURSIVE c(x) AS (SELECT 1 UNION SELECT x + 1 FROM c) SELECT max(x) FROM c",
+		"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c",
+	} {
+		err := queryToWithin(t, 20*time.Second, path, q, QueryLimits{Timeout: 300 * time.Millisecond, MaxRows: -1, MaxBytes: -1}, &countingWriter{})
+		wantLimit(t, q, err, LimitTime, "it ran for 300ms")
+	}
+	// Cancelling the caller's context (Ctrl-C) is the caller's error, not a limit.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err := QueryTo(ctx, path, "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c", QueryLimits{}, &countingWriter{})
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrQueryLimit) {
+		t.Errorf("a cancelled query: %v, want the context's own error", err)
+	}
+}
+
+// One value past the size limit is refused by SQLite itself before it is made, so that
+// zeroblob(1e9) never allocates its gigabyte; so are rows that hold more than the limit
+// together.
+func TestQuerySizeLimitRefusesHugeValues(t *testing.T) {
+	path, _ := queryDB(t)
+	for _, q := range []string{"SELECT zeroblob(1e9)", "SELECT length(zeroblob(1e9))", "SELECT randomblob(300000000)"} {
+		_, err := queryWithin(t, 20*time.Second, path, q)
+		wantLimit(t, q, err, LimitBytes, "a value longer than 256 MiB")
+	}
+	q := "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 100) SELECT zeroblob(100000) FROM c"
+	w := &countingWriter{}
+	err := queryToWithin(t, 20*time.Second, path, q, QueryLimits{MaxBytes: 1 << 20}, w)
+	wantLimit(t, q, err, LimitBytes, "more than 1 MiB of text and blobs")
+	if w.rows != 10 {
+		t.Errorf("%d rows handed on before the size limit, want the 10 within it", w.rows)
+	}
+	if err := queryToWithin(t, 20*time.Second, path, "SELECT zeroblob(1e9)", QueryLimits{MaxBytes: 1 << 10}, w); !strings.Contains(fmt.Sprint(err), "longer than 1 KiB") {
+		t.Errorf("zeroblob under a 1 KiB limit: %v", err)
+	}
+}
+
+// The row limit counts the rows of all the statements, and stops past it.
+func TestQueryRowLimit(t *testing.T) {
+	path, _ := queryDB(t)
+	q := "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 100001) SELECT x FROM c"
+	_, err := queryWithin(t, 20*time.Second, path, q)
+	wantLimit(t, q, err, LimitRows, "more than 100000 rows")
+
+	w := &countingWriter{}
+	q = "SELECT 1 UNION ALL SELECT 2; WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 8) SELECT x FROM c"
+	if err := queryToWithin(t, 20*time.Second, path, q, QueryLimits{MaxRows: 10}, w); err != nil || w.rows != 10 {
+		t.Errorf("10 rows under a limit of 10: %v, %d rows", err, w.rows)
+	}
+	w = &countingWriter{}
+	q = "SELECT 1 UNION ALL SELECT 2; WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 9) SELECT x FROM c"
+	err = queryToWithin(t, 20*time.Second, path, q, QueryLimits{MaxRows: 10}, w)
+	wantLimit(t, q, err, LimitRows, "more than 10 rows")
+	if w.rows != 10 || w.statements != 2 {
+		t.Errorf("%d rows of %d statements handed on, want 10 of 2", w.rows, w.statements)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -47,25 +48,41 @@ func sshDialer(u *url.URL, command string) (func(ctx context.Context, network, a
 
 // dialSSH starts one ssh session and returns its standard input and output as a
 // connection. Cancelling ctx after the dial does not end the connection; Close does.
+//
+// The pipes are arbiter's own (os.Pipe), not exec's StdinPipe and StdoutPipe: Wait
+// closes those, and a Read still under way then fails with "file already closed" in
+// place of what ssh said. Here the output ends with EOF once ssh has exited, and only
+// Close closes it, after the session is over.
 func dialSSH(ctx context.Context, command string, args []string) (net.Conn, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(command, args...)
-	stdin, err := cmd.StdinPipe()
+	inR, inW, err := os.Pipe()
 	if err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	stderr := &tailBuffer{max: 4096}
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("docker runtime: ssh: %w", err)
 	}
-	c := &sshConn{cmd: cmd, stdin: stdin, stdout: stdout, stderr: stderr, exited: make(chan struct{})}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return nil, fmt.Errorf("docker runtime: ssh: %w", err)
+	}
+	stderr := &tailBuffer{max: 4096}
+	cmd := exec.Command(command, args...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, stderr
+	// A child of ssh that keeps stderr open must not hold Wait, and with it Close.
+	cmd.WaitDelay = 2 * time.Second
+	err = cmd.Start()
+	// The child has its own copies of these ends; holding ours would keep the output
+	// from ever reaching EOF.
+	inR.Close()
+	outW.Close()
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		return nil, fmt.Errorf("docker runtime: ssh: %w", err)
+	}
+	c := &sshConn{cmd: cmd, stdin: inW, stdout: outR, stderr: stderr, exited: make(chan struct{})}
 	go func() {
 		c.waitErr = cmd.Wait()
 		close(c.exited)
@@ -76,17 +93,17 @@ func dialSSH(ctx context.Context, command string, args []string) (net.Conn, erro
 // sshConn is an ssh session seen as a connection to the remote daemon.
 type sshConn struct {
 	cmd     *exec.Cmd
-	stdin   io.WriteCloser
-	stdout  io.ReadCloser
+	stdin   *os.File
+	stdout  *os.File
 	stderr  *tailBuffer
 	exited  chan struct{}
-	waitErr error
+	waitErr error // set before exited is closed
 
 	closeOnce sync.Once
 }
 
 // Read reads what the remote daemon sent; at the session's end it says why ssh ended
-// when ssh said so (a refused key, an unknown host, no docker there).
+// when ssh failed (a refused key, an unknown host, no docker there).
 func (c *sshConn) Read(p []byte) (int, error) {
 	n, err := c.stdout.Read(p)
 	if errors.Is(err, io.EOF) && n == 0 {
@@ -105,21 +122,30 @@ func (c *sshConn) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// ended is the error of a session that ended under a read or write: what ssh said on
-// its way out when it said something (waiting a moment for it to finish), else err.
+// sshEndWait bounds how long a read or write that saw the session end waits for ssh
+// to exit and say why.
+const sshEndWait = 10 * time.Second
+
+// ended is the error of a session that ended under a read or write. A session that ssh
+// ended cleanly keeps err (EOF at the end of a read); one that ssh ended with an error
+// says what ssh said on its way out, or else how it exited.
 func (c *sshConn) ended(err error) error {
 	select {
 	case <-c.exited:
-	case <-time.After(time.Second):
+	case <-time.After(sshEndWait):
+		return err
+	}
+	if c.waitErr == nil {
+		return err
 	}
 	if msg := strings.TrimSpace(c.stderr.String()); msg != "" {
 		return fmt.Errorf("docker runtime: ssh session ended: %s", msg)
 	}
-	return err
+	return fmt.Errorf("docker runtime: ssh session ended: %w", c.waitErr)
 }
 
 // Close ends the session: its input first, so that dial-stdio ends on its own, then,
-// if it lingers, the ssh process.
+// if it lingers, the ssh process; its output is closed only once ssh has been waited for.
 func (c *sshConn) Close() error {
 	c.closeOnce.Do(func() {
 		c.stdin.Close()
@@ -129,6 +155,7 @@ func (c *sshConn) Close() error {
 			_ = c.cmd.Process.Kill()
 			<-c.exited
 		}
+		c.stdout.Close()
 	})
 	return nil
 }
