@@ -209,7 +209,7 @@ func TestExpandCapsArms(t *testing.T) {
 }
 
 func TestConfoundFlagOrder(t *testing.T) {
-	src := specWith("arms:\n  control:   {args: [--a, \"1\", --b]}\n  treatment: {args: [--b, --a, \"1\"]}\n")
+	src := specWith("arms:\n  control:   {args: [--a, \"1\", --enable-metrics]}\n  treatment: {args: [--enable-metrics, --a, \"1\"]}\n")
 	_, err := Parse("spec.yaml", []byte(src))
 	if !errors.Is(err, ErrConfounded) || !strings.Contains(err.Error(), "identical") {
 		t.Errorf("flag order: %v", err)
@@ -219,7 +219,7 @@ func TestConfoundFlagOrder(t *testing.T) {
 	if _, err := Parse("spec.yaml", []byte(src)); err != nil {
 		t.Errorf("repeated flags in another order are different arms: %v", err)
 	}
-	src = specWith("factors:\n  x:\n    lo: {args: [--a, --b]}\n    hi: {args: [--b, --a]}\n")
+	src = specWith("factors:\n  x:\n    lo: {args: [--enable-metrics, --disable-radix-cache]}\n    hi: {args: [--disable-radix-cache, --enable-metrics]}\n")
 	_, err = Parse("spec.yaml", []byte(src))
 	if !errors.Is(err, ErrConfounded) || !strings.Contains(err.Error(), "set the same pins") {
 		t.Errorf("levels in another flag order: %v", err)
