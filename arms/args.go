@@ -134,18 +134,22 @@ func (g Grammar) Parse(args []string) ([]Flag, error) {
 		if hasNext {
 			next = args[i+1]
 		}
+		shown := next // what an error may quote of next: never a credential
+		if looksLikeCredentialFlag(name) {
+			shown = Redacted
+		}
 		switch {
 		case g.isBool(name):
 		case g.isValued(name) && !hasNext:
 			fail(i, name, "%s needs a value: write %s=VALUE", name, name)
 		case g.isValued(name) && IsFlagToken(next) && g.Argparse:
-			fail(i, name, "%s needs a value, and the engine reads %q after it as a flag, not as its value: write %s=%s if it is the value", name, next, name, next)
+			fail(i, name, "%s needs a value, and the engine reads %q after it as a flag, not as its value: write %s=%s if it is the value", name, shown, name, shown)
 		case g.isValued(name) && IsFlagToken(next):
 			f.Tokens = append(f.Tokens, next)
 			i++
 		case hasNext && IsFlagToken(next):
 			fail(i, name, "%s is followed by %q, which the engine may read as the value of %s or as the next flag: write %s=%s if it is the value, or list %s in engine.bool_flags if it takes none",
-				name, next, name, name, next, name)
+				name, shown, name, name, shown, name)
 		}
 		out = append(out, f)
 	}

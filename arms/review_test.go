@@ -135,6 +135,23 @@ func TestRedactArgs(t *testing.T) {
 	}
 }
 
+// A credential's value that starts with - is still its value: hidden, and never quoted
+// by the refusal of a command line the engine would read otherwise.
+func TestCredentialValueThatLooksLikeAFlag(t *testing.T) {
+	got := RedactArgs([]string{"--api-key", "-x7Gk2pQ", "--tp", "2"})
+	if want := []string{"--api-key", Redacted, "--tp", "2"}; !slices.Equal(got, want) {
+		t.Errorf("RedactArgs %q, want %q", got, want)
+	}
+	for _, preset := range []string{"sglang", "custom"} {
+		src := "version: 1\nname: t\nengine: {preset: " + preset + ", command: [server], args: [--api-key, -x7Gk2pQ]}\n" +
+			"arms:\n  a: {env: {K: \"0\"}}\n  b: {env: {K: \"1\"}}\nworkload: {sessions: 4, rounds: 2}\n"
+		_, err := Parse("spec.yaml", []byte(src))
+		if err == nil || !strings.Contains(err.Error(), "--api-key") || strings.Contains(err.Error(), "x7Gk2pQ") {
+			t.Errorf("%s: err = %v, want a refusal naming --api-key and not its value", preset, err)
+		}
+	}
+}
+
 func TestLooksLikeCredentialNamesFromTheField(t *testing.T) {
 	for _, n := range []string{"OPENAI_KEY", "PRIVATE_KEY", "HUGGING_FACE_HUB_KEY", "DB_PASS", "AUTHORIZATION", "GITHUB_PAT", "ssh_key", "GPG_PASSPHRASE"} {
 		if !LooksLikeCredential(n) {
