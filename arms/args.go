@@ -72,11 +72,14 @@ func (f Flag) Text() string {
 }
 
 // ArgError is a command line that the engine's grammar does not read one way, or reads
-// as an error: Index is the token of the flag at fault.
+// as an error.
 type ArgError struct {
+	// Index is the token of the flag at fault (of the first word, for words before any
+	// flag); Flag is its name, empty for words.
 	Index int
 	Flag  string
-	Msg   string
+	// Msg says what is wrong and how to write it instead.
+	Msg string
 }
 
 func (e *ArgError) Error() string { return e.Msg }

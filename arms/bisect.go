@@ -463,6 +463,7 @@ func (d *bisectDecoder) resolveConfigs() {
 			b.Changes = append(b.Changes, Change{Kind: gs.Kind, Name: gs.Name, Good: gs})
 		}
 	}
+	d.unknownBoolFlags()
 	d.engineShared("good", d.good, b.Good)
 	d.engineShared("bad", d.bad, b.Bad)
 	if len(d.errs) > 0 {
@@ -480,6 +481,29 @@ func (d *bisectDecoder) resolveConfigs() {
 		{Name: "good", Pins: b.render(nil)},
 		{Name: "bad", Pins: b.render(allChanges(len(b.Changes)))},
 	}}}
+}
+
+// unknownBoolFlags refuses a change that server info reports as true (a flag without a
+// value) when the preset's grammar does not know the flag: a step's command line, which
+// gives it bare before other flags, would be refused as ambiguous. engine.bool_flags
+// declares it.
+func (d *bisectDecoder) unknownBoolFlags() {
+	g := d.spec.Grammar()
+	for _, c := range d.b.Changes {
+		for _, side := range []struct {
+			name string
+			s    *Setting
+			e    configEntry
+		}{{"good", c.Good, d.good}, {"bad", c.Bad, d.bad}} {
+			s := side.s
+			if s == nil || !s.derived || s.Kind != SettingFlag || len(s.Tokens) != 1 || strings.Contains(s.Tokens[0], "=") || slices.Contains(g.Bool, s.Name) {
+				continue
+			}
+			key := strings.ReplaceAll(strings.TrimPrefix(s.Name, "--"), "-", "_")
+			d.addAt(side.e.siPos, side.name+".server_info", "%s: %s is true, the flag %s without a value, which the %s preset does not know: list %s in engine.bool_flags, so that the steps' command lines read it so",
+				side.e.serverInfo, key, s.Name, d.spec.Engine.Preset, s.Name)
+		}
+	}
 }
 
 // config resolves one configuration: its pins parsed into settings, or its server-info

@@ -226,8 +226,6 @@ func parseFlags(g Grammar, args []string) []flag {
 	return out
 }
 
-func isFlagToken(a string) bool { return IsFlagToken(a) }
-
 // variables are the names a set of pins sets: env names, then flag names, in order.
 func variables(g Grammar, p Pins) []string {
 	out := slices.Sorted(maps.Keys(p.Env))
@@ -432,7 +430,7 @@ func (c *confoundCheck) pinSets() {
 	if len(partial) == 0 {
 		return
 	}
-	if len(partial) == 1 && isFlagToken(partial[0]) && onlyToggles(c.grammar, arms, partial[0]) {
+	if len(partial) == 1 && IsFlagToken(partial[0]) && onlyToggles(c.grammar, arms, partial[0]) {
 		return
 	}
 	for _, v := range partial {

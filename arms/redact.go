@@ -73,7 +73,7 @@ func credentialArgs(args []string, secret func(i int), keyed func(i int, name, v
 			secret(i) // the credential's value, though it starts with -
 			continue
 		}
-		if !isFlagToken(a) {
+		if !IsFlagToken(a) {
 			if secretNext {
 				secret(i)
 			}
