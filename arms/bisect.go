@@ -349,9 +349,8 @@ func (d *bisectDecoder) decodeConfig(e entry) configEntry {
 				}
 			}
 		case "args":
-			c.args = d.strings(f)
+			c.args = d.args(f)
 			c.argsPos = posOf(f.keyNode)
-			d.spec.pos[f.path] = c.argsPos
 		case "server_info":
 			if v, ok := d.str(f); ok {
 				if v == "" {
@@ -465,6 +464,7 @@ func (d *bisectDecoder) resolveConfigs() {
 			b.Changes = append(b.Changes, Change{Kind: gs.Kind, Name: gs.Name, Good: gs})
 		}
 	}
+	d.unknownBoolFlags()
 	d.engineShared("good", d.good, b.Good)
 	d.engineShared("bad", d.bad, b.Bad)
 	if len(d.errs) > 0 {
@@ -482,6 +482,29 @@ func (d *bisectDecoder) resolveConfigs() {
 		{Name: "good", Pins: b.render(nil)},
 		{Name: "bad", Pins: b.render(allChanges(len(b.Changes)))},
 	}}}
+}
+
+// unknownBoolFlags refuses a change that server info reports as true (a flag without a
+// value) when the preset's grammar does not know the flag: a step's command line, which
+// gives it bare before other flags, would be refused as ambiguous. engine.bool_flags
+// declares it.
+func (d *bisectDecoder) unknownBoolFlags() {
+	g := d.spec.Grammar()
+	for _, c := range d.b.Changes {
+		for _, side := range []struct {
+			name string
+			s    *Setting
+			e    configEntry
+		}{{"good", c.Good, d.good}, {"bad", c.Bad, d.bad}} {
+			s := side.s
+			if s == nil || !s.derived || s.Kind != SettingFlag || len(s.Tokens) != 1 || strings.Contains(s.Tokens[0], "=") || slices.Contains(g.Bool, s.Name) {
+				continue
+			}
+			key := strings.ReplaceAll(strings.TrimPrefix(s.Name, "--"), "-", "_")
+			d.addAt(side.e.siPos, side.name+".server_info", "%s: %s is true, the flag %s without a value, which the %s preset does not know: list %s in engine.bool_flags, so that the steps' command lines read it so",
+				side.e.serverInfo, key, s.Name, d.spec.Engine.Preset, s.Name)
+		}
+	}
 }
 
 // config resolves one configuration: its pins parsed into settings, or its server-info
@@ -518,9 +541,15 @@ func (d *bisectDecoder) config(c configEntry) (Config, bool) {
 		return out, true
 	}
 	out.Settings = slices.Clone(c.env)
-	flags, err := flagSettings(c.args)
+	flags, err := flagSettings(d.spec.Grammar(), c.args)
 	if err != nil {
-		d.addAt(c.argsPos, path+".args", "%v", err)
+		at := c.argsPos
+		if ae, ok := err.(*ArgError); ok {
+			if p, ok := d.spec.pos[fmt.Sprintf("%s.args.%d", path, ae.Index)]; ok {
+				at = p
+			}
+		}
+		d.addAt(at, path+".args", "%v", err)
 		return out, false
 	}
 	out.Settings = append(out.Settings, flags...)
@@ -532,7 +561,7 @@ func (d *bisectDecoder) config(c configEntry) (Config, bool) {
 func (d *bisectDecoder) engineShared(name string, c configEntry, cfg Config) {
 	en := d.spec.Engine
 	engineFlags := map[string]bool{}
-	for _, f := range parseFlags(en.Args) {
+	for _, f := range parseFlags(d.spec.Grammar(), en.Args) {
 		engineFlags[f.name] = true
 	}
 	for _, s := range cfg.Settings {
@@ -573,34 +602,27 @@ func hasKey(m map[string]string, k string) bool {
 	return ok
 }
 
-// flagSettings reads a command line as flags, each with its value: --name value,
-// --name=value or a bare --name. A flag given twice, or a value before any flag, is
-// refused: a bisection changes each setting once.
-func flagSettings(args []string) ([]Setting, error) {
+// flagSettings reads a command line as flags by the engine's grammar (args.go), each
+// with its value: --name value, --name=value or a bare --name. A command line the
+// grammar refuses or could read two ways, a flag given twice, or a value before any
+// flag, is refused (an *ArgError naming the flag's token): a bisection changes each
+// setting once, and must change what the engine reads.
+func flagSettings(g Grammar, args []string) ([]Setting, error) {
+	flags, err := g.Parse(args)
+	if err != nil {
+		return nil, err
+	}
 	var out []Setting
-	for _, a := range args {
-		if isFlagToken(a) {
-			name, value, _ := strings.Cut(a, "=")
-			for _, s := range out {
-				if s.Name == name {
-					return nil, fmt.Errorf("%s is given twice; give each flag once", name)
-				}
+	for _, f := range flags {
+		if f.Name == "" {
+			return nil, &ArgError{Index: f.Index, Msg: fmt.Sprintf("%q comes before any flag: args are flags with their values", f.Tokens[0])}
+		}
+		for _, s := range out {
+			if s.Name == f.Name {
+				return nil, &ArgError{Index: f.Index, Flag: f.Name, Msg: fmt.Sprintf("%s is given twice; give each flag once", f.Name)}
 			}
-			out = append(out, Setting{Kind: SettingFlag, Name: name, Value: value, Tokens: []string{a}})
-			continue
 		}
-		if len(out) == 0 {
-			return nil, fmt.Errorf("%q comes before any flag: args are flags with their values", a)
-		}
-		last := &out[len(out)-1]
-		if strings.Contains(last.Tokens[0], "=") {
-			return nil, fmt.Errorf("%q follows %s, which already has its value", a, last.Tokens[0])
-		}
-		if len(last.Tokens) > 1 {
-			last.Value += " "
-		}
-		last.Value += a
-		last.Tokens = append(last.Tokens, a)
+		out = append(out, Setting{Kind: SettingFlag, Name: f.Name, Value: f.Value, Tokens: f.Tokens})
 	}
 	return out, nil
 }

@@ -102,8 +102,8 @@ func TestBisectSpecErrors(t *testing.T) {
 		{"typo", strings.Replace(bisectBase, "search:", "serach:", 1),
 			[]string{"spec.yaml:7:1: serach: unknown field (did you mean search?)"}},
 		{"repeated flag", strings.Replace(bisectBase, "args: [--enable-hierarchical-cache]", "args: [--page-size, \"1\", --page-size, \"2\"]", 1),
-			[]string{"spec.yaml:5:33: bad.args: --page-size is given twice"}},
-		{"value before a flag", strings.Replace(bisectBase, "args: [--enable-hierarchical-cache]", "args: [\"16\", --page-size]", 1),
+			[]string{"spec.yaml:5:58: bad.args: --page-size is given twice"}},
+		{"value before a flag", strings.Replace(bisectBase, "args: [--enable-hierarchical-cache]", "args: [\"16\", --page-size, \"1\"]", 1),
 			[]string{`bad.args: "16" comes before any flag`}},
 		{"nothing differs", strings.Replace(bisectBase, `bad: {env: {BF16_INDEX_K: "1"}, args: [--enable-hierarchical-cache]}`, `bad: {env: {BF16_INDEX_K: "0"}}`, 1),
 			[]string{"spec.yaml:5:1: bad: good and bad set the same env and flags: there is nothing to bisect"}},
@@ -307,8 +307,13 @@ func FuzzServerInfoSettings(f *testing.F) {
 			for _, s := range settings {
 				switch s.Kind {
 				case SettingFlag:
-					if len(s.Tokens) == 0 || s.Tokens[0] != s.Name || !isFlagToken(s.Name) {
+					if len(s.Tokens) == 0 || (s.Tokens[0] != s.Name && !strings.HasPrefix(s.Tokens[0], s.Name+"=")) || !IsFlagToken(s.Name) {
 						t.Fatalf("flag %+v", s)
+					}
+					// Its tokens read back as the setting, by the engine's grammar.
+					read, err := PresetFor(preset).Grammar.Parse(s.Tokens)
+					if err == nil && (len(read) != 1 || read[0].Name != s.Name || read[0].Value != s.Value) {
+						t.Fatalf("flag %+v reads back as %+v", s, read)
 					}
 				case SettingEnv:
 					if !envNameRE.MatchString(s.Name) {
@@ -320,4 +325,45 @@ func FuzzServerInfoSettings(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A change read from server info is written on the steps' command lines as the engine
+// reads it: a value that looks like a flag binds with =, and a flag that server info
+// reports true, and that the preset does not know as one without a value, is refused
+// until engine.bool_flags declares it (else a step's command line could be read two ways).
+func TestBisectServerInfoFlagsReadOneWay(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "g.json"), []byte(`{"model_path": "--weird", "enable_foo_bar": false, "page_size": 1}`), 0o644)
+	os.WriteFile(filepath.Join(dir, "b.json"), []byte(`{"model_path": "/models/x", "enable_foo_bar": true, "page_size": 16}`), 0o644)
+	src := `version: 1
+name: si
+engine: {preset: sglang}
+good: {server_info: g.json}
+bad: {server_info: b.json}
+workload: {kind: toolcall-agent, sessions: 10, rounds: 2, seed: 1}
+search: {effect: 0.1}
+`
+	_, err := ParseBisect(filepath.Join(dir, "spec.yaml"), []byte(src))
+	if err == nil || !strings.Contains(err.Error(), "spec.yaml:5:20: bad.server_info: b.json: enable_foo_bar is true, the flag --enable-foo-bar without a value, which the sglang preset does not know: list --enable-foo-bar in engine.bool_flags") {
+		t.Fatalf("err = %v, want a refusal asking for engine.bool_flags", err)
+	}
+	src = strings.Replace(src, "engine: {preset: sglang}", "engine: {preset: sglang, bool_flags: [--enable-foo-bar]}", 1)
+	b, err := ParseBisect(filepath.Join(dir, "spec.yaml"), []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(b.Pins(nil).Args, " "); got != "--model-path=--weird --page-size 1" {
+		t.Errorf("good pins %q", got)
+	}
+	step, err := b.StepSpec(StepOptions{Name: "si-b1-s01", Applied: allChanges(len(b.Changes)), Alpha: 0.01})
+	if err != nil {
+		t.Fatal(err)
+	}
+	armList, err := step.Expand()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(armList[1].Command, " "); got != "python3 -m sglang.launch_server --model-path /models/x --page-size 16 --enable-foo-bar" {
+		t.Errorf("applied arm runs %q", got)
+	}
 }

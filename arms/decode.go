@@ -562,6 +562,20 @@ func (d *decoder) strings(e entry) []string {
 	return out
 }
 
+// args reads a command line, keeping where it and each of its tokens were written
+// (PATH.args, PATH.args.N), for the errors of the engine's grammar (checkArgs).
+func (d *decoder) args(e entry) []string {
+	d.spec.pos[e.path] = posOf(e.keyNode)
+	out := []string{}
+	d.list(e, func(it entry) {
+		if s, ok := d.str(it); ok {
+			d.spec.pos[joinPath(e.path, strconv.Itoa(len(out)))] = posOf(it.val)
+			out = append(out, s)
+		}
+	})
+	return out
+}
+
 // envMap reads an env mapping: names must be variable names, values strings.
 func (d *decoder) envMap(e entry) map[string]string {
 	entries, _ := d.mapping(e.val, e.path)
@@ -660,7 +674,7 @@ func (d *decoder) decodeSpec(root ast.Node) {
 
 func (d *decoder) decodeEngine(e entry) {
 	en := &d.spec.Engine
-	known := []string{"preset", "image", "command", "args", "env", "secrets", "mounts", "gpus"}
+	known := []string{"preset", "image", "command", "args", "env", "secrets", "mounts", "gpus", "bool_flags"}
 	seen := d.fields(e.val, e.path, known, func(f entry) {
 		switch f.key {
 		case "preset":
@@ -678,8 +692,7 @@ func (d *decoder) decodeEngine(e entry) {
 			}
 			d.spec.pos[f.path] = posOf(f.keyNode)
 		case "args":
-			en.Args = d.strings(f)
-			d.spec.pos[f.path] = posOf(f.keyNode)
+			en.Args = d.args(f)
 		case "env":
 			en.Env = d.envMap(f)
 		case "secrets":
@@ -709,9 +722,32 @@ func (d *decoder) decodeEngine(e entry) {
 			if v, ok := d.bounded(f, 0, MaxGPUs, "GPUs per arm"); ok {
 				en.GPUs = v
 			}
+		case "bool_flags":
+			d.list(f, func(it entry) {
+				v, ok := d.str(it)
+				switch {
+				case !ok:
+				case !IsFlagToken(v) || strings.Contains(v, "="):
+					d.add(it.val, it.path, "%q is not a flag: list flags as the engine reads them, e.g. --enable-mixed-chunk", v)
+				case slices.Contains(en.BoolFlags, v):
+					d.add(it.val, it.path, "%s is listed twice", v)
+				default:
+					en.BoolFlags = append(en.BoolFlags, v)
+					d.spec.pos[joinPath(f.path, v)] = posOf(it.val)
+				}
+			})
 		}
 	})
 	d.require(seen, e.keyNode, e.path, "preset")
+	if en.Preset != "" {
+		valued := PresetFor(en.Preset).Grammar.Valued
+		for _, v := range en.BoolFlags {
+			if slices.Contains(valued, v) {
+				path := joinPath(e.path, "bool_flags")
+				d.addAt(d.spec.pos[joinPath(path, v)], path, "the %s preset reads %s with a value; it cannot be a flag without one", en.Preset, v)
+			}
+		}
+	}
 	if en.Preset == "custom" && len(en.Command) == 0 {
 		if _, given := seen["command"]; !given {
 			d.add(e.keyNode, joinPath(e.path, "command"), "the custom preset needs a command")
@@ -854,8 +890,7 @@ func (d *decoder) decodePinsAnd(e entry, more []string, field func(f entry)) Pin
 		case "env":
 			p.Env = d.envMap(f)
 		case "args":
-			p.Args = d.strings(f)
-			d.spec.pos[f.path] = posOf(f.keyNode)
+			p.Args = d.args(f)
 		}
 	})
 	return p

@@ -54,7 +54,8 @@ func (s *Spec) Expand() ([]Arm, error) {
 		// Parse never lets this through; a Spec built in code can.
 		return nil, joinSorted([]*SpecError{{File: s.Path, Path: "arms", Msg: "no arms: list explicit arms, or factors with levels"}})
 	}
-	c := confoundCheck{spec: s}
+	c := confoundCheck{spec: s, grammar: s.Grammar()}
+	c.checkArgs()
 	c.engineOverrides()
 	c.sharedFactorVariables()
 	c.sameLevels()
@@ -203,46 +204,32 @@ func (s *Spec) render(name string, levels map[string]string, pins Pins) Arm {
 	}
 }
 
-// flag is one command-line setting: --name value, --name=value, or a bare --name.
+// flag is one command-line setting, as the confound check compares it: --name value,
+// --name=value, a bare --name, or words before any flag (named by the first).
 type flag struct {
 	name, value string
 }
 
-// parseFlags reads args as flags and their values; a token that is not a flag belongs
-// to the flag before it, or stands for itself when it comes first.
-func parseFlags(args []string) []flag {
-	var out []flag
-	for _, a := range args {
-		if isFlagToken(a) {
-			name, value, _ := strings.Cut(a, "=")
-			out = append(out, flag{name: name, value: value})
+// parseFlags reads args as flags and their values by the engine's grammar (args.go).
+// A command line the grammar refuses was refused by checkArgs; the reading of it here
+// only needs to be deterministic.
+func parseFlags(g Grammar, args []string) []flag {
+	read, _ := g.Parse(args)
+	out := make([]flag, len(read))
+	for i, f := range read {
+		if f.Name == "" {
+			out[i] = flag{name: f.Tokens[0], value: strings.Join(f.Tokens[1:], " ")}
 			continue
 		}
-		if len(out) == 0 {
-			out = append(out, flag{name: a})
-			continue
-		}
-		last := &out[len(out)-1]
-		if last.value != "" {
-			last.value += " "
-		}
-		last.value += a
+		out[i] = flag{name: f.Name, value: f.Value}
 	}
 	return out
 }
 
-func isFlagToken(a string) bool {
-	if len(a) < 2 || a[0] != '-' {
-		return false
-	}
-	_, err := strconv.ParseFloat(a, 64)
-	return err != nil // -1 is a value, not a flag
-}
-
 // variables are the names a set of pins sets: env names, then flag names, in order.
-func variables(p Pins) []string {
+func variables(g Grammar, p Pins) []string {
 	out := slices.Sorted(maps.Keys(p.Env))
-	for _, f := range parseFlags(p.Args) {
+	for _, f := range parseFlags(g, p.Args) {
 		if !slices.Contains(out, f.name) {
 			out = append(out, f.name)
 		}
@@ -259,7 +246,9 @@ type pinSource struct {
 
 type confoundCheck struct {
 	spec *Spec
-	errs []*SpecError
+	// grammar is how the engine reads its command line.
+	grammar Grammar
+	errs    []*SpecError
 	// overrides are the variables already refused as engine overrides, so that the
 	// pin-set rule does not report them a second time.
 	overrides map[string]bool
@@ -283,12 +272,73 @@ func (c *confoundCheck) sources() []pinSource {
 	return out
 }
 
+// argSegment is one list of args as the spec wrote it (engine.args, an arm's or a
+// level's args), part of a rendered command line.
+type argSegment struct {
+	path string // engine, arms.treatment, factors.hicache.on
+	args []string
+}
+
+// checkArgs refuses command lines that the engine's grammar reads as an error or could
+// read two ways: each arm's engine args followed by its pins, as it is launched, so that
+// a bare flag at the end of engine.args is read with the pins after it.
+func (c *confoundCheck) checkArgs() {
+	s := c.spec
+	engine := argSegment{path: "engine", args: s.Engine.Args}
+	var lines [][]argSegment
+	for _, a := range s.Arms {
+		lines = append(lines, []argSegment{engine, {path: "arms." + a.Name, args: a.Pins.Args}})
+	}
+	if len(s.Arms) == 0 {
+		for _, combo := range s.combinations() {
+			line := []argSegment{engine}
+			for i, li := range combo {
+				f := s.Factors[i]
+				line = append(line, argSegment{path: "factors." + f.Name + "." + f.Levels[li].Name, args: f.Levels[li].Pins.Args})
+			}
+			lines = append(lines, line)
+		}
+	}
+	if len(lines) == 0 {
+		lines = append(lines, []argSegment{engine})
+	}
+	seen := map[string]bool{}
+	for _, line := range lines {
+		var args []string
+		for _, seg := range line {
+			args = append(args, seg.args...)
+		}
+		_, err := c.grammar.Parse(args)
+		ae, ok := err.(*ArgError)
+		if !ok {
+			continue
+		}
+		seg, i := line[0], ae.Index
+		for _, next := range line[1:] {
+			if i < len(seg.args) {
+				break
+			}
+			i -= len(seg.args)
+			seg = next
+		}
+		path := seg.path + ".args"
+		if key := fmt.Sprintf("%s\x00%d\x00%s", path, i, ae.Msg); !seen[key] {
+			seen[key] = true
+			p, at := s.pos[fmt.Sprintf("%s.%d", path, i)]
+			if !at {
+				p = s.pos[path]
+			}
+			c.errs = append(c.errs, &SpecError{File: s.Path, Line: p.Line, Col: p.Col, Path: path, Msg: ae.Msg})
+		}
+	}
+}
+
 // engineOverrides refuses pins that change what the engine declares for every arm: a
 // shared setting silently changed in one arm is a second varied variable.
 func (c *confoundCheck) engineOverrides() {
 	c.overrides = map[string]bool{}
 	engineFlags := map[string]string{}
-	for _, f := range parseFlags(c.spec.Engine.Args) {
+	for _, f := range parseFlags(c.grammar, c.spec.Engine.Args) {
 		engineFlags[f.name] = f.value
 	}
 	for _, src := range c.sources() {
@@ -298,7 +348,7 @@ func (c *confoundCheck) engineOverrides() {
 				c.overrides[k] = true
 			}
 		}
-		for _, f := range parseFlags(src.pins.Args) {
+		for _, f := range parseFlags(c.grammar, src.pins.Args) {
 			if v, shared := engineFlags[f.name]; shared && v != f.value {
 				c.refuse(src.path, "%s sets %s, which engine.args sets to %q for every arm; a shared setting must not change per arm: remove %s from engine.args or from the pins", src.what, flagText(f), v, f.name)
 				c.overrides[f.name] = true
@@ -321,7 +371,7 @@ func (c *confoundCheck) sharedFactorVariables() {
 	for _, f := range c.spec.Factors {
 		mine := map[string]bool{}
 		for _, l := range f.Levels {
-			for _, v := range variables(l.Pins) {
+			for _, v := range variables(c.grammar, l.Pins) {
 				if other, taken := owner[v]; taken && other != f.Name && !mine[v] {
 					c.refuse("factors."+f.Name+"."+l.Name, "factors %s and %s both set %s; vary each variable in one factor only", other, f.Name, v)
 				}
@@ -342,7 +392,7 @@ func (c *confoundCheck) sameLevels() {
 	for _, f := range c.spec.Factors {
 		first := map[string]string{} // pins key -> the first level with those pins
 		for _, l := range f.Levels {
-			key := pinsKey(l.Pins)
+			key := pinsKey(c.grammar, l.Pins)
 			if prev, twin := first[key]; twin {
 				c.refuse("factors."+f.Name+"."+l.Name, "levels %s and %s of factor %s set the same pins, so their arms would be identical", prev, l.Name, f.Name)
 				continue
@@ -364,7 +414,7 @@ func (c *confoundCheck) pinSets() {
 	pinnedBy := map[string][]string{}
 	var order []string
 	for _, a := range arms {
-		for _, v := range variables(a.Pins) {
+		for _, v := range variables(c.grammar, a.Pins) {
 			if _, seen := pinnedBy[v]; !seen {
 				order = append(order, v)
 			}
@@ -380,7 +430,7 @@ func (c *confoundCheck) pinSets() {
 	if len(partial) == 0 {
 		return
 	}
-	if len(partial) == 1 && isFlagToken(partial[0]) && onlyToggles(arms, partial[0]) {
+	if len(partial) == 1 && IsFlagToken(partial[0]) && onlyToggles(c.grammar, arms, partial[0]) {
 		return
 	}
 	for _, v := range partial {
@@ -411,11 +461,11 @@ func verb(names []string) string {
 }
 
 // onlyToggles reports whether the arms are identical once flag is removed.
-func onlyToggles(arms []ArmSpec, flagName string) bool {
+func onlyToggles(g Grammar, arms []ArmSpec, flagName string) bool {
 	var first string
 	for i, a := range arms {
 		var rest []flag
-		for _, f := range parseFlags(a.Pins.Args) {
+		for _, f := range parseFlags(g, a.Pins.Args) {
 			if f.name != flagName {
 				rest = append(rest, f)
 			}
@@ -436,7 +486,7 @@ func (c *confoundCheck) identical(arms []Arm) {
 	s := c.spec
 	if s.Analysis.AA {
 		for _, a := range arms[min(1, len(arms)):] {
-			if armKey(a) != armKey(arms[0]) {
+			if armKey(c.grammar, a) != armKey(c.grammar, arms[0]) {
 				p := s.pos["arms."+a.Name]
 				c.errs = append(c.errs, &SpecError{File: s.Path, Line: p.Line, Col: p.Col, Path: "arms." + a.Name,
 					Msg: fmt.Sprintf("analysis.aa declares an A/A check, but arm %s differs from arm %s; an A/A check needs identical arms", a.Name, arms[0].Name)})
@@ -446,7 +496,7 @@ func (c *confoundCheck) identical(arms []Arm) {
 	}
 	first := make(map[string]string, len(arms)) // arm key -> the first arm with it
 	for _, a := range arms {
-		key := armKey(a)
+		key := armKey(c.grammar, a)
 		prev, twin := first[key]
 		if !twin {
 			first[key] = a.Name
@@ -493,10 +543,10 @@ func flagsKey(flags []flag) string {
 	return b.String()
 }
 
-func pinsKey(p Pins) string {
-	return envKey(p.Env) + "\x01" + flagsKey(parseFlags(p.Args))
+func pinsKey(g Grammar, p Pins) string {
+	return envKey(p.Env) + "\x01" + flagsKey(parseFlags(g, p.Args))
 }
 
-func armKey(a Arm) string {
-	return envKey(a.Env) + "\x01" + flagsKey(parseFlags(a.Command))
+func armKey(g Grammar, a Arm) string {
+	return envKey(a.Env) + "\x01" + flagsKey(parseFlags(g, a.Command))
 }

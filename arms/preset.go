@@ -1,6 +1,9 @@
 package arms
 
-import "slices"
+import (
+	"slices"
+	"strings"
+)
 
 // Preset is what arbiter knows about an engine: how to start it when the spec gives no
 // command, how to tell it its port, and where it answers health, server-info and abort
@@ -25,6 +28,9 @@ type Preset struct {
 	// AbortPath aborts requests (POST {"rid": ..., "abort_all": bool}); empty when a
 	// client disconnect is the only abort (vLLM).
 	AbortPath string
+	// Grammar is how the engine reads its command line (args.go); the zero Grammar,
+	// custom's, knows no flag.
+	Grammar Grammar
 }
 
 // presets are the engines arbiter drives. refserve mirrors SGLang's endpoints on
@@ -39,6 +45,7 @@ var presets = map[string]Preset{
 		ServerInfoPath:     "/get_server_info",
 		AbortPath:          "/abort_request",
 		MetricsPath:        "/metrics",
+		Grammar:            refserveGrammar,
 	},
 	"sglang": {
 		Name:               "sglang",
@@ -49,6 +56,7 @@ var presets = map[string]Preset{
 		ServerInfoPath:     "/get_server_info",
 		AbortPath:          "/abort_request",
 		MetricsPath:        "/metrics",
+		Grammar:            sglangGrammar,
 	},
 	"vllm": {
 		Name:        "vllm",
@@ -56,6 +64,7 @@ var presets = map[string]Preset{
 		PortFlag:    "--port",
 		HealthPath:  "/health",
 		MetricsPath: "/metrics",
+		Grammar:     vllmGrammar,
 	},
 	"custom": {
 		Name:        "custom",
@@ -85,5 +94,76 @@ func PresetFor(name string) Preset {
 		p.Name = name
 	}
 	p.Command = slices.Clone(p.Command)
+	p.Grammar = Grammar{Bool: slices.Clone(p.Grammar.Bool), Valued: slices.Clone(p.Grammar.Valued), Argparse: p.Grammar.Argparse}
 	return p
+}
+
+// refserveGrammar is cmd/refserve/config.go's flag set, read by Go's flag package: a
+// valued flag takes the next token whatever it looks like. TestRefserveGrammar keeps it
+// in step with config.go.
+var refserveGrammar = Grammar{
+	Bool: []string{"--enable-hierarchical-cache", "--disable-overlap-schedule", "--disable-radix-cache", "--enable-metrics", "--trust-remote-code"},
+	Valued: []string{"--host", "--port", "--served-model-name", "--model-path", "--hicache-ratio", "--max-running-requests",
+		"--tool-call-parser", "--seed", "--random-seed", "--inter-token-delay", "--backend", "--prefill-delay-per-token",
+		"--decode-batch-cost", "--chunked-prefill-size", "--max-total-tokens", "--context-length", "--disaggregation-mode",
+		"--disaggregation-transfer-backend", "--disaggregation-bootstrap-port", "--tp", "--tp-size", "--dp", "--dp-size",
+		"--page-size", "--hicache-size", "--hicache-write-policy", "--hicache-io-backend", "--hicache-mem-layout",
+		"--mem-fraction-static", "--log-level"},
+}
+
+// sglangGrammar is a part of SGLang's launch_server arguments (python/sglang/srt/
+// server_args.py, argparse): the flags arbiter's specs and FACTS.md name, and the common
+// ones of the same kind. A flag it does not list is read by the rule for unknown flags.
+var sglangGrammar = Grammar{
+	Argparse: true,
+	Bool: []string{"--enable-hierarchical-cache", "--disable-overlap-schedule", "--enable-metrics", "--enable-metrics-for-all-schedulers",
+		"--trust-remote-code", "--disable-radix-cache", "--skip-tokenizer-init", "--disable-cuda-graph", "--disable-cuda-graph-padding",
+		"--enable-torch-compile", "--enable-dp-attention", "--enable-dp-lm-head", "--enable-mixed-chunk", "--enable-p2p-check",
+		"--disable-custom-all-reduce", "--enable-nccl-nvls", "--enable-two-batch-overlap", "--enable-cache-report",
+		"--enable-deterministic-inference", "--disable-chunked-prefix-cache", "--log-requests", "--show-time-cost", "--enable-lora",
+		"--enable-memory-saver", "--allow-auto-truncate", "--enable-custom-logit-processor", "--enable-return-hidden-states",
+		"--enable-eplb", "--disable-shared-experts-fusion", "--disable-outlines-disk-cache", "--enable-nan-detection",
+		"--delete-ckpt-after-loading", "--enable-priority-scheduling", "--is-embedding", "--enable-multimodal"},
+	Valued: []string{"--model-path", "--tokenizer-path", "--tokenizer-mode", "--load-format", "--host", "--port", "--tp", "--tp-size",
+		"--dp", "--dp-size", "--pp-size", "--ep-size", "--nnodes", "--node-rank", "--dist-init-addr", "--page-size",
+		"--chunked-prefill-size", "--max-running-requests", "--max-total-tokens", "--max-prefill-tokens", "--mem-fraction-static",
+		"--context-length", "--served-model-name", "--tool-call-parser", "--reasoning-parser", "--chat-template", "--hicache-ratio",
+		"--hicache-size", "--hicache-write-policy", "--hicache-io-backend", "--hicache-mem-layout", "--hicache-storage-backend",
+		"--disaggregation-mode", "--disaggregation-transfer-backend", "--disaggregation-bootstrap-port", "--disaggregation-ib-device",
+		"--attention-backend", "--sampling-backend", "--grammar-backend", "--quantization", "--kv-cache-dtype", "--dtype",
+		"--random-seed", "--log-level", "--schedule-policy", "--schedule-conservativeness", "--cuda-graph-max-bs", "--cuda-graph-bs",
+		"--api-key", "--watchdog-timeout", "--stream-interval", "--speculative-algorithm", "--speculative-draft-model-path",
+		"--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens", "--moe-a2a-backend",
+		"--moe-runner-backend", "--json-model-override-args", "--revision", "--device", "--base-gpu-id", "--max-queued-requests",
+		"--download-dir"},
+}
+
+// vllmGrammar is a part of vLLM's serve arguments (argparse); its boolean flags take the
+// --no- form too.
+var vllmGrammar = Grammar{
+	Argparse: true,
+	Bool: withNegations("--enforce-eager", "--enable-prefix-caching", "--enable-chunked-prefill", "--trust-remote-code",
+		"--enable-log-requests", "--enable-auto-tool-choice", "--enable-lora", "--enable-expert-parallel", "--async-scheduling",
+		"--enable-sleep-mode", "--skip-tokenizer-init", "--enable-eplb", "--enable-prompt-tokens-details",
+		"--enable-server-load-tracking", "--enable-force-include-usage", "--disable-log-stats", "--disable-log-requests",
+		"--disable-custom-all-reduce", "--disable-sliding-window", "--disable-frontend-multiprocessing", "--disable-cascade-attn"),
+	Valued: []string{"--model", "--host", "--port", "--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp",
+		"--data-parallel-size", "-dp", "--max-model-len", "--gpu-memory-utilization", "--max-num-seqs", "--max-num-batched-tokens",
+		"--block-size", "--kv-cache-dtype", "--dtype", "--quantization", "-q", "--served-model-name", "--tool-call-parser",
+		"--reasoning-parser", "--seed", "--swap-space", "--download-dir", "--load-format", "--tokenizer", "--tokenizer-mode",
+		"--revision", "--chat-template", "--api-key", "--compilation-config", "-O", "--speculative-config", "--max-logprobs",
+		"--uvicorn-log-level", "--distributed-executor-backend", "--cpu-offload-gb", "--kv-transfer-config", "--hf-overrides",
+		"--limit-mm-per-prompt", "--long-prefill-token-threshold", "--scheduling-policy", "--generation-config"},
+}
+
+// withNegations lists boolean flags with their --no- forms (argparse's
+// BooleanOptionalAction); a --disable- flag has none.
+func withNegations(flags ...string) []string {
+	out := slices.Clone(flags)
+	for _, f := range flags {
+		if !strings.HasPrefix(f, "--disable-") {
+			out = append(out, "--no-"+strings.TrimPrefix(f, "--"))
+		}
+	}
+	return out
 }

@@ -63,12 +63,17 @@ func looksLikeCredentialFlag(name string) bool {
 }
 
 // credentialArgs walks a command line and calls secret for each argument that is the
-// value of a credential flag (--api-key X, or every argument up to the next flag) and
-// keyed for each --flag=VALUE whose value is one, with the flag's name.
+// value of a credential flag (--api-key X, or every argument up to the next flag; the
+// first is its value whatever it looks like, -X included) and keyed for each
+// --flag=VALUE whose value is one, with the flag's name.
 func credentialArgs(args []string, secret func(i int), keyed func(i int, name, value string)) {
 	secretNext := false
 	for i, a := range args {
-		if !isFlagToken(a) {
+		if i > 0 && secretNext && IsFlagToken(a) && looksLikeCredentialFlag(args[i-1]) {
+			secret(i) // the credential's value, though it starts with -
+			continue
+		}
+		if !IsFlagToken(a) {
 			if secretNext {
 				secret(i)
 			}

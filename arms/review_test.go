@@ -135,6 +135,23 @@ func TestRedactArgs(t *testing.T) {
 	}
 }
 
+// A credential's value that starts with - is still its value: hidden, and never quoted
+// by the refusal of a command line the engine would read otherwise.
+func TestCredentialValueThatLooksLikeAFlag(t *testing.T) {
+	got := RedactArgs([]string{"--api-key", "-x7Gk2pQ", "--tp", "2"})
+	if want := []string{"--api-key", Redacted, "--tp", "2"}; !slices.Equal(got, want) {
+		t.Errorf("RedactArgs %q, want %q", got, want)
+	}
+	for _, preset := range []string{"sglang", "custom"} {
+		src := "version: 1\nname: t\nengine: {preset: " + preset + ", command: [server], args: [--api-key, -x7Gk2pQ]}\n" +
+			"arms:\n  a: {env: {K: \"0\"}}\n  b: {env: {K: \"1\"}}\nworkload: {sessions: 4, rounds: 2}\n"
+		_, err := Parse("spec.yaml", []byte(src))
+		if err == nil || !strings.Contains(err.Error(), "--api-key") || strings.Contains(err.Error(), "x7Gk2pQ") {
+			t.Errorf("%s: err = %v, want a refusal naming --api-key and not its value", preset, err)
+		}
+	}
+}
+
 func TestLooksLikeCredentialNamesFromTheField(t *testing.T) {
 	for _, n := range []string{"OPENAI_KEY", "PRIVATE_KEY", "HUGGING_FACE_HUB_KEY", "DB_PASS", "AUTHORIZATION", "GITHUB_PAT", "ssh_key", "GPG_PASSPHRASE"} {
 		if !LooksLikeCredential(n) {
@@ -209,7 +226,7 @@ func TestExpandCapsArms(t *testing.T) {
 }
 
 func TestConfoundFlagOrder(t *testing.T) {
-	src := specWith("arms:\n  control:   {args: [--a, \"1\", --b]}\n  treatment: {args: [--b, --a, \"1\"]}\n")
+	src := specWith("arms:\n  control:   {args: [--a, \"1\", --enable-metrics]}\n  treatment: {args: [--enable-metrics, --a, \"1\"]}\n")
 	_, err := Parse("spec.yaml", []byte(src))
 	if !errors.Is(err, ErrConfounded) || !strings.Contains(err.Error(), "identical") {
 		t.Errorf("flag order: %v", err)
@@ -219,7 +236,7 @@ func TestConfoundFlagOrder(t *testing.T) {
 	if _, err := Parse("spec.yaml", []byte(src)); err != nil {
 		t.Errorf("repeated flags in another order are different arms: %v", err)
 	}
-	src = specWith("factors:\n  x:\n    lo: {args: [--a, --b]}\n    hi: {args: [--b, --a]}\n")
+	src = specWith("factors:\n  x:\n    lo: {args: [--enable-metrics, --disable-radix-cache]}\n    hi: {args: [--disable-radix-cache, --enable-metrics]}\n")
 	_, err = Parse("spec.yaml", []byte(src))
 	if !errors.Is(err, ErrConfounded) || !strings.Contains(err.Error(), "set the same pins") {
 		t.Errorf("levels in another flag order: %v", err)

@@ -115,6 +115,9 @@ func flagFromJSON(name string, v any) (Setting, bool, error) {
 		s.Value, s.Tokens = x.String(), []string{name, x.String()}
 	case string:
 		s.Value, s.Tokens = x, []string{name, x}
+		if IsFlagToken(x) {
+			s.Tokens = []string{name + "=" + x} // a value that reads as a flag binds
+		}
 	case []any:
 		if len(x) == 0 {
 			return s, false, nil
@@ -123,6 +126,9 @@ func flagFromJSON(name string, v any) (Setting, bool, error) {
 		for _, item := range x {
 			switch it := item.(type) {
 			case string:
+				if IsFlagToken(it) {
+					return s, false, fmt.Errorf("list item %q reads as a flag on a command line", it)
+				}
 				s.Tokens = append(s.Tokens, it)
 			case json.Number:
 				s.Tokens = append(s.Tokens, it.String())

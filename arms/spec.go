@@ -56,6 +56,18 @@ type Engine struct {
 	Secrets []string
 	Mounts  []string
 	GPUs    int
+	// BoolFlags are flags the engine reads without a value that its preset's grammar
+	// does not know (args.go): without them, such a flag followed by another flag could
+	// be read as taking it as its value, and is refused.
+	BoolFlags []string
+}
+
+// Grammar is how the engine reads its command line: its preset's grammar with
+// engine.bool_flags added.
+func (s *Spec) Grammar() Grammar {
+	g := PresetFor(s.Engine.Preset).Grammar
+	g.Bool = append(g.Bool, s.Engine.BoolFlags...)
+	return g
 }
 
 // Runtime says where arms run.

@@ -148,7 +148,7 @@ func (e *experiment) runArm(ctx context.Context, ai, b int, at placement, bar *b
 	}
 	run.Status, run.Ready = store.RunReady, time.Now()
 	run.ServerInfo = e.serverInfo(ctx, inst.Endpoint(), preset)
-	if err := e.checkExternalPins(ctx, preset, arm); err != nil {
+	if err := e.checkExternalPins(ctx, arm); err != nil {
 		stop()
 		finish(store.RunFailed, err.Error())
 		return rr, err

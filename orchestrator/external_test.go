@@ -125,22 +125,68 @@ func TestExternalArms(t *testing.T) {
 }
 
 func TestComparePins(t *testing.T) {
+	g := arms.PresetFor("refserve").Grammar
 	info := []byte(`{"env": {"BF16_INDEX_K": "1"}, "enable_hierarchical_cache": true, "disable_overlap_schedule": false,
-		"hicache_ratio": 2, "tool_call_parser": "deepseekv4"}`)
-	c := ComparePins(info, arms.Pins{Env: map[string]string{"BF16_INDEX_K": "1", "OTHER": "x"},
-		Args: []string{"--enable-hierarchical-cache", "--hicache-ratio", "2", "--tool-call-parser=deepseekv4", "--tp-size", "8"}})
-	if got := fmt.Sprint(c.Verified); got != "[BF16_INDEX_K=1 --enable-hierarchical-cache --hicache-ratio 2 --tool-call-parser deepseekv4]" {
+		"hicache_ratio": 2, "tool_call_parser": "deepseekv4", "mem_fraction_static": 0.9, "cuda_graph_bs": [1, 2, 4]}`)
+	c, err := ComparePins(g, info, arms.Pins{Env: map[string]string{"BF16_INDEX_K": "1", "OTHER": "x"},
+		Args: []string{"--enable-hierarchical-cache", "--hicache-ratio", "2", "--tool-call-parser=deepseekv4", "--tp-size", "8",
+			"--mem-fraction-static", "0.90", "--cuda-graph-bs", "1", "2", "4"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(c.Verified); got != "[BF16_INDEX_K=1 --enable-hierarchical-cache --hicache-ratio 2 --tool-call-parser deepseekv4 --mem-fraction-static 0.90 --cuda-graph-bs 1 2 4]" {
 		t.Errorf("verified %s", got)
 	}
 	if got := fmt.Sprint(c.Unverified); got != "[OTHER (the engine does not report it) --tp-size (the engine does not report it)]" || len(c.Mismatched) > 0 {
 		t.Errorf("unverified %s, mismatched %v", got, c.Mismatched)
 	}
-	c = ComparePins(info, arms.Pins{Env: map[string]string{"BF16_INDEX_K": "0"}, Args: []string{"--disable-overlap-schedule", "--hicache-ratio", "4"}})
-	if got := fmt.Sprint(c.Mismatched); got != `[BF16_INDEX_K is "1", pinned "0" --disable-overlap-schedule is off, pinned on --hicache-ratio is 2, pinned 4]` {
+	c, _ = ComparePins(g, info, arms.Pins{Env: map[string]string{"BF16_INDEX_K": "0"}, Args: []string{"--disable-overlap-schedule", "--hicache-ratio", "4"}})
+	if got := fmt.Sprint(c.Mismatched); got != `[BF16_INDEX_K is "1", pinned "0" --disable-overlap-schedule is false, pinned on --hicache-ratio is 2, pinned 4]` {
 		t.Errorf("mismatched %s", got)
 	}
-	if c := ComparePins([]byte("null"), arms.Pins{Args: []string{"--x"}}); len(c.Unverified) != 1 {
-		t.Errorf("null server info: %+v", c)
+	for _, bad := range []string{"null", "[]", `"x"`, "{", `{"a": 1} {}`, `{"env": "BF16_INDEX_K=1"}`} {
+		if c, err := ComparePins(g, []byte(bad), arms.Pins{Args: []string{"--x"}}); err == nil {
+			t.Errorf("server info %s: %+v, want an error", bad, c)
+		}
+	}
+}
+
+// A value pinned with a leading - is compared as the value it is, and a bare flag is
+// confirmed only by a report that says it is on. Both were once confirmed: -1 was read
+// as a flag of its own, and any reported value but false and null counted as on.
+func TestComparePinsHostileValues(t *testing.T) {
+	g := arms.PresetFor("sglang").Grammar
+	for _, tc := range []struct {
+		info string
+		args []string
+		want string
+	}{
+		{`{"chunked_prefill_size": 8192}`, []string{"--chunked-prefill-size", "-1"}, "--chunked-prefill-size is 8192, pinned -1"},
+		{`{"chunked_prefill_size": "8192"}`, []string{"--chunked-prefill-size=-1"}, "--chunked-prefill-size is 8192, pinned -1"},
+		{`{"enable_hierarchical_cache": "false"}`, []string{"--enable-hierarchical-cache"}, "--enable-hierarchical-cache is false, pinned on"},
+		{`{"enable_hierarchical_cache": 0}`, []string{"--enable-hierarchical-cache"}, "--enable-hierarchical-cache is 0, pinned on"},
+		{`{"enable_hierarchical_cache": "yes please"}`, []string{"--enable-hierarchical-cache"}, "--enable-hierarchical-cache is yes please, pinned on"},
+		{`{"enable_hierarchical_cache": [true]}`, []string{"--enable-hierarchical-cache"}, "--enable-hierarchical-cache is [true], pinned on"},
+		{`{"env": {"BF16_INDEX_K": 1}}`, nil, `BF16_INDEX_K is 1, not a string, pinned "1"`},
+	} {
+		pins := arms.Pins{Args: tc.args}
+		if tc.args == nil {
+			pins.Env = map[string]string{"BF16_INDEX_K": "1"}
+		}
+		c, err := ComparePins(g, []byte(tc.info), pins)
+		if err != nil || len(c.Verified) > 0 || fmt.Sprint(c.Mismatched) != "["+tc.want+"]" {
+			t.Errorf("%s against %q: %+v, %v; want mismatched %s", tc.info, tc.args, c, err, tc.want)
+		}
+	}
+	for _, on := range []string{"true", `"true"`, `"True"`, "1", `"1"`} {
+		c, err := ComparePins(g, []byte(`{"enable_hierarchical_cache": `+on+`}`), arms.Pins{Args: []string{"--enable-hierarchical-cache"}})
+		if err != nil || len(c.Verified) != 1 {
+			t.Errorf("reported %s: %+v, %v; want confirmed", on, c, err)
+		}
+	}
+	c, err := ComparePins(g, []byte(`{"chunked_prefill_size": -1}`), arms.Pins{Args: []string{"--chunked-prefill-size", "-1"}})
+	if err != nil || fmt.Sprint(c.Verified) != "[--chunked-prefill-size -1]" {
+		t.Errorf("-1 against -1: %+v, %v", c, err)
 	}
 }
 
@@ -148,12 +194,21 @@ func FuzzComparePins(f *testing.F) {
 	f.Add([]byte(`{"env": {"BF16_INDEX_K": "1"}, "enable_hierarchical_cache": true, "page_size": 16}`), "BF16_INDEX_K", "1", "--page-size 16 --enable-hierarchical-cache")
 	f.Add([]byte(`[]`), "A", "", "-x")
 	f.Add([]byte(`{"env": null, "x": [1, {"a": null}]}`), "env", "v", "--x --y=3 z")
+	f.Add([]byte(`{"chunked_prefill_size": 8192, "enable_metrics": "false"}`), "K", "v", "--chunked-prefill-size -1 --enable-metrics")
+	g := arms.PresetFor("sglang").Grammar
 	f.Fuzz(func(t *testing.T, info []byte, key, value, args string) {
 		pins := arms.Pins{Env: map[string]string{key: value}, Args: strings.Fields(args)}
-		c := ComparePins(info, pins)
+		c, err := ComparePins(g, info, pins)
+		if err != nil {
+			if n := len(c.Verified) + len(c.Mismatched) + len(c.Unverified); n != 0 {
+				t.Errorf("refused server info, and %d outcomes: %+v", n, c)
+			}
+			return
+		}
 		// Every pin gets exactly one outcome.
-		if n := len(c.Verified) + len(c.Mismatched) + len(c.Unverified); n != 1+len(pinFlags(pins.Args)) {
-			t.Errorf("%d outcomes for %d pins: %+v", n, 1+len(pinFlags(pins.Args)), c)
+		flags, _ := g.Parse(pins.Args)
+		if n := len(c.Verified) + len(c.Mismatched) + len(c.Unverified); n != 1+len(flags) {
+			t.Errorf("%d outcomes for %d pins: %+v", n, 1+len(flags), c)
 		}
 	})
 }

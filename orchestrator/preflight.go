@@ -2,11 +2,9 @@ package orchestrator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -192,26 +190,25 @@ type fixedPort struct {
 // fixedPorts finds flags named *-port with a port number in the arms' command lines.
 func fixedPorts(spec *arms.Spec, armList []arms.Arm) []fixedPort {
 	runtimeFlag := arms.PresetFor(spec.Engine.Preset).PortFlag
+	grammar := spec.Grammar()
 	var out []fixedPort
 	for _, a := range armList {
-		for i, tok := range a.Command {
-			name, val, inline := strings.Cut(tok, "=")
-			if !strings.HasPrefix(name, "--") || !strings.HasSuffix(name, "-port") || name == runtimeFlag {
+		flags, _ := grammar.Parse(a.Command) // a command line Expand accepted
+		for _, f := range flags {
+			if !strings.HasPrefix(f.Name, "--") || !strings.HasSuffix(f.Name, "-port") || f.Name == runtimeFlag || f.Bare() {
 				continue
 			}
-			if !inline {
-				if i+1 >= len(a.Command) {
-					continue
-				}
-				val = a.Command[i+1]
+			val := f.Value
+			if !f.Bound() {
+				val = f.Tokens[1]
 			}
 			port, err := strconv.Atoi(val)
 			if err != nil || port <= 0 || port > 65535 {
 				continue
 			}
-			j := slices.IndexFunc(out, func(f fixedPort) bool { return f.flag == name && f.port == port })
+			j := slices.IndexFunc(out, func(fp fixedPort) bool { return fp.flag == f.Name && fp.port == port })
 			if j < 0 {
-				out = append(out, fixedPort{flag: name, port: port})
+				out = append(out, fixedPort{flag: f.Name, port: port})
 				j = len(out) - 1
 			}
 			out[j].arms = append(out[j].arms, a.Name)
@@ -261,8 +258,11 @@ func (p *Preflight) external(ctx context.Context, spec *arms.Spec, armList []arm
 			continue
 		}
 		p.add(a.Name, "base_url", nil, a.BaseURL+" answers")
-		pc := CheckPins(ctx, preset, a)
+		pc, err := CheckPins(ctx, spec, a)
 		switch {
+		case err != nil:
+			p.add(a.Name, "pins", err, "")
+			continue
 		case len(pc.Mismatched) > 0:
 			p.add(a.Name, "pins", fmt.Errorf("the engine at %s does not run as pinned: %s; arbiter does not judge an arm that is not what it says", a.BaseURL, strings.Join(pc.Mismatched, "; ")), "")
 		default:
@@ -288,155 +288,4 @@ func httpGet(ctx context.Context, url string) (int, []byte, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	return resp.StatusCode, b, err
-}
-
-// PinCheck is how an engine's /get_server_info compares with an arm's pins.
-type PinCheck struct {
-	// Verified are the pins the engine reported as pinned.
-	Verified []string
-	// Mismatched say which pins the engine reported otherwise, and how.
-	Mismatched []string
-	// Unverified say which pins the engine did not report, and why.
-	Unverified []string
-}
-
-func (c PinCheck) summary() string {
-	s := fmt.Sprintf("%d pins confirmed by get_server_info", len(c.Verified))
-	if len(c.Unverified) > 0 {
-		s += fmt.Sprintf(", %d not reported (%s)", len(c.Unverified), strings.Join(c.Unverified, "; "))
-	}
-	return s
-}
-
-// CheckPins reads the engine's /get_server_info at the arm's base_url and compares it
-// with the arm's pins: a flag pin with the flag's reported value (a key named after the
-// flag, - read as _), an env pin with what the engine reports of its environment
-// (refserve reports the variables it reads; SGLang none). A preset without server info
-// (vllm, custom) verifies nothing.
-func CheckPins(ctx context.Context, preset arms.Preset, a arms.Arm) PinCheck {
-	var c PinCheck
-	base := strings.TrimRight(a.BaseURL, "/")
-	all := func(why string) PinCheck {
-		for _, k := range slices.Sorted(maps.Keys(a.Pins.Env)) {
-			c.Unverified = append(c.Unverified, k+" ("+why+")")
-		}
-		for _, f := range pinFlags(a.Pins.Args) {
-			c.Unverified = append(c.Unverified, f.name+" ("+why+")")
-		}
-		return c
-	}
-	if preset.ServerInfoPath == "" {
-		return all("the " + preset.Name + " preset serves no get_server_info")
-	}
-	status, body, err := httpGet(ctx, base+preset.ServerInfoPath)
-	if err == nil && status != http.StatusOK {
-		err = fmt.Errorf("HTTP %d", status)
-	}
-	if err != nil {
-		return all(fmt.Sprintf("get_server_info unreadable: %v", err))
-	}
-	return ComparePins(body, a.Pins)
-}
-
-// ComparePins compares an engine's /get_server_info JSON with pins: a flag pin with
-// the value reported under the flag's name (- read as _), an env pin with the
-// engine's report of its environment (refserve reports the variables it reads under
-// env; SGLang none). A pin the engine does not report is unverified, not mismatched.
-func ComparePins(info []byte, pins arms.Pins) PinCheck {
-	var c PinCheck
-	var m map[string]any
-	if err := json.Unmarshal(info, &m); err != nil || m == nil {
-		why := "get_server_info is not a JSON object"
-		for _, k := range slices.Sorted(maps.Keys(pins.Env)) {
-			c.Unverified = append(c.Unverified, k+" ("+why+")")
-		}
-		for _, f := range pinFlags(pins.Args) {
-			c.Unverified = append(c.Unverified, f.name+" ("+why+")")
-		}
-		return c
-	}
-	env, hasEnv := m["env"].(map[string]any)
-	for _, k := range slices.Sorted(maps.Keys(pins.Env)) {
-		want := pins.Env[k]
-		got, ok := env[k].(string)
-		switch {
-		case !hasEnv || !ok:
-			c.Unverified = append(c.Unverified, k+" (the engine does not report it)")
-		case got != want:
-			c.Mismatched = append(c.Mismatched, fmt.Sprintf("%s is %q, pinned %q", k, got, want))
-		default:
-			c.Verified = append(c.Verified, k+"="+want)
-		}
-	}
-	for _, f := range pinFlags(pins.Args) {
-		key := strings.ReplaceAll(strings.TrimLeft(f.name, "-"), "-", "_")
-		v, reported := m[key]
-		if !reported {
-			c.Unverified = append(c.Unverified, f.name+" (the engine does not report it)")
-			continue
-		}
-		got, on := reportedValue(v)
-		switch {
-		case f.value == "" && !on:
-			c.Mismatched = append(c.Mismatched, fmt.Sprintf("%s is off, pinned on", f.name))
-		case f.value != "" && got != f.value:
-			c.Mismatched = append(c.Mismatched, fmt.Sprintf("%s is %s, pinned %s", f.name, got, f.value))
-		default:
-			c.Verified = append(c.Verified, strings.TrimSpace(f.name+" "+f.value))
-		}
-	}
-	return c
-}
-
-// reportedValue is a server-info value as a flag's value, and whether it means the
-// flag is given (true, or any value but false and null).
-func reportedValue(v any) (string, bool) {
-	switch x := v.(type) {
-	case nil:
-		return "null", false
-	case bool:
-		return strconv.FormatBool(x), x
-	case string:
-		return x, true
-	case float64:
-		return strconv.FormatFloat(x, 'f', -1, 64), true
-	}
-	b, _ := json.Marshal(v)
-	return string(b), true
-}
-
-type pinFlag struct{ name, value string }
-
-// pinFlags reads pinned args as flags with their values: --name value, --name=value
-// or a bare --name.
-func pinFlags(args []string) []pinFlag {
-	var out []pinFlag
-	for _, a := range args {
-		if strings.HasPrefix(a, "-") {
-			name, val, _ := strings.Cut(a, "=")
-			out = append(out, pinFlag{name: name, value: val})
-			continue
-		}
-		if len(out) > 0 {
-			last := &out[len(out)-1]
-			last.value = strings.TrimSpace(last.value + " " + a)
-		}
-	}
-	return out
-}
-
-// ErrPinsNotHeld reports an arm that already runs (external) whose engine reports
-// settings other than its pins: arbiter does not judge it.
-var ErrPinsNotHeld = errors.New("the engine does not run as pinned")
-
-// checkExternalPins checks an external arm's pins again at its run: the engine may have
-// been restarted with other settings since the preflight.
-func (e *experiment) checkExternalPins(ctx context.Context, preset arms.Preset, a arms.Arm) error {
-	if e.spec.Runtime.Kind != "external" {
-		return nil
-	}
-	if pc := CheckPins(ctx, preset, a); len(pc.Mismatched) > 0 {
-		return fmt.Errorf("arm %s: %w: %s reports %s", a.Name, ErrPinsNotHeld, a.BaseURL, strings.Join(pc.Mismatched, "; "))
-	}
-	return nil
 }

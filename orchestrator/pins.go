@@ -1,0 +1,321 @@
+package orchestrator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/arbiterlab/arbiter/arms"
+)
+
+// An arm that already runs (runtime kind external) is what its engine's
+// /get_server_info says it is. That answer comes from a process arbiter did not start,
+// so it is read as hostile input: bounded, and refused whole when it cannot be read,
+// is over the bound or is not a JSON object. A refused answer refuses the arm; only a
+// pin that a readable answer does not mention is left unverified (a caveat), as are
+// the pins of presets that serve no server info.
+
+// MaxServerInfoBytes is the most of a /get_server_info answer arbiter reads: SGLang's is
+// a few KiB. An answer over it is refused, never cut to fit.
+const MaxServerInfoBytes = 1 << 20
+
+// serverInfoMeasure is how much more of an answer over MaxServerInfoBytes is read to
+// say how large it is, when it does not say so itself.
+const serverInfoMeasure = 8 << 20
+
+// ErrPinsNotHeld reports an arm that already runs (external) whose engine reports
+// settings other than its pins: arbiter does not judge it.
+var ErrPinsNotHeld = errors.New("the engine does not run as pinned")
+
+// ErrPinsUncheckable reports an arm that already runs (external) whose engine's server
+// info cannot be read or is refused (over MaxServerInfoBytes, not a JSON object):
+// arbiter does not judge an arm whose pins it cannot check.
+var ErrPinsUncheckable = errors.New("the engine's pins cannot be checked")
+
+// PinCheck is how an engine's /get_server_info compares with an arm's pins.
+type PinCheck struct {
+	// Verified are the pins the engine reported as pinned.
+	Verified []string
+	// Mismatched say which pins the engine reported otherwise, and how.
+	Mismatched []string
+	// Unverified say which pins the engine did not report, and why.
+	Unverified []string
+}
+
+func (c PinCheck) summary() string {
+	s := fmt.Sprintf("%d pins confirmed by get_server_info", len(c.Verified))
+	if len(c.Unverified) > 0 {
+		s += fmt.Sprintf(", %d not reported (%s)", len(c.Unverified), strings.Join(c.Unverified, "; "))
+	}
+	return s
+}
+
+// CheckPins reads the engine's /get_server_info at the arm's base_url and compares it
+// with the arm's pins (ComparePins), reading the pinned args by the spec's grammar. An
+// answer that cannot be read (no answer, an HTTP status other than 200), is over
+// MaxServerInfoBytes or is not a JSON object is an error wrapping ErrPinsUncheckable
+// that names the URL, credentials and query left out, and what was wrong. A preset
+// without server info (vllm, custom) verifies nothing: every pin is unverified.
+func CheckPins(ctx context.Context, spec *arms.Spec, a arms.Arm) (PinCheck, error) {
+	preset := arms.PresetFor(spec.Engine.Preset)
+	grammar := spec.Grammar()
+	if preset.ServerInfoPath == "" {
+		var c PinCheck
+		why := "the " + preset.Name + " preset serves no get_server_info"
+		for _, k := range slices.Sorted(maps.Keys(a.Pins.Env)) {
+			c.Unverified = append(c.Unverified, k+" ("+why+")")
+		}
+		flags, _ := grammar.Parse(a.Pins.Args)
+		for _, f := range flags {
+			c.Unverified = append(c.Unverified, f.Name+" ("+why+")")
+		}
+		return c, nil
+	}
+	u := strings.TrimRight(a.BaseURL, "/") + preset.ServerInfoPath
+	info, err := fetchServerInfo(ctx, u)
+	if err == nil {
+		var c PinCheck
+		if c, err = ComparePins(grammar, info, a.Pins); err == nil {
+			return c, nil
+		}
+	}
+	return PinCheck{}, fmt.Errorf("%w: GET %s: %v; arbiter does not judge an arm whose pins it cannot check", ErrPinsUncheckable, safeURL(u), err)
+}
+
+// fetchServerInfo reads the server info at u, whole or not at all.
+func fetchServerInfo(ctx context.Context, u string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, errors.New("not a URL")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // without the URL, which the caller names without its secrets
+		}
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	if resp.ContentLength > MaxServerInfoBytes {
+		return nil, fmt.Errorf("server info is %s, over the 1 MiB limit", byteSize(resp.ContentLength, false))
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxServerInfoBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading the server info: %v", err)
+	}
+	if len(b) > MaxServerInfoBytes {
+		more, _ := io.Copy(io.Discard, io.LimitReader(resp.Body, serverInfoMeasure))
+		return nil, fmt.Errorf("server info is %s, over the 1 MiB limit", byteSize(int64(len(b))+more, more == serverInfoMeasure))
+	}
+	return b, nil
+}
+
+// byteSize says how large an answer is: 1.4 MiB (1468006 bytes), or "more than" that
+// when only so much of it was read.
+func byteSize(n int64, atLeast bool) string {
+	s := fmt.Sprintf("%.1f MiB (%d bytes)", float64(n)/(1<<20), n)
+	if atLeast {
+		return "more than " + s
+	}
+	return s
+}
+
+// safeURL is u without credentials, query or fragment.
+func safeURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(an address that is not a URL)"
+	}
+	p.User, p.RawQuery, p.ForceQuery, p.Fragment, p.RawFragment = nil, "", false, "", ""
+	return p.String()
+}
+
+// parseServerInfo reads server info as a JSON object, numbers as written.
+func parseServerInfo(info []byte) (map[string]any, error) {
+	var raw json.RawMessage
+	if err := json.Unmarshal(info, &raw); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return nil, fmt.Errorf("server info is not JSON at byte %d: %v", se.Offset, se)
+		}
+		return nil, fmt.Errorf("server info is not JSON: %v", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("server info is not JSON: %v", err)
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("server info is not a JSON object but %s", jsonKind(v))
+	}
+	return m, nil
+}
+
+func jsonKind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case json.Number:
+		return "a number"
+	case string:
+		return "a string"
+	case []any:
+		return "a list"
+	}
+	return "an object"
+}
+
+// ComparePins compares an engine's /get_server_info JSON with pins, the pinned args
+// read by the engine's grammar: a flag pin with the value reported under the flag's
+// name (- read as _), an env pin with the engine's report of its environment
+// (refserve reports the variables it reads under env; SGLang none). A pin the engine
+// does not report is unverified, not mismatched. A bare flag is confirmed only by true
+// (or "true", 1); a value by the same value, numbers compared as numbers and a list
+// item by item. Server info that is not a JSON object, or whose env is not an object,
+// is an error.
+func ComparePins(g arms.Grammar, info []byte, pins arms.Pins) (PinCheck, error) {
+	var c PinCheck
+	m, err := parseServerInfo(info)
+	if err != nil {
+		return c, err
+	}
+	envValue, hasEnv := m["env"]
+	env, isObject := envValue.(map[string]any)
+	if hasEnv && envValue != nil && !isObject {
+		return c, fmt.Errorf("server info's env is not an object but %s", jsonKind(envValue))
+	}
+	for _, k := range slices.Sorted(maps.Keys(pins.Env)) {
+		want := pins.Env[k]
+		v, reported := env[k]
+		got, isString := v.(string)
+		switch {
+		case !reported:
+			c.Unverified = append(c.Unverified, k+" (the engine does not report it)")
+		case !isString:
+			c.Mismatched = append(c.Mismatched, fmt.Sprintf("%s is %s, not a string, pinned %q", k, reportedText(v), want))
+		case got != want:
+			c.Mismatched = append(c.Mismatched, fmt.Sprintf("%s is %q, pinned %q", k, got, want))
+		default:
+			c.Verified = append(c.Verified, k+"="+want)
+		}
+	}
+	flags, _ := g.Parse(pins.Args) // pins Expand accepted
+	for _, f := range flags {
+		key := strings.ReplaceAll(strings.TrimLeft(f.Name, "-"), "-", "_")
+		v, reported := m[key]
+		switch {
+		case f.Name == "":
+			c.Unverified = append(c.Unverified, f.Tokens[0]+" (not a flag)")
+		case !reported:
+			c.Unverified = append(c.Unverified, f.Name+" (the engine does not report it)")
+		case f.Bare() && !reportedOn(v):
+			c.Mismatched = append(c.Mismatched, fmt.Sprintf("%s is %s, pinned on", f.Name, reportedText(v)))
+		case !f.Bare() && !sameValue(v, f.Value):
+			c.Mismatched = append(c.Mismatched, fmt.Sprintf("%s is %s, pinned %s", f.Name, reportedText(v), f.Value))
+		default:
+			c.Verified = append(c.Verified, f.Text())
+		}
+	}
+	return c, nil
+}
+
+// reportedOn reports whether a server-info value says a boolean flag is given: true,
+// the string "true" (any case) or the number 1. false, 0, null, "false", "0" and every
+// other value do not.
+func reportedOn(v any) bool {
+	switch x := v.(type) {
+	case bool:
+		return x
+	case string:
+		return strings.EqualFold(x, "true") || x == "1"
+	case json.Number:
+		f, err := x.Float64()
+		return err == nil && f == 1
+	}
+	return false
+}
+
+// sameValue reports whether a server-info value is the pinned value: the same text,
+// the same number (2 and 2.0), or a list of the pinned words.
+func sameValue(v any, pinned string) bool {
+	got := reportedText(v)
+	if got == pinned {
+		return true
+	}
+	if n, ok := v.(json.Number); ok {
+		a, err1 := n.Float64()
+		b, err2 := strconv.ParseFloat(pinned, 64)
+		return err1 == nil && err2 == nil && a == b
+	}
+	if s, ok := v.(string); ok {
+		a, err1 := strconv.ParseFloat(s, 64)
+		b, err2 := strconv.ParseFloat(pinned, 64)
+		return err1 == nil && err2 == nil && a == b
+	}
+	if list, ok := v.([]any); ok {
+		words := strings.Fields(pinned)
+		if len(words) != len(list) {
+			return false
+		}
+		for i, item := range list {
+			if _, nested := item.([]any); nested || !sameValue(item, words[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// reportedText is a server-info value as a reader would write it: strings as they
+// are, numbers as written, true, false, null, and JSON for the rest.
+func reportedText(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return strconv.FormatBool(x)
+	case string:
+		return x
+	case json.Number:
+		return x.String()
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// checkExternalPins checks an external arm's pins again at its run: the engine may have
+// been restarted with other settings, or begun to answer otherwise, since the preflight.
+func (e *experiment) checkExternalPins(ctx context.Context, a arms.Arm) error {
+	if e.spec.Runtime.Kind != "external" {
+		return nil
+	}
+	pc, err := CheckPins(ctx, e.spec, a)
+	if err != nil {
+		return fmt.Errorf("arm %s: %w", a.Name, err)
+	}
+	if len(pc.Mismatched) > 0 {
+		return fmt.Errorf("arm %s: %w: %s reports %s", a.Name, ErrPinsNotHeld, safeURL(a.BaseURL), strings.Join(pc.Mismatched, "; "))
+	}
+	return nil
+}
