@@ -6,7 +6,7 @@ DB      ?= arbiter.db
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS := -X github.com/arbiterlab/arbiter/internal/version.version=$(VERSION)
 
-.PHONY: all build image demo demo-docker test bench kernels fuzz clean
+.PHONY: all build image demo demo-docker test bench calibrate kernels fuzz clean
 
 all: build
 
@@ -38,6 +38,13 @@ test:
 ## bench: every benchmark (speed and memory targets live here)
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+## calibrate: simulate the verdict's claims under nulls whose launches differ (every cell of
+## launches per arm, intra-launch correlation, base rate and speed CV; 2,000 verdicts each)
+## and write the table to docs/calibration/launches.md
+calibrate:
+	mkdir -p docs/calibration
+	$(GO) test -count=1 -timeout 60m -run '^TestLaunchFamilyCalibration$$' -v ./verdict -calibrate $(CURDIR)/docs/calibration/launches.md
 
 ## fuzz: a short fuzzing pass over each parser and detector (FUZZTIME each)
 FUZZTIME ?= 20s

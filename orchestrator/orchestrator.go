@@ -585,17 +585,30 @@ type experiment struct {
 // armCounts are an arm's sessions that completed every round, and the corrupted ones.
 type armCounts struct{ sessions, corrupted int }
 
-// plan returns, for each block, the order in which arms run: a fresh permutation per
-// block drawn from the workload seed, so that a slow drift (thermal, a neighbour's load)
-// does not line up with one arm.
+// plan returns, for each block, the order in which arms run, which is also the order in
+// which they take slots and waves: randomized and balanced, so that no arm owns a time,
+// a slot, a node or a wave. Blocks come in cycles of as many blocks as arms; a cycle
+// draws a random order of the arms and gives each of its blocks a different rotation of
+// it, in a random sequence (a Latin square with random rows), so that over a cycle every
+// arm takes every position exactly once. The draws come from the workload seed, so a
+// resumed experiment reruns the same plan.
 func plan(nArms, blocks int, seed int64) [][]int {
 	if blocks < 1 {
 		blocks = 1
 	}
 	out := make([][]int, blocks)
+	var base, shifts []int
 	for b := range out {
-		r := rand.New(rand.NewPCG(uint64(seed), uint64(b)+0x9e3779b97f4a7c15))
-		out[b] = r.Perm(nArms)
+		k := b % max(nArms, 1)
+		if k == 0 {
+			r := rand.New(rand.NewPCG(uint64(seed), uint64(b/max(nArms, 1))+0x9e3779b97f4a7c15))
+			base, shifts = r.Perm(nArms), r.Perm(nArms)
+		}
+		order := make([]int, nArms)
+		for j := range order {
+			order[j] = base[(j+shifts[k])%nArms]
+		}
+		out[b] = order
 	}
 	return out
 }

@@ -396,6 +396,22 @@ func TestPlanIsASeededPermutationPerBlock(t *testing.T) {
 		}
 		distinct[fmt.Sprint(order)] = true
 	}
+	// Balanced: over every cycle of as many blocks as arms, each arm takes each position
+	// (slot, wave) exactly once.
+	for _, c := range []struct{ arms, blocks int }{{2, 4}, {3, 6}, {4, 8}, {3, 7}} {
+		p := plan(c.arms, c.blocks, 7)
+		for start := 0; start+c.arms <= c.blocks; start += c.arms {
+			pos := map[[2]int]int{}
+			for _, order := range p[start : start+c.arms] {
+				for j, arm := range order {
+					pos[[2]int{arm, j}]++
+				}
+			}
+			if len(pos) != c.arms*c.arms {
+				t.Errorf("%d arms, blocks %d to %d: %v is not balanced", c.arms, start, start+c.arms-1, p[start:start+c.arms])
+			}
+		}
+	}
 	if len(distinct) < 2 {
 		t.Errorf("4 blocks all ran arms in the same order %v", a)
 	}

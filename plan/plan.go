@@ -37,6 +37,10 @@ type Options struct {
 	// History holds figures from a recorded run of the same spec (LastRecorded); zero
 	// when there is none, and assumptions are then stated in the notes.
 	History Recorded
+	// NoiseFloorICC, when NoiseFloorBasis is set, is an intra-launch correlation measured
+	// by an A/A experiment; it replaces analysis.plan.launch_icc.
+	NoiseFloorICC   float64
+	NoiseFloorBasis string
 }
 
 // Plan is what `arbiter plan --json` prints.
@@ -115,7 +119,8 @@ const MaxPlannedLaunches = 8
 
 // planLaunches says what the spec's launches per arm let a verdict claim, and how many
 // it needs for the plan's rates at its target power.
-func (p *Plan) planLaunches(spec *arms.Spec, blocks, looks int, seed uint64) {
+func (p *Plan) planLaunches(spec *arms.Spec, blocks, looks int, o Options) {
+	seed := o.Seed
 	pl := spec.Analysis.Plan
 	p.LaunchesPerArm = blocks
 	p.LaunchLevel = stats.PrimaryLevel(p.Alpha, p.Comparisons)
@@ -125,7 +130,10 @@ func (p *Plan) planLaunches(spec *arms.Spec, blocks, looks int, seed uint64) {
 	}
 	p.LaunchMinP = stats.MinAttainableP(blocks, blocks)
 	p.LaunchICC, p.LaunchICCBasis = DefaultLaunchICC, "assumed; measure it with an A/A experiment of several launches per arm and declare analysis.plan.launch_icc"
-	if pl.LaunchICCSet {
+	switch {
+	case o.NoiseFloorBasis != "":
+		p.LaunchICC, p.LaunchICCBasis = o.NoiseFloorICC, o.NoiseFloorBasis
+	case pl.LaunchICCSet:
 		p.LaunchICC, p.LaunchICCBasis = pl.LaunchICC, "analysis.plan.launch_icc"
 	}
 	m := max(spec.Workload.Sessions, 1)
@@ -207,7 +215,7 @@ func Compute(o Options) (Plan, error) {
 	if need == 0 {
 		p.Notes = append(p.Notes, "no feasible number of sessions reaches the target power for these rates")
 	}
-	p.planLaunches(spec, blocks, looks, o.Seed)
+	p.planLaunches(spec, blocks, looks, o)
 
 	turn := pl.TurnSeconds
 	p.WallTimeBasis = "analysis.plan.turn_seconds"

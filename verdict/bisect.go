@@ -400,13 +400,13 @@ func (j *StepJudgement) short() string {
 	last := j.Result.Looks[len(j.Result.Looks)-1]
 	switch j.Outcome {
 	case stats.StepCorrupts, stats.StepLower:
-		return fmt.Sprintf("%s at look %d (p = %s)", j.Outcome, last.Look, pval(last.P))
+		return fmt.Sprintf("%s at look %d (p %s)", j.Outcome, last.Look, pEq(last.P))
 	case stats.StepClean:
 		return fmt.Sprintf("clean at look %d (excess ≤ %+.1f pts)", last.Look, 100*last.Upper)
 	case stats.StepContinue:
 		return fmt.Sprintf("running (look %d)", last.Look)
 	}
-	return fmt.Sprintf("inconclusive after %d looks (p = %s, excess ≤ %+.1f pts)", last.Look, pval(last.P), 100*last.Upper)
+	return fmt.Sprintf("inconclusive after %d looks (p %s, excess ≤ %+.1f pts)", last.Look, pEq(last.P), 100*last.Upper)
 }
 
 // tree writes the steps round by round: the reproduction, then each round's prefixes,

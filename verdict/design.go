@@ -219,7 +219,7 @@ func (v *Verdict) strata(sessions []store.SessionOutcome, index map[int64]int) {
 			v.noteOnce(fmt.Sprintf("%s, stratified by %s: %s", v.Arms[i].Name, v.strataName(), named))
 		}
 		if stats.Reject(r.BreslowDayP, v.Alpha) {
-			v.noteOnce(fmt.Sprintf("%s: the effect differs between strata (%ss; Breslow-Day p = %s); read the pooled figures with care.", v.Arms[i].Name, v.strataName(), pval(r.BreslowDayP)))
+			v.noteOnce(fmt.Sprintf("%s: the effect differs between strata (%ss; Breslow-Day p %s); read the pooled figures with care.", v.Arms[i].Name, v.strataName(), pEq(r.BreslowDayP)))
 		}
 	}
 }
@@ -404,8 +404,8 @@ func (v *Verdict) losses(sessions []store.SessionOutcome, index map[int64]int) {
 		}
 		v.Losses = append(v.Losses, LossView{Arm: v.Arms[i].Name, Result: r})
 		if stats.Reject(r.LossP, v.Alpha) {
-			v.Caveats = append(v.Caveats, fmt.Sprintf("%s lost significantly more or fewer sessions than %s (%s vs %s, Fisher p = %s): the arms are not compared on equal footing.",
-				v.Arms[i].Name, v.Arms[v.Baseline].Name, pct(r.LossRateB), pct(r.LossRateA), pval(r.LossP)))
+			v.Caveats = append(v.Caveats, fmt.Sprintf("%s lost significantly more or fewer sessions than %s (%s vs %s, Fisher p %s): the arms are not compared on equal footing.",
+				v.Arms[i].Name, v.Arms[v.Baseline].Name, pct(r.LossRateB), pct(r.LossRateA), pEq(r.LossP)))
 		}
 		if r.Straddles {
 			v.Caveats = append(v.Caveats, fmt.Sprintf("%s vs %s: had the lost sessions been labelled, the difference could lie anywhere from %+.1f to %+.1f points, which changes the decision: the verdict rests on sessions that carry no label.",

@@ -412,9 +412,9 @@ func (v *Verdict) lossCaveat(add func(int, string, ...any)) {
 		}
 		t := c.Tipping
 		if stats.Reject(t.LossP, v.Alpha) {
-			text += fmt.Sprintf(" %s lost significantly %s sessions than %s (%d of %d against %d of %d, Fisher p = %s): the arms are not compared on equal footing, and the lost sessions may be the fault itself.",
+			text += fmt.Sprintf(" %s lost significantly %s sessions than %s (%d of %d against %d of %d, Fisher p %s): the arms are not compared on equal footing, and the lost sessions may be the fault itself.",
 				a.Name, map[bool]string{true: "more", false: "fewer"}[lossShare(&a) > lossShare(&base)], base.Name,
-				a.Lost, a.Planned, base.Lost, base.Planned, pval(t.LossP))
+				a.Lost, a.Planned, base.Lost, base.Planned, pEq(t.LossP))
 		}
 		if !c.Inconclusive {
 			tips = append(tips, fmt.Sprintf("for %s, %s", a.Name, t.Sentence(a.Name)))
@@ -501,7 +501,7 @@ func (v *Verdict) decision(a ArmResult) string {
 // pLabel names the test that decided a comparison, for a sentence: "The randomization
 // test on the launches' corruption rates gives p = 0.029".
 func (v *Verdict) pLabel(c *Comparison) string {
-	return fmt.Sprintf("The randomization test on the launches' corruption rates gives p = %s", pval(c.AdjustedP))
+	return fmt.Sprintf("The randomization test on the launches' corruption rates gives p %s", pEq(c.AdjustedP))
 }
 
 // levelClause is how a claim's p is weighed: "≤ 0.03, this claim's share of alpha 0.05".
@@ -551,7 +551,7 @@ func (v *Verdict) evidence(a ArmResult, mark string) string {
 		return fmt.Sprintf("%s, over %d and %d launches: the launches' rates differ by %s points (%s %s to %s).",
 			lead, lc.LaunchesArm, lc.LaunchesBase, signedNum(100*lc.Estimate), label, signedNum(100*lo), signedNum(100*hi))
 	}
-	return fmt.Sprintf("%s: a difference of %+.1f points (Fisher's exact test on these sessions: p = %s).", lead, 100*c.Difference, pval(c.FisherP))
+	return fmt.Sprintf("%s: a difference of %+.1f points (Fisher's exact test on these sessions: p %s).", lead, 100*c.Difference, pEq(c.FisherP))
 }
 
 // diffInterval is the interval the headline gives for a difference, and its label: the
@@ -614,7 +614,7 @@ func (v *Verdict) interactionEvidence(shown []AdditiveInteraction, mark string) 
 	ref := v.Factorial.Reference
 	conf := fmt.Sprintf("%.0f%% CI", 100*(1-v.Alpha))
 	adjusted := func(ai AdditiveInteraction) string {
-		return fmt.Sprintf("Holm-adjusted p = %s over %d claims", pval(ai.AdjustedP), v.Factorial.Family.Tested)
+		return fmt.Sprintf("Holm-adjusted p %s over %d claims", pEq(ai.AdjustedP), v.Factorial.Family.Tested)
 	}
 	if len(shown) == 1 {
 		ai := shown[0]
@@ -856,6 +856,24 @@ func (v *Verdict) multiEvidence(mark string) string {
 		bold(a.Name, mark), counted(a), 100*c.Difference, label, 100*lo, 100*hi, v.shortP(c))
 }
 
+// DecisionWords is arm i's corruption decision against the baseline for a table cell,
+// the same as the verdict's: "higher (launch p = 0.029 ≤ 0.03)", "not attributable (1
+// launch per arm: not attributable)", "inconclusive", or "–" without a comparison.
+func (v *Verdict) DecisionWords(i int) string {
+	c := v.Arms[i].Compare
+	if c == nil {
+		return "–"
+	}
+	d := c.Decision()
+	if c.Inconclusive {
+		return d
+	}
+	if d == "none" && (c.Launch == nil || !c.Launch.Testable) {
+		return "not attributable (" + v.shortP(c) + ")"
+	}
+	return d + " (" + v.shortP(c) + ")"
+}
+
 // shortP is the p that decided a comparison, with its level: "launch p = 0.003 ≤
 // 0.015", or why none could: "1 launch per arm, not attributable".
 func (v *Verdict) shortP(c *Comparison) string {
@@ -871,7 +889,7 @@ func (v *Verdict) shortP(c *Comparison) string {
 	if stats.Reject(lc.P, lc.Level) {
 		op = "≤"
 	}
-	return fmt.Sprintf("launch p = %s %s %s", pval(lc.P), op, levelText(lc.Level))
+	return fmt.Sprintf("launch p %s %s %s", pEq(lc.P), op, levelText(lc.Level))
 }
 
 // multiDecision is the decision sentence of a design with several arms.
@@ -938,7 +956,7 @@ func (v *Verdict) multiDecision(mark string) string {
 				untestable = lc
 			}
 		}
-		s := fmt.Sprintf("No arm's corruption rate differs from %s's beyond what its launches alone could do (smallest launch p = %s)", base, pval(smallest))
+		s := fmt.Sprintf("No arm's corruption rate differs from %s's beyond what its launches alone could do (smallest launch p %s)", base, pEq(smallest))
 		if !tested && untestable != nil {
 			s = strings.TrimSuffix(attributionSentence(untestable), ".")
 		}

@@ -156,6 +156,9 @@ type familyInput struct {
 	// Looks divides a sequential arm's level (1 otherwise), by arm.
 	Looks   []int
 	Samples [][]launchSample
+	// NoIntervals leaves out the inverted intervals of the rate claims, which no
+	// decision but non-inferiority reads: a simulation of many verdicts saves their cost.
+	NoIntervals bool
 }
 
 // decideFamily builds and decides every launch claim of a verdict.
@@ -276,7 +279,11 @@ func decideClaim(c *LaunchClaim, in familyInput) {
 			c.Needed = stats.LaunchesNeeded(level)
 			return
 		}
-		r, err := stats.LaunchPermutation(a, b, 1-level)
+		conf := 1 - level
+		if in.NoIntervals && c.Outcome != OutcomeCorruptionNI {
+			conf = 0
+		}
+		r, err := stats.LaunchPermutation(a, b, conf)
 		if err != nil {
 			return
 		}
@@ -706,4 +713,42 @@ func (v *Verdict) claimSummary() map[string]any {
 			"claimed": c.Claimed, "decision": c.Decision})
 	}
 	return map[string]any{"alpha": f.Alpha, "primary": f.Primary, "claims": claims}
+}
+
+// NoiseFloor is how much launches of one configuration differed in an experiment: the
+// intra-launch correlation of corruption and the coefficient of variation of tok/s, each
+// the largest seen among the arms' comparisons (NaN where no arm had two launches, or
+// no corrupted session to correlate). An A/A experiment measures it for an engine,
+// workload and hardware; `arbiter plan --noise-floor EXP` plans with it.
+type NoiseFloor struct {
+	Experiment int64
+	AA         bool
+	ICC, CV    float64
+	Launches   int // the fewest launches of an arm
+}
+
+// NoiseFloor reads the experiment's launch spread from its claims.
+func (v *Verdict) NoiseFloor() NoiseFloor {
+	n := NoiseFloor{Experiment: v.Experiment.ID, AA: v.Design.AA, ICC: math.NaN(), CV: math.NaN(), Launches: math.MaxInt}
+	if v.Claims == nil {
+		n.Launches = 0
+		return n
+	}
+	for _, c := range v.Claims.Claims {
+		switch c.Outcome {
+		case OutcomeCorruption:
+			n.Launches = min(n.Launches, c.LaunchesArm, c.LaunchesBase)
+			if !math.IsNaN(c.Spread) && (math.IsNaN(n.ICC) || c.Spread > n.ICC) {
+				n.ICC = c.Spread
+			}
+		case MetricThroughput:
+			if !math.IsNaN(c.Spread) && (math.IsNaN(n.CV) || c.Spread > n.CV) {
+				n.CV = c.Spread
+			}
+		}
+	}
+	if n.Launches == math.MaxInt {
+		n.Launches = 0
+	}
+	return n
 }

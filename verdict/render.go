@@ -37,6 +37,11 @@ func ci(lo, hi float64) string {
 }
 
 // pval prints a p-value the way a reader compares it with alpha.
+// FormatP writes a p-value as every verdict, `show` and `stats` print it: three
+// decimals, four below 0.001, scientific below 1e-4, "< 1e-300" below what a float
+// carries, "–" when there is none.
+func FormatP(p float64) string { return pval(p) }
+
 func pval(p float64) string {
 	switch {
 	case math.IsNaN(p):
@@ -206,13 +211,13 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 
 	if rv := v.Responses; rv != nil && rv.Available {
 		fmt.Fprintf(b, "\n## Why sessions, not responses\n\n")
-		fmt.Fprintf(b, "Counted as independent responses (%d of %d against %d of %d), the same data would give Fisher p = %s. ",
-			rv.Corrupted[1], rv.Responses[1], rv.Corrupted[0], rv.Responses[0], pval(rv.FisherP))
+		fmt.Fprintf(b, "Counted as independent responses (%d of %d against %d of %d), the same data would give Fisher p %s. ",
+			rv.Corrupted[1], rv.Responses[1], rv.Corrupted[0], rv.Responses[0], pEq(rv.FisherP))
 		if rv.DesignEffect > 1.05 {
 			fmt.Fprintf(b, "But the responses of a session are correlated (intra-session correlation %.2f, design effect %.2f): ", rv.ICC, rv.DesignEffect)
-			fmt.Fprintf(b, "adjusted for that clustering (Donner's adjusted chi-square), p = %s. Responses are not independent evidence; the session-level test above is the honest one.\n", pval(rv.DonnerP))
+			fmt.Fprintf(b, "adjusted for that clustering (Donner's adjusted chi-square), p %s. Responses are not independent evidence; the session-level test above is the honest one.\n", pEq(rv.DonnerP))
 		} else {
-			fmt.Fprintf(b, "Here the responses of a session were barely correlated (intra-session correlation %.2f, design effect %.2f; Donner's adjusted chi-square p = %s), so the two views agree; the session remains the unit the spec declared.\n", rv.ICC, rv.DesignEffect, pval(rv.DonnerP))
+			fmt.Fprintf(b, "Here the responses of a session were barely correlated (intra-session correlation %.2f, design effect %.2f; Donner's adjusted chi-square p %s), so the two views agree; the session remains the unit the spec declared.\n", rv.ICC, rv.DesignEffect, pEq(rv.DonnerP))
 		}
 	}
 

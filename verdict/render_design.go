@@ -13,15 +13,20 @@ func (v *Verdict) designSections(b *strings.Builder) {
 	base := v.Arms[v.Baseline].Name
 	if uv := v.UnitView; uv != nil {
 		fmt.Fprintf(b, "\n## Unit of analysis: %s\n\n", uv.Unit)
-		what := map[string]string{"response": "responses, clustered in sessions", "launch": "sessions, clustered in launches (engine runs)"}[uv.Unit]
-		fmt.Fprintf(b, "The spec counts %s. Items of one cluster are correlated, so the test divides the chi-square by one pooled design effect (Donner's adjusted chi-square).\n\n", what)
-		fmt.Fprintf(b, "| arm | corrupted | of | clusters | intra-cluster correlation | design effect | naive p | adjusted p |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+		adjusted := "Donner p"
+		if uv.Unit == "launch" {
+			fmt.Fprintf(b, "The spec counts sessions, clustered in launches (engine runs). The last column is the randomization test on the launches' corruption rates (which decides, see Claims); the intra-cluster correlation and design effect are Donner's, for comparison with the naive Fisher p on the sessions.\n\n")
+			adjusted = "launch p"
+		} else {
+			fmt.Fprintf(b, "The spec counts responses, clustered in sessions. Items of one cluster are correlated, so the test divides the chi-square by one pooled design effect (Donner's adjusted chi-square). It describes these launches; the claims are decided on launches.\n\n")
+		}
+		fmt.Fprintf(b, "| arm | corrupted | of | clusters | intra-cluster correlation | design effect | naive p | %s |\n|---|---:|---:|---:|---:|---:|---:|---:|\n", adjusted)
 		for i, a := range v.Arms {
 			fmt.Fprintf(b, "| %s | %d | %d | %d | %s | %s | %s | %s |\n", a.Name, uv.Events[i], uv.N[i], uv.Clusters[i],
 				num(uv.ICC[i]), num(uv.DE[i]), pval(uv.NaiveP[i]), pval(uv.P[i]))
 		}
 		if uv.Fallback != "" {
-			fmt.Fprintf(b, "\nThe clustered test could not be computed: %s.\n", uv.Fallback)
+			fmt.Fprintf(b, "\nThe clustered test could not decide: %s.\n", uv.Fallback)
 		}
 	}
 
@@ -54,7 +59,7 @@ func (v *Verdict) designSections(b *strings.Builder) {
 
 	if len(v.Strata) > 0 {
 		if v.strataName() == "block" {
-			fmt.Fprintf(b, "\n## Stratified by block\n\nBlocks ran at different times; pooling within blocks (Cochran-Mantel-Haenszel) keeps a drift between blocks from passing for an arm effect.\n\n")
+			fmt.Fprintf(b, "\n## Stratified by block\n\nBlocks ran at different times; pooling the sessions within blocks (Cochran-Mantel-Haenszel) keeps a drift between blocks from passing for an arm effect. Each block holds one launch of each arm, so this still counts sessions as independent: it describes these launches, and the claims are decided on launches.\n\n")
 		} else {
 			fmt.Fprintf(b, "\n## Stratified by block and node\n\nArms ran on %d nodes (%s), and blocks at different times; pooling within each block and node (Cochran-Mantel-Haenszel) keeps a difference between nodes or a drift between blocks from passing for an arm effect. A stratum where only one of the two arms ran adds nothing.\n\n",
 				len(v.nodes()), strings.Join(v.nodes(), ", "))

@@ -4,19 +4,24 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"math"
 
 	"github.com/spf13/cobra"
 
 	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/plan"
+	"github.com/arbiterlab/arbiter/store"
+	"github.com/arbiterlab/arbiter/verdict"
 )
 
 func init() { subcommands = append(subcommands, newPlanCmd) }
 
 type planOptions struct {
-	simulate bool
-	reps     int
-	seed     uint64
+	simulate   bool
+	reps       int
+	seed       uint64
+	noiseFloor string
 }
 
 func newPlanCmd(g *globals) *cobra.Command {
@@ -24,14 +29,17 @@ func newPlanCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "plan SPEC",
 		Short: "How many sessions an experiment needs, its exact power, and how long it will take",
-		Long: `Plan an experiment before spending GPU hours on it. From the rates the spec declares
-(analysis.plan: {p0, p1, power, icc, turn_seconds}) plan computes the exact power of the
-spec's design (Fisher's exact test, by enumeration), the sessions per arm a fixed design needs
-for the plan's power (inflated by the design effect when responses are the unit), and the
-expected wall time. For a sequential spec it prints the boundaries and, computed exactly, the
-design's power and the sessions it uses on average, against the fixed design at the plan's
-power; with --simulate it also checks the design by simulation: its type I error under the
-null and its power at the plan's rates.`,
+		Long: `Plan an experiment before spending GPU hours on it. Every claim of a verdict is tested on
+launches, so plan says first what the spec's launches per arm (launches:, or blocks:) can
+claim: the level each claim on the primary outcome is tested at, the smallest p the launch
+test can give with these launches, its power at the rates the spec declares
+(analysis.plan: {p0, p1, power, launch_icc, turn_seconds}) when launches of one configuration
+differ by launch_icc (or by what an A/A experiment measured, --noise-floor), and the launches
+per arm that reach the plan's power. It also gives what the sessions alone would give if
+launches were replicas (exact Fisher power, sessions needed) and the expected wall time. For
+a sequential spec it says the earliest look that can stop with a claim; with --simulate it
+checks the design by simulation: its false-claim rate under the null and its power and
+launches used at the plan's rates.`,
 		Example: `  arbiter plan examples/sequential.yaml --simulate`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -41,6 +49,7 @@ null and its power at the plan's rates.`,
 	cmd.Flags().BoolVar(&o.simulate, "simulate", false, "simulate the sequential design (type I error and sessions used)")
 	cmd.Flags().IntVar(&o.reps, "reps", 10000, "simulated experiments per scenario")
 	cmd.Flags().Uint64Var(&o.seed, "seed", 1, "seed of the simulation")
+	cmd.Flags().StringVar(&o.noiseFloor, "noise-floor", "", "plan with the launch-to-launch variation an A/A experiment (id or name, in --db) measured")
 	return addDBFlag(cmd, g)
 }
 
@@ -52,8 +61,14 @@ func runPlan(ctx context.Context, g *globals, path string, o planOptions) error 
 	if err != nil {
 		return withCode(exitUsage, err)
 	}
-	p, err := plan.Compute(plan.Options{Spec: spec, SpecPath: path, Simulate: o.simulate, Reps: o.reps, Seed: o.seed,
-		History: plan.LastRecorded(ctx, g.dbPath(), spec.Name)})
+	po := plan.Options{Spec: spec, SpecPath: path, Simulate: o.simulate, Reps: o.reps, Seed: o.seed,
+		History: plan.LastRecorded(ctx, g.dbPath(), spec.Name)}
+	if o.noiseFloor != "" {
+		if po.NoiseFloorICC, po.NoiseFloorBasis, err = noiseFloor(ctx, g.dbPath(), o.noiseFloor); err != nil {
+			return err
+		}
+	}
+	p, err := plan.Compute(po)
 	if errors.Is(err, plan.ErrInvalid) {
 		return withCode(exitUsage, err)
 	}
@@ -65,4 +80,27 @@ func runPlan(ctx context.Context, g *globals, path string, o planOptions) error 
 	}
 	p.WriteText(g.stdout)
 	return nil
+}
+
+// noiseFloor reads the intra-launch correlation an A/A experiment measured.
+func noiseFloor(ctx context.Context, dbPath, ref string) (float64, string, error) {
+	db, err := store.OpenReadOnly(dbPath)
+	if err != nil {
+		return 0, "", err
+	}
+	defer db.Close()
+	v, err := verdict.Build(ctx, db, ref)
+	if err != nil {
+		return 0, "", err
+	}
+	n := v.NoiseFloor()
+	switch {
+	case !n.AA:
+		return 0, "", withCode(exitUsage, fmt.Errorf("--noise-floor %s: experiment %d is not an A/A check (analysis.aa): its arms differ, so their launches do not measure the noise floor", ref, n.Experiment))
+	case n.Launches < 2:
+		return 0, "", withCode(exitUsage, fmt.Errorf("--noise-floor %s: experiment %d ran %d launch(es) per arm; measuring how launches differ needs two or more", ref, n.Experiment, n.Launches))
+	case math.IsNaN(n.ICC):
+		return 0, "", withCode(exitUsage, fmt.Errorf("--noise-floor %s: experiment %d had no corrupted session, so how launches differ in corruption was not measured", ref, n.Experiment))
+	}
+	return n.ICC, fmt.Sprintf("measured by A/A experiment %d over %d launches per arm", n.Experiment, n.Launches), nil
 }

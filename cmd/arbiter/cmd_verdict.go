@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"strings"
 	"text/tabwriter"
 
@@ -90,13 +89,7 @@ func writeShow(w io.Writer, v *verdict.Verdict) error {
 	for i, a := range v.Arms {
 		decision := "baseline"
 		if i != v.Baseline {
-			decision = "–"
-			if c := a.Compare; c != nil {
-				decision = c.Decision()
-				if !c.Inconclusive {
-					decision += " (p = " + pvalue(c.AdjustedP) + ")"
-				}
-			}
+			decision = v.DecisionWords(i)
 		}
 		corrupted := fmt.Sprint(a.Corrupted)
 		if a.Sessions > 0 {
@@ -136,17 +129,6 @@ func launches(l verdict.LaunchCounts) string {
 	return strings.Join(parts, ", ")
 }
 
-func pvalue(p float64) string {
-	switch {
-	case math.IsNaN(p):
-		return "–"
-	case p < 1e-300:
-		return "< 1e-300"
-	case p < 0.001:
-		return fmt.Sprintf("%.1g", p)
-	}
-	return fmt.Sprintf("%.3f", p)
-}
 
 func dashIfEmpty(s string) string {
 	if s == "" {
