@@ -45,10 +45,14 @@ const DefaultMaxResponseBytes = 8 << 20
 // one event per token and per tool-call fragment. A request without max_tokens has no
 // budget beyond the response cap.
 const (
-	ReplyBytesPerToken  = 16
-	ReplySlackBytes     = 64 << 10
+	// ReplyBytesPerToken is the bytes of text a reply may carry per token of max_tokens.
+	ReplyBytesPerToken = 16
+	// ReplySlackBytes is the bytes of text a reply may carry beyond that (64 KiB).
+	ReplySlackBytes = 64 << 10
+	// ReplyEventsPerToken is the events carrying text a stream may have per token.
 	ReplyEventsPerToken = 2
-	ReplySlackEvents    = 64
+	// ReplySlackEvents is the events carrying text a stream may have beyond that.
+	ReplySlackEvents = 64
 )
 
 // replyBudget is the most bytes of generated text, and of events carrying it, a reply to
