@@ -56,6 +56,13 @@ const (
 	// MinMaxResponseBytes and MaxMaxResponseBytes bound workload.max_response_bytes.
 	MinMaxResponseBytes = 64 << 10
 	MaxMaxResponseBytes = 1 << 30
+	// MaxTraceBytes bounds a trace file (1 GiB), and MaxTraceLineBytes one of its lines
+	// (one conversation); a trace holds at most MaxSessions conversations. They are
+	// checked while the file is read, at the line that goes past them; the workload's
+	// reader holds the same limits (workload.MaxTraceBytes, MaxTraceLine and
+	// MaxTraceConversations).
+	MaxTraceBytes     = 1 << 30
+	MaxTraceLineBytes = 32 << 20
 )
 
 // readSpecFile reads a spec file: a regular file only (a named pipe would block, a device

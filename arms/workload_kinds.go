@@ -2,6 +2,7 @@ package arms
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -80,7 +81,6 @@ const (
 	defaultCascades       = 2
 	defaultLongRounds     = 8
 	defaultLongSessions   = 8
-	maxTraceLine          = 32 << 20
 	maxCascades           = 1000
 )
 
@@ -338,44 +338,52 @@ func (d *decoder) readTraceFile(tr *TraceSpec, path string) {
 		return
 	}
 	defer f.Close()
-	n, err := countConversations(f)
+	n, err := countConversations(tr.Resolved, f)
 	switch {
 	case err != nil:
-		d.addAt(d.spec.pos[path], path, "reading %s: %v", tr.Resolved, err)
+		d.addAt(d.spec.pos[path], path, "%v", err)
 	case n == 0:
 		d.addAt(d.spec.pos[path], path, "%s holds no conversation (one JSON object per line)", tr.Resolved)
 	}
 	tr.Conversations = n
 }
 
-// countConversations counts the non-blank lines of a trace.
-func countConversations(r io.Reader) (int, error) {
+// countConversations counts the non-blank lines of a trace, and holds it to the limits
+// on a trace (MaxTraceLineBytes, MaxTraceBytes, and MaxSessions conversations) as it
+// reads: a file past one fails at the line where it went past, whatever follows.
+func countConversations(name string, r io.Reader) (int, error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	n, line, blank, length := 0, 1, true, 0
+	var total int64
 	for {
-		b, err := br.ReadByte()
-		if errors.Is(err, io.EOF) {
-			if !blank {
-				n++
+		part, err := br.ReadSlice('\n')
+		if total += int64(len(part)); total > MaxTraceBytes {
+			return n, fmt.Errorf("%s:%d: the trace runs past %d bytes (1 GiB), the most a trace may hold; split it", name, line, MaxTraceBytes)
+		}
+		text := part
+		if err == nil {
+			text = part[:len(part)-1] // the newline
+		}
+		if length += len(text); length > MaxTraceLineBytes {
+			return n, fmt.Errorf("%s:%d: line longer than %d bytes", name, line, MaxTraceLineBytes)
+		}
+		if blank && len(bytes.Trim(text, " \t\r")) > 0 {
+			blank = false
+			if n++; n > MaxSessions {
+				return n, fmt.Errorf("%s:%d: more than %d conversations, the most a trace may hold (a launch runs at most %d sessions); split it",
+					name, line, MaxSessions, MaxSessions)
 			}
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if errors.Is(err, io.EOF) {
 			return n, nil
 		}
 		if err != nil {
-			return n, err
+			return n, fmt.Errorf("reading %s: %w", name, err)
 		}
-		switch {
-		case b == '\n':
-			if !blank {
-				n++
-			}
-			line, blank, length = line+1, true, 0
-			continue
-		case !strings.ContainsRune(" \t\r", rune(b)):
-			blank = false
-		}
-		if length++; length > maxTraceLine {
-			return n, fmt.Errorf("line %d is longer than %d bytes", line, maxTraceLine)
-		}
+		line, blank, length = line+1, true, 0
 	}
 }
 

@@ -1,6 +1,8 @@
 package arms
 
 import (
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -156,4 +158,48 @@ func TestMinEffect(t *testing.T) {
 			t.Errorf("%s:\n  error %v\n  want %q", tc.analysis, err, tc.want)
 		}
 	}
+}
+
+// TestTraceLimits: a trace is held to its limits while it is read, and the spec's error
+// names the trace file and the line where it went past one: a trace of a million lines
+// used to give a million sessions, past MaxSessions.
+func TestTraceLimits(t *testing.T) {
+	dir := t.TempDir()
+	line := "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}]}\n"
+	trace := filepath.Join(dir, "t.jsonl")
+	if err := os.WriteFile(trace, []byte(strings.Repeat(line, MaxSessions+1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Parse(filepath.Join(dir, "spec.yaml"), []byte(kindsHead+`workload: {kind: trace, path: t.jsonl, sessions: 10}`))
+	want := fmt.Sprintf("workload.path: %s:%d: more than 100000 conversations", trace, MaxSessions+1)
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("a trace of %d conversations: %v; want %q", MaxSessions+1, err, want)
+	}
+	// Lines of 16 MiB (65 of them make a file past 1 GiB), made as they are read.
+	var lines []io.Reader
+	for range 100 {
+		lines = append(lines, io.LimitReader(xs{}, 16<<20-1), strings.NewReader("\n"))
+	}
+	big := io.MultiReader(lines...)
+	if _, err := countConversations("big.jsonl", big); err == nil || !strings.Contains(err.Error(), "big.jsonl:65: the trace runs past 1073741824 bytes") {
+		t.Errorf("a trace past 1 GiB: %v", err)
+	}
+	long := io.MultiReader(strings.NewReader(line), io.LimitReader(xs{}, MaxTraceLineBytes+1))
+	if _, err := countConversations("long.jsonl", long); err == nil || !strings.Contains(err.Error(), "long.jsonl:2: line longer than 33554432 bytes") {
+		t.Errorf("a line past 32 MiB: %v", err)
+	}
+	exact := io.MultiReader(strings.NewReader(line), io.LimitReader(xs{}, MaxTraceLineBytes), strings.NewReader("\n"))
+	if n, err := countConversations("exact.jsonl", exact); err != nil || n != 2 {
+		t.Errorf("a line of exactly 32 MiB: %d conversations, %v", n, err)
+	}
+}
+
+// xs reads as x without end.
+type xs struct{}
+
+var xBlock = []byte(strings.Repeat("x", 64<<10))
+
+func (xs) Read(p []byte) (int, error) {
+	n := copy(p, xBlock)
+	return n, nil
 }

@@ -578,8 +578,8 @@ type experiment struct {
 	// redactor is what redact applies; it also finds secrets that an engine streamed
 	// in pieces (see sessionTracker.Turn).
 	redactor *arms.Redactor
-	// trace holds the conversations of a trace workload, read once before any launch.
-	trace []workload.TraceConversation
+	// trace is the index of a trace workload, checked once before any launch.
+	trace *workload.TraceIndex
 }
 
 // armCounts are an arm's sessions that completed every round, and the corrupted ones.

@@ -1,7 +1,10 @@
 package orchestrator
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -30,8 +33,22 @@ var metricPrefixes = []string{"sglang:", "vllm:", "refserve:"}
 // request would otherwise grow the database without end).
 const maxSeriesPerScrape = 2000
 
-// maxMetricsBytes bounds the body read from /metrics.
-const maxMetricsBytes = 16 << 20
+// maxMetricsBytes bounds the body read from /metrics (4 MiB). SGLang's and vLLM's
+// expositions are some tens of kilobytes; a body past the limit is not parsed at all
+// (its scrape fails with errMetricsOverLimit), since a truncated exposition would record
+// wrong values, and parsing an engine's label-per-request series cost arbiter some 40
+// times the body's size in memory.
+const maxMetricsBytes = 4 << 20
+
+// maxMetricsSeriesLines bounds the sample lines of the engine's own families one scrape
+// parses (histogram buckets not counted): 16 times the series a scrape may store, so that
+// repeats and a histogram's _sum and _count fit, while an engine with a label per
+// request cannot make the parser build hundreds of thousands of series.
+const maxMetricsSeriesLines = 16 * maxSeriesPerScrape
+
+// errMetricsOverLimit is the failure of a scrape whose body ran past maxMetricsBytes or
+// maxMetricsSeriesLines.
+var errMetricsOverLimit = errors.New("metrics body over limit")
 
 // firstScrapeInterval is the gap after the first scrape; each gap doubles up to the
 // configured interval, so that a run of a few seconds still gets several scrapes and a
@@ -112,11 +129,133 @@ func fetchMetrics(ctx context.Context, client *http.Client, url string) (map[str
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 		return nil, fmt.Errorf("%s: HTTP %d", url, resp.StatusCode)
 	}
-	fams, err := parseMetrics(io.LimitReader(resp.Body, maxMetricsBytes))
+	body := &cappedBody{r: resp.Body, left: maxMetricsBytes}
+	lines := newKeptLines(body)
+	fams, err := parseMetrics(lines)
+	// Whatever the parser made of the part it read is dropped.
+	switch {
+	case body.over:
+		return nil, fmt.Errorf("%s: %w: more than %d MiB; not parsed", url, errMetricsOverLimit, maxMetricsBytes>>20)
+	case lines.over:
+		return nil, fmt.Errorf("%s: %w: more than %d series lines of the engine's families (a label per request?); not parsed",
+			url, errMetricsOverLimit, maxMetricsSeriesLines)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", url, err)
 	}
 	return fams, nil
+}
+
+// cappedBody reads at most left bytes of r; one byte more ends the read with
+// errMetricsOverLimit and sets over. Unlike io.LimitReader, the end of a body that is
+// too long cannot be taken for the end of the body.
+type cappedBody struct {
+	r    io.Reader
+	left int64
+	over bool
+}
+
+func (c *cappedBody) Read(p []byte) (int, error) {
+	if c.over {
+		return 0, errMetricsOverLimit
+	}
+	// One byte past the limit is asked for, so that a body of exactly the limit passes.
+	if int64(len(p)) > c.left+1 {
+		p = p[:c.left+1]
+	}
+	n, err := c.r.Read(p)
+	if int64(n) > c.left {
+		c.over = true
+		n, c.left = int(c.left), 0
+		return n, errMetricsOverLimit
+	}
+	c.left -= int64(n)
+	return n, err
+}
+
+// keptLines passes on, line by line as they arrive, only what metricSamples can keep:
+// the samples and TYPE lines of the engine's own families, without their HELP texts
+// and the buckets of their histograms (only _sum and _count are kept). The parser then
+// builds the families arbiter keeps and no others: an engine's runtime families and a
+// histogram's buckets are most of a real exposition.
+type keptLines struct {
+	br      *bufio.Reader
+	line    []byte // the line being read, or the kept line being passed on
+	pending []byte // what of line is still to be passed on
+	err     error  // the end of the body, once reached
+	// histograms are the kept families declared histograms, whose _bucket lines are
+	// dropped.
+	histograms map[string]bool
+	// samples counts the sample lines passed on; over is set past maxMetricsSeriesLines.
+	samples int
+	over    bool
+}
+
+func newKeptLines(r io.Reader) *keptLines {
+	return &keptLines{br: bufio.NewReaderSize(r, 64<<10), histograms: map[string]bool{}}
+}
+
+func (k *keptLines) Read(p []byte) (int, error) {
+	for len(k.pending) == 0 {
+		if k.err != nil {
+			return 0, k.err
+		}
+		k.line = k.line[:0]
+		for {
+			part, err := k.br.ReadSlice('\n')
+			k.line = append(k.line, part...)
+			if errors.Is(err, bufio.ErrBufferFull) {
+				continue // a long line: the cap on the body bounds it
+			}
+			k.err = err
+			break
+		}
+		if keepMetricsLine(k.line, k.histograms) {
+			if t := bytes.TrimLeft(k.line, " \t"); len(t) > 0 && t[0] != '#' {
+				if k.samples++; k.samples > maxMetricsSeriesLines {
+					k.over, k.err = true, errMetricsOverLimit
+					return 0, k.err
+				}
+			}
+			k.pending = k.line
+		}
+	}
+	n := copy(p, k.pending)
+	k.pending = k.pending[n:]
+	return n, nil
+}
+
+// keepMetricsLine says whether a line of an exposition is one keptLines passes on;
+// histograms collects the kept families declared histograms, whose _bucket lines are
+// dropped.
+func keepMetricsLine(line []byte, histograms map[string]bool) bool {
+	t := bytes.TrimLeft(line, " \t")
+	if len(t) == 0 || t[0] == '{' {
+		// A blank line, or a name written inside the braces: the parser judges it.
+		return len(t) > 0
+	}
+	if t[0] == '#' {
+		f := strings.Fields(string(t[1:min(len(t), 512)]))
+		if len(f) < 3 || f[0] != "TYPE" || !keptFamily(f[1]) {
+			return false // HELP texts and other comments are never kept
+		}
+		if f[2] == "histogram" {
+			histograms[f[1]] = true
+		}
+		return true
+	}
+	end := bytes.IndexAny(t, "{ \t")
+	if end < 0 {
+		end = len(t)
+	}
+	name := string(t[:end])
+	if !keptFamily(name) {
+		return false
+	}
+	if base, ok := strings.CutSuffix(name, "_bucket"); ok && histograms[base] {
+		return false
+	}
+	return true
 }
 
 // parseMetrics parses the Prometheus text format. The parser panics on some malformed

@@ -1,11 +1,14 @@
 package orchestrator
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -125,8 +128,16 @@ func FuzzMetricSamples(f *testing.F) {
 	f.Add("refserve:cohort_sessions NaN\nvllm:y +Inf\n")
 	f.Fuzz(func(t *testing.T, text string) {
 		fams, err := parseMetrics(strings.NewReader(text))
+		// What keptLines passes on is parsed alike: the lines it drops are never stored.
+		kept, kerr := parseMetrics(newKeptLines(strings.NewReader(text)))
 		if err != nil {
 			return
+		}
+		if kerr != nil {
+			t.Fatalf("the whole exposition parses, its kept lines do not: %v", kerr)
+		}
+		if a, b := metricSamples(fams), metricSamples(kept); fmt.Sprint(a) != fmt.Sprint(b) {
+			t.Fatalf("kept lines give %v\nthe whole exposition %v", b, a)
 		}
 		seen := map[string]bool{}
 		for _, s := range metricSamples(fams) {
@@ -140,4 +151,65 @@ func FuzzMetricSamples(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestMetricsBodyOverLimit: an engine whose /metrics runs past maxMetricsBytes (16 MiB of
+// series, here of its own family, each with a label per request) fails the scrape with
+// "metrics body over limit", and is not parsed: reading it allocates a small part of the
+// body's size, where parsing a 16 MiB body cost some 650 MB.
+func TestMetricsBodyOverLimit(t *testing.T) {
+	for _, tc := range []struct{ name, line string }{
+		{"runtime families", "python_gc_objects_collected_total{generation=\"%d\"} 1234.0\n"},
+		{"a label per request", "vllm:request_tokens{rid=\"req-%d\",model_name=\"org/model\"} 17.0\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var body bytes.Buffer
+			for i := 0; body.Len() < 16<<20; i++ {
+				fmt.Fprintf(&body, tc.line, i)
+			}
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Write(body.Bytes())
+			}))
+			defer srv.Close()
+			runtime.GC()
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			fams, err := fetchMetrics(context.Background(), srv.Client(), srv.URL+"/metrics")
+			runtime.ReadMemStats(&after)
+			if err == nil || !strings.Contains(err.Error(), "metrics body over limit") || fams != nil {
+				t.Fatalf("%d families, error %v; want the over-limit error", len(fams), err)
+			}
+			// The server's side of the transfer allocates a little too; the bound is a
+			// small part of the body, far below the 40 times it used to cost.
+			if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 48<<20 {
+				t.Errorf("a scrape of a 16 MiB body allocated %d MiB", alloc>>20)
+			} else {
+				t.Logf("a scrape of a 16 MiB body allocated %.1f MiB: %v", float64(alloc)/(1<<20), err)
+			}
+		})
+	}
+}
+
+// TestMetricsKeepOnlyWhatIsStored: the runtime's families, HELP texts and histogram
+// buckets are dropped before the parser builds anything, and what is stored is what the
+// whole exposition gives.
+func TestMetricsKeepOnlyWhatIsStored(t *testing.T) {
+	want, err := parseMetrics(strings.NewReader(vllmMetrics))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := parseMetrics(newKeptLines(strings.NewReader(vllmMetrics)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := got["python_gc_objects_collected_total"]; ok {
+		t.Error("a runtime family reached the parser")
+	}
+	h := got["vllm:e2e_request_latency_seconds"]
+	if h == nil || len(h.GetMetric()) != 1 || len(h.GetMetric()[0].GetHistogram().GetBucket()) != 0 || h.GetHelp() != "" {
+		t.Errorf("histogram %v: want its _sum and _count only", h)
+	}
+	if a, b := metricSamples(want), metricSamples(got); fmt.Sprint(a) != fmt.Sprint(b) {
+		t.Errorf("samples %v\nwant %v", b, a)
+	}
 }

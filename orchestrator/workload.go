@@ -20,8 +20,8 @@ func (e *experiment) workloadConfig(model string, b int) workload.Config {
 }
 
 // kindConfig translates the spec's workload into the workload package's terms; trace
-// holds the conversations of a trace workload, read before any engine started.
-func kindConfig(spec *arms.Spec, trace []workload.TraceConversation) workload.Config {
+// is the index of a trace workload, checked before any engine started.
+func kindConfig(spec *arms.Spec, trace *workload.TraceIndex) workload.Config {
 	ws := spec.Workload
 	cfg := workload.Config{Kind: ws.Kind, Sessions: ws.Sessions, Rounds: ws.Rounds, Concurrency: ws.Concurrency,
 		Seed: ws.Seed, Temperature: ws.Temperature, MaxTokens: ws.MaxTokens, Model: ws.Model,
@@ -43,28 +43,30 @@ func kindConfig(spec *arms.Spec, trace []workload.TraceConversation) workload.Co
 		cfg.LongContext = &workload.LongContextConfig{StartTokens: l.StartTokens, CeilingTokens: l.CeilingTokens,
 			SharedPrefixTokens: l.SharedPrefixTokens}
 	case ws.Trace != nil:
-		cfg.Trace = &workload.TraceConfig{Path: ws.Trace.Resolved, Conversations: trace}
+		cfg.Trace = &workload.TraceConfig{Path: ws.Trace.Resolved, Index: trace}
 	}
 	return cfg
 }
 
 // LoadTrace reads and checks the trace of a trace workload (nil for other kinds), so
 // that a bad line fails the experiment, naming file and line, before any engine starts.
-func LoadTrace(spec *arms.Spec) ([]workload.TraceConversation, error) {
+// It keeps where each conversation is, not the conversations: each session reads its
+// own when it starts.
+func LoadTrace(spec *arms.Spec) (*workload.TraceIndex, error) {
 	if spec.Workload.Trace == nil {
 		return nil, nil
 	}
-	convs, err := workload.ReadTrace(spec.Workload.Trace.Resolved)
+	index, err := workload.ReadTrace(spec.Workload.Trace.Resolved)
 	if err != nil {
 		return nil, err
 	}
-	if n := spec.Workload.Sessions; n > len(convs) {
-		return nil, fmt.Errorf("trace %s: %d conversations, fewer than the %d sessions the spec asks for", spec.Workload.Trace.Resolved, len(convs), n)
+	if n := spec.Workload.Sessions; n > index.Len() {
+		return nil, fmt.Errorf("trace %s: %d conversations, fewer than the %d sessions the spec asks for", spec.Workload.Trace.Resolved, index.Len(), n)
 	}
-	if planned := workload.Planned(kindConfig(spec, convs)); planned != spec.Workload.Sessions {
+	if planned := workload.Planned(kindConfig(spec, index)); planned != spec.Workload.Sessions {
 		return nil, fmt.Errorf("trace %s: %d conversations to replay, but the spec counted %d (did the file change?)", spec.Workload.Trace.Resolved, planned, spec.Workload.Sessions)
 	}
-	return convs, nil
+	return index, nil
 }
 
 // Phase records what the workload measured over one of its phases.

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/arbiterlab/arbiter/openai"
 )
@@ -32,6 +33,37 @@ const maxErrorBody = 1 << 20
 // some 40,000 streamed tokens at about 200 bytes of SSE per token.
 const DefaultMaxResponseBytes = 8 << 20
 
+// A reply's budget under max_tokens: an engine that ignores max_tokens (a runaway
+// generation, a broken stop condition) would otherwise stream until the response cap, and
+// a multi-turn session would send the runaway text back in every later request. A reply
+// may carry at most ReplyBytesPerToken bytes of generated text (content, tool-call names
+// and arguments) per token of max_tokens, plus ReplySlackBytes, and a stream at most
+// ReplyEventsPerToken events that carry text per token, plus ReplySlackEvents. Past
+// either, the client stops reading, closes the stream and fails the exchange with
+// ErrPastMaxTokens. The factors are generous: tokens of common tokenizers average about
+// four bytes, the longest (runs of spaces in code) some tens, and engines send at most
+// one event per token and per tool-call fragment. A request without max_tokens has no
+// budget beyond the response cap.
+const (
+	// ReplyBytesPerToken is the bytes of text a reply may carry per token of max_tokens.
+	ReplyBytesPerToken = 16
+	// ReplySlackBytes is the bytes of text a reply may carry beyond that (64 KiB).
+	ReplySlackBytes = 64 << 10
+	// ReplyEventsPerToken is the events carrying text a stream may have per token.
+	ReplyEventsPerToken = 2
+	// ReplySlackEvents is the events carrying text a stream may have beyond that.
+	ReplySlackEvents = 64
+)
+
+// replyBudget is the most bytes of generated text, and of events carrying it, a reply to
+// a request of maxTokens may have; 0 and 0 when maxTokens sets no bound.
+func replyBudget(maxTokens int) (text int64, events int) {
+	if maxTokens <= 0 {
+		return 0, 0
+	}
+	return int64(maxTokens)*ReplyBytesPerToken + ReplySlackBytes, maxTokens*ReplyEventsPerToken + ReplySlackEvents
+}
+
 // KeptPrefixBytes is how much of a response that ran past its cap is kept in
 // Exchange.Raw, for diagnosis: the rest is dropped as it arrives.
 const KeptPrefixBytes = 64 << 10
@@ -48,6 +80,9 @@ var (
 	ErrNoChoices = errors.New("response has no choices")
 	// ErrResponseTooLarge: the response ran past Client.MaxResponseBytes.
 	ErrResponseTooLarge = errors.New("response too large")
+	// ErrPastMaxTokens: the reply ran past what the request's max_tokens allows (see
+	// ReplyBytesPerToken): the engine ignored it.
+	ErrPastMaxTokens = errors.New("reply ran past max_tokens")
 )
 
 // StatusError is a non-2xx answer; Message is the server's error message when its body
@@ -275,8 +310,8 @@ type Exchange struct {
 	// whose gaps are the true inter-token latencies.
 	DeltaTimes []time.Duration
 	// Err is nil when the request completed, whatever the content. It wraps ErrStalled,
-	// ErrRequestTimeout, ErrBrokenStream, ErrNoChoices, ErrResponseTooLarge, a
-	// *StatusError, or the context's error when the caller cancelled.
+	// ErrRequestTimeout, ErrBrokenStream, ErrNoChoices, ErrResponseTooLarge,
+	// ErrPastMaxTokens, a *StatusError, or the context's error when the caller cancelled.
 	Err error
 
 	// hooks are the context's StreamHooks (WithStreamHooks).
@@ -385,6 +420,11 @@ func (c *Client) chatBody(ctx context.Context, base string, req openai.ChatReque
 	tooLarge := func() error {
 		return fmt.Errorf("workload: request %s: response exceeded %d bytes (workload.max_response_bytes): %w", req.RID, limit, ErrResponseTooLarge)
 	}
+	budget, budgetEvents := replyBudget(req.MaxTokens)
+	pastMaxTokens := func(text int64, events int) error {
+		return fmt.Errorf("workload: request %s: %d bytes of text in %d events, more than max_tokens %d allows (%d bytes, %d events): %w",
+			req.RID, text, events, req.MaxTokens, budget, budgetEvents, ErrPastMaxTokens)
+	}
 	if !req.Stream || isJSON(resp.Header.Get("Content-Type")) {
 		// An engine may answer a stream request with one JSON body (some do on
 		// validation errors that still carry 200); read it as such.
@@ -392,12 +432,25 @@ func (c *Client) chatBody(ctx context.Context, base string, req openai.ChatReque
 		if ex.Err == nil && resp.ContentLength < 0 {
 			wholeSizes.observe(len(ex.Raw))
 		}
+		if n := replyText(ex.Completion); ex.Err == nil && budget > 0 && n > budget {
+			// The whole body is read already (within the response cap); what is kept of
+			// it is what a cut stream keeps.
+			ex.Raw = append([]byte(nil), ex.Raw[:min(len(ex.Raw), KeptPrefixBytes)]...)
+			cutReply(&ex.Completion, budget)
+			ex.Err = pastMaxTokens(n, 1)
+		}
 		if ex.TTFT > 0 && c.OnToken != nil {
 			c.OnToken()
 		}
 		return ex
 	}
-	readStream(&ex, resp.Body, rx, limit, streamSizes.first(), tooLarge, watch, c.OnToken, failure)
+	readStream(&ex, resp.Body, rx, limit, streamSizes.first(), tooLarge, watch, c.OnToken, failure,
+		func(text int64, events int) error {
+			if budget > 0 && (text > budget || events > budgetEvents) {
+				return pastMaxTokens(text, events)
+			}
+			return nil
+		})
 	if ex.Err == nil {
 		streamSizes.observe(len(ex.Raw))
 	}
@@ -592,8 +645,10 @@ func decodeWhole(ex *Exchange) {
 // stream holds no read buffer of its own.
 //
 // first is the size of the first chunk the body is read into (0: a pooled 4 KiB one).
+// overBudget, if set, hears the bytes of text and the events carrying it after each such
+// event; an error it returns (ErrPastMaxTokens) ends the reading there.
 func readStream(ex *Exchange, body io.Reader, rx receiveClock, limit int64, first int, tooLarge func() error, watch *requestWatch,
-	onToken func(), failure func(string, error) error) {
+	onToken func(), failure func(string, error) error, overBudget func(text int64, events int) error) {
 	var (
 		dec sseDecoder
 		asm streamAssembly
@@ -620,6 +675,9 @@ func readStream(ex *Exchange, body io.Reader, rx receiveClock, limit int64, firs
 		if onToken != nil {
 			onToken()
 		}
+		if overBudget != nil {
+			return overBudget(asm.text, ex.Deltas)
+		}
 		return nil
 	}
 	raw := rawBody{first: first}
@@ -636,7 +694,11 @@ func readStream(ex *Exchange, body io.Reader, rx receiveClock, limit int64, firs
 			return
 		}
 		if len(p) > 0 {
-			if err := dec.Feed(p, emit); err != nil {
+			if err := dec.Feed(p, emit); errors.Is(err, ErrPastMaxTokens) {
+				// Reading stops here; the caller closes the body, and with it the stream.
+				ex.Err = err
+				break
+			} else if err != nil {
 				ex.Err = fmt.Errorf("workload: stream: %w", err)
 				break
 			}
@@ -657,6 +719,43 @@ func readStream(ex *Exchange, body io.Reader, rx receiveClock, limit int64, firs
 	ex.Completion = asm.completion()
 	if ex.Err == nil && len(ex.Completion.Choices) == 0 {
 		ex.Err = fmt.Errorf("workload: stream of %d events: %w", asm.events, ErrNoChoices)
+	}
+}
+
+// replyText is the bytes of generated text of a completion: what ReplyBytesPerToken
+// bounds.
+func replyText(c openai.ChatCompletion) int64 {
+	var n int64
+	for _, ch := range c.Choices {
+		n += int64(len(ch.Message.Content))
+		for _, tc := range ch.Message.ToolCalls {
+			n += int64(len(tc.ID) + len(tc.Function.Name) + len(tc.Function.Arguments))
+		}
+	}
+	return n
+}
+
+// cutReply cuts a completion's generated text to its first budget bytes (at a rune's
+// start), as a stream cut at its budget would have it.
+func cutReply(c *openai.ChatCompletion, budget int64) {
+	cut := func(s string) string {
+		if int64(len(s)) <= budget {
+			budget -= int64(len(s))
+			return s
+		}
+		n := int(budget)
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n--
+		}
+		budget = 0
+		return strings.Clone(s[:n])
+	}
+	for i := range c.Choices {
+		m := &c.Choices[i].Message
+		m.Content = cut(m.Content)
+		for k := range m.ToolCalls {
+			m.ToolCalls[k].Function.Arguments = cut(m.ToolCalls[k].Function.Arguments)
+		}
 	}
 }
 

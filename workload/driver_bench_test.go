@@ -190,7 +190,7 @@ func BenchmarkReadPath(b *testing.B) {
 		var ex Exchange
 		ex.Started = time.Now()
 		watch := newRequestWatch(time.Hour, time.Hour, func(error) {})
-		readStream(&ex, bytes.NewReader(body), nil, DefaultMaxResponseBytes, 0, nil, watch, nil, nil)
+		readStream(&ex, bytes.NewReader(body), nil, DefaultMaxResponseBytes, 0, nil, watch, nil, nil, nil)
 		watch.stop()
 		if ex.Err != nil || ex.Deltas != 512 {
 			b.Fatalf("%v, %d deltas", ex.Err, ex.Deltas)

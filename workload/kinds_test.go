@@ -1,11 +1,13 @@
 package workload
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -233,13 +235,22 @@ func TestLongContextGrowsToTheCeiling(t *testing.T) {
 // TestTraceReplaysIdenticallyAgainstDifferentEngines: arms whose engines answer
 // differently still receive byte for byte the same requests.
 func TestTraceReplaysIdenticallyAgainstDifferentEngines(t *testing.T) {
-	convs, err := ReadTrace(filepath.Join("..", "examples", "traces", "support.jsonl"))
+	path := filepath.Join("..", "examples", "traces", "support.jsonl")
+	index, err := ReadTrace(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sample, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	convs, err := ParseTrace(path, bytes.NewReader(sample))
 	if err != nil {
 		t.Fatal(err)
 	}
 	control := startRefserve(t, []string{"BF16_INDEX_K=0"}, "--enable-hierarchical-cache")
 	treatment := startRefserve(t, []string{"BF16_INDEX_K=1"}, "--enable-hierarchical-cache", "--seed", "9")
-	cfg := Config{Kind: KindTrace, Concurrency: 12, Seed: 42, Trace: &TraceConfig{Path: "support.jsonl", Conversations: convs}}
+	cfg := Config{Kind: KindTrace, Concurrency: 12, Seed: 42, Trace: &TraceConfig{Path: path, Index: index}}
 	var runs []*memRecorder
 	for _, base := range []string{control, treatment} {
 		rec := &memRecorder{}

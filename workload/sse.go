@@ -214,6 +214,9 @@ type streamAssembly struct {
 	events    int  // data events decoded, [DONE] excluded
 	done      bool // [DONE] arrived
 	finished  bool // some choice carried a finish_reason
+	// text counts the bytes of generated text so far: content, tool-call ids, names
+	// and arguments (what a reply's budget under max_tokens bounds).
+	text int64
 
 	dec chunkDecoder
 	// last is the choice the previous chunk touched: nearly every chunk touches the one
@@ -270,10 +273,12 @@ func (a *streamAssembly) event(payload []byte) (delta bool, err error) {
 		}
 		if cc.Delta.Content != "" {
 			c.content.add(cc.Delta.Content)
+			a.text += int64(len(cc.Delta.Content))
 			delta = true
 		}
 		for _, frag := range cc.Delta.ToolCalls {
 			c.addFragment(frag)
+			a.text += int64(len(frag.ID) + len(frag.Function.Name) + len(frag.Function.Arguments))
 			delta = true
 		}
 		if cc.FinishReason != nil && *cc.FinishReason != "" {
@@ -326,9 +331,11 @@ func (a *streamAssembly) fast(ch *fastChunk) (delta bool) {
 		}
 		if len(cc.content) > 0 {
 			c.content.addBytes(cc.content)
+			a.text += int64(len(cc.content))
 			delta = true
 		}
 		for _, f := range cc.calls {
+			a.text += int64(len(f.id) + len(f.name) + len(f.args))
 			frag := openai.ToolCall{ID: string(f.id), Type: string(f.typ),
 				Function: openai.FunctionCall{Name: string(f.name), Arguments: string(f.args)}}
 			if f.hasIndex {

@@ -82,8 +82,8 @@ func Planned(cfg Config) int {
 		a := derefAbort(cfg.AbortCascade)
 		return 2*len(a.ThroughputAt)*a.throughputRequests() + a.cascades()*(a.sessions()+1)
 	case KindTrace:
-		if cfg.Trace != nil && cfg.Sessions == 0 {
-			return len(cfg.Trace.Conversations)
+		if cfg.Trace != nil && cfg.Trace.Index != nil && cfg.Sessions == 0 {
+			return cfg.Trace.Index.Len()
 		}
 	}
 	return cfg.Sessions

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,8 +29,27 @@ import (
 // receives byte for byte the same requests whatever the engines answer; a conversation
 // that ends with another message is also sent whole.
 
-// MaxTraceLine bounds one line of a trace (one conversation).
-const MaxTraceLine = 32 << 20
+// Limits on a trace, checked while it is read, line by line: a trace is never held
+// whole. A run keeps only where each conversation's line is (TraceIndex) and reads a
+// conversation again when its session starts.
+const (
+	// MaxTraceLine bounds one line of a trace (one conversation).
+	MaxTraceLine = 32 << 20
+	// MaxTraceBytes bounds a whole trace (1 GiB): reading and checking one takes some
+	// seconds per gigabyte, before any engine starts.
+	MaxTraceBytes = 1 << 30
+	// MaxTraceConversations bounds the conversations of a trace: each is a session,
+	// and a launch runs at most 100,000 (arms.MaxSessions).
+	MaxTraceConversations = 100_000
+)
+
+// traceLimits are the limits ScanTrace holds a trace to: the constants, which a test
+// lowers to reach them with little input.
+var traceLimits = struct {
+	bytes         int64
+	line          int
+	conversations int
+}{MaxTraceBytes, MaxTraceLine, MaxTraceConversations}
 
 // TraceConversation is one line of a trace.
 type TraceConversation struct {
@@ -54,9 +74,65 @@ type TraceConfig struct {
 	// Path is the trace file (the orchestrator resolves a relative path against the
 	// spec's folder).
 	Path string
-	// Conversations, when set, are the trace already read (ReadTrace); otherwise Run
-	// reads Path.
-	Conversations []TraceConversation
+	// Index, when set, is the trace already checked (ReadTrace); otherwise Run reads
+	// and checks Path first.
+	Index *TraceIndex
+}
+
+// TraceIndex is a checked trace: where each conversation's line is in the file, and a
+// digest of the line, so that a session reads its conversation when it starts and a
+// file changed since it was checked is noticed. It holds some 40 bytes per
+// conversation, whatever their size.
+type TraceIndex struct {
+	// Path is the file.
+	Path  string
+	lines []traceLine
+}
+
+type traceLine struct {
+	offset int64
+	size   int32 // without the newline; at most MaxTraceLine
+	line   int32 // from 1
+	digest [16]byte
+}
+
+// Len is how many conversations the trace holds.
+func (x *TraceIndex) Len() int { return len(x.lines) }
+
+// Conversation reads and parses conversation i (from 0) from the file again. It fails
+// when the line is no longer what was checked.
+func (x *TraceIndex) Conversation(i int) (TraceConversation, error) {
+	l := x.lines[i]
+	f, err := os.Open(x.Path)
+	if err != nil {
+		return TraceConversation{}, fmt.Errorf("trace: %w", err)
+	}
+	defer f.Close()
+	text := make([]byte, l.size)
+	if _, err := f.ReadAt(text, l.offset); err != nil {
+		return TraceConversation{}, &TraceError{File: x.Path, Line: int(l.line), Msg: fmt.Sprintf("cannot read the line again: %v", err)}
+	}
+	if lineDigest(text) != l.digest {
+		return TraceConversation{}, &TraceError{File: x.Path, Line: int(l.line), Msg: "the line changed since the trace was checked"}
+	}
+	c, terr := parseConversation(bytes.TrimSpace(text))
+	if terr != nil {
+		terr.File, terr.Line = x.Path, int(l.line)
+		return TraceConversation{}, terr
+	}
+	c.Line = int(l.line)
+	if c.ID == "" {
+		c.ID = fmt.Sprintf("line %d", l.line)
+	}
+	return c, nil
+}
+
+// lineDigest is the SHA-256 of a line (or of an id), cut to 128 bits: no two lines of
+// a trace share one by chance.
+func lineDigest(b []byte) (d [16]byte) {
+	sum := sha256.Sum256(b)
+	copy(d[:], sum[:])
+	return d
 }
 
 // TraceError is a problem at one line of a trace.
@@ -75,71 +151,126 @@ func (e *TraceError) Error() string {
 	return fmt.Sprintf("%s:%d: %s: %s", e.File, e.Line, e.Field, e.Msg)
 }
 
-// ReadTrace reads and checks the trace at path.
-func ReadTrace(path string) ([]TraceConversation, error) {
+// ReadTrace reads and checks the trace at path, line by line, and returns where each
+// conversation is.
+func ReadTrace(path string) (*TraceIndex, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("trace: %w", err)
 	}
 	defer f.Close()
-	return ParseTrace(path, f)
+	x := &TraceIndex{Path: path}
+	err = ScanTrace(path, f, func(c TraceConversation, at TraceLine) error {
+		x.lines = append(x.lines, traceLine{offset: at.Offset, size: int32(len(at.Text)), line: int32(c.Line), digest: lineDigest(at.Text)})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return x, nil
 }
 
-// ParseTrace reads a trace from r; name is the file its errors name. It stops at the
-// first line with a problem.
+// ParseTrace reads a whole trace from r and returns its conversations; name is the file
+// its errors name. It stops at the first line with a problem. A run does not hold its
+// trace this way (see ReadTrace); this is for tools and tests.
 func ParseTrace(name string, r io.Reader) ([]TraceConversation, error) {
-	br := bufio.NewReaderSize(r, 64<<10)
 	var out []TraceConversation
-	seen := map[string]int{}
+	err := ScanTrace(name, r, func(c TraceConversation, _ TraceLine) error {
+		out = append(out, c)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// TraceLine is where a conversation is written: its line's text (only valid during the
+// call it is given to) and the offset of the line in the file.
+type TraceLine struct {
+	Text   []byte
+	Offset int64
+}
+
+// ScanTrace reads a trace from r line by line, checks each line and each limit
+// (MaxTraceLine, MaxTraceBytes, MaxTraceConversations) as it goes, and calls fn with
+// each conversation; name is the file its errors name. It stops at the first problem,
+// or at an error fn returns. Only the line being read is held.
+func ScanTrace(name string, r io.Reader, fn func(TraceConversation, TraceLine) error) error {
+	lim := traceLimits
+	// One byte past the limit is read, so that a trace of exactly the limit passes.
+	br := bufio.NewReaderSize(io.LimitReader(r, lim.bytes+1), 64<<10)
+	seen := map[[16]byte]int{} // digests of the ids, to the line of each
+	var offset int64
+	n := 0
+	var buf []byte
 	for line := 1; ; line++ {
-		text, err := readLine(br)
-		if len(text) > MaxTraceLine {
-			return nil, &TraceError{File: name, Line: line, Msg: fmt.Sprintf("line longer than %d bytes", MaxTraceLine)}
+		text, size, err := readLine(br, buf[:0], lim.line)
+		buf = text
+		if offset+size > lim.bytes {
+			return &TraceError{File: name, Line: line, Msg: fmt.Sprintf("the trace runs past %d bytes, the most a trace may hold; split it", lim.bytes)}
+		}
+		if size > int64(lim.line) {
+			return &TraceError{File: name, Line: line, Msg: fmt.Sprintf("line longer than %d bytes", lim.line)}
 		}
 		if err != nil && !errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("trace %s:%d: %w", name, line, err)
+			return fmt.Errorf("trace %s:%d: %w", name, line, err)
 		}
 		if t := bytes.TrimSpace(text); len(t) > 0 {
+			if n++; n > lim.conversations {
+				return &TraceError{File: name, Line: line, Msg: fmt.Sprintf("more than %d conversations, the most a trace may hold (one a session, and a launch runs at most %d sessions); split it",
+					lim.conversations, MaxTraceConversations)}
+			}
 			c, terr := parseConversation(t)
 			if terr != nil {
 				terr.File, terr.Line = name, line
-				return nil, terr
+				return terr
 			}
 			c.Line = line
 			if c.ID == "" {
 				c.ID = fmt.Sprintf("line %d", line)
 			}
-			if first, dup := seen[c.ID]; dup {
-				return nil, &TraceError{File: name, Line: line, Field: "id", Msg: fmt.Sprintf("%q is also the id of line %d", c.ID, first)}
+			id := lineDigest([]byte(c.ID))
+			if first, dup := seen[id]; dup {
+				return &TraceError{File: name, Line: line, Field: "id", Msg: fmt.Sprintf("%q is also the id of line %d", c.ID, first)}
 			}
-			seen[c.ID] = line
-			out = append(out, c)
+			seen[id] = line
+			if err := fn(c, TraceLine{Text: text, Offset: offset}); err != nil {
+				return err
+			}
 		}
+		offset += size
 		if errors.Is(err, io.EOF) {
 			break
 		}
+		offset++ // the newline
 	}
-	if len(out) == 0 {
-		return nil, &TraceError{File: name, Line: 1, Msg: "the trace has no conversation: write one JSON object per line"}
+	if n == 0 {
+		return &TraceError{File: name, Line: 1, Msg: "the trace has no conversation: write one JSON object per line"}
 	}
-	return out, nil
+	return nil
 }
 
-// readLine reads one line without its newline, up to one byte past MaxTraceLine (the
-// rest of a longer line is discarded).
-func readLine(br *bufio.Reader) ([]byte, error) {
-	var buf []byte
+// readLine reads one line into buf, without its newline, and returns it with the line's
+// length. It keeps at most limit+1 bytes of it: the rest of a longer line is counted and
+// discarded.
+func readLine(br *bufio.Reader, buf []byte, limit int) ([]byte, int64, error) {
+	var size int64
 	for {
 		part, err := br.ReadSlice('\n')
-		if len(buf)+len(part) <= MaxTraceLine+1 {
-			buf = append(buf, part...)
-		} else if len(buf) <= MaxTraceLine {
-			buf = append(buf, part[:MaxTraceLine+1-len(buf)]...)
-		}
 		if errors.Is(err, bufio.ErrBufferFull) {
+			size += int64(len(part))
+			if len(buf) <= limit {
+				buf = append(buf, part[:min(len(part), limit+1-len(buf))]...)
+			}
 			continue
 		}
-		return bytes.TrimSuffix(buf, []byte("\n")), err
+		part = bytes.TrimSuffix(part, []byte("\n"))
+		size += int64(len(part))
+		if len(buf) <= limit {
+			buf = append(buf, part[:min(len(part), limit+1-len(buf))]...)
+		}
+		return buf, size, err
 	}
 }
 
@@ -279,14 +410,14 @@ func runTrace(ctx context.Context, cfg Config, base string, rec Recorder) error 
 	if cfg.Trace == nil {
 		return errors.New("workload: trace: no trace configured")
 	}
-	convs := cfg.Trace.Conversations
-	if convs == nil {
+	index := cfg.Trace.Index
+	if index == nil {
 		var err error
-		if convs, err = ReadTrace(cfg.Trace.Path); err != nil {
+		if index, err = ReadTrace(cfg.Trace.Path); err != nil {
 			return fmt.Errorf("workload: %w", err)
 		}
 	}
-	n := len(convs)
+	n := index.Len()
 	if cfg.Sessions > 0 {
 		if cfg.Sessions > n {
 			return fmt.Errorf("workload: trace %s has %d conversations, fewer than the %d sessions asked for", cfg.Trace.Path, n, cfg.Sessions)
@@ -312,7 +443,13 @@ func runTrace(ctx context.Context, cfg Config, base string, rec Recorder) error 
 			continue
 		}
 		g.Go(func() error {
-			rec.SessionDone(r.replay(ctx, session, convs[k]))
+			// The conversation is read when its session starts, and dropped when it ends.
+			c, err := index.Conversation(k)
+			if err != nil {
+				rec.SessionDone(SessionResult{Session: session, Status: SessionError, Err: err.Error()})
+				return nil
+			}
+			rec.SessionDone(r.replay(ctx, session, c))
 			return nil
 		})
 	}

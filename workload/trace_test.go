@@ -1,23 +1,38 @@
 package workload
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"reflect"
+	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/arbiterlab/arbiter/arms"
 )
 
 func TestReadTraceSample(t *testing.T) {
 	path := filepath.Join("..", "examples", "traces", "support.jsonl")
-	convs, err := ReadTrace(path)
+	index, err := ReadTrace(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(convs) != 12 {
-		t.Fatalf("%d conversations, want 12", len(convs))
+	if index.Len() != 12 {
+		t.Fatalf("%d conversations, want 12", index.Len())
+	}
+	var convs []TraceConversation
+	for i := range index.Len() {
+		c, err := index.Conversation(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		convs = append(convs, c)
 	}
 	for i, c := range convs {
 		if c.Line != i+1 || !strings.HasPrefix(c.ID, "support-") || len(c.Tools) != 4 || c.MaxTokens != 256 {
@@ -167,4 +182,142 @@ func FuzzTraceReader(f *testing.F) {
 			}
 		}
 	})
+}
+
+// repeatedLines reads as n copies of line (which ends with a newline), made as they are
+// read: a trace of any size without a file or its bytes in memory.
+type repeatedLines struct {
+	line []byte
+	n    int
+	at   int // offset in the current copy
+}
+
+func (r *repeatedLines) Read(p []byte) (int, error) {
+	total := 0
+	for len(p) > 0 && r.n > 0 {
+		k := copy(p, r.line[r.at:])
+		p, total, r.at = p[k:], total+k, r.at+k
+		if r.at == len(r.line) {
+			r.at, r.n = 0, r.n-1
+		}
+	}
+	if total == 0 && r.n == 0 {
+		return 0, io.EOF
+	}
+	return total, nil
+}
+
+// TestTraceLimitsWhileReading: every limit on a trace holds as it is read, and the error
+// names the file and the line where it was passed: more conversations than a launch may
+// run (which a million-line trace used to get past), a trace past its size, a line past
+// its length. The limits are lowered, so that the test does not read a gigabyte.
+func TestTraceLimitsWhileReading(t *testing.T) {
+	saved := traceLimits
+	t.Cleanup(func() { traceLimits = saved })
+	traceLimits.bytes, traceLimits.line, traceLimits.conversations = 1<<20, 64<<10, 1000
+	conv := []byte(`{"messages": [{"role":"user","content":"hi"}]}` + "\n")
+	for _, tc := range []struct {
+		name string
+		r    io.Reader
+		want string
+	}{
+		{"conversations", &repeatedLines{line: conv, n: 1005}, "big.jsonl:1001: more than 1000 conversations"},
+		// Blank lines of 16 KiB: only the size counts.
+		{"size", &repeatedLines{line: []byte(strings.Repeat(" ", 16<<10-1) + "\n"), n: 100},
+			"big.jsonl:65: the trace runs past 1048576 bytes"},
+		{"line", io.MultiReader(bytes.NewReader(conv), &repeatedLines{line: []byte(" "), n: 64<<10 + 1}),
+			"big.jsonl:2: line longer than 65536 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := 0
+			err := ScanTrace("big.jsonl", tc.r, func(TraceConversation, TraceLine) error { n++; return nil })
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("after %d conversations: %v; want %q", n, err, tc.want)
+			}
+		})
+	}
+	// At each limit, the trace passes.
+	traceLimits.bytes = 1000 * int64(len(conv))
+	if err := ScanTrace("big.jsonl", &repeatedLines{line: conv, n: 1000}, func(TraceConversation, TraceLine) error { return nil }); err != nil {
+		t.Errorf("a trace at its limits: %v", err)
+	}
+}
+
+// TestReadTraceHoldsNoConversation: a checked trace keeps where each conversation is, not
+// the conversations: checking a 4 MiB trace leaves a small part of that on the heap
+// (holding it whole, a 672 MB trace took arbiter to 2.6 GB), and each conversation reads
+// back as it was written.
+func TestReadTraceHoldsNoConversation(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "big.jsonl")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bw := bufio.NewWriter(f)
+	const convs = 128
+	for i := range convs {
+		fmt.Fprintf(bw, `{"id": "c%d", "messages": [{"role":"user","content":"%s"},{"role":"assistant","content":"ok"},{"role":"user","content":"again"}]}`+"\n",
+			i, strings.Repeat("x", 32<<10))
+	}
+	if err := bw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	index, err := ReadTrace(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if index.Len() != convs {
+		t.Fatalf("%d conversations, want %d", index.Len(), convs)
+	}
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 1<<20 {
+		t.Errorf("the checked 4 MiB trace holds %d KiB of heap", grew>>10)
+	} else {
+		t.Logf("the checked 4 MiB trace holds %d KiB of heap", grew>>10)
+	}
+	c, err := index.Conversation(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ID != "c100" || c.Line != 101 || len(c.Messages) != 3 || len(c.Messages[0].Content) != 32<<10 || !reflect.DeepEqual(c.Requests, []int{1, 3}) {
+		t.Errorf("conversation 100 reads back as %s at line %d, %d messages, requests %v", c.ID, c.Line, len(c.Messages), c.Requests)
+	}
+}
+
+// TestTraceChangedSinceChecked: a line that changed between the check and its session's
+// start fails that session, naming the file and the line, rather than replaying
+// something that was never checked.
+func TestTraceChangedSinceChecked(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "t.jsonl")
+	line := `{"messages": [{"role":"user","content":"hi"}]}` + "\n"
+	if err := os.WriteFile(path, []byte(line+line), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	index, err := ReadTrace(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(line+strings.Replace(line, "hi", "ho", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := index.Conversation(0); err != nil {
+		t.Errorf("an unchanged line: %v", err)
+	}
+	if _, err := index.Conversation(1); err == nil || !strings.Contains(err.Error(), path+":2: the line changed since the trace was checked") {
+		t.Errorf("a changed line: %v", err)
+	}
+}
+
+// TestTraceLimitsAreTheSpecs: arbiter validate and the workload hold a trace to the same
+// limits.
+func TestTraceLimitsAreTheSpecs(t *testing.T) {
+	if MaxTraceBytes != arms.MaxTraceBytes || MaxTraceLine != arms.MaxTraceLineBytes || MaxTraceConversations != arms.MaxSessions {
+		t.Errorf("workload: %d bytes, lines of %d, %d conversations; arms: %d, %d, %d", MaxTraceBytes, MaxTraceLine, MaxTraceConversations,
+			arms.MaxTraceBytes, arms.MaxTraceLineBytes, arms.MaxSessions)
+	}
 }

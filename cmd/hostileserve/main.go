@@ -10,6 +10,8 @@
 //	giant-body     non-streaming replies whose content is --size bytes
 //	giant-stream   streaming replies of --size bytes in small events
 //	giant-event    streaming replies that send one event of --size bytes
+//	runaway        replies that ignore max_tokens: --size bytes of text, streamed in events
+//	               of --chunk bytes, whatever the request's max_tokens asks
 //	split-secret   replies that carry the value of $--secret-env in --chunk-byte pieces,
 //	               and in base64, percent-encoded and JSON-escaped form; the log prints them too
 //	fast-500       every chat completion after the readiness probe fails at once with HTTP 500
@@ -24,6 +26,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -64,7 +67,7 @@ type config struct {
 	child           bool
 }
 
-var knownModes = []string{"giant-body", "giant-stream", "giant-event", "split-secret", "fast-500", "wedge", "ignore-sigterm", "log-flood"}
+var knownModes = []string{"giant-body", "giant-stream", "giant-event", "runaway", "split-secret", "fast-500", "wedge", "ignore-sigterm", "log-flood"}
 
 func parse(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("hostileserve", flag.ContinueOnError)
@@ -75,7 +78,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.port, "port", 0, "port to listen on (0: any free port)")
 	fs.StringVar(&modes, "mode", "", "comma-separated misbehaviours: "+strings.Join(knownModes, ", "))
 	fs.Int64Var(&c.size, "size", 64<<20, "bytes of a giant reply, event or log line")
-	fs.IntVar(&c.chunk, "chunk", 3, "bytes of the secret per streamed piece (split-secret)")
+	fs.IntVar(&c.chunk, "chunk", 3, "bytes of the secret per streamed piece (split-secret), of text per event (runaway)")
 	fs.StringVar(&c.secretEnv, "secret-env", "HF_TOKEN", "variable whose value split-secret leaks")
 	fs.Int64Var(&c.readyRequests, "ready-requests", 1, "chat completions answered normally before fast-500 or wedge begins (the readiness probe is one)")
 	fs.BoolVar(&c.child, "child", false, "run as the child that ignore-sigterm leaves behind")
@@ -241,6 +244,8 @@ func (s *server) chat(w http.ResponseWriter, r *http.Request) {
 			pieces = append(pieces, strings.Repeat("b", int(min(n, 4096))))
 		}
 		s.reply(w, req, pieces)
+	case s.cfg.modes["runaway"]:
+		s.runaway(w, req)
 	case s.cfg.modes["split-secret"]:
 		s.reply(w, req, s.secretPieces())
 	default:
@@ -277,6 +282,63 @@ func jsonEscaped(v string) string {
 		fmt.Fprintf(&b, `\u%04x`, r)
 	}
 	return b.String()
+}
+
+// runawayText is what a runaway reply repeats: words, as a model stuck in a loop
+// writes them.
+const runawayText = "and then the assistant kept on writing, "
+
+// runaway answers with --size bytes of text whatever max_tokens says, made as it is sent
+// (the default size is too large to hold), in events of --chunk bytes when streaming.
+func (s *server) runaway(w http.ResponseWriter, req openai.ChatRequest) {
+	text := func(from, n int64) string {
+		var b strings.Builder
+		b.Grow(int(n))
+		for i := from; i < from+n; i++ {
+			b.WriteByte(runawayText[i%int64(len(runawayText))])
+		}
+		return b.String()
+	}
+	if !req.Stream {
+		s.reply(w, req, []string{text(0, s.cfg.size)})
+		return
+	}
+	id := fmt.Sprintf("chatcmpl-%d", s.completed.Load())
+	created := time.Now().Unix()
+	w.Header().Set("Content-Type", "text/event-stream")
+	flusher, _ := w.(http.Flusher)
+	bw := bufio.NewWriterSize(w, 64<<10)
+	send := func(chunk openai.ChatCompletionChunk) bool {
+		b, _ := json.Marshal(chunk)
+		_, err := fmt.Fprintf(bw, "data: %s\n\n", b)
+		return err == nil
+	}
+	events := 0
+	for at := int64(0); at < s.cfg.size; at += int64(s.cfg.chunk) {
+		d := openai.Delta{Content: text(at, min(int64(s.cfg.chunk), s.cfg.size-at))}
+		if at == 0 {
+			d.Role = "assistant"
+		}
+		if !send(openai.ChatCompletionChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: modelName,
+			Choices: []openai.ChunkChoice{{Delta: d}}}) {
+			return
+		}
+		if events++; events%64 == 0 {
+			// Flushed now and then, as an engine sends a batch of tokens at once.
+			if bw.Flush() != nil {
+				return
+			}
+			if flusher != nil {
+				flusher.Flush()
+			}
+		}
+	}
+	length := "length"
+	send(openai.ChatCompletionChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: modelName,
+		Choices: []openai.ChunkChoice{{Delta: openai.Delta{}, FinishReason: &length}},
+		Usage:   &openai.Usage{PromptTokens: 1, CompletionTokens: events, TotalTokens: 1 + events}})
+	fmt.Fprint(bw, "data: [DONE]\n\n")
+	bw.Flush()
 }
 
 // reply answers with content made of pieces: one event per piece when streaming, their

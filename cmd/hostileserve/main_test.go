@@ -245,6 +245,26 @@ func TestGiantModesSendWhatTheyPromise(t *testing.T) {
 	}
 }
 
+// TestRunawayIgnoresMaxTokens: asked for 8 tokens, the runaway mode sends --size bytes of
+// text in events of --chunk bytes, streamed or whole, the readiness probe included when
+// --ready-requests is 0.
+func TestRunawayIgnoresMaxTokens(t *testing.T) {
+	const size = 1 << 20
+	e := start(t, nil, "--mode", "runaway", "--size", fmt.Sprint(size), "--chunk", "100", "--ready-requests", "0")
+	for _, stream := range []bool{true, false} {
+		body, _ := json.Marshal(openai.ChatRequest{Model: modelName, Stream: stream, MaxTokens: 8,
+			Messages: []openai.Message{{Role: "user", Content: "hi"}}})
+		resp, err := http.Post(e.base+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text, pieces := content(t, resp)
+		if len(text) != size || !strings.HasPrefix(text, runawayText) || stream && len(pieces) != size/100+1 {
+			t.Errorf("stream %v: %d bytes in %d events, want %d in events of 100", stream, len(text), len(pieces), size)
+		}
+	}
+}
+
 func TestLogFloodIsOneLongLine(t *testing.T) {
 	const size = 2 << 20
 	e := start(t, nil, "--mode", "log-flood", "--size", fmt.Sprint(size))
