@@ -6,11 +6,12 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/arbiterlab/arbiter/internal/outfile"
 )
 
 func between(from, to string) string {
@@ -62,14 +63,26 @@ func ms(x float64) string {
 	return fmt.Sprintf("%.0f ms", x)
 }
 
-// WriteFiles writes the markdown verdict to path and its SVG charts beside it
-// (PATH-rates.svg, PATH-rounds.svg).
-func (v *Verdict) WriteFiles(path string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
+// Files are the files WriteFiles may write for path: the markdown, then its charts
+// (PATH-rates.svg, PATH-rounds.svg, PATH without its extension).
+func Files(path string) []string {
 	stem := strings.TrimSuffix(path, filepath.Ext(path))
-	charts, err := v.writeCharts(stem)
+	files := []string{path}
+	for _, s := range chartSuffixes {
+		files = append(files, stem+s)
+	}
+	return files
+}
+
+// WriteFiles writes the markdown verdict to path and its SVG charts beside it (Files),
+// each atomically through keep; when keep refuses any of them, nothing is written.
+func (v *Verdict) WriteFiles(path string, keep outfile.Guard) error {
+	for _, f := range Files(path) {
+		if err := keep.Check(f); err != nil {
+			return err
+		}
+	}
+	charts, err := v.writeCharts(strings.TrimSuffix(path, filepath.Ext(path)), keep)
 	if err != nil {
 		return err
 	}
@@ -77,7 +90,7 @@ func (v *Verdict) WriteFiles(path string) error {
 	if err := v.markdown(&buf, charts); err != nil {
 		return err
 	}
-	return os.WriteFile(path, buf.Bytes(), 0o644)
+	return keep.Write(path, buf.Bytes())
 }
 
 // Markdown writes the verdict without charts (WriteFiles writes it with them).

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/internal/outfile"
 	"github.com/arbiterlab/arbiter/orchestrator"
 	"github.com/arbiterlab/arbiter/store"
 	"github.com/arbiterlab/arbiter/verdict"
@@ -119,13 +120,17 @@ func finishDone(ctx context.Context, g *globals, exp store.ExperimentRow, o runO
 	if err != nil {
 		return err
 	}
+	keep := outfile.Guard{Database: g.dbPath(), Specs: []string{exp.SpecPath}}
+	if err := checkOutput(keep, verdict.Files(path)...); err != nil {
+		return err
+	}
 	if _, err := os.Stat(path); err == nil {
 		return withCode(exitUsage, fmt.Errorf("experiment %d is done and its verdict is at %s: %w (rebuild the verdict with arbiter verdict %d -o FILE)",
 			exp.ID, path, orchestrator.ErrNothingToResume, exp.ID))
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	v, err := writeVerdict(ctx, g.dbPath(), fmt.Sprint(exp.ID), path)
+	v, err := writeVerdict(ctx, g.dbPath(), fmt.Sprint(exp.ID), path, keep)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/arbiterlab/arbiter/internal/outfile"
 	"github.com/arbiterlab/arbiter/internal/version"
 	"github.com/arbiterlab/arbiter/store"
 )
@@ -136,6 +137,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitNotFound
 	case errors.As(err, &ce):
 		return ce.code
+	case errors.As(err, new(*outfile.RefusedError)):
+		// -o named a file that must survive, or something that is not a file.
+		return exitUsage
 	case ctx.Err() != nil:
 		return exitInterrupted
 	case isUsageError(err):
