@@ -93,6 +93,18 @@ func (v *Verdict) WriteFiles(path string, keep outfile.Guard) error {
 	return keep.Write(path, buf.Bytes())
 }
 
+// footer is a verdict's last line; Complete looks for it.
+func footer(id int64) string {
+	return fmt.Sprintf("\n---\nQuery the raw data with `arbiter query \"SELECT ... FROM turns WHERE experiment_id = %d\"`; re-judge with `arbiter verdict %d`.\n", id, id)
+}
+
+// Complete reports whether md is the whole markdown verdict of experiment id, as every
+// arbiter has written it: its title first, its footer last. A file cut short (an arbiter
+// killed while writing, a full disk) is not.
+func Complete(md []byte, id int64) bool {
+	return bytes.HasPrefix(md, []byte("# Verdict: ")) && bytes.HasSuffix(md, []byte(footer(id)))
+}
+
 // Markdown writes the verdict without charts (WriteFiles writes it with them).
 func (v *Verdict) Markdown(w io.Writer) error { return v.markdown(w, nil) }
 
@@ -274,7 +286,7 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 	for _, c := range v.Caveats {
 		fmt.Fprintf(b, "- %s\n", c)
 	}
-	fmt.Fprintf(b, "\n---\nQuery the raw data with `arbiter query \"SELECT ... FROM turns WHERE experiment_id = %d\"`; re-judge with `arbiter verdict %d`.\n", e.ID, e.ID)
+	b.WriteString(footer(e.ID))
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -101,3 +101,33 @@ func TestOutputNeverReplacesWhatMustSurvive(t *testing.T) {
 		t.Errorf("bisect --verdict -o: exit %d, %s", code, stderr)
 	}
 }
+
+// TestResumeRewritesACutVerdict: a done experiment whose verdict at the default path is
+// empty (an older arbiter killed between creating it and writing it) gets its verdict
+// written, whole; a whole one stops resume.
+func TestResumeRewritesACutVerdict(t *testing.T) {
+	db, _ := recordedDone(t)
+	ctx := context.Background()
+	r, err := store.OpenReadOnly(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dbID, err := store.DatabaseID(ctx, r)
+	r.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(filepath.Dir(db), "verdicts", "done-"+store.ShortID(dbID)+"-1.md")
+	os.MkdirAll(filepath.Dir(path), 0o755)
+	os.WriteFile(path, nil, 0o644)
+	code, stdout, stderr := runCLI(t, "resume", "1", "--db", db)
+	if code != exitOK || !strings.Contains(stdout, "incomplete (0 bytes): written now") {
+		t.Fatalf("resume with an empty verdict: exit %d, %q, %q", code, stdout, stderr)
+	}
+	if md, _ := os.ReadFile(path); !strings.HasPrefix(string(md), "# Verdict: done") || !strings.HasSuffix(string(md), "`arbiter verdict 1`.\n") {
+		t.Errorf("the verdict written:\n%s", md)
+	}
+	if code, _, stderr := runCLI(t, "resume", "1", "--db", db); code != exitUsage || !strings.Contains(stderr, "nothing to resume") {
+		t.Errorf("resume with the verdict whole: exit %d, %q", code, stderr)
+	}
+}
