@@ -129,7 +129,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "arbiter: interrupted; what was recorded is kept")
 		return exitInterrupted
 	}
-	fmt.Fprintln(stderr, "arbiter:", err)
+	// An error can quote an engine (its answer, its log): nothing in it may drive the terminal.
+	fmt.Fprintln(stderr, "arbiter:", terminalSafe(err.Error()))
 	var ce *exitCodeError
 	switch {
 	case errors.Is(err, store.ErrNotFound):
