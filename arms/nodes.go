@@ -48,20 +48,23 @@ func (d *decoder) decodeArm(a entry) ArmSpec {
 	return arm
 }
 
-// checkBaseURL says what is wrong with an arm's base_url, or "".
+// checkBaseURL says what is wrong with an arm's base_url, or "". The address is quoted
+// through RedactURL: a key in its query or userinfo must not reach an error or a log.
 func checkBaseURL(v string) string {
 	u, err := url.Parse(v)
+	shown := RedactURL(v)
 	switch {
 	case err != nil:
-		return fmt.Sprintf("base_url %q is not a URL: %v", v, err)
+		// url's own error quotes the whole address: say what is wrong without it.
+		return fmt.Sprintf("base_url %q is not a URL", shown)
 	case u.Scheme != "http" && u.Scheme != "https":
-		return fmt.Sprintf("base_url %q: want http:// or https://, as bench_serving's --base-url (http://host:30000)", v)
+		return fmt.Sprintf("base_url %q: want http:// or https://, as bench_serving's --base-url (http://host:30000)", shown)
 	case u.Host == "":
-		return fmt.Sprintf("base_url %q names no host", v)
+		return fmt.Sprintf("base_url %q names no host", shown)
 	case u.User != nil:
-		return fmt.Sprintf("base_url %q: no credentials in the address", u.Redacted())
+		return fmt.Sprintf("base_url %q: no credentials in the address", shown)
 	case u.RawQuery != "" || u.Fragment != "":
-		return fmt.Sprintf("base_url %q: no query or fragment; the engine's paths are added to it", v)
+		return fmt.Sprintf("base_url %q: no query or fragment; the engine's paths are added to it", shown)
 	}
 	return ""
 }
@@ -85,7 +88,7 @@ func (d *decoder) checkRuntimeKind() {
 		}
 		key := strings.TrimRight(a.BaseURL, "/")
 		if other, dup := urls[key]; dup {
-			d.addAt(s.pos[path+".base_url"], path+".base_url", "arms %s and %s share base_url %s: one server cannot carry two arms' pins", other, a.Name, a.BaseURL)
+			d.addAt(s.pos[path+".base_url"], path+".base_url", "arms %s and %s share base_url %s: one server cannot carry two arms' pins", other, a.Name, RedactURL(a.BaseURL))
 		}
 		urls[key] = a.Name
 	}

@@ -212,3 +212,44 @@ func (a Arm) LaunchEnv(environ func(string) (string, bool)) ([]string, error) {
 	}
 	return out, nil
 }
+
+// RedactURL returns an address with what may carry a credential replaced by [redacted]:
+// its userinfo (user:password@, or a token as the user), every query value (a bare query
+// word too: it may be the key itself) and its fragment. It works on the text, so an
+// address that does not parse as a URL is redacted as well; the scheme, host, port and
+// path stay, so an error still says where arbiter looked.
+func RedactURL(v string) string {
+	rest, frag, hasFrag := strings.Cut(v, "#")
+	rest, query, hasQuery := strings.Cut(rest, "?")
+	if i := strings.Index(rest, "://"); i >= 0 {
+		auth := rest[i+3:]
+		end := strings.IndexByte(auth, '/')
+		if end < 0 {
+			end = len(auth)
+		}
+		if at := strings.LastIndexByte(auth[:end], '@'); at >= 0 {
+			rest = rest[:i+3] + Redacted + auth[at:]
+		}
+	} else if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+		// No scheme ("user:pw@host:30000"): whatever precedes the last @ may be a credential.
+		rest = Redacted + rest[at:]
+	}
+	if hasQuery {
+		params := strings.Split(query, "&")
+		for i, p := range params {
+			if k, _, ok := strings.Cut(p, "="); ok {
+				params[i] = k + "=" + Redacted
+			} else if p != "" {
+				params[i] = Redacted
+			}
+		}
+		rest += "?" + strings.Join(params, "&")
+	}
+	if hasFrag {
+		rest += "#"
+		if frag != "" {
+			rest += Redacted
+		}
+	}
+	return rest
+}

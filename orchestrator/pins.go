@@ -89,7 +89,7 @@ func CheckPins(ctx context.Context, spec *arms.Spec, a arms.Arm) (PinCheck, erro
 			return c, nil
 		}
 	}
-	return PinCheck{}, fmt.Errorf("%w: GET %s: %v; arbiter does not judge an arm whose pins it cannot check", ErrPinsUncheckable, safeURL(u), err)
+	return PinCheck{}, fmt.Errorf("%w: GET %s: %v; arbiter does not judge an arm whose pins it cannot check", ErrPinsUncheckable, arms.RedactURL(u), err)
 }
 
 // fetchServerInfo reads the server info at u, whole or not at all.
@@ -134,16 +134,6 @@ func byteSize(n int64, atLeast bool) string {
 		return "more than " + s
 	}
 	return s
-}
-
-// safeURL is u without credentials, query or fragment.
-func safeURL(u string) string {
-	p, err := url.Parse(u)
-	if err != nil {
-		return "(an address that is not a URL)"
-	}
-	p.User, p.RawQuery, p.ForceQuery, p.Fragment, p.RawFragment = nil, "", false, "", ""
-	return p.String()
 }
 
 // parseServerInfo reads server info as a JSON object, numbers as written.
@@ -315,7 +305,7 @@ func (e *experiment) checkExternalPins(ctx context.Context, a arms.Arm) error {
 		return fmt.Errorf("arm %s: %w", a.Name, err)
 	}
 	if len(pc.Mismatched) > 0 {
-		return fmt.Errorf("arm %s: %w: %s reports %s", a.Name, ErrPinsNotHeld, safeURL(a.BaseURL), strings.Join(pc.Mismatched, "; "))
+		return fmt.Errorf("arm %s: %w: %s reports %s", a.Name, ErrPinsNotHeld, arms.RedactURL(a.BaseURL), strings.Join(pc.Mismatched, "; "))
 	}
 	return nil
 }

@@ -160,8 +160,11 @@ func TestExternalRunRefusedForPaddedServerInfo(t *testing.T) {
 	}
 }
 
-func TestSafeURL(t *testing.T) {
-	if got := safeURL("http://ops:hunter2@10.0.0.5:30000/get_server_info?token=abc#x"); got != "http://10.0.0.5:30000/get_server_info" {
-		t.Errorf("safeURL = %s", got)
+// TestPinErrorsNameTheAddressWithoutSecrets: the address a pin check names goes through
+// arms.RedactURL, which keeps where it looked and hides what may be a credential.
+func TestPinErrorsNameTheAddressWithoutSecrets(t *testing.T) {
+	got := arms.RedactURL("http://ops:hunter2@10.0.0.5:30000/get_server_info?token=abc#x")
+	if strings.Contains(got, "hunter2") || strings.Contains(got, "abc") || !strings.Contains(got, "10.0.0.5:30000/get_server_info") {
+		t.Errorf("arms.RedactURL = %s", got)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -254,17 +255,17 @@ func (p *Preflight) external(ctx context.Context, spec *arms.Spec, armList []arm
 			err = fmt.Errorf("%s answered HTTP %d", health, status)
 		}
 		if err != nil {
-			p.add(a.Name, "base_url", fmt.Errorf("%s does not answer: %w", a.BaseURL, err), "")
+			p.add(a.Name, "base_url", fmt.Errorf("%s does not answer: %w", arms.RedactURL(a.BaseURL), err), "")
 			continue
 		}
-		p.add(a.Name, "base_url", nil, a.BaseURL+" answers")
+		p.add(a.Name, "base_url", nil, arms.RedactURL(a.BaseURL)+" answers")
 		pc, err := CheckPins(ctx, spec, a)
 		switch {
 		case err != nil:
 			p.add(a.Name, "pins", err, "")
 			continue
 		case len(pc.Mismatched) > 0:
-			p.add(a.Name, "pins", fmt.Errorf("the engine at %s does not run as pinned: %s; arbiter does not judge an arm that is not what it says", a.BaseURL, strings.Join(pc.Mismatched, "; ")), "")
+			p.add(a.Name, "pins", fmt.Errorf("the engine at %s does not run as pinned: %s; arbiter does not judge an arm that is not what it says", arms.RedactURL(a.BaseURL), strings.Join(pc.Mismatched, "; ")), "")
 		default:
 			p.add(a.Name, "pins", nil, pc.summary())
 		}
@@ -283,6 +284,10 @@ func httpGet(ctx context.Context, url string) (int, []byte, error) {
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
+		var ue *neturl.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // without the address, which the caller names through arms.RedactURL
+		}
 		return 0, nil, err
 	}
 	defer resp.Body.Close()

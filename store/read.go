@@ -125,6 +125,14 @@ type ExperimentSummary struct {
 	Lease *LeaseRow `db:"-" json:"lease,omitempty"`
 }
 
+// RanOn reports whether any run recorded in the database was started by the named
+// runtime (process, docker, external, slurm).
+func RanOn(ctx context.Context, db *sqlx.DB, runtime string) (bool, error) {
+	var ran bool
+	err := db.GetContext(ctx, &ran, `SELECT EXISTS (SELECT 1 FROM runs WHERE runtime = ?)`, runtime)
+	return ran, err
+}
+
 // ListExperiments lists every experiment, newest first, counting sessions as the verdict
 // does.
 func ListExperiments(ctx context.Context, db *sqlx.DB) ([]ExperimentSummary, error) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/jmoiron/sqlx"
@@ -148,14 +149,9 @@ func OpenReadOnly(path string) (*sqlx.DB, error) {
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("open %s: no results database there (run an experiment first, or give --db): %w", path, err)
 	}
-	dsn := "file:" + escapePath(path) + "?mode=ro&_busy_timeout=10000&_query_only=1"
-	db, err := sqlx.Open(readOnlyDriver, dsn)
+	db, err := openRead(path)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
-	}
-	if err := db.Ping(); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("open %s read-only: %w", path, err)
+		return nil, err
 	}
 	v, err := identify(context.Background(), db)
 	if err != nil {
@@ -185,15 +181,69 @@ func Identify(path string) error {
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	db, err := sqlx.Open(readOnlyDriver, "file:"+escapePath(path)+"?mode=ro&_busy_timeout=10000&_query_only=1")
+	db, err := openRead(path)
 	if err != nil {
-		return fmt.Errorf("open %s: %w", path, err)
+		return err
 	}
 	defer db.Close()
 	if _, err := identify(context.Background(), db); err != nil {
 		return fmt.Errorf("open %s: %w", path, err)
 	}
 	return nil
+}
+
+// openRead opens the file at path through readOnlyDriver (mode=ro, query_only). SQLite
+// reads a WAL-mode database through its -shm file, which it creates beside the database
+// when it is missing: in a directory it cannot write (a read-only file system, a
+// snapshot, an archive), that fails. With no -wal file there (or an empty one), nothing
+// is waiting to be checkpointed and no writer has the database open, so the file alone
+// is the whole database and is opened immutable=1, which needs no -shm. With a -wal that
+// holds pages and no -shm, reading the file alone would silently lose those pages: the
+// error says so.
+func openRead(path string) (*sqlx.DB, error) {
+	// The database file itself: a reason to fail here is the real one ("permission
+	// denied"), not what SQLite says after trying its side files.
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	f.Close()
+	db, err := pingRead("file:" + escapePath(path) + "?mode=ro&_busy_timeout=10000&_query_only=1")
+	if err == nil {
+		return db, nil
+	}
+	var se sqlite3.Error
+	dir := filepath.Dir(path)
+	if !errors.As(err, &se) || se.Code != sqlite3.ErrCantOpen || dirWritable(dir) {
+		return nil, fmt.Errorf("open %s read-only: %w", path, err)
+	}
+	wal, walErr := os.Stat(path + "-wal")
+	_, shmErr := os.Stat(path + "-shm")
+	switch {
+	case errors.Is(walErr, fs.ErrNotExist) || walErr == nil && wal.Size() == 0:
+		db, ierr := pingRead("file:" + escapePath(path) + "?mode=ro&immutable=1&_query_only=1")
+		if ierr != nil {
+			return nil, fmt.Errorf("open %s read-only (its directory %s cannot be written, so it was opened immutable): %w", path, dir, ierr)
+		}
+		return db, nil
+	case walErr == nil && errors.Is(shmErr, fs.ErrNotExist):
+		return nil, fmt.Errorf("open %s read-only: its directory %s cannot be written (a read-only file system?), and SQLite needs to create %s-shm there to read the %d bytes of its write-ahead log %s-wal; copy the database and its -wal to a writable directory and read it there",
+			path, dir, path, wal.Size(), path)
+	}
+	return nil, fmt.Errorf("open %s read-only: its directory %s cannot be written (a read-only file system?): %w", path, dir, err)
+}
+
+// pingRead opens dsn through readOnlyDriver and makes sure a connection opens.
+func pingRead(dsn string) (*sqlx.DB, error) {
+	db, err := sqlx.Open(readOnlyDriver, dsn)
+	if err != nil {
+		return nil, err
+	}
+	if err := db.Ping(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
 }
 
 // identify checks that db is an arbiter results database, or an empty file that may

@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/jmoiron/sqlx"
+
+	"github.com/arbiterlab/arbiter/internal/outfile"
 
 	"github.com/arbiterlab/arbiter/stats"
 	"github.com/arbiterlab/arbiter/store"
@@ -608,14 +608,14 @@ func oneBased(idx []int) []int {
 	return out
 }
 
-// WriteFile writes the report to path.
-func (r *BisectionReport) WriteFile(path string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+// WriteFile writes the report to path, atomically through keep.
+func (r *BisectionReport) WriteFile(path string, keep outfile.Guard) error {
+	if err := keep.Check(path); err != nil {
 		return err
 	}
 	var b strings.Builder
 	if err := r.Markdown(&b); err != nil {
 		return err
 	}
-	return os.WriteFile(path, []byte(b.String()), 0o644)
+	return keep.Write(path, []byte(b.String()))
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"image/color"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -16,6 +15,8 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgsvg"
+
+	"github.com/arbiterlab/arbiter/internal/outfile"
 )
 
 type chartRef struct {
@@ -31,19 +32,23 @@ type chart struct {
 
 const chartWidth = 18 * vg.Centimeter
 
-// writeCharts writes the verdict's SVG charts beside stem and returns their references.
-func (v *Verdict) writeCharts(stem string) ([]chartRef, error) {
+// chartSuffixes end the names of the charts written beside a verdict's stem.
+var chartSuffixes = []string{"-rates.svg", "-rounds.svg"}
+
+// writeCharts writes the verdict's SVG charts beside stem through keep and returns their
+// references.
+func (v *Verdict) writeCharts(stem string, keep outfile.Guard) ([]chartRef, error) {
 	var refs []chartRef
 	if ch := v.ratesChart(); ch != nil {
-		path := stem + "-rates.svg"
-		if err := saveSVG(ch, path); err != nil {
+		path := stem + chartSuffixes[0]
+		if err := saveSVG(ch, path, keep); err != nil {
 			return nil, err
 		}
 		refs = append(refs, chartRef{"rates", "Corrupted sessions by arm, with 95% Wilson intervals", filepath.Base(path)})
 	}
 	if ch := v.roundsChart(); ch != nil {
-		path := stem + "-rounds.svg"
-		if err := saveSVG(ch, path); err != nil {
+		path := stem + chartSuffixes[1]
+		if err := saveSVG(ch, path, keep); err != nil {
 			return nil, err
 		}
 		refs = append(refs, chartRef{"rounds", "Corrupted sessions by round", filepath.Base(path)})
@@ -51,7 +56,7 @@ func (v *Verdict) writeCharts(stem string) ([]chartRef, error) {
 	return refs, nil
 }
 
-func saveSVG(ch *chart, path string) error {
+func saveSVG(ch *chart, path string, keep outfile.Guard) error {
 	c := vgsvg.New(chartWidth, ch.height)
 	dc := draw.New(c)
 	// A white ground: a chart viewed on a dark page stays readable.
@@ -67,7 +72,7 @@ func saveSVG(ch *chart, path string) error {
 	// Sans's metrics, so they come next.
 	svg := bytes.ReplaceAll(buf.Bytes(), []byte("font-family:Liberation Sans;"),
 		[]byte("font-family:'Liberation Sans',Arial,Helvetica,sans-serif;"))
-	return os.WriteFile(path, svg, 0o644)
+	return keep.Write(path, svg)
 }
 
 // sansFont is the face of every chart's text: sans serif reads better at small sizes.

@@ -13,6 +13,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/internal/outfile"
 	"github.com/arbiterlab/arbiter/orchestrator"
 	"github.com/arbiterlab/arbiter/stats"
 	"github.com/arbiterlab/arbiter/store"
@@ -252,7 +253,7 @@ func TestOutcomeExampleVerdicts(t *testing.T) {
 			v := buildOutcomes(t, name)
 			dir := t.TempDir()
 			path := filepath.Join(dir, name+".md")
-			if err := v.WriteFiles(path); err != nil {
+			if err := v.WriteFiles(path, outfile.Guard{}); err != nil {
 				t.Fatal(err)
 			}
 			md, err := os.ReadFile(path)

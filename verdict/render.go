@@ -6,11 +6,12 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/arbiterlab/arbiter/internal/outfile"
 )
 
 func between(from, to string) string {
@@ -67,14 +68,26 @@ func ms(x float64) string {
 	return fmt.Sprintf("%.0f ms", x)
 }
 
-// WriteFiles writes the markdown verdict to path and its SVG charts beside it
-// (PATH-rates.svg, PATH-rounds.svg).
-func (v *Verdict) WriteFiles(path string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
+// Files are the files WriteFiles may write for path: the markdown, then its charts
+// (PATH-rates.svg, PATH-rounds.svg, PATH without its extension).
+func Files(path string) []string {
 	stem := strings.TrimSuffix(path, filepath.Ext(path))
-	charts, err := v.writeCharts(stem)
+	files := []string{path}
+	for _, s := range chartSuffixes {
+		files = append(files, stem+s)
+	}
+	return files
+}
+
+// WriteFiles writes the markdown verdict to path and its SVG charts beside it (Files),
+// each atomically through keep; when keep refuses any of them, nothing is written.
+func (v *Verdict) WriteFiles(path string, keep outfile.Guard) error {
+	for _, f := range Files(path) {
+		if err := keep.Check(f); err != nil {
+			return err
+		}
+	}
+	charts, err := v.writeCharts(strings.TrimSuffix(path, filepath.Ext(path)), keep)
 	if err != nil {
 		return err
 	}
@@ -82,7 +95,19 @@ func (v *Verdict) WriteFiles(path string) error {
 	if err := v.markdown(&buf, charts); err != nil {
 		return err
 	}
-	return os.WriteFile(path, buf.Bytes(), 0o644)
+	return keep.Write(path, buf.Bytes())
+}
+
+// footer is a verdict's last line; Complete looks for it.
+func footer(id int64) string {
+	return fmt.Sprintf("\n---\nQuery the raw data with `arbiter query \"SELECT ... FROM turns WHERE experiment_id = %d\"`; re-judge with `arbiter verdict %d`.\n", id, id)
+}
+
+// Complete reports whether md is the whole markdown verdict of experiment id, as every
+// arbiter has written it: its title first, its footer last. A file cut short (an arbiter
+// killed while writing, a full disk) is not.
+func Complete(md []byte, id int64) bool {
+	return bytes.HasPrefix(md, []byte("# Verdict: ")) && bytes.HasSuffix(md, []byte(footer(id)))
 }
 
 // Markdown writes the verdict without charts (WriteFiles writes it with them).
@@ -266,7 +291,7 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 	for _, c := range v.Caveats {
 		fmt.Fprintf(b, "- %s\n", c)
 	}
-	fmt.Fprintf(b, "\n---\nQuery the raw data with `arbiter query \"SELECT ... FROM turns WHERE experiment_id = %d\"`; re-judge with `arbiter verdict %d`.\n", e.ID, e.ID)
+	b.WriteString(footer(e.ID))
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/internal/outfile"
 	"github.com/arbiterlab/arbiter/orchestrator"
 	"github.com/arbiterlab/arbiter/store"
 )
@@ -399,7 +400,7 @@ func TestExampleVerdicts(t *testing.T) {
 			v := buildExample(t, name)
 			dir := t.TempDir()
 			path := filepath.Join(dir, name+".md")
-			if err := v.WriteFiles(path); err != nil {
+			if err := v.WriteFiles(path, outfile.Guard{}); err != nil {
 				t.Fatal(err)
 			}
 			for _, f := range []string{name + ".md", name + "-rates.svg", name + "-rounds.svg"} {
@@ -756,7 +757,7 @@ func TestWriteFilesWritesChartsBesideTheMarkdown(t *testing.T) {
 	v := buildExample(t, "quickstart")
 	dir := t.TempDir()
 	path := filepath.Join(dir, "out", "verdict.md")
-	if err := v.WriteFiles(path); err != nil {
+	if err := v.WriteFiles(path, outfile.Guard{}); err != nil {
 		t.Fatal(err)
 	}
 	md, _ := os.ReadFile(path)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/bisect"
+	"github.com/arbiterlab/arbiter/internal/outfile"
 	"github.com/arbiterlab/arbiter/orchestrator"
 	"github.com/arbiterlab/arbiter/stats"
 	"github.com/arbiterlab/arbiter/store"
@@ -150,6 +151,13 @@ func changeNumbers(idx []int) string {
 }
 
 func runBisection(ctx context.Context, g *globals, spec *arms.BisectSpec, resume int64, o bisectOptions) error {
+	keep := outfile.Guard{Database: g.dbPath(), Specs: []string{spec.Path}}
+	// A -o that would be refused is said now, not after the search ran.
+	if o.reportPath != "" {
+		if err := checkOutput(keep, o.reportPath); err != nil {
+			return err
+		}
+	}
 	// Every step's launches get the same display as a run's: a step's engines take as
 	// long to start as any.
 	progress := newProgress(g.stderr, g.json)
@@ -178,7 +186,7 @@ func runBisection(ctx context.Context, g *globals, spec *arms.BisectSpec, resume
 		}
 	}
 	// The report is written after an interrupt too: it shows the steps recorded so far.
-	r, err := writeBisectionReport(context.WithoutCancel(ctx), g.dbPath(), fmt.Sprint(res.BisectionID), path)
+	r, err := writeBisectionReport(context.WithoutCancel(ctx), g.dbPath(), fmt.Sprint(res.BisectionID), path, keep)
 	if err != nil {
 		return errors.Join(runErr, err)
 	}
@@ -234,7 +242,7 @@ func reportPath(ctx context.Context, g *globals, name string, id int64) (string,
 	return filepath.Join(filepath.Dir(g.dbPath()), "verdicts", fmt.Sprintf("%s-%s-b%d.md", name, store.ShortID(uuid), id)), nil
 }
 
-func writeBisectionReport(ctx context.Context, dbPath, ref, path string) (*verdict.BisectionReport, error) {
+func writeBisectionReport(ctx context.Context, dbPath, ref, path string, keep outfile.Guard) (*verdict.BisectionReport, error) {
 	db, err := store.OpenReadOnly(dbPath)
 	if err != nil {
 		return nil, err
@@ -244,7 +252,8 @@ func writeBisectionReport(ctx context.Context, dbPath, ref, path string) (*verdi
 	if err != nil {
 		return nil, err
 	}
-	return r, r.WriteFile(path)
+	keep.Specs = append(keep.Specs, r.Bisection.SpecPath)
+	return r, r.WriteFile(path, keep)
 }
 
 func resumeBisection(ctx context.Context, g *globals, o bisectOptions) error {
@@ -316,7 +325,11 @@ func bisectVerdict(ctx context.Context, g *globals, ref string, o bisectOptions)
 	}
 	switch {
 	case o.reportPath != "":
-		if err := r.WriteFile(o.reportPath); err != nil {
+		keep := outfile.Guard{Database: g.dbPath(), Specs: []string{r.Bisection.SpecPath}}
+		if err := checkOutput(keep, o.reportPath); err != nil {
+			return err
+		}
+		if err := r.WriteFile(o.reportPath, keep); err != nil {
 			return err
 		}
 		fmt.Fprintln(g.stdout, o.reportPath)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/moby/moby/client"
@@ -70,7 +71,10 @@ arbiter no longer runs and whose supervisor did not end them (SIGTERM, then SIGK
 
 Also cancel the Slurm jobs of the slurm runtime that Slurm still holds (queued or running)
 for this database's experiments, found by their comment (arbiter:db=ID,exp=N,run=M) on the
-cluster the Slurm commands here talk to ($SLURM_CONF), by the same rule as containers.`,
+cluster the Slurm commands here talk to ($SLURM_CONF), by the same rule as containers.
+
+A daemon that does not answer (or Slurm's commands failing) is listed as not checked, and
+gc exits 1 after sweeping the rest: what it holds is unknown.`,
 		Example: `  arbiter gc --dry-run                  # list what would go
   arbiter gc --experiment 12            # only experiment 12's
   arbiter gc --db results.db --host tcp://127.0.0.1:2375 --json`,
@@ -122,19 +126,27 @@ func gc(ctx context.Context, g *globals, o gcOptions) error {
 		node int
 	}
 	var left []found
+	// unchecked are the places gc could not look (a daemon down, Slurm not answering):
+	// what they hold is unknown, so gc does not say there is nothing left, and fails.
+	var unchecked []string
 	for i, n := range nodes {
 		ls, err := n.d.Leftovers(ctx, o.experiment)
 		switch {
 		case errors.Is(err, runtime.ErrBadHost):
 			return withCode(exitUsage, err)
-		case err != nil && o.host == "" && o.spec == "" && client.IsErrConnectionFailed(err):
-			// No local daemon: nothing of the docker runtime can be left on it.
-			fmt.Fprintln(g.stderr, "arbiter gc: no Docker daemon answers; only engine processes were checked")
-		case err != nil && o.spec != "":
+		case err == nil:
+		case o.host == "" && o.spec == "" && os.Getenv("DOCKER_HOST") == "" && client.IsErrConnectionFailed(err):
+			// No daemon named and none here: unless this database's experiments used
+			// the docker runtime, nothing of it can be left.
+			used, uerr := store.RanOn(ctx, db, "docker")
+			if uerr != nil || used {
+				unchecked = append(unchecked, fmt.Sprintf("the local Docker daemon (this database's experiments used the docker runtime): %v", err))
+			} else {
+				fmt.Fprintln(g.stderr, "arbiter gc: no Docker daemon answers; only engine processes and Slurm jobs were checked")
+			}
+		default:
 			// One node down leaves the others to be swept.
-			groupErr = errors.Join(groupErr, fmt.Errorf("node %s: %w", n.name, err))
-		case err != nil:
-			return errors.Join(groupErr, err)
+			unchecked = append(unchecked, fmt.Sprintf("node %s: its Docker daemon: %v", n.label(o.host), err))
 		}
 		for _, l := range ls {
 			left = append(left, found{l, i})
@@ -148,7 +160,7 @@ func gc(ctx context.Context, g *globals, o gcOptions) error {
 	switch {
 	case errors.Is(err, runtime.ErrNoSlurm):
 	case err != nil:
-		fmt.Fprintf(g.stderr, "arbiter gc: Slurm jobs not checked: %v\n", err)
+		unchecked = append(unchecked, fmt.Sprintf("Slurm jobs: %v", err))
 	}
 	for _, l := range jobs {
 		entries = append(entries, gcDecide(gcEntry{Kind: "slurm job", Leftover: l, Action: gcRemove}, byID, o, now))
@@ -181,6 +193,9 @@ func gc(ctx context.Context, g *globals, o gcOptions) error {
 		}
 	}
 	errs := []error{groupErr}
+	if len(unchecked) > 0 {
+		errs = append(errs, fmt.Errorf("gc could not check %s", strings.Join(unchecked, "; ")))
+	}
 	for i := range entries {
 		e := &entries[i]
 		if o.dryRun || e.Action == gcLeave {
@@ -209,8 +224,14 @@ func gc(ctx context.Context, g *globals, o gcOptions) error {
 		}
 		return errors.Join(errs...)
 	}
-	if len(entries) == 0 {
+	switch {
+	case len(entries) == 0 && len(unchecked) == 0:
 		fmt.Fprintln(g.stdout, "no leftover containers, engine processes or Slurm jobs")
+	case len(entries) == 0:
+		fmt.Fprintln(g.stdout, "no leftover found where gc could look")
+	}
+	for _, u := range unchecked {
+		fmt.Fprintf(g.stdout, "not checked: %s\n", u)
 	}
 	for _, e := range entries {
 		switch e.Kind {
@@ -301,6 +322,19 @@ func printJob(g *globals, o gcOptions, e gcEntry) {
 type gcNode struct {
 	name string
 	d    runtime.Docker
+}
+
+// label names the node in what gc prints: its name in the spec, else its daemon.
+func (n gcNode) label(host string) string {
+	switch {
+	case n.name != "":
+		return n.name
+	case host != "":
+		return host
+	case os.Getenv("DOCKER_HOST") != "":
+		return os.Getenv("DOCKER_HOST") + " ($DOCKER_HOST)"
+	}
+	return "local"
 }
 
 // specNodes are the daemons of the docker nodes of the spec at path.

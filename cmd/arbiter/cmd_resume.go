@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/internal/outfile"
 	"github.com/arbiterlab/arbiter/orchestrator"
 	"github.com/arbiterlab/arbiter/store"
 	"github.com/arbiterlab/arbiter/verdict"
@@ -39,8 +40,8 @@ the environment again.
 
 An experiment that another arbiter is still running (its lease was renewed within the last
 30s) is refused, with who holds it; an abandoned one (its arbiter was killed) is taken over.
-A done experiment whose verdict file is missing (arbiter was killed while writing it) gets
-its verdict written.`,
+A done experiment whose verdict file is missing or incomplete (an older arbiter was killed
+while writing it, or the disk was full) gets its verdict written.`,
 		Example: `  arbiter resume 3
   arbiter resume bf16-index-k-decisive --spec examples/quickstart.yaml`,
 		Args: cobra.ExactArgs(1),
@@ -119,13 +120,24 @@ func finishDone(ctx context.Context, g *globals, exp store.ExperimentRow, o runO
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(path); err == nil {
-		return withCode(exitUsage, fmt.Errorf("experiment %d is done and its verdict is at %s: %w (rebuild the verdict with arbiter verdict %d -o FILE)",
-			exp.ID, path, orchestrator.ErrNothingToResume, exp.ID))
-	} else if !errors.Is(err, fs.ErrNotExist) {
+	keep := outfile.Guard{Database: g.dbPath(), Specs: []string{exp.SpecPath}}
+	if err := checkOutput(keep, verdict.Files(path)...); err != nil {
 		return err
 	}
-	v, err := writeVerdict(ctx, g.dbPath(), fmt.Sprint(exp.ID), path)
+	// Only a whole verdict counts: an older arbiter killed while writing it, or a full
+	// disk, left an empty or cut file, which is written again.
+	was := "missing"
+	md, err := os.ReadFile(path)
+	switch {
+	case err == nil && verdict.Complete(md, exp.ID):
+		return withCode(exitUsage, fmt.Errorf("experiment %d is done and its verdict is at %s: %w (rebuild the verdict with arbiter verdict %d -o FILE)",
+			exp.ID, path, orchestrator.ErrNothingToResume, exp.ID))
+	case err == nil:
+		was = fmt.Sprintf("incomplete (%d bytes)", len(md))
+	case !errors.Is(err, fs.ErrNotExist):
+		return err
+	}
+	v, err := writeVerdict(ctx, g.dbPath(), fmt.Sprint(exp.ID), path, keep)
 	if err != nil {
 		return err
 	}
@@ -133,7 +145,7 @@ func finishDone(ctx context.Context, g *globals, exp store.ExperimentRow, o runO
 		return json.NewEncoder(g.stdout).Encode(map[string]any{"experiment_id": exp.ID, "name": exp.Name,
 			"status": exp.Status, "verdict": path, "database": g.dbPath(), "verdict_written": true, "summary": v.Summary()})
 	}
-	fmt.Fprintf(g.stdout, "experiment %d (%s): done; nothing left to run, but its verdict was missing: written now\n", exp.ID, exp.Name)
+	fmt.Fprintf(g.stdout, "experiment %d (%s): done; nothing left to run, but its verdict was %s: written now\n", exp.ID, exp.Name, was)
 	for _, line := range v.Headline() {
 		fmt.Fprintf(g.stdout, "  %s\n", line)
 	}

@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/internal/outfile"
 	"github.com/arbiterlab/arbiter/orchestrator"
 	"github.com/arbiterlab/arbiter/store"
 	"github.com/arbiterlab/arbiter/verdict"
@@ -82,6 +82,13 @@ func runExperiment(ctx context.Context, g *globals, specPath string, o runOption
 // execute runs (or, with resume set, resumes) the experiment of spec, writes its verdict
 // and prints where it is.
 func execute(ctx context.Context, g *globals, spec *arms.Spec, resume int64, o runOptions) error {
+	keep := outfile.Guard{Database: g.dbPath(), Specs: []string{spec.Path}}
+	// A -o that would be refused is said now, not after the experiment ran.
+	if o.verdictPath != "" {
+		if err := checkOutput(keep, verdict.Files(o.verdictPath)...); err != nil {
+			return err
+		}
+	}
 	progress := newProgress(g.stderr, g.json)
 	// Logs go through the display's writer, which keeps its lines and theirs whole.
 	logger := slog.New(slog.NewTextHandler(progress.Writer(), &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -104,7 +111,7 @@ func execute(ctx context.Context, g *globals, spec *arms.Spec, resume int64, o r
 		return errors.Join(runErr, err)
 	}
 	// The verdict is written even after an interrupt: it says what was recorded so far.
-	v, verr := writeVerdict(context.WithoutCancel(ctx), g.dbPath(), fmt.Sprint(res.ExperimentID), path)
+	v, verr := writeVerdict(context.WithoutCancel(ctx), g.dbPath(), fmt.Sprint(res.ExperimentID), path, keep)
 	if verr != nil {
 		return errors.Join(runErr, verr)
 	}
@@ -165,9 +172,19 @@ func verdictPath(ctx context.Context, g *globals, o runOptions, name string, id 
 	return filepath.Join(filepath.Dir(dbPath), "verdicts", fmt.Sprintf("%s-%s-%d.md", name, store.ShortID(uuid), id)), nil
 }
 
+// checkOutput refuses, as bad usage, output paths that keep would not write.
+func checkOutput(keep outfile.Guard, paths ...string) error {
+	for _, p := range paths {
+		if err := keep.Check(p); err != nil {
+			return withCode(exitUsage, err)
+		}
+	}
+	return nil
+}
+
 // writeVerdict builds the verdict of experiment ref from the database at dbPath and writes
-// it (markdown and charts) to path.
-func writeVerdict(ctx context.Context, dbPath, ref, path string) (*verdict.Verdict, error) {
+// it (markdown and charts) to path through keep, which also keeps the experiment's spec.
+func writeVerdict(ctx context.Context, dbPath, ref, path string, keep outfile.Guard) (*verdict.Verdict, error) {
 	db, err := store.OpenReadOnly(dbPath)
 	if err != nil {
 		return nil, err
@@ -177,10 +194,8 @@ func writeVerdict(ctx context.Context, dbPath, ref, path string) (*verdict.Verdi
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, err
-	}
-	if err := v.WriteFiles(path); err != nil {
+	keep.Specs = append(keep.Specs, v.Experiment.SpecPath)
+	if err := v.WriteFiles(path, keep); err != nil {
 		return nil, err
 	}
 	return v, nil

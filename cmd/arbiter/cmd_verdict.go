@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/arbiterlab/arbiter/internal/outfile"
 	"github.com/arbiterlab/arbiter/store"
 	"github.com/arbiterlab/arbiter/verdict"
 )
@@ -37,7 +38,11 @@ experiment. Without -o the markdown goes to stdout; with -o it is written with i
 			}
 			switch {
 			case out != "":
-				if err := v.WriteFiles(out); err != nil {
+				keep := outfile.Guard{Database: g.dbPath(), Specs: []string{v.Experiment.SpecPath}}
+				if err := checkOutput(keep, verdict.Files(out)...); err != nil {
+					return err
+				}
+				if err := v.WriteFiles(out, keep); err != nil {
 					return err
 				}
 				fmt.Fprintln(g.stdout, out)

@@ -344,7 +344,7 @@ func TestResumeRefusesWhatCannotBeResumed(t *testing.T) {
 	// Done, and its verdict is where resume looks for it.
 	verdictPath := filepath.Join(filepath.Dir(db), "verdicts", fmt.Sprintf("finished-%s-%d.md", store.ShortID(dbID), done))
 	os.MkdirAll(filepath.Dir(verdictPath), 0o755)
-	os.WriteFile(verdictPath, []byte("# Verdict: finished\n"), 0o644)
+	os.WriteFile(verdictPath, []byte(fmt.Sprintf("# Verdict: finished\n\n---\nQuery the raw data with `arbiter query \"SELECT ... FROM turns WHERE experiment_id = %d\"`; re-judge with `arbiter verdict %d`.\n", done, done)), 0o644)
 	if code, _, stderr := runCLI(t, "resume", "finished", "--db", db); code != exitUsage || !strings.Contains(stderr, "nothing to resume") {
 		t.Errorf("resume of a done experiment: exit %d, %q", code, stderr)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/arbiterlab/arbiter/internal/outfile"
 	"github.com/arbiterlab/arbiter/internal/version"
 	"github.com/arbiterlab/arbiter/store"
 )
@@ -128,7 +129,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "arbiter: interrupted; what was recorded is kept")
 		return exitInterrupted
 	}
-	fmt.Fprintln(stderr, "arbiter:", err)
+	// An error can quote an engine (its answer, its log): nothing in it may drive the terminal.
+	fmt.Fprintln(stderr, "arbiter:", terminalSafe(err.Error()))
 	var ce *exitCodeError
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -136,6 +138,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitNotFound
 	case errors.As(err, &ce):
 		return ce.code
+	case errors.As(err, new(*outfile.RefusedError)):
+		// -o named a file that must survive, or something that is not a file.
+		return exitUsage
 	case ctx.Err() != nil:
 		return exitInterrupted
 	case isUsageError(err):

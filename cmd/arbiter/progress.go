@@ -4,11 +4,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
-	"unicode"
 
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
@@ -226,11 +224,8 @@ func (p *progress) printActive() {
 	}
 }
 
-// ansiEscape matches a terminal's colour and cursor sequences, which engines' logs carry.
-var ansiEscape = regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`)
-
-// lastLine is the last non-empty line of a log file, without control characters and
-// cut to 100 characters; "" when there is none yet.
+// lastLine is the last non-empty line of a log file, made inert on a terminal
+// (terminalSafe) and cut to 100 characters; "" when there is none yet.
 func lastLine(path string) string {
 	f, err := os.Open(path)
 	if err != nil {
@@ -247,15 +242,9 @@ func lastLine(path string) string {
 	if _, err := f.ReadAt(buf, off); err != nil && err != io.EOF {
 		return ""
 	}
-	text := ansiEscape.ReplaceAllString(string(buf), "")
-	lines := strings.Split(strings.ReplaceAll(text, "\r", "\n"), "\n")
+	lines := strings.Split(terminalSafe(string(buf)), "\n")
 	for i := len(lines) - 1; i >= 0; i-- {
-		line := strings.TrimSpace(strings.Map(func(r rune) rune {
-			if unicode.IsControl(r) {
-				return -1
-			}
-			return r
-		}, lines[i]))
+		line := strings.TrimSpace(strings.ReplaceAll(lines[i], "\t", " "))
 		if line == "" {
 			continue
 		}
@@ -321,11 +310,14 @@ func (p *progress) EngineFailed(arm string, block int, why, logTail string) {
 	}
 	l.failed = why
 	var b strings.Builder
-	fmt.Fprintf(&b, "arbiter: %s: the engine did not start: %s\n", l.name(), why)
+	// Why and the log tail can quote the engine's own output: escape sequences in it
+	// must not reach the terminal (an OSC 52 would write the clipboard).
+	fmt.Fprintf(&b, "arbiter: %s: the engine did not start: %s\n", l.name(), terminalSafe(why))
 	tail := strings.TrimRight(logTail, "\n")
 	if tail == "" {
 		tail = strings.TrimRight(tailOf(l.info.LogPath, 20), "\n")
 	}
+	tail = terminalSafe(tail)
 	if tail != "" {
 		fmt.Fprintf(&b, "  the end of its log:\n")
 		for _, line := range strings.Split(tail, "\n") {

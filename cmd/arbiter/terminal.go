@@ -1,0 +1,108 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// terminalSafe makes text that came from an engine (its log, an error it answered) inert
+// on a terminal: escape sequences (CSI colours and cursor moves, OSC titles, hyperlinks
+// and OSC 52 clipboard writes, DCS, SOS, PM and APC strings, two-byte ESC commands such
+// as a full reset), in their 7-bit and C1 forms, are removed; every other control
+// character but tab and newline is written visibly as \xNN or \uNNNN; a carriage return
+// ends a line, as a terminal would show it; bytes that are not UTF-8 become U+FFFD.
+func terminalSafe(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); {
+		if n := escapeLen(s[i:]); n > 0 {
+			i += n
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		i += n
+		switch {
+		case r == '\r':
+			if i < len(s) && s[i] == '\n' {
+				continue // \r\n: the \n ends the line
+			}
+			b.WriteByte('\n')
+		case r == '\t' || r == '\n':
+			b.WriteRune(r)
+		case r < 0x80 && unicode.IsControl(r):
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case unicode.IsControl(r):
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// escapeLen is the length in bytes of the complete escape sequence s starts with, or 0
+// when it starts with none (a lone or unfinished ESC is then written visibly).
+func escapeLen(s string) int {
+	r, n := utf8.DecodeRuneInString(s)
+	var intro rune // the sequence's kind: '[' for CSI, ']' for OSC, ...
+	switch {
+	case r == 0x1b && len(s) >= 2:
+		intro, n = rune(s[1]), 2
+	case r == 0x9b: // the C1 forms of CSI, OSC, DCS, SOS, PM, APC
+		intro = '['
+	case r == 0x9d:
+		intro = ']'
+	case r == 0x90:
+		intro = 'P'
+	case r == 0x98:
+		intro = 'X'
+	case r == 0x9e:
+		intro = '^'
+	case r == 0x9f:
+		intro = '_'
+	default:
+		return 0
+	}
+	switch intro {
+	case '[':
+		// Parameters 0x30-0x3f, intermediates 0x20-0x2f, one final byte 0x40-0x7e.
+		for j := n; j < len(s); j++ {
+			switch c := s[j]; {
+			case c >= 0x20 && c <= 0x3f:
+			case c >= 0x40 && c <= 0x7e:
+				return j + 1
+			default:
+				return 0
+			}
+		}
+		return 0
+	case ']', 'P', 'X', '^', '_':
+		// A string, ended by BEL (OSC's usual end), ESC \ or the C1 string terminator.
+		for j := n; j < len(s); {
+			c, m := utf8.DecodeRuneInString(s[j:])
+			switch {
+			case c == 0x07 && intro == ']':
+				return j + 1
+			case c == 0x1b && j+1 < len(s) && s[j+1] == '\\':
+				return j + 2
+			case c == 0x9c:
+				return j + m
+			}
+			j += m
+		}
+		return 0
+	}
+	// ESC with intermediates (0x20-0x2f) then a final byte (0x30-0x7e), or ESC and one
+	// byte 0x30-0x7e alone (ESC c resets the terminal, ESC 7 saves the cursor).
+	j := 1
+	for j < len(s) && s[j] >= 0x20 && s[j] <= 0x2f {
+		j++
+	}
+	if j < len(s) && s[j] >= 0x30 && s[j] <= 0x7e {
+		return j + 1
+	}
+	return 0
+}

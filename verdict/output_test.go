@@ -1,0 +1,57 @@
+package verdict
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/arbiterlab/arbiter/internal/outfile"
+)
+
+// TestWriteFilesRefusesBeforeWritingAnything: when the guard refuses one of a verdict's
+// files (here a chart's name is the database), none of them is written.
+func TestWriteFilesRefusesBeforeWritingAnything(t *testing.T) {
+	v := buildExample(t, "quickstart")
+	dir := t.TempDir()
+	db := filepath.Join(dir, "v-rounds.svg")
+	os.WriteFile(db, []byte("database"), 0o644)
+	path := filepath.Join(dir, "v.md")
+	err := v.WriteFiles(path, outfile.Guard{Database: db})
+	var re *outfile.RefusedError
+	if !errors.As(err, &re) {
+		t.Fatalf("WriteFiles = %v; want a refusal", err)
+	}
+	if b, _ := os.ReadFile(db); string(b) != "database" {
+		t.Errorf("the database holds %q", b)
+	}
+	for _, f := range Files(path)[:2] {
+		if _, err := os.Stat(f); err == nil {
+			t.Errorf("%s was written", f)
+		}
+	}
+}
+
+// TestCompleteKnowsACutVerdict: a verdict written whole is complete; empty, cut at any
+// byte, or another experiment's, it is not.
+func TestCompleteKnowsACutVerdict(t *testing.T) {
+	v := buildExample(t, "quickstart")
+	var buf bytes.Buffer
+	if err := v.Markdown(&buf); err != nil {
+		t.Fatal(err)
+	}
+	md := buf.Bytes()
+	id := v.Experiment.ID
+	if !Complete(md, id) {
+		t.Fatalf("the whole verdict is not complete:\n%s", md)
+	}
+	if Complete(md, id+1) {
+		t.Error("complete as another experiment's verdict")
+	}
+	for _, n := range []int{0, 1, 4096, len(md) / 2, len(md) - 1} {
+		if n < len(md) && Complete(md[:n], id) {
+			t.Errorf("cut at %d of %d bytes: complete", n, len(md))
+		}
+	}
+}
