@@ -112,8 +112,8 @@ var refserveGrammar = Grammar{
 }
 
 // sglangGrammar is a part of SGLang's launch_server arguments (python/sglang/srt/
-// server_args.py, argparse): the flags arbiter's specs and FACTS.md name, and the common
-// ones of the same kind. A flag it does not list is read by the rule for unknown flags.
+// server_args.py, argparse): the flags arbiter's specs and examples name, and the
+// common ones of the same kind. A flag it does not list is read by the rule for unknown flags.
 var sglangGrammar = Grammar{
 	Argparse: true,
 	Bool: []string{"--enable-hierarchical-cache", "--disable-overlap-schedule", "--enable-metrics", "--enable-metrics-for-all-schedulers",

@@ -325,7 +325,7 @@ func decideClaim(c *LaunchClaim, in familyInput) {
 		}
 		c.Estimate = math.Exp(r.Difference)
 		if !r.Possible {
-			c.Needed = 2
+			c.Needed = needed(len(x), 2)
 			return
 		}
 		c.Testable, c.P = true, r.PAbove(math.Log(1-in.Margin))
@@ -351,7 +351,7 @@ func decideClaim(c *LaunchClaim, in familyInput) {
 		}
 		c.Estimate = math.Exp(r.Difference)
 		if !r.Possible {
-			c.Needed = 2
+			c.Needed = needed(len(a), len(b))
 			return
 		}
 		c.Testable, c.P = true, r.P
@@ -366,6 +366,16 @@ func decideClaim(c *LaunchClaim, in familyInput) {
 		c.Decision = speedDecision(metric, c.CI, in.MinEffect)
 		c.Claimed = c.Decision != ""
 	}
+}
+
+// needed is the launches per arm a t test on launches needs: 2, or 0 when both arms had
+// them and the launches agreed exactly (a spread of zero is no evidence, and more
+// launches of the same would not change that).
+func needed(a, b int) int {
+	if a >= 2 && b >= 2 {
+		return 0
+	}
+	return 2
 }
 
 // speedDecision applies the interval rule: a change is called better or worse only when
@@ -670,17 +680,24 @@ func (v *Verdict) launchCaveat(add func(int, string, ...any)) {
 	if f == nil {
 		return
 	}
-	var untestable []string
-	needed := 0
+	var untestable, flat []string
+	most := 0
 	for _, c := range f.Claims {
-		if !c.Testable {
+		switch {
+		case c.Testable:
+		case c.Needed == 0:
+			flat = append(flat, c.Outcome)
+		default:
 			untestable = append(untestable, c.Outcome)
-			needed = max(needed, c.Needed)
+			most = max(most, c.Needed)
 		}
 	}
 	if len(untestable) > 0 {
 		add(rankDesign, "Not attributable to the arms with these launches: %s. A difference seen there may be a difference between launches of one configuration; %d launches per arm can test every claim of this verdict.",
-			joinAnd(dedupe(untestable)), needed)
+			joinAnd(dedupe(untestable)), most)
+	}
+	if len(flat) > 0 {
+		add(rankDesign, "Not tested: %s, whose launches agreed exactly within each arm; a spread of zero between launches is no evidence either way.", joinAnd(dedupe(flat)))
 	}
 	if m := len(f.Claims); m > 1 {
 		add(rankMultiplicity, "This verdict tests %d claims on launches, sharing alpha %g between them (the Claims section): each is tested at its share, so that the verdict claims anything falsely at most %g of the time.", m, v.Alpha, v.Alpha)

@@ -695,7 +695,7 @@ func (v *Verdict) niClauses(mark string) string {
 		case all:
 			clauses = append(clauses, fmt.Sprintf("%s's throughput is non-inferior to %s's within the %s margin at %s (lowest one-sided %s%% bound over launches %s, at %s)",
 				bold(a, mark), bold(worst.Against, mark), pctShort(o.Margin), groupsOf(ts), level, signedPct(worst.Result.Bound-1), worst.Group))
-		case worst.Launch != nil && !worst.Launch.Testable:
+		case worst.Launch != nil && !worst.Launch.Testable && worst.Launch.Needed > 0:
 			clauses = append(clauses, fmt.Sprintf("with one launch per arm, %s's throughput cannot be judged against %s's within the %s margin: 2 launches per arm can",
 				bold(a, mark), bold(worst.Against, mark), pctShort(o.Margin)))
 		default:
@@ -779,7 +779,7 @@ func (v *Verdict) significanceSentence(mark string) string {
 		if lc == nil {
 			continue
 		}
-		if !lc.Testable {
+		if !lc.Testable && lc.Needed > 0 {
 			untestable++
 		}
 		switch {

@@ -137,6 +137,8 @@ func claimSpread(c *LaunchClaim) string {
 
 func claimDecision(c *LaunchClaim) string {
 	switch {
+	case !c.Testable && c.Needed == 0:
+		return "not tested: no spread"
 	case !c.Testable:
 		return fmt.Sprintf("not attributable (%d)", c.Needed)
 	case c.Decision == "":

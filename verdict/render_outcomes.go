@@ -93,7 +93,7 @@ func (v *Verdict) outcomeSections(b *strings.Builder) bool {
 				d := "not shown"
 				switch {
 				case !lc.Testable:
-					d = fmt.Sprintf("not attributable (%d launches per arm can)", lc.Needed)
+					d = claimDecision(lc)
 				case t.Result.NonInferior:
 					d = "**non-inferior**"
 				}

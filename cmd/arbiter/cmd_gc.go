@@ -135,12 +135,13 @@ func gc(ctx context.Context, g *globals, o gcOptions) error {
 		case errors.Is(err, runtime.ErrBadHost):
 			return withCode(exitUsage, err)
 		case err == nil:
-		case o.host == "" && o.spec == "" && os.Getenv("DOCKER_HOST") == "" && client.IsErrConnectionFailed(err):
-			// No daemon named and none here: unless this database's experiments used
-			// the docker runtime, nothing of it can be left.
+		case o.host == "" && o.spec == "" && client.IsErrConnectionFailed(err):
+			// No daemon named on the command line, and the ambient one ($DOCKER_HOST,
+			// else the local socket) does not answer: unless this database's
+			// experiments used the docker runtime, nothing of it can be left.
 			used, uerr := store.RanOn(ctx, db, "docker")
 			if uerr != nil || used {
-				unchecked = append(unchecked, fmt.Sprintf("the local Docker daemon (this database's experiments used the docker runtime): %v", err))
+				unchecked = append(unchecked, fmt.Sprintf("node %s: its Docker daemon (this database's experiments used the docker runtime): %v", n.label(o.host), err))
 			} else {
 				fmt.Fprintln(g.stderr, "arbiter gc: no Docker daemon answers; only engine processes and Slurm jobs were checked")
 			}

@@ -134,7 +134,6 @@ func launches(l verdict.LaunchCounts) string {
 	return strings.Join(parts, ", ")
 }
 
-
 func dashIfEmpty(s string) string {
 	if s == "" {
 		return "–"

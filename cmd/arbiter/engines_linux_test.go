@@ -254,7 +254,7 @@ func TestResumeAndGCEndEnginesWhoseSupervisorDied(t *testing.T) {
 		if code != 0 || json.Unmarshal([]byte(stdout), &listed) != nil {
 			t.Fatalf("gc --dry-run: code %d\n%s\n%s", code, stdout, stderr)
 		}
-		if !strings.Contains(stderr, "no Docker daemon answers; only engine processes were checked") {
+		if !strings.Contains(stderr, "no Docker daemon answers; only engine processes and Slurm jobs were checked") {
 			t.Errorf("gc without a daemon did not say so: %q", stderr)
 		}
 		groups := 0
