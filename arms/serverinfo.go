@@ -70,12 +70,12 @@ func ServerInfoSettings(preset string, data []byte, ignore []string) ([]Setting,
 		if key == "env" && preset == "refserve" {
 			m, ok := v.(map[string]any)
 			if !ok && v != nil {
-				return nil, fmt.Errorf("env: want an object of variables, not %s", jsonKind(v))
+				return nil, fmt.Errorf("env: want an object of variables, not %s", JSONKind(v))
 			}
 			for _, name := range slices.Sorted(maps.Keys(m)) {
 				s, ok := m[name].(string)
 				if !ok {
-					return nil, fmt.Errorf("env.%s: want a string, not %s", name, jsonKind(m[name]))
+					return nil, fmt.Errorf("env.%s: want a string, not %s", name, JSONKind(m[name]))
 				}
 				if !envNameRE.MatchString(name) {
 					return nil, fmt.Errorf("env: %q is not a variable name", name)
@@ -135,7 +135,7 @@ func flagFromJSON(name string, v any) (Setting, bool, error) {
 			case bool:
 				s.Tokens = append(s.Tokens, fmt.Sprint(it))
 			default:
-				return s, false, fmt.Errorf("a list of %s cannot be a flag's values", jsonKind(item))
+				return s, false, fmt.Errorf("a list of %s cannot be a flag's values", JSONKind(item))
 			}
 		}
 		s.Value = strings.Join(s.Tokens[1:], " ")
@@ -146,12 +146,14 @@ func flagFromJSON(name string, v any) (Setting, bool, error) {
 		}
 		s.Value, s.Tokens = string(b), []string{name, string(b)}
 	default:
-		return s, false, fmt.Errorf("%s cannot be a flag's value", jsonKind(v))
+		return s, false, fmt.Errorf("%s cannot be a flag's value", JSONKind(v))
 	}
 	return s, true, nil
 }
 
-func jsonKind(v any) string {
+// JSONKind names the kind of a decoded JSON value for a message: "null", "a boolean",
+// "a number", "a string", "a list" or "an object".
+func JSONKind(v any) string {
 	switch v.(type) {
 	case nil:
 		return "null"

@@ -154,26 +154,11 @@ func parseServerInfo(info []byte) (map[string]any, error) {
 	}
 	m, ok := v.(map[string]any)
 	if !ok {
-		return nil, fmt.Errorf("server info is not a JSON object but %s", jsonKind(v))
+		return nil, fmt.Errorf("server info is not a JSON object but %s", arms.JSONKind(v))
 	}
 	return m, nil
 }
 
-func jsonKind(v any) string {
-	switch v.(type) {
-	case nil:
-		return "null"
-	case bool:
-		return "a boolean"
-	case json.Number:
-		return "a number"
-	case string:
-		return "a string"
-	case []any:
-		return "a list"
-	}
-	return "an object"
-}
 
 // ComparePins compares an engine's /get_server_info JSON with pins, the pinned args
 // read by the engine's grammar: a flag pin with the value reported under the flag's
@@ -192,7 +177,7 @@ func ComparePins(g arms.Grammar, info []byte, pins arms.Pins) (PinCheck, error) 
 	envValue, hasEnv := m["env"]
 	env, isObject := envValue.(map[string]any)
 	if hasEnv && envValue != nil && !isObject {
-		return c, fmt.Errorf("server info's env is not an object but %s", jsonKind(envValue))
+		return c, fmt.Errorf("server info's env is not an object but %s", arms.JSONKind(envValue))
 	}
 	for _, k := range slices.Sorted(maps.Keys(pins.Env)) {
 		want := pins.Env[k]

@@ -103,21 +103,18 @@ func (r *memRecorder) SessionDone(s workload.SessionResult) {
 	r.w.Session(store.Session{ExperimentID: r.exp, RunID: r.runID, ArmID: r.armID, Index: s.Session, Status: store.SessionStatus(s.Status), Turns: s.Turns})
 }
 
-// TestMemoryChild is the child of BenchmarkMemory1000Sessions; it does nothing
-// without ARBITER_MEMORY_CHILD.
-func TestMemoryChild(t *testing.T) {
-	arg := os.Getenv("ARBITER_MEMORY_CHILD")
-	if arg == "" {
-		t.Skip("runs only as the child of BenchmarkMemory1000Sessions")
-	}
-	base, db, _ := strings.Cut(arg, ",")
+// recordInto opens the database at db for a child's run: one experiment named name, one
+// arm, one run, and a recorder writing turns and sessions into it. The store closes with
+// the test.
+func recordInto(t *testing.T, db, name string) (*store.Store, *memRecorder) {
+	t.Helper()
 	s, err := store.Open(db, store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
 	ctx := context.Background()
-	exp, err := s.CreateExperiment(ctx, store.Experiment{Name: "mem", Spec: "version: 1", Seed: 1, Unit: "session", Alpha: 0.05,
+	exp, err := s.CreateExperiment(ctx, store.Experiment{Name: name, Spec: "version: 1", Seed: 1, Unit: "session", Alpha: 0.05,
 		Baseline: "a", Version: "test", Host: "h", Created: time.Now(), Design: "{}"})
 	if err != nil {
 		t.Fatal(err)
@@ -130,9 +127,21 @@ func TestMemoryChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := s.NewWriter(store.WriterOptions{})
-	rec := &memRecorder{w: w, exp: exp, runID: run, armID: arm}
-	err = workload.Run(ctx, workload.Config{Sessions: memSessions, Rounds: memRounds, Concurrency: memConcurrency, Seed: 1,
+	return s, &memRecorder{w: s.NewWriter(store.WriterOptions{}), exp: exp, runID: run, armID: arm}
+}
+
+// TestMemoryChild is the child of BenchmarkMemory1000Sessions; it does nothing
+// without ARBITER_MEMORY_CHILD.
+func TestMemoryChild(t *testing.T) {
+	arg := os.Getenv("ARBITER_MEMORY_CHILD")
+	if arg == "" {
+		t.Skip("runs only as the child of BenchmarkMemory1000Sessions")
+	}
+	base, db, _ := strings.Cut(arg, ",")
+	ctx := context.Background()
+	s, rec := recordInto(t, db, "mem")
+	w := rec.w
+	err := workload.Run(ctx, workload.Config{Sessions: memSessions, Rounds: memRounds, Concurrency: memConcurrency, Seed: 1,
 		Model: "bench"}, base, rec)
 	if err != nil {
 		t.Fatal(err)

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/arbiterlab/arbiter/store"
 	"github.com/arbiterlab/arbiter/workload"
 )
 
@@ -68,27 +67,9 @@ func TestRunawayMemoryChild(t *testing.T) {
 		t.Skip("runs only as the child of TestRunawayEngineKeepsArbiterSmall")
 	}
 	base, db, _ := strings.Cut(arg, ",")
-	s, err := store.Open(db, store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 	ctx := context.Background()
-	exp, err := s.CreateExperiment(ctx, store.Experiment{Name: "runaway", Spec: "version: 1", Seed: 1, Unit: "session", Alpha: 0.05,
-		Baseline: "a", Version: "test", Host: "h", Created: time.Now(), Design: "{}"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	arm, err := s.AddArm(ctx, store.Arm{ExperimentID: exp, Name: "a", Pins: "{}", Command: `["x"]`, Env: "{}"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run, err := s.StartRun(ctx, store.Run{ExperimentID: exp, ArmID: arm, Runtime: "process", Status: "starting", Started: time.Now()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := s.NewWriter(store.WriterOptions{})
-	rec := &memRecorder{w: w, exp: exp, runID: run, armID: arm}
+	s, rec := recordInto(t, db, "runaway")
+	w := rec.w
 	// The long-context kind's defaults: 8 sessions of 8 rounds, replies of up to 1024 tokens.
 	cfg := workload.Config{Kind: workload.KindLongContext, Sessions: 8, Rounds: 8, Concurrency: 8, Seed: 1,
 		RequestTimeout: 2 * time.Minute, StallTimeout: time.Minute, LongContext: &workload.LongContextConfig{}}
