@@ -159,7 +159,6 @@ func parseServerInfo(info []byte) (map[string]any, error) {
 	return m, nil
 }
 
-
 // ComparePins compares an engine's /get_server_info JSON with pins, the pinned args
 // read by the engine's grammar: a flag pin with the value reported under the flag's
 // name (- read as _), an env pin with the engine's report of its environment
