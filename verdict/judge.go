@@ -858,7 +858,7 @@ func (v *Verdict) multiEvidence(mark string) string {
 
 // DecisionWords is arm i's corruption decision against the baseline for a table cell,
 // the same as the verdict's: "higher (launch p = 0.029 ≤ 0.03)", "not attributable (1
-// launch per arm: not attributable)", "inconclusive", or "–" without a comparison.
+// launch per arm; 4 can test it)", "inconclusive", or "–" without a comparison.
 func (v *Verdict) DecisionWords(i int) string {
 	c := v.Arms[i].Compare
 	if c == nil {
@@ -868,8 +868,9 @@ func (v *Verdict) DecisionWords(i int) string {
 	if c.Inconclusive {
 		return d
 	}
-	if d == "none" && (c.Launch == nil || !c.Launch.Testable) {
-		return "not attributable (" + v.shortP(c) + ")"
+	if lc := c.Launch; d == "none" && lc != nil && !lc.Testable {
+		n := min(lc.LaunchesArm, lc.LaunchesBase)
+		return fmt.Sprintf("not attributable (%d launch%s per arm; %d can test it)", n, pluralEs(n), lc.Needed)
 	}
 	return d + " (" + v.shortP(c) + ")"
 }
