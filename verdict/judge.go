@@ -432,15 +432,19 @@ func (v *Verdict) powerCaveat(add func(int, string, ...any)) {
 	var parts []string
 	for _, a := range v.Arms {
 		c := a.Compare
-		if c == nil || c.Significant || c.Inconclusive {
+		if c == nil || c.Significant || c.Inconclusive || c.Launch == nil || !c.Launch.Testable {
 			continue
 		}
-		parts = append(parts, fmt.Sprintf("%s (%+.1f to %+.1f points)", a.Name, 100*c.DiffCI.Lo, 100*c.DiffCI.Hi))
+		lc := c.Launch
+		if math.Max(math.Abs(lc.CI.Lo), math.Abs(lc.CI.Hi)) < 0.001 {
+			continue // an interval of zero width rules every difference out
+		}
+		parts = append(parts, fmt.Sprintf("%s (%s to %s points)", a.Name, signedNum(100*lc.CI.Lo), signedNum(100*lc.CI.Hi)))
 	}
 	if len(parts) == 0 {
 		return
 	}
-	add(rankPower, "No significant difference is not the same as no difference: the 95%% intervals against %s still include differences as large as %s. `arbiter plan` says how many sessions would tell such differences apart.",
+	add(rankPower, "No difference shown is not the same as no difference: the launch intervals against %s, at each claim's level, still include differences as large as %s. `arbiter plan` says how many launches per arm would tell such differences apart.",
 		v.Arms[v.Baseline].Name, joinAnd(parts))
 }
 
