@@ -423,8 +423,10 @@ func preflight(ctx context.Context, spec *arms.BisectSpec) error {
 	return pf.Err()
 }
 
-// look is the step experiments' stopping rule beyond the orchestrator's own efficacy
-// boundary: a step shown clean stops there.
+// look is the step experiments' stopping rule: the step's own design (stats.StepDesign)
+// decides at every look, and a step that is decided, corrupting or shown clean, stops
+// there. The orchestrator's sequential stopping tests launches, which a step's few looks
+// cannot reach, so a step stops by its own rule.
 func (b *bisection) look(block int, counts []orchestrator.ArmCounts) (bool, string) {
 	if len(counts) != 2 || block+1 > b.design.Step.Looks {
 		return false, ""
@@ -433,11 +435,15 @@ func (b *bisection) look(block int, counts []orchestrator.ArmCounts) (bool, stri
 	good, applied := counts[0], counts[1]
 	lc := stats.LookCounts{EventsA: good.Corrupted, SessionsA: good.Sessions, EventsB: applied.Corrupted, SessionsB: applied.Sessions}
 	sl, o := b.design.Step.Look(block+1, lc)
-	if o != stats.StepClean {
-		return false, ""
+	switch o {
+	case stats.StepClean:
+		return true, fmt.Sprintf("Stopped clean at look %d of %d: %d/%d against %d/%d, the excess is at most %+.1f points, below the bisection's effect of %.1f points.",
+			block+1, b.design.Step.Looks, lc.EventsB, lc.SessionsB, lc.EventsA, lc.SessionsA, 100*sl.Upper, 100*b.design.Step.Effect)
+	case stats.StepCorrupts, stats.StepLower:
+		return true, fmt.Sprintf("Stopped at look %d of %d: %d/%d against %d/%d, exact p = %.3g reaches the look's threshold %.3g.",
+			block+1, b.design.Step.Looks, lc.EventsB, lc.SessionsB, lc.EventsA, lc.SessionsA, sl.P, sl.Threshold)
 	}
-	return true, fmt.Sprintf("Stopped clean at look %d of %d: %d/%d against %d/%d, the excess is at most %+.1f points, below the bisection's effect of %.1f points.",
-		block+1, b.design.Step.Looks, lc.EventsB, lc.SessionsB, lc.EventsA, lc.SessionsA, 100*sl.Upper, 100*b.design.Step.Effect)
+	return false, ""
 }
 
 // judge reads a step's experiment back and decides it.
