@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -92,6 +93,11 @@ gc exits 1 after sweeping the rest: what it holds is unknown.`,
 }
 
 func gc(ctx context.Context, g *globals, o gcOptions) error {
+	if o.experiment != "" {
+		if id, err := strconv.ParseInt(o.experiment, 10, 64); err != nil || id < 1 {
+			return withCode(exitUsage, fmt.Errorf("gc: --experiment %q: an experiment's id is a positive number, as `arbiter ls` lists them", o.experiment))
+		}
+	}
 	path := g.dbPath()
 	if _, err := os.Stat(path); err != nil {
 		return withCode(exitUsage, fmt.Errorf("gc: no results database at %s: gc removes only the containers of one database's experiments, known by its id; give --db or set $ARBITER_DB (%w)", path, err))
