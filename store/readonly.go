@@ -214,6 +214,9 @@ func openRead(path string) (*sqlx.DB, error) {
 	}
 	var se sqlite3.Error
 	dir := filepath.Dir(path)
+	if errors.As(err, &se) && se.Code == sqlite3.ErrNotADB {
+		return nil, fmt.Errorf("open %s: %w: SQLite says %v", path, ErrNotArbiterDatabase, err)
+	}
 	if !errors.As(err, &se) || se.Code != sqlite3.ErrCantOpen || dirWritable(dir) {
 		return nil, fmt.Errorf("open %s read-only: %w", path, err)
 	}

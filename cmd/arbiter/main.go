@@ -138,6 +138,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitNotFound
 	case errors.As(err, &ce):
 		return ce.code
+	case errors.Is(err, store.ErrNotArbiterDatabase):
+		// --db named a file that is not a results database: the user's mistake.
+		return exitUsage
 	case errors.As(err, new(*outfile.RefusedError)):
 		// -o named a file that must survive, or something that is not a file.
 		return exitUsage

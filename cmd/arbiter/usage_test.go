@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,6 +22,20 @@ func TestUsageMistakesAreRefused(t *testing.T) {
 		code, _, stderr := runCLI(t, "gc", "--experiment", bad, "--db", db)
 		if code != exitUsage || !strings.Contains(stderr, "an experiment's id is a positive number") {
 			t.Errorf("gc --experiment %s: exit %d, %s", bad, code, stderr)
+		}
+	}
+}
+
+// A --db that is not a results database is bad usage (exit 2), for readers as for run.
+func TestDBThatIsNotADatabaseIsBadUsage(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "notes.db")
+	if err := os.WriteFile(path, []byte("these are notes, not a database\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"ls"}, {"show", "1"}, {"verdict", "1"}, {"query", "SELECT 1"}} {
+		code, _, stderr := runCLI(t, append(args, "--db", path)...)
+		if code != exitUsage || !strings.Contains(stderr, "not an arbiter database") {
+			t.Errorf("%v: exit %d, %s", args, code, stderr)
 		}
 	}
 }
