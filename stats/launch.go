@@ -425,20 +425,6 @@ func LaunchICC(clusters []ClusterCounts) float64 {
 	return math.Max(0, icc)
 }
 
-// LaunchCV is the coefficient of variation of launches' values (tok/s, a latency):
-// their standard deviation over their mean. NaN with fewer than two.
-func LaunchCV(xs []float64) float64 {
-	if len(xs) < 2 {
-		return math.NaN()
-	}
-	m := mean(xs)
-	ss := 0.0
-	for _, x := range xs {
-		ss += (x - m) * (x - m)
-	}
-	return math.Sqrt(ss/float64(len(xs)-1)) / m
-}
-
 // LaunchPower is the power of the launch randomization test at two-sided level alpha to
 // tell a corruption rate p1 from p0 with launches per arm of sessions each, when launches
 // of one configuration differ with intra-launch correlation icc (each launch's rate

@@ -6,8 +6,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/goccy/go-yaml"
-
 	"github.com/arbiterlab/arbiter/stats"
 	"github.com/arbiterlab/arbiter/store"
 )
@@ -471,51 +469,6 @@ func (v *Verdict) sequential(sessions []store.SessionOutcome, index map[int64]in
 		v.Sequential = append(v.Sequential, sv)
 		v.Arms[i].Compare.Sequential = true
 	}
-}
-
-// plannedRates are the rates and power a spec's analysis.plan declares.
-type plannedRates struct {
-	P0, P1, Power float64
-}
-
-// plannedRates is the experiment's analysis.plan: from its recorded design, or for
-// experiments recorded before designs carried the plan, from its spec text.
-func (v *Verdict) plannedRates() plannedRates {
-	p := v.Design.Plan
-	if p == nil {
-		return specPlan(v.Experiment.Spec)
-	}
-	r := plannedRates{P0: p.P0, P1: p.P1, Power: p.Power}
-	if !(r.Power > 0 && r.Power < 1) {
-		r.Power = 0.8
-	}
-	return r
-}
-
-// specPlan reads analysis.plan from the spec text recorded with the experiment; zero
-// rates when it declares none or the text does not parse. The target power defaults
-// to 0.8, as in `arbiter plan`.
-func specPlan(spec string) plannedRates {
-	var doc struct {
-		Analysis struct {
-			Plan struct {
-				P0    float64 `yaml:"p0"`
-				P1    float64 `yaml:"p1"`
-				Power float64 `yaml:"power"`
-			} `yaml:"plan"`
-		} `yaml:"analysis"`
-	}
-	if yaml.Unmarshal([]byte(spec), &doc) != nil {
-		return plannedRates{Power: 0.8}
-	}
-	p := doc.Analysis.Plan
-	if !(p.Power > 0 && p.Power < 1) {
-		p.Power = 0.8
-	}
-	if !(p.P0 >= 0 && p.P0 <= 1 && p.P1 >= 0 && p.P1 <= 1) {
-		p.P0, p.P1 = 0, 0
-	}
-	return plannedRates{P0: p.P0, P1: p.P1, Power: p.Power}
 }
 
 // unitView describes the comparison on the spec's unit when it is not the session:
