@@ -153,41 +153,66 @@ func (c *Client) Warm(ctx context.Context, base string, n int) error {
 	if u.Port() == "" {
 		host = net.JoinHostPort(u.Hostname(), "80")
 	}
-	d := net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 	n = min(n, cap(c.dialed)-len(c.dialed))
-	for range n {
-		conn, err := d.DialContext(ctx, "tcp", host)
-		if err != nil {
-			return fmt.Errorf("workload: warm connections to %s: %w", base, err)
-		}
-		select {
-		case c.dialed <- conn:
-		default:
-			conn.Close()
-		}
-	}
-	models := strings.TrimRight(base, "/") + "/v1/models"
 	// An engine that does not answer this promptly is no reason to hold the run up.
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	var wg sync.WaitGroup
-	for range n {
-		wg.Go(func() {
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, models, nil)
+	d := net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	models := strings.TrimRight(base, "/") + "/v1/models"
+	// The transport closes a connection instead of keeping it when its writer has not
+	// reported the request written within 50 ms of the response, which a loaded host
+	// sees, or when the engine asks it to: connections lost so are replaced, a few
+	// times at most.
+	kept := 0
+	for round := 0; round < warmRounds && kept < n && ctx.Err() == nil; round++ {
+		for range min(n-kept-len(c.dialed), cap(c.dialed)-len(c.dialed)) {
+			conn, err := d.DialContext(ctx, "tcp", host)
 			if err != nil {
-				return
+				return fmt.Errorf("workload: warm connections to %s: %w", base, err)
 			}
-			resp, err := c.httpClient().Do(req)
-			if err != nil {
-				return // the first request will say what is wrong
+			select {
+			case c.dialed <- conn:
+			default:
+				conn.Close()
 			}
-			io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
-			resp.Body.Close()
-		})
+		}
+		// Each request holds its connection until all have their answers, so that the
+		// n requests run on n connections: one that finished first would otherwise
+		// hand its connection to the next and leave a warmed one untouched.
+		var wg, answered sync.WaitGroup
+		var pooled atomic.Int32
+		answered.Add(n)
+		for range n {
+			wg.Go(func() {
+				trace := &httptrace.ClientTrace{PutIdleConn: func(err error) {
+					if err == nil {
+						pooled.Add(1)
+					}
+				}}
+				req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodGet, models, nil)
+				if err != nil {
+					answered.Done()
+					return
+				}
+				resp, err := c.httpClient().Do(req)
+				answered.Done()
+				if err != nil {
+					return // the first request will say what is wrong
+				}
+				answered.Wait()
+				// Read to its end, the answer has put its connection back (or not) by now.
+				io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
+				resp.Body.Close()
+			})
+		}
+		wg.Wait()
+		kept = int(pooled.Load())
 	}
-	wg.Wait()
 	return nil
 }
+
+// warmRounds bounds how often Warm replaces connections the transport did not keep.
+const warmRounds = 3
 
 func newHTTPClient(concurrency int, dialed chan net.Conn) *http.Client {
 	if concurrency < 1 {

@@ -121,3 +121,48 @@ func TestWarmedConnectionClosedByTheServerIsSkipped(t *testing.T) {
 		}
 	}
 }
+
+// A warmed connection the transport closes after its warm-up request (here the server
+// asks it to; on a loaded host the transport does so on its own when its writer is
+// slow to report) is replaced before the run starts, so that every request of the
+// first wave still runs on a warmed connection.
+func TestWarmReplacesAConnectionTheTransportClosed(t *testing.T) {
+	var mu sync.Mutex
+	warm := map[string]bool{} // remote addresses that served a warm-up request
+	closed := false
+	var cold []string
+	chats := map[string]bool{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if r.Method == http.MethodGet {
+			warm[r.RemoteAddr] = true
+			if !closed {
+				closed = true
+				w.Header().Set("Connection", "close")
+			}
+			w.Write([]byte(`{"object":"list","data":[{"id":"m","object":"model"}]}`))
+			return
+		}
+		chats[r.RemoteAddr] = true
+		if !warm[r.RemoteAddr] {
+			cold = append(cold, r.RemoteAddr)
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Write(renderStream(2))
+	}))
+	defer srv.Close()
+	cfg := Config{Kind: KindThroughput, Model: "m", Seed: 1, MaxTokens: 4,
+		Throughput: &ThroughputConfig{Concurrency: []int{4}, Requests: 4, PromptTokens: 8}}
+	if err := Run(context.Background(), cfg, srv.URL, &memRecorder{}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !closed || len(chats) == 0 {
+		t.Fatalf("the server closed a warmed connection: %v; chats over %d connections", closed, len(chats))
+	}
+	if len(cold) > 0 {
+		t.Fatalf("%d of the first wave's connections were not warmed: %v", len(cold), cold)
+	}
+}
