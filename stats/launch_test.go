@@ -111,8 +111,9 @@ func TestLaunchPermutationIntervalAgreesWithTest(t *testing.T) {
 	}
 }
 
-// The drawn test (more launches than are enumerated) keeps its size, and agrees with
-// the exact one where both apply.
+// The drawn test (more launches than are enumerated or counted) keeps its size, and
+// agrees with the exact one where both apply; rates of as many launches are counted
+// exactly.
 func TestLaunchPermutationDrawnKeepsSize(t *testing.T) {
 	if testing.Short() {
 		t.Skip("draws a hundred thousand relabellings per experiment")
@@ -122,9 +123,10 @@ func TestLaunchPermutationDrawnKeepsSize(t *testing.T) {
 	rejected := 0
 	const reps = 60
 	for k := 0; k < reps; k++ {
+		// Speeds (log tok/s) take as many sums as relabellings: too many to count.
 		for j := range a {
-			a[j] = float64(BetaBinomialDraw(rng, 60, 0.1, 0.05)) / 60
-			b[j] = float64(BetaBinomialDraw(rng, 60, 0.1, 0.05)) / 60
+			a[j] = 4 + 0.05*rng.NormFloat64()
+			b[j] = 4 + 0.05*rng.NormFloat64()
 		}
 		r, _ := LaunchPermutation(a, b, 0)
 		if r.Exact || r.Draws != permutationDraws {
@@ -137,6 +139,13 @@ func TestLaunchPermutationDrawnKeepsSize(t *testing.T) {
 	// 60 null experiments: more than 10 rejections at 5% has probability below 1e-3.
 	if rejected > 10 {
 		t.Errorf("%d of %d null experiments rejected", rejected, reps)
+	}
+	for j := range a {
+		a[j] = float64(BetaBinomialDraw(rng, 60, 0.1, 0.05)) / 60
+		b[j] = float64(BetaBinomialDraw(rng, 60, 0.1, 0.05)) / 60
+	}
+	if r, _ := LaunchPermutation(a, b, 0); !r.Exact {
+		t.Errorf("26 launches' rates of 60 sessions were not counted exactly: %+v", r)
 	}
 	// Where both apply, the drawn p is the enumerated one within its Monte Carlo error.
 	x := []float64{0.1, 0.2, 0.15, 0.3, 0.05, 0.12, 0.3, 0.25, 0.4, 0.2, 0.35, 0.33}
@@ -293,5 +302,44 @@ func TestLaunchPower(t *testing.T) {
 	}
 	if n := LaunchesForPower(0.02, 0.14, 0.05, 60, 0.05, 0.8, 12); n < 4 || n > 8 {
 		t.Errorf("launches for 80%% power, 2%% against 14%%: %d", n)
+	}
+}
+
+// Counting labellings by their sum gives the p-value that walking every labelling
+// gives, on rates of launches (many ties) and on values without ties.
+func TestCountedPermutationAgreesWithEnumeration(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	for trial := range 300 {
+		na, nb := 1+rng.IntN(8), 1+rng.IntN(8)
+		x := make([]float64, na+nb)
+		for i := range x {
+			switch trial % 3 {
+			case 0: // rates of 40 sessions
+				x[i] = float64(rng.IntN(6)) / 40
+			case 1: // rates of unequal launches
+				n := 20 + rng.IntN(41)
+				x[i] = float64(rng.IntN(n/4+1)) / float64(n)
+			default: // speeds
+				x[i] = 50 + 10*rng.NormFloat64()
+			}
+		}
+		obs := 0.0
+		for _, v := range x[na:] {
+			obs += v
+		}
+		total := 0.0
+		for _, v := range x {
+			total += v
+		}
+		diff := func(sumB float64) float64 { return sumB/float64(nb) - (total-sumB)/float64(na) }
+		o := math.Abs(diff(obs))
+		extreme := func(sumB float64) bool { return math.Abs(diff(sumB)) >= o-1e-9*(1+o+math.Abs(total)/float64(na+nb)) }
+		got, ok := countedP(x, nb, extreme)
+		if !ok {
+			t.Fatalf("trial %d: %v could not be counted", trial, x)
+		}
+		if want := enumeratedP(x, nb, extreme); math.Abs(got-want) > 1e-12 {
+			t.Fatalf("trial %d: %v with %d labelled B: counted p = %.15g, walked %.15g", trial, x, nb, got, want)
+		}
 	}
 }
