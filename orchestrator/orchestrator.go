@@ -562,6 +562,9 @@ type experiment struct {
 	// sequential looks; an arm runs once per block, so each entry has one writer at a
 	// time, and the looks read them between blocks.
 	counts []armCounts
+	// wavesSaid is the number of waves the last warning about waves named; only
+	// runBlock, one block at a time, reads and writes it.
+	wavesSaid int
 	// prior are the launches recorded before a resume; nil for a new experiment.
 	prior map[runKey]priorRun
 	// slots are where arms run (Spec.Slots); lostNodes the nodes taken out of the

@@ -95,7 +95,10 @@ func (e *experiment) runBlock(ctx context.Context, b int, pending []int, res *Re
 	if len(live) == 0 {
 		return fmt.Errorf("block %d: %w", b, ErrNoSlot)
 	}
-	if waves := (len(pending) + len(live) - 1) / len(live); waves > 1 {
+	// Said when the number of waves changes, not again for every block that runs in as
+	// many as the one before.
+	if waves := (len(pending) + len(live) - 1) / len(live); waves > 1 && waves != e.wavesSaid {
+		e.wavesSaid = waves
 		e.log.Warn(fmt.Sprintf("block %d: %d arms on %d slot%s: running in %d waves; arms of different waves run at different times (list more slots under runtime.nodes to run them at once)",
 			b, len(pending), len(live), map[bool]string{true: "s"}[len(live) > 1], waves))
 	}
