@@ -41,10 +41,12 @@ bench:
 
 ## calibrate: simulate the verdict's claims under nulls whose launches differ (every cell of
 ## launches per arm, intra-launch correlation, base rate and speed CV; 2,000 verdicts each)
-## and write the table to docs/calibration/launches.md
+## and bisections under the same launches (2,000 each), and write the tables to
+## docs/calibration/launches.md and docs/calibration/bisect.md
 calibrate:
 	mkdir -p docs/calibration
 	$(GO) test -count=1 -timeout 60m -run '^TestLaunchFamilyCalibration$$' -v ./verdict -calibrate $(CURDIR)/docs/calibration/launches.md
+	$(GO) test -count=1 -timeout 60m -run '^TestBisectCalibration$$' -v ./bisect -calibrate $(CURDIR)/docs/calibration/bisect.md
 
 ## fuzz: a short fuzzing pass over each parser and detector (FUZZTIME each)
 FUZZTIME ?= 20s

@@ -135,9 +135,15 @@ type BisectSearch struct {
 	// Effect is the smallest excess corruption rate over good that the culprit causes;
 	// a step whose excess is shown below it is clean. Required.
 	Effect float64
-	// Looks is the most blocks of workload.sessions per arm a step may take before it
-	// is called inconclusive (default 3).
+	// Looks is the most launches of each side (one block of workload.sessions each) a
+	// step may take before it is called inconclusive (default DefaultBisectLooks). The
+	// launch is the unit a step decides on, so a step needs enough of them to reach its
+	// share of the error budget at all.
 	Looks int
+	// LaunchICC is the most the launches of one configuration may differ (intra-launch
+	// correlation of corruption) that a step's clean bound allows for (default
+	// DefaultLaunchICC); an A/A experiment measures it.
+	LaunchICC float64
 	// MaxSteps caps the steps; 0 lets the bisection choose (enough for a culprit of
 	// one or two changes). The budget is split evenly over it.
 	MaxSteps int
@@ -152,10 +158,15 @@ type BisectSearch struct {
 // Defaults of a bisection's search.
 const (
 	DefaultErrorBudget = 0.05
-	DefaultBisectLooks = 3
+	DefaultBisectLooks = 10
+	// DefaultLaunchICC is the intra-launch correlation of corruption assumed where a
+	// spec declares none: GPU launches of one configuration measured 0.01 to 0.09.
+	DefaultLaunchICC = 0.05
 	// MaxBisectChanges is the most changes a bisection searches: every step is an
 	// experiment, and a deploy that changed more settings is better split first.
 	MaxBisectChanges = 64
+	// MaxBisectLooks bounds search.looks: launches of each side in one step.
+	MaxBisectLooks = 30
 	// MaxBisectSteps bounds search.max_steps.
 	MaxBisectSteps = 200
 )
@@ -383,7 +394,7 @@ func (d *bisectDecoder) decodeSearch(e entry) {
 		}
 		return v, true
 	}
-	seen := d.fields(e.val, e.path, []string{"error_budget", "effect", "looks", "max_steps", "max_loss", "check_revert", "ignore"}, func(f entry) {
+	seen := d.fields(e.val, e.path, []string{"error_budget", "effect", "looks", "launch_icc", "max_steps", "max_loss", "check_revert", "ignore"}, func(f entry) {
 		d.spec.pos[f.path] = posOf(f.val)
 		switch f.key {
 		case "error_budget":
@@ -391,15 +402,15 @@ func (d *bisectDecoder) decodeSearch(e entry) {
 		case "effect":
 			sr.Effect, _ = rate(f, "effect is a rate difference: above 0 and below 1, e.g. 0.10 for a culprit that corrupts 10 points more sessions than good", 0, 1)
 		case "looks":
-			sr.Looks, _ = d.bounded(f, 1, MaxLooks, "a step takes a handful of blocks at most")
+			sr.Looks, _ = d.bounded(f, 1, MaxBisectLooks, "launches of each side in one step")
+		case "launch_icc":
+			if v, ok := d.fraction(f, "launch_icc is an intra-launch correlation: 0 or more and below 1, e.g. 0.05"); ok {
+				sr.LaunchICC = v
+			}
 		case "max_steps":
 			sr.MaxSteps, _ = d.bounded(f, 1, MaxBisectSteps, "steps of one bisection")
 		case "max_loss":
-			if v, ok := d.number(f); ok {
-				if !(v >= 0 && v < 1) {
-					d.add(f.val, f.path, "max_loss is a share of an arm's sessions: 0 or more and below 1, e.g. 0.1")
-					return
-				}
+			if v, ok := d.fraction(f, "max_loss is a share of an arm's sessions: 0 or more and below 1, e.g. 0.1"); ok {
 				sr.MaxLoss = v
 			}
 		case "check_revert":
@@ -421,6 +432,9 @@ func (d *bisectDecoder) decodeSearch(e entry) {
 	}
 	if _, set := seen["max_loss"]; !set {
 		sr.MaxLoss = DefaultMaxLoss
+	}
+	if _, set := seen["launch_icc"]; !set {
+		sr.LaunchICC = DefaultLaunchICC
 	}
 }
 

@@ -25,7 +25,8 @@ func TestBisectExampleChanges(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("changes\n%q\nwant\n%q", got, want)
 	}
-	if b.Search.ErrorBudget != 0.05 || b.Search.Effect != 0.10 || b.Search.Looks != 3 || b.Search.MaxLoss != DefaultMaxLoss {
+	if b.Search.ErrorBudget != 0.05 || b.Search.Effect != 0.10 || b.Search.Looks != 10 || b.Search.MaxLoss != DefaultMaxLoss ||
+		b.Search.LaunchICC != DefaultLaunchICC {
 		t.Fatalf("search %+v", b.Search)
 	}
 }
@@ -55,7 +56,7 @@ func TestBisectStepSpec(t *testing.T) {
 		t.Errorf("env good %v, applied %v", armList[0].Env, armList[1].Env)
 	}
 	if step.Name != "tuesday-release-b1-s08" || step.Analysis.Alpha != 0.05/9 || step.Analysis.Baseline != "changes=good" ||
-		step.Analysis.Sequential.Looks != 3 || step.Blocks != 3 || step.Workload.Sessions != 40 {
+		step.Analysis.Sequential.Looks != 10 || step.Blocks != 10 || step.Workload.Sessions != 40 {
 		t.Errorf("step spec %+v", step)
 	}
 	// The shared fields keep their lines: workload is where the bisection spec has it.
@@ -111,6 +112,8 @@ func TestBisectSpecErrors(t *testing.T) {
 			[]string{"good.env.BF16_INDEX_K: BF16_INDEX_K is set in engine.env for every step", "bad.args: --enable-hierarchical-cache is set in engine.args for every step"}},
 		{"budget range", strings.Replace(bisectBase, "{effect: 0.1}", "{effect: 0.1, error_budget: 0.7, looks: 0}", 1),
 			[]string{"spec.yaml:7:37: search.error_budget: error_budget is the probability", "spec.yaml:7:49: search.looks: value must be at least 1"}},
+		{"launch_icc range", strings.Replace(bisectBase, "{effect: 0.1}", "{effect: 0.1, launch_icc: 1.5}", 1),
+			[]string{"spec.yaml:7:35: search.launch_icc: launch_icc is an intra-launch correlation"}},
 		{"missing server info", strings.Replace(bisectBase, `good: {env: {BF16_INDEX_K: "0"}}`, `good: {server_info: nowhere.json}`, 1),
 			[]string{"spec.yaml:4:21: good.server_info: cannot read the server info"}},
 		{"server info and args", strings.Replace(bisectBase, `good: {env: {BF16_INDEX_K: "0"}}`, `good: {server_info: x.json, args: [--x]}`, 1),

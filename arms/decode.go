@@ -515,6 +515,20 @@ func (d *decoder) number(e entry) (float64, bool) {
 	return 0, false
 }
 
+// fraction reads a number in [0, 1): a share, a rate difference or a correlation; what
+// says what it is when it is out of range.
+func (d *decoder) fraction(e entry, what string) (float64, bool) {
+	v, ok := d.number(e)
+	if !ok {
+		return 0, false
+	}
+	if !(v >= 0 && v < 1) {
+		d.add(e.val, e.path, "%s", what)
+		return 0, false
+	}
+	return v, true
+}
+
 func (d *decoder) boolean(e entry) (bool, bool) {
 	if v, ok := e.val.(*ast.BoolNode); ok {
 		return v.Value, true
@@ -1223,11 +1237,7 @@ func (d *decoder) decodeAnalysis(e entry) {
 				d.spec.pos[f.path] = posOf(f.val)
 			}
 		case "margin":
-			if v, ok := d.number(f); ok {
-				if !(v >= 0 && v < 1) {
-					d.add(f.val, f.path, "margin is a rate difference: 0 or more and below 1")
-					return
-				}
+			if v, ok := d.fraction(f, "margin is a rate difference: 0 or more and below 1"); ok {
 				a.Margin = v
 			}
 		case "throughput_margin":
@@ -1242,11 +1252,7 @@ func (d *decoder) decodeAnalysis(e entry) {
 			a.MinEffect, _ = d.share(f)
 		case "max_loss":
 			d.spec.pos[f.path] = posOf(f.val)
-			if v, ok := d.number(f); ok {
-				if !(v >= 0 && v < 1) {
-					d.add(f.val, f.path, "max_loss is a share of an arm's sessions: 0 or more and below 1, e.g. 0.1")
-					return
-				}
+			if v, ok := d.fraction(f, "max_loss is a share of an arm's sessions: 0 or more and below 1, e.g. 0.1"); ok {
 				a.MaxLoss = v
 			}
 		case "sequential":

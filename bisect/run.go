@@ -82,7 +82,7 @@ type Design struct {
 	Changes  int
 	MaxSteps int
 	Step     stats.StepDesign
-	Sessions int // per arm and look
+	Sessions int // per launch: one launch a side per look
 }
 
 // Plan lays out the search for a spec: search.max_steps, or enough steps for a culprit
@@ -101,9 +101,21 @@ func Plan(spec *arms.BisectSpec) (Design, error) {
 	if least := MaxSteps(n, 1); maxSteps < least {
 		return Design{}, spec.ErrorAt("search.max_steps", "%d steps cannot find even a single culprit among %d changes: that takes up to %d", maxSteps, n, least)
 	}
-	d, err := stats.NewStepDesign(sr.Looks, sr.ErrorBudget/float64(maxSteps), sr.Effect)
+	alpha := sr.ErrorBudget / float64(maxSteps)
+	d, err := stats.NewStepDesign(sr.Looks, alpha, sr.Effect, sr.LaunchICC)
 	if err != nil {
-		return Design{}, err
+		least := 0
+		for k := sr.Looks + 1; k <= arms.MaxBisectLooks && least == 0; k++ {
+			if _, err := stats.NewStepDesign(k, alpha, sr.Effect, sr.LaunchICC); err == nil {
+				least = k
+			}
+		}
+		if least == 0 {
+			return Design{}, spec.ErrorAt("search", "a step's share of the error budget, %.3g (%g over %d steps), is beyond what %d launches a side can reach: raise search.error_budget or lower search.max_steps",
+				alpha, sr.ErrorBudget, maxSteps, arms.MaxBisectLooks)
+		}
+		return Design{}, spec.ErrorAt("search.looks", "%d launches a side cannot show a subset corrupting at a step's share of the error budget, %.3g (%g over %d steps): a step decides on launches and needs at least %d looks",
+			sr.Looks, alpha, sr.ErrorBudget, maxSteps, least)
 	}
 	return Design{Changes: n, MaxSteps: maxSteps, Step: d, Sessions: spec.Base.Workload.Sessions}, nil
 }
@@ -165,7 +177,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		id, lease, err = st.StartBisection(ctx, store.Bisection{
 			Name: spec.Name, SpecPath: spec.Path, Spec: string(spec.RedactedSource()), Changes: changesJSON(spec),
 			ErrorBudget: spec.Search.ErrorBudget, Effect: spec.Search.Effect, Looks: spec.Search.Looks,
-			MaxSteps: design.MaxSteps, StepAlpha: design.Step.Alpha, Sessions: design.Sessions,
+			MaxSteps: design.MaxSteps, StepAlpha: design.Step.Alpha, LaunchICC: design.Step.LaunchICC, Sessions: design.Sessions,
 			Version: orchestrator.Version(), Host: host, Created: start,
 		}, owner)
 		if err != nil {
@@ -365,7 +377,7 @@ func (b *bisection) step(ctx context.Context, p Probe, recorded map[int]store.Bi
 		}
 		res, err := orchestrator.Run(ctx, orchestrator.Options{Spec: spec, DBPath: b.opts.DBPath, Runtime: b.opts.Runtime,
 			LogDir: b.opts.LogDir, Environ: b.environ, Logger: b.log, Progress: b.opts.Runs, Resume: expID,
-			LeaseHeartbeat: b.opts.LeaseHeartbeat, Look: b.look})
+			LeaseHeartbeat: b.opts.LeaseHeartbeat, Look: b.looker()})
 		if res.ExperimentID == 0 {
 			if err == nil {
 				err = errors.New("no experiment was recorded")
@@ -423,27 +435,35 @@ func preflight(ctx context.Context, spec *arms.BisectSpec) error {
 	return pf.Err()
 }
 
-// look is the step experiments' stopping rule: the step's own design (stats.StepDesign)
-// decides at every look, and a step that is decided, corrupting or shown clean, stops
-// there. The orchestrator's sequential stopping tests launches, which a step's few looks
-// cannot reach, so a step stops by its own rule.
-func (b *bisection) look(block int, counts []orchestrator.ArmCounts) (bool, string) {
-	if len(counts) != 2 || block+1 > b.design.Step.Looks {
+// looker is a step experiment's stopping rule: the step's own design (stats.StepDesign)
+// decides after every block, on the launches so far, and a step that is decided,
+// corrupting or shown clean, stops there. The orchestrator's looks give cumulative
+// counts, from the first block on, so each block's own counts are their differences.
+func (b *bisection) looker() func(block int, counts []orchestrator.ArmCounts) (bool, string) {
+	var blocks []stats.LookCounts
+	var prev stats.LookCounts
+	return func(block int, counts []orchestrator.ArmCounts) (bool, string) {
+		if len(counts) != 2 || block+1 > b.design.Step.Looks {
+			return false, ""
+		}
+		// The good level comes first in every step's spec.
+		good, applied := counts[0], counts[1]
+		cum := stats.LookCounts{EventsA: good.Corrupted, SessionsA: good.Sessions, EventsB: applied.Corrupted, SessionsB: applied.Sessions}
+		blocks = append(blocks, stats.LookCounts{EventsA: cum.EventsA - prev.EventsA, SessionsA: cum.SessionsA - prev.SessionsA,
+			EventsB: cum.EventsB - prev.EventsB, SessionsB: cum.SessionsB - prev.SessionsB})
+		prev = cum
+		d := b.design.Step
+		sl, o := d.Look(blocks)
+		switch o {
+		case stats.StepClean:
+			return true, fmt.Sprintf("Stopped clean at look %d of %d: %d/%d against %d/%d over %d launches a side, the excess is at most %+.1f points, below the bisection's effect of %.1f points.",
+				sl.Look, d.Looks, cum.EventsB, cum.SessionsB, cum.EventsA, cum.SessionsA, sl.LaunchesB, 100*sl.Upper, 100*d.Effect)
+		case stats.StepCorrupts, stats.StepLower:
+			return true, fmt.Sprintf("Stopped at look %d of %d: %d/%d against %d/%d over %d launches a side, launch p = %.3g reaches the look's level %.3g.",
+				sl.Look, d.Looks, cum.EventsB, cum.SessionsB, cum.EventsA, cum.SessionsA, sl.LaunchesB, sl.P, sl.Level)
+		}
 		return false, ""
 	}
-	// The good level comes first in every step's spec.
-	good, applied := counts[0], counts[1]
-	lc := stats.LookCounts{EventsA: good.Corrupted, SessionsA: good.Sessions, EventsB: applied.Corrupted, SessionsB: applied.Sessions}
-	sl, o := b.design.Step.Look(block+1, lc)
-	switch o {
-	case stats.StepClean:
-		return true, fmt.Sprintf("Stopped clean at look %d of %d: %d/%d against %d/%d, the excess is at most %+.1f points, below the bisection's effect of %.1f points.",
-			block+1, b.design.Step.Looks, lc.EventsB, lc.SessionsB, lc.EventsA, lc.SessionsA, 100*sl.Upper, 100*b.design.Step.Effect)
-	case stats.StepCorrupts, stats.StepLower:
-		return true, fmt.Sprintf("Stopped at look %d of %d: %d/%d against %d/%d, exact p = %.3g reaches the look's threshold %.3g.",
-			block+1, b.design.Step.Looks, lc.EventsB, lc.SessionsB, lc.EventsA, lc.SessionsA, sl.P, sl.Threshold)
-	}
-	return false, ""
 }
 
 // judge reads a step's experiment back and decides it.

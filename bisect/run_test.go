@@ -185,7 +185,7 @@ engine: {preset: refserve, args: [--inter-token-delay, 1ms]}
 good: {env: {BF16_INDEX_K: "0"}}
 bad: {env: {BF16_INDEX_K: "1"}, args: [--no-such-flag]}
 workload: {kind: toolcall-agent, sessions: 6, rounds: 2, concurrency: 6, seed: 1}
-search: {effect: 0.1, looks: 2}
+search: {effect: 0.1, error_budget: 0.4, looks: 3}
 timeouts: {startup: 20s, request: 20s, stall: 10s}
 `
 	spec, err := arms.ParseBisect("bad-flag.yaml", []byte(src))

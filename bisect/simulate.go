@@ -19,9 +19,13 @@ type SimOptions struct {
 	// RateGood is the corruption rate of a configuration without the culprit,
 	// RateCulprit of one with it.
 	RateGood, RateCulprit float64
-	// SessionsPerLook are the sessions per arm in each look of a step.
+	// SessionsPerLook are the sessions of each launch (one launch a side per look).
 	SessionsPerLook int
-	Design          stats.StepDesign
+	// LaunchICC is how much launches of one configuration differ: each launch's rate is
+	// drawn from a beta distribution around the configuration's rate with this
+	// intra-launch correlation (0: every launch has the configuration's rate).
+	LaunchICC float64
+	Design    stats.StepDesign
 	// MaxSteps bounds each search; CheckRevert adds the revert check.
 	MaxSteps    int
 	CheckRevert bool
@@ -36,10 +40,11 @@ type SimResult struct {
 	// NotReproduced called the bad configuration clean although it held the culprit;
 	// Uncertain named nothing.
 	Right, WrongCulprit, NotReproduced, Uncertain int
-	// MeanSteps and MostSteps are the steps a bisection took; MeanSessions the sessions
-	// of both arms over all its steps.
+	// MeanSteps and MostSteps are the steps a bisection took; MeanLaunches the launches
+	// of both arms over all its steps and MeanSessions their sessions.
 	MeanSteps    float64
 	MostSteps    int
+	MeanLaunches float64
 	MeanSessions float64
 }
 
@@ -52,8 +57,8 @@ func (r SimResult) WrongRate() float64 {
 // Simulate runs o.Reps bisections, each step a group-sequential three-way test of
 // simulated sessions, the search the one a real bisection runs.
 func Simulate(o SimOptions) (SimResult, error) {
-	if o.Changes < 1 || o.Reps < 1 || o.SessionsPerLook < 1 || len(o.Design.Efficacy) == 0 {
-		return SimResult{}, fmt.Errorf("bisect: simulation needs changes, repetitions, sessions per look and a step design")
+	if o.Changes < 1 || o.Reps < 1 || o.SessionsPerLook < 1 || len(o.Design.Levels) == 0 || !(o.LaunchICC >= 0 && o.LaunchICC < 1) {
+		return SimResult{}, fmt.Errorf("bisect: simulation needs changes, repetitions, sessions per look, a step design and an ICC in [0, 1)")
 	}
 	sizes := o.CulpritSizes
 	if len(sizes) == 0 {
@@ -65,31 +70,22 @@ func Simulate(o SimOptions) (SimResult, error) {
 		}
 	}
 	rng := rand.New(rand.NewPCG(o.Seed, o.Seed^0x5bd1e995))
-	// The outcome at a look depends only on the look and its cumulative counts.
-	memo := map[[3]int]stats.StepOutcome{}
-	lookOutcome := func(k, a, b int) stats.StepOutcome {
-		key := [3]int{k, a, b}
-		if v, ok := memo[key]; ok {
-			return v
-		}
-		n := k * o.SessionsPerLook
-		_, v := o.Design.Look(k, stats.LookCounts{EventsA: a, SessionsA: n, EventsB: b, SessionsB: n})
-		memo[key] = v
-		return v
-	}
+	blocks := make([]stats.LookCounts, 0, o.Design.Looks)
 	step := func(pB float64) (stats.StepOutcome, int) {
-		a, b := 0, 0
+		blocks = blocks[:0]
+		n := o.SessionsPerLook
 		for k := 1; k <= o.Design.Looks; k++ {
-			a += binomial(rng, o.SessionsPerLook, o.RateGood)
-			b += binomial(rng, o.SessionsPerLook, pB)
-			if v := lookOutcome(k, a, b); v.Decided() {
-				return v, 2 * k * o.SessionsPerLook
+			blocks = append(blocks, stats.LookCounts{
+				EventsA: stats.BetaBinomialDraw(rng, n, o.RateGood, o.LaunchICC), SessionsA: n,
+				EventsB: stats.BetaBinomialDraw(rng, n, pB, o.LaunchICC), SessionsB: n})
+			if _, v := o.Design.Look(blocks); v.Decided() {
+				return v, k
 			}
 		}
-		return stats.StepInconclusive, 2 * o.Design.Looks * o.SessionsPerLook
+		return stats.StepInconclusive, o.Design.Looks
 	}
 	res := SimResult{Reps: o.Reps}
-	var steps, sessions int
+	var steps, launches int
 	for range o.Reps {
 		k := sizes[rng.IntN(len(sizes))]
 		culprit := rng.Perm(o.Changes)[:k]
@@ -108,7 +104,7 @@ func Simulate(o SimOptions) (SimResult, error) {
 				rate = o.RateCulprit
 			}
 			outcome, used := step(rate)
-			sessions += used
+			launches += 2 * used
 			if err := s.Record(outcome); err != nil {
 				return SimResult{}, err
 			}
@@ -130,7 +126,8 @@ func Simulate(o SimOptions) (SimResult, error) {
 		}
 	}
 	res.MeanSteps = float64(steps) / float64(o.Reps)
-	res.MeanSessions = float64(sessions) / float64(o.Reps)
+	res.MeanLaunches = float64(launches) / float64(o.Reps)
+	res.MeanSessions = res.MeanLaunches * float64(o.SessionsPerLook)
 	return res, nil
 }
 
@@ -141,14 +138,4 @@ func holdsAll(set, members []int) bool {
 		}
 	}
 	return true
-}
-
-func binomial(rng *rand.Rand, n int, p float64) int {
-	x := 0
-	for range n {
-		if rng.Float64() < p {
-			x++
-		}
-	}
-	return x
 }

@@ -111,8 +111,8 @@ type SimFigures struct {
 }
 
 // DefaultLaunchICC is the intra-launch correlation planned for when the spec declares
-// none: GPU launches of one configuration measured 0.01 to 0.09 (docs/results).
-const DefaultLaunchICC = 0.05
+// none (docs/results).
+const DefaultLaunchICC = arms.DefaultLaunchICC
 
 // MaxPlannedLaunches is the most launches per arm the plan searches for power.
 const MaxPlannedLaunches = 8

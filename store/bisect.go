@@ -23,11 +23,13 @@ type Bisection struct {
 	Name, SpecPath, Spec string
 	// Changes is the JSON of the changes, in search order.
 	Changes string
-	// ErrorBudget, Effect, Looks, MaxSteps, StepAlpha and Sessions are the search's
-	// design: StepAlpha = ErrorBudget / MaxSteps, Sessions per arm and look.
+	// ErrorBudget, Effect, Looks, MaxSteps, StepAlpha, LaunchICC and Sessions are the
+	// search's design: StepAlpha = ErrorBudget / MaxSteps, Looks launches a side at
+	// most per step, Sessions per launch.
 	ErrorBudget, Effect float64
 	Looks, MaxSteps     int
 	StepAlpha           float64
+	LaunchICC           float64
 	Sessions            int
 	Version, Host       string
 	Created             time.Time
@@ -46,18 +48,20 @@ type BisectionRow struct {
 	Looks       int              `db:"looks" json:"looks"`
 	MaxSteps    int              `db:"max_steps" json:"max_steps"`
 	StepAlpha   float64          `db:"step_alpha" json:"step_alpha"`
-	Sessions    int              `db:"sessions" json:"sessions"`
-	Conclusion  sql.NullString   `db:"conclusion" json:"-"`
-	Version     string           `db:"arbiter_version" json:"arbiter_version"`
-	Host        string           `db:"host" json:"host"`
-	CreatedAt   string           `db:"created_at" json:"created_at"`
-	FinishedAt  sql.NullString   `db:"finished_at" json:"-"`
-	Error       sql.NullString   `db:"error" json:"-"`
-	Owner       sql.NullString   `db:"owner" json:"-"`
-	OwnerHost   sql.NullString   `db:"owner_host" json:"-"`
-	OwnerPID    sql.NullInt64    `db:"owner_pid" json:"-"`
-	OwnerPIDNS  sql.NullString   `db:"owner_pid_namespace" json:"-"`
-	HeartbeatAt sql.NullString   `db:"heartbeat_at" json:"-"`
+	// LaunchICC is NULL for a bisection whose steps decided on sessions.
+	LaunchICC   sql.NullFloat64 `db:"launch_icc" json:"-"`
+	Sessions    int             `db:"sessions" json:"sessions"`
+	Conclusion  sql.NullString  `db:"conclusion" json:"-"`
+	Version     string          `db:"arbiter_version" json:"arbiter_version"`
+	Host        string          `db:"host" json:"host"`
+	CreatedAt   string          `db:"created_at" json:"created_at"`
+	FinishedAt  sql.NullString  `db:"finished_at" json:"-"`
+	Error       sql.NullString  `db:"error" json:"-"`
+	Owner       sql.NullString  `db:"owner" json:"-"`
+	OwnerHost   sql.NullString  `db:"owner_host" json:"-"`
+	OwnerPID    sql.NullInt64   `db:"owner_pid" json:"-"`
+	OwnerPIDNS  sql.NullString  `db:"owner_pid_namespace" json:"-"`
+	HeartbeatAt sql.NullString  `db:"heartbeat_at" json:"-"`
 	// Abandoned is true for a bisection recorded as running whose lease is not live:
 	// its arbiter was killed, and `arbiter bisect --resume` may take it over.
 	Abandoned bool `db:"-" json:"-"`
@@ -134,11 +138,11 @@ func (s *Store) StartBisection(ctx context.Context, b Bisection, owner Owner) (i
 		at = time.Now()
 	}
 	res, err := s.db.ExecContext(ctx, `INSERT INTO bisections
-		(name, spec_path, spec, status, changes, error_budget, effect, looks, max_steps, step_alpha, sessions,
+		(name, spec_path, spec, status, changes, error_budget, effect, looks, max_steps, step_alpha, launch_icc, sessions,
 		 arbiter_version, host, created_at, owner, owner_host, owner_pid, owner_pid_namespace, heartbeat_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		b.Name, s.redact(b.SpecPath), s.redact(b.Spec), ExperimentRunning, s.redact(b.Changes), b.ErrorBudget, b.Effect,
-		b.Looks, b.MaxSteps, b.StepAlpha, b.Sessions, b.Version, s.redact(b.Host), Timestamp(at),
+		b.Looks, b.MaxSteps, b.StepAlpha, b.LaunchICC, b.Sessions, b.Version, s.redact(b.Host), Timestamp(at),
 		owner.ID, owner.Host, owner.PID, owner.PIDNamespace, Timestamp(at))
 	if err != nil {
 		return 0, nil, fmt.Errorf("create bisection: %w", err)

@@ -27,8 +27,8 @@ type StepJudgement struct {
 	// Good and Applied index the arms of Verdict: the baseline (changes=good) and the
 	// arm that applies the changes.
 	Good, Applied int
-	// Looks are the cumulative counts after each block recorded, good as A.
-	Looks []stats.LookCounts
+	// Blocks are each recorded block's own counts (one launch a side), good as A.
+	Blocks []stats.LookCounts
 	// Result is the decision on Looks; zero when no session was recorded.
 	Result stats.StepResult
 	// Outcome is Result's, unless the step cannot be judged: inconclusive when an
@@ -75,21 +75,16 @@ func JudgeStep(ctx context.Context, db *sqlx.DB, ref string, d stats.StepDesign)
 		}
 		perBlock[s.Block] = c
 	}
-	var cum stats.LookCounts
 	for b := 0; b <= maxBlock && b < d.Looks; b++ {
 		c := perBlock[b]
-		cum.EventsA += c[0].EventsA
-		cum.SessionsA += c[0].SessionsA
-		cum.EventsB += c[1].EventsB
-		cum.SessionsB += c[1].SessionsB
-		j.Looks = append(j.Looks, cum)
+		j.Blocks = append(j.Blocks, stats.LookCounts{EventsA: c[0].EventsA, SessionsA: c[0].SessionsA, EventsB: c[1].EventsB, SessionsB: c[1].SessionsB})
 	}
 	if maxBlock+1 > d.Looks {
 		return nil, fmt.Errorf("experiment %d recorded %d blocks, more than the %d looks of its bisection's steps", v.Experiment.ID, maxBlock+1, d.Looks)
 	}
 	j.Outcome = stats.StepContinue
-	if len(j.Looks) > 0 {
-		if j.Result, err = stats.StepDecision(j.Looks, d); err != nil {
+	if len(j.Blocks) > 0 {
+		if j.Result, err = stats.StepDecision(j.Blocks, d); err != nil {
 			return nil, err
 		}
 		j.Outcome = j.Result.Outcome
@@ -105,8 +100,8 @@ func JudgeStep(ctx context.Context, db *sqlx.DB, ref string, d stats.StepDesign)
 		// Every planned look ran and none decided; or fewer blocks were recorded than
 		// planned, and the arms' faults above say why.
 		j.Outcome = stats.StepInconclusive
-		if len(j.Looks) < d.Looks && j.Why == "" {
-			j.Why = fmt.Sprintf("only %d of %d looks were recorded", len(j.Looks), d.Looks)
+		if len(j.Blocks) < d.Looks && j.Why == "" {
+			j.Why = fmt.Sprintf("only %d of %d looks were recorded", len(j.Blocks), d.Looks)
 		}
 	}
 	return j, nil
@@ -155,7 +150,10 @@ func BuildBisection(ctx context.Context, db *sqlx.DB, ref string) (*BisectionRep
 	if err := json.Unmarshal([]byte(b.Changes), &r.Changes); err != nil {
 		return nil, fmt.Errorf("bisection %d: its changes do not read: %w", b.ID, err)
 	}
-	if r.Design, err = stats.NewStepDesign(b.Looks, b.StepAlpha, b.Effect); err != nil {
+	if !b.LaunchICC.Valid {
+		return nil, fmt.Errorf("bisection %d was recorded by an arbiter whose steps decided on sessions, which this one no longer judges: its steps' experiments are in the database (`arbiter show`), or run the bisection again", b.ID)
+	}
+	if r.Design, err = stats.NewStepDesign(b.Looks, b.StepAlpha, b.Effect, b.LaunchICC.Float64); err != nil {
 		return nil, fmt.Errorf("bisection %d: %w", b.ID, err)
 	}
 	if b.Conclusion.Valid {
@@ -198,6 +196,24 @@ func (r *BisectionReport) Sessions() int {
 		if s.Judgement != nil {
 			for _, a := range s.Judgement.Verdict.Arms {
 				n += a.Started
+			}
+		}
+	}
+	return n
+}
+
+// Launches is the engine launches of both arms over every step: one a side per look.
+func (r *BisectionReport) Launches() int {
+	n := 0
+	for _, s := range r.Steps {
+		if s.Judgement != nil {
+			for _, c := range s.Judgement.Blocks {
+				if c.SessionsA > 0 {
+					n++
+				}
+				if c.SessionsB > 0 {
+					n++
+				}
 			}
 		}
 	}
@@ -295,8 +311,8 @@ func (r *BisectionReport) Headline() []string {
 		}
 		return out
 	}
-	out = append(out, fmt.Sprintf("%d steps, %d sessions; the chance that a bisection like this names a wrong culprit or calls the bad configuration clean is at most %s.",
-		c.Steps, r.Sessions(), pct(b.ErrorBudget)))
+	out = append(out, fmt.Sprintf("%d steps, %d launches, %d sessions; the chance that a bisection like this names a wrong culprit or calls the bad configuration clean is at most %s.",
+		c.Steps, r.Launches(), r.Sessions(), pct(b.ErrorBudget)))
 	return out
 }
 
@@ -334,12 +350,13 @@ func (r *BisectionReport) Markdown(w io.Writer) error {
 		fmt.Fprintf(&b, "| %d | `%s` | %s | %s |\n", i+1, mdCell(c.Name), mdCell(c.Good), mdCell(c.Bad))
 	}
 	d := r.Design
-	fmt.Fprintf(&b, "\nEvery step is an experiment: good against good with some of the changes applied, %d sessions per arm and look, up to %d looks. "+
-		"A step **corrupts** when the two-sided Fisher exact test crosses its O'Brien-Fleming boundary at the step's alpha %.3g, and is **clean** when the exact upper bound "+
-		"of its excess over good (Clopper-Pearson, one-sided level %.3g per look) falls below the effect, %.1f points; with neither after every look it is **inconclusive**. "+
+	fmt.Fprintf(&b, "\nEvery step is an experiment: good against good with some of the changes applied, each look one launch of each side with %d sessions, up to %d looks. "+
+		"The launch is the unit: a step **corrupts** when the randomization test of the launches' corruption rates reaches the look's level (the step's alpha %.3g split over looks %d to %d, "+
+		"the first whose launches can reach it), and is **clean** when the upper bound of its excess over good (one-sided level %.3g per look, allowing launches to differ up to an intra-launch correlation of %.2g, or by their own spread where that is larger) "+
+		"falls below the effect, %.1f points; with neither after every look it is **inconclusive**. "+
 		"Each step errs with probability at most its alpha; the error budget %s is split over at most %d steps, so the whole search names a wrong culprit, or calls the bad "+
-		"configuration clean, with probability at most %s, provided every subset holding the culprit corrupts at least %.1f points more than good.\n\n",
-		bi.Sessions, d.Looks, d.Alpha, d.CleanLevel, 100*d.Effect, pct(bi.ErrorBudget), bi.MaxSteps, pct(bi.ErrorBudget), 100*d.Effect)
+		"configuration clean, with probability at most %s, provided every subset holding the culprit corrupts at least %.1f points more than good and launches of one configuration differ no more than the clean bound allows for.\n\n",
+		bi.Sessions, d.Looks, d.Alpha, d.FirstLook, d.Looks, d.CleanLevel, d.LaunchICC, 100*d.Effect, pct(bi.ErrorBudget), bi.MaxSteps, pct(bi.ErrorBudget), 100*d.Effect)
 
 	b.WriteString("## Search tree\n\n")
 	b.WriteString("Round by round: the search applies growing prefixes of the candidate changes (on top of the culprit found so far) until one more change makes the difference between clean and corrupting; that change belongs to the culprit, and the round ends by testing the culprit alone, the confirmation.\n\n")
@@ -492,7 +509,7 @@ func (r *BisectionReport) uncertain() []string {
 		case j.Why != "":
 			out = append(out, fmt.Sprintf("Step %d could not be judged: %s. `arbiter verdict %d` shows its launches.", s.Step, j.Why, j.Verdict.Experiment.ID))
 		default:
-			out = append(out, fmt.Sprintf("Step %d was inconclusive: %s. More sessions per look (workload.sessions) or more looks (search.looks) give a step more power; a step with an excess between 0 and the effect may never decide.", s.Step, j.Sentence()))
+			out = append(out, fmt.Sprintf("Step %d was inconclusive: %s. More looks (search.looks: launches a side) give a step more power, more sessions per launch (workload.sessions) less so; a step with an excess between 0 and the effect may never decide.", s.Step, j.Sentence()))
 		}
 	}
 	switch c.Status {
@@ -508,11 +525,13 @@ func (r *BisectionReport) uncertain() []string {
 			out = append(out, fmt.Sprintf("Other culprits: the revert check (step %d) was %s.", c.RevertStep, c.Revert))
 		}
 		if s := r.step(c.ConfirmedBy); s != nil && s.Judgement != nil && len(s.Judgement.Result.Looks) > 0 {
-			res := s.Judgement.Result
-			lc := res.Looks[len(res.Looks)-1].Counts
-			iv := stats.RepeatedInterval(lc, r.Design.Efficacy[len(res.Looks)-1])
-			out = append(out, fmt.Sprintf("How much it corrupts: the confirmation estimates the excess at %+.1f points, %s %+.1f to %+.1f (repeated interval at the look it stopped); the decision, not this estimate, is what the error budget covers.",
-				100*res.Difference, coreConfLabelPct(1-r.Design.Efficacy[len(res.Looks)-1].NominalP), 100*iv.Lo, 100*iv.Hi))
+			j := s.Judgement
+			conf := 1 - r.Design.Alpha
+			a, b := blockRates(j.Blocks[:len(j.Result.Looks)])
+			if t, err := stats.LaunchPermutation(a, b, conf); err == nil && !math.IsInf(t.CI.Lo, 0) && !math.IsInf(t.CI.Hi, 0) {
+				out = append(out, fmt.Sprintf("How much it corrupts: the confirmation's launches put the excess at %+.1f points, %s %+.1f to %+.1f (the launch test inverted at the step's alpha); the decision, not this estimate, is what the error budget covers.",
+					100*t.Difference, coreConfLabelPct(conf), 100*t.CI.Lo, 100*t.CI.Hi))
+			}
 		}
 		if clean := r.largestClean(); clean != nil {
 			out = append(out, fmt.Sprintf("Harmless, as far as tested: good with changes %s applied together was clean (step %d); each of those is shown harmless in that company, not in every combination.", numbers(clean.Applied), clean.Step))
@@ -530,8 +549,58 @@ func (r *BisectionReport) uncertain() []string {
 			out = append(out, fmt.Sprintf("The culprit's next member is among changes %s.", numbers(c.Candidates)))
 		}
 	}
+	if line := r.goodLaunchSpread(); line != "" {
+		out = append(out, line)
+	}
 	out = append(out, fmt.Sprintf("The model: every subset of the changes that holds the culprit corrupts at least %.1f points more than good, and every other subset no more than good. A change that only adds a little corruption, or that masks another, breaks it; a step called lower, or steps that contradict each other, are the signs.", 100*r.Design.Effect))
 	return out
+}
+
+// goodLaunchSpread checks the clean bound's assumption against the one configuration
+// every step launches: good. Its launches over all steps show how much launches of one
+// configuration differ on this engine and host.
+func (r *BisectionReport) goodLaunchSpread() string {
+	var clusters []stats.ClusterCounts
+	events := 0
+	for _, s := range r.Steps {
+		if s.Judgement == nil {
+			continue
+		}
+		for _, c := range s.Judgement.Blocks {
+			if c.SessionsA > 0 {
+				clusters = append(clusters, stats.ClusterCounts{Events: c.EventsA, Responses: c.SessionsA})
+				events += c.EventsA
+			}
+		}
+	}
+	d := r.Design
+	switch icc := stats.LaunchICC(clusters); {
+	case len(clusters) < 2:
+		return ""
+	case events == 0:
+		return fmt.Sprintf("Launches that differ: good's %d launches corrupted nothing, so they show no spread to check the clean bound's allowance (an intra-launch correlation of %.2g) against; an A/A experiment of the engine measures it.", len(clusters), d.LaunchICC)
+	case math.IsNaN(icc):
+		return ""
+	case icc > d.LaunchICC:
+		return fmt.Sprintf("Launches that differ: good's %d launches vary with an intra-launch correlation of %.2g, above the %.2g the clean bound allows for, so a step called clean may have missed a culprit more often than its alpha says: set search.launch_icc to %.2g and bisect again (`arbiter bisect --plan` shows what that costs).",
+			len(clusters), icc, d.LaunchICC, icc)
+	default:
+		return fmt.Sprintf("Launches that differ: good's %d launches vary with an intra-launch correlation of %.2g, within the %.2g the clean bound allows for.", len(clusters), icc, d.LaunchICC)
+	}
+}
+
+// blockRates are the good side's and the applied side's launch rates, one per block
+// that had sessions on that side.
+func blockRates(blocks []stats.LookCounts) (good, applied []float64) {
+	for _, c := range blocks {
+		if c.SessionsA > 0 {
+			good = append(good, float64(c.EventsA)/float64(c.SessionsA))
+		}
+		if c.SessionsB > 0 {
+			applied = append(applied, float64(c.EventsB)/float64(c.SessionsB))
+		}
+	}
+	return good, applied
 }
 
 func allIdx(n int) []int {
@@ -569,6 +638,7 @@ func (r *BisectionReport) Summary() map[string]any {
 		Good       []int  `json:"good,omitempty"`
 		With       []int  `json:"with_changes,omitempty"`
 		Sentence   string `json:"decision,omitempty"`
+		Launches   int    `json:"launches_per_side,omitempty"`
 	}
 	var steps []stepJSON
 	for _, s := range r.Steps {
@@ -579,13 +649,15 @@ func (r *BisectionReport) Summary() map[string]any {
 			a, g := j.Verdict.Arms[j.Applied], j.Verdict.Arms[j.Good]
 			sj.Good, sj.With = []int{g.Corrupted, g.Sessions}, []int{a.Corrupted, a.Sessions}
 			sj.Sentence = j.Sentence()
+			sj.Launches = len(j.Result.Looks)
 		}
 		steps = append(steps, sj)
 	}
 	out := map[string]any{
 		"bisection_id": r.Bisection.ID, "name": r.Bisection.Name, "status": r.Bisection.State(),
 		"changes": r.Changes, "steps": steps, "error_budget": r.Bisection.ErrorBudget, "effect": r.Bisection.Effect,
-		"step_alpha": r.Bisection.StepAlpha, "max_steps": r.Bisection.MaxSteps, "headline": r.Headline(),
+		"step_alpha": r.Bisection.StepAlpha, "max_steps": r.Bisection.MaxSteps, "looks": r.Design.Looks,
+		"launch_icc": r.Design.LaunchICC, "launches": r.Launches(), "headline": r.Headline(),
 	}
 	if c := r.Conclusion; c != nil {
 		out["conclusion"] = c.Status

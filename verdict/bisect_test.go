@@ -38,7 +38,10 @@ var exampleChanges = []store.BisectionChange{
 	{Kind: "flag", Name: "--enable-metrics", Label: "--enable-metrics: absent → set", Good: "absent", Bad: "set"},
 }
 
-const fixturePerLook = 40
+const (
+	fixturePerLook = 40
+	fixtureLooks   = 10
+)
 
 // recordBisection writes a bisection of the example's changes with the given steps and
 // conclusion into a fresh database, every step an experiment as the orchestrator records
@@ -54,13 +57,13 @@ func recordBisection(t *testing.T, steps []stepFixture, conclusion *store.Bisect
 	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	changes, _ := json.Marshal(exampleChanges)
 	bid, lease, err := s.StartBisection(ctx, store.Bisection{Name: "tuesday-release", SpecPath: "examples/bisect/tuesday-release.yaml",
-		Spec: "version: 1", Changes: string(changes), ErrorBudget: 0.05, Effect: 0.10, Looks: 3, MaxSteps: 9, StepAlpha: 0.05 / 9,
-		Sessions: fixturePerLook, Version: "test", Host: "h", Created: t0}, store.Owner{ID: "test", Host: "h", PID: 1})
+		Spec: "version: 1", Changes: string(changes), ErrorBudget: 0.05, Effect: 0.10, Looks: fixtureLooks, MaxSteps: 9, StepAlpha: 0.05 / 9,
+		LaunchICC: 0.05, Sessions: fixturePerLook, Version: "test", Host: "h", Created: t0}, store.Owner{ID: "test", Host: "h", PID: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	maxLoss := 0.1
-	design, _ := json.Marshal(store.Design{Blocks: 3, Looks: 3, Sessions: fixturePerLook, Rounds: 2, Concurrency: fixturePerLook, MaxLoss: &maxLoss,
+	design, _ := json.Marshal(store.Design{Blocks: fixtureLooks, Looks: fixtureLooks, Sessions: fixturePerLook, Rounds: 2, Concurrency: fixturePerLook, MaxLoss: &maxLoss,
 		Factors: []store.DesignFactor{{Name: "changes", Levels: []string{"good", "applied"}}}})
 	w := s.NewWriter(store.WriterOptions{})
 	for k, st := range steps {
@@ -106,7 +109,7 @@ func recordBisection(t *testing.T, steps []stepFixture, conclusion *store.Bisect
 			}
 		}
 		if st.outcome == stats.StepClean {
-			s.StopEarly(ctx, exp, "Stopped clean at look 2 of 3.")
+			s.StopEarly(ctx, exp, fmt.Sprintf("Stopped clean at look %d of %d.", len(st.blocks), fixtureLooks))
 		}
 		s.FinishExperiment(ctx, exp, store.ExperimentDone, "", t0.Add(time.Minute))
 		if err := s.SetBisectionStep(ctx, bid, n, exp, string(st.outcome)); err != nil {
@@ -131,17 +134,31 @@ func recordBisection(t *testing.T, steps []stepFixture, conclusion *store.Bisect
 	return db
 }
 
-// The pair's bisection as refserve runs it: eight steps, each stopping at its second look.
+// A corrupting step's launches: every launch of the applied side corrupts 7 or 9 of its
+// 40 sessions and good none, which the launch test shows at look 7, the first whose
+// launches can reach the step's level. A clean step's launches corrupt nothing, which
+// bounds the excess below the effect at look 6.
+var (
+	corruptBlocks = [][2]int{{0, 7}, {0, 9}, {0, 7}, {0, 9}, {0, 7}, {0, 9}, {0, 7}}
+	cleanBlocks   = [][2]int{{0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}}
+)
+
+// The pair's bisection as refserve runs it: eight steps, each stopping as soon as its
+// launches decide.
 var pairSteps = []stepFixture{
-	{"reproduce", []int{0, 1, 2, 3, 4, 5, 6, 7}, [][2]int{{0, 7}, {0, 9}}, 0, stats.StepCorrupts},
-	{"search", []int{0, 1, 2, 3}, [][2]int{{0, 0}, {0, 0}}, 0, stats.StepClean},
-	{"search", []int{0, 1, 2, 3, 4, 5}, [][2]int{{0, 7}, {0, 9}}, 0, stats.StepCorrupts},
-	{"search", []int{0, 1, 2, 3, 4}, [][2]int{{0, 0}, {0, 0}}, 0, stats.StepClean},
-	{"confirm", []int{5}, [][2]int{{0, 0}, {0, 0}}, 0, stats.StepClean},
-	{"search", []int{0, 1, 5}, [][2]int{{0, 7}, {0, 9}}, 0, stats.StepCorrupts},
-	{"search", []int{0, 5}, [][2]int{{0, 0}, {0, 0}}, 0, stats.StepClean},
-	{"confirm", []int{1, 5}, [][2]int{{0, 7}, {0, 9}}, 0, stats.StepCorrupts},
+	{"reproduce", []int{0, 1, 2, 3, 4, 5, 6, 7}, corruptBlocks, 0, stats.StepCorrupts},
+	{"search", []int{0, 1, 2, 3}, cleanBlocks, 0, stats.StepClean},
+	{"search", []int{0, 1, 2, 3, 4, 5}, corruptBlocks, 0, stats.StepCorrupts},
+	{"search", []int{0, 1, 2, 3, 4}, cleanBlocks, 0, stats.StepClean},
+	{"confirm", []int{5}, cleanBlocks, 0, stats.StepClean},
+	{"search", []int{0, 1, 5}, corruptBlocks, 0, stats.StepCorrupts},
+	{"search", []int{0, 5}, cleanBlocks, 0, stats.StepClean},
+	{"confirm", []int{1, 5}, corruptBlocks, 0, stats.StepCorrupts},
 }
+
+// An undecided step: the applied side's launches scatter between 0 and 3 of 40, too few
+// above good for the launch test and too many to bound the excess below the effect.
+var undecidedBlocks = [][2]int{{0, 2}, {0, 0}, {0, 3}, {0, 0}, {0, 2}, {0, 0}, {0, 3}, {0, 0}, {0, 2}, {0, 0}}
 
 func TestBisectionReportGolden(t *testing.T) {
 	db := recordBisection(t, pairSteps, &store.BisectionConclusion{Status: "culprit", Culprit: []int{1, 5}, ConfirmedBy: 8,
@@ -162,7 +179,7 @@ func TestBisectionReportGolden(t *testing.T) {
 	checkGolden(t, []byte(md.String()), filepath.Join("testdata", "bisect.golden.md"))
 	head := strings.Join(r.Headline(), " ")
 	for _, want := range []string{"The culprit is `BF16_INDEX_K: 0 → 1` and `--enable-hierarchical-cache: absent → set`, together: changes 2 and 6, neither of which corrupts without the other.",
-		"Confirmed by step 8", "8 steps, 1280 sessions", "at most 5.0%"} {
+		"Confirmed by step 8", "8 steps, 104 launches, 4160 sessions", "at most 5.0%"} {
 		if !strings.Contains(head, want) {
 			t.Errorf("headline %q does not say %q", head, want)
 		}
@@ -176,7 +193,7 @@ func TestBisectionReportGolden(t *testing.T) {
 func TestBisectionReportUncertainAndRunning(t *testing.T) {
 	steps := []stepFixture{
 		pairSteps[0], pairSteps[1],
-		{"search", []int{0, 1, 2, 3, 4, 5}, [][2]int{{0, 1}, {0, 1}, {0, 2}}, 0, stats.StepInconclusive},
+		{"search", []int{0, 1, 2, 3, 4, 5}, undecidedBlocks, 0, stats.StepInconclusive},
 	}
 	db := recordBisection(t, steps, &store.BisectionConclusion{Status: "uncertain", Candidates: []int{4, 5, 6, 7}, StoppedAt: 3,
 		Reason: "Step 3 (a search step) could not decide.", Steps: 3})
@@ -186,8 +203,8 @@ func TestBisectionReportUncertainAndRunning(t *testing.T) {
 	}
 	var md strings.Builder
 	r.Markdown(&md)
-	for _, want := range []string{"No culprit named: step 3 (a search step) could not decide. Step 3: inconclusive after all 3 looks", "Its next member is among changes 5-8.",
-		"Step 3 was inconclusive: inconclusive after all 3 looks: 4/120 against 0/120", "=> stopped: no culprit named"} {
+	for _, want := range []string{"No culprit named: step 3 (a search step) could not decide. Step 3: inconclusive after all 10 looks", "Its next member is among changes 5-8.",
+		"Step 3 was inconclusive: inconclusive after all 10 looks: 12/400 against 0/400 over 10 and 10 launches", "=> stopped: no culprit named"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("report does not say %q:\n%s", want, md.String())
 		}
@@ -204,16 +221,16 @@ func TestBisectionReportUncertainAndRunning(t *testing.T) {
 }
 
 func TestJudgeStep(t *testing.T) {
-	d, err := stats.NewStepDesign(3, 0.05/9, 0.10)
+	d, err := stats.NewStepDesign(fixtureLooks, 0.05/9, 0.10, 0.05)
 	if err != nil {
 		t.Fatal(err)
 	}
 	db := recordBisection(t, []stepFixture{
-		pairSteps[0], // corrupts at look 2
-		pairSteps[1], // clean at look 2
+		pairSteps[0], // corrupts at look 7
+		pairSteps[1], // clean at look 6
 		// Five sessions of the applied arm lost in each block: 12.5%, above max_loss.
 		{"search", []int{0, 1}, [][2]int{{0, 0}, {0, 0}}, 5, stats.StepInconclusive},
-		{"search", []int{0, 1}, [][2]int{{0, 1}, {0, 1}, {0, 2}}, 0, stats.StepInconclusive},
+		{"search", []int{0, 1}, undecidedBlocks, 0, stats.StepInconclusive},
 	}, nil)
 	for i, want := range []struct {
 		outcome stats.StepOutcome
@@ -226,8 +243,8 @@ func TestJudgeStep(t *testing.T) {
 		if j.Outcome != want.outcome || !strings.Contains(j.Why, want.why) || (want.why == "") != (j.Why == "") {
 			t.Errorf("step %d: %s (%s), want %s (%s)", i+1, j.Outcome, j.Why, want.outcome, want.why)
 		}
-		if len(j.Looks) != len(pairStepsBlocks(i)) {
-			t.Errorf("step %d: %d looks", i+1, len(j.Looks))
+		if len(j.Blocks) != len(pairStepsBlocks(i)) {
+			t.Errorf("step %d: %d looks", i+1, len(j.Blocks))
 		}
 	}
 	if _, err := JudgeStep(context.Background(), db, "no-such-step", d); err == nil {
@@ -236,5 +253,44 @@ func TestJudgeStep(t *testing.T) {
 }
 
 func pairStepsBlocks(i int) [][2]int {
-	return [][][2]int{pairSteps[0].blocks, pairSteps[1].blocks, {{}, {}}, {{}, {}, {}}}[i]
+	return [][][2]int{pairSteps[0].blocks, pairSteps[1].blocks, {{}, {}}, undecidedBlocks}[i]
+}
+
+// Good's launches, which every step runs, check the clean bound's allowance for launches
+// that differ: launches of good that scatter between 0 and 8 of 40 are flagged.
+func TestBisectionReportChecksHowMuchGoodsLaunchesDiffer(t *testing.T) {
+	scatter := [][2]int{{8, 8}, {0, 0}, {8, 8}, {0, 0}, {8, 8}, {0, 0}, {8, 8}, {0, 0}, {8, 8}, {0, 0}}
+	db := recordBisection(t, []stepFixture{{"reproduce", []int{0, 1, 2, 3, 4, 5, 6, 7}, scatter, 0, stats.StepInconclusive}},
+		&store.BisectionConclusion{Status: "uncertain", StoppedAt: 1, Reason: "Step 1 (the reproduction) could not decide.", Steps: 1})
+	r, err := BuildBisection(context.Background(), db, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var md strings.Builder
+	r.Markdown(&md)
+	if !strings.Contains(md.String(), "good's 10 launches vary with an intra-launch correlation of") ||
+		!strings.Contains(md.String(), "above the 0.05 the clean bound allows for") {
+		t.Errorf("report does not flag good's scattered launches:\n%s", md.String())
+	}
+}
+
+// A bisection recorded when steps decided on sessions (no launch_icc) is not judged again
+// by launch rules it did not run under: the refusal says so, and where its steps are.
+func TestBisectionRecordedOnSessionsIsNotRejudged(t *testing.T) {
+	db := recordBisection(t, pairSteps[:1], nil)
+	var path string
+	if err := db.Get(&path, `SELECT file FROM pragma_database_list WHERE name = 'main'`); err != nil {
+		t.Fatal(err)
+	}
+	rw, err := sqlx.Open("sqlite3", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rw.Close()
+	if _, err := rw.Exec(`UPDATE bisections SET launch_icc = NULL`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := BuildBisection(context.Background(), db, ""); err == nil || !strings.Contains(err.Error(), "decided on sessions") {
+		t.Fatalf("judged a bisection recorded on sessions: %v", err)
+	}
 }

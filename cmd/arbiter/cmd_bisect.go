@@ -419,7 +419,8 @@ func dash(s string) string {
 
 // planBisection checks a spec and says what its search will do, running nothing: the
 // changes, the step design, what one step decides at the effect, and a simulation of
-// whole bisections at a clean good and a culprit at the effect.
+// whole bisections at a clean good and a culprit at the effect, launches differing as
+// much as the design allows for.
 func planBisection(g *globals, path string, o bisectOptions) error {
 	spec, err := arms.LoadBisect(path)
 	if err != nil {
@@ -437,11 +438,15 @@ func planBisection(g *globals, path string, o bisectOptions) error {
 		}
 		rate = o.rate
 	}
-	atEffect, err := stats.StepOperatingExact(0, rate, n, d.Step)
+	// Steps and bisections are simulated with launches that differ as much as the
+	// design allows for: its clean bound's intra-launch correlation.
+	icc := d.Step.LaunchICC
+	reps := max(o.simulations, 1)
+	atEffect, err := stats.SimulateStep(0, rate, icc, n, d.Step, reps, 1)
 	if err != nil {
 		return err
 	}
-	clean, err := stats.StepOperatingExact(0, 0, n, d.Step)
+	clean, err := stats.SimulateStep(0, 0, icc, n, d.Step, reps, 2)
 	if err != nil {
 		return err
 	}
@@ -450,7 +455,7 @@ func planBisection(g *globals, path string, o bisectOptions) error {
 		sizes = append(sizes, 2)
 	}
 	sim, err := bisect.Simulate(bisect.SimOptions{Changes: len(spec.Changes), CulpritSizes: sizes, RateGood: 0, RateCulprit: rate,
-		SessionsPerLook: n, Design: d.Step, MaxSteps: d.MaxSteps, CheckRevert: spec.Search.CheckRevert, Reps: max(o.simulations, 1), Seed: 1})
+		SessionsPerLook: n, LaunchICC: icc, Design: d.Step, MaxSteps: d.MaxSteps, CheckRevert: spec.Search.CheckRevert, Reps: reps, Seed: 1})
 	if err != nil {
 		return err
 	}
@@ -461,11 +466,12 @@ func planBisection(g *globals, path string, o bisectOptions) error {
 		}
 		return json.NewEncoder(g.stdout).Encode(map[string]any{
 			"changes": changes, "max_steps": d.MaxSteps, "step_alpha": d.Step.Alpha, "looks": d.Step.Looks,
-			"sessions_per_look": n, "effect": d.Step.Effect, "rate": rate,
-			"step_at_effect":  map[string]float64{"corrupts": atEffect.Corrupts, "clean": atEffect.Clean, "inconclusive": atEffect.Inconclusive, "mean_sessions": atEffect.MeanSessions},
-			"step_when_clean": map[string]float64{"clean": clean.Clean, "corrupts": clean.Corrupts, "inconclusive": clean.Inconclusive, "mean_sessions": clean.MeanSessions},
+			"sessions_per_look": n, "effect": d.Step.Effect, "rate": rate, "launch_icc": icc, "first_look": d.Step.FirstLook,
+			"step_at_effect":  map[string]float64{"corrupts": atEffect.Corrupts, "clean": atEffect.Clean, "inconclusive": atEffect.Inconclusive, "mean_launches": atEffect.MeanLaunches, "mean_sessions": atEffect.MeanSessions},
+			"step_when_clean": map[string]float64{"clean": clean.Clean, "corrupts": clean.Corrupts, "inconclusive": clean.Inconclusive, "mean_launches": clean.MeanLaunches, "mean_sessions": clean.MeanSessions},
 			"simulation": map[string]any{"bisections": sim.Reps, "right": float64(sim.Right) / float64(sim.Reps), "wrong": sim.WrongRate(),
-				"uncertain": float64(sim.Uncertain) / float64(sim.Reps), "mean_steps": sim.MeanSteps, "most_steps": sim.MostSteps, "mean_sessions": sim.MeanSessions},
+				"uncertain": float64(sim.Uncertain) / float64(sim.Reps), "mean_steps": sim.MeanSteps, "most_steps": sim.MostSteps,
+				"mean_launches": sim.MeanLaunches, "mean_sessions": sim.MeanSessions},
 		})
 	}
 	w := g.stdout
@@ -475,16 +481,14 @@ func planBisection(g *globals, path string, o bisectOptions) error {
 	}
 	fmt.Fprintf(w, "search: at most %d steps (a culprit of one change takes at most %d, of two %d), each at alpha %.3g = error budget %g / %d\n",
 		d.MaxSteps, bisect.MaxSteps(len(spec.Changes), 1), bisect.MaxSteps(len(spec.Changes), 2), d.Step.Alpha, spec.Search.ErrorBudget, d.MaxSteps)
-	fmt.Fprintf(w, "a step: up to %d looks of %d sessions per arm; corrupts by Fisher's exact test at O'Brien-Fleming thresholds", d.Step.Looks, n)
-	for _, b := range d.Step.Efficacy {
-		fmt.Fprintf(w, " %.3g", b.NominalP)
-	}
-	fmt.Fprintf(w, ", clean when the excess is bounded below %.1f points (one-sided level %.3g per look)\n", 100*d.Step.Effect, d.Step.CleanLevel)
-	fmt.Fprintf(w, "a step holding the culprit, good at 0%% and the culprit at %.1f%%: corrupts %.3f, clean %.5f, inconclusive %.3f; %.0f sessions on average\n",
-		100*rate, atEffect.Corrupts, atEffect.Clean, atEffect.Inconclusive, atEffect.MeanSessions)
-	fmt.Fprintf(w, "a clean step, both at 0%%: clean %.3f, inconclusive %.3f; %.0f sessions on average\n", clean.Clean, clean.Inconclusive, clean.MeanSessions)
-	fmt.Fprintf(w, "%d simulated bisections (a culprit of %s changes at %.1f%%): right %.3f, wrong %.4f, uncertain %.3f; %.1f steps and %.0f sessions on average, at most %d steps\n",
-		sim.Reps, strings.Trim(strings.Join(strings.Fields(fmt.Sprint(sizes)), " or "), "[]"), 100*rate, float64(sim.Right)/float64(sim.Reps), sim.WrongRate(),
-		float64(sim.Uncertain)/float64(sim.Reps), sim.MeanSteps, sim.MeanSessions, sim.MostSteps)
+	fmt.Fprintf(w, "a step: up to %d looks, each one launch a side of %d sessions; corrupts when the launches' randomization test reaches %.3g (looks %d to %d: fewer launches cannot reach it), "+
+		"clean when the excess is bounded below %.1f points (one-sided level %.3g per look, launches differing up to ICC %.2g)\n",
+		d.Step.Looks, n, d.Step.Levels[d.Step.Looks-1], d.Step.FirstLook, d.Step.Looks, 100*d.Step.Effect, d.Step.CleanLevel, icc)
+	fmt.Fprintf(w, "a step holding the culprit, good at 0%% and the culprit at %.1f%%: corrupts %.3f, clean %.5f, inconclusive %.3f; %.1f launches a side on average\n",
+		100*rate, atEffect.Corrupts, atEffect.Clean, atEffect.Inconclusive, atEffect.MeanLaunches)
+	fmt.Fprintf(w, "a clean step, both at 0%%: clean %.3f, inconclusive %.3f; %.1f launches a side on average\n", clean.Clean, clean.Inconclusive, clean.MeanLaunches)
+	fmt.Fprintf(w, "%d simulated bisections (a culprit of %s changes at %.1f%%, launches at ICC %.2g): right %.3f, wrong %.4f, uncertain %.3f; %.1f steps and %.0f launches on average, at most %d steps\n",
+		sim.Reps, strings.Trim(strings.Join(strings.Fields(fmt.Sprint(sizes)), " or "), "[]"), 100*rate, icc, float64(sim.Right)/float64(sim.Reps), sim.WrongRate(),
+		float64(sim.Uncertain)/float64(sim.Reps), sim.MeanSteps, sim.MeanLaunches, sim.MostSteps)
 	return nil
 }

@@ -185,8 +185,16 @@ func TestBisectCLIRefusesBadInput(t *testing.T) {
 	os.WriteFile(good, []byte(singleCulpritSpec), 0o644)
 	code, out, errOut := runCLI(t, "bisect", "--plan", good, "--simulations", "200")
 	if code != 0 || !strings.Contains(out, "8 changes from good to bad") || !strings.Contains(out, "at most 9 steps (a culprit of one change takes at most 5, of two 9)") ||
-		!strings.Contains(out, "200 simulated bisections") {
+		!strings.Contains(out, "200 simulated bisections") || !strings.Contains(out, "each one launch a side of 40 sessions") {
 		t.Errorf("--plan exited %d:\n%s\n%s", code, out, errOut)
+	}
+	// Three launches a side cannot show a subset corrupting at a step's share of the
+	// budget: the spec is refused where it says so, with the looks it needs.
+	few := filepath.Join(dir, "few.yaml")
+	os.WriteFile(few, []byte(strings.Replace(singleCulpritSpec, "search: {effect: 0.10}", "search: {effect: 0.10, looks: 3}", 1)), 0o644)
+	if code, _, errOut := runCLI(t, "bisect", "--plan", few); code != exitUsage || !strings.Contains(errOut, "few.yaml:15:") ||
+		!strings.Contains(errOut, "search.looks: 3 launches a side cannot show a subset corrupting") || !strings.Contains(errOut, "needs at least 6 looks") {
+		t.Errorf("--plan of 3 looks exited %d: %s", code, errOut)
 	}
 }
 
