@@ -106,11 +106,12 @@ func execute(ctx context.Context, g *globals, spec *arms.Spec, resume int64, o r
 	if res.ExperimentID == 0 || errors.Is(runErr, store.ErrLeaseLost) {
 		return runErr
 	}
-	path, err := verdictPath(ctx, g, o, res.Name, res.ExperimentID)
+	// The verdict is written even after an interrupt, where it would be without one: it
+	// says what was recorded so far.
+	path, err := verdictPath(context.WithoutCancel(ctx), g, o, res.Name, res.ExperimentID)
 	if err != nil {
 		return errors.Join(runErr, err)
 	}
-	// The verdict is written even after an interrupt: it says what was recorded so far.
 	v, verr := writeVerdict(context.WithoutCancel(ctx), g.dbPath(), fmt.Sprint(res.ExperimentID), path, keep)
 	if verr != nil {
 		return errors.Join(runErr, verr)

@@ -612,6 +612,11 @@ func TestQuickstartWithInterTokenDelayResumesWithoutSpec(t *testing.T) {
 	if code := exitCodeOf(err); code != exitInterrupted {
 		t.Fatalf("interrupted run exited %d\n%s", code, log.text())
 	}
+	// Its verdict, of what was recorded before the interrupt, is where a finished run's
+	// would be: beside the database.
+	if got, _ := filepath.Glob(filepath.Join(dir, "verdicts", "bf16-index-k-decisive-*-1.md")); len(got) != 1 {
+		t.Fatalf("the interrupted run left verdicts %v beside its database\n%s", got, log.text())
+	}
 
 	ro, err := store.OpenReadOnly(db)
 	if err != nil {
