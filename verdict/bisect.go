@@ -127,6 +127,9 @@ type BisectionReport struct {
 	Steps     []StepReport
 	// Conclusion is nil while the search has not ended.
 	Conclusion *store.BisectionConclusion
+	// DB is the results database as the user named it, for the commands the report
+	// suggests (see Verdict.DB).
+	DB string
 }
 
 // StepReport is one step as the report shows it.
@@ -267,7 +270,8 @@ func (r *BisectionReport) Headline() []string {
 	b := r.Bisection
 	c := r.Conclusion
 	if c == nil {
-		return []string{fmt.Sprintf("Bisection %d (%s) is %s after %d steps; `arbiter bisect --resume %d` continues it.", b.ID, b.Name, b.State(), len(r.Steps), b.ID)}
+		return []string{fmt.Sprintf("Bisection %d (%s) is %s after %d steps; `%s` continues it.", b.ID, b.Name, b.State(), len(r.Steps),
+			Command(fmt.Sprintf("bisect --resume %d", b.ID), r.DB))}
 	}
 	var out []string
 	switch c.Status {
@@ -393,8 +397,8 @@ func (r *BisectionReport) Markdown(w io.Writer) error {
 			j := s.Judgement
 			a, g := j.Verdict.Arms[j.Applied], j.Verdict.Arms[j.Good]
 			fmt.Fprintf(&b, "\nStep %d (experiment %d) ran good with exactly these changes applied against good: %d of %d sessions corrupted against %d of %d. %s. "+
-				"`arbiter verdict %d` shows that experiment in full.\n\n",
-				s.Step, j.Verdict.Experiment.ID, a.Corrupted, a.Sessions, g.Corrupted, g.Sessions, capitalize(j.Sentence()), j.Verdict.Experiment.ID)
+				"`%s` shows that experiment in full.\n\n",
+				s.Step, j.Verdict.Experiment.ID, a.Corrupted, a.Sessions, g.Corrupted, g.Sessions, capitalize(j.Sentence()), Command(fmt.Sprintf("verdict %d", j.Verdict.Experiment.ID), r.DB))
 		}
 	}
 
@@ -507,7 +511,7 @@ func (r *BisectionReport) uncertain() []string {
 		switch j := s.Judgement; {
 		case j == nil || j.Outcome != stats.StepInconclusive:
 		case j.Why != "":
-			out = append(out, fmt.Sprintf("Step %d could not be judged: %s. `arbiter verdict %d` shows its launches.", s.Step, j.Why, j.Verdict.Experiment.ID))
+			out = append(out, fmt.Sprintf("Step %d could not be judged: %s. `%s` shows its launches.", s.Step, j.Why, Command(fmt.Sprintf("verdict %d", j.Verdict.Experiment.ID), r.DB)))
 		default:
 			out = append(out, fmt.Sprintf("Step %d was inconclusive: %s. More looks (search.looks: launches a side) give a step more power, more sessions per launch (workload.sessions) less so; a step with an excess between 0 and the effect may never decide.", s.Step, j.Sentence()))
 		}

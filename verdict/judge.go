@@ -343,7 +343,7 @@ func (v *Verdict) caveats() {
 	switch st := v.Experiment.State(); st {
 	case store.ExperimentDone:
 	case store.ExperimentAbandoned:
-		add(rankStatus, "The experiment is **abandoned**: the arbiter running it stopped renewing its lease (killed, or its machine went away); the counts cover only what was recorded before that. `arbiter resume %d` finishes it.", v.Experiment.ID)
+		add(rankStatus, "The experiment is **abandoned**: the arbiter running it stopped renewing its lease (killed, or its machine went away); the counts cover only what was recorded before that. `%s` finishes it.", Command(fmt.Sprintf("resume %d", v.Experiment.ID), v.DB))
 	default:
 		add(rankStatus, "The experiment is **%s**: the counts cover only what was recorded before it stopped.", st)
 	}

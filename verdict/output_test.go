@@ -3,6 +3,7 @@ package verdict
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -53,5 +54,16 @@ func TestCompleteKnowsACutVerdict(t *testing.T) {
 		if n < len(md) && Complete(md[:n], id) {
 			t.Errorf("cut at %d of %d bytes: complete", n, len(md))
 		}
+	}
+	// A verdict of a database the user named tells its commands to read that one, where
+	// experiment ids start from 1 again; it is as complete as any.
+	v.DB = "runs/it's here.db"
+	buf.Reset()
+	if err := v.Markdown(&buf); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("re-judge with `arbiter verdict %d --db 'runs/it'\\''s here.db'`.\n", id)
+	if !bytes.HasSuffix(buf.Bytes(), []byte(want)) || !Complete(buf.Bytes(), id) {
+		t.Errorf("footer of a named database, complete %v:\n%s", Complete(buf.Bytes(), id), buf.Bytes()[max(0, buf.Len()-300):])
 	}
 }

@@ -98,16 +98,45 @@ func (v *Verdict) WriteFiles(path string, keep outfile.Guard) error {
 	return keep.Write(path, buf.Bytes())
 }
 
+// Command is an arbiter command line the verdict suggests, naming its database: words
+// are what follows "arbiter", e.g. "verdict 3".
+func Command(words, db string) string {
+	if db == "" {
+		return "arbiter " + words
+	}
+	return "arbiter " + words + " --db " + shellWord(db)
+}
+
+// shellWord quotes s for a POSIX shell where it needs quoting.
+func shellWord(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:=@+,%", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
 // footer is a verdict's last line; Complete looks for it.
-func footer(id int64) string {
-	return fmt.Sprintf("\n---\nQuery the raw data with `arbiter query \"SELECT ... FROM turns WHERE experiment_id = %d\"`; re-judge with `arbiter verdict %d`.\n", id, id)
+func footer(id int64, db string) string {
+	return fmt.Sprintf("\n---\nQuery the raw data with `%s`; re-judge with `%s`.\n",
+		Command(fmt.Sprintf("query \"SELECT ... FROM turns WHERE experiment_id = %d\"", id), db), Command(fmt.Sprintf("verdict %d", id), db))
 }
 
 // Complete reports whether md is the whole markdown verdict of experiment id, as every
 // arbiter has written it: its title first, its footer last. A file cut short (an arbiter
 // killed while writing, a full disk) is not.
 func Complete(md []byte, id int64) bool {
-	return bytes.HasPrefix(md, []byte("# Verdict: ")) && bytes.HasSuffix(md, []byte(footer(id)))
+	i := bytes.LastIndex(md, []byte("\n---\n"))
+	if !bytes.HasPrefix(md, []byte("# Verdict: ")) || i < 0 {
+		return false
+	}
+	// The footer names the database as the run that wrote it was given it.
+	last := string(md[i:])
+	head := footer(id, "")
+	head = head[:strings.Index(head, "`;")]
+	return strings.HasPrefix(last, head) && strings.HasSuffix(last, "`.\n") && strings.Count(last, "\n") == 3 &&
+		strings.Contains(last, fmt.Sprintf("re-judge with `arbiter verdict %d", id))
 }
 
 // Markdown writes the verdict without charts (WriteFiles writes it with them).
@@ -291,7 +320,7 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 	for _, c := range v.Caveats {
 		fmt.Fprintf(b, "- %s\n", c)
 	}
-	b.WriteString(footer(e.ID))
+	b.WriteString(footer(e.ID, v.DB))
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -21,6 +21,10 @@ import (
 // Verdict is the judged experiment. Build makes one; Markdown and WriteFiles render it.
 type Verdict struct {
 	Experiment store.ExperimentRow
+	// DB is the results database as the user named it (--db); the commands a verdict
+	// suggests name it, so that they read this database and not the default one, where
+	// experiment ids start from 1 again. Empty: the default database, named by none.
+	DB string
 	Arms       []ArmResult
 	Baseline   int // index into Arms
 	Alpha      float64

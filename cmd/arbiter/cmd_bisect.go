@@ -186,7 +186,7 @@ func runBisection(ctx context.Context, g *globals, spec *arms.BisectSpec, resume
 		}
 	}
 	// The report is written after an interrupt too: it shows the steps recorded so far.
-	r, err := writeBisectionReport(context.WithoutCancel(ctx), g.dbPath(), fmt.Sprint(res.BisectionID), path, keep)
+	r, err := writeBisectionReport(context.WithoutCancel(ctx), g, fmt.Sprint(res.BisectionID), path, keep)
 	if err != nil {
 		return errors.Join(runErr, err)
 	}
@@ -242,8 +242,8 @@ func reportPath(ctx context.Context, g *globals, name string, id int64) (string,
 	return filepath.Join(filepath.Dir(g.dbPath()), "verdicts", fmt.Sprintf("%s-%s-b%d.md", name, store.ShortID(uuid), id)), nil
 }
 
-func writeBisectionReport(ctx context.Context, dbPath, ref, path string, keep outfile.Guard) (*verdict.BisectionReport, error) {
-	db, err := store.OpenReadOnly(dbPath)
+func writeBisectionReport(ctx context.Context, g *globals, ref, path string, keep outfile.Guard) (*verdict.BisectionReport, error) {
+	db, err := store.OpenReadOnly(g.dbPath())
 	if err != nil {
 		return nil, err
 	}
@@ -252,6 +252,7 @@ func writeBisectionReport(ctx context.Context, dbPath, ref, path string, keep ou
 	if err != nil {
 		return nil, err
 	}
+	r.DB = g.namedDB()
 	keep.Specs = append(keep.Specs, r.Bisection.SpecPath)
 	return r, r.WriteFile(path, keep)
 }
@@ -323,6 +324,7 @@ func bisectVerdict(ctx context.Context, g *globals, ref string, o bisectOptions)
 		}
 		return err
 	}
+	r.DB = g.namedDB()
 	switch {
 	case o.reportPath != "":
 		keep := outfile.Guard{Database: g.dbPath(), Specs: []string{r.Bisection.SpecPath}}

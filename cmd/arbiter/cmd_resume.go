@@ -130,14 +130,14 @@ func finishDone(ctx context.Context, g *globals, exp store.ExperimentRow, o runO
 	md, err := os.ReadFile(path)
 	switch {
 	case err == nil && verdict.Complete(md, exp.ID):
-		return withCode(exitUsage, fmt.Errorf("experiment %d is done and its verdict is at %s: %w (rebuild the verdict with arbiter verdict %d -o FILE)",
-			exp.ID, path, orchestrator.ErrNothingToResume, exp.ID))
+		return withCode(exitUsage, fmt.Errorf("experiment %d is done and its verdict is at %s: %w (rebuild the verdict with %s -o FILE)",
+			exp.ID, path, orchestrator.ErrNothingToResume, verdict.Command(fmt.Sprint("verdict ", exp.ID), g.namedDB())))
 	case err == nil:
 		was = fmt.Sprintf("incomplete (%d bytes)", len(md))
 	case !errors.Is(err, fs.ErrNotExist):
 		return err
 	}
-	v, err := writeVerdict(ctx, g.dbPath(), fmt.Sprint(exp.ID), path, keep)
+	v, err := writeVerdict(ctx, g, fmt.Sprint(exp.ID), path, keep)
 	if err != nil {
 		return err
 	}

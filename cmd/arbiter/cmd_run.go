@@ -112,7 +112,7 @@ func execute(ctx context.Context, g *globals, spec *arms.Spec, resume int64, o r
 	if err != nil {
 		return errors.Join(runErr, err)
 	}
-	v, verr := writeVerdict(context.WithoutCancel(ctx), g.dbPath(), fmt.Sprint(res.ExperimentID), path, keep)
+	v, verr := writeVerdict(context.WithoutCancel(ctx), g, fmt.Sprint(res.ExperimentID), path, keep)
 	if verr != nil {
 		return errors.Join(runErr, verr)
 	}
@@ -183,10 +183,10 @@ func checkOutput(keep outfile.Guard, paths ...string) error {
 	return nil
 }
 
-// writeVerdict builds the verdict of experiment ref from the database at dbPath and writes
+// writeVerdict builds the verdict of experiment ref from g's database and writes
 // it (markdown and charts) to path through keep, which also keeps the experiment's spec.
-func writeVerdict(ctx context.Context, dbPath, ref, path string, keep outfile.Guard) (*verdict.Verdict, error) {
-	db, err := store.OpenReadOnly(dbPath)
+func writeVerdict(ctx context.Context, g *globals, ref, path string, keep outfile.Guard) (*verdict.Verdict, error) {
+	db, err := store.OpenReadOnly(g.dbPath())
 	if err != nil {
 		return nil, err
 	}
@@ -195,6 +195,7 @@ func writeVerdict(ctx context.Context, dbPath, ref, path string, keep outfile.Gu
 	if err != nil {
 		return nil, err
 	}
+	v.DB = g.namedDB()
 	keep.Specs = append(keep.Specs, v.Experiment.SpecPath)
 	if err := v.WriteFiles(path, keep); err != nil {
 		return nil, err

@@ -110,7 +110,8 @@ func writeShow(w io.Writer, v *verdict.Verdict) error {
 		fmt.Fprint(w, wrap(line, "", 100))
 	}
 	if lines := v.Placement(); len(lines) > 0 {
-		fmt.Fprintf(w, "\nWhere the arms ran (arbiter query \"SELECT node, slot, gpus, instance, wave, workload_started_at, workload_ended_at FROM runs\"):\n%s\n",
+		fmt.Fprintf(w, "\nWhere the arms ran (%s):\n%s\n",
+			verdict.Command(fmt.Sprintf("query \"SELECT node, slot, gpus, instance, wave, workload_started_at, workload_ended_at FROM runs WHERE experiment_id = %d\"", e.ID), v.DB),
 			strings.Join(lines, "\n"))
 	}
 	return nil
@@ -159,5 +160,10 @@ func loadVerdict(cmd *cobra.Command, g *globals, args []string) (*verdict.Verdic
 		}
 		ref = fmt.Sprint(e.ID)
 	}
-	return verdict.Build(cmd.Context(), db, ref)
+	v, err := verdict.Build(cmd.Context(), db, ref)
+	if err != nil {
+		return nil, err
+	}
+	v.DB = g.namedDB()
+	return v, nil
 }

@@ -614,8 +614,13 @@ func TestQuickstartWithInterTokenDelayResumesWithoutSpec(t *testing.T) {
 	}
 	// Its verdict, of what was recorded before the interrupt, is where a finished run's
 	// would be: beside the database.
-	if got, _ := filepath.Glob(filepath.Join(dir, "verdicts", "bf16-index-k-decisive-*-1.md")); len(got) != 1 {
+	got, _ := filepath.Glob(filepath.Join(dir, "verdicts", "bf16-index-k-decisive-*-1.md"))
+	if len(got) != 1 {
 		t.Fatalf("the interrupted run left verdicts %v beside its database\n%s", got, log.text())
+	}
+	// Its commands read this database, not the default one.
+	if md, _ := os.ReadFile(got[0]); !strings.Contains(string(md), "re-judge with `arbiter verdict 1 --db "+db+"`") {
+		t.Errorf("the verdict's footer does not name its database %s:\n%s", db, md[max(0, len(md)-400):])
 	}
 
 	ro, err := store.OpenReadOnly(db)

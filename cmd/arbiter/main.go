@@ -89,6 +89,15 @@ func (g *globals) dbPath() string {
 	return "arbiter.db"
 }
 
+// namedDB is the results database as the user named it, for the commands arbiter
+// suggests: empty for the default ./arbiter.db, which they need not name.
+func (g *globals) namedDB() string {
+	if g.db == "" && os.Getenv("ARBITER_DB") == "" {
+		return ""
+	}
+	return g.dbPath()
+}
+
 // addDBFlag gives a command that reads or writes the results database its --db flag;
 // commands that use no database (validate, stats, classify, version) have none.
 func addDBFlag(cmd *cobra.Command, g *globals) *cobra.Command {
