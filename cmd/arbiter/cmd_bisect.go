@@ -160,8 +160,12 @@ func runBisection(ctx context.Context, g *globals, spec *arms.BisectSpec, resume
 	}
 	// Every step's launches get the same display as a run's: a step's engines take as
 	// long to start as any.
+	level, err := g.level(slog.LevelWarn)
+	if err != nil {
+		return err
+	}
 	progress := newProgress(g.stderr, g.json)
-	logger := slog.New(slog.NewTextHandler(progress.Writer(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logger := slog.New(slog.NewTextHandler(progress.Writer(), &slog.HandlerOptions{Level: level}))
 	opts := bisect.Options{Spec: spec, DBPath: g.dbPath(), LogDir: o.logDir, Logger: logger, Resume: resume, Runs: progress}
 	if !g.json {
 		opts.Progress = stepLines{progress.Writer()}

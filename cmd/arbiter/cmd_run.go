@@ -89,14 +89,21 @@ func execute(ctx context.Context, g *globals, spec *arms.Spec, resume int64, o r
 			return err
 		}
 	}
-	progress := newProgress(g.stderr, g.json)
-	// Logs go through the display's writer, which keeps its lines and theirs whole.
-	logger := slog.New(slog.NewTextHandler(progress.Writer(), &slog.HandlerOptions{Level: slog.LevelInfo}))
-	opts := orchestrator.Options{Spec: spec, DBPath: g.dbPath(), LogDir: o.logDir, Logger: logger, Resume: resume, Progress: progress}
-	if progress.bars != nil {
-		// Bars own the terminal: only warnings get through, written above the bars.
-		opts.Logger = slog.New(slog.NewTextHandler(progress.Writer(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	level, err := g.level(slog.LevelInfo)
+	if err != nil {
+		return err
 	}
+	progress := newProgress(g.stderr, g.json)
+	if progress.bars != nil {
+		// Bars own the terminal: unless asked otherwise, only warnings get through,
+		// written above the bars.
+		if level, err = g.level(slog.LevelWarn); err != nil {
+			return err
+		}
+	}
+	// Logs go through the display's writer, which keeps its lines and theirs whole.
+	logger := slog.New(slog.NewTextHandler(progress.Writer(), &slog.HandlerOptions{Level: level}))
+	opts := orchestrator.Options{Spec: spec, DBPath: g.dbPath(), LogDir: o.logDir, Logger: logger, Resume: resume, Progress: progress}
 	res, runErr := orchestrator.Run(ctx, opts)
 	progress.Wait()
 	if errors.Is(runErr, store.ErrNotArbiterDatabase) {

@@ -196,10 +196,19 @@ arms:
 workload: {kind: toolcall-agent, sessions: 4, rounds: 1, concurrency: 4, seed: 3, temperature: 0}
 timeouts: {startup: 60s, request: 60s, stall: 30s}
 `), 0o644)
-	cmd := exec.Command(arbiter, "run", spec, "--db", db)
+	// --log-level warn leaves the progress lines, without the log's info lines that
+	// repeat them.
+	cmd := exec.Command(arbiter, "run", spec, "--db", db, "--log-level", "warn")
 	cmd.Env = append(os.Environ(), "PATH="+buildRefserve(t)+string(os.PathListSeparator)+os.Getenv("PATH"))
-	if out, err := cmd.CombinedOutput(); err != nil {
+	out, err := cmd.CombinedOutput()
+	if err != nil {
 		t.Fatalf("run: %v\n%s", err, out)
+	}
+	if strings.Contains(string(out), "level=INFO") || !strings.Contains(string(out), "engine ready") {
+		t.Errorf("run --log-level warn wrote:\n%s", out)
+	}
+	if code, _, stderr := runCLI(t, "run", spec, "--db", db, "--log-level", "loud"); code != exitUsage || !strings.Contains(stderr, "want debug, info, warn or error") {
+		t.Errorf("--log-level loud: exit %d, %s", code, stderr)
 	}
 	ro, err := store.OpenReadOnly(db)
 	if err != nil {
@@ -210,7 +219,7 @@ timeouts: {startup: 60s, request: 60s, stall: 30s}
 	if err := ro.Get(&stored, `SELECT arbiter_version FROM experiments WHERE id = 1`); err != nil || stored != v {
 		t.Errorf("stored version %q (%v); want %s", stored, err, v)
 	}
-	out, err := exec.Command(arbiter, "show", "--db", db).Output()
+	out, err = exec.Command(arbiter, "show", "--db", db).Output()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,10 +3,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/arbiterlab/arbiter/internal/outfile"
 	"github.com/arbiterlab/arbiter/internal/version"
@@ -76,6 +79,21 @@ type globals struct {
 	stdout, stderr io.Writer
 	db             string // --db flag; see dbPath
 	json           bool   // --json
+	logLevel       string // --log-level; see level
+}
+
+// level is the level of the log lines a command writes: --log-level where given, else
+// the command's own default (info for run, whose progress lines say what its log says
+// in other words, warn where a display owns the terminal).
+func (g *globals) level(def slog.Level) (slog.Level, error) {
+	if g.logLevel == "" {
+		return def, nil
+	}
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(g.logLevel)); err != nil {
+		return 0, withCode(exitUsage, fmt.Errorf("--log-level %q: want debug, info, warn or error", g.logLevel))
+	}
+	return l, nil
 }
 
 // dbPath resolves the database: --db, else $ARBITER_DB, else ./arbiter.db.
@@ -140,6 +158,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	// An error can quote an engine (its answer, its log): nothing in it may drive the terminal.
 	fmt.Fprintln(stderr, "arbiter:", terminalSafe(err.Error()))
+	code := exitCodeFor(ctx, err)
+	if g.json {
+		// A script that asked for JSON reads JSON on stdout, failures included.
+		json.NewEncoder(stdout).Encode(map[string]any{"error": err.Error(), "exit_code": code})
+	}
+	return code
+}
+
+// exitCodeFor maps a command's error to the CLI contract's exit code.
+func exitCodeFor(ctx context.Context, err error) int {
 	var ce *exitCodeError
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -177,7 +205,8 @@ func newRoot(g *globals) *cobra.Command {
 	root.SetOut(g.stdout)
 	root.SetErr(g.stderr)
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print results as JSON")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &flagError{err} })
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "", "log lines on stderr from this level up: debug, info, warn or error (default: info for run and resume, warn for bisect and under progress bars)")
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return &flagError{withFlagSuggestion(cmd, err)} })
 	for _, newCmd := range subcommands {
 		root.AddCommand(newCmd(g))
 	}
@@ -190,7 +219,7 @@ func markArgErrors(c *cobra.Command) {
 	if orig := c.Args; orig != nil {
 		c.Args = func(cmd *cobra.Command, args []string) error {
 			if err := orig(cmd, args); err != nil {
-				return &flagError{err}
+				return &flagError{fmt.Errorf("%w; usage: %s (%s --help says more)", err, cmd.UseLine(), cmd.CommandPath())}
 			}
 			return nil
 		}
@@ -198,6 +227,52 @@ func markArgErrors(c *cobra.Command) {
 	for _, sub := range c.Commands() {
 		markArgErrors(sub)
 	}
+}
+
+// withFlagSuggestion adds the nearest flag the command knows to an unknown flag's error:
+// "unknown flag: --dbb; did you mean --db?".
+func withFlagSuggestion(cmd *cobra.Command, err error) error {
+	name, ok := strings.CutPrefix(err.Error(), "unknown flag: --")
+	if !ok {
+		return err
+	}
+	name, _, _ = strings.Cut(name, "=")
+	best, bestDist := "", 3 // farther than two edits is no suggestion
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if d := editDistance(name, f.Name); d < bestDist {
+			best, bestDist = f.Name, d
+		}
+	})
+	cmd.InheritedFlags().VisitAll(func(f *pflag.Flag) {
+		if d := editDistance(name, f.Name); d < bestDist {
+			best, bestDist = f.Name, d
+		}
+	})
+	if best == "" {
+		return fmt.Errorf("%w (%s --help lists the flags)", err, cmd.CommandPath())
+	}
+	return fmt.Errorf("%w; did you mean --%s?", err, best)
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 // isUsageError reports whether cobra rejected the command line itself.

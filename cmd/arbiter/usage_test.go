@@ -1,10 +1,13 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/arbiterlab/arbiter/store"
 )
 
 // A word a command does not know is bad usage with a suggestion, never help with exit 0;
@@ -23,6 +26,37 @@ func TestUsageMistakesAreRefused(t *testing.T) {
 		if code != exitUsage || !strings.Contains(stderr, "an experiment's id is a positive number") {
 			t.Errorf("gc --experiment %s: exit %d, %s", bad, code, stderr)
 		}
+	}
+}
+
+// A missing argument says how the command is used, a mistyped flag the flag meant, and
+// a failure asked for in JSON answers in JSON on stdout.
+func TestUsageErrorsSayWhatWasMeant(t *testing.T) {
+	if code, _, stderr := runCLI(t, "run"); code != exitUsage || !strings.Contains(stderr, "usage: arbiter run SPEC [flags] (arbiter run --help says more)") {
+		t.Errorf("run without a spec: exit %d, %s", code, stderr)
+	}
+	db := filepath.Join(t.TempDir(), "r.db")
+	if code, _, stderr := runCLI(t, "ls", "--dbb", db); code != exitUsage || !strings.Contains(stderr, "unknown flag: --dbb; did you mean --db?") {
+		t.Errorf("ls --dbb: exit %d, %s", code, stderr)
+	}
+	if code, _, stderr := runCLI(t, "ls", "--formt", "csv"); code != exitUsage || !strings.Contains(stderr, "did you mean --format?") {
+		t.Errorf("ls --formt: exit %d, %s", code, stderr)
+	}
+	if code, _, stderr := runCLI(t, "ls", "--zzzzzz"); code != exitUsage || strings.Contains(stderr, "did you mean") || !strings.Contains(stderr, "arbiter ls --help lists the flags") {
+		t.Errorf("ls --zzzzzz: exit %d, %s", code, stderr)
+	}
+	st, err := store.Open(db, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	code, stdout, stderr := runCLI(t, "show", "99", "--json", "--db", db)
+	var out struct {
+		Error    string `json:"error"`
+		ExitCode int    `json:"exit_code"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil || code != exitNotFound || out.ExitCode != exitNotFound || !strings.Contains(out.Error, `experiment "99": not found`) {
+		t.Errorf("show 99 --json: exit %d, stdout %q (%v), stderr %s", code, stdout, err, stderr)
 	}
 }
 
