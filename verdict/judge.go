@@ -864,6 +864,18 @@ func (v *Verdict) multiEvidence(mark string) string {
 // the same as the verdict's: "higher (launch p = 0.029 ≤ 0.03)", "not attributable (1
 // launch per arm; 4 can test it)", "inconclusive", or "–" without a comparison.
 func (v *Verdict) DecisionWords(i int) string {
+	// A wedge experiment asks whether arms wedge: its decision is that claim's, not the
+	// corruption comparison's, which an arm that wedged leaves inconclusive.
+	if w := v.wedgeClaim(i); w != nil {
+		switch {
+		case !w.Testable:
+			n := min(w.LaunchesArm, w.LaunchesBase)
+			return fmt.Sprintf("wedges: not attributable (%d launch%s per arm; %d can test it)", n, pluralEs(n), w.Needed)
+		case w.Claimed:
+			return fmt.Sprintf("wedges %s (launch p = %s ≤ %s)", w.Decision, FormatP(w.P), FormatP(w.Level))
+		}
+		return fmt.Sprintf("wedges: no difference shown (launch p = %s > %s)", FormatP(w.P), FormatP(w.Level))
+	}
 	c := v.Arms[i].Compare
 	if c == nil {
 		return "–"
@@ -877,6 +889,53 @@ func (v *Verdict) DecisionWords(i int) string {
 		return fmt.Sprintf("not attributable (%d launch%s per arm; %d can test it)", n, pluralEs(n), lc.Needed)
 	}
 	return d + " (" + v.shortP(c) + ")"
+}
+
+// wedgePrimary reports whether wedged launches are the verdict's primary outcome: an
+// abort-cascade experiment.
+func (v *Verdict) wedgePrimary() bool {
+	return v.Claims != nil && v.Claims.Primary == OutcomeWedge
+}
+
+// wedgeClaim is arm i's claim on wedged launches against the baseline in a verdict whose
+// primary outcome they are; nil otherwise, or for the baseline.
+func (v *Verdict) wedgeClaim(i int) *LaunchClaim {
+	if !v.wedgePrimary() || i == v.Baseline {
+		return nil
+	}
+	for _, c := range v.Claims.Claims {
+		if c.Outcome == OutcomeWedge && c.Arm == v.Arms[i].Name && c.Against == v.Arms[v.Baseline].Name && c.Group == "" {
+			return c
+		}
+	}
+	return nil
+}
+
+// wedgeGate is --fail-on regression (or difference) for a wedge experiment: an arm that
+// wedges more than the baseline fails it, or (without --allow-inconclusive) one that
+// wedged more in launches too few to tell; so does an arm shown to corrupt more. An arm
+// whose corruption is inconclusive because the baseline wedged does not: the question
+// was wedging, and the baseline wedging is no regression of the arm.
+func (v *Verdict) wedgeGate(name string, o GateOptions) (bool, string) {
+	base := v.Arms[v.Baseline].Name
+	for i, a := range v.Arms {
+		w := v.wedgeClaim(i)
+		if w == nil {
+			continue
+		}
+		bad := w.Estimate > 0 || (name == "difference" && w.Estimate != 0)
+		switch {
+		case w.Claimed && bad:
+			return true, fmt.Sprintf("%s wedged more often than %s (%+.0f points of their launches), launch p = %s ≤ %s.", a.Name, base, 100*w.Estimate, FormatP(w.P), FormatP(w.Level))
+		case !w.Testable && bad && !o.AllowInconclusive:
+			return true, fmt.Sprintf("%s wedged more often than %s (%+.0f points of their launches), in too few launches to tell (%d per arm; %d can test it); --allow-inconclusive lets it pass",
+				a.Name, base, 100*w.Estimate, min(w.LaunchesArm, w.LaunchesBase), w.Needed)
+		}
+		if c := a.Compare; c != nil && !c.Inconclusive && c.Significant && (name == "difference" || c.Direction == "higher") {
+			return true, v.evidence(a, "") + " " + v.decisionSentence(a, "")
+		}
+	}
+	return false, ""
 }
 
 // shortP is the p that decided a comparison, with its level: "launch p = 0.003 ≤
@@ -1018,7 +1077,7 @@ func (v *Verdict) niSentence(ni NIView, mark string) string {
 // Summary is the verdict's machine-readable form (`--json`).
 func (v *Verdict) Summary() map[string]any {
 	arms := []map[string]any{}
-	for _, a := range v.Arms {
+	for i, a := range v.Arms {
 		m := map[string]any{"name": a.Name, "pins": a.Pins, "sessions": a.Sessions, "planned": a.Planned, "lost": a.Lost,
 			"corrupted_then_lost": a.CorruptedThenLost, "corrupted": a.Corrupted, "rate": nanNil(a.Rate),
 			"wilson95":          []any{nanNil(a.Wilson.Lo), nanNil(a.Wilson.Hi)},
@@ -1042,6 +1101,18 @@ func (v *Verdict) Summary() map[string]any {
 					"sessions": t.Sessions, "side": t.Side, "to": t.To}
 			}
 			m["vs_baseline"] = cm
+		}
+		if w := v.wedgeClaim(i); w != nil {
+			// The decision of a wedge experiment, as show and the headline say it.
+			decision := "none"
+			switch {
+			case !w.Testable:
+				decision = "not attributable"
+			case w.Claimed:
+				decision = w.Decision
+			}
+			m["wedges_vs_baseline"] = map[string]any{"decision": decision, "difference": w.Estimate, "launch_p": nanNil(w.P),
+				"level": w.Level, "launches": []int{w.LaunchesArm, w.LaunchesBase}}
 		}
 		arms = append(arms, m)
 	}
@@ -1131,6 +1202,9 @@ func (v *Verdict) GateWith(name string, o GateOptions) (bool, string) {
 	}
 	switch name {
 	case "regression", "difference":
+		if v.wedgePrimary() {
+			return v.wedgeGate(name, o)
+		}
 		for _, a := range v.Arms {
 			if c := a.Compare; c != nil && !c.Inconclusive && c.Significant && (name == "difference" || c.Direction == "higher") {
 				return true, v.evidence(a, "") + " " + v.decisionSentence(a, "")

@@ -299,6 +299,30 @@ func TestDeadlockHeadlineSaysWhichArmWedgedWithTheExactTestOnLaunches(t *testing
 	if v.Arms[0].Compare != nil || v.Arms[1].Compare == nil || !v.Arms[1].Compare.Inconclusive {
 		t.Errorf("corruption comparison: %+v", v.Arms[1].Compare)
 	}
+	// One decision, said alike everywhere: show's column and the JSON give the wedge
+	// decision the headline gives, and the regression gate, whose question is wedging,
+	// passes an arm whose only fault is the baseline's wedging.
+	if got := v.DecisionWords(1); got != "wedges lower (launch p = 0.029 ≤ 0.030)" {
+		t.Errorf("show's decision for overlap-off: %q", got)
+	}
+	arms := v.Summary()["arms"].([]map[string]any)
+	if w, ok := arms[1]["wedges_vs_baseline"].(map[string]any); !ok || w["decision"] != "lower" {
+		t.Errorf("JSON wedge decision: %v", arms[1]["wedges_vs_baseline"])
+	}
+	if fail, why := v.Gate("regression"); fail {
+		t.Errorf("the regression gate fails the arm that did not wedge: %s", why)
+	}
+	// The same launches with the arms' roles swapped: the arm that wedges is the
+	// regression.
+	swapped := buildOutcomes(t, "deadlock")
+	for _, c := range swapped.Claims.Claims {
+		if c.Outcome == OutcomeWedge {
+			c.Estimate, c.Decision = -c.Estimate, "higher"
+		}
+	}
+	if fail, why := swapped.Gate("regression"); !fail || !strings.Contains(why, "overlap-off wedged more often than overlap-on") {
+		t.Errorf("the regression gate on an arm that wedges more: %v %q", fail, why)
+	}
 }
 
 func TestAbortWedgeVerdictSaysNonInferior(t *testing.T) {
