@@ -24,14 +24,14 @@ type Verdict struct {
 	// DB is the results database as the user named it (--db); the commands a verdict
 	// suggests name it, so that they read this database and not the default one, where
 	// experiment ids start from 1 again. Empty: the default database, named by none.
-	DB string
-	Arms       []ArmResult
-	Baseline   int // index into Arms
-	Alpha      float64
-	Unit       string
-	Runs       []RunFact
-	Rounds     []RoundRow
-	Detectors  []DetectorRow
+	DB        string
+	Arms      []ArmResult
+	Baseline  int // index into Arms
+	Alpha     float64
+	Unit      string
+	Runs      []RunFact
+	Rounds    []RoundRow
+	Detectors []DetectorRow
 	// Divergence is, per non-baseline arm, how its outputs departed from the baseline's
 	// at temperature 0; empty when the divergence pass did not run.
 	Divergence []DivergenceRow
