@@ -23,8 +23,9 @@ import (
 // Listed, it also labels turns (detector "divergence"): a diverging session is corrupted
 // at its first diverging turn, the turns and sessions flags follow, and every other turn
 // compared (the baseline's, an arm's before and after its divergence) gets a clean label.
-// Sessions the baseline lacks, and turns after a failed request on either side, are not
-// compared.
+// Sessions the baseline lacks, turns from a failed or aborted request on (either side),
+// and sessions with no turn left to compare, are not compared; the verdict counts them
+// beside.
 //
 // The pass runs at temperature 0 only, and not when the experiment was interrupted
 // (resume runs it). It runs after the last block, so the looks of a sequential design do
@@ -67,6 +68,11 @@ func (e *experiment) labelDivergence(ctx context.Context) error {
 			}
 			baseOut := comparable(baseTurns)
 			n := min(len(armOut), len(baseOut))
+			if n == 0 {
+				// Aborted on purpose, cut off or failed before either side completed a
+				// turn: nothing the two engines answered alike can be compared.
+				continue
+			}
 			d, differs := detectors.FirstDivergence(baseOut, armOut)
 			row := store.SessionDivergence{RunID: armTurns[0].RunID, Session: idx, BaselineRunID: baseTurns[0].RunID, Compared: n}
 			if differs {
@@ -104,12 +110,14 @@ func (e *experiment) labelDivergence(ctx context.Context) error {
 }
 
 // comparable turns a session's stored turns into the outputs FirstDivergence compares,
-// up to the first turn whose request failed: what follows a failure is not the engine's
-// answer to the same conversation.
+// up to the first turn whose request failed or was aborted: what follows a failure is
+// not the engine's answer to the same conversation, and a reply aborted mid-stream (an
+// abort cascade's, on purpose) stops wherever the abort caught it, which differs from
+// arm to arm without the engines differing.
 func comparable(turns []store.OutputTurn) []detectors.TurnOutput {
 	out := make([]detectors.TurnOutput, 0, len(turns))
 	for i, t := range turns {
-		if t.Index != i || t.Error.Valid || t.StatusCode != 200 {
+		if t.Index != i || t.Error.Valid || t.StatusCode != 200 || t.FinishReason == "abort" {
 			break
 		}
 		o := detectors.TurnOutput{Content: t.Content, FinishReason: t.FinishReason}

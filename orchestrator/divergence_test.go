@@ -28,6 +28,12 @@ type scriptedEngine struct {
 }
 
 func newScriptedEngine(t *testing.T, answer func(session int) string) *scriptedEngine {
+	return newScriptedEngineEnding(t, answer, func(int) string { return "stop" })
+}
+
+// newScriptedEngineEnding is newScriptedEngine whose streamed replies end with the
+// finish reason finish gives the session ("abort" for a reply cut by an abort).
+func newScriptedEngineEnding(t *testing.T, answer, finish func(session int) string) *scriptedEngine {
 	e := &scriptedEngine{done: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(http.ResponseWriter, *http.Request) {})
@@ -48,7 +54,7 @@ func newScriptedEngine(t *testing.T, answer func(session int) string) *scriptedE
 			return
 		}
 		w.Header().Set("Content-Type", "text/event-stream")
-		fmt.Fprintf(w, "data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":%s},\"finish_reason\":\"stop\"}]}\n\n", words)
+		fmt.Fprintf(w, "data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":%s},\"finish_reason\":%q}]}\n\n", words, finish(session))
 		io.WriteString(w, "data: [DONE]\n\n")
 	})
 	e.srv = httptest.NewServer(mux)
@@ -151,6 +157,49 @@ func TestDivergenceIsRecordedAndCountsOnlyWhenListed(t *testing.T) {
 				t.Errorf("counted pass: %d labels (want one per turn, 24), %d flagged (want 2)", labels, flagged)
 			}
 		})
+	}
+}
+
+// Replies aborted mid-stream stop wherever the abort caught them, which differs between
+// arms without the engines differing: a session whose replies were aborted is not
+// compared, and counts beside; the sessions that were compared diverge as before.
+func TestAbortedRepliesAreNotComparedButCountedBeside(t *testing.T) {
+	spec := testSpec(t, "")
+	db := filepath.Join(t.TempDir(), "a.db")
+	aborting := runtimeFunc(func(_ context.Context, l runtime.Launch) (runtime.Instance, error) {
+		arm := strings.Split(l.Name, "-")[1]
+		answer := func(session int) string {
+			switch {
+			case session%4 == 1 && arm == "treatment":
+				return "All do" // cut at another token than control's
+			case session%4 == 1:
+				return "All done, as"
+			case arm == "treatment" && session%3 == 0:
+				return "All done, but differently."
+			}
+			return "All done, as planned."
+		}
+		finish := func(session int) string {
+			if session%4 == 1 {
+				return "abort"
+			}
+			return "stop"
+		}
+		return newScriptedEngineEnding(t, answer, finish), nil
+	})
+	res, err := Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quietLogger(), Runtime: aborting})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro, err := store.OpenReadOnly(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	counts, err := store.DivergenceCounts(context.Background(), ro, res.ExperimentID)
+	// Six sessions: 1 and 5 aborted, 0 and 3 diverging.
+	if err != nil || len(counts) != 1 || counts[0].Sessions != 6 || counts[0].Compared != 4 || counts[0].Diverged != 2 {
+		t.Fatalf("divergence counts %+v (%v), want 4 of 6 sessions compared, 2 diverged", counts, err)
 	}
 }
 

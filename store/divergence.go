@@ -144,6 +144,10 @@ type DivergenceCount struct {
 	ArmID    int64 `db:"arm_id"`
 	Compared int   `db:"compared"`
 	Diverged int   `db:"diverged"`
+	// Sessions are the arm's sessions with any turn recorded: those not compared (aborted
+	// on purpose, cut off or failed before a turn both sides completed, or without a
+	// baseline session) are Sessions − Compared.
+	Sessions int `db:"sessions"`
 }
 
 // DivergenceCounts counts compared and diverged sessions per non-baseline arm, over the
@@ -151,7 +155,9 @@ type DivergenceCount struct {
 // recorded before schema version 5) has none.
 func DivergenceCounts(ctx context.Context, db *sqlx.DB, experimentID int64) ([]DivergenceCount, error) {
 	var out []DivergenceCount
-	err := db.SelectContext(ctx, &out, `SELECT r.arm_id, count(*) AS compared, count(d.turn_index) AS diverged
+	err := db.SelectContext(ctx, &out, `SELECT r.arm_id, count(*) AS compared, count(d.turn_index) AS diverged,
+			(SELECT count(*) FROM (SELECT DISTINCT t.run_id, t.session_index FROM turns t JOIN runs r2 ON r2.id = t.run_id
+				WHERE t.experiment_id = d.experiment_id AND t.arm_id = r.arm_id AND r2.superseded_by IS NULL)) AS sessions
 		FROM divergences d JOIN runs r ON r.id = d.run_id
 		WHERE d.experiment_id = ? AND r.superseded_by IS NULL
 		GROUP BY r.arm_id ORDER BY r.arm_id`, experimentID)

@@ -17,6 +17,9 @@ type DivergenceRow struct {
 	Arm      string
 	Compared int // sessions compared with the baseline's
 	Diverged int // of which departed from it
+	// NotCompared are the arm's sessions left out: aborted on purpose, cut off or failed
+	// before a turn both sides completed, or without a baseline session.
+	NotCompared int
 	// Example says where the first diverging session departed, and how.
 	Example string
 }
@@ -49,7 +52,8 @@ func (v *Verdict) loadDivergence(ctx context.Context, db *sqlx.DB, index map[int
 		if !ok {
 			continue
 		}
-		v.Divergence = append(v.Divergence, DivergenceRow{Arm: v.Arms[i].Name, Compared: c.Compared, Diverged: c.Diverged, Example: examples[i]})
+		v.Divergence = append(v.Divergence, DivergenceRow{Arm: v.Arms[i].Name, Compared: c.Compared, Diverged: c.Diverged,
+			NotCompared: max(c.Sessions-c.Compared, 0), Example: examples[i]})
 	}
 	return nil
 }
@@ -79,8 +83,9 @@ func (v *Verdict) divergenceSection(b *strings.Builder) {
 	} else {
 		fmt.Fprintf(b, "This is informational: an arm that changes numerics may diverge without being wrong, so divergence counts as corruption only when the spec lists the `divergence` detector.\n\n")
 	}
-	fmt.Fprintf(b, "| arm | sessions compared | diverged | first divergence |\n|---|---:|---:|---|\n")
+	fmt.Fprintf(b, "Only what the workload made comparable is compared: a reply aborted on purpose (an abort cascade's), cut off or failed, and what follows it in its session, is left out, and a session left with no turn to compare is counted beside.\n\n")
+	fmt.Fprintf(b, "| arm | sessions compared | diverged | not compared | first divergence |\n|---|---:|---:|---:|---|\n")
 	for _, d := range v.Divergence {
-		fmt.Fprintf(b, "| %s | %d | %d (%s) | %s |\n", d.Arm, d.Compared, d.Diverged, pct(float64(d.Diverged)/float64(max(d.Compared, 1))), mdCell(dash(d.Example)))
+		fmt.Fprintf(b, "| %s | %d | %d (%s) | %d | %s |\n", d.Arm, d.Compared, d.Diverged, pct(float64(d.Diverged)/float64(max(d.Compared, 1))), d.NotCompared, mdCell(dash(d.Example)))
 	}
 }

@@ -1129,6 +1129,13 @@ func (v *Verdict) Summary() map[string]any {
 	if v.Claims != nil {
 		out["claims"] = v.claimSummary()
 	}
+	if len(v.Divergence) > 0 {
+		var div []map[string]any
+		for _, d := range v.Divergence {
+			div = append(div, map[string]any{"arm": d.Arm, "compared": d.Compared, "diverged": d.Diverged, "not_compared": d.NotCompared})
+		}
+		out["divergence"] = div
+	}
 	out["runs"] = v.runSummary()
 	if lines := v.placementLines(); len(lines) > 0 {
 		out["placement"] = lines
