@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -342,6 +343,14 @@ func TestAbortWedgeVerdictSaysNonInferior(t *testing.T) {
 	if len(v.Outcomes.Stability) != 2 {
 		t.Errorf("%d after-versus-before judgements, want one per concurrency", len(v.Outcomes.Stability))
 	}
+	// Loads that the table decides differently are said differently: one non-inferior,
+	// the other not shown so, with how much it may cost.
+	st := slices.Clone(v.Outcomes.Stability)
+	st[0].Result.NonInferior, st[0].Result.Bound = false, 0.931
+	if got := v.stabilityClause(st); !strings.Contains(got, "non-inferior to before within the 5% margin at c=32") ||
+		!strings.Contains(got, "not shown so at c=1, where it may be up to 6.9% lower") {
+		t.Errorf("mixed stability: %s", got)
+	}
 	if fail, why := v.Gate("throughput"); fail {
 		t.Errorf("the throughput gate failed: %s", why)
 	}
@@ -355,8 +364,10 @@ func TestAbortWedgeVerdictSaysNonInferior(t *testing.T) {
 func TestThroughputVerdictComparesLatencyAndThroughputByRanks(t *testing.T) {
 	v := buildOutcomes(t, "throughput")
 	head := v.Headline()[0]
-	if !strings.HasPrefix(head, "At c=32, hicache=on generated") || !strings.Contains(head, "over 2 and 2 launches its tok/s per request differ by") ||
-		!strings.Contains(head, "non-inferior to hicache=off's within the 5% margin at c=1, c=32 and poisson 16/s") {
+	// The headline answers the question the margin asks, with the bound that decides it,
+	// and quotes no figure that no test stands behind.
+	if !strings.HasPrefix(head, "Decision: hicache=on's throughput is non-inferior to hicache=off's within the 5% margin at c=1, c=32 and poisson 16/s: it costs at most 2.2% (one-sided 99% bound over 2 and 2 launches, lowest at poisson 16/s).") ||
+		strings.Contains(head, "differ by") {
 		t.Errorf("headline:\n%s", head)
 	}
 	// Every group, metric and arm has a row with an interval and a p.
