@@ -145,7 +145,8 @@ func withCode(code int, err error) error {
 
 // run is the whole CLI; main only adds the process around it, so tests call run.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	g := &globals{stdout: stdout, stderr: stderr}
+	out := &countingWriter{w: stdout}
+	g := &globals{stdout: out, stderr: stderr}
 	root := newRoot(g)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
@@ -159,11 +160,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// An error can quote an engine (its answer, its log): nothing in it may drive the terminal.
 	fmt.Fprintln(stderr, "arbiter:", terminalSafe(err.Error()))
 	code := exitCodeFor(ctx, err)
-	if g.json {
-		// A script that asked for JSON reads JSON on stdout, failures included.
+	if g.json && out.n == 0 {
+		// A script that asked for JSON reads JSON on stdout, failures included; a
+		// command that answered with a document of its own (validate's problems,
+		// classify's lines before a bad one) has said it there already.
 		json.NewEncoder(stdout).Encode(map[string]any{"error": err.Error(), "exit_code": code})
 	}
 	return code
+}
+
+// countingWriter counts what a command wrote to stdout.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // exitCodeFor maps a command's error to the CLI contract's exit code.

@@ -40,7 +40,7 @@ func recordedDone(t *testing.T) (db, spec string) {
 	}
 	s.FinishExperiment(ctx, id, store.ExperimentDone, "", time.Now())
 	if _, _, err := s.StartBisection(ctx, store.Bisection{Name: "b", SpecPath: spec, Spec: "version: 1", Changes: "[]",
-		ErrorBudget: 0.05, Effect: 0.1, Looks: 1, MaxSteps: 1, StepAlpha: 0.05, Sessions: 1, Created: time.Now()},
+		ErrorBudget: 0.05, Effect: 0.1, Looks: 10, MaxSteps: 1, StepAlpha: 0.05, LaunchICC: 0.05, Sessions: 1, Created: time.Now()},
 		store.Owner{ID: "test", Host: "h", PID: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestResumeRewritesACutVerdict(t *testing.T) {
 	if code != exitOK || !strings.Contains(stdout, "incomplete (0 bytes): written now") {
 		t.Fatalf("resume with an empty verdict: exit %d, %q, %q", code, stdout, stderr)
 	}
-	if md, _ := os.ReadFile(path); !strings.HasPrefix(string(md), "# Verdict: done") || !strings.HasSuffix(string(md), "`arbiter verdict 1`.\n") {
+	if md, _ := os.ReadFile(path); !strings.HasPrefix(string(md), "# Verdict: done") || !strings.HasSuffix(string(md), "`arbiter verdict 1 --db "+db+"`.\n") {
 		t.Errorf("the verdict written:\n%s", md)
 	}
 	if code, _, stderr := runCLI(t, "resume", "1", "--db", db); code != exitUsage || !strings.Contains(stderr, "nothing to resume") {
