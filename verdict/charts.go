@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/arbiterlab/arbiter/stats"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/font"
 	"gonum.org/v1/plot/plotter"
@@ -33,7 +34,7 @@ type chart struct {
 const chartWidth = 18 * vg.Centimeter
 
 // chartSuffixes end the names of the charts written beside a verdict's stem.
-var chartSuffixes = []string{"-rates.svg", "-rounds.svg"}
+var chartSuffixes = []string{"-rates.svg", "-rounds.svg", "-wedges.svg"}
 
 // writeCharts writes the verdict's SVG charts beside stem through keep and returns their
 // references.
@@ -52,6 +53,13 @@ func (v *Verdict) writeCharts(stem string, keep outfile.Guard) ([]chartRef, erro
 			return nil, err
 		}
 		refs = append(refs, chartRef{"rounds", "Corrupted sessions by round", filepath.Base(path)})
+	}
+	if ch := v.wedgesChart(); ch != nil {
+		path := stem + chartSuffixes[2]
+		if err := saveSVG(ch, path, keep); err != nil {
+			return nil, err
+		}
+		refs = append(refs, chartRef{"wedges", "Launches wedged by arm, with 95% Clopper-Pearson intervals over launches", filepath.Base(path)})
 	}
 	return refs, nil
 }
@@ -267,10 +275,15 @@ func (v *Verdict) ratesChart() *chart {
 	if !drawn {
 		return nil
 	}
+	return barChart(rows, hi, "Corrupted sessions by arm (95% Wilson intervals)", "sessions corrupted")
+}
+
+// barChart draws rows (percentages, hi the largest upper bound) as armRows under title.
+func barChart(rows []armRow, hi float64, title, xLabel string) *chart {
 	p := plot.New()
 	sans(p)
-	p.Title.Text = "Corrupted sessions by arm (95% Wilson intervals)"
-	p.X.Label.Text = "sessions corrupted"
+	p.Title.Text = title
+	p.X.Label.Text = xLabel
 	p.X.Max = niceMax(hi * 1.05)
 	// A sliver left of zero keeps a zero rate's glyph whole.
 	p.X.Min = -0.015 * p.X.Max
@@ -286,6 +299,39 @@ func (v *Verdict) ratesChart() *chart {
 		// Room on the right for the last tick label ("100%").
 		p.Draw(draw.Crop(c, vg.Points(8), -vg.Points(14), vg.Points(4), -vg.Points(4)))
 	}}
+}
+
+// wedgesChart is, for an abort-cascade experiment, each arm's share of launches that
+// wedged, with its 95% Clopper-Pearson interval over launches (the launch is the unit),
+// and how fast its engine served again after the aborts.
+func (v *Verdict) wedgesChart() *chart {
+	o := v.Outcomes
+	if o == nil || len(o.Cascades) != len(v.Arms) {
+		return nil
+	}
+	var rows []armRow
+	hi := 0.0
+	for i, c := range o.Cascades {
+		if c.Launches == 0 {
+			return nil
+		}
+		col, g := v.armStyle(i)
+		iv := stats.ClopperPearson(c.Wedged, c.Launches, 0.95)
+		row := armRow{name: c.Arm, colour: col, glyph: g,
+			rate: 100 * float64(c.Wedged) / float64(c.Launches), lo: 100 * iv.Lo, hi: 100 * iv.Hi}
+		if i == v.Baseline {
+			row.name += " (baseline)"
+		}
+		row.note = fmt.Sprintf("%d of %d launches wedged", c.Wedged, c.Launches)
+		if len(c.Recoveries) > 0 {
+			row.note += fmt.Sprintf("; served again %s after the abort (median of %d of %d cascades)", ms(quantile(c.Recoveries, 0.5)), c.Recovered, c.Cascades)
+		} else if c.Cascades > 0 {
+			row.note += fmt.Sprintf("; served again after none of %d cascades", c.Cascades)
+		}
+		hi = math.Max(hi, row.hi)
+		rows = append(rows, row)
+	}
+	return barChart(rows, hi, "Launches wedged by arm (95% Clopper-Pearson intervals over launches)", "launches wedged")
 }
 
 // roundsChart is the share of each arm's sessions corrupted in each round. Arms with the

@@ -263,6 +263,12 @@ func TestOutcomeExampleVerdicts(t *testing.T) {
 			}
 			checkGolden(t, md, filepath.Join("testdata", name+".golden.md"))
 			checkStructure(t, string(md))
+			// An abort-cascade verdict draws its own outcome: launches wedged by arm.
+			svg, err := os.ReadFile(filepath.Join(dir, name+"-wedges.svg"))
+			if cascades := name != "throughput"; cascades != (err == nil) ||
+				cascades && (!strings.Contains(string(svg), "4 of 4 launches wedged") || !strings.Contains(string(svg), "0 of 4 launches wedged")) {
+				t.Errorf("wedges chart (%v):\n%.600s", err, svg)
+			}
 		})
 	}
 }

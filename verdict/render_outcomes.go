@@ -9,7 +9,7 @@ import (
 // outcomeSections writes the latency and throughput section (and the abort cascades'),
 // and reports whether it did; without per-session timings the verdict keeps its plain
 // table of medians.
-func (v *Verdict) outcomeSections(b *strings.Builder) bool {
+func (v *Verdict) outcomeSections(b *strings.Builder, charts []chartRef) bool {
 	o := v.Outcomes
 	if o == nil || len(o.Groups) == 0 {
 		return false
@@ -112,7 +112,7 @@ func (v *Verdict) outcomeSections(b *strings.Builder) bool {
 	}
 
 	if len(o.Cascades) > 0 {
-		v.cascadeSection(b)
+		v.cascadeSection(b, charts)
 	}
 	return true
 }
@@ -148,16 +148,18 @@ func msFine(x float64) string {
 
 // cascadeSection shows each arm's abort cascades: how often its engine wedged (exact
 // test on launches against the baseline) and how fast it served again.
-func (v *Verdict) cascadeSection(b *strings.Builder) {
+func (v *Verdict) cascadeSection(b *strings.Builder, charts []chartRef) {
 	o := v.Outcomes
 	base := o.Cascades[v.Baseline]
 	fmt.Fprintf(b, "\n## Abort cascades\n\n")
-	fmt.Fprintf(b, "After each cascade of aborted sessions, canary requests (small real generations) ask whether the engine serves again; recovery is the time from the abort to the end of the first canary that completed. A launch in which none completed within the recovery timeout is recorded wedged, and wedged launches are compared with %s's by Fisher's exact test on launches (blocks give launches).\n\n", base.Arm)
-	fmt.Fprintf(b, "| arm | launches | wedged | Fisher p vs %s | cascades | recovered | recovery (median) | longest | declared wedged after the abort | requests cut |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n", base.Arm)
+	fmt.Fprintf(b, "After each cascade of aborted sessions, canary requests (small real generations) ask whether the engine serves again; recovery is the time from the abort to the end of the first canary that completed. A launch in which none completed within the recovery timeout is recorded wedged, and each arm's wedged launches are compared with %s's by the randomization test on launches (the claim on wedged launches above; blocks give launches).\n\n", base.Arm)
+	fmt.Fprintf(b, "| arm | launches | wedged | launch p vs %s | cascades | recovered | recovery (median) | longest | declared wedged after the abort | requests cut |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n", base.Arm)
 	for _, c := range o.Cascades {
 		p := "–"
-		if !math.IsNaN(c.FisherP) {
-			p = pval(c.FisherP)
+		if lc := c.Launch; lc != nil && lc.Testable {
+			p = pval(lc.P)
+		} else if lc != nil {
+			p = "not testable"
 		}
 		med, longest, wedged := "–", "–", "–"
 		if len(c.Recoveries) > 0 {
@@ -170,6 +172,11 @@ func (v *Verdict) cascadeSection(b *strings.Builder) {
 			}
 		}
 		fmt.Fprintf(b, "| %s | %d | %d | %s | %d | %d | %s | %s | %s | %d |\n", c.Arm, c.Launches, c.Wedged, p, c.Cascades, c.Recovered, med, longest, wedged, c.Aborted)
+	}
+	for _, c := range charts {
+		if c.kind == "wedges" {
+			fmt.Fprintf(b, "\n![%s](%s)\n", c.title, c.file)
+		}
 	}
 	for _, c := range o.Cascades {
 		if r := c.Recovery; r != nil {
