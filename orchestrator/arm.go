@@ -214,7 +214,8 @@ func (e *experiment) drive(ctx context.Context, inst runtime.Instance, preset ar
 	}
 	cfg := e.workloadConfig(model, b)
 	cfg.OnToken = dog.token
-	finishScrape := e.scrapeServerMetrics(wctx, inst.Endpoint(), preset, runID, e.armIDs[ai])
+	finishScrape, phaseEnded := e.scrapeServerMetrics(wctx, inst.Endpoint(), preset, runID, e.armIDs[ai])
+	tracker.phaseEnded = phaseEnded
 	runErr := workload.Run(wctx, cfg, inst.Endpoint(), tracker)
 	tracker.drain()
 	finishScrape()

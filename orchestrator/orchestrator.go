@@ -730,6 +730,8 @@ type sessionTracker struct {
 	block int
 	// ended hears every turn end, completed or not; it feeds the watchdog.
 	ended func(f workload.Failure, errText string)
+	// phaseEnded, if set, hears every phase end; it nudges the metrics scraper.
+	phaseEnded func()
 
 	mu        sync.Mutex
 	firstBad  map[int]int

@@ -63,13 +63,33 @@ type metricsScraper struct {
 	record       func(ctx context.Context, elapsedMS float64, samples []store.MetricSample) error
 	log          *slog.Logger
 	scraped, bad int
+	// phase hears that a workload phase ended: the scraper scrapes at once and starts
+	// its gaps again from firstScrapeInterval, so that every phase, however short, has
+	// scrapes of its own (a closed loop of one second would otherwise fall between two
+	// scrapes two seconds apart, and its load would count for none).
+	phase chan struct{}
+	// first is the gap after the first scrape and after each phase's end (default
+	// firstScrapeInterval).
+	first time.Duration
+}
+
+// phaseEnded tells the scraper a phase ended; it never blocks.
+func (m *metricsScraper) phaseEnded() {
+	select {
+	case m.phase <- struct{}{}:
+	default: // a nudge is pending already
+	}
 }
 
 // run scrapes until ctx ends, with gaps growing from firstScrapeInterval to interval.
 // It gives up on an engine that serves no metrics at all (a 404 before any scrape
 // succeeded: SGLang and refserve without --enable-metrics).
 func (m *metricsScraper) run(ctx context.Context, interval time.Duration) {
-	gap := min(firstScrapeInterval, interval)
+	first := m.first
+	if first == 0 {
+		first = firstScrapeInterval
+	}
+	gap := min(first, interval)
 	for {
 		if err := m.scrape(ctx); err != nil {
 			if ctx.Err() != nil {
@@ -89,8 +109,11 @@ func (m *metricsScraper) run(ctx context.Context, interval time.Duration) {
 			t.Stop()
 			return
 		case <-t.C:
+			gap = min(2*gap, interval)
+		case <-m.phase: // a nil channel never yields
+			t.Stop()
+			gap = min(first, interval)
 		}
-		gap = min(2*gap, interval)
 	}
 }
 
@@ -354,18 +377,19 @@ func labelString(pairs []*dto.LabelPair) string {
 }
 
 // scrapeServerMetrics starts scraping the run's engine while its workload runs, and
-// returns what ends it: one last scrape (the counters' final values, so that the
-// throughput over the run is complete) and the wait for the scraper to stop.
-func (e *experiment) scrapeServerMetrics(ctx context.Context, endpoint string, preset arms.Preset, runID, armID int64) (finish func()) {
+// returns what ends it (one last scrape, the counters' final values, so that the
+// throughput over the run is complete, and the wait for the scraper to stop) and what
+// tells it that a workload phase ended.
+func (e *experiment) scrapeServerMetrics(ctx context.Context, endpoint string, preset arms.Preset, runID, armID int64) (finish, phaseEnded func()) {
 	interval := e.opts.MetricsInterval
 	if preset.MetricsPath == "" || interval < 0 {
-		return func() {}
+		return func() {}, func() {}
 	}
 	if interval == 0 {
 		interval = 2 * time.Second
 	}
 	m := &metricsScraper{url: endpoint + preset.MetricsPath, client: &http.Client{Timeout: 10 * time.Second}, start: time.Now(),
-		log: e.log.With("run", runID),
+		log: e.log.With("run", runID), phase: make(chan struct{}, 1),
 		record: func(ctx context.Context, elapsedMS float64, samples []store.MetricSample) error {
 			return e.store.AddServerMetrics(ctx, e.id, runID, armID, elapsedMS, samples)
 		}}
@@ -385,5 +409,5 @@ func (e *experiment) scrapeServerMetrics(ctx context.Context, endpoint string, p
 				m.log.Debug("last scrape of server metrics", "err", err)
 			}
 		}
-	}
+	}, m.phaseEnded
 }

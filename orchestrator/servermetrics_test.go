@@ -119,6 +119,33 @@ func TestScraperRecordsUntilCancelled(t *testing.T) {
 	}
 }
 
+// A phase's end is scraped at once, however long the gap the scraper is waiting out:
+// a phase shorter than the gaps still has a scrape at its end.
+func TestScraperScrapesAtEveryPhaseEnd(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, vllmMetrics) }))
+	defer srv.Close()
+	scraped := make(chan float64, 10)
+	m := &metricsScraper{url: srv.URL, client: srv.Client(), start: time.Now(), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		phase: make(chan struct{}, 1), first: time.Hour,
+		record: func(_ context.Context, ms float64, _ []store.MetricSample) error {
+			scraped <- ms
+			return nil
+		}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); m.run(ctx, time.Hour) }()
+	<-scraped // the first scrape; the next would be an hour away
+	for range 3 {
+		m.phaseEnded()
+		<-scraped
+	}
+	cancel()
+	<-done
+	if m.scraped != 4 {
+		t.Errorf("%d scrapes, want the first and one per phase end", m.scraped)
+	}
+}
+
 // FuzzMetricSamples: whatever an engine serves at /metrics, reading it never panics, and
 // what is kept is the engine's own families only, each series once per scrape.
 func FuzzMetricSamples(f *testing.F) {

@@ -71,6 +71,9 @@ func LoadTrace(spec *arms.Spec) (*workload.TraceIndex, error) {
 
 // Phase records what the workload measured over one of its phases.
 func (t *sessionTracker) Phase(p workload.Phase) {
+	if t.phaseEnded != nil {
+		t.phaseEnded()
+	}
 	row := store.Phase{ExperimentID: t.e.id, RunID: t.runID, ArmID: t.armID, Name: p.Name, Kind: p.Kind,
 		Position: p.Position, Concurrency: p.Concurrency, Rate: p.Rate, FirstSession: p.FirstSession,
 		Sessions: p.Sessions, Started: p.Started, Ended: p.Ended, Requests: p.Requests, Completed: p.Completed,

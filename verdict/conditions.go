@@ -53,6 +53,10 @@ type ArmConditions struct {
 	// Differs names the conditions that differ from the baseline's (see the rule above);
 	// empty for the baseline.
 	Differs []string
+	// Stopped counts the arm's launches left out because their engine wedged or crashed:
+	// the load of an engine that stopped serving is the effect measured, not a condition
+	// it was compared under.
+	Stopped int
 }
 
 // loadConditions reads the scraped metrics and compares every arm with the baseline.
@@ -64,7 +68,26 @@ func (v *Verdict) loadConditions(ctx context.Context, db *sqlx.DB) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	v.Conditions = conditionsOf(rows, v.index, len(v.Arms))
+	stopped := map[int64]bool{}
+	for _, r := range v.Runs {
+		if r.Status == "wedged" || r.Status == "crashed" {
+			stopped[r.ID] = true
+		}
+	}
+	kept := rows[:0:0]
+	for _, r := range rows {
+		if !stopped[r.RunID] {
+			kept = append(kept, r)
+		}
+	}
+	v.Conditions = conditionsOf(kept, v.index, len(v.Arms))
+	for _, r := range v.Runs {
+		if stopped[r.ID] && !r.Superseded {
+			if i := v.armIndex(r.Arm); i >= 0 {
+				v.Conditions[i].Stopped++
+			}
+		}
+	}
 	base := v.Conditions[v.Baseline]
 	for i := range v.Conditions {
 		if i == v.Baseline || v.Conditions[i].Scrapes == 0 || base.Scrapes == 0 {
@@ -119,7 +142,10 @@ func conditionsOf(rows []store.ServerMetricRow, index map[int64]int, arms int) [
 			n++
 		}
 		s := rs.scrapes[n-1]
-		s.values[r.Name] = append(s.values[r.Name], r.Value)
+		// An engine can report anything: a value that is not finite is no reading.
+		if !math.IsNaN(r.Value) && !math.IsInf(r.Value, 0) {
+			s.values[r.Name] = append(s.values[r.Name], r.Value)
+		}
 	}
 	type acc struct{ sum, weight float64 }
 	sums := make([]map[string]*acc, arms)
@@ -180,8 +206,8 @@ func runConditions(scrapes []*scrape) map[string]weighted {
 		var sum, w float64
 		for i, s := range scrapes {
 			x, ok := fold(s)
-			if !ok {
-				continue
+			if !ok || x < 0 {
+				continue // requests, usage and rates are never negative: a bad reading
 			}
 			gap := 1.0
 			if len(scrapes) > 1 {
@@ -198,13 +224,28 @@ func runConditions(scrapes []*scrape) map[string]weighted {
 		}
 		return weighted{sum / w, span}
 	}
+	// growth is a counter's increase over the run. A counter that falls was reset (the
+	// engine restarted it): the increase goes on from its new value, as Prometheus's
+	// increase() reads it, so that a reset never reads as negative throughput.
 	growth := func(names ...string) (float64, bool) {
-		if len(scrapes) < 2 {
-			return 0, false
+		var total, prev float64
+		seen := 0
+		for _, s := range scrapes {
+			x, ok := sumOf(s, names...)
+			if !ok || x < 0 {
+				continue
+			}
+			if seen > 0 {
+				if x >= prev {
+					total += x - prev
+				} else {
+					total += x
+				}
+			}
+			prev = x
+			seen++
 		}
-		first, ok1 := sumOf(scrapes[0], names...)
-		last, ok2 := sumOf(scrapes[len(scrapes)-1], names...)
-		return last - first, ok1 && ok2
+		return total, seen >= 2
 	}
 	out := map[string]weighted{
 		CondRunning: gauge(func(s *scrape) (float64, bool) {
@@ -321,5 +362,14 @@ func (v *Verdict) conditionsSection(b *strings.Builder) {
 			conditionValue(CondRunning, c.Values[CondRunning]), conditionValue(CondRunning, c.RunningMax),
 			conditionValue(CondQueued, c.Values[CondQueued]), conditionValue(CondTokenUsage, c.Values[CondTokenUsage]),
 			conditionValue(CondCacheHit, c.Values[CondCacheHit]), conditionValue(CondThroughput, c.Values[CondThroughput]), note)
+	}
+	var stopped []string
+	for i, c := range v.Conditions {
+		if c.Stopped > 0 {
+			stopped = append(stopped, fmt.Sprintf("%s's %d", v.Arms[i].Name, c.Stopped))
+		}
+	}
+	if len(stopped) > 0 {
+		fmt.Fprintf(b, "\nLaunches whose engine wedged or crashed are left out (%s): an engine that stopped serving carries less load because of the effect measured, which is no condition it was compared under.\n", joinAnd(stopped))
 	}
 }

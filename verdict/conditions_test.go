@@ -52,3 +52,32 @@ func TestConditionsDifferRule(t *testing.T) {
 		}
 	}
 }
+
+// An engine's impossible readings are no readings: a counter that falls was reset and
+// its increase goes on from the new value (never negative throughput), values that are
+// not finite and negative gauges are left out, so that +Inf never reads as the
+// baseline's own load.
+func TestConditionsRejectImpossibleReadings(t *testing.T) {
+	var rows []store.ServerMetricRow
+	add := func(at float64, name string, v float64) {
+		rows = append(rows, store.ServerMetricRow{ArmID: 7, RunID: 1, ElapsedMS: at, Name: name, Value: v})
+	}
+	// 1000 tokens a second; the counter is reset to 0 at 2 s and counts on.
+	for k, tokens := range []float64{0, 1000, 0, 1000, 2000} {
+		at := float64(1000 * k)
+		add(at, "sglang:generation_tokens_total", tokens)
+		add(at, "sglang:num_running_reqs", []float64{8, math.Inf(1), 8, -3, 8}[k])
+		add(at, "sglang:num_queue_reqs", math.NaN())
+	}
+	c := conditionsOf(rows, map[int64]int{7: 0}, 1)[0]
+	if got := c.Values[CondThroughput]; math.Abs(got-750) > 1e-9 {
+		// 3000 tokens counted over the 4 s between the first scrape and the last.
+		t.Errorf("throughput over a counter reset: %v tok/s, want 750", got)
+	}
+	if got := c.Values[CondRunning]; got != 8 {
+		t.Errorf("running with +Inf and negative readings among them: %v, want 8", got)
+	}
+	if got := c.Values[CondQueued]; !math.IsNaN(got) {
+		t.Errorf("a queue read only as NaN: %v, want not measured", got)
+	}
+}

@@ -920,6 +920,32 @@ func TestConditionsFlagAnArmThatCarriedAnotherLoad(t *testing.T) {
 	}
 }
 
+// An arm whose engine wedged carried less load because it stopped serving: that is the
+// effect measured, not a condition it was compared under, so its stopped launches are
+// left out of its conditions and never flagged as a confound.
+func TestConditionsLeaveOutLaunchesThatStopped(t *testing.T) {
+	f := examples["quickstart"]
+	f.runs = []launch{
+		{arm: "control", sessions: finished(60), running: 58},
+		{arm: "treatment", status: "wedged", err: "engine wedged: no token for 30s", sessions: join(finished(20), lostAt("timeout", 40, 0, 1)), running: 5},
+	}
+	db, ref := recordFixture(t, f)
+	v, err := Build(context.Background(), db, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	treatment := v.Conditions[v.armIndex("treatment")]
+	if treatment.Stopped != 1 || treatment.Scrapes != 0 || len(treatment.Differs) != 0 {
+		t.Errorf("treatment's conditions: %+v", treatment)
+	}
+	if strings.Contains(strings.Join(v.Caveats, "\n"), "did not carry the same load") {
+		t.Errorf("a wedged engine's load flagged as a confound: %q", v.Caveats)
+	}
+	if md := markdown(t, v); !strings.Contains(md, "Launches whose engine wedged or crashed are left out (treatment's 1)") {
+		t.Errorf("the Conditions section does not say what it left out:\n%s", md)
+	}
+}
+
 // TestConditionsUnknownWithoutMetrics: with no metrics recorded the section says the
 // load is unknown and how to get it, rather than staying silent.
 func TestConditionsUnknownWithoutMetrics(t *testing.T) {
