@@ -711,8 +711,11 @@ func (v *Verdict) headline(mark string) string {
 			break
 		}
 		sentences = append(sentences, problems, v.evidence(a, mark), v.decisionSentence(a, mark))
-		if len(v.NonInferiority) > 0 && problems == "" {
+		switch {
+		case len(v.NonInferiority) > 0 && problems == "":
 			sentences = append(sentences, v.niSentence(v.NonInferiority[0], mark))
+		case problems == "" && !v.Design.AA:
+			sentences = append(sentences, v.nextStep(a, mark))
 		}
 	default:
 		sentences = append(sentences, problems, v.multiEvidence(mark), v.multiDecision(mark))
@@ -740,6 +743,32 @@ func (v *Verdict) headline(mark string) string {
 		return "A/A check FAILED: " + lowerFirst(text, mark)
 	}
 	return text
+}
+
+// nextStep says what a reader does with a two-arm corruption decision: keep the pins
+// that corrupt less, gate on it, or run the launches that can tell. Empty where the
+// decision sentence already says it (too few launches to test).
+func (v *Verdict) nextStep(a ArmResult, mark string) string {
+	c := a.Compare
+	if c == nil || c.Launch == nil || !c.Launch.Testable {
+		return ""
+	}
+	base := v.Arms[v.Baseline]
+	switch lc := c.Launch; {
+	case lc.Claimed && lc.Decision == "higher":
+		return fmt.Sprintf("Next: keep %s's pins (%s), and `--fail-on regression` fails CI on a result like this.", bold(base.Name, mark), pinWords(base.Pins))
+	case lc.Claimed:
+		return fmt.Sprintf("Next: %s's pins (%s) may be kept; `--fail-on difference` fails CI on any change.", bold(a.Name, mark), pinWords(a.Pins))
+	}
+	return "Next: `arbiter plan` says what difference these launches could find, and how many more would find a smaller one."
+}
+
+// pinWords is an arm's pins as a sentence shows them.
+func pinWords(pins string) string {
+	if pins == "" || pins == "(none)" {
+		return "none"
+	}
+	return "`" + pins + "`"
 }
 
 // lowerFirst lowercases the first letter of a sentence that now follows a colon, unless

@@ -148,7 +148,27 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 	fmt.Fprintf(b, "# Verdict: %s (experiment %d)\n\n", e.Name, e.ID)
 	fmt.Fprintf(b, "%s\n\n", v.headline("**"))
 
-	fmt.Fprintf(b, "## What was compared\n\n")
+	// The evidence first, the method and the details after: a reader who stops after
+	// one screen has the decision, the counts and the claims.
+	fmt.Fprintf(b, "## Results by arm\n\n")
+	fmt.Fprintf(b, "| arm | analysed | corrupted | rate | 95%% CI (Wilson) | 95%% CI (exact) | lost | corrupted, then lost |\n|---|---:|---:|---:|---|---|---:|---:|\n")
+	for _, a := range v.Arms {
+		lost := fmt.Sprintf("%d of %d", a.Lost, a.Planned)
+		if len(a.Problems) > 0 {
+			lost += " ⚠"
+		}
+		fmt.Fprintf(b, "| %s | %d | %d | %s | %s | %s | %s | %d |\n", a.Name, a.Sessions, a.Corrupted, pct(a.Rate),
+			ci(a.Wilson.Lo, a.Wilson.Hi), ci(a.Exact.Lo, a.Exact.Hi), lost, a.CorruptedThenLost)
+	}
+	for _, c := range charts {
+		if c.kind == "rates" {
+			fmt.Fprintf(b, "\n![%s](%s)\n", c.title, c.file)
+		}
+	}
+
+	v.claimsSection(b)
+
+	fmt.Fprintf(b, "\n## What was compared\n\n")
 	fmt.Fprintf(b, "- Spec: `%s`; status **%s**; started %s", e.SpecPath, e.State(), e.CreatedAt)
 	if e.FinishedAt.Valid {
 		fmt.Fprintf(b, ", finished %s (%s)", e.FinishedAt.String, between(e.CreatedAt, e.FinishedAt.String))
@@ -179,22 +199,6 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 		fmt.Fprintf(b, "| %s | `%s` |\n", a.Name, a.Pins)
 	}
 
-	fmt.Fprintf(b, "\n## Results by arm\n\n")
-	fmt.Fprintf(b, "| arm | analysed | corrupted | rate | 95%% CI (Wilson) | 95%% CI (exact) | lost | corrupted, then lost |\n|---|---:|---:|---:|---|---|---:|---:|\n")
-	for _, a := range v.Arms {
-		lost := fmt.Sprintf("%d of %d", a.Lost, a.Planned)
-		if len(a.Problems) > 0 {
-			lost += " ⚠"
-		}
-		fmt.Fprintf(b, "| %s | %d | %d | %s | %s | %s | %s | %d |\n", a.Name, a.Sessions, a.Corrupted, pct(a.Rate),
-			ci(a.Wilson.Lo, a.Wilson.Hi), ci(a.Exact.Lo, a.Exact.Hi), lost, a.CorruptedThenLost)
-	}
-	for _, c := range charts {
-		if c.kind == "rates" {
-			fmt.Fprintf(b, "\n![%s](%s)\n", c.title, c.file)
-		}
-	}
-
 	if len(v.Arms) > 1 {
 		fmt.Fprintf(b, "\n## Against the baseline (%s)\n\n", v.Arms[v.Baseline].Name)
 		fmt.Fprintf(b, "Each arm's launches are compared with %s's: every launch counts once, with its share of corrupted sessions, and the randomization test on the launches decides, at the claim's share of alpha (see Claims below). The sessions' own difference, interval and Fisher p describe these launches only: they would call a difference between two launches a finding.\n\n", v.Arms[v.Baseline].Name)
@@ -223,7 +227,6 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 		fmt.Fprintf(b, "\n`~`: no difference between the arms' launches shown; not attributable: too few launches per arm for the test to reach its level at all.\n")
 	}
 
-	v.claimsSection(b)
 	v.designSections(b)
 
 	if len(v.Rounds) > 0 {

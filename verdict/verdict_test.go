@@ -539,7 +539,9 @@ func TestQuickstartWithLaunchesIsSignificantAndGated(t *testing.T) {
 		t.Error("regression gate passed on a significant regression")
 	}
 	head := v.Headline()[0]
-	if !strings.HasSuffix(head, "treatment's corruption rate is significantly higher.") || !strings.Contains(head, "over 4 and 4 launches") {
+	// The decision, then what to do with it.
+	if !strings.Contains(head, "treatment's corruption rate is significantly higher.") || !strings.Contains(head, "over 4 and 4 launches") ||
+		!strings.HasSuffix(head, "Next: keep control's pins (`BF16_INDEX_K=0`), and `--fail-on regression` fails CI on a result like this.") {
 		t.Errorf("headline: %q", head)
 	}
 	sum := v.Summary()
