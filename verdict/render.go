@@ -14,6 +14,16 @@ import (
 	"github.com/arbiterlab/arbiter/internal/outfile"
 )
 
+// When is a stored timestamp as a reader wants it: to the second, in UTC ("2026-12-02
+// 04:59:12 UTC"); a value that does not parse is shown as stored.
+func When(ts string) string {
+	t, err := time.Parse(time.RFC3339Nano, ts)
+	if err != nil {
+		return ts
+	}
+	return t.UTC().Format("2006-01-02 15:04:05 UTC")
+}
+
 func between(from, to string) string {
 	a, err1 := time.Parse(time.RFC3339Nano, from)
 	b, err2 := time.Parse(time.RFC3339Nano, to)
@@ -169,9 +179,9 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 	v.claimsSection(b)
 
 	fmt.Fprintf(b, "\n## What was compared\n\n")
-	fmt.Fprintf(b, "- Spec: `%s`; status **%s**; started %s", e.SpecPath, e.State(), e.CreatedAt)
+	fmt.Fprintf(b, "- Spec: `%s`; status **%s**; started %s", e.SpecPath, e.State(), When(e.CreatedAt))
 	if e.FinishedAt.Valid {
-		fmt.Fprintf(b, ", finished %s (%s)", e.FinishedAt.String, between(e.CreatedAt, e.FinishedAt.String))
+		fmt.Fprintf(b, ", finished %s (%s)", When(e.FinishedAt.String), between(e.CreatedAt, e.FinishedAt.String))
 	}
 	fmt.Fprintf(b, ".\n")
 	if v.Design.Runtime == "external" {
@@ -310,7 +320,7 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 		}
 	}
 	if lines := v.placementLines(); len(lines) > 0 {
-		fmt.Fprintf(b, "\nThe arms of a block start together on their slots and get the workload at the same moment, once all of them are ready.\n\n%s\n", strings.Join(lines, "\n"))
+		fmt.Fprintf(b, "\nThe arms of a wave start together on their slots and get the workload at the same moment, once all of them are ready; a block with a slot for each of its arms is one wave, and a block with fewer runs its waves one after the other.\n\n%s\n", strings.Join(lines, "\n"))
 	}
 	if info := v.serverFacts(); info != "" {
 		fmt.Fprintf(b, "\n%s", info)

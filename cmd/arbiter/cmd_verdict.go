@@ -88,7 +88,7 @@ the whole verdict.`,
 // writeShow prints an experiment's summary: what show's help promises.
 func writeShow(w io.Writer, v *verdict.Verdict) error {
 	e := v.Experiment
-	fmt.Fprintf(w, "experiment %d (%s): %s, started %s by arbiter %s\n", e.ID, e.Name, e.State(), e.CreatedAt, e.Version)
+	fmt.Fprintf(w, "experiment %d (%s): %s, started %s by arbiter %s\n", e.ID, e.Name, e.State(), verdict.When(e.CreatedAt), e.Version)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ARM\tPINS\tLAUNCHES\tSESSIONS\tCORRUPTED\tLOST\tDECISION")
 	for i, a := range v.Arms {
