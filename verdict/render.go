@@ -170,9 +170,12 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 		fmt.Fprintf(b, "| %s | %d | %d | %s | %s | %s | %s | %d |\n", a.Name, a.Sessions, a.Corrupted, pct(a.Rate),
 			ci(a.Wilson.Lo, a.Wilson.Hi), ci(a.Exact.Lo, a.Exact.Hi), lost, a.CorruptedThenLost)
 	}
-	for _, c := range charts {
-		if c.kind == "rates" {
-			fmt.Fprintf(b, "\n![%s](%s)\n", c.title, c.file)
+	// An abort-cascade experiment's own outcome comes first: how often each arm wedged.
+	for _, kind := range []string{"wedges", "rates"} {
+		for _, c := range charts {
+			if c.kind == kind {
+				fmt.Fprintf(b, "\n![%s](%s)\n", c.title, c.file)
+			}
 		}
 	}
 
@@ -288,7 +291,7 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 		}
 	}
 
-	if !v.outcomeSections(b, charts) {
+	if !v.outcomeSections(b) {
 		fmt.Fprintf(b, "\n## Latency and throughput\n\nOver completed responses; tokens per second are per request, after the first token.\n\n")
 		fmt.Fprintf(b, "| arm | responses | failed | TTFT p50 | TTFT p95 | end-to-end p50 | end-to-end p95 | tok/s p50 |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, a := range v.Arms {

@@ -9,7 +9,7 @@ import (
 // outcomeSections writes the latency and throughput section (and the abort cascades'),
 // and reports whether it did; without per-session timings the verdict keeps its plain
 // table of medians.
-func (v *Verdict) outcomeSections(b *strings.Builder, charts []chartRef) bool {
+func (v *Verdict) outcomeSections(b *strings.Builder) bool {
 	o := v.Outcomes
 	if o == nil || len(o.Groups) == 0 {
 		return false
@@ -112,7 +112,7 @@ func (v *Verdict) outcomeSections(b *strings.Builder, charts []chartRef) bool {
 	}
 
 	if len(o.Cascades) > 0 {
-		v.cascadeSection(b, charts)
+		v.cascadeSection(b)
 	}
 	return true
 }
@@ -148,7 +148,7 @@ func msFine(x float64) string {
 
 // cascadeSection shows each arm's abort cascades: how often its engine wedged (exact
 // test on launches against the baseline) and how fast it served again.
-func (v *Verdict) cascadeSection(b *strings.Builder, charts []chartRef) {
+func (v *Verdict) cascadeSection(b *strings.Builder) {
 	o := v.Outcomes
 	base := o.Cascades[v.Baseline]
 	fmt.Fprintf(b, "\n## Abort cascades\n\n")
@@ -172,11 +172,6 @@ func (v *Verdict) cascadeSection(b *strings.Builder, charts []chartRef) {
 			}
 		}
 		fmt.Fprintf(b, "| %s | %d | %d | %s | %d | %d | %s | %s | %s | %d |\n", c.Arm, c.Launches, c.Wedged, p, c.Cascades, c.Recovered, med, longest, wedged, c.Aborted)
-	}
-	for _, c := range charts {
-		if c.kind == "wedges" {
-			fmt.Fprintf(b, "\n![%s](%s)\n", c.title, c.file)
-		}
 	}
 	for _, c := range o.Cascades {
 		if r := c.Recovery; r != nil {
