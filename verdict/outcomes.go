@@ -632,7 +632,7 @@ func (v *Verdict) stabilityClause(st []ThroughputNI) string {
 		if s.Result.NonInferior {
 			ni = append(ni, fmt.Sprintf("%s %s", load, signedPct(s.Result.Ratio-1)))
 		} else {
-			not = append(not, fmt.Sprintf("%s, where it may be up to %s lower", load, pctShort(math.Max(0, 1-s.Result.Bound))))
+			not = append(not, fmt.Sprintf("%s (it may be up to %s lower)", load, pctShort(math.Max(0, 1-s.Result.Bound))))
 		}
 	}
 	margin := pctShort(v.Outcomes.Margin)

@@ -354,7 +354,7 @@ func TestAbortWedgeVerdictSaysNonInferior(t *testing.T) {
 	st := slices.Clone(v.Outcomes.Stability)
 	st[0].Result.NonInferior, st[0].Result.Bound = false, 0.931
 	if got := v.stabilityClause(st); !strings.Contains(got, "non-inferior to before within the 5% margin at c=32") ||
-		!strings.Contains(got, "not shown so at c=1, where it may be up to 6.9% lower") {
+		!strings.Contains(got, "not shown so at c=1 (it may be up to 6.9% lower)") {
 		t.Errorf("mixed stability: %s", got)
 	}
 	if fail, why := v.Gate("throughput"); fail {
