@@ -264,6 +264,9 @@ func TestStoppedDaemonLosesItsRuns(t *testing.T) {
 	ds := dockertest.Start(t, 2)
 	image := dockertest.RefserveImage(t, ds...)
 	spec := dockerNodesSpec(t, "  image: "+image, twoDaemonRuntime(ds))
+	// Workloads of several seconds: node-0's arms must still be running when their daemon
+	// goes away, however long a loaded host takes to start the last arm.
+	spec.Engine.Args = append(spec.Engine.Args, "--inter-token-delay", "20ms")
 	db := filepath.Join(t.TempDir(), "docker.db")
 	watch := &containerWatch{t: t, daemons: ds, seen: map[string]seenContainer{}, at: func(n int) {
 		if n == 4 {
