@@ -34,7 +34,7 @@ type chart struct {
 const chartWidth = 18 * vg.Centimeter
 
 // chartSuffixes end the names of the charts written beside a verdict's stem.
-var chartSuffixes = []string{"-rates.svg", "-rounds.svg", "-wedges.svg"}
+var chartSuffixes = []string{"-rates.svg", "-rounds.svg", "-wedges.svg", "-throughput.svg"}
 
 // writeCharts writes the verdict's SVG charts beside stem through keep and returns their
 // references.
@@ -60,6 +60,13 @@ func (v *Verdict) writeCharts(stem string, keep outfile.Guard) ([]chartRef, erro
 			return nil, err
 		}
 		refs = append(refs, chartRef{"wedges", "Launches wedged by arm, with 95% Clopper-Pearson intervals over launches", filepath.Base(path)})
+	}
+	if ch := v.throughputChart(); ch != nil {
+		path := stem + chartSuffixes[3]
+		if err := saveSVG(ch, path, keep); err != nil {
+			return nil, err
+		}
+		refs = append(refs, chartRef{"throughput", "Engine throughput by phase, each arm's launches", filepath.Base(path)})
 	}
 	return refs, nil
 }
@@ -143,6 +150,22 @@ func (percentTicks) Ticks(min, max float64) []plot.Tick {
 	for x := math.Ceil(min/step-1e-9) * step; x <= max+1e-9; x += step {
 		// Adding 0 turns a -0 into 0: no "-0%" label.
 		ts = append(ts, plot.Tick{Value: x, Label: fmt.Sprintf("%g%%", math.Round(x*100)/100+0)})
+		if m := x + step/2; m < max {
+			ts = append(ts, plot.Tick{Value: m})
+		}
+	}
+	return ts
+}
+
+// numberTicks marks an axis of plain quantities (tok/s) at round steps, labelled without
+// decimals they do not need.
+type numberTicks struct{}
+
+func (numberTicks) Ticks(min, max float64) []plot.Tick {
+	step := niceStep(max - math.Max(min, 0))
+	var ts []plot.Tick
+	for x := math.Ceil(min/step-1e-9) * step; x <= max+1e-9; x += step {
+		ts = append(ts, plot.Tick{Value: x, Label: fmt.Sprintf("%g", math.Round(x*100)/100+0)})
 		if m := x + step/2; m < max {
 			ts = append(ts, plot.Tick{Value: m})
 		}
@@ -275,19 +298,19 @@ func (v *Verdict) ratesChart() *chart {
 	if !drawn {
 		return nil
 	}
-	return barChart(rows, hi, "Corrupted sessions by arm (95% Wilson intervals)", "sessions corrupted")
+	return barChart(rows, niceMax(hi*1.05), "Corrupted sessions by arm (95% Wilson intervals)", "sessions corrupted", percentTicks{})
 }
 
-// barChart draws rows (percentages, hi the largest upper bound) as armRows under title.
-func barChart(rows []armRow, hi float64, title, xLabel string) *chart {
+// barChart draws rows as armRows under title, the x axis up to xMax and marked by ticks.
+func barChart(rows []armRow, xMax float64, title, xLabel string, ticks plot.Ticker) *chart {
 	p := plot.New()
 	sans(p)
 	p.Title.Text = title
 	p.X.Label.Text = xLabel
-	p.X.Max = niceMax(hi * 1.05)
+	p.X.Max = xMax
 	// A sliver left of zero keeps a zero rate's glyph whole.
 	p.X.Min = -0.015 * p.X.Max
-	p.X.Tick.Marker = percentTicks{}
+	p.X.Tick.Marker = ticks
 	p.HideY()
 	grid := plotter.NewGrid()
 	grid.Horizontal.Color = nil
@@ -299,6 +322,52 @@ func barChart(rows []armRow, hi float64, title, xLabel string) *chart {
 		// Room on the right for the last tick label ("100%").
 		p.Draw(draw.Crop(c, vg.Points(8), -vg.Points(14), vg.Points(4), -vg.Points(4)))
 	}}
+}
+
+// throughputChart is, for a workload of phases, each arm's engine throughput in each
+// phase: the mean over its launches, with the slowest and the fastest launch as the
+// whiskers, since the launch is the unit and launches of one configuration differ.
+func (v *Verdict) throughputChart() *chart {
+	o := v.Outcomes
+	if o == nil || len(o.Groups) == 0 {
+		return nil
+	}
+	var rows []armRow
+	hi := 0.0
+	for _, g := range o.Groups {
+		for i, a := range v.Arms {
+			if i >= len(g.engine) {
+				continue
+			}
+			var xs []float64
+			for _, x := range g.engine[i] {
+				if !math.IsNaN(x) && !math.IsInf(x, 0) {
+					xs = append(xs, x)
+				}
+			}
+			if len(xs) == 0 {
+				continue
+			}
+			col, glyph := v.armStyle(i)
+			lo, top := xs[0], xs[0]
+			for _, x := range xs {
+				lo, top = math.Min(lo, x), math.Max(top, x)
+			}
+			row := armRow{name: g.Name + " · " + a.Name, colour: col, glyph: glyph, rate: meanOrNaN(xs), lo: lo, hi: top}
+			row.note = fmt.Sprintf("%s tok/s, %d launch%s", tps(row.rate), len(xs), pluralEs(len(xs)))
+			if len(xs) > 1 {
+				row.note += fmt.Sprintf(" from %s to %s", tps(lo), tps(top))
+			}
+			hi = math.Max(hi, top)
+			rows = append(rows, row)
+		}
+	}
+	if len(rows) == 0 || !(hi > 0) {
+		return nil
+	}
+	top := hi * 1.05
+	step := niceStep(top)
+	return barChart(rows, math.Ceil(top/step-1e-9)*step, "Engine throughput by phase (launches: mean, slowest, fastest)", "generated tokens per second", numberTicks{})
 }
 
 // wedgesChart is, for an abort-cascade experiment, each arm's share of launches that
@@ -331,7 +400,7 @@ func (v *Verdict) wedgesChart() *chart {
 		hi = math.Max(hi, row.hi)
 		rows = append(rows, row)
 	}
-	return barChart(rows, hi, "Launches wedged by arm (95% Clopper-Pearson intervals over launches)", "launches wedged")
+	return barChart(rows, niceMax(hi*1.05), "Launches wedged by arm (95% Clopper-Pearson intervals over launches)", "launches wedged", percentTicks{})
 }
 
 // roundsChart is the share of each arm's sessions corrupted in each round. Arms with the

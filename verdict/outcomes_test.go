@@ -269,6 +269,12 @@ func TestOutcomeExampleVerdicts(t *testing.T) {
 				cascades && (!strings.Contains(string(svg), "4 of 4 launches wedged") || !strings.Contains(string(svg), "0 of 4 launches wedged")) {
 				t.Errorf("wedges chart (%v):\n%.600s", err, svg)
 			}
+			// Every phased workload draws its engines' throughput, phase by phase, launch
+			// by launch.
+			tp, err := os.ReadFile(filepath.Join(dir, name+"-throughput.svg"))
+			if err != nil || !strings.Contains(string(tp), "Engine throughput by phase") || !strings.Contains(string(tp), " launches from ") {
+				t.Errorf("throughput chart (%v):\n%.600s", err, tp)
+			}
 		})
 	}
 }

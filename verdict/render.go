@@ -79,7 +79,8 @@ func ms(x float64) string {
 }
 
 // Files are the files WriteFiles may write for path: the markdown, then its charts
-// (PATH-rates.svg, PATH-rounds.svg, PATH-wedges.svg, PATH without its extension).
+// (PATH-rates.svg, PATH-rounds.svg, PATH-wedges.svg, PATH-throughput.svg, PATH without its
+// extension).
 func Files(path string) []string {
 	stem := strings.TrimSuffix(path, filepath.Ext(path))
 	files := []string{path}
@@ -291,7 +292,7 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 		}
 	}
 
-	if !v.outcomeSections(b) {
+	if !v.outcomeSections(b, charts) {
 		fmt.Fprintf(b, "\n## Latency and throughput\n\nOver completed responses; tokens per second are per request, after the first token.\n\n")
 		fmt.Fprintf(b, "| arm | responses | failed | TTFT p50 | TTFT p95 | end-to-end p50 | end-to-end p95 | tok/s p50 |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, a := range v.Arms {

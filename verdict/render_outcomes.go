@@ -9,7 +9,7 @@ import (
 // outcomeSections writes the latency and throughput section (and the abort cascades'),
 // and reports whether it did; without per-session timings the verdict keeps its plain
 // table of medians.
-func (v *Verdict) outcomeSections(b *strings.Builder) bool {
+func (v *Verdict) outcomeSections(b *strings.Builder, charts []chartRef) bool {
 	o := v.Outcomes
 	if o == nil || len(o.Groups) == 0 {
 		return false
@@ -17,6 +17,11 @@ func (v *Verdict) outcomeSections(b *strings.Builder) bool {
 	fmt.Fprintf(b, "\n## Latency and throughput\n\n")
 	fmt.Fprintf(b, "The session is the unit: each session is summarised by its tokens per second (its completion tokens over its requests' end-to-end time) and by the median of its requests' TTFT, inter-token latency (from its first streamed token to its last, over the tokens after the first; text replies that came in two events or more) and end-to-end latency. ")
 	fmt.Fprintf(b, "Requests cut by an abort cascade, and canaries, are left out.\n\n")
+	for _, c := range charts {
+		if c.kind == "throughput" {
+			fmt.Fprintf(b, "![%s](%s)\n\n", c.title, c.file)
+		}
+	}
 
 	phased := false
 	for _, g := range o.Groups {
