@@ -89,7 +89,7 @@ func TestWriteDivergenceReplacesRowsAndSyncsFlags(t *testing.T) {
 		t.Errorf("sessions after a counted divergence = %v", got)
 	}
 	counts, err := DivergenceCounts(ctx, s.DB(), exp)
-	if err != nil || len(counts) != 1 || counts[0] != (DivergenceCount{ArmID: armID, Compared: 2, Diverged: 1}) {
+	if err != nil || len(counts) != 1 || counts[0] != (DivergenceCount{ArmID: armID, Compared: 2, Diverged: 1, Sessions: 2}) {
 		t.Errorf("counts = %+v, %v", counts, err)
 	}
 	got, err := Divergences(ctx, s.DB(), exp)
