@@ -1450,14 +1450,16 @@ func (d *decoder) checkBaseline(names []string) {
 func suggest(s string, candidates []string) string {
 	best, bestDist := "", 3
 	for _, c := range candidates {
-		if dist := editDistance(strings.ToLower(s), strings.ToLower(c)); dist < bestDist && dist < len(c) {
+		if dist := EditDistance(strings.ToLower(s), strings.ToLower(c)); dist < bestDist && dist < len(c) {
 			best, bestDist = c, dist
 		}
 	}
 	return best
 }
 
-func editDistance(a, b string) int {
+// EditDistance is the Levenshtein distance between a and b (strings longer than 64
+// bytes are far from everything), for the suggestions of a mistyped name.
+func EditDistance(a, b string) int {
 	if len(a) > 64 || len(b) > 64 {
 		return 1 << 30
 	}

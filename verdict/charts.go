@@ -40,33 +40,23 @@ var chartSuffixes = []string{"-rates.svg", "-rounds.svg", "-wedges.svg", "-throu
 // references.
 func (v *Verdict) writeCharts(stem string, keep outfile.Guard) ([]chartRef, error) {
 	var refs []chartRef
-	if ch := v.ratesChart(); ch != nil {
-		path := stem + chartSuffixes[0]
-		if err := saveSVG(ch, path, keep); err != nil {
+	for k, c := range []struct {
+		kind, title string
+		chart       *chart
+	}{
+		{"rates", "Corrupted sessions by arm, with 95% Wilson intervals", v.ratesChart()},
+		{"rounds", "Corrupted sessions by round", v.roundsChart()},
+		{"wedges", "Launches wedged by arm, with 95% Clopper-Pearson intervals over launches", v.wedgesChart()},
+		{"throughput", "Engine throughput by phase, each arm's launches", v.throughputChart()},
+	} {
+		if c.chart == nil {
+			continue
+		}
+		path := stem + chartSuffixes[k]
+		if err := saveSVG(c.chart, path, keep); err != nil {
 			return nil, err
 		}
-		refs = append(refs, chartRef{"rates", "Corrupted sessions by arm, with 95% Wilson intervals", filepath.Base(path)})
-	}
-	if ch := v.roundsChart(); ch != nil {
-		path := stem + chartSuffixes[1]
-		if err := saveSVG(ch, path, keep); err != nil {
-			return nil, err
-		}
-		refs = append(refs, chartRef{"rounds", "Corrupted sessions by round", filepath.Base(path)})
-	}
-	if ch := v.wedgesChart(); ch != nil {
-		path := stem + chartSuffixes[2]
-		if err := saveSVG(ch, path, keep); err != nil {
-			return nil, err
-		}
-		refs = append(refs, chartRef{"wedges", "Launches wedged by arm, with 95% Clopper-Pearson intervals over launches", filepath.Base(path)})
-	}
-	if ch := v.throughputChart(); ch != nil {
-		path := stem + chartSuffixes[3]
-		if err := saveSVG(ch, path, keep); err != nil {
-			return nil, err
-		}
-		refs = append(refs, chartRef{"throughput", "Engine throughput by phase, each arm's launches", filepath.Base(path)})
+		refs = append(refs, chartRef{c.kind, c.title, filepath.Base(path)})
 	}
 	return refs, nil
 }

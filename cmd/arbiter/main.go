@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/internal/outfile"
 	"github.com/arbiterlab/arbiter/internal/version"
 	"github.com/arbiterlab/arbiter/store"
@@ -254,12 +255,12 @@ func withFlagSuggestion(cmd *cobra.Command, err error) error {
 	name, _, _ = strings.Cut(name, "=")
 	best, bestDist := "", 3 // farther than two edits is no suggestion
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		if d := editDistance(name, f.Name); d < bestDist {
+		if d := arms.EditDistance(name, f.Name); d < bestDist {
 			best, bestDist = f.Name, d
 		}
 	})
 	cmd.InheritedFlags().VisitAll(func(f *pflag.Flag) {
-		if d := editDistance(name, f.Name); d < bestDist {
+		if d := arms.EditDistance(name, f.Name); d < bestDist {
 			best, bestDist = f.Name, d
 		}
 	})
@@ -267,27 +268,6 @@ func withFlagSuggestion(cmd *cobra.Command, err error) error {
 		return fmt.Errorf("%w (%s --help lists the flags)", err, cmd.CommandPath())
 	}
 	return fmt.Errorf("%w; did you mean --%s?", err, best)
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
 }
 
 // isUsageError reports whether cobra rejected the command line itself.
