@@ -688,7 +688,8 @@ func (d *decoder) decodeSpec(root ast.Node) {
 
 func (d *decoder) decodeEngine(e entry) {
 	en := &d.spec.Engine
-	known := []string{"preset", "image", "command", "args", "env", "secrets", "mounts", "gpus", "bool_flags"}
+	var model *entry
+	known := []string{"preset", "image", "command", "args", "env", "secrets", "mounts", "gpus", "bool_flags", "port", "endpoints", "model", "attest"}
 	seen := d.fields(e.val, e.path, known, func(f entry) {
 		switch f.key {
 		case "preset":
@@ -736,6 +737,14 @@ func (d *decoder) decodeEngine(e entry) {
 			if v, ok := d.bounded(f, 0, MaxGPUs, "GPUs per arm"); ok {
 				en.GPUs = v
 			}
+		case "port":
+			d.decodePort(f)
+		case "endpoints":
+			d.decodeEndpoints(f)
+		case "model":
+			model = &f // decoded after preset, which says whether the engine keeps models
+		case "attest":
+			d.decodeAttest(f)
 		case "bool_flags":
 			d.list(f, func(it entry) {
 				v, ok := d.str(it)
@@ -753,6 +762,9 @@ func (d *decoder) decodeEngine(e entry) {
 		}
 	})
 	d.require(seen, e.keyNode, e.path, "preset")
+	if model != nil {
+		d.decodeModel(*model)
+	}
 	if en.Preset != "" {
 		valued := PresetFor(en.Preset).Grammar.Valued
 		for _, v := range en.BoolFlags {
@@ -1218,7 +1230,7 @@ func (d *decoder) decodeDetectors(e entry) {
 
 func (d *decoder) decodeAnalysis(e entry) {
 	a := &d.spec.Analysis
-	known := []string{"unit", "alpha", "baseline", "margin", "throughput_margin", "min_effect", "max_loss", "sequential", "aa", "plan"}
+	known := []string{"unit", "alpha", "baseline", "margin", "throughput_margin", "min_effect", "max_loss", "sequential", "aa", "plan", "divergence_floor"}
 	d.fields(e.val, e.path, known, func(f entry) {
 		switch f.key {
 		case "unit":
@@ -1265,6 +1277,11 @@ func (d *decoder) decodeAnalysis(e entry) {
 		case "aa":
 			a.AA, _ = d.boolean(f)
 			d.spec.pos[f.path] = posOf(f.keyNode)
+		case "divergence_floor":
+			if v, ok := d.str(f); ok && d.ident(f.val, f.path, "arm", v) {
+				a.DivergenceFloor = v
+			}
+			d.spec.pos[f.path] = posOf(f.val)
 		}
 	})
 }
@@ -1361,6 +1378,7 @@ func (d *decoder) crossCheck(seen map[string]entry) {
 	}
 	d.checkSlots()
 	d.checkRuntimeKind()
+	d.checkEngineAddress()
 	if s.Runtime.Kind == "docker" && s.Engine.Image == "" {
 		if e, ok := seen["engine"]; ok {
 			d.add(e.keyNode, "engine.image", "the docker runtime needs an engine image")
@@ -1414,6 +1432,7 @@ func (d *decoder) crossCheck(seen map[string]entry) {
 		}
 		d.checkBaseline(names)
 	}
+	d.checkDivergenceFloor(hasFactors)
 	t := &s.Timeouts
 	if t.Startup == 0 {
 		t.Startup = DefaultStartupTimeout

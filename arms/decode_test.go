@@ -293,19 +293,19 @@ func TestSpecErrorFormat(t *testing.T) {
 
 func TestPresetFor(t *testing.T) {
 	sg := PresetFor("sglang")
-	if !slices.Equal(sg.Command, []string{"python3", "-m", "sglang.launch_server"}) || sg.PortFlag != "--port" ||
-		sg.HealthPath != "/health" || sg.GenerateHealthPath != "/health_generate" || sg.ServerInfoPath != "/get_server_info" || sg.AbortPath != "/abort_request" {
+	if !slices.Equal(sg.Command, []string{"python3", "-m", "sglang.launch_server"}) || sg.Listen.Flag != "--port" ||
+		sg.HealthPath != "/health" || sg.GenerateHealthPath != "/health_generate" || sg.ServerInfoPath != "/server_info" || sg.ServerInfoFallback != "/get_server_info" || sg.AbortPath != "/abort_request" {
 		t.Errorf("sglang %+v", sg)
 	}
 	v := PresetFor("vllm")
-	if !slices.Equal(v.Command, []string{"vllm", "serve"}) || v.GenerateHealthPath != "" || v.ServerInfoPath != "" || v.AbortPath != "" || v.HealthPath != "/health" {
+	if !slices.Equal(v.Command, []string{"vllm", "serve"}) || v.GenerateHealthPath != "" || v.ServerInfoPath != "/version" || v.AbortPath != "" || v.HealthPath != "/health" {
 		t.Errorf("vllm %+v", v)
 	}
 	r := PresetFor("refserve")
 	if !slices.Equal(r.Command, []string{"refserve"}) || r.GenerateHealthPath != "/health_generate" {
 		t.Errorf("refserve %+v", r)
 	}
-	if c := PresetFor("custom"); c.Command != nil || c.PortFlag != "--port" {
+	if c := PresetFor("custom"); c.Command != nil || c.Listen.Flag != "--port" {
 		t.Errorf("custom %+v", c)
 	}
 	// The returned command is a copy: changing it must not change the preset.

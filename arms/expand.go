@@ -494,12 +494,26 @@ func (c *confoundCheck) identical(arms []Arm) {
 		}
 		return
 	}
+	// The divergence floor repeats the baseline on purpose (Analysis.DivergenceFloor).
+	floor, base := s.Analysis.DivergenceFloor, s.baselineName()
+	if floor != "" {
+		fi := slices.IndexFunc(arms, func(a Arm) bool { return a.Name == floor })
+		bi := slices.IndexFunc(arms, func(a Arm) bool { return a.Name == base })
+		if fi >= 0 && bi >= 0 && armKey(c.grammar, arms[fi]) != armKey(c.grammar, arms[bi]) {
+			p := s.pos["analysis.divergence_floor"]
+			c.errs = append(c.errs, &SpecError{File: s.Path, Line: p.Line, Col: p.Col, Path: "analysis.divergence_floor",
+				Msg: fmt.Sprintf("arm %s is the divergence floor, so it must repeat the baseline %s's pins exactly, and it differs", floor, base)})
+		}
+	}
 	first := make(map[string]string, len(arms)) // arm key -> the first arm with it
 	for _, a := range arms {
 		key := armKey(c.grammar, a)
 		prev, twin := first[key]
 		if !twin {
 			first[key] = a.Name
+			continue
+		}
+		if pair := []string{prev, a.Name}; floor != "" && slices.Contains(pair, floor) && slices.Contains(pair, base) {
 			continue
 		}
 		path := "arms." + a.Name

@@ -6,22 +6,29 @@ import (
 )
 
 // Preset is what arbiter knows about an engine: how to start it when the spec gives no
-// command, how to tell it its port, and where it answers health, server-info and abort
-// requests. An empty path means the engine has no such endpoint.
+// command, how to tell it its port, where it answers health, server-info and abort
+// requests, and where it reports the settings arbiter attests. An empty path means the
+// engine has no such endpoint. Spec.Preset lays what a spec declares over it.
 type Preset struct {
 	Name string
 	// Command is the default command line when the spec's engine.command is empty;
 	// nil for custom, which must give one.
 	Command []string
-	// PortFlag is the flag the runtime appends with the arm's port, e.g. --port.
-	PortFlag string
+	// Listen is how the runtime tells the engine its address (a port flag by default).
+	Listen Listen
 	// HealthPath answers 200 once the server is up; it may not prove that a new
 	// request gets scheduled (SGLang's /health passes as soon as any output arrives).
 	HealthPath string
 	// GenerateHealthPath runs a real generation; empty when the engine has none.
 	GenerateHealthPath string
-	// ServerInfoPath returns the resolved server arguments and version, stored per run.
-	ServerInfoPath string
+	// ServerInfoPath returns the resolved server arguments and version, stored per run;
+	// ServerInfoFallback is asked when it answers 404 (an older release's route).
+	ServerInfoPath, ServerInfoFallback string
+	// FlagsInServerInfo says that the server info holds every flag under its name (- read
+	// as _): a flag pin without a rule of its own is attested there. EnvInServerInfo is
+	// the key under which it reports the env pins it read, if any.
+	FlagsInServerInfo bool
+	EnvInServerInfo   string
 	// MetricsPath serves the engine's Prometheus metrics, scraped while a run's workload
 	// runs (SGLang and refserve serve it with --enable-metrics; vLLM always).
 	MetricsPath string
@@ -31,7 +38,21 @@ type Preset struct {
 	// Grammar is how the engine reads its command line (args.go); the zero Grammar,
 	// custom's, knows no flag.
 	Grammar Grammar
+	// Attest are the rules that read back settings the server info does not report
+	// (attest.go); a spec's engine.attest adds to them.
+	Attest []AttestRule
+	// Models says that the engine keeps models that arbiter can create and load through
+	// its API before the readiness generation (ModelsOllama), or "" when the engine loads
+	// the model its command names.
+	Models string
 }
+
+// ModelsOllama is Preset.Models for an engine with ollama's model API (POST
+// /api/blobs/sha256:DIGEST, /api/create, /api/show).
+const ModelsOllama = "ollama"
+
+// portFlag is the listening form of the presets that take --port.
+var portFlag = Listen{Flag: "--port"}
 
 // presets are the engines arbiter drives. refserve mirrors SGLang's endpoints on
 // purpose: it stands in for SGLang in tests and demos.
@@ -39,36 +60,52 @@ var presets = map[string]Preset{
 	"refserve": {
 		Name:               "refserve",
 		Command:            []string{"refserve"},
-		PortFlag:           "--port",
+		Listen:             portFlag,
 		HealthPath:         "/health",
 		GenerateHealthPath: "/health_generate",
 		ServerInfoPath:     "/get_server_info",
 		AbortPath:          "/abort_request",
 		MetricsPath:        "/metrics",
 		Grammar:            refserveGrammar,
+		FlagsInServerInfo:  true,
+		EnvInServerInfo:    "env",
 	},
 	"sglang": {
 		Name:               "sglang",
 		Command:            []string{"python3", "-m", "sglang.launch_server"},
-		PortFlag:           "--port",
+		Listen:             portFlag,
 		HealthPath:         "/health",
 		GenerateHealthPath: "/health_generate",
-		ServerInfoPath:     "/get_server_info",
+		ServerInfoPath:     "/server_info",
+		ServerInfoFallback: "/get_server_info",
 		AbortPath:          "/abort_request",
 		MetricsPath:        "/metrics",
 		Grammar:            sglangGrammar,
+		FlagsInServerInfo:  true,
+		Attest:             sglangAttest,
 	},
 	"vllm": {
-		Name:        "vllm",
-		Command:     []string{"vllm", "serve"},
-		PortFlag:    "--port",
-		HealthPath:  "/health",
-		MetricsPath: "/metrics",
-		Grammar:     vllmGrammar,
+		Name:           "vllm",
+		Command:        []string{"vllm", "serve"},
+		Listen:         portFlag,
+		HealthPath:     "/health",
+		ServerInfoPath: "/version",
+		MetricsPath:    "/metrics",
+		Grammar:        vllmGrammar,
+		Attest:         vllmAttest,
+	},
+	"ollama": {
+		Name:           "ollama",
+		Command:        []string{"ollama", "serve"},
+		Listen:         Listen{Env: "OLLAMA_HOST", EnvValue: HostHolder + ":" + PortHolder},
+		HealthPath:     "/",
+		ServerInfoPath: "/api/version",
+		Models:         ModelsOllama,
+		Attest:         ollamaAttest,
 	},
 	"custom": {
 		Name:        "custom",
-		PortFlag:    "--port",
+		Listen:      portFlag,
 		HealthPath:  "/health",
 		MetricsPath: "/metrics",
 	},
@@ -94,6 +131,7 @@ func PresetFor(name string) Preset {
 		p.Name = name
 	}
 	p.Command = slices.Clone(p.Command)
+	p.Attest = slices.Clone(p.Attest)
 	p.Grammar = Grammar{Bool: slices.Clone(p.Grammar.Bool), Valued: slices.Clone(p.Grammar.Valued), Argparse: p.Grammar.Argparse}
 	return p
 }

@@ -33,7 +33,8 @@ import (
 var serverInfoSkip = map[string][]string{
 	// host and port are the launch's own; the rest are SGLang's additions to its
 	// server arguments: scheduler info, per-rank state and its version.
-	"sglang": {"host", "port", "version", "internal_states", "max_total_num_tokens", "max_req_input_len", "status"},
+	"sglang": {"host", "port", "version", "internal_states", "max_total_num_tokens", "max_req_input_len", "status",
+		"launch_command", "kv_events"},
 	// refserve adds what it reports about itself, the faults its settings arm, the
 	// alias of random_seed, and the values it reads from env pins (under env).
 	"refserve": {"host", "port", "version", "engine", "refserve_faults", "seed",

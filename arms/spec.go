@@ -60,6 +60,14 @@ type Engine struct {
 	// does not know (args.go): without them, such a flag followed by another flag could
 	// be read as taking it as its value, and is refused.
 	BoolFlags []string
+	// Listen is how the engine takes its address (engine.port); nil keeps the preset's.
+	Listen *Listen
+	// Endpoints override the preset's paths (engine.endpoints).
+	Endpoints Endpoints
+	// Model is the model the preset prepares in every launch (engine.model); nil for none.
+	Model *ModelSpec
+	// Attest are the spec's rules for reading back settings (engine.attest), by pin.
+	Attest []AttestRule
 }
 
 // Grammar is how the engine reads its command line: its preset's grammar with
@@ -197,6 +205,11 @@ type Analysis struct {
 	Sequential Sequential
 	// Plan holds what `arbiter plan` needs; zero when the spec declares no plan.
 	Plan Plan
+	// DivergenceFloor names an arm that repeats the baseline's pins: how far its replies
+	// depart from the baseline's is the A/A floor of divergence (a real engine batching
+	// at concurrency is not bit-deterministic), which every other arm's divergence is
+	// judged against. Empty: divergence is reported against zero.
+	DivergenceFloor string
 	// AA declares an A/A check: every arm is meant to be identical, so the confound
 	// check allows (and requires) identical arms. Used to measure the false-positive
 	// rate of the whole pipeline before trusting an A/B.

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/arbiterlab/arbiter/arms"
@@ -27,7 +29,7 @@ func (e *experiment) runArm(ctx context.Context, ai, b int, at placement, bar *b
 	// that the wave's other arms never wait for an arm that is out.
 	defer bar.arrive()
 	arm := e.arms[ai]
-	preset := arms.PresetFor(e.spec.Engine.Preset)
+	preset := e.spec.Preset()
 	rr := RunResult{Arm: arm.Name, Block: b, Node: at.slot.Node, Slot: at.slot.Index, GPUs: at.slot.GPUs, Wave: at.wave}
 	log := e.log.With("arm", arm.Name, "block", b, "slot", at.slot.String())
 	name := fmt.Sprintf("exp%d-%s-b%d", e.id, arm.Name, b)
@@ -80,8 +82,13 @@ func (e *experiment) runArm(ctx context.Context, ai, b int, at placement, bar *b
 			Blocks: max(e.spec.Blocks, 1), Sessions: e.spec.Workload.Sessions, LogPath: run.LogPath})
 	}
 	log.Info("launching", "command", fmt.Sprint(arms.RedactArgs(arm.Command)))
+	env := e.envs[ai]
+	if storeEnv, dir := e.modelStore(name); dir != "" {
+		env = append(slices.Clone(env), storeEnv...)
+		defer os.RemoveAll(dir) // after stop: the engine no longer writes there
+	}
 	inst, err := e.runtimes[at.slot.Node].Start(ctx, runtime.Launch{Name: name, ExperimentID: e.id, RunID: run.ID,
-		DatabaseID: e.dbID, Command: arm.Command, Env: e.envs[ai], PortFlag: preset.PortFlag, LogPath: run.LogPath,
+		DatabaseID: e.dbID, Command: arm.Command, Env: env, Listen: preset.Listen, LogPath: run.LogPath,
 		Redact: e.redact, RedactCut: e.redactor.RedactCut, Image: e.spec.Engine.Image, GPUs: at.slot.GPUs, BaseURL: arm.BaseURL})
 	if err != nil {
 		switch {
@@ -148,10 +155,17 @@ func (e *experiment) runArm(ctx context.Context, ai, b int, at placement, bar *b
 	}
 	run.Status, run.Ready = store.RunReady, time.Now()
 	run.ServerInfo = e.serverInfo(ctx, inst.Endpoint(), preset)
-	if err := e.checkExternalPins(ctx, arm); err != nil {
+	if err := e.attestRun(ctx, inst, preset, ai, run, log); err != nil {
 		stop()
-		finish(store.RunFailed, err.Error())
-		return rr, err
+		status := store.RunFailed
+		if errors.Is(err, ErrPinsNotHeld) {
+			status = store.RunRefused
+		}
+		if lp != nil {
+			lp.EngineFailed(arm.Name, b, err.Error(), "")
+		}
+		finish(status, err.Error())
+		return rr, fmt.Errorf("arm %s: %w", arm.Name, err)
 	}
 	if err := e.store.UpdateRun(ctx, run); err != nil {
 		stop()
@@ -169,6 +183,10 @@ func (e *experiment) runArm(ctx context.Context, ai, b int, at placement, bar *b
 	if ctx.Err() != nil {
 		stop()
 		return finish(store.RunInterrupted, "")
+	}
+	if why := e.refused.Load(); why != nil {
+		stop()
+		return finish(store.RunFailed, "not driven: "+*why)
 	}
 	run.WorkloadStarted = time.Now()
 	var completed armCounts
@@ -306,6 +324,9 @@ func (e *experiment) waitReady(ctx context.Context, inst runtime.Instance, prese
 		case <-tick.C:
 		}
 	}
+	if err := e.prepareModel(ctx, base, preset); err != nil {
+		return "", err
+	}
 	model := e.spec.Workload.Model
 	if model == "" {
 		var err error
@@ -368,25 +389,18 @@ func firstModel(ctx context.Context, client *http.Client, base string) (string, 
 	return ml.Data[0].ID, nil
 }
 
-// serverInfo fetches the engine's resolved configuration, when its preset serves one.
+// serverInfo fetches the engine's resolved configuration, when its preset serves one,
+// for the run's record.
 func (e *experiment) serverInfo(ctx context.Context, base string, preset arms.Preset) string {
 	if preset.ServerInfoPath == "" {
 		return ""
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+preset.ServerInfoPath, nil)
-	if err != nil {
-		return ""
-	}
-	resp, err := http.DefaultClient.Do(req)
+	_, b, err := fetchServerInfo(ctx, base, preset)
 	if err != nil {
 		e.log.Warn("server info unavailable", "err", err)
 		return ""
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil || resp.StatusCode != http.StatusOK || !json.Valid(b) {
+	if !json.Valid(b) {
 		return ""
 	}
 	return string(b)

@@ -37,6 +37,8 @@ func newScriptedEngineEnding(t *testing.T, answer, finish func(session int) stri
 	e := &scriptedEngine{done: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(http.ResponseWriter, *http.Request) {})
+	// It stands in for refserve, but reports no setting: every pin is unverified.
+	mux.HandleFunc("GET /get_server_info", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, `{}`) })
 	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, `{"object":"list","data":[{"id":"fake","object":"model"}]}`)
 	})

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -491,7 +492,8 @@ func DesignOf(spec *arms.Spec) store.Design {
 	d := store.Design{Blocks: max(spec.Blocks, 1), Looks: spec.Analysis.Sequential.Looks, Margin: spec.Analysis.Margin,
 		AA: spec.Analysis.AA, Sessions: spec.Workload.Sessions, Rounds: spec.Workload.Rounds,
 		Concurrency: spec.Workload.Concurrency, MaxLoss: &maxLoss, MinEffect: &minEffect,
-		Workload: spec.Workload.Describe(), ThroughputMargin: spec.Analysis.ThroughputMargin}
+		Workload: spec.Workload.Describe(), ThroughputMargin: spec.Analysis.ThroughputMargin,
+		DivergenceFloor: spec.Analysis.DivergenceFloor}
 	if spec.Workload.Kind != arms.DefaultWorkload {
 		d.Kind = spec.Workload.Kind
 	}
@@ -581,6 +583,11 @@ type experiment struct {
 	// redactor is what redact applies; it also finds secrets that an engine streamed
 	// in pieces (see sessionTracker.Turn).
 	redactor *arms.Redactor
+	// refused is set, before it reaches its wave's start barrier, by an arm whose engine
+	// did not hold its pins: the wave's other arms then send no traffic either.
+	refused atomic.Pointer[string]
+	// model is the GGUF file a preset that keeps models is given (models.go).
+	model modelFile
 	// trace is the index of a trace workload, checked once before any launch.
 	trace *workload.TraceIndex
 }

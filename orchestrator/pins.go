@@ -7,10 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -42,58 +40,38 @@ var ErrPinsNotHeld = errors.New("the engine does not run as pinned")
 // arbiter does not judge an arm whose pins it cannot check.
 var ErrPinsUncheckable = errors.New("the engine's pins cannot be checked")
 
-// PinCheck is how an engine's /get_server_info compares with an arm's pins.
-type PinCheck struct {
-	// Verified are the pins the engine reported as pinned.
-	Verified []string
-	// Mismatched say which pins the engine reported otherwise, and how.
-	Mismatched []string
-	// Unverified say which pins the engine did not report, and why.
-	Unverified []string
-}
-
-func (c PinCheck) summary() string {
-	s := fmt.Sprintf("%d pins confirmed by get_server_info", len(c.Verified))
-	if len(c.Unverified) > 0 {
-		s += fmt.Sprintf(", %d not reported (%s)", len(c.Unverified), strings.Join(c.Unverified, "; "))
-	}
-	return s
-}
-
-// CheckPins reads the engine's /get_server_info at the arm's base_url and compares it
-// with the arm's pins (ComparePins), reading the pinned args by the spec's grammar. An
-// answer that cannot be read (no answer, an HTTP status other than 200), is over
-// MaxServerInfoBytes or is not a JSON object is an error wrapping ErrPinsUncheckable
-// that names the URL, credentials and query left out, and what was wrong. A preset
-// without server info (vllm, custom) verifies nothing: every pin is unverified.
+// CheckPins reads the server info of an arm that already runs (runtime kind external)
+// at its base_url and compares it with the arm's pins (attest; no log of an engine
+// arbiter did not start is read). An answer that cannot be read (no answer, an HTTP
+// status other than 200), is over MaxServerInfoBytes or is not a JSON object is an
+// error wrapping ErrPinsUncheckable that names the URL, credentials and query left out,
+// and what was wrong.
 func CheckPins(ctx context.Context, spec *arms.Spec, a arms.Arm) (PinCheck, error) {
-	preset := arms.PresetFor(spec.Engine.Preset)
-	grammar := spec.Grammar()
-	if preset.ServerInfoPath == "" {
-		var c PinCheck
-		why := "the " + preset.Name + " preset serves no get_server_info"
-		for _, k := range slices.Sorted(maps.Keys(a.Pins.Env)) {
-			c.Unverified = append(c.Unverified, k+" ("+why+")")
-		}
-		flags, _ := grammar.Parse(a.Pins.Args)
-		for _, f := range flags {
-			c.Unverified = append(c.Unverified, f.Name+" ("+why+")")
-		}
-		return c, nil
+	preset := spec.Preset()
+	o, err := observe(ctx, a.BaseURL, preset, "")
+	if err != nil {
+		return PinCheck{}, err
 	}
-	u := strings.TrimRight(a.BaseURL, "/") + preset.ServerInfoPath
-	info, err := fetchServerInfo(ctx, u)
-	if err == nil {
-		var c PinCheck
-		if c, err = ComparePins(grammar, info, a.Pins); err == nil {
-			return c, nil
-		}
-	}
-	return PinCheck{}, fmt.Errorf("%w: GET %s: %v; arbiter does not judge an arm whose pins it cannot check", ErrPinsUncheckable, arms.RedactURL(u), err)
+	return newPinCheck(attest(preset, spec.Grammar(), a.Pins, arms.Pins{}, o)), nil
 }
 
-// fetchServerInfo reads the server info at u, whole or not at all.
-func fetchServerInfo(ctx context.Context, u string) ([]byte, error) {
+// fetchServerInfo reads the preset's server info at base, whole or not at all, from its
+// fallback path when the first answers 404; u is the URL that answered (or failed).
+func fetchServerInfo(ctx context.Context, base string, preset arms.Preset) (u string, info []byte, err error) {
+	u = strings.TrimRight(base, "/") + preset.ServerInfoPath
+	info, err = fetchServerInfoAt(ctx, u)
+	if errors.Is(err, errNotFound) && preset.ServerInfoFallback != "" {
+		u = strings.TrimRight(base, "/") + preset.ServerInfoFallback
+		info, err = fetchServerInfoAt(ctx, u)
+	}
+	return u, info, err
+}
+
+// errNotFound is an answer of 404.
+var errNotFound = errors.New("HTTP 404")
+
+// fetchServerInfoAt reads the server info at u, whole or not at all.
+func fetchServerInfoAt(ctx context.Context, u string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
@@ -109,7 +87,10 @@ func fetchServerInfo(ctx context.Context, u string) ([]byte, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
+	switch {
+	case resp.StatusCode == http.StatusNotFound:
+		return nil, errNotFound
+	case resp.StatusCode != http.StatusOK:
 		return nil, fmt.Errorf("HTTP %d", resp.StatusCode)
 	}
 	if resp.ContentLength > MaxServerInfoBytes {
@@ -159,58 +140,36 @@ func parseServerInfo(info []byte) (map[string]any, error) {
 	return m, nil
 }
 
-// ComparePins compares an engine's /get_server_info JSON with pins, the pinned args
-// read by the engine's grammar: a flag pin with the value reported under the flag's
-// name (- read as _), an env pin with the engine's report of its environment
-// (refserve reports the variables it reads under env; SGLang none). A pin the engine
+// readServerInfo reads server info as a JSON object, numbers as written; env names the
+// key under which the engine reports its environment, which must then be an object.
+func readServerInfo(info []byte, env string) (map[string]any, error) {
+	m, err := parseServerInfo(info)
+	if err != nil {
+		return nil, err
+	}
+	if v, ok := m[env]; env != "" && ok && v != nil {
+		if _, isObject := v.(map[string]any); !isObject {
+			return nil, fmt.Errorf("server info's %s is not an object but %s", env, arms.JSONKind(v))
+		}
+	}
+	return m, nil
+}
+
+// ComparePins compares a /get_server_info JSON of SGLang's form with pins, the pinned
+// args read by the engine's grammar: a flag pin with the value reported under the
+// flag's name (- read as _), an env pin with the engine's report of its environment
+// under env (refserve reports the variables it reads; SGLang none). A pin the engine
 // does not report is unverified, not mismatched. A bare flag is confirmed only by true
 // (or "true", 1); a value by the same value, numbers compared as numbers and a list
 // item by item. Server info that is not a JSON object, or whose env is not an object,
 // is an error.
 func ComparePins(g arms.Grammar, info []byte, pins arms.Pins) (PinCheck, error) {
-	var c PinCheck
-	m, err := parseServerInfo(info)
+	m, err := readServerInfo(info, "env")
 	if err != nil {
-		return c, err
+		return PinCheck{}, err
 	}
-	envValue, hasEnv := m["env"]
-	env, isObject := envValue.(map[string]any)
-	if hasEnv && envValue != nil && !isObject {
-		return c, fmt.Errorf("server info's env is not an object but %s", arms.JSONKind(envValue))
-	}
-	for _, k := range slices.Sorted(maps.Keys(pins.Env)) {
-		want := pins.Env[k]
-		v, reported := env[k]
-		got, isString := v.(string)
-		switch {
-		case !reported:
-			c.Unverified = append(c.Unverified, k+" (the engine does not report it)")
-		case !isString:
-			c.Mismatched = append(c.Mismatched, fmt.Sprintf("%s is %s, not a string, pinned %q", k, reportedText(v), want))
-		case got != want:
-			c.Mismatched = append(c.Mismatched, fmt.Sprintf("%s is %q, pinned %q", k, got, want))
-		default:
-			c.Verified = append(c.Verified, k+"="+want)
-		}
-	}
-	flags, _ := g.Parse(pins.Args) // pins Expand accepted
-	for _, f := range flags {
-		key := strings.ReplaceAll(strings.TrimLeft(f.Name, "-"), "-", "_")
-		v, reported := m[key]
-		switch {
-		case f.Name == "":
-			c.Unverified = append(c.Unverified, f.Tokens[0]+" (not a flag)")
-		case !reported:
-			c.Unverified = append(c.Unverified, f.Name+" (the engine does not report it)")
-		case f.Bare() && !reportedOn(v):
-			c.Mismatched = append(c.Mismatched, fmt.Sprintf("%s is %s, pinned on", f.Name, reportedText(v)))
-		case !f.Bare() && !sameValue(v, f.Value):
-			c.Mismatched = append(c.Mismatched, fmt.Sprintf("%s is %s, pinned %s", f.Name, reportedText(v), f.Value))
-		default:
-			c.Verified = append(c.Verified, f.Text())
-		}
-	}
-	return c, nil
+	p := arms.Preset{Name: "server-info", FlagsInServerInfo: true, EnvInServerInfo: "env", Grammar: g}
+	return newPinCheck(attest(p, g, pins, arms.Pins{}, observation{info: m})), nil
 }
 
 // reportedOn reports whether a server-info value says a boolean flag is given: true,
@@ -276,20 +235,4 @@ func reportedText(v any) string {
 	}
 	b, _ := json.Marshal(v)
 	return string(b)
-}
-
-// checkExternalPins checks an external arm's pins again at its run: the engine may have
-// been restarted with other settings, or begun to answer otherwise, since the preflight.
-func (e *experiment) checkExternalPins(ctx context.Context, a arms.Arm) error {
-	if e.spec.Runtime.Kind != "external" {
-		return nil
-	}
-	pc, err := CheckPins(ctx, e.spec, a)
-	if err != nil {
-		return fmt.Errorf("arm %s: %w", a.Name, err)
-	}
-	if len(pc.Mismatched) > 0 {
-		return fmt.Errorf("arm %s: %w: %s reports %s", a.Name, ErrPinsNotHeld, arms.RedactURL(a.BaseURL), strings.Join(pc.Mismatched, "; "))
-	}
-	return nil
 }

@@ -31,6 +31,8 @@ type Check struct {
 	// OK is whether it passed; Detail says what was found or what is wrong.
 	OK     bool   `json:"ok"`
 	Detail string `json:"detail"`
+	// err is the failure, kept so that Err wraps what it wraps (ErrPinsNotHeld).
+	err error
 }
 
 // Preflight is every check of an experiment, and the pins that could not be checked.
@@ -46,16 +48,30 @@ type Preflight struct {
 // each failed check.
 func (p Preflight) Err() error {
 	var bad []string
+	causes := []error{ErrPreflight}
 	for _, c := range p.Checks {
 		if !c.OK {
 			bad = append(bad, fmt.Sprintf("%s: %s: %s", c.Node, c.What, c.Detail))
+			if c.err != nil {
+				causes = append(causes, c.err)
+			}
 		}
 	}
 	if len(bad) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w (nothing was recorded):\n  %s", ErrPreflight, strings.Join(bad, "\n  "))
+	return &preflightError{msg: fmt.Sprintf("%v (nothing was recorded):\n  %s", ErrPreflight, strings.Join(bad, "\n  ")), causes: causes}
 }
+
+// preflightError says every failed check; errors.Is sees ErrPreflight and what each
+// check's failure wraps.
+type preflightError struct {
+	msg    string
+	causes []error
+}
+
+func (e *preflightError) Error() string   { return e.msg }
+func (e *preflightError) Unwrap() []error { return e.causes }
 
 // RunPreflight checks, before anything is recorded, that every node can take the
 // spec's arms: each Docker daemon answers, holds the engine image and can give
@@ -124,7 +140,7 @@ func (p *Preflight) engineCommands(armList []arms.Arm) {
 
 func (p *Preflight) add(node, what string, err error, ok string) {
 	if err != nil {
-		p.Checks = append(p.Checks, Check{Node: node, What: what, Detail: err.Error()})
+		p.Checks = append(p.Checks, Check{Node: node, What: what, Detail: err.Error(), err: err})
 		return
 	}
 	p.Checks = append(p.Checks, Check{Node: node, What: what, OK: true, Detail: ok})
@@ -190,7 +206,7 @@ type fixedPort struct {
 
 // fixedPorts finds flags named *-port with a port number in the arms' command lines.
 func fixedPorts(spec *arms.Spec, armList []arms.Arm) []fixedPort {
-	runtimeFlag := arms.PresetFor(spec.Engine.Preset).PortFlag
+	runtimeFlag := spec.Preset().Listen.Flag
 	grammar := spec.Grammar()
 	var out []fixedPort
 	for _, a := range armList {
@@ -243,7 +259,7 @@ func (p *Preflight) ports(node string, ports []fixedPort, sideBySide, local bool
 // external checks that every arm that already runs answers at its base_url and
 // reports the pins it was declared with.
 func (p *Preflight) external(ctx context.Context, spec *arms.Spec, armList []arms.Arm) {
-	preset := arms.PresetFor(spec.Engine.Preset)
+	preset := spec.Preset()
 	for _, a := range armList {
 		base := strings.TrimRight(a.BaseURL, "/")
 		health := preset.HealthPath
@@ -265,7 +281,7 @@ func (p *Preflight) external(ctx context.Context, spec *arms.Spec, armList []arm
 			p.add(a.Name, "pins", err, "")
 			continue
 		case len(pc.Mismatched) > 0:
-			p.add(a.Name, "pins", fmt.Errorf("the engine at %s does not run as pinned: %s; arbiter does not judge an arm that is not what it says", arms.RedactURL(a.BaseURL), strings.Join(pc.Mismatched, "; ")), "")
+			p.add(a.Name, "pins", &pinsNotHeld{fmt.Sprintf("the engine at %s does not run as pinned: %s; arbiter does not judge an arm that is not what it says", arms.RedactURL(a.BaseURL), strings.Join(pc.Mismatched, "; "))}, "")
 		default:
 			p.add(a.Name, "pins", nil, pc.summary())
 		}
@@ -294,3 +310,9 @@ func httpGet(ctx context.Context, url string) (int, []byte, error) {
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	return resp.StatusCode, b, err
 }
+
+// pinsNotHeld is a pin check's failure in its own words; it wraps ErrPinsNotHeld.
+type pinsNotHeld struct{ msg string }
+
+func (e *pinsNotHeld) Error() string { return e.msg }
+func (e *pinsNotHeld) Unwrap() error { return ErrPinsNotHeld }

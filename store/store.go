@@ -253,6 +253,9 @@ type Design struct {
 	// that the engines' /get_server_info could not confirm, each "arm: pin (why)"; the
 	// verdict says so.
 	PinsUnverified []string `json:"pins_unverified,omitempty"`
+	// DivergenceFloor is the arm that repeats the baseline to measure the A/A floor of
+	// divergence (analysis.divergence_floor); empty when none.
+	DivergenceFloor string `json:"divergence_floor,omitempty"`
 }
 
 // DesignPlan is what an experiment was planned to detect.

@@ -22,6 +22,11 @@ type DivergenceRow struct {
 	NotCompared int
 	// Example says where the first diverging session departed, and how.
 	Example string
+	// Floor is the arm's divergence judged against the A/A floor; nil when the
+	// experiment declared none, and for the floor arm itself.
+	Floor *FloorComparison
+	// launchRates are the shares of each launch's compared sessions that diverged.
+	launchRates []float64
 }
 
 // loadDivergence reads the divergence pass's results, when it ran.
@@ -39,7 +44,18 @@ func (v *Verdict) loadDivergence(ctx context.Context, db *sqlx.DB, index map[int
 		armOfRun[r.ID] = v.armIndex(r.Arm)
 	}
 	examples := map[int]string{}
+	perRun := map[int64][2]int{} // run -> compared, diverged
+	var runs []int64
 	for _, d := range rows {
+		c, seen := perRun[d.RunID]
+		if !seen {
+			runs = append(runs, d.RunID)
+		}
+		c[0]++
+		if d.Turn.Valid {
+			c[1]++
+		}
+		perRun[d.RunID] = c
 		i, ok := armOfRun[d.RunID]
 		if !ok || !d.Turn.Valid || examples[i] != "" {
 			continue
@@ -52,9 +68,16 @@ func (v *Verdict) loadDivergence(ctx context.Context, db *sqlx.DB, index map[int
 		if !ok {
 			continue
 		}
-		v.Divergence = append(v.Divergence, DivergenceRow{Arm: v.Arms[i].Name, Compared: c.Compared, Diverged: c.Diverged,
-			NotCompared: max(c.Sessions-c.Compared, 0), Example: examples[i]})
+		row := DivergenceRow{Arm: v.Arms[i].Name, Compared: c.Compared, Diverged: c.Diverged,
+			NotCompared: max(c.Sessions-c.Compared, 0), Example: examples[i]}
+		for _, run := range runs {
+			if armOfRun[run] == i && perRun[run][0] > 0 {
+				row.launchRates = append(row.launchRates, float64(perRun[run][1])/float64(perRun[run][0]))
+			}
+		}
+		v.Divergence = append(v.Divergence, row)
 	}
+	v.judgeFloor()
 	return nil
 }
 
@@ -84,8 +107,27 @@ func (v *Verdict) divergenceSection(b *strings.Builder) {
 		fmt.Fprintf(b, "This is informational: an arm that changes numerics may diverge without being wrong, so divergence counts as corruption only when the spec lists the `divergence` detector.\n\n")
 	}
 	fmt.Fprintf(b, "Only what the workload made comparable is compared: a reply aborted on purpose (an abort cascade's), cut off or failed, and what follows it in its session, is left out, and a session left with no turn to compare is counted beside.\n\n")
-	fmt.Fprintf(b, "| arm | sessions compared | diverged | not compared | first divergence |\n|---|---:|---:|---:|---|\n")
+	if floor := v.Design.DivergenceFloor; floor != "" {
+		fmt.Fprintf(b, "Arm %s repeats the baseline's pins: how often it departs from the baseline is the A/A floor, the engine's own nondeterminism under this load, and every other arm is tested against it (one-sided: does it diverge more often?), on launches when both sides have enough of them to reach the level, else on sessions.\n\n", floor)
+	}
+	floorColumn := v.Design.DivergenceFloor != ""
+	if floorColumn {
+		fmt.Fprintf(b, "| arm | sessions compared | diverged | not compared | against the A/A floor | first divergence |\n|---|---:|---:|---:|---|---|\n")
+	} else {
+		fmt.Fprintf(b, "| arm | sessions compared | diverged | not compared | first divergence |\n|---|---:|---:|---:|---|\n")
+	}
 	for _, d := range v.Divergence {
-		fmt.Fprintf(b, "| %s | %d | %d (%s) | %d | %s |\n", d.Arm, d.Compared, d.Diverged, pct(float64(d.Diverged)/float64(max(d.Compared, 1))), d.NotCompared, mdCell(dash(d.Example)))
+		against := " – |"
+		switch {
+		case !floorColumn:
+			against = ""
+		case d.Arm == v.Design.DivergenceFloor:
+			against = " the floor |"
+		case d.Floor != nil && d.Floor.Beyond:
+			against = fmt.Sprintf(" **beyond** (p %s) |", pEq(d.Floor.P))
+		case d.Floor != nil:
+			against = fmt.Sprintf(" within (p %s) |", pEq(d.Floor.P))
+		}
+		fmt.Fprintf(b, "| %s | %d | %d (%s) | %d |%s %s |\n", d.Arm, d.Compared, d.Diverged, pct(float64(d.Diverged)/float64(max(d.Compared, 1))), d.NotCompared, against, mdCell(dash(d.Example)))
 	}
 }

@@ -326,6 +326,9 @@ func (v *Verdict) caveats() {
 	if len(v.Design.PinsUnverified) > 0 {
 		add(rankProblem, "Pins not verified: the engines that already ran did not report %s, so the arms are taken to run as declared there.", strings.Join(v.Design.PinsUnverified, "; "))
 	}
+	if u := v.unverifiedPins(); u != "" && len(v.Design.PinsUnverified) == 0 {
+		add(rankProblem, "Pins not verified: no report of the engines confirmed %s, so those arms are taken to run as pinned.", u)
+	}
 	var faulted []string
 	for _, r := range v.Runs {
 		if r.Superseded {
@@ -675,6 +678,20 @@ func (v *Verdict) aaOutcome() (aa bool, outcome string) {
 }
 
 func (v *Verdict) headline(mark string) string {
+	if v.Refused() {
+		return v.refusedHeadline(mark)
+	}
+	if s := v.floorHeadline(mark); s != "" {
+		if rest := v.corruptionHeadline(mark); rest != "" {
+			return s + " " + rest
+		}
+		return s
+	}
+	return v.corruptionHeadline(mark)
+}
+
+// corruptionHeadline is the headline of what the workload's detectors found.
+func (v *Verdict) corruptionHeadline(mark string) string {
 	if s := v.outcomeHeadline(mark); s != "" {
 		return s
 	}

@@ -158,6 +158,19 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 	b := &strings.Builder{}
 	fmt.Fprintf(b, "# Verdict: %s (experiment %d)\n\n", e.Name, e.ID)
 	fmt.Fprintf(b, "%s\n\n", v.headline("**"))
+	if v.Refused() {
+		// Nothing was judged: what the engines reported, what was asked of them, and
+		// how their launches ended.
+		v.pinsSection(b)
+		v.comparedSection(b)
+		v.runsSection(b)
+		if u := v.unverifiedPins(); u != "" {
+			fmt.Fprintf(b, "\n## Caveats\n\n- Pins not verified: no report of the engines confirmed %s.\n", u)
+		}
+		b.WriteString(footer(e.ID, v.DB))
+		_, err := io.WriteString(w, b.String())
+		return err
+	}
 
 	// The evidence first, the method and the details after: a reader who stops after
 	// one screen has the decision, the counts and the claims.
@@ -181,37 +194,9 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 	}
 
 	v.claimsSection(b)
+	v.pinsSection(b)
 
-	fmt.Fprintf(b, "\n## What was compared\n\n")
-	fmt.Fprintf(b, "- Spec: `%s`; status **%s**; started %s", e.SpecPath, e.State(), When(e.CreatedAt))
-	if e.FinishedAt.Valid {
-		fmt.Fprintf(b, ", finished %s (%s)", When(e.FinishedAt.String), between(e.CreatedAt, e.FinishedAt.String))
-	}
-	fmt.Fprintf(b, ".\n")
-	if v.Design.Runtime == "external" {
-		fmt.Fprintf(b, "%s", v.externalNote())
-	}
-	if v.Design.AA {
-		fmt.Fprintf(b, "- An A/A check: every arm runs the same pins, so a significant difference is the pipeline's (load, placement, detectors, the engine's own nondeterminism), not the pins'.\n")
-	} else {
-		fmt.Fprintf(b, "- Arms differ only in their pins; everything else in the engine's command and environment was identical.\n")
-	}
-	fmt.Fprintf(b, "- Unit of analysis: **%s**; a session counts as corrupted when any detector flagged any of its responses. Baseline: **%s**; alpha = %g, two-sided.\n", v.Unit, v.Arms[v.Baseline].Name, v.Alpha)
-	fmt.Fprintf(b, "- A session is analysed when it finished every round; lost sessions are counted beside the analysis. An arm whose engine crashed or wedged, or that lost more than %s of its sessions (`analysis.max_loss`), gets no corruption decision: it is inconclusive.\n", pct(v.MaxLoss))
-	fmt.Fprintf(b, "- Workload seed %d: every arm received the same sessions", e.Seed)
-	if d := v.Design; d.Workload != "" {
-		fmt.Fprintf(b, " (%s; %d sessions per arm and block; %d block(s))", d.Workload, d.Sessions, d.Blocks)
-	} else if d.Sessions > 0 {
-		fmt.Fprintf(b, " (%d sessions x %d rounds per arm and block, %d at once; %d block(s))", d.Sessions, d.Rounds, d.Concurrency, d.Blocks)
-	}
-	fmt.Fprintf(b, ".\n")
-	if e.Error.Valid {
-		fmt.Fprintf(b, "- The experiment ended with an error: %s\n", e.Error.String)
-	}
-	fmt.Fprintf(b, "\n| arm | pins |\n|---|---|\n")
-	for _, a := range v.Arms {
-		fmt.Fprintf(b, "| %s | `%s` |\n", a.Name, a.Pins)
-	}
+	v.comparedSection(b)
 
 	if len(v.Arms) > 1 {
 		fmt.Fprintf(b, "\n## Against the baseline (%s)\n\n", v.Arms[v.Baseline].Name)
@@ -307,36 +292,8 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 
 	v.conditionsSection(b)
 
-	fmt.Fprintf(b, "\n## Runs\n\n")
-	v.launchTable(b)
-	if len(v.nodes()) > 0 {
-		fmt.Fprintf(b, "| arm | block | slot | instance | status | startup | duration | exit | note |\n|---|---:|---|---|---|---:|---:|---:|---|\n")
-		for _, r := range v.Runs {
-			fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", r.Arm, r.Block, mdCell(placementCell(r)), mdCell(dash(r.Instance)),
-				r.Status, dash(r.Startup), dash(r.Duration), dash(r.ExitCode), mdCell(r.Error))
-		}
-	} else {
-		// Recorded before placement was: nothing to say about slots.
-		fmt.Fprintf(b, "| arm | block | status | startup | duration | exit | note |\n|---|---:|---|---:|---:|---:|---|\n")
-		for _, r := range v.Runs {
-			fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s |\n", r.Arm, r.Block, r.Status, dash(r.Startup), dash(r.Duration),
-				dash(r.ExitCode), mdCell(r.Error))
-		}
-	}
-	if lines := v.placementLines(); len(lines) > 0 {
-		fmt.Fprintf(b, "\nThe arms of a wave start together on their slots and get the workload at the same moment, once all of them are ready; a block with a slot for each of its arms is one wave, and a block with fewer runs its waves one after the other.\n\n%s\n", strings.Join(lines, "\n"))
-	}
-	if info := v.serverFacts(); info != "" {
-		fmt.Fprintf(b, "\n%s", info)
-	}
-
-	fmt.Fprintf(b, "\n## Caveats\n\n")
-	if len(v.Caveats) == 0 {
-		fmt.Fprintf(b, "None found.\n")
-	}
-	for _, c := range v.Caveats {
-		fmt.Fprintf(b, "- %s\n", c)
-	}
+	v.runsSection(b)
+	v.caveatsSection(b)
 	b.WriteString(footer(e.ID, v.DB))
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -474,4 +431,78 @@ func (v *Verdict) serverFacts() string {
 		fmt.Fprintf(b, "\n")
 	}
 	return b.String()
+}
+
+// comparedSection says what the experiment compared: the spec, its design and the arms' pins.
+func (v *Verdict) comparedSection(b *strings.Builder) {
+	e := v.Experiment
+	fmt.Fprintf(b, "\n## What was compared\n\n")
+	fmt.Fprintf(b, "- Spec: `%s`; status **%s**; started %s", e.SpecPath, e.State(), When(e.CreatedAt))
+	if e.FinishedAt.Valid {
+		fmt.Fprintf(b, ", finished %s (%s)", When(e.FinishedAt.String), between(e.CreatedAt, e.FinishedAt.String))
+	}
+	fmt.Fprintf(b, ".\n")
+	if v.Design.Runtime == "external" {
+		fmt.Fprintf(b, "%s", v.externalNote())
+	}
+	if v.Design.AA {
+		fmt.Fprintf(b, "- An A/A check: every arm runs the same pins, so a significant difference is the pipeline's (load, placement, detectors, the engine's own nondeterminism), not the pins'.\n")
+	} else {
+		fmt.Fprintf(b, "- Arms differ only in their pins; everything else in the engine's command and environment was identical.\n")
+	}
+	fmt.Fprintf(b, "- Unit of analysis: **%s**; a session counts as corrupted when any detector flagged any of its responses. Baseline: **%s**; alpha = %g, two-sided.\n", v.Unit, v.Arms[v.Baseline].Name, v.Alpha)
+	fmt.Fprintf(b, "- A session is analysed when it finished every round; lost sessions are counted beside the analysis. An arm whose engine crashed or wedged, or that lost more than %s of its sessions (`analysis.max_loss`), gets no corruption decision: it is inconclusive.\n", pct(v.MaxLoss))
+	fmt.Fprintf(b, "- Workload seed %d: every arm received the same sessions", e.Seed)
+	if d := v.Design; d.Workload != "" {
+		fmt.Fprintf(b, " (%s; %d sessions per arm and block; %d block(s))", d.Workload, d.Sessions, d.Blocks)
+	} else if d.Sessions > 0 {
+		fmt.Fprintf(b, " (%d sessions x %d rounds per arm and block, %d at once; %d block(s))", d.Sessions, d.Rounds, d.Concurrency, d.Blocks)
+	}
+	fmt.Fprintf(b, ".\n")
+	if e.Error.Valid {
+		fmt.Fprintf(b, "- The experiment ended with an error: %s\n", strings.ReplaceAll(e.Error.String, "\n", "; "))
+	}
+	fmt.Fprintf(b, "\n| arm | pins |\n|---|---|\n")
+	for _, a := range v.Arms {
+		fmt.Fprintf(b, "| %s | `%s` |\n", a.Name, a.Pins)
+	}
+
+}
+
+// runsSection lists every launch: where it ran, how it ended, and what its engine said.
+func (v *Verdict) runsSection(b *strings.Builder) {
+	fmt.Fprintf(b, "\n## Runs\n\n")
+	v.launchTable(b)
+	if len(v.nodes()) > 0 {
+		fmt.Fprintf(b, "| arm | block | slot | instance | status | startup | duration | exit | note |\n|---|---:|---|---|---|---:|---:|---:|---|\n")
+		for _, r := range v.Runs {
+			fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", r.Arm, r.Block, mdCell(placementCell(r)), mdCell(dash(r.Instance)),
+				r.Status, dash(r.Startup), dash(r.Duration), dash(r.ExitCode), mdCell(r.Error))
+		}
+	} else {
+		// Recorded before placement was: nothing to say about slots.
+		fmt.Fprintf(b, "| arm | block | status | startup | duration | exit | note |\n|---|---:|---|---:|---:|---:|---|\n")
+		for _, r := range v.Runs {
+			fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s |\n", r.Arm, r.Block, r.Status, dash(r.Startup), dash(r.Duration),
+				dash(r.ExitCode), mdCell(r.Error))
+		}
+	}
+	if lines := v.placementLines(); len(lines) > 0 {
+		fmt.Fprintf(b, "\nThe arms of a wave start together on their slots and get the workload at the same moment, once all of them are ready; a block with a slot for each of its arms is one wave, and a block with fewer runs its waves one after the other.\n\n%s\n", strings.Join(lines, "\n"))
+	}
+	if info := v.serverFacts(); info != "" {
+		fmt.Fprintf(b, "\n%s", info)
+	}
+
+}
+
+// caveatsSection lists the caveats.
+func (v *Verdict) caveatsSection(b *strings.Builder) {
+	fmt.Fprintf(b, "\n## Caveats\n\n")
+	if len(v.Caveats) == 0 {
+		fmt.Fprintf(b, "None found.\n")
+	}
+	for _, c := range v.Caveats {
+		fmt.Fprintf(b, "- %s\n", c)
+	}
 }

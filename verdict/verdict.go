@@ -66,6 +66,9 @@ type Verdict struct {
 	// Conditions are, per arm, the load its engine carried (from its scraped /metrics);
 	// empty when no metrics were recorded.
 	Conditions []ArmConditions
+	// Pins are what every launch's engine reported about its pins once it was ready;
+	// empty for experiments recorded before engines were attested.
+	Pins []PinView
 
 	sessions []store.SessionOutcome
 	index    map[int64]int
@@ -301,6 +304,9 @@ func Build(ctx context.Context, db *sqlx.DB, ref string) (*Verdict, error) {
 		return nil, err
 	}
 	if err := v.loadRuns(ctx, db, index); err != nil {
+		return nil, err
+	}
+	if err := v.loadPins(ctx, db); err != nil {
 		return nil, err
 	}
 	if err := v.loadDivergence(ctx, db, index); err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/internal/outfile"
 	"github.com/arbiterlab/arbiter/internal/version"
+	"github.com/arbiterlab/arbiter/orchestrator"
 	"github.com/arbiterlab/arbiter/store"
 )
 
@@ -31,6 +32,7 @@ const (
 	exitUsage       = 2 // bad usage or an invalid spec
 	exitGateFailed  = 3 // the verdict's --fail-on gate failed
 	exitNotFound    = 4 // the experiment, bisection or database named does not exist
+	exitPinRefused  = 5 // an engine reported a pin not in effect, or its report could not be read
 	exitInterrupted = 130
 )
 
@@ -191,6 +193,9 @@ func exitCodeFor(ctx context.Context, err error) int {
 		return exitNotFound
 	case errors.As(err, &ce):
 		return ce.code
+	case errors.Is(err, orchestrator.ErrPinsNotHeld), errors.Is(err, orchestrator.ErrPinsUncheckable):
+		// The engine is not what the arm says it is: nothing was judged.
+		return exitPinRefused
 	case errors.Is(err, store.ErrNotArbiterDatabase):
 		// --db named a file that is not a results database: the user's mistake.
 		return exitUsage

@@ -335,10 +335,6 @@ func (d Docker) containerConfig(l Launch) (*container.Config, *container.HostCon
 	if err != nil {
 		return nil, nil, fmt.Errorf("docker runtime: publish address %q: %w", d.PublishIP, err)
 	}
-	portFlag := l.PortFlag
-	if portFlag == "" {
-		portFlag = "--port"
-	}
 	cfg := &container.Config{
 		Image:  l.Image,
 		Env:    slices.Clone(l.Env),
@@ -347,23 +343,20 @@ func (d Docker) containerConfig(l Launch) (*container.Config, *container.HostCon
 	if d.Network != "host" {
 		cfg.ExposedPorts = network.PortSet{port: {}}
 	}
-	var args []string
+	// On the host's network the engine listens where it is to be reached, and no
+	// wider; in its own namespace it must listen where the published port arrives.
+	addr := "0.0.0.0"
+	if d.Network == "host" {
+		addr = d.PublishIP
+	}
 	if len(l.Command) > 0 {
 		// The command's first element is the binary inside the image; the image's own
 		// entrypoint (often a shell wrapper) would otherwise swallow it.
 		cfg.Entrypoint = []string{l.Command[0]}
-		args = slices.Clone(l.Command[1:])
 	}
-	if d.HostFlag != "-" && !hasFlag(args, d.HostFlag) {
-		// On the host's network the engine listens where it is to be reached, and no
-		// wider; in its own namespace it must listen where the published port arrives.
-		addr := "0.0.0.0"
-		if d.Network == "host" {
-			addr = d.PublishIP
-		}
-		args = append(args, d.HostFlag, addr)
-	}
-	cfg.Cmd = append(args, portFlag, strconv.Itoa(listen))
+	args, listenEnv := l.address(addr, listen, d.HostFlag)
+	cfg.Cmd = args
+	cfg.Env = append(cfg.Env, listenEnv...)
 
 	mounts, err := parseMounts(d.Mounts)
 	if err != nil {

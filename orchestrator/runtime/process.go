@@ -56,7 +56,7 @@ kill -TERM 0
 sleep "$1"
 kill -KILL 0`
 
-// Start launches l.Command with l.PortFlag set to a free loopback port.
+// Start launches l.Command told to listen on a free loopback port.
 func (p Process) Start(ctx context.Context, l Launch) (Instance, error) {
 	if len(l.Command) == 0 {
 		return nil, errors.New("process runtime: empty command")
@@ -71,11 +71,7 @@ func (p Process) Start(ctx context.Context, l Launch) (Instance, error) {
 	if err != nil {
 		return nil, fmt.Errorf("process runtime: %w", err)
 	}
-	portFlag := l.PortFlag
-	if portFlag == "" {
-		portFlag = "--port"
-	}
-	args := append(append([]string{}, l.Command[1:]...), portFlag, strconv.Itoa(port))
+	args, listenEnv := l.address("127.0.0.1", port, "")
 	bin, err := LookCommand(l.Command[0])
 	if err != nil {
 		return nil, fmt.Errorf("process runtime: %w", err)
@@ -111,7 +107,7 @@ func (p Process) Start(ctx context.Context, l Launch) (Instance, error) {
 	}
 
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(p.baseEnv(), l.Env...)
+	cmd.Env = append(append(p.baseEnv(), l.Env...), listenEnv...)
 	if l.GPUs != "" {
 		cmd.Env = append(cmd.Env, "CUDA_VISIBLE_DEVICES="+l.GPUs)
 	}

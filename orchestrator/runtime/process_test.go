@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/arbiterlab/arbiter/arms"
 )
 
 func shLaunch(t *testing.T, script string, env ...string) Launch {
@@ -174,4 +176,36 @@ func TestProcessEngineParent(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {} // killed by the test above
+}
+
+// An engine learns its address the way its spec says: a flag and the port after its
+// command, a variable, or {host} and {port} filled in where its command writes them.
+func TestProcessTellsTheEngineItsAddress(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		listen arms.Listen
+		extra  []string
+		want   string
+	}{
+		{"flag", arms.Listen{}, nil, "args=[--port PORT] addr="},
+		{"another flag", arms.Listen{Flag: "--listen-port"}, nil, "args=[--listen-port PORT] addr="},
+		{"variable", arms.Listen{Env: "ADDR", EnvValue: "http://{host}:{port}/"}, nil, "args=[] addr=http://127.0.0.1:PORT/"},
+		{"placeholders", arms.Listen{Placeholder: true}, []string{"--bind={host}", "{port}"}, "args=[--bind=127.0.0.1 PORT] addr="},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := shLaunch(t, `echo "args=[$*] addr=$ADDR"`)
+			l.Command = append(l.Command, tc.extra...)
+			l.Listen = tc.listen
+			inst, err := Process{}.Start(context.Background(), l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-inst.Done()
+			port := inst.Endpoint()[strings.LastIndex(inst.Endpoint(), ":")+1:]
+			b, _ := os.ReadFile(l.LogPath)
+			if want := strings.ReplaceAll(tc.want, "PORT", port); strings.TrimSpace(string(b)) != want {
+				t.Errorf("the engine saw %q, want %q", strings.TrimSpace(string(b)), want)
+			}
+		})
+	}
 }

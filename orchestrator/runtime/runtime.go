@@ -6,6 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/arbiterlab/arbiter/arms"
 )
 
 // Launch is everything a runtime needs to start one arm once.
@@ -23,8 +27,9 @@ type Launch struct {
 	// Env holds KEY=VALUE pairs the engine gets on top of a minimal base environment;
 	// secrets are already included.
 	Env []string
-	// PortFlag is the flag that sets the engine's listening port (default "--port").
-	PortFlag string
+	// Listen is how the engine takes its address: a port flag (the zero Listen is
+	// --port), a variable, or {host} and {port} in the command.
+	Listen arms.Listen
 	// LogPath is the file that receives the engine's stdout and stderr.
 	LogPath string
 	// Redact rewrites every log line before it reaches LogPath or the log tail; nil keeps
@@ -117,3 +122,29 @@ var ErrCrashed = errors.New("engine exited")
 // Docker daemon that does not answer), as opposed to an engine that fails: the run is
 // recorded lost and the node gets no further arms.
 var ErrNodeLost = errors.New("node unreachable")
+
+// address is the launch's command line after its program (none without a command: a
+// container image's entrypoint), and the variables it adds,
+// once the engine is told to listen at host:port by its Listen: the port flag and its
+// value appended (hostFlag and host too, unless hostFlag is "" or "-" or the command
+// gives the flag itself), the variable set to its value, or the command's {host} and
+// {port} filled in.
+func (l Launch) address(host string, port int, hostFlag string) (args, env []string) {
+	args = slices.Clone(l.Command[min(1, len(l.Command)):])
+	switch ls := l.Listen; {
+	case ls.Placeholder:
+		args = arms.FillAddress(args, host, port)
+	case ls.Env != "":
+		env = []string{ls.Env + "=" + arms.FillAddress([]string{ls.EnvValue}, host, port)[0]}
+	default:
+		flag := ls.Flag
+		if flag == "" {
+			flag = "--port"
+		}
+		if hostFlag != "" && hostFlag != "-" && !hasFlag(args, hostFlag) {
+			args = append(args, hostFlag, host)
+		}
+		args = append(args, flag, strconv.Itoa(port))
+	}
+	return args, env
+}

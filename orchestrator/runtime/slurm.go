@@ -229,15 +229,16 @@ func (s Slurm) script(l Launch, port int) (string, []string) {
 	if p, err := LookCommand(cmd); err == nil {
 		cmd = p
 	}
-	portFlag := l.PortFlag
-	if portFlag == "" {
-		portFlag = "--port"
-	}
 	hostFlag := s.HostFlag
 	if hostFlag == "" {
 		hostFlag = "--host"
 	}
-	words := append(append([]string{cmd}, l.Command[1:]...), portFlag, strconv.Itoa(port), hostFlag, "0.0.0.0")
+	args, listenEnv := l.address("0.0.0.0", port, hostFlag)
+	for _, kv := range listenEnv {
+		k, v, _ := strings.Cut(kv, "=")
+		fmt.Fprintf(&b, "export %s=%s\n", k, shellQuote(v))
+	}
+	words := append([]string{cmd}, args...)
 	b.WriteString("exec")
 	for _, w := range words {
 		b.WriteString(" " + shellQuote(w))

@@ -1,0 +1,118 @@
+package verdict
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/arbiterlab/arbiter/stats"
+)
+
+// A real engine batching at concurrency is not bit-deterministic: the same configuration
+// launched twice, or even one launch asked twice, departs from itself now and then. An
+// arm that repeats the baseline's pins (analysis.divergence_floor) measures that floor
+// in the same experiment, under the same load; every other arm's divergence is judged
+// against it, not against zero.
+
+// FloorComparison is one arm's divergence against the A/A floor.
+type FloorComparison struct {
+	// Floor is the arm that repeats the baseline; FloorDiverged of FloorCompared its
+	// sessions departed from the baseline's.
+	Floor                        string
+	FloorDiverged, FloorCompared int
+	// P is the one-sided p that the arm diverges more often than the floor: the launch
+	// randomization test when both sides have launches enough to reach Level, else
+	// Fisher's exact test on sessions (OnLaunches says which).
+	P          float64
+	OnLaunches bool
+	// Level is the level each arm is tested at: alpha shared by the arms judged.
+	Level float64
+	// Beyond is true when the arm diverges significantly more often than the floor.
+	Beyond bool
+}
+
+// judgeFloor judges every arm's divergence against the A/A floor, when the experiment
+// declared one and its divergence pass ran.
+func (v *Verdict) judgeFloor() {
+	floor := v.Design.DivergenceFloor
+	fi := slices.IndexFunc(v.Divergence, func(d DivergenceRow) bool { return d.Arm == floor })
+	if floor == "" || fi < 0 {
+		return
+	}
+	f := v.Divergence[fi]
+	judged := len(v.Divergence) - 1
+	level := v.Alpha / float64(max(judged, 1))
+	for i := range v.Divergence {
+		d := &v.Divergence[i]
+		if i == fi || d.Compared == 0 || f.Compared == 0 {
+			continue
+		}
+		c := &FloorComparison{Floor: floor, FloorDiverged: f.Diverged, FloorCompared: f.Compared, Level: level}
+		c.P = stats.FisherExact(d.Diverged, d.Compared, f.Diverged, f.Compared).PGreater
+		if len(d.launchRates) >= 2 && len(f.launchRates) >= 2 && stats.MinAttainableP(len(d.launchRates), len(f.launchRates)) <= level {
+			if t, err := stats.LaunchPermutation(f.launchRates, d.launchRates, 0); err == nil {
+				// One-sided: half the two-sided p when the arm lies above the floor.
+				c.P, c.OnLaunches = t.P/2, true
+				if t.Difference <= 0 {
+					c.P = 1 - t.P/2
+				}
+			}
+		}
+		c.Beyond = c.P <= level
+		d.Floor = c
+	}
+}
+
+// floorHeadline says which arms diverge beyond the A/A floor, first in the headline of
+// an experiment that declared one.
+func (v *Verdict) floorHeadline(mark string) string {
+	var beyond, within []DivergenceRow
+	for _, d := range v.Divergence {
+		switch {
+		case d.Floor == nil:
+		case d.Floor.Beyond:
+			beyond = append(beyond, d)
+		default:
+			within = append(within, d)
+		}
+	}
+	if len(beyond)+len(within) == 0 {
+		return ""
+	}
+	base := v.Arms[v.Baseline].Name
+	rate := func(d DivergenceRow) string {
+		return fmt.Sprintf("%d of %d sessions (%s)", d.Diverged, d.Compared, pct(float64(d.Diverged)/float64(d.Compared)))
+	}
+	f := beyond
+	if len(f) == 0 {
+		f = within
+	}
+	fl := f[0].Floor
+	var s []string
+	for _, group := range []struct {
+		rows []DivergenceRow
+		what string
+	}{{beyond, "beyond"}, {within, "within"}} {
+		if len(group.rows) == 0 {
+			continue
+		}
+		slices.SortFunc(group.rows, func(a, b DivergenceRow) int { return b.Diverged*a.Compared - a.Diverged*b.Compared })
+		var names, parts []string
+		for _, d := range group.rows {
+			names = append(names, d.Arm)
+			parts = append(parts, fmt.Sprintf("%s %s, p %s", d.Arm, rate(d), pEq(d.Floor.P)))
+		}
+		verb := map[bool]string{true: "diverges from %s beyond the A/A floor", false: "does not diverge from %s more than the A/A floor"}[group.what == "beyond"]
+		if len(names) > 1 {
+			verb = map[bool]string{true: "diverge from %s beyond the A/A floor", false: "do not diverge from %s more than the A/A floor"}[group.what == "beyond"]
+		}
+		s = append(s, fmt.Sprintf("%s %s: %s.", bold(joinAnd(names), mark), fmt.Sprintf(verb, base), strings.Join(parts, "; ")))
+	}
+	unit := "sessions, one-sided Fisher"
+	if fl.OnLaunches {
+		unit = "launches, one-sided randomization test"
+	}
+	s = append(s, fmt.Sprintf("The floor is %s, which repeats %s's pins: %d of %d sessions (%s) departed from %s's (tested on %s at %s each).",
+		fl.Floor, base, fl.FloorDiverged, fl.FloorCompared, pct(float64(fl.FloorDiverged)/float64(fl.FloorCompared)), base, unit, levelText(fl.Level)))
+	return strings.Join(s, " ")
+}
