@@ -59,6 +59,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzServerInfoSettings$$' -fuzztime $(FUZZTIME) ./arms
 	$(GO) test -run '^$$' -fuzz '^FuzzGrammarParse$$' -fuzztime $(FUZZTIME) ./arms
 	$(GO) test -run '^$$' -fuzz '^FuzzComparePins$$' -fuzztime $(FUZZTIME) ./orchestrator
+	$(GO) test -run '^$$' -fuzz '^FuzzAttest$$' -fuzztime $(FUZZTIME) ./orchestrator
+	$(GO) test -run '^$$' -fuzz '^FuzzMetadataString$$' -fuzztime $(FUZZTIME) ./gguf
 	$(GO) test -run '^$$' -fuzz '^FuzzSSE$$' -fuzztime $(FUZZTIME) ./workload
 	$(GO) test -run '^$$' -fuzz '^FuzzChunkDecoder$$' -fuzztime $(FUZZTIME) ./workload
 	$(GO) test -run '^$$' -fuzz '^FuzzTokenTimes$$' -fuzztime $(FUZZTIME) ./store
@@ -77,6 +79,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzMetricSamples$$' -fuzztime $(FUZZTIME) ./orchestrator
 	$(GO) test -run '^$$' -fuzz '^FuzzParseSlurmJob$$' -fuzztime $(FUZZTIME) ./orchestrator/runtime
 	$(GO) test -run '^$$' -fuzz '^FuzzComparePins$$' -fuzztime $(FUZZTIME) ./orchestrator
+	$(GO) test -run '^$$' -fuzz '^FuzzAttest$$' -fuzztime $(FUZZTIME) ./orchestrator
+	$(GO) test -run '^$$' -fuzz '^FuzzMetadataString$$' -fuzztime $(FUZZTIME) ./gguf
 
 ## kernels: the CUDA testbed (needs nvcc; see kernels/)
 kernels:

@@ -9,7 +9,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"go/build"
 	"io"
 	"net"
 	"net/http"
@@ -18,72 +17,24 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/arbiterlab/arbiter/internal/lockedbuf"
+	"github.com/arbiterlab/arbiter/internal/testbin"
 )
 
 // This file runs a TinyLlama model in a real ollama (written against
 // v0.6.5). The helpers that start `ollama serve` live here, in a test file,
 // so that no other package depends on them.
 
-// findOllama returns the path of the ollama binary: $ARBITER_OLLAMA, else
-// `ollama` on PATH, else bin/ollama under each entry of `go env GOPATH`. If
-// none exists it skips the test, or fails it when ARBITER_REQUIRE_OLLAMA=1.
-func findOllama(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("ARBITER_OLLAMA"); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("ARBITER_OLLAMA=%s: %v", p, err)
-		}
-		return p
-	}
-	if p, err := exec.LookPath("ollama"); err == nil {
-		return p
-	}
-	gopath := build.Default.GOPATH
-	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
-		gopath = strings.TrimSpace(string(out))
-	}
-	for _, dir := range filepath.SplitList(gopath) {
-		p := filepath.Join(dir, "bin", "ollama")
-		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
-			return p
-		}
-	}
-	msg := "no ollama binary: set ARBITER_OLLAMA, put ollama on PATH or install it into $(go env GOPATH)/bin"
-	if os.Getenv("ARBITER_REQUIRE_OLLAMA") == "1" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent writes and reads.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // ollamaServer is an `ollama serve` process started for one test, with its
 // own port, model directory and home directory.
 type ollamaServer struct {
 	url    string        // http://127.0.0.1:port
-	log    *lockedBuffer // the server's stdout and stderr, including its runners'
+	log    *lockedbuf.Buffer // the server's stdout and stderr, including its runners'
 	exited chan struct{} // closed when the process has exited
 }
 
@@ -105,7 +56,7 @@ func startOllama(t *testing.T, bin string) *ollamaServer {
 		"OLLAMA_HOST="+addr,
 		"OLLAMA_MODELS="+filepath.Join(dir, "models"),
 	)
-	s := &ollamaServer{url: "http://" + addr, log: &lockedBuffer{}, exited: make(chan struct{})}
+	s := &ollamaServer{url: "http://" + addr, log: &lockedbuf.Buffer{}, exited: make(chan struct{})}
 	cmd.Stdout = s.log
 	cmd.Stderr = s.log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -299,7 +250,7 @@ const tinyTemplate = "{{- range .Messages }}<|{{ .Role }}|>{{ .Content }}\n{{- e
 var kvCacheLine = regexp.MustCompile(`type_k|flash_attn|n_ctx|--parallel`)
 
 func TestOllamaEndToEnd(t *testing.T) {
-	bin := findOllama(t)
+	bin := testbin.Ollama(t)
 	s := startOllama(t, bin)
 
 	model := writeModel(t, TinyLlama{})

@@ -100,3 +100,31 @@ unverified: --tp (server info's parallel is a list, not an object)`
 		t.Errorf("got\n%s\nwant\n%s", got, want)
 	}
 }
+
+// FuzzAttest feeds hostile logs and metrics to the attestation's readers: every pin gets
+// exactly one outcome, and a pin said to be in effect or not was read from what the
+// engine wrote.
+func FuzzAttest(f *testing.F) {
+	f.Add([]byte("llama_kv_cache_init: type_k = 'f16'\nflash_attn = 0\n--parallel 4"), []byte("# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{cache_dtype=\"fp8\"} 1\n"), "q8_0", "fp8")
+	f.Add([]byte("type_k = '\x00'\r\ntype_k = ''"), []byte("vllm:cache_config_info{cache_dtype=\"\\\"\"} NaN"), "", "--x")
+	f.Add([]byte{}, []byte("{}"), "1", "")
+	p := arms.PresetFor("ollama")
+	p.Attest = append(p.Attest, arms.PresetFor("vllm").Attest...)
+	f.Fuzz(func(t *testing.T, log, metrics []byte, kv, dtype string) {
+		fams, _ := parseMetrics(strings.NewReader(string(metrics)))
+		pins := arms.Pins{Env: map[string]string{"OLLAMA_KV_CACHE_TYPE": kv, "OLLAMA_FLASH_ATTENTION": kv}, Args: []string{"--kv-cache-dtype", dtype}}
+		rs := attest(p, arms.PresetFor("vllm").Grammar, pins, arms.Pins{}, observation{log: log, metrics: fams})
+		flags, _ := arms.PresetFor("vllm").Grammar.Parse(pins.Args)
+		if len(rs) != 2+len(flags) {
+			t.Fatalf("%d outcomes for %d pins: %+v", len(rs), 2+len(flags), rs)
+		}
+		for _, r := range rs {
+			if r.Status != store.PinUnverified && r.Evidence == "" && r.Source != "" && !strings.HasPrefix(r.Source, "metric") {
+				t.Errorf("%s judged %s without evidence", r.Pin, r.Status)
+			}
+			if r.Status == store.PinUnverified && r.Why == "" {
+				t.Errorf("%s unverified without a reason", r.Pin)
+			}
+		}
+	})
+}

@@ -3,7 +3,10 @@ package verdict
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+
+	"gonum.org/v1/gonum/stat"
 
 	"github.com/jmoiron/sqlx"
 
@@ -25,6 +28,15 @@ type DivergenceRow struct {
 	// Floor is the arm's divergence judged against the A/A floor; nil when the
 	// experiment declared none, and for the floor arm itself.
 	Floor *FloorComparison
+	// ByTurn says, turn by turn, how many of the sessions still alike before that turn
+	// (and compared at it) departed there: ByTurn[t] = {departed, at risk}. A turn's
+	// context holds every turn before it, so a share that grows along ByTurn is
+	// divergence growing with the context.
+	ByTurn [][2]int
+	// Depth is the median number of characters a departing turn agreed with the
+	// baseline's before it departed; 0 when no session departed. A smaller change of
+	// numerics departs later in the turn it departs in.
+	Depth float64
 	// launchRates are the shares of each launch's compared sessions that diverged.
 	launchRates []float64
 }
@@ -74,6 +86,33 @@ func (v *Verdict) loadDivergence(ctx context.Context, db *sqlx.DB, index map[int
 			if armOfRun[run] == i && perRun[run][0] > 0 {
 				row.launchRates = append(row.launchRates, float64(perRun[run][1])/float64(perRun[run][0]))
 			}
+		}
+		var depths []float64
+		for _, d := range rows {
+			if armOfRun[d.RunID] != i {
+				continue
+			}
+			if d.Turn.Valid && d.Rune.Valid {
+				depths = append(depths, float64(d.Rune.Int64))
+			}
+			// Alike up to its first departure, or through every turn compared.
+			last := d.Compared - 1
+			if d.Turn.Valid {
+				last = int(d.Turn.Int64)
+			}
+			for t := 0; t <= last; t++ {
+				for len(row.ByTurn) <= t {
+					row.ByTurn = append(row.ByTurn, [2]int{})
+				}
+				row.ByTurn[t][1]++
+				if d.Turn.Valid && t == last {
+					row.ByTurn[t][0]++
+				}
+			}
+		}
+		if len(depths) > 0 {
+			slices.Sort(depths)
+			row.Depth = stat.Quantile(0.5, stat.Empirical, depths, nil)
 		}
 		v.Divergence = append(v.Divergence, row)
 	}
@@ -129,5 +168,37 @@ func (v *Verdict) divergenceSection(b *strings.Builder) {
 			against = fmt.Sprintf(" within (p %s) |", pEq(d.Floor.P))
 		}
 		fmt.Fprintf(b, "| %s | %d | %d (%s) | %d |%s %s |\n", d.Arm, d.Compared, d.Diverged, pct(float64(d.Diverged)/float64(max(d.Compared, 1))), d.NotCompared, against, mdCell(dash(d.Example)))
+	}
+	v.divergenceByTurn(b)
+}
+
+// divergenceByTurn shows, when sessions were compared over several turns, where they
+// first departed: of the sessions still alike before each turn, how many departed at it.
+// Each turn's context holds the turns before it, so a share that grows turn by turn is
+// divergence that grows with the context.
+func (v *Verdict) divergenceByTurn(b *strings.Builder) {
+	turns := 0
+	for _, d := range v.Divergence {
+		turns = max(turns, len(d.ByTurn))
+	}
+	if turns < 2 {
+		return
+	}
+	fmt.Fprintf(b, "\nWhere sessions first departed: of the sessions still alike before each turn, those that departed at it. Every turn's context holds the turns before it, so a share that grows down the table is divergence that grows with the context.\n\n| turn |")
+	for _, d := range v.Divergence {
+		fmt.Fprintf(b, " %s |", d.Arm)
+	}
+	fmt.Fprintf(b, "\n|---:|%s\n", strings.Repeat("---:|", len(v.Divergence)))
+	for t := range turns {
+		fmt.Fprintf(b, "| %d |", t)
+		for _, d := range v.Divergence {
+			if t >= len(d.ByTurn) || d.ByTurn[t][1] == 0 {
+				fmt.Fprintf(b, " – |")
+				continue
+			}
+			c := d.ByTurn[t]
+			fmt.Fprintf(b, " %d of %d (%s) |", c[0], c[1], pct(float64(c[0])/float64(c[1])))
+		}
+		fmt.Fprintf(b, "\n")
 	}
 }

@@ -100,7 +100,9 @@ func (v *Verdict) floorHeadline(mark string) string {
 		var names, parts []string
 		for _, d := range group.rows {
 			names = append(names, d.Arm)
-			parts = append(parts, fmt.Sprintf("%s %s, p %s", d.Arm, rate(d), pEq(d.Floor.P)))
+			part := fmt.Sprintf("%s %s, p %s", d.Arm, rate(d), pEq(d.Floor.P))
+			part += departing(d)
+			parts = append(parts, part)
 		}
 		verb := map[bool]string{true: "diverges from %s beyond the A/A floor", false: "does not diverge from %s more than the A/A floor"}[group.what == "beyond"]
 		if len(names) > 1 {
@@ -112,7 +114,21 @@ func (v *Verdict) floorHeadline(mark string) string {
 	if fl.OnLaunches {
 		unit = "launches, one-sided randomization test"
 	}
-	s = append(s, fmt.Sprintf("The floor is %s, which repeats %s's pins: %d of %d sessions (%s) departed from %s's (tested on %s at %s each).",
-		fl.Floor, base, fl.FloorDiverged, fl.FloorCompared, pct(float64(fl.FloorDiverged)/float64(fl.FloorCompared)), base, unit, levelText(fl.Level)))
+	floorRow := v.Divergence[slices.IndexFunc(v.Divergence, func(d DivergenceRow) bool { return d.Arm == fl.Floor })]
+	s = append(s, fmt.Sprintf("The floor is %s, which repeats %s's pins: %d of %d sessions (%s) departed from %s's%s (tested on %s at %s each).",
+		fl.Floor, base, fl.FloorDiverged, fl.FloorCompared, pct(float64(fl.FloorDiverged)/float64(fl.FloorCompared)), base, strings.Replace(departing(floorRow), ", departing", ",", 1), unit, levelText(fl.Level)))
 	return strings.Join(s, " ")
+}
+
+// departing says how far into its turn the median departing session stayed alike:
+// ", departing a median 46 characters into the turn"; "" when none departed.
+func departing(d DivergenceRow) string {
+	if d.Diverged == 0 {
+		return ""
+	}
+	unit := "characters"
+	if d.Depth == 1 {
+		unit = "character"
+	}
+	return fmt.Sprintf(", departing a median %g %s into the turn", d.Depth, unit)
 }
