@@ -33,9 +33,9 @@ import (
 // ollamaServer is an `ollama serve` process started for one test, with its
 // own port, model directory and home directory.
 type ollamaServer struct {
-	url    string        // http://127.0.0.1:port
+	url    string            // http://127.0.0.1:port
 	log    *lockedbuf.Buffer // the server's stdout and stderr, including its runners'
-	exited chan struct{} // closed when the process has exited
+	exited chan struct{}     // closed when the process has exited
 }
 
 // startOllama starts `ollama serve` in a new process group and waits until
