@@ -162,7 +162,7 @@ func (e *experiment) runArm(ctx context.Context, ai, b int, at placement, bar *b
 			status = store.RunRefused
 		}
 		if lp != nil {
-			lp.EngineFailed(arm.Name, b, err.Error(), "")
+			lp.EngineRefused(arm.Name, b, err.Error())
 		}
 		finish(status, err.Error())
 		return rr, fmt.Errorf("arm %s: %w", arm.Name, err)

@@ -66,6 +66,7 @@ func (w *slotWatch) SessionDone(string, int, store.SessionStatus, bool) {}
 func (w *slotWatch) RunEnded(string, int, store.RunStatus)              {}
 func (w *slotWatch) EngineReady(string, int)                            {}
 func (w *slotWatch) EngineFailed(string, int, string, string)           {}
+func (w *slotWatch) EngineRefused(string, int, string)                  {}
 func (w *slotWatch) TurnDone(string, int, int)                          {}
 
 // An arbiter killed with SIGKILL mid-experiment leaves its engine's container running:

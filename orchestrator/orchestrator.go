@@ -105,6 +105,9 @@ type LaunchProgress interface {
 	// EngineFailed is called when the engine did not become ready (it exited, or the
 	// startup timeout passed), with why and the last lines of its log.
 	EngineFailed(arm string, block int, why, logTail string)
+	// EngineRefused is called when the engine was ready but reported a pin not in
+	// effect (or could not be checked): no traffic is sent to it.
+	EngineRefused(arm string, block int, why string)
 	// TurnDone is called for every completed turn with the tokens it generated.
 	TurnDone(arm string, block, completionTokens int)
 }

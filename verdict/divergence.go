@@ -10,6 +10,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/arbiterlab/arbiter/stats"
 	"github.com/arbiterlab/arbiter/store"
 )
 
@@ -37,8 +38,10 @@ type DivergenceRow struct {
 	// baseline's before it departed; 0 when no session departed. A smaller change of
 	// numerics departs later in the turn it departs in.
 	Depth float64
-	// launchRates are the shares of each launch's compared sessions that diverged.
+	// launchRates are the shares of each launch's compared sessions that diverged;
+	// departures each compared session's first departure, or last turn alike.
 	launchRates []float64
+	departures  []stats.Departure
 }
 
 // loadDivergence reads the divergence pass's results, when it ran.
@@ -99,6 +102,9 @@ func (v *Verdict) loadDivergence(ctx context.Context, db *sqlx.DB, index map[int
 			last := d.Compared - 1
 			if d.Turn.Valid {
 				last = int(d.Turn.Int64)
+			}
+			if last >= 0 {
+				row.departures = append(row.departures, stats.Departure{Turn: last, Departed: d.Turn.Valid})
 			}
 			for t := 0; t <= last; t++ {
 				for len(row.ByTurn) <= t {

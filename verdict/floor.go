@@ -21,8 +21,11 @@ type FloorComparison struct {
 	Floor                        string
 	FloorDiverged, FloorCompared int
 	// P is the one-sided p that the arm diverges more often than the floor: the launch
-	// randomization test when both sides have launches enough to reach Level, else
-	// Fisher's exact test on sessions (OnLaunches says which).
+	// randomization test when both sides have launches enough to reach Level, else the
+	// log-rank test by permutation of how soon the sessions depart, turn by turn
+	// (stats.DepartureLogRank; OnLaunches says which). Sooner counts: an arm whose
+	// sessions all depart at the first turn is beyond a floor whose sessions depart, if
+	// at all, turns later.
 	P          float64
 	OnLaunches bool
 	// Level is the level each arm is tested at: alpha shared by the arms judged.
@@ -48,7 +51,10 @@ func (v *Verdict) judgeFloor() {
 			continue
 		}
 		c := &FloorComparison{Floor: floor, FloorDiverged: f.Diverged, FloorCompared: f.Compared, Level: level}
-		c.P = stats.FisherExact(d.Diverged, d.Compared, f.Diverged, f.Compared).PGreater
+		c.P = 1
+		if t, err := stats.DepartureLogRank(f.departures, d.departures); err == nil {
+			c.P = t.P
+		}
 		if len(d.launchRates) >= 2 && len(f.launchRates) >= 2 && stats.MinAttainableP(len(d.launchRates), len(f.launchRates)) <= level {
 			if t, err := stats.LaunchPermutation(f.launchRates, d.launchRates, 0); err == nil {
 				// One-sided: half the two-sided p when the arm lies above the floor.
@@ -110,7 +116,7 @@ func (v *Verdict) floorHeadline(mark string) string {
 		}
 		s = append(s, fmt.Sprintf("%s %s: %s.", bold(joinAnd(names), mark), fmt.Sprintf(verb, base), strings.Join(parts, "; ")))
 	}
-	unit := "sessions, one-sided Fisher"
+	unit := "sessions, by how soon they depart: a one-sided log-rank permutation test"
 	if fl.OnLaunches {
 		unit = "launches, one-sided randomization test"
 	}

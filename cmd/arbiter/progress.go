@@ -40,6 +40,8 @@ type launchState struct {
 	badLost           int // lost sessions that were corrupted before they were lost
 	tokens            int64
 	failed, failedLog string
+	// refused: the engine was ready but did not hold its pins (failed says how).
+	refused bool
 }
 
 // key names a launch: its arm and block.
@@ -61,6 +63,8 @@ func (l *launchState) name() string {
 // status is the launch's state in words, as of now.
 func (l *launchState) describe(now time.Time) string {
 	switch {
+	case l.refused:
+		return "refused: the engine does not run as pinned"
 	case l.failed != "":
 		return "engine failed to start"
 	case l.ready.IsZero():
@@ -297,6 +301,19 @@ func (p *progress) EngineReady(arm string, block int) {
 			fmt.Fprintf(p.w, "arbiter: %s: engine ready after %s\n", l.name(), clock(l.ready.Sub(l.starting)))
 		}
 	}
+}
+
+// EngineRefused implements orchestrator.LaunchProgress: it says which pins the engine
+// did not hold (or why they could not be checked).
+func (p *progress) EngineRefused(arm string, block int, why string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := p.launch(arm, block)
+	if l == nil {
+		return
+	}
+	l.failed, l.refused = why, true
+	fmt.Fprintf(p.w, "arbiter: %s: refused before any traffic: %s\n  its log: %s\n", l.name(), terminalSafe(why), l.info.LogPath)
 }
 
 // EngineFailed implements orchestrator.LaunchProgress: it prints why, the end of the
