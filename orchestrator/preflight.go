@@ -31,7 +31,7 @@ type Check struct {
 	// OK is whether it passed; Detail says what was found or what is wrong.
 	OK     bool   `json:"ok"`
 	Detail string `json:"detail"`
-	// err is the failure, kept so that Err wraps what it wraps (ErrPinsNotHeld).
+	// err is the failure, kept so that Err can say a pin check failed (ErrPinsNotHeld).
 	err error
 }
 
@@ -52,7 +52,9 @@ func (p Preflight) Err() error {
 	for _, c := range p.Checks {
 		if !c.OK {
 			bad = append(bad, fmt.Sprintf("%s: %s: %s", c.Node, c.What, c.Detail))
-			if c.err != nil {
+			// A pin not held is said as such (exit code 5); the other failures'
+			// causes (a socket not there) are the preflight's, not the user's file.
+			if errors.Is(c.err, ErrPinsNotHeld) || errors.Is(c.err, ErrPinsUncheckable) {
 				causes = append(causes, c.err)
 			}
 		}
@@ -63,8 +65,8 @@ func (p Preflight) Err() error {
 	return &preflightError{msg: fmt.Sprintf("%v (nothing was recorded):\n  %s", ErrPreflight, strings.Join(bad, "\n  ")), causes: causes}
 }
 
-// preflightError says every failed check; errors.Is sees ErrPreflight and what each
-// check's failure wraps.
+// preflightError says every failed check; errors.Is sees ErrPreflight, and
+// ErrPinsNotHeld or ErrPinsUncheckable when a pin check failed.
 type preflightError struct {
 	msg    string
 	causes []error

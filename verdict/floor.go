@@ -1,6 +1,7 @@
 package verdict
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -116,6 +117,9 @@ func (v *Verdict) floorHeadline(mark string) string {
 		}
 		s = append(s, fmt.Sprintf("%s %s: %s.", bold(joinAnd(names), mark), fmt.Sprintf(verb, base), strings.Join(parts, "; ")))
 	}
+	if len(beyond) >= 2 {
+		s = append(s, v.depthSentence(beyond))
+	}
 	unit := "sessions, by how soon they depart: a one-sided log-rank permutation test"
 	if fl.OnLaunches {
 		unit = "launches, one-sided randomization test"
@@ -137,4 +141,26 @@ func departing(d DivergenceRow) string {
 		unit = "character"
 	}
 	return fmt.Sprintf(", departing a median %g %s into the turn", d.Depth, unit)
+}
+
+// depthSentence compares, of the arms beyond the floor, the one whose departing turns stay
+// alike longest with the one whose depart soonest: how many characters into the turn they
+// depart, by the Mann-Whitney test (two-sided). A smaller change of numerics departs later.
+func (v *Verdict) depthSentence(beyond []DivergenceRow) string {
+	rows := slices.Clone(beyond)
+	slices.SortStableFunc(rows, func(a, b DivergenceRow) int { return cmp.Compare(b.Depth, a.Depth) })
+	deep, shallow := rows[0], rows[len(rows)-1]
+	if len(deep.depths) == 0 || len(shallow.depths) == 0 || deep.Depth == shallow.Depth {
+		return ""
+	}
+	r, err := stats.RankCompare(shallow.depths, deep.depths, 0.95)
+	if err != nil {
+		return ""
+	}
+	verdict := "a difference these sessions do not show beyond chance"
+	if r.P <= v.Alpha {
+		verdict = "so " + deep.Arm + " changes the replies less"
+	}
+	return fmt.Sprintf("%s's departing turns stay alike longer than %s's (a median %g against %g characters; Mann-Whitney p %s): %s.",
+		deep.Arm, shallow.Arm, deep.Depth, shallow.Depth, pEq(r.P), verdict)
 }
