@@ -1178,9 +1178,27 @@ func (v *Verdict) Summary() map[string]any {
 	if len(v.Divergence) > 0 {
 		var div []map[string]any
 		for _, d := range v.Divergence {
-			div = append(div, map[string]any{"arm": d.Arm, "compared": d.Compared, "diverged": d.Diverged, "not_compared": d.NotCompared})
+			m := map[string]any{"arm": d.Arm, "compared": d.Compared, "diverged": d.Diverged, "not_compared": d.NotCompared}
+			if d.Diverged > 0 {
+				m["median_depth"] = d.Depth
+			}
+			if f := d.Floor; f != nil {
+				m["vs_floor"] = map[string]any{"floor": f.Floor, "p": f.P, "level": f.Level, "on_launches": f.OnLaunches, "beyond": f.Beyond}
+			}
+			div = append(div, m)
 		}
 		out["divergence"] = div
+	}
+	if len(v.Pins) > 0 {
+		// Every launch's pins as its engine reported them; "refused" when one was not
+		// in effect (arbiter run exited 5).
+		var pins []map[string]any
+		for _, p := range v.Pins {
+			pins = append(pins, map[string]any{"arm": p.Arm, "block": p.Block, "pin": p.Pin, "want": p.Want, "got": p.Got,
+				"status": p.Status, "source": p.Source, "evidence": p.Evidence, "why": p.Why, "common": p.Common})
+		}
+		out["pins"] = pins
+		out["refused"] = v.Refused()
 	}
 	out["runs"] = v.runSummary()
 	if lines := v.placementLines(); len(lines) > 0 {
