@@ -194,9 +194,9 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 	}
 
 	v.claimsSection(b)
-	v.pinsSection(b)
 
 	v.comparedSection(b)
+	v.pinsSection(b)
 
 	if len(v.Arms) > 1 {
 		fmt.Fprintf(b, "\n## Against the baseline (%s)\n\n", v.Arms[v.Baseline].Name)
