@@ -6,7 +6,7 @@ DB      ?= arbiter.db
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS := -X github.com/arbiterlab/arbiter/internal/version.version=$(VERSION)
 
-.PHONY: all build image demo demo-docker test bench calibrate kernels fuzz clean
+.PHONY: all build image demo demo-docker test lint bench calibrate kernels fuzz clean
 
 all: build
 
@@ -34,6 +34,12 @@ demo: build
 test:
 	$(GO) vet ./...
 	$(GO) test -race -timeout 20m ./...
+
+## lint: staticcheck over the tree (installed from the module proxy into $(BIN)/lint when missing)
+STATICCHECK_VERSION ?= v0.8.2
+lint:
+	test -x $(BIN)/lint/staticcheck || GOBIN=$(CURDIR)/$(BIN)/lint $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	$(BIN)/lint/staticcheck ./...
 
 ## bench: every benchmark (speed and memory targets live here)
 bench:

@@ -479,11 +479,6 @@ func (d *decoder) integer(e entry, least int64) (int64, bool) {
 	return n, true
 }
 
-// count reads a small non-negative count that must fit an int on every platform.
-func (d *decoder) count(e entry, least int64) (int, bool) {
-	return d.bounded(e, least, math.MaxInt32, "")
-}
-
 // bounded reads a count between least and most; why says what the bound protects, for
 // the message.
 func (d *decoder) bounded(e entry, least, most int64, why string) (int, bool) {

@@ -90,7 +90,7 @@ func (w *containerWatch) RunStarted(string, int, int) {
 		if !d.Running() {
 			continue
 		}
-		cli, err := client.New(client.WithHost(d.Host), client.WithAPIVersionNegotiation())
+		cli, err := client.New(client.WithHost(d.Host))
 		if err != nil {
 			w.t.Error(err)
 			continue

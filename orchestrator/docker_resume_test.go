@@ -100,7 +100,7 @@ runtime:
 		t.Fatal(err)
 	}
 	db := filepath.Join(dir, "a.db")
-	cli, err := client.New(client.WithHost(ds[0].Host), client.WithAPIVersionNegotiation())
+	cli, err := client.New(client.WithHost(ds[0].Host))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -534,13 +534,6 @@ func (v *Verdict) claimShare(lc *LaunchClaim) float64 {
 }
 
 // against compares p with alpha in symbols a reader checks at a glance.
-func (v *Verdict) against(p float64) string {
-	if stats.Reject(p, v.Alpha) {
-		return fmt.Sprintf("≤ alpha %g", v.Alpha)
-	}
-	return fmt.Sprintf("> alpha %g", v.Alpha)
-}
-
 // counted is "9 of 60 sessions (15.0%)".
 func counted(a ArmResult) string {
 	return fmt.Sprintf("%d of %d sessions (%s)", a.Corrupted, a.Sessions, pct(a.Rate))

@@ -84,17 +84,6 @@ type LaunchFamily struct {
 	Claims  []*LaunchClaim
 }
 
-// claimsOf lists the claims about one outcome.
-func (f *LaunchFamily) claimsOf(outcome string) []*LaunchClaim {
-	var out []*LaunchClaim
-	for _, c := range f.Claims {
-		if c.Outcome == outcome {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
 // claim finds the claim about outcome for arm in group; nil if there is none.
 func (f *LaunchFamily) claim(outcome, arm, group string) *LaunchClaim {
 	if f == nil {
@@ -251,17 +240,14 @@ func decideClaim(c *LaunchClaim, in familyInput) {
 	switch c.Outcome {
 	case OutcomeCorruption, OutcomeWedge, OutcomeCorruptionNI:
 		var a, b []float64
-		var clusters []stats.ClusterCounts
 		for _, s := range in.Samples[bi] {
 			if x, ok := rateOf(c.Outcome, s); ok {
 				a = append(a, x)
-				clusters = append(clusters, stats.ClusterCounts{Events: s.corrupt, Responses: s.sessions})
 			}
 		}
 		for _, s := range in.Samples[ai] {
 			if x, ok := rateOf(c.Outcome, s); ok {
 				b = append(b, x)
-				clusters = append(clusters, stats.ClusterCounts{Events: s.corrupt, Responses: s.sessions})
 			}
 		}
 		c.Test = testRandomization

@@ -209,12 +209,11 @@ func (v *Verdict) loadOutcomes(ctx context.Context, db *sqlx.DB) error {
 	}
 	// Per-session summaries.
 	type acc struct {
-		arm, block          int
-		group               string
-		ttft, itl, lat      []float64
-		gaps                []float64
-		tokens, seconds     float64
-		completedWithTokens int
+		arm, block      int
+		group           string
+		ttft, itl, lat  []float64
+		gaps            []float64
+		tokens, seconds float64
 	}
 	accs := map[key]*acc{}
 	var order []key

@@ -59,11 +59,10 @@ type fastChoice struct {
 }
 
 type fastCall struct {
-	index          int
-	hasIndex       bool
-	id, typ        []byte
-	name, args     []byte
-	hasFunctionKey bool
+	index      int
+	hasIndex   bool
+	id, typ    []byte
+	name, args []byte
 }
 
 // maxChunkDepth is how deep skipped values may nest before the decoder hands the

@@ -35,7 +35,7 @@ func TestImageBuildMakesAnImageThatServes(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, "built "+tag) || stderr != "" {
 		t.Fatalf("image build: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
-	cli, err := client.New(client.WithHost(ds[0].Host), client.WithAPIVersionNegotiation())
+	cli, err := client.New(client.WithHost(ds[0].Host))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,17 +29,17 @@ const plainInterval = 10 * time.Second
 
 // launchState is what the display knows of one launch.
 type launchState struct {
-	info              orchestrator.LaunchInfo
-	starting          time.Time // when its engine was launched
-	ready             time.Time // zero until the engine generates
-	running           time.Time // when its workload started; zero before
-	ended             time.Time
-	status            store.RunStatus
-	lastLog           string
-	done, lost, bad   int // sessions finished, lost, and corrupted among the finished
-	badLost           int // lost sessions that were corrupted before they were lost
-	tokens            int64
-	failed, failedLog string
+	info            orchestrator.LaunchInfo
+	starting        time.Time // when its engine was launched
+	ready           time.Time // zero until the engine generates
+	running         time.Time // when its workload started; zero before
+	ended           time.Time
+	status          store.RunStatus
+	lastLog         string
+	done, lost, bad int // sessions finished, lost, and corrupted among the finished
+	badLost         int // lost sessions that were corrupted before they were lost
+	tokens          int64
+	failed          string
 	// refused: the engine was ready but did not hold its pins (failed says how).
 	refused bool
 }

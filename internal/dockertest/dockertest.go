@@ -417,7 +417,7 @@ func (d *Daemon) Remove() error {
 func (d *Daemon) removeContainers() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cli, err := client.New(client.WithHost(d.Host), client.WithAPIVersionNegotiation())
+	cli, err := client.New(client.WithHost(d.Host))
 	if err != nil {
 		return err
 	}

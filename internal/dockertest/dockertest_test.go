@@ -37,7 +37,7 @@ func TestTwoDaemonsAreSeparateNodes(t *testing.T) {
 		WaitHealthy(t, inst)
 	}
 	for i, d := range ds {
-		cli, err := client.New(client.WithHost(d.Host), client.WithAPIVersionNegotiation())
+		cli, err := client.New(client.WithHost(d.Host))
 		if err != nil {
 			t.Fatal(err)
 		}
