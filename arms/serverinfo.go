@@ -41,10 +41,6 @@ var serverInfoSkip = map[string][]string{
 		"bf16_index_k", "index_k_gate", "nixl_abort_handler", "health_check_timeout"},
 }
 
-// ServerInfoKeysSkipped lists the server-info keys the preset's mapping leaves out, for
-// documentation and tests; nil for a preset without server info.
-func ServerInfoKeysSkipped(preset string) []string { return slices.Clone(serverInfoSkip[preset]) }
-
 // ServerInfoSettings derives a configuration's settings from its /get_server_info JSON
 // by the preset's mapping (above): env settings first, then flags, each sorted by name.
 // Keys in ignore are left out as well.

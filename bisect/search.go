@@ -315,9 +315,6 @@ func (s *Search) Conclusion() Conclusion {
 	return c
 }
 
-// Probes are the steps asked for so far, the last one possibly still without an outcome.
-func (s *Search) Probes() []Probe { return slices.Clone(s.probes) }
-
 func (s *Search) all() []int {
 	out := make([]int, s.n)
 	for i := range out {

@@ -128,7 +128,7 @@ func TestComparePins(t *testing.T) {
 	g := arms.PresetFor("refserve").Grammar
 	info := []byte(`{"env": {"BF16_INDEX_K": "1"}, "enable_hierarchical_cache": true, "disable_overlap_schedule": false,
 		"hicache_ratio": 2, "tool_call_parser": "deepseekv4", "mem_fraction_static": 0.9, "cuda_graph_bs": [1, 2, 4]}`)
-	c, err := ComparePins(g, info, arms.Pins{Env: map[string]string{"BF16_INDEX_K": "1", "OTHER": "x"},
+	c, err := comparePins(g, info, arms.Pins{Env: map[string]string{"BF16_INDEX_K": "1", "OTHER": "x"},
 		Args: []string{"--enable-hierarchical-cache", "--hicache-ratio", "2", "--tool-call-parser=deepseekv4", "--tp-size", "8",
 			"--mem-fraction-static", "0.90", "--cuda-graph-bs", "1", "2", "4"}})
 	if err != nil {
@@ -140,12 +140,12 @@ func TestComparePins(t *testing.T) {
 	if got := fmt.Sprint(c.Unverified); got != "[OTHER (the engine does not report it) --tp-size (the engine does not report it)]" || len(c.Mismatched) > 0 {
 		t.Errorf("unverified %s, mismatched %v", got, c.Mismatched)
 	}
-	c, _ = ComparePins(g, info, arms.Pins{Env: map[string]string{"BF16_INDEX_K": "0"}, Args: []string{"--disable-overlap-schedule", "--hicache-ratio", "4"}})
+	c, _ = comparePins(g, info, arms.Pins{Env: map[string]string{"BF16_INDEX_K": "0"}, Args: []string{"--disable-overlap-schedule", "--hicache-ratio", "4"}})
 	if got := fmt.Sprint(c.Mismatched); got != `[BF16_INDEX_K is "1", pinned "0" --disable-overlap-schedule is false, pinned on --hicache-ratio is 2, pinned 4]` {
 		t.Errorf("mismatched %s", got)
 	}
 	for _, bad := range []string{"null", "[]", `"x"`, "{", `{"a": 1} {}`, `{"env": "BF16_INDEX_K=1"}`} {
-		if c, err := ComparePins(g, []byte(bad), arms.Pins{Args: []string{"--x"}}); err == nil {
+		if c, err := comparePins(g, []byte(bad), arms.Pins{Args: []string{"--x"}}); err == nil {
 			t.Errorf("server info %s: %+v, want an error", bad, c)
 		}
 	}
@@ -173,18 +173,18 @@ func TestComparePinsHostileValues(t *testing.T) {
 		if tc.args == nil {
 			pins.Env = map[string]string{"BF16_INDEX_K": "1"}
 		}
-		c, err := ComparePins(g, []byte(tc.info), pins)
+		c, err := comparePins(g, []byte(tc.info), pins)
 		if err != nil || len(c.Verified) > 0 || fmt.Sprint(c.Mismatched) != "["+tc.want+"]" {
 			t.Errorf("%s against %q: %+v, %v; want mismatched %s", tc.info, tc.args, c, err, tc.want)
 		}
 	}
 	for _, on := range []string{"true", `"true"`, `"True"`, "1", `"1"`} {
-		c, err := ComparePins(g, []byte(`{"enable_hierarchical_cache": `+on+`}`), arms.Pins{Args: []string{"--enable-hierarchical-cache"}})
+		c, err := comparePins(g, []byte(`{"enable_hierarchical_cache": `+on+`}`), arms.Pins{Args: []string{"--enable-hierarchical-cache"}})
 		if err != nil || len(c.Verified) != 1 {
 			t.Errorf("reported %s: %+v, %v; want confirmed", on, c, err)
 		}
 	}
-	c, err := ComparePins(g, []byte(`{"chunked_prefill_size": -1}`), arms.Pins{Args: []string{"--chunked-prefill-size", "-1"}})
+	c, err := comparePins(g, []byte(`{"chunked_prefill_size": -1}`), arms.Pins{Args: []string{"--chunked-prefill-size", "-1"}})
 	if err != nil || fmt.Sprint(c.Verified) != "[--chunked-prefill-size -1]" {
 		t.Errorf("-1 against -1: %+v, %v", c, err)
 	}
@@ -198,7 +198,7 @@ func FuzzComparePins(f *testing.F) {
 	g := arms.PresetFor("sglang").Grammar
 	f.Fuzz(func(t *testing.T, info []byte, key, value, args string) {
 		pins := arms.Pins{Env: map[string]string{key: value}, Args: strings.Fields(args)}
-		c, err := ComparePins(g, info, pins)
+		c, err := comparePins(g, info, pins)
 		if err != nil {
 			if n := len(c.Verified) + len(c.Mismatched) + len(c.Unverified); n != 0 {
 				t.Errorf("refused server info, and %d outcomes: %+v", n, c)
@@ -211,4 +211,21 @@ func FuzzComparePins(f *testing.F) {
 			t.Errorf("%d outcomes for %d pins: %+v", n, 1+len(flags), c)
 		}
 	})
+}
+
+// comparePins compares a /get_server_info JSON of SGLang's form with pins, the pinned
+// args read by the engine's grammar: a flag pin with the value reported under the
+// flag's name (- read as _), an env pin with the engine's report of its environment
+// under env (refserve reports the variables it reads; SGLang none). A pin the engine
+// does not report is unverified, not mismatched. A bare flag is confirmed only by true
+// (or "true", 1); a value by the same value, numbers compared as numbers and a list
+// item by item. Server info that is not a JSON object, or whose env is not an object,
+// is an error.
+func comparePins(g arms.Grammar, info []byte, pins arms.Pins) (PinCheck, error) {
+	m, err := readServerInfo(info, "env")
+	if err != nil {
+		return PinCheck{}, err
+	}
+	p := arms.Preset{Name: "server-info", FlagsInServerInfo: true, EnvInServerInfo: "env", Grammar: g}
+	return newPinCheck(attest(p, g, pins, arms.Pins{}, observation{info: m})), nil
 }

@@ -155,23 +155,6 @@ func readServerInfo(info []byte, env string) (map[string]any, error) {
 	return m, nil
 }
 
-// ComparePins compares a /get_server_info JSON of SGLang's form with pins, the pinned
-// args read by the engine's grammar: a flag pin with the value reported under the
-// flag's name (- read as _), an env pin with the engine's report of its environment
-// under env (refserve reports the variables it reads; SGLang none). A pin the engine
-// does not report is unverified, not mismatched. A bare flag is confirmed only by true
-// (or "true", 1); a value by the same value, numbers compared as numbers and a list
-// item by item. Server info that is not a JSON object, or whose env is not an object,
-// is an error.
-func ComparePins(g arms.Grammar, info []byte, pins arms.Pins) (PinCheck, error) {
-	m, err := readServerInfo(info, "env")
-	if err != nil {
-		return PinCheck{}, err
-	}
-	p := arms.Preset{Name: "server-info", FlagsInServerInfo: true, EnvInServerInfo: "env", Grammar: g}
-	return newPinCheck(attest(p, g, pins, arms.Pins{}, observation{info: m})), nil
-}
-
 // reportedOn reports whether a server-info value says a boolean flag is given: true,
 // the string "true" (any case) or the number 1. false, 0, null, "false", "0" and every
 // other value do not.

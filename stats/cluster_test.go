@@ -23,21 +23,6 @@ type extraReference struct {
 		ChiSq      float64  `json:"chisq"`
 		PNaive     float64  `json:"p_naive"`
 	}
-	BetaBinom []struct {
-		A, B         [][2]int
-		MuA          float64  `json:"mu_a"`
-		RhoA         *float64 `json:"rho_a"`
-		LLA          float64  `json:"ll_a"`
-		MuB          float64  `json:"mu_b"`
-		RhoB         *float64 `json:"rho_b"`
-		LLB          float64  `json:"ll_b"`
-		MuPooled     float64  `json:"mu_pooled"`
-		LLPooled     float64  `json:"ll_pooled"`
-		MuAltA       float64  `json:"mu_alt_a"`
-		MuAltB       float64  `json:"mu_alt_b"`
-		LLAlt        float64  `json:"ll_alt"`
-		Statistic, P float64
-	}
 	Firth []struct {
 		X        [][]float64
 		Y, W     []float64
@@ -156,58 +141,6 @@ func TestClusterReference(t *testing.T) {
 	}
 }
 
-func TestBetaBinomialReference(t *testing.T) {
-	ref := loadExtra(t)
-	if len(ref.BetaBinom) < 200 {
-		t.Fatalf("only %d beta-binomial reference cases", len(ref.BetaBinom))
-	}
-	for i, c := range ref.BetaBinom {
-		a, b := sessionsOf(c.A), sessionsOf(c.B)
-		bt, err := BetaBinomialLRT(a, b)
-		if err != nil {
-			t.Fatalf("case %d: %v", i, err)
-		}
-		// Log-likelihoods at the maximum to 1e-6 relative (1e-7 absolute near 0); the
-		// statistic is their difference, so it gets an absolute floor of 1e-6. The
-		// likelihood is flat at its maximum, so the estimates themselves agree less closely.
-		lls := []struct {
-			name      string
-			got, want float64
-		}{
-			{"loglik A", bt.A.LogLik, c.LLA},
-			{"loglik B", bt.B.LogLik, c.LLB},
-			{"loglik pooled", bt.Pooled.LogLik, c.LLPooled},
-			{"loglik alternative", bt.LogLikAlt, c.LLAlt},
-		}
-		for _, l := range lls {
-			if !closeTo(l.got, l.want, 1e-6, 1e-7) {
-				t.Errorf("case %d %s: got %.12g, want %.12g (A %v B %v)", i, l.name, l.got, l.want, c.A, c.B)
-			}
-		}
-		if !closeTo(bt.Statistic, c.Statistic, 1e-6, 1e-6) {
-			t.Errorf("case %d statistic: got %.10g, want %.10g", i, bt.Statistic, c.Statistic)
-		}
-		if !closeTo(bt.P, c.P, 1e-5, 1e-6) {
-			t.Errorf("case %d p: got %.10g, want %.10g", i, bt.P, c.P)
-		}
-		for _, m := range []struct {
-			name      string
-			got, want float64
-		}{{"mu A", bt.A.Mu, c.MuA}, {"mu B", bt.B.Mu, c.MuB}, {"mu pooled", bt.Pooled.Mu, c.MuPooled}} {
-			if !closeTo(m.got, m.want, 1e-3, 1e-4) {
-				t.Errorf("case %d %s: got %.8g, want %.8g", i, m.name, m.got, m.want)
-			}
-		}
-		if (c.RhoA == nil) != math.IsNaN(bt.A.Rho) {
-			t.Errorf("case %d: rho A defined mismatch: got %v, want %v", i, bt.A.Rho, c.RhoA)
-		}
-	}
-}
-
-// The field's story: 60 sessions of 4 responses per arm; in arm B 7 sessions went bad and
-// every response of a bad session was corrupted. Counting responses pretends to have 240
-// independent observations per arm; the clustering correction must bring the evidence
-// back to about what 7 of 60 sessions carry.
 func TestDonnerFieldStory(t *testing.T) {
 	a := make([]ClusterCounts, 60)
 	b := make([]ClusterCounts, 60)
@@ -241,16 +174,6 @@ func TestDonnerFieldStory(t *testing.T) {
 	if !math.IsNaN(sa.ICC) || sa.DesignEffect != 1 || !hasWarning(sa.Warnings, "undefined") {
 		t.Errorf("all-zero arm: ICC %v, design effect %v, warnings %v; want NaN, 1 and a warning", sa.ICC, sa.DesignEffect, sa.Warnings)
 	}
-	bt, err := BetaBinomialLRT(a, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if bt.A.Mu != 0 || !math.IsNaN(bt.A.Rho) || !hasWarning(bt.A.Warnings, "not identified") {
-		t.Errorf("all-zero arm fit: %+v", bt.A)
-	}
-	if bt.Rho < 0.99 || bt.P < rs.NaiveP {
-		t.Errorf("beta-binomial: common rho %.4f (want ≈ 1), p %.3g (want well above the naive %.3g)", bt.Rho, bt.P, rs.NaiveP)
-	}
 }
 
 func TestClusterRejectsBadTallies(t *testing.T) {
@@ -260,9 +183,6 @@ func TestClusterRejectsBadTallies(t *testing.T) {
 	}
 	if _, err := DonnerAdjusted([]ClusterCounts{{0, 4}}, bad); err == nil || !strings.Contains(err.Error(), "arm B session 0") {
 		t.Errorf("error %v should name arm B session 0", err)
-	}
-	if _, err := BetaBinomialLRT(nil, []ClusterCounts{{1, 4}}); err == nil {
-		t.Error("empty arm accepted")
 	}
 }
 
@@ -306,29 +226,5 @@ func FuzzDonnerAdjusted(f *testing.F) {
 		if !(rs.DesignEffect >= 1) || rs.NaiveP > rs.P+1e-15 {
 			t.Fatalf("the correction must never strengthen the evidence: %+v", rs)
 		}
-		if len(a)+len(b) > 24 {
-			return // keep each fuzz input cheap
-		}
-		bt, err := BetaBinomialLRT(a, b)
-		if err != nil {
-			return
-		}
-		if !(bt.Statistic >= 0) || !(bt.P >= 0 && bt.P <= 1) || bt.LogLikAlt < bt.Pooled.LogLik-1e-9 {
-			t.Fatalf("beta-binomial test inconsistent: %+v", bt)
-		}
 	})
-}
-
-func BenchmarkBetaBinomialLRT(b *testing.B) {
-	x := make([]ClusterCounts, 60)
-	y := make([]ClusterCounts, 60)
-	for i := range x {
-		x[i] = ClusterCounts{i % 5 / 4, 4}
-		y[i] = ClusterCounts{i % 3, 4}
-	}
-	for b.Loop() {
-		if _, err := BetaBinomialLRT(x, y); err != nil {
-			b.Fatal(err)
-		}
-	}
 }

@@ -66,9 +66,6 @@ func (s *Set) Lookup(name string) (*Tool, bool) {
 // Names lists the offered tools' names, sorted.
 func (s *Set) Names() []string { return s.names }
 
-// Len is the number of distinct tools offered.
-func (s *Set) Len() int { return len(s.names) }
-
 // cacheSize bounds the tool sets kept compiled. A workload offers a few dozen distinct
 // sets at most; the bound only keeps an adversarial stream of requests from growing it.
 const cacheSize = 512

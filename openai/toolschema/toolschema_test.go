@@ -207,14 +207,14 @@ func TestOfCachesPerToolSet(t *testing.T) {
 	if Of([]openai.Tool{tool("ab", `{}`)}) == Of([]openai.Tool{tool("a", `b{}`)}) {
 		t.Error("key is ambiguous")
 	}
-	if got := s1.Names(); !slices.Equal(got, []string{"f", "g"}) || s1.Len() != 2 {
+	if got := s1.Names(); !slices.Equal(got, []string{"f", "g"}) || len(s1.Names()) != 2 {
 		t.Errorf("Names = %q", got)
 	}
 	if _, ok := s1.Lookup("h"); ok {
 		t.Error("Lookup found a tool not offered")
 	}
 	dup := Of([]openai.Tool{tool("f", `{"type": "integer"}`), tool("f", `{"type": "object"}`)})
-	if tl, _ := dup.Lookup("f"); tl.Validate(mustDecode(t, `{}`)) == nil || dup.Len() != 1 {
+	if tl, _ := dup.Lookup("f"); tl.Validate(mustDecode(t, `{}`)) == nil || len(dup.Names()) != 1 {
 		t.Error("the first of two tools with one name must count")
 	}
 }
