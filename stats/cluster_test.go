@@ -42,12 +42,6 @@ type extraReference struct {
 		CILo     []float64 `json:"ci_lo"`
 		CIHi     []float64 `json:"ci_hi"`
 	}
-	Boundaries []struct {
-		Alpha     float64
-		Fractions []float64
-		Z         []float64
-		NominalP  []float64 `json:"nominal_p"`
-	}
 	Noninf []struct {
 		A, N1, B, N2 int
 		Alpha, Upper float64
