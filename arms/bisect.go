@@ -694,10 +694,6 @@ func (b *BisectSpec) render(applied []int) Pins {
 	return p
 }
 
-// Pins is the good configuration with the changes applied (indexes into Changes), as
-// a step's level pins them.
-func (b *BisectSpec) Pins(applied []int) Pins { return b.render(applied) }
-
 // StepOptions say what one step's experiment compares.
 type StepOptions struct {
 	// Name is the experiment's name.

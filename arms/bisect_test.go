@@ -192,11 +192,11 @@ search: {effect: 0.1}
 		t.Fatalf("changes from the server info\n%q\nwant\n%q", got, want)
 	}
 	// Good pins the settings it differs in at its own values; bad at bad's.
-	good := b.Pins(nil)
+	good := b.render(nil)
 	if good.Env["BF16_INDEX_K"] != "0" || strings.Join(good.Args, " ") != "--chunked-prefill-size 8192 --max-running-requests 0 --mem-fraction-static 0.9 --page-size 1" {
 		t.Errorf("good pins %+v", good)
 	}
-	bad := b.Pins([]int{0, 1, 2, 3, 4, 5, 6, 7})
+	bad := b.render([]int{0, 1, 2, 3, 4, 5, 6, 7})
 	if strings.Join(bad.Args, " ") != "--chunked-prefill-size 4096 --max-running-requests 128 --mem-fraction-static 0.85 --page-size 16 --enable-hierarchical-cache --enable-metrics" ||
 		bad.Env["SGLANG_HEALTH_CHECK_TIMEOUT"] != "30" {
 		t.Errorf("bad pins %+v", bad)
@@ -355,7 +355,7 @@ search: {effect: 0.1}
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(b.Pins(nil).Args, " "); got != "--model-path=--weird --page-size 1" {
+	if got := strings.Join(b.render(nil).Args, " "); got != "--model-path=--weird --page-size 1" {
 		t.Errorf("good pins %q", got)
 	}
 	step, err := b.StepSpec(StepOptions{Name: "si-b1-s01", Applied: allChanges(len(b.Changes)), Alpha: 0.01})

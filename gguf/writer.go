@@ -167,11 +167,6 @@ func (b *Builder) AddUint32(key string, v uint32) {
 	b.addUserKV(key, TypeUint32, binary.LittleEndian.AppendUint32(nil, v))
 }
 
-// AddInt32 adds a metadata entry of type int32.
-func (b *Builder) AddInt32(key string, v int32) {
-	b.addUserKV(key, TypeInt32, binary.LittleEndian.AppendUint32(nil, uint32(v)))
-}
-
 // AddFloat32 adds a metadata entry of type float32.
 func (b *Builder) AddFloat32(key string, v float32) {
 	b.addUserKV(key, TypeFloat32, binary.LittleEndian.AppendUint32(nil, math.Float32bits(v)))

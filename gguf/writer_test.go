@@ -2,6 +2,7 @@ package gguf
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"math"
 	"reflect"
@@ -277,4 +278,9 @@ func FuzzMetadataString(f *testing.F) {
 			t.Fatalf("got %#v, want %#v", p.kvs, want)
 		}
 	})
+}
+
+// AddInt32 adds a metadata entry of type int32.
+func (b *Builder) AddInt32(key string, v int32) {
+	b.addUserKV(key, TypeInt32, binary.LittleEndian.AppendUint32(nil, uint32(v)))
 }

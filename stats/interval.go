@@ -145,19 +145,6 @@ func ClopperPearson(x, n int, conf float64) Interval {
 	return iv
 }
 
-// Jeffreys is the equal-tailed Jeffreys interval (Beta(x+1/2, n-x+1/2) quantiles) for x
-// events of n, unmodified at x = 0 and x = n, as statsmodels' proportion_confint. With
-// n = 0 it is [0, 1].
-func Jeffreys(x, n int, conf float64) Interval {
-	coreCheckCounts("Jeffreys", x, n, 0, 0)
-	if n == 0 {
-		return Interval{0, 1}
-	}
-	tail := (1 - coreConf(conf)) / 2
-	d := distuv.Beta{Alpha: float64(x) + 0.5, Beta: float64(n-x) + 0.5}
-	return Interval{d.Quantile(tail), d.Quantile(1 - tail)}
-}
-
 // Newcombe is Newcombe's hybrid score interval (his method 10) for the difference of
 // rates p_B - p_A, built from the two Wilson intervals; it behaves well at zero counts,
 // where the Wald interval collapses.

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"math"
 	"testing"
+
+	"gonum.org/v1/gonum/stat/distuv"
 )
 
 func TestOneRateIntervalsMatchStatsmodels(t *testing.T) {
@@ -175,4 +177,17 @@ func FuzzRiskRatio(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// Jeffreys is the equal-tailed Jeffreys interval (Beta(x+1/2, n-x+1/2) quantiles) for x
+// events of n, unmodified at x = 0 and x = n, as statsmodels' proportion_confint. With
+// n = 0 it is [0, 1].
+func Jeffreys(x, n int, conf float64) Interval {
+	coreCheckCounts("Jeffreys", x, n, 0, 0)
+	if n == 0 {
+		return Interval{0, 1}
+	}
+	tail := (1 - coreConf(conf)) / 2
+	d := distuv.Beta{Alpha: float64(x) + 0.5, Beta: float64(n-x) + 0.5}
+	return Interval{d.Quantile(tail), d.Quantile(1 - tail)}
 }

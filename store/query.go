@@ -128,30 +128,6 @@ type RowWriter interface {
 // sqliteLimitLength is SQLITE_LIMIT_LENGTH (https://www.sqlite.org/c3ref/c_limit_attached.html).
 const sqliteLimitLength = 0
 
-// Query runs text, one or more SQL statements, against the results database at path
-// under the default QueryLimits and returns every statement's rows in order (see
-// QueryTo).
-func Query(ctx context.Context, path, text string) ([]ResultSet, error) {
-	var c resultCollector
-	if err := QueryTo(ctx, path, text, QueryLimits{}, &c); err != nil {
-		return nil, err
-	}
-	return c.sets, nil
-}
-
-type resultCollector struct{ sets []ResultSet }
-
-func (c *resultCollector) Statement(text string, columns []string) error {
-	c.sets = append(c.sets, ResultSet{Statement: text, Columns: columns})
-	return nil
-}
-
-func (c *resultCollector) Row(values []any) error {
-	rs := &c.sets[len(c.sets)-1]
-	rs.Rows = append(rs.Rows, values)
-	return nil
-}
-
 // QueryTo runs text, one or more SQL statements, against the results database at path
 // through a read-only connection (see OpenReadOnly) and hands each statement's rows to
 // w as they are read, under lim. SQLite itself splits the text: each statement is

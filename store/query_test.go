@@ -325,3 +325,27 @@ func TestQueryRowLimit(t *testing.T) {
 		t.Errorf("%d rows of %d statements handed on, want 10 of 2", w.rows, w.statements)
 	}
 }
+
+// Query runs text, one or more SQL statements, against the results database at path
+// under the default QueryLimits and returns every statement's rows in order (see
+// QueryTo).
+func Query(ctx context.Context, path, text string) ([]ResultSet, error) {
+	var c resultCollector
+	if err := QueryTo(ctx, path, text, QueryLimits{}, &c); err != nil {
+		return nil, err
+	}
+	return c.sets, nil
+}
+
+type resultCollector struct{ sets []ResultSet }
+
+func (c *resultCollector) Statement(text string, columns []string) error {
+	c.sets = append(c.sets, ResultSet{Statement: text, Columns: columns})
+	return nil
+}
+
+func (c *resultCollector) Row(values []any) error {
+	rs := &c.sets[len(c.sets)-1]
+	rs.Rows = append(rs.Rows, values)
+	return nil
+}

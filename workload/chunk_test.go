@@ -251,3 +251,32 @@ func BenchmarkChunkDecode(b *testing.B) {
 		}
 	})
 }
+
+// event is the chunk as encoding/json would have decoded it into a streamEvent, for
+// tests that hold the two decoders to one answer.
+func (c *fastChunk) event() streamEvent {
+	var ev streamEvent
+	ev.ID, ev.Object, ev.Model, ev.Created = string(c.id), string(c.object), string(c.model), c.created
+	if c.hasUsage {
+		u := c.usage
+		ev.Usage = &u
+	}
+	for _, ch := range c.choices {
+		cc := openai.ChunkChoice{Index: ch.index, Delta: openai.Delta{Role: string(ch.role), Content: string(ch.content)}}
+		if ch.hasFinish {
+			f := string(ch.finish)
+			cc.FinishReason = &f
+		}
+		for _, tc := range ch.calls {
+			call := openai.ToolCall{ID: string(tc.id), Type: string(tc.typ),
+				Function: openai.FunctionCall{Name: string(tc.name), Arguments: string(tc.args)}}
+			if tc.hasIndex {
+				i := tc.index
+				call.Index = &i
+			}
+			cc.Delta.ToolCalls = append(cc.Delta.ToolCalls, call)
+		}
+		ev.Choices = append(ev.Choices, cc)
+	}
+	return ev
+}

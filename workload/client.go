@@ -1010,8 +1010,3 @@ func (c *Client) ListModels(ctx context.Context, base string) ([]string, error) 
 	}
 	return ids, nil
 }
-
-// ListModels asks base for its models with a default Client.
-func ListModels(ctx context.Context, base string) ([]string, error) {
-	return (&Client{}).ListModels(ctx, base)
-}

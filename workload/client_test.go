@@ -550,3 +550,8 @@ func TestArrivalTakesTheWaitOffTheMonotonicClock(t *testing.T) {
 		}
 	}
 }
+
+// ListModels asks base for its models with a default Client.
+func ListModels(ctx context.Context, base string) ([]string, error) {
+	return (&Client{}).ListModels(ctx, base)
+}

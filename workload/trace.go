@@ -170,21 +170,6 @@ func ReadTrace(path string) (*TraceIndex, error) {
 	return x, nil
 }
 
-// ParseTrace reads a whole trace from r and returns its conversations; name is the file
-// its errors name. It stops at the first line with a problem. A run does not hold its
-// trace this way (see ReadTrace); this is for tools and tests.
-func ParseTrace(name string, r io.Reader) ([]TraceConversation, error) {
-	var out []TraceConversation
-	err := ScanTrace(name, r, func(c TraceConversation, _ TraceLine) error {
-		out = append(out, c)
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
 // TraceLine is where a conversation is written: its line's text (only valid during the
 // call it is given to) and the offset of the line in the file.
 type TraceLine struct {

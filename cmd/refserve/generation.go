@@ -52,15 +52,6 @@ func (g *generation) withMinTokens(n int) *generation {
 	return g
 }
 
-// maxSteps bounds the tokens this generation can decode, garbled tail included.
-func (g *generation) maxSteps() int {
-	n := max(len(g.clean), g.minTokens) + garbleExtraMax
-	if g.maxTokens > 0 && g.maxTokens < n {
-		n = g.maxTokens
-	}
-	return n
-}
-
 // continuation lengthens a text reply that must not end yet by one word, drawn from
 // sentences in the agent's voice, fixed by the seed and the session.
 func (g *generation) continuation() {
@@ -151,6 +142,3 @@ func (g *generation) step(stale bool, position int) (content, finish string) {
 	g.finish = finish
 	return b.String(), finish
 }
-
-// corrupted says whether a step of this generation read stale index-K.
-func (g *generation) corrupted() bool { return g.garbled != nil }

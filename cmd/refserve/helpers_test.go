@@ -256,3 +256,34 @@ func metric(t testing.TB, base, name string) float64 {
 	t.Fatalf("metric %s not served", name)
 	return 0
 }
+
+// maxSteps bounds the tokens this generation can decode, garbled tail included.
+func (g *generation) maxSteps() int {
+	n := max(len(g.clean), g.minTokens) + garbleExtraMax
+	if g.maxTokens > 0 && g.maxTokens < n {
+		n = g.maxTokens
+	}
+	return n
+}
+
+// corrupted says whether a step of this generation read stale index-K.
+func (g *generation) corrupted() bool { return g.garbled != nil }
+
+// changes returns a channel that is closed at the scheduler's next change of state
+// (a request queued, admitted or finished), so a watcher can wait for a condition
+// without polling.
+func (s *scheduler) changes() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.changed == nil {
+		s.changed = make(chan struct{})
+	}
+	return s.changed
+}
+
+// load is the number of running and queued requests.
+func (s *scheduler) load() (running, queued int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.running), len(s.queue)
+}

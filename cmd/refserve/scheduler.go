@@ -241,18 +241,6 @@ func (s *scheduler) close() {
 	s.pruneLocked()
 }
 
-// changes returns a channel that is closed at the scheduler's next change of state
-// (a request queued, admitted or finished), so a watcher can wait for a condition
-// without polling.
-func (s *scheduler) changes() <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.changed == nil {
-		s.changed = make(chan struct{})
-	}
-	return s.changed
-}
-
 func (s *scheduler) notifyLocked() {
 	if s.changed != nil {
 		close(s.changed)
@@ -269,13 +257,6 @@ func (s *scheduler) outputs() <-chan struct{} {
 		s.output = make(chan struct{})
 	}
 	return s.output
-}
-
-// load is the number of running and queued requests.
-func (s *scheduler) load() (running, queued int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.running), len(s.queue)
 }
 
 // faultState says whether the scheduler is wedged and whether its transfer loop died.

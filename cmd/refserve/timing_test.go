@@ -105,8 +105,10 @@ func TestLongContextTakesLongerToFirstToken(t *testing.T) {
 		req.Stream, req.StreamOptions = true, &openai.StreamOptions{IncludeUsage: true}
 		return bodyWith(req, nil)
 	}
-	short, s1 := timeToFirstToken(t, base, stream(2000))
+	// The long one first: asked after the short one, it would find the conversations'
+	// shared prefix in the radix cache and prefill less than all of its tokens.
 	long, s2 := timeToFirstToken(t, base, stream(80000))
+	short, s1 := timeToFirstToken(t, base, stream(2000))
 	t.Logf("time to first token: %s at 2k tokens, %s at 80k", short, long)
 	if s1.Usage == nil || s2.Usage == nil || s1.Usage.PromptTokens/1000 != 2 || s2.Usage.PromptTokens/1000 != 80 {
 		t.Fatalf("usage %+v, %+v; want 2k and 80k prompt tokens", s1.Usage, s2.Usage)
