@@ -35,11 +35,15 @@ test:
 	$(GO) vet ./...
 	$(GO) test -race -timeout 20m ./...
 
-## lint: staticcheck over the tree (installed from the module proxy into $(BIN)/lint when missing)
+## lint: staticcheck, and deadcode with the tests as roots (no function that neither the
+## commands nor the tests reach); both installed from the module proxy into $(BIN)/lint
 STATICCHECK_VERSION ?= v0.8.2
+DEADCODE_VERSION ?= v0.52.0
 lint:
 	test -x $(BIN)/lint/staticcheck || GOBIN=$(CURDIR)/$(BIN)/lint $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	test -x $(BIN)/lint/deadcode || GOBIN=$(CURDIR)/$(BIN)/lint $(GO) install golang.org/x/tools/cmd/deadcode@$(DEADCODE_VERSION)
 	$(BIN)/lint/staticcheck ./...
+	@out=$$($(BIN)/lint/deadcode -test ./...); if [ -n "$$out" ]; then echo "$$out"; echo "deadcode: the functions above are reached by nothing"; exit 1; fi
 
 ## bench: every benchmark (speed and memory targets live here)
 bench:
