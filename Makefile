@@ -78,6 +78,24 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzRedactRaw$$' -fuzztime $(FUZZTIME) ./workload
 	$(GO) test -run '^$$' -fuzz '^FuzzDSMLLeak$$' -fuzztime $(FUZZTIME) ./plugins/detectors
 	$(GO) test -run '^$$' -fuzz '^FuzzToolcallSchema$$' -fuzztime $(FUZZTIME) ./plugins/detectors
+	$(GO) test -run '^$$' -fuzz '^FuzzParseStatsCount$$' -fuzztime $(FUZZTIME) ./cmd/arbiter
+	$(GO) test -run '^$$' -fuzz '^FuzzTerminalSafe$$' -fuzztime $(FUZZTIME) ./cmd/arbiter
+	$(GO) test -run '^$$' -fuzz '^FuzzFindWord$$' -fuzztime $(FUZZTIME) ./cmd/arbiter-detector-example
+	$(GO) test -run '^$$' -fuzz '^FuzzReadCUDASettings$$' -fuzztime $(FUZZTIME) ./cmd/refserve
+	$(GO) test -run '^$$' -fuzz '^FuzzToolCallFragments$$' -fuzztime $(FUZZTIME) ./cmd/refserve
+	$(GO) test -run '^$$' -fuzz '^FuzzMessageUnmarshal$$' -fuzztime $(FUZZTIME) ./openai
+	$(GO) test -run '^$$' -fuzz '^FuzzContainerName$$' -fuzztime $(FUZZTIME) ./orchestrator/runtime
+	$(GO) test -run '^$$' -fuzz '^FuzzParseGPUs$$' -fuzztime $(FUZZTIME) ./orchestrator/runtime
+	$(GO) test -run '^$$' -fuzz '^FuzzDonnerAdjusted$$' -fuzztime $(FUZZTIME) ./stats
+	$(GO) test -run '^$$' -fuzz '^FuzzFirth$$' -fuzztime $(FUZZTIME) ./stats
+	$(GO) test -run '^$$' -fuzz '^FuzzFisherExact$$' -fuzztime $(FUZZTIME) ./stats
+	$(GO) test -run '^$$' -fuzz '^FuzzIntervals$$' -fuzztime $(FUZZTIME) ./stats
+	$(GO) test -run '^$$' -fuzz '^FuzzLosses$$' -fuzztime $(FUZZTIME) ./stats
+	$(GO) test -run '^$$' -fuzz '^FuzzMcNemar$$' -fuzztime $(FUZZTIME) ./stats
+	$(GO) test -run '^$$' -fuzz '^FuzzNonInferiority$$' -fuzztime $(FUZZTIME) ./stats
+	$(GO) test -run '^$$' -fuzz '^FuzzRiskRatio$$' -fuzztime $(FUZZTIME) ./stats
+	$(GO) test -run '^$$' -fuzz '^FuzzStratified$$' -fuzztime $(FUZZTIME) ./stats
+	$(GO) test -run '^$$' -fuzz '^FuzzQuery$$' -fuzztime $(FUZZTIME) ./store
 	$(GO) test -run '^$$' -fuzz '^FuzzRepetition$$' -fuzztime $(FUZZTIME) ./plugins/detectors
 	$(GO) test -run '^$$' -fuzz '^FuzzFinishAnomaly$$' -fuzztime $(FUZZTIME) ./plugins/detectors
 	$(GO) test -run '^$$' -fuzz '^FuzzFirstDivergence$$' -fuzztime $(FUZZTIME) ./plugins/detectors
