@@ -222,7 +222,9 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		}
 	}
 
-	dets, closeDets, err := resolveDetectors(ctx, spec.Detectors)
+	// A plugin inherits arbiter's environment: what it writes goes through the redactor.
+	pluginCtx := plugins.WithOutput(ctx, plugins.Output{W: os.Stderr, Redact: redactor.Redact})
+	dets, closeDets, err := resolveDetectors(pluginCtx, spec.Detectors)
 	if err != nil {
 		return Result{}, err
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"sync"
 	"time"
@@ -165,28 +164,37 @@ func Serve(d Detector) {
 
 // Launch starts the detector binary at path and returns its Detector and a function that
 // stops the process (safe to call more than once). The binary inherits arbiter's
-// environment, which is how a plugin is configured; its standard error goes to arbiter's.
+// environment, which is how a plugin is configured; its standard error goes where
+// WithOutput says, each line through its redactor (output.go).
 // ctx bounds the start only: its deadline, if it has one, replaces go-plugin's one-minute
 // start timeout, and the plugin then lives until release is called.
 func Launch(ctx context.Context, path string) (Detector, func(), error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, fmt.Errorf("plugin %s: %w", path, err)
 	}
+	o := outputOf(ctx)
+	out := &lineRedactor{w: o.W, redact: o.Redact}
 	cfg := &plugin.ClientConfig{
 		HandshakeConfig:  Handshake,
 		Plugins:          plugin.PluginSet{DetectorPluginName: &DetectorPlugin{}},
 		Cmd:              exec.Command(path),
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		Stderr:           os.Stderr,
+		Stderr:           out,
 		// go-plugin traces every step by default; arbiter's stderr wants problems only.
-		Logger: hclog.New(&hclog.LoggerOptions{Name: "plugin", Level: hclog.Warn, Output: os.Stderr}),
+		// The lines it logs of the plugin's own go through the same redactor.
+		Logger: hclog.New(&hclog.LoggerOptions{Name: "plugin", Level: hclog.Warn, Output: out}),
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		cfg.StartTimeout = max(time.Until(dl), time.Millisecond)
 	}
 	client := plugin.NewClient(cfg)
 	var once sync.Once
-	release := func() { once.Do(client.Kill) }
+	release := func() {
+		once.Do(func() {
+			client.Kill()
+			out.Flush()
+		})
+	}
 	rpc, err := client.Client()
 	if err != nil {
 		release()

@@ -13,6 +13,8 @@ import (
 
 	"github.com/hashicorp/go-plugin"
 
+	"github.com/arbiterlab/arbiter/internal/lockedbuf"
+	"github.com/arbiterlab/arbiter/internal/testbin"
 	"github.com/arbiterlab/arbiter/openai"
 )
 
@@ -182,5 +184,28 @@ func TestLaunchRefusesNonPlugins(t *testing.T) {
 	cancel()
 	if _, _, err := Launch(ctx, script); !errors.Is(err, context.Canceled) {
 		t.Errorf("launch under a cancelled context: %v", err)
+	}
+}
+
+// A plugin inherits arbiter's environment, secrets included: what it writes to its
+// standard error reaches arbiter's only through the redactor. The example plugin prints
+// the word it looks for, here a secret.
+func TestLaunchedPluginStderrIsRedacted(t *testing.T) {
+	bin := testbin.Build(t, "github.com/arbiterlab/arbiter/cmd/arbiter-detector-example")
+	const secret = "hf_pluginSecret_7q2x"
+	t.Setenv("ARBITER_CONTAINS_WORD", secret)
+	var out lockedbuf.Buffer
+	ctx := WithOutput(context.Background(), Output{W: &out, Redact: func(s string) string { return strings.ReplaceAll(s, secret, "[redacted]") }})
+	d, release, err := Launch(ctx, bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Name() != "contains-word" {
+		t.Errorf("name %q", d.Name())
+	}
+	release()
+	got := out.String()
+	if strings.Contains(got, secret) || !strings.Contains(got, `contains-word: flagging "[redacted]"`) {
+		t.Errorf("the plugin's standard error as arbiter wrote it:\n%s", got)
 	}
 }

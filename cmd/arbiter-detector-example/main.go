@@ -23,6 +23,9 @@ func main() {
 	if word == "" {
 		word = "forbidden"
 	}
+	// What a plugin writes to its standard error reaches arbiter's log, through arbiter's
+	// redactor: the configuration it runs with is worth a line.
+	fmt.Fprintf(os.Stderr, "contains-word: flagging %q\n", word)
 	plugins.Serve(containsWord{word: strings.ToLower(word)})
 }
 
