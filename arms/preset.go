@@ -41,11 +41,19 @@ type Preset struct {
 	// Attest are the rules that read back settings the server info does not report
 	// (attest.go); a spec's engine.attest adds to them.
 	Attest []AttestRule
+	// LabelsHeader is the header in which every chat request tells the engine its
+	// experiment, arm, block, session and round (a JSON object of strings): SGLang's
+	// custom metric labels header, or DefaultLabelsHeader.
+	LabelsHeader string
 	// Models says that the engine keeps models that arbiter can create and load through
 	// its API before the readiness generation (ModelsOllama), or "" when the engine loads
 	// the model its command names.
 	Models string
 }
+
+// DefaultLabelsHeader carries a request's labels to engines that read none of their own:
+// their logs may still show it.
+const DefaultLabelsHeader = "X-Arbiter-Labels"
 
 // ModelsOllama is Preset.Models for an engine with ollama's model API (POST
 // /api/blobs/sha256:DIGEST, /api/create, /api/show).
@@ -69,6 +77,7 @@ var presets = map[string]Preset{
 		Grammar:            refserveGrammar,
 		FlagsInServerInfo:  true,
 		EnvInServerInfo:    "env",
+		LabelsHeader:       "x-custom-labels",
 	},
 	"sglang": {
 		Name:               "sglang",
@@ -83,6 +92,7 @@ var presets = map[string]Preset{
 		Grammar:            sglangGrammar,
 		FlagsInServerInfo:  true,
 		Attest:             sglangAttest,
+		LabelsHeader:       "x-custom-labels",
 	},
 	"vllm": {
 		Name:           "vllm",
@@ -129,6 +139,9 @@ func PresetFor(name string) Preset {
 	if !ok {
 		p = presets["custom"]
 		p.Name = name
+	}
+	if p.LabelsHeader == "" {
+		p.LabelsHeader = DefaultLabelsHeader
 	}
 	p.Command = slices.Clone(p.Command)
 	p.Attest = slices.Clone(p.Attest)

@@ -230,7 +230,7 @@ func (e *experiment) drive(ctx context.Context, inst runtime.Instance, preset ar
 	if p := e.opts.Progress; p != nil {
 		p.RunStarted(arm.Name, b, ws.Sessions)
 	}
-	cfg := e.workloadConfig(model, b)
+	cfg := e.workloadConfig(model, arm.Name, b)
 	cfg.OnToken = dog.token
 	finishScrape, phaseEnded := e.scrapeServerMetrics(wctx, inst.Endpoint(), preset, runID, e.armIDs[ai])
 	tracker.phaseEnded = phaseEnded

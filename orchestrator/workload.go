@@ -1,6 +1,8 @@
 package orchestrator
 
 import (
+	"strconv"
+
 	"context"
 	"fmt"
 	"log/slog"
@@ -12,10 +14,13 @@ import (
 
 // workloadConfig is the workload one launch of block b drives, with the spec's kind and
 // its own fields.
-func (e *experiment) workloadConfig(model string, b int) workload.Config {
+func (e *experiment) workloadConfig(model string, arm string, b int) workload.Config {
 	cfg := kindConfig(e.spec, e.trace)
 	cfg.Model = model
 	cfg.SessionOffset = b * e.spec.Workload.Sessions
+	// Every request tells the engine what it belongs to, for its metrics and logs.
+	cfg.Labels = map[string]string{"experiment": strconv.FormatInt(e.id, 10), "arm": arm, "block": strconv.Itoa(b)}
+	cfg.LabelsHeader = e.spec.Preset().LabelsHeader
 	return cfg
 }
 

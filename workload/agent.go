@@ -188,6 +188,7 @@ func runToolcallAgent(ctx context.Context, cfg Config, base string, rec Recorder
 	conc := max(cfg.Concurrency, 1)
 	client := NewClient(conc)
 	client.RequestTimeout, client.StallTimeout = cfg.RequestTimeout, cfg.StallTimeout
+	client.Labels, client.LabelsHeader = cfg.Labels, cfg.LabelsHeader
 	client.OnToken = cfg.OnToken
 	client.MaxResponseBytes = cfg.MaxResponseBytes
 	defer client.CloseIdleConnections()
@@ -369,7 +370,7 @@ func (s *agentSession) send(ctx context.Context, round int) Exchange {
 	if err != nil {
 		ex.Err = err
 	} else {
-		ex = s.client.chatBody(ctx, s.base, req, body)
+		ex = s.client.chatBody(withRequestTag(ctx, s.script.Session, round), s.base, req, body)
 	}
 	t := turnOf(ctx, ex, s.script.Session, s.turns, round, req)
 	s.turns++

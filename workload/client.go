@@ -118,6 +118,10 @@ type Client struct {
 	// exchange ends with ErrResponseTooLarge and keeps only its first KeptPrefixBytes,
 	// so that concurrent giant replies cost at most concurrency x this in memory.
 	MaxResponseBytes int64
+	// Labels are the launch's labels every chat request carries in LabelsHeader, with its
+	// session and round (labels.go); no header when LabelsHeader is empty.
+	Labels       map[string]string
+	LabelsHeader string
 
 	// dialed holds connections opened by Warm, which the transport takes first.
 	dialed chan net.Conn
@@ -390,9 +394,9 @@ func (c *Client) chatBody(ctx context.Context, base string, req openai.ChatReque
 		ex.Err = fmt.Errorf("workload: request %s: %w", req.RID, err)
 		return ex
 	}
-	hreq.Header = wholeHeader
+	hreq.Header = c.labelHeader(ctx, wholeHeader)
 	if req.Stream {
-		hreq.Header = streamHeader
+		hreq.Header = c.labelHeader(ctx, streamHeader)
 	}
 
 	ex.Started = time.Now()

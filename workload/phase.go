@@ -152,6 +152,7 @@ func (r *runner) warm(ctx context.Context, n int) {
 func newRunner(ctx context.Context, cfg Config, base string, rec Recorder, conc int) (*runner, error) {
 	client := NewClient(conc)
 	client.RequestTimeout, client.StallTimeout = cfg.RequestTimeout, cfg.StallTimeout
+	client.Labels, client.LabelsHeader = cfg.Labels, cfg.LabelsHeader
 	client.OnToken, client.MaxResponseBytes = cfg.OnToken, cfg.MaxResponseBytes
 	model := cfg.Model
 	if model == "" {
@@ -192,7 +193,7 @@ func (r *runner) chatRequest(session, turn int, msgs []openai.Message, maxTokens
 
 // exchange sends req and returns its Turn, not yet reported.
 func (r *runner) exchange(ctx context.Context, session, index, round int, req openai.ChatRequest) (Turn, Exchange) {
-	ex := r.client.Chat(ctx, r.base, req)
+	ex := r.client.Chat(withRequestTag(ctx, session, round), r.base, req)
 	return turnOf(ctx, ex, session, index, round, req), ex
 }
 

@@ -38,6 +38,11 @@ type Config struct {
 	// NoStream sends non-streaming requests; the default streams (SSE), which is what
 	// measures TTFT and what keeps every event.
 	NoStream bool
+	// Labels are the launch's labels (experiment, arm, block) that every chat request
+	// carries, with its session and round, in the header LabelsHeader names (labels.go);
+	// no header when LabelsHeader is empty.
+	Labels       map[string]string
+	LabelsHeader string
 	// Throughput, AbortCascade, LongContext and Trace hold the fields of their kinds;
 	// each is nil (its defaults) unless Kind names it.
 	Throughput   *ThroughputConfig
