@@ -274,3 +274,25 @@ func callNames(calls json.RawMessage) []string {
 	}
 	return out
 }
+
+// CulpritExperiment is the experiment of a bisection's step that shows its culprit best:
+// the last confirmation (the culprit alone against good), else the reproduction (every
+// change against good); an error when the bisection ran neither.
+func CulpritExperiment(ctx context.Context, db *sqlx.DB, bisection string) (int64, error) {
+	b, err := store.FindBisection(ctx, db, bisection)
+	if err != nil {
+		return 0, err
+	}
+	steps, err := store.BisectionSteps(ctx, db, b.ID)
+	if err != nil {
+		return 0, err
+	}
+	for _, role := range []string{"confirm", "reproduce"} {
+		for i := len(steps) - 1; i >= 0; i-- {
+			if s := steps[i]; s.Role == role && s.ExperimentID.Valid {
+				return s.ExperimentID.Int64, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("bisection %d ran no step that shows a culprit (no confirmation, no reproduction)", b.ID)
+}

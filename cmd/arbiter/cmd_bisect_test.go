@@ -157,6 +157,13 @@ func TestBisectCLISingleCulpritOnRefserve(t *testing.T) {
 		t.Errorf("resuming a done bisection exited %d: %s", code, errOut)
 	}
 	// Each step is an experiment that arbiter verdict judges on its own.
+	// The culprit's bundle: the confirming step's experiment, the culprit alone against good.
+	culprit := filepath.Join(dir, "culprit")
+	if code, out, errOut := runCLI(t, "repro", "--bisection", "1", "--db", db, "-o", culprit); code != 0 || !strings.Contains(out, "failing requests in "+culprit) {
+		t.Errorf("repro --bisection exited %d:\n%s\n%s", code, out, errOut)
+	} else if readme, err := os.ReadFile(filepath.Join(culprit, "README.md")); err != nil || !strings.Contains(string(readme), "responses corrupted with") || !strings.Contains(string(readme), "dsml-leak") {
+		t.Errorf("the culprit's README (%v):\n%s", err, readme)
+	}
 	if code, out, _ := runCLI(t, "verdict", "index-k-release-b1-s01", "--db", db); code != 0 || !strings.Contains(out, "changes=with-1.2.3.4.5.6.7.8") {
 		t.Errorf("verdict of step 1 exited %d:\n%s", code, out)
 	}

@@ -14,10 +14,10 @@ import (
 func init() { subcommands = append(subcommands, newReproCmd) }
 
 func newReproCmd(g *globals) *cobra.Command {
-	var out, replay, baseURL string
+	var out, replay, baseURL, bisection string
 	var cases, concurrency, rounds int
 	cmd := &cobra.Command{
-		Use:   "repro [EXP] | repro --replay BUNDLE --base-url URL",
+		Use:   "repro [EXP | --bisection B] | repro --replay BUNDLE --base-url URL",
 		Short: "Write a bundle that reproduces an experiment's finding for the engine's maintainers, or replay one",
 		Long: `Write a self-contained bundle for an upstream issue from a recorded experiment (default: the
 newest): each arm's launch (command, environment with secrets redacted, the engine's reported
@@ -29,6 +29,7 @@ With --replay, send a bundle's failing requests to a running engine at the exper
 (the cases are sent again and again to fill it) and say which reproduce, by the bundle's
 built-in detectors.`,
 		Example: `  arbiter repro 3 -o repro-3
+  arbiter repro --bisection 1 -o culprit
   arbiter repro --replay repro-3 --base-url http://127.0.0.1:30000`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -42,11 +43,22 @@ built-in detectors.`,
 			if len(args) == 1 {
 				ref = args[0]
 			}
+			if ref != "" && bisection != "" {
+				return withCode(exitUsage, fmt.Errorf("give an experiment or --bisection, not both"))
+			}
 			db, err := store.OpenReadOnly(g.dbPath())
 			if err != nil {
 				return err
 			}
 			defer db.Close()
+			if bisection != "" {
+				// The culprit's configuration against good, as the bisection's step ran it.
+				id, err := repro.CulpritExperiment(cmd.Context(), db, bisection)
+				if err != nil {
+					return err
+				}
+				ref = fmt.Sprint(id)
+			}
 			if ref == "" {
 				e, err := store.LatestExperiment(cmd.Context(), db)
 				if err != nil {
@@ -72,6 +84,7 @@ built-in detectors.`,
 	}
 	cmd.Flags().StringVarP(&out, "output", "o", "", "the bundle's folder (default repro-EXP)")
 	cmd.Flags().IntVar(&cases, "cases", repro.DefaultCases, "how many failing requests the bundle keeps, the shortest first")
+	cmd.Flags().StringVar(&bisection, "bisection", "", "the bundle of a bisection's culprit: its confirming step's experiment (else its reproduction)")
 	cmd.Flags().StringVar(&replay, "replay", "", "replay the bundle in this folder instead")
 	cmd.Flags().StringVar(&baseURL, "base-url", "", "with --replay: the running engine, e.g. http://127.0.0.1:30000")
 	cmd.Flags().IntVar(&concurrency, "concurrency", 0, "with --replay: requests at once (default the experiment's)")
