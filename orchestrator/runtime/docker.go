@@ -214,15 +214,22 @@ func (d Docker) Start(ctx context.Context, l Launch) (Instance, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	releasePort := func() {}
 	if d.Network == "host" {
 		// A port free here; on a daemon of this machine that is the port's own host.
 		// On another machine a taken port shows as an engine that exits at once.
-		port, err := freePort()
+		port, release, err := freePort()
 		if err != nil {
 			return nil, fmt.Errorf("docker runtime: %w", err)
 		}
-		d.hostPort = port
+		d.hostPort, releasePort = port, release
 	}
+	started := false
+	defer func() {
+		if !started {
+			releasePort()
+		}
+	}()
 	cfg, hostCfg, err := d.containerConfig(l)
 	if err != nil {
 		return nil, err
@@ -314,7 +321,9 @@ func (d Docker) Start(ctx context.Context, l Launch) (Instance, error) {
 		<-copied
 		logFile.Close()
 		inst.finish(code, oom, waitErr)
+		releasePort()
 	}()
+	started = true
 	return inst, nil
 }
 

@@ -67,10 +67,16 @@ func (p Process) Start(ctx context.Context, l Launch) (Instance, error) {
 	if l.LogPath == "" {
 		return nil, errors.New("process runtime: no log path")
 	}
-	port, err := freePort()
+	port, releasePort, err := freePort()
 	if err != nil {
 		return nil, fmt.Errorf("process runtime: %w", err)
 	}
+	started := false
+	defer func() {
+		if !started {
+			releasePort()
+		}
+	}()
 	args, listenEnv := l.address("127.0.0.1", port, "")
 	bin, err := LookCommand(l.Command[0])
 	if err != nil {
@@ -158,7 +164,9 @@ func (p Process) Start(ctx context.Context, l Launch) (Instance, error) {
 		case <-time.After(500 * time.Millisecond):
 		}
 		inst.finish(err)
+		releasePort()
 	}()
+	started = true
 	return inst, nil
 }
 
@@ -215,13 +223,43 @@ func LookCommand(name string) (string, error) {
 	return p, nil
 }
 
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
+// A port arbiter picks for an engine is free when it is picked, and stays unbound until
+// the engine binds it, a moment or seconds later (a container starting). Launches that run
+// at once must not be handed the same port in that moment: the kernel may give a port
+// just closed to the next bind, and the second engine would then fail to bind while its
+// health checks reach the first (seen as an arm reporting another arm's pins). Every port
+// handed out is claimed until its engine has ended.
+var portClaims = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// freePort returns a loopback port free now and claimed by no other launch of this
+// arbiter; release gives the claim back once the engine that took it has ended.
+func freePort() (port int, release func(), err error) {
+	for range 64 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, nil, fmt.Errorf("find a free port: %w", err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		portClaims.Lock()
+		if !portClaims.ports[port] {
+			portClaims.ports[port] = true
+			portClaims.Unlock()
+			var once sync.Once
+			return port, func() {
+				once.Do(func() {
+					portClaims.Lock()
+					delete(portClaims.ports, port)
+					portClaims.Unlock()
+				})
+			}, nil
+		}
+		portClaims.Unlock()
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return 0, nil, errors.New("find a free port: every port offered is claimed by another launch")
 }
 
 // Grouped is an Instance whose engine runs in a local process group. Group names the

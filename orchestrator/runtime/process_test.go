@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -207,5 +208,42 @@ func TestProcessTellsTheEngineItsAddress(t *testing.T) {
 				t.Errorf("the engine saw %q, want %q", strings.TrimSpace(string(b)), want)
 			}
 		})
+	}
+}
+
+// Launches that start at once are never handed the same port while an engine may still
+// be about to bind it; a port comes back once the claim is released.
+func TestFreePortsAreClaimedUntilReleased(t *testing.T) {
+	const n = 200
+	ports := make([]int, n)
+	releases := make([]func(), n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			p, release, err := freePort()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			ports[i], releases[i] = p, release
+		})
+	}
+	wg.Wait()
+	seen := map[int]bool{}
+	for _, p := range ports {
+		if seen[p] {
+			t.Fatalf("port %d handed to two launches at once", p)
+		}
+		seen[p] = true
+	}
+	for _, release := range releases {
+		release()
+		release() // a second release is harmless
+	}
+	portClaims.Lock()
+	left := len(portClaims.ports)
+	portClaims.Unlock()
+	if left != 0 {
+		t.Errorf("%d claims left after every release", left)
 	}
 }
