@@ -33,7 +33,7 @@ func commands(c *cobra.Command, visit func(*cobra.Command)) {
 func TestOneMeaningForOutputAndDBOnlyWhereUsed(t *testing.T) {
 	root := newRoot(&globals{})
 	usesDB := map[string]bool{"run": true, "resume": true, "verdict": true, "show": true, "ls": true, "query": true,
-		"gc": true, "migrate": true, "bisect": true, "plan": true}
+		"gc": true, "migrate": true, "bisect": true, "plan": true, "repro": true}
 	commands(root, func(c *cobra.Command) {
 		if f := c.Flags().ShorthandLookup("o"); f != nil && f.Name != "output" {
 			t.Errorf("%s: -o is --%s; want --output", c.CommandPath(), f.Name)
