@@ -16,7 +16,7 @@ import (
 // one JSON object of strings in the header the client is given, for every workload kind;
 // without a header name, none is sent.
 func TestRequestsCarryTheirLabels(t *testing.T) {
-	for _, kind := range []string{"toolcall-agent", "throughput"} {
+	for _, kind := range []string{"toolcall-agent", "long-context"} {
 		t.Run(kind, func(t *testing.T) {
 			e := newScriptedEngine(t)
 			var mu sync.Mutex
@@ -33,17 +33,20 @@ func TestRequestsCarryTheirLabels(t *testing.T) {
 			}
 			cfg := Config{Kind: kind, Sessions: 3, Rounds: 2, Concurrency: 3, Seed: 5, MaxTokens: 16, SessionOffset: 6,
 				Labels: map[string]string{"experiment": "4", "arm": "treatment", "block": "2"}, LabelsHeader: "x-custom-labels"}
-			if kind == "throughput" {
-				cfg.Throughput = &ThroughputConfig{Concurrency: []int{2}, Requests: 4, PromptTokens: 32}
+			if kind == "long-context" {
+				cfg.LongContext = &LongContextConfig{StartTokens: 200, CeilingTokens: 400}
 			}
 			if err := Run(context.Background(), cfg, e.srv.URL, &memRecorder{}); err != nil {
 				t.Fatal(err)
 			}
-			if len(seen) == 0 {
+			mu.Lock() // a handler may still be returning
+			got := slices.Clone(seen)
+			mu.Unlock()
+			if len(got) == 0 {
 				t.Fatal("no request reached the engine")
 			}
 			var sessions []string
-			for _, l := range seen {
+			for _, l := range got {
 				if l["experiment"] != "4" || l["arm"] != "treatment" || l["block"] != "2" || l["session"] == "" || l["round"] == "" || len(l) != 5 {
 					t.Errorf("labels %v", l)
 				}
@@ -51,14 +54,14 @@ func TestRequestsCarryTheirLabels(t *testing.T) {
 					sessions = append(sessions, l["session"])
 				}
 			}
-			if kind == "toolcall-agent" {
+			{
 				// Sessions 6 to 8 (block 2 of 3 sessions), each in rounds 0 and 1.
 				slices.Sort(sessions)
 				if fmt.Sprint(sessions) != "[6 7 8]" {
 					t.Errorf("sessions labelled %v, want [6 7 8]", sessions)
 				}
 				rounds := map[string]bool{}
-				for _, l := range seen {
+				for _, l := range got {
 					rounds[l["round"]] = true
 				}
 				if !rounds["0"] || !rounds["1"] || len(rounds) != 2 {
