@@ -20,7 +20,7 @@ import (
 // Defaults written into a Spec when the file leaves a field out.
 const (
 	DefaultRuntime        = "process"
-	DefaultWorkload       = "toolcall-agent"
+	DefaultWorkload       = WorkloadAgent
 	DefaultUnit           = "session"
 	DefaultAlpha          = 0.05
 	DefaultBlocks         = 1
@@ -56,7 +56,7 @@ var KnownDetectors = []string{"dsml-leak", "toolcall-schema", "repetition", "fin
 
 // KnownWorkloads are the workload kinds this arbiter can drive. A spec naming another is
 // refused here rather than failing after the engines have started.
-var KnownWorkloads = []string{"toolcall-agent", WorkloadThroughput, WorkloadAbortCascade, WorkloadLongContext, WorkloadTrace}
+var KnownWorkloads = []string{WorkloadAgent, WorkloadThroughput, WorkloadAbortCascade, WorkloadLongContext, WorkloadTrace}
 
 var (
 	runtimes = []string{"process", "docker", "external", "slurm"}

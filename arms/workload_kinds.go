@@ -17,12 +17,22 @@ import (
 	"github.com/goccy/go-yaml/ast"
 )
 
-// The workload kinds beside the tool-call agent, in the words a spec uses.
+// The workload kinds, in the words a spec uses. They are the one home of these words: the
+// workload package runs them and the verdict reads them back from the database.
 const (
-	WorkloadThroughput   = "throughput"
+	// WorkloadAgent is multi-turn tool-calling agents, the default kind.
+	WorkloadAgent = "toolcall-agent"
+	// WorkloadThroughput is a closed loop at each listed concurrency, then open-loop
+	// Poisson arrivals at each listed rate: one-request sessions of seeded prompts.
+	WorkloadThroughput = "throughput"
+	// WorkloadAbortCascade starts sessions, aborts them mid-flight, and measures how long
+	// the engine takes to serve again, and its throughput before and after.
 	WorkloadAbortCascade = "abort-cascade"
-	WorkloadLongContext  = "long-context"
-	WorkloadTrace        = "trace"
+	// WorkloadLongContext is multi-turn agent sessions whose context grows from a start
+	// size to a ceiling, with long generations and a prefix shared across sessions.
+	WorkloadLongContext = "long-context"
+	// WorkloadTrace replays recorded conversations from a JSONL file.
+	WorkloadTrace = "trace"
 )
 
 // Abort modes of an abort cascade.

@@ -1,6 +1,8 @@
 package bisect
 
 import (
+	"github.com/arbiterlab/arbiter/store"
+
 	"flag"
 	"io"
 	"strings"
@@ -74,7 +76,7 @@ func TestBisectFlagLikeValueNamesTheRightCulprit(t *testing.T) {
 	for _, i := range c.Culprit {
 		culprit = append(culprit, spec.Changes[i].Label())
 	}
-	if got := strings.Join(culprit, " and "); c.Status != StatusCulprit || got != "BF16_INDEX_K: 0 → 1 and --enable-hierarchical-cache: absent → set" {
+	if got := strings.Join(culprit, " and "); c.Status != store.ConclusionCulprit || got != "BF16_INDEX_K: 0 → 1 and --enable-hierarchical-cache: absent → set" {
 		t.Fatalf("conclusion %s: culprit %q, want BF16_INDEX_K and --enable-hierarchical-cache (%+v)", c.Status, got, c)
 	}
 

@@ -228,7 +228,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 // reopen takes over a recorded bisection for a resume: its lease (refused while another
 // arbiter holds it live), the same spec, and its status set running again.
 func reopen(ctx context.Context, st *store.Store, id int64, spec *arms.BisectSpec, d Design, owner store.Owner) (*store.BisectionLease, error) {
-	row, err := store.FindBisection(ctx, st.DB(), fmt.Sprint(id))
+	row, err := store.BisectionByID(ctx, st.DB(), id)
 	if err != nil {
 		return nil, err
 	}
@@ -334,12 +334,12 @@ func (b *bisection) step(ctx context.Context, p Probe, recorded map[int]store.Bi
 	applied, _ := json.Marshal(p.Changes)
 	sr := StepResult{Probe: p}
 	rec, have := recorded[p.Step]
-	if have && (rec.Role != string(p.Role) || rec.Applied != string(applied)) {
+	if have && (rec.Role != p.Role || rec.Applied != string(applied)) {
 		return sr, fmt.Errorf("bisection %d step %d was recorded as %s applying %s, but the search now asks for %s applying %s: resume needs the spec and arbiter that ran it",
 			b.id, p.Step, rec.Role, rec.Applied, p.Role, applied)
 	}
 	if !have {
-		if err := b.store.AddBisectionStep(ctx, store.BisectionStep{BisectionID: b.id, Step: p.Step, Role: string(p.Role),
+		if err := b.store.AddBisectionStep(ctx, store.BisectionStep{BisectionID: b.id, Step: p.Step, Role: p.Role,
 			Applied: string(applied), ExperimentName: name}); err != nil {
 			return sr, err
 		}
@@ -353,11 +353,7 @@ func (b *bisection) step(ctx context.Context, p Probe, recorded map[int]store.Bi
 	var expID int64
 	var expStatus store.ExperimentStatus
 	if have {
-		ref := name
-		if rec.ExperimentID.Valid {
-			ref = fmt.Sprint(rec.ExperimentID.Int64)
-		}
-		e, err := store.FindExperiment(ctx, b.store.DB(), ref)
+		e, err := rec.Experiment(ctx, b.store.DB())
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 		case err != nil:
@@ -473,7 +469,7 @@ func (b *bisection) judge(ctx context.Context, expID int64) (*verdict.StepJudgem
 		return nil, err
 	}
 	defer ro.Close()
-	return verdict.JudgeStep(ctx, ro, fmt.Sprint(expID), b.design.Step)
+	return verdict.JudgeStep(ctx, ro, expID, b.design.Step)
 }
 
 // numberList writes change indexes 1-based: "1, 2, 6".

@@ -83,7 +83,7 @@ func TestBisectNamesThePairOnRefserve(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := res.Conclusion
-	if c.Status != StatusCulprit || !slices.Equal(c.Culprit, []int{1, 5}) {
+	if c.Status != store.ConclusionCulprit || !slices.Equal(c.Culprit, []int{1, 5}) {
 		t.Fatalf("conclusion %+v", c)
 	}
 	if spec.Changes[1].Label() != "BF16_INDEX_K: 0 → 1" || spec.Changes[5].Label() != "--enable-hierarchical-cache: absent → set" {
@@ -93,7 +93,7 @@ func TestBisectNamesThePairOnRefserve(t *testing.T) {
 		t.Fatalf("%d steps (%d in the resumed run)", c.Steps, len(res.Steps))
 	}
 	confirm := res.Steps[c.ConfirmedBy-1]
-	if confirm.Probe.Role != RoleConfirm || !slices.Equal(confirm.Probe.Changes, []int{1, 5}) || confirm.Outcome != "corrupts" {
+	if confirm.Probe.Role != store.RoleConfirm || !slices.Equal(confirm.Probe.Changes, []int{1, 5}) || confirm.Outcome != "corrupts" {
 		t.Fatalf("confirmation %+v", confirm)
 	}
 	for i, s := range res.Steps {
@@ -129,7 +129,7 @@ func TestBisectNamesThePairOnRefserve(t *testing.T) {
 		}
 	}
 	// The report rebuilt from the database alone.
-	r, err := verdict.BuildBisection(context.Background(), ro, "tuesday-release")
+	r, err := verdict.BuildBisection(context.Background(), ro, res.BisectionID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ timeouts: {startup: 20s, request: 20s, stall: 10s}
 		t.Fatal(err)
 	}
 	c := res.Conclusion
-	if res.Status != store.ExperimentDone || c.Status != StatusUncertain || c.StoppedAt != 1 || len(c.Culprit) != 0 {
+	if res.Status != store.ExperimentDone || c.Status != store.ConclusionUncertain || c.StoppedAt != 1 || len(c.Culprit) != 0 {
 		t.Fatalf("status %s, conclusion %+v", res.Status, c)
 	}
 	if !strings.Contains(res.Steps[0].Sentence, "no completed session") || res.Steps[0].Outcome != "inconclusive" {

@@ -48,20 +48,7 @@ import (
 // members found, and where the next one lies.
 
 // Role is what a step asks.
-type Role string
-
-// Roles of steps.
-const (
-	// RoleReproduce applies every change: does the bad configuration corrupt at all?
-	RoleReproduce Role = "reproduce"
-	// RoleSearch applies the culprit found so far and a prefix of the candidates.
-	RoleSearch Role = "search"
-	// RoleConfirm applies exactly the culprit found so far: the confirmation A/B.
-	RoleConfirm Role = "confirm"
-	// RoleRevert applies every change but the culprit's: does reverting the culprit
-	// alone make the bad configuration clean?
-	RoleRevert Role = "revert"
-)
+type Role = store.StepRole
 
 // Probe is one step the search asks for.
 type Probe struct {
@@ -72,19 +59,6 @@ type Probe struct {
 	// ascending.
 	Changes []int
 }
-
-// How a search ends (Conclusion.Status).
-const (
-	// StatusRunning: the search has more steps to ask for.
-	StatusRunning = "running"
-	// StatusCulprit: a culprit was found and its confirmation corrupts.
-	StatusCulprit = "culprit"
-	// StatusNotReproduced: the bad configuration is clean against good.
-	StatusNotReproduced = "not-reproduced"
-	// StatusUncertain: a step could not decide, answers contradicted each other, or
-	// the step budget ran out; Known and Candidates say what is known.
-	StatusUncertain = "uncertain"
-)
 
 // Conclusion is what a search found, in the form the store keeps.
 type Conclusion = store.BisectionConclusion
@@ -152,7 +126,7 @@ func NewSearch(n, maxSteps int, checkRevert bool) (*Search, error) {
 	if maxSteps < MaxSteps(n, 1) {
 		return nil, fmt.Errorf("bisect: %d steps cannot find even a single change of %d (that takes up to %d)", maxSteps, n, MaxSteps(n, 1))
 	}
-	return &Search{n: n, maxSteps: maxSteps, checkRevert: checkRevert, conclusion: Conclusion{Status: StatusRunning}}, nil
+	return &Search{n: n, maxSteps: maxSteps, checkRevert: checkRevert, conclusion: Conclusion{Status: store.ConclusionRunning}}, nil
 }
 
 // Next returns the next step to run, or false when the search has ended (Conclusion
@@ -167,14 +141,14 @@ func (s *Search) Next() (Probe, bool) {
 	p := Probe{Step: len(s.probes) + 1}
 	switch s.phase {
 	case phaseReproduce:
-		p.Role, p.Changes = RoleReproduce, s.all()
+		p.Role, p.Changes = store.RoleReproduce, s.all()
 	case phaseBinary:
 		mid := s.lo + (s.hi-s.lo)/2
-		p.Role, p.Changes = RoleSearch, s.with(s.cand[:mid])
+		p.Role, p.Changes = store.RoleSearch, s.with(s.cand[:mid])
 	case phaseConfirm:
-		p.Role, p.Changes = RoleConfirm, s.with(nil)
+		p.Role, p.Changes = store.RoleConfirm, s.with(nil)
 	case phaseRevert:
-		p.Role = RoleRevert
+		p.Role = store.RoleRevert
 		for i := range s.n {
 			if !slices.Contains(s.conclusion.Culprit, i) {
 				p.Changes = append(p.Changes, i)
@@ -219,7 +193,7 @@ func (s *Search) Record(o stats.StepOutcome) error {
 			s.stopUncertain(p.Step, why("the bad configuration against good"))
 		case o == stats.StepClean:
 			s.phase = phaseDone
-			s.conclusion.Status = StatusNotReproduced
+			s.conclusion.Status = store.ConclusionNotReproduced
 			s.conclusion.Reason = fmt.Sprintf("Step %d shows the bad configuration clean against good: its excess corruption is below the effect, so there is no culprit to find among these changes.", p.Step)
 		default:
 			s.cand, s.lo, s.hi = s.all(), 0, s.n
@@ -246,7 +220,7 @@ func (s *Search) Record(o stats.StepOutcome) error {
 			s.conclusion.Candidates = sorted(s.cand)
 			s.stopUncertain(p.Step, why("the confirmation of "+changeList(s.culprit)))
 		case o == stats.StepCorrupts:
-			s.conclusion.Status = StatusCulprit
+			s.conclusion.Status = store.ConclusionCulprit
 			s.conclusion.Culprit = sorted(s.culprit)
 			s.conclusion.ConfirmedBy = p.Step
 			s.conclusion.Reason = fmt.Sprintf("Step %d confirms the culprit: good with %s applied corrupts against good, and each of its changes was shown necessary.", p.Step, changeList(s.culprit))
@@ -299,7 +273,7 @@ func (s *Search) finishRevert(o stats.StepOutcome, step int, note string) {
 
 func (s *Search) stopUncertain(step int, reason string) {
 	s.phase = phaseDone
-	s.conclusion.Status = StatusUncertain
+	s.conclusion.Status = store.ConclusionUncertain
 	s.conclusion.StoppedAt = step
 	if s.conclusion.Candidates == nil && len(s.cand) > 0 && s.hi > s.lo {
 		s.conclusion.Known = sorted(s.culprit)

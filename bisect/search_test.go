@@ -1,6 +1,8 @@
 package bisect
 
 import (
+	"github.com/arbiterlab/arbiter/store"
+
 	"fmt"
 	"slices"
 	"testing"
@@ -83,14 +85,14 @@ func TestSearchFindsEveryCulpritExactly(t *testing.T) {
 				}
 				probes := drive(t, s, oracle(culprit))
 				c := s.Conclusion()
-				if c.Status != StatusCulprit || !slices.Equal(c.Culprit, culprit) {
+				if c.Status != store.ConclusionCulprit || !slices.Equal(c.Culprit, culprit) {
 					t.Fatalf("n=%d culprit %v: concluded %s %v (%s)", n, culprit, c.Status, c.Culprit, c.Reason)
 				}
 				last := probes[c.ConfirmedBy-1]
-				if last.Role != RoleConfirm || !slices.Equal(last.Changes, culprit) {
+				if last.Role != store.RoleConfirm || !slices.Equal(last.Changes, culprit) {
 					t.Fatalf("n=%d culprit %v: confirmed by %+v", n, culprit, last)
 				}
-				if probes[0].Role != RoleReproduce || len(probes[0].Changes) != n {
+				if probes[0].Role != store.RoleReproduce || len(probes[0].Changes) != n {
 					t.Fatalf("n=%d: first step %+v is not the reproduction", n, probes[0])
 				}
 				worst = max(worst, len(probes))
@@ -136,10 +138,10 @@ func TestSearchTwoCulpritsRevertCheck(t *testing.T) {
 	s, _ := NewSearch(8, MaxSteps(8, 2)+1, true)
 	probes := drive(t, s, oracle([]int{1}, []int{4, 6}))
 	c := s.Conclusion()
-	if c.Status != StatusCulprit || !(slices.Equal(c.Culprit, []int{1}) || slices.Equal(c.Culprit, []int{4, 6})) {
+	if c.Status != store.ConclusionCulprit || !(slices.Equal(c.Culprit, []int{1}) || slices.Equal(c.Culprit, []int{4, 6})) {
 		t.Fatalf("conclusion %+v", c)
 	}
-	if c.Revert != string(stats.StepCorrupts) || probes[c.RevertStep-1].Role != RoleRevert {
+	if c.Revert != string(stats.StepCorrupts) || probes[c.RevertStep-1].Role != store.RoleRevert {
 		t.Fatalf("revert check %s at step %d, want corrupts", c.Revert, c.RevertStep)
 	}
 	s, _ = NewSearch(8, MaxSteps(8, 2)+1, true)
@@ -153,7 +155,7 @@ func TestSearchEndings(t *testing.T) {
 	t.Run("not reproduced", func(t *testing.T) {
 		s, _ := NewSearch(8, 9, false)
 		drive(t, s, oracle())
-		if c := s.Conclusion(); c.Status != StatusNotReproduced || c.Steps != 1 {
+		if c := s.Conclusion(); c.Status != store.ConclusionNotReproduced || c.Steps != 1 {
 			t.Fatalf("%+v", c)
 		}
 	})
@@ -169,14 +171,14 @@ func TestSearchEndings(t *testing.T) {
 		c := s.Conclusion()
 		// Step 2 applied changes 1-4 (clean), step 3 changes 1-6: the culprit's last
 		// member lies among changes 5 to 8.
-		if c.Status != StatusUncertain || c.StoppedAt != 3 || !slices.Equal(c.Candidates, []int{4, 5, 6, 7}) || len(c.Known) != 0 {
+		if c.Status != store.ConclusionUncertain || c.StoppedAt != 3 || !slices.Equal(c.Candidates, []int{4, 5, 6, 7}) || len(c.Known) != 0 {
 			t.Fatalf("%+v", c)
 		}
 	})
 	t.Run("lower ends the search", func(t *testing.T) {
 		s, _ := NewSearch(8, 9, false)
 		drive(t, s, func(Probe) stats.StepOutcome { return stats.StepLower })
-		if c := s.Conclusion(); c.Status != StatusUncertain || c.StoppedAt != 1 {
+		if c := s.Conclusion(); c.Status != store.ConclusionUncertain || c.StoppedAt != 1 {
 			t.Fatalf("%+v", c)
 		}
 	})
@@ -186,12 +188,12 @@ func TestSearchEndings(t *testing.T) {
 		s, _ := NewSearch(8, 9, false)
 		truth := oracle([]int{0})
 		drive(t, s, func(p Probe) stats.StepOutcome {
-			if p.Role == RoleConfirm {
+			if p.Role == store.RoleConfirm {
 				return stats.StepClean
 			}
 			return truth(p)
 		})
-		if c := s.Conclusion(); c.Status != StatusUncertain || c.StoppedAt != 5 || !slices.Equal(c.Known, []int{0}) {
+		if c := s.Conclusion(); c.Status != store.ConclusionUncertain || c.StoppedAt != 5 || !slices.Equal(c.Known, []int{0}) {
 			t.Fatalf("%+v", c)
 		}
 	})
@@ -199,7 +201,7 @@ func TestSearchEndings(t *testing.T) {
 		s, _ := NewSearch(8, MaxSteps(8, 2), false)
 		probes := drive(t, s, oracle([]int{1, 3, 6}))
 		c := s.Conclusion()
-		if c.Status != StatusUncertain || len(probes) != MaxSteps(8, 2) || len(c.Known) != 2 {
+		if c.Status != store.ConclusionUncertain || len(probes) != MaxSteps(8, 2) || len(c.Known) != 2 {
 			t.Fatalf("%d steps, %+v", len(probes), c)
 		}
 	})

@@ -1,6 +1,8 @@
 package bisect
 
 import (
+	"github.com/arbiterlab/arbiter/store"
+
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -113,13 +115,13 @@ func Simulate(o SimOptions) (SimResult, error) {
 		steps += c.Steps
 		res.MostSteps = max(res.MostSteps, c.Steps)
 		switch c.Status {
-		case StatusCulprit:
+		case store.ConclusionCulprit:
 			if slices.Equal(c.Culprit, culprit) {
 				res.Right++
 			} else {
 				res.WrongCulprit++
 			}
-		case StatusNotReproduced:
+		case store.ConclusionNotReproduced:
 			res.NotReproduced++
 		default:
 			res.Uncertain++

@@ -126,7 +126,7 @@ func verdictCounts(t *testing.T, db string, exp int64) (map[string][2]int, strin
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	v, err := verdict.Build(context.Background(), ro, strconv.FormatInt(exp, 10))
+	v, err := verdict.Build(context.Background(), ro, exp)
 	if err != nil {
 		t.Fatal(err)
 	}

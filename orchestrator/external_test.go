@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -97,7 +96,7 @@ func TestExternalArms(t *testing.T) {
 			t.Errorf("run instance %q, want the base URL it ran at", in)
 		}
 	}
-	v, err := verdict.Build(context.Background(), ro, strconv.FormatInt(res.ExperimentID, 10))
+	v, err := verdict.Build(context.Background(), ro, res.ExperimentID)
 	if err != nil {
 		t.Fatal(err)
 	}

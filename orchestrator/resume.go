@@ -32,7 +32,7 @@ type priorRun struct {
 // held (none of them runs any more), and its error leaves the experiment as it was.
 func reopen(ctx context.Context, st *store.Store, id int64, spec *arms.Spec, armList []arms.Arm,
 	owner store.Owner, leftovers func(context.Context) error) (int64, []int64, map[runKey]priorRun, *store.Lease, error) {
-	if _, err := store.FindExperiment(ctx, st.DB(), fmt.Sprint(id)); err != nil {
+	if _, err := store.ExperimentByID(ctx, st.DB(), id); err != nil {
 		return 0, nil, nil, nil, err
 	}
 	lease, err := st.AcquireLease(ctx, id, owner, time.Now())
@@ -62,7 +62,7 @@ func reopen(ctx context.Context, st *store.Store, id int64, spec *arms.Spec, arm
 // recorded.
 func resumable(ctx context.Context, st *store.Store, id int64, spec *arms.Spec, armList []arms.Arm) ([]int64, map[runKey]priorRun, error) {
 	db := st.DB()
-	exp, err := store.FindExperiment(ctx, db, fmt.Sprint(id))
+	exp, err := store.ExperimentByID(ctx, db, id)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -88,11 +88,11 @@ type Case struct {
 	Departs int `json:"departs_at"`
 }
 
-// Write builds the bundle of experiment ref of db into dir (created; it must not hold
+// Write builds the bundle of experiment id of db into dir (created; it must not hold
 // a bundle already) with at most cases failing requests, and returns it. Its files are
 // written atomically, never over what keep protects.
-func Write(ctx context.Context, db *sqlx.DB, ref, dir string, cases int, keep outfile.Guard) (*Bundle, error) {
-	v, err := verdict.Build(ctx, db, ref)
+func Write(ctx context.Context, db *sqlx.DB, id int64, dir string, cases int, keep outfile.Guard) (*Bundle, error) {
+	v, err := verdict.Build(ctx, db, id)
 	if err != nil {
 		return nil, err
 	}
@@ -287,7 +287,7 @@ func CulpritExperiment(ctx context.Context, db *sqlx.DB, bisection string) (int6
 	if err != nil {
 		return 0, err
 	}
-	for _, role := range []string{"confirm", "reproduce"} {
+	for _, role := range []store.StepRole{store.RoleConfirm, store.RoleReproduce} {
 		for i := len(steps) - 1; i >= 0; i-- {
 			if s := steps[i]; s.Role == role && s.ExperimentID.Valid {
 				return s.ExperimentID.Int64, nil

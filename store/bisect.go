@@ -96,11 +96,21 @@ type BisectionStep struct {
 	Step        int   `db:"step" json:"step"`
 	// Role is reproduce, search, confirm or revert; Applied the JSON array of the
 	// changes applied.
-	Role           string         `db:"role" json:"role"`
+	Role           StepRole       `db:"role" json:"role"`
 	Applied        string         `db:"applied" json:"-"`
 	ExperimentName string         `db:"experiment_name" json:"experiment_name"`
 	ExperimentID   sql.NullInt64  `db:"experiment_id" json:"-"`
 	Outcome        sql.NullString `db:"outcome" json:"-"`
+}
+
+// Experiment is the experiment the step ran: the one it is linked to or, for a step
+// that an older arbiter recorded by name only, the newest of its name. It wraps
+// ErrNotFound when the step has run none yet.
+func (s BisectionStep) Experiment(ctx context.Context, db *sqlx.DB) (ExperimentRow, error) {
+	if s.ExperimentID.Valid {
+		return ExperimentByID(ctx, db, s.ExperimentID.Int64)
+	}
+	return experimentNamed(ctx, db, s.ExperimentName)
 }
 
 // BisectionHeldError reports a bisection whose lease another arbiter holds.
@@ -160,7 +170,7 @@ func (s *Store) StartBisection(ctx context.Context, b Bisection, owner Owner) (i
 func (s *Store) AcquireBisection(ctx context.Context, id int64, owner Owner, now time.Time) (*BisectionLease, error) {
 	stamp := Timestamp(now)
 	for range 5 {
-		b, err := bisectionByID(ctx, s.db, id)
+		b, err := bisectionRow(ctx, s.db, id)
 		if err != nil {
 			return nil, err
 		}
@@ -262,7 +272,7 @@ func isConstraint(err error) bool {
 	return errors.As(err, &se) && se.Code == sqlite3.ErrConstraint
 }
 
-func bisectionByID(ctx context.Context, q sqlx.QueryerContext, id int64) (BisectionRow, error) {
+func bisectionRow(ctx context.Context, q sqlx.QueryerContext, id int64) (BisectionRow, error) {
 	var b BisectionRow
 	err := sqlx.GetContext(ctx, q, &b, `SELECT * FROM bisections WHERE id = ?`, id)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -283,7 +293,7 @@ func FindBisection(ctx context.Context, db *sqlx.DB, ref string) (BisectionRow, 
 	case ref == "":
 		err = db.GetContext(ctx, &b, `SELECT * FROM bisections ORDER BY id DESC LIMIT 1`)
 	case convErr == nil:
-		err = db.GetContext(ctx, &b, `SELECT * FROM bisections WHERE id = ?`, id)
+		return BisectionByID(ctx, db, id)
 	default:
 		err = db.GetContext(ctx, &b, `SELECT * FROM bisections WHERE name = ? ORDER BY id DESC LIMIT 1`, ref)
 	}
@@ -295,6 +305,15 @@ func FindBisection(ctx context.Context, db *sqlx.DB, ref string) (BisectionRow, 
 	}
 	if err != nil {
 		return b, fmt.Errorf("bisection %q: %w", ref, err)
+	}
+	return b.withLease(time.Now()), nil
+}
+
+// BisectionByID is bisection id. It wraps ErrNotFound when there is none.
+func BisectionByID(ctx context.Context, db *sqlx.DB, id int64) (BisectionRow, error) {
+	b, err := bisectionRow(ctx, db, id)
+	if err != nil {
+		return b, err
 	}
 	return b.withLease(time.Now()), nil
 }
@@ -325,7 +344,7 @@ func BisectionSteps(ctx context.Context, db *sqlx.DB, id int64) ([]BisectionStep
 // it (JSON). Changes are 0-based indexes into the bisection's changes.
 type BisectionConclusion struct {
 	// Status is culprit, not-reproduced or uncertain.
-	Status string `json:"status"`
+	Status ConclusionStatus `json:"status"`
 	// Culprit is the confirmed culprit's changes, ascending; ConfirmedBy the step whose
 	// confirmation A/B corrupted.
 	Culprit     []int `json:"culprit,omitempty"`

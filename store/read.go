@@ -74,21 +74,42 @@ func (e ExperimentRow) ParsedDesign() Design {
 	return d
 }
 
-// FindExperiment resolves what a user typed: an id, or a name (the newest experiment of
-// that name). It wraps ErrNotFound when nothing matches.
-func FindExperiment(ctx context.Context, db *sqlx.DB, ref string) (ExperimentRow, error) {
+// experimentNamed is the newest experiment named name. It wraps ErrNotFound when there is
+// none.
+func experimentNamed(ctx context.Context, db *sqlx.DB, name string) (ExperimentRow, error) {
 	var e ExperimentRow
-	var err error
-	if id, convErr := strconv.ParseInt(ref, 10, 64); convErr == nil {
-		err = db.GetContext(ctx, &e, `SELECT * FROM experiments WHERE id = ?`, id)
-	} else {
-		err = db.GetContext(ctx, &e, `SELECT * FROM experiments WHERE name = ? ORDER BY id DESC LIMIT 1`, ref)
-	}
+	err := db.GetContext(ctx, &e, `SELECT * FROM experiments WHERE name = ? ORDER BY id DESC LIMIT 1`, name)
 	if errors.Is(err, sql.ErrNoRows) {
-		return e, fmt.Errorf("experiment %q: %w", ref, ErrNotFound)
+		return e, fmt.Errorf("experiment %q: %w", name, ErrNotFound)
 	}
 	if err != nil {
-		return e, fmt.Errorf("experiment %q: %w", ref, err)
+		return e, fmt.Errorf("experiment %q: %w", name, err)
+	}
+	return withLease(ctx, db, e)
+}
+
+// FindExperiment resolves what a user typed: an id, or a name (the newest experiment of
+// that name); empty means the newest experiment. It wraps ErrNotFound when nothing
+// matches.
+func FindExperiment(ctx context.Context, db *sqlx.DB, ref string) (ExperimentRow, error) {
+	if ref == "" {
+		return LatestExperiment(ctx, db)
+	}
+	if id, err := strconv.ParseInt(ref, 10, 64); err == nil {
+		return ExperimentByID(ctx, db, id)
+	}
+	return experimentNamed(ctx, db, ref)
+}
+
+// ExperimentByID is experiment id. It wraps ErrNotFound when there is none.
+func ExperimentByID(ctx context.Context, db *sqlx.DB, id int64) (ExperimentRow, error) {
+	var e ExperimentRow
+	err := db.GetContext(ctx, &e, `SELECT * FROM experiments WHERE id = ?`, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return e, fmt.Errorf("experiment %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return e, fmt.Errorf("experiment %d: %w", id, err)
 	}
 	return withLease(ctx, db, e)
 }

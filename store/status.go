@@ -41,6 +41,20 @@ const (
 	RunRefused     RunStatus = "refused"     // ready, but its engine reported a pin not in effect (pin_checks); no traffic was sent
 )
 
+// EngineFault reports whether a launch ended by its engine's doing while it served: it
+// crashed, wedged, or kept failing or timing out requests.
+func (s RunStatus) EngineFault() bool {
+	switch s {
+	case RunCrashed, RunWedged, RunErroring, RunTimedOut:
+		return true
+	}
+	return false
+}
+
+// EngineAnswers reports whether how a launch ended says something about its engine: every
+// ending but the user's interrupt and the loss of its node.
+func (s RunStatus) EngineAnswers() bool { return s != RunInterrupted && s != RunLost }
+
 // SessionStatus is how one session ended (sessions.status).
 type SessionStatus string
 
@@ -50,4 +64,36 @@ const (
 	SessionError   SessionStatus = "error"   // a request failed (HTTP error, broken stream)
 	SessionTimeout SessionStatus = "timeout" // a request ran past the request timeout or stalled
 	SessionAborted SessionStatus = "aborted" // the run was cancelled before the session finished
+)
+
+// StepRole is what a bisection step asks (bisection_steps.role).
+type StepRole string
+
+// Roles of bisection steps.
+const (
+	// RoleReproduce applies every change: does the bad configuration corrupt at all?
+	RoleReproduce StepRole = "reproduce"
+	// RoleSearch applies the culprit found so far and a prefix of the candidates.
+	RoleSearch StepRole = "search"
+	// RoleConfirm applies exactly the culprit found so far: the confirmation A/B.
+	RoleConfirm StepRole = "confirm"
+	// RoleRevert applies every change but the culprit's: does reverting the culprit
+	// alone make the bad configuration clean?
+	RoleRevert StepRole = "revert"
+)
+
+// ConclusionStatus is how a bisection's search ended (BisectionConclusion.Status).
+type ConclusionStatus string
+
+// How a search ends.
+const (
+	// ConclusionRunning: the search has more steps to ask for.
+	ConclusionRunning ConclusionStatus = "running"
+	// ConclusionCulprit: a culprit was found and its confirmation corrupts.
+	ConclusionCulprit ConclusionStatus = "culprit"
+	// ConclusionNotReproduced: the bad configuration is clean against good.
+	ConclusionNotReproduced ConclusionStatus = "not-reproduced"
+	// ConclusionUncertain: a step could not decide, answers contradicted each other, or
+	// the step budget ran out; Known and Candidates say what is known.
+	ConclusionUncertain ConclusionStatus = "uncertain"
 )

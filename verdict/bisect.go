@@ -39,10 +39,10 @@ type StepJudgement struct {
 	Why     string
 }
 
-// JudgeStep judges the step whose experiment is ref (an id or a name) with the step
-// design of its bisection.
-func JudgeStep(ctx context.Context, db *sqlx.DB, ref string, d stats.StepDesign) (*StepJudgement, error) {
-	v, err := Build(ctx, db, ref)
+// JudgeStep judges the step whose experiment is id with the step design of its
+// bisection.
+func JudgeStep(ctx context.Context, db *sqlx.DB, id int64, d stats.StepDesign) (*StepJudgement, error) {
+	v, err := Build(ctx, db, id)
 	if err != nil {
 		return nil, err
 	}
@@ -142,10 +142,9 @@ type StepReport struct {
 	Recorded stats.StepOutcome
 }
 
-// BuildBisection judges bisection ref (an id or a name; empty for the newest) from a
-// read-only database.
-func BuildBisection(ctx context.Context, db *sqlx.DB, ref string) (*BisectionReport, error) {
-	b, err := store.FindBisection(ctx, db, ref)
+// BuildBisection judges bisection id from a read-only database.
+func BuildBisection(ctx context.Context, db *sqlx.DB, id int64) (*BisectionReport, error) {
+	b, err := store.BisectionByID(ctx, db, id)
 	if err != nil {
 		return nil, err
 	}
@@ -175,11 +174,7 @@ func BuildBisection(ctx context.Context, db *sqlx.DB, ref string) (*BisectionRep
 		if err := json.Unmarshal([]byte(st.Applied), &sr.Applied); err != nil {
 			return nil, fmt.Errorf("bisection %d step %d: %w", b.ID, st.Step, err)
 		}
-		ref := st.ExperimentName
-		if st.ExperimentID.Valid {
-			ref = strconv.FormatInt(st.ExperimentID.Int64, 10)
-		}
-		j, err := JudgeStep(ctx, db, ref, r.Design)
+		j, err := judgeRecordedStep(ctx, db, st, r.Design)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 		case err != nil:
@@ -275,7 +270,7 @@ func (r *BisectionReport) Headline() []string {
 	}
 	var out []string
 	switch c.Status {
-	case "culprit":
+	case store.ConclusionCulprit:
 		labels := make([]string, len(c.Culprit))
 		for k, i := range c.Culprit {
 			labels[k] = r.label(i)
@@ -297,7 +292,7 @@ func (r *BisectionReport) Headline() []string {
 		if s := r.step(c.ConfirmedBy); s != nil && s.Judgement != nil {
 			out = append(out, fmt.Sprintf("Confirmed by step %d, good with the culprit applied against good: %s.", c.ConfirmedBy, s.Judgement.Sentence()))
 		}
-	case "not-reproduced":
+	case store.ConclusionNotReproduced:
 		out = append(out, "The bad configuration does not corrupt more than good: no culprit to find.")
 		if s := r.step(1); s != nil && s.Judgement != nil {
 			out = append(out, "Step 1: "+s.Judgement.Sentence()+".")
@@ -388,7 +383,7 @@ func (r *BisectionReport) Markdown(w io.Writer) error {
 	}
 	b.WriteString("\n")
 
-	if c := r.Conclusion; c != nil && c.Status == "culprit" {
+	if c := r.Conclusion; c != nil && c.Status == store.ConclusionCulprit {
 		b.WriteString("## The culprit and its confirming test\n\n")
 		for _, i := range c.Culprit {
 			fmt.Fprintf(&b, "- change %d: %s\n", i+1, r.label(i))
@@ -454,10 +449,10 @@ func (r *BisectionReport) tree(b *strings.Builder) {
 	}
 	for k, s := range r.Steps {
 		switch s.Role {
-		case "reproduce":
+		case store.RoleReproduce:
 			line("", s, "bad ("+numbers(s.Applied)+")")
-		case "search":
-			if k == 0 || r.Steps[k-1].Role != "search" {
+		case store.RoleSearch:
+			if k == 0 || r.Steps[k-1].Role != store.RoleSearch {
 				round++
 				fmt.Fprintf(b, "round %d: which change completes the culprit?\n", round)
 			}
@@ -467,22 +462,22 @@ func (r *BisectionReport) tree(b *strings.Builder) {
 				what = numbers(culprit) + " + " + what
 			}
 			line("  ", s, what)
-		case "confirm":
+		case store.RoleConfirm:
 			found := without(s.Applied, culprit)
 			if len(found) > 0 {
 				fmt.Fprintf(b, "  => %s belongs to the culprit\n", r.changeNames(found))
 			}
 			culprit = s.Applied
 			line("", s, "confirm "+numbers(s.Applied))
-		case "revert":
+		case store.RoleRevert:
 			line("", s, "revert: all but "+numbers(culprit))
 		}
 	}
 	if c := r.Conclusion; c != nil {
 		switch c.Status {
-		case "culprit":
+		case store.ConclusionCulprit:
 			fmt.Fprintf(b, "=> culprit: changes %s\n", numbers(c.Culprit))
-		case "not-reproduced":
+		case store.ConclusionNotReproduced:
 			b.WriteString("=> not reproduced\n")
 		default:
 			b.WriteString("=> stopped: no culprit named\n")
@@ -517,7 +512,7 @@ func (r *BisectionReport) uncertain() []string {
 		}
 	}
 	switch c.Status {
-	case "culprit":
+	case store.ConclusionCulprit:
 		switch stats.StepOutcome(c.Revert) {
 		case stats.StepClean:
 			out = append(out, fmt.Sprintf("Other culprits: step %d applied every change but the culprit's and was clean, so none of the other changes corrupts with the rest of them.", c.RevertStep))
@@ -540,7 +535,7 @@ func (r *BisectionReport) uncertain() []string {
 		if clean := r.largestClean(); clean != nil {
 			out = append(out, fmt.Sprintf("Harmless, as far as tested: good with changes %s applied together was clean (step %d); each of those is shown harmless in that company, not in every combination.", numbers(clean.Applied), clean.Step))
 		}
-	case "not-reproduced":
+	case store.ConclusionNotReproduced:
 		out = append(out, fmt.Sprintf("Clean means the excess is shown below %.1f points: a regression smaller than the effect is not ruled out; lower search.effect (at the price of more sessions) to look for one.", 100*r.Design.Effect))
 	default:
 		if c.StoppedAt == 0 {
@@ -646,7 +641,7 @@ func (r *BisectionReport) Summary() map[string]any {
 	}
 	var steps []stepJSON
 	for _, s := range r.Steps {
-		sj := stepJSON{Step: s.Step, Role: s.Role, Applied: oneBased(s.Applied), Outcome: string(s.Recorded)}
+		sj := stepJSON{Step: s.Step, Role: string(s.Role), Applied: oneBased(s.Applied), Outcome: string(s.Recorded)}
 		if s.Judgement != nil {
 			j := s.Judgement
 			sj.Experiment = j.Verdict.Experiment.ID
@@ -664,7 +659,7 @@ func (r *BisectionReport) Summary() map[string]any {
 		"launch_icc": r.Design.LaunchICC, "launches": r.Launches(), "headline": r.Headline(),
 	}
 	if c := r.Conclusion; c != nil {
-		out["conclusion"] = c.Status
+		out["conclusion"] = string(c.Status)
 		out["culprit"] = oneBased(c.Culprit)
 		out["confirmed_by"] = c.ConfirmedBy
 		out["reason"] = c.Reason
@@ -694,4 +689,14 @@ func (r *BisectionReport) WriteFile(path string, keep outfile.Guard) error {
 		return err
 	}
 	return keep.Write(path, []byte(b.String()))
+}
+
+// judgeRecordedStep judges a recorded step's experiment: the one it is linked to, or an
+// older arbiter's, found by its name. It wraps store.ErrNotFound when the step ran none.
+func judgeRecordedStep(ctx context.Context, db *sqlx.DB, st store.BisectionStep, d stats.StepDesign) (*StepJudgement, error) {
+	e, err := st.Experiment(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	return JudgeStep(ctx, db, e.ID, d)
 }

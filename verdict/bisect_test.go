@@ -19,7 +19,7 @@ import (
 // per block the corrupted sessions of good and of the arm with the changes (40 sessions
 // each), with lost sessions of the applied arm.
 type stepFixture struct {
-	role    string
+	role    store.StepRole
 	applied []int
 	blocks  [][2]int
 	lost    int
@@ -163,7 +163,7 @@ var undecidedBlocks = [][2]int{{0, 2}, {0, 0}, {0, 3}, {0, 0}, {0, 2}, {0, 0}, {
 func TestBisectionReportGolden(t *testing.T) {
 	db := recordBisection(t, pairSteps, &store.BisectionConclusion{Status: "culprit", Culprit: []int{1, 5}, ConfirmedBy: 8,
 		Reason: "Step 8 confirms the culprit.", Steps: 8})
-	r, err := BuildBisection(context.Background(), db, "")
+	r, err := BuildBisection(context.Background(), db, bisectionOf(t, db, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestBisectionReportUncertainAndRunning(t *testing.T) {
 	}
 	db := recordBisection(t, steps, &store.BisectionConclusion{Status: "uncertain", Candidates: []int{4, 5, 6, 7}, StoppedAt: 3,
 		Reason: "Step 3 (a search step) could not decide.", Steps: 3})
-	r, err := BuildBisection(context.Background(), db, "tuesday-release")
+	r, err := BuildBisection(context.Background(), db, bisectionOf(t, db, "tuesday-release"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func TestBisectionReportUncertainAndRunning(t *testing.T) {
 	}
 	// A bisection still running has no conclusion yet.
 	db = recordBisection(t, pairSteps[:2], nil)
-	r, err = BuildBisection(context.Background(), db, "")
+	r, err = BuildBisection(context.Background(), db, bisectionOf(t, db, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +236,7 @@ func TestJudgeStep(t *testing.T) {
 		outcome stats.StepOutcome
 		why     string
 	}{{stats.StepCorrupts, ""}, {stats.StepClean, ""}, {stats.StepInconclusive, "lost 10 of 80 sessions"}, {stats.StepInconclusive, ""}} {
-		j, err := JudgeStep(context.Background(), db, fmt.Sprintf("tuesday-release-b1-s%02d", i+1), d)
+		j, err := JudgeStep(context.Background(), db, experimentOf(t, db, fmt.Sprintf("tuesday-release-b1-s%02d", i+1)), d)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -247,7 +247,7 @@ func TestJudgeStep(t *testing.T) {
 			t.Errorf("step %d: %d looks", i+1, len(j.Blocks))
 		}
 	}
-	if _, err := JudgeStep(context.Background(), db, "no-such-step", d); err == nil {
+	if _, err := JudgeStep(context.Background(), db, 1<<40, d); err == nil {
 		t.Error("judged an experiment that does not exist")
 	}
 }
@@ -262,7 +262,7 @@ func TestBisectionReportChecksHowMuchGoodsLaunchesDiffer(t *testing.T) {
 	scatter := [][2]int{{8, 8}, {0, 0}, {8, 8}, {0, 0}, {8, 8}, {0, 0}, {8, 8}, {0, 0}, {8, 8}, {0, 0}}
 	db := recordBisection(t, []stepFixture{{"reproduce", []int{0, 1, 2, 3, 4, 5, 6, 7}, scatter, 0, stats.StepInconclusive}},
 		&store.BisectionConclusion{Status: "uncertain", StoppedAt: 1, Reason: "Step 1 (the reproduction) could not decide.", Steps: 1})
-	r, err := BuildBisection(context.Background(), db, "")
+	r, err := BuildBisection(context.Background(), db, bisectionOf(t, db, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +290,27 @@ func TestBisectionRecordedOnSessionsIsNotRejudged(t *testing.T) {
 	if _, err := rw.Exec(`UPDATE bisections SET launch_icc = NULL`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := BuildBisection(context.Background(), db, ""); err == nil || !strings.Contains(err.Error(), "decided on sessions") {
+	if _, err := BuildBisection(context.Background(), db, bisectionOf(t, db, "")); err == nil || !strings.Contains(err.Error(), "decided on sessions") {
 		t.Fatalf("judged a bisection recorded on sessions: %v", err)
 	}
+}
+
+// bisectionOf is the id of the bisection ref names (empty: the newest).
+func bisectionOf(t *testing.T, db *sqlx.DB, ref string) int64 {
+	t.Helper()
+	b, err := store.FindBisection(context.Background(), db, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.ID
+}
+
+// experimentOf is the id of the newest experiment named name.
+func experimentOf(t *testing.T, db *sqlx.DB, name string) int64 {
+	t.Helper()
+	e, err := store.FindExperiment(context.Background(), db, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.ID
 }

@@ -70,7 +70,7 @@ func (v *Verdict) loadConditions(ctx context.Context, db *sqlx.DB) error {
 	}
 	stopped := map[int64]bool{}
 	for _, r := range v.Runs {
-		if r.Status == "wedged" || r.Status == "crashed" {
+		if r.Status == store.RunWedged || r.Status == store.RunCrashed {
 			stopped[r.ID] = true
 		}
 	}

@@ -380,10 +380,10 @@ func (v *Verdict) losses(sessions []store.SessionOutcome, index map[int64]int) {
 			if s.Corrupted {
 				o.Corrupted++
 			}
-		case s.Status == "timeout":
+		case s.Status == store.SessionTimeout:
 			o.TimedOut++
 			lost = true
-		case s.Status == "aborted":
+		case s.Status == store.SessionAborted:
 			// A session cut off mid-run: its engine crashed, wedged or was stopped.
 			o.Crashed++
 			lost = true

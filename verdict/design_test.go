@@ -93,7 +93,7 @@ func recordSpec(t *testing.T, name, unit, spec string, design store.Design, runs
 
 func build(t *testing.T, db *sqlx.DB, name string) (*Verdict, string) {
 	t.Helper()
-	v, err := Build(context.Background(), db, name)
+	v, err := Build(context.Background(), db, experimentOf(t, db, name))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -334,8 +334,7 @@ func (v *Verdict) caveats() {
 		if r.Superseded {
 			continue
 		}
-		switch r.Status {
-		case "crashed", "wedged", "erroring", "timed-out", "failed":
+		if r.Status.EngineFault() || r.Status == store.RunFailed {
 			faulted = append(faulted, fmt.Sprintf("%s/b%d %s (%s)", r.Arm, r.Block, r.Status, dash(r.Error)))
 		}
 	}
@@ -1301,7 +1300,7 @@ func (v *Verdict) GateWith(name string, o GateOptions) (bool, string) {
 		}
 	case "loss":
 		for _, r := range v.Runs {
-			if r.Status != "done" && !r.Superseded {
+			if r.Status != store.RunDone && !r.Superseded {
 				return true, fmt.Sprintf("run %s/b%d %s", r.Arm, r.Block, r.Status)
 			}
 		}

@@ -1,6 +1,8 @@
 package verdict
 
 import (
+	"github.com/arbiterlab/arbiter/arms"
+
 	"fmt"
 	"math"
 	"sort"
@@ -465,9 +467,9 @@ func (v *Verdict) judgeLaunches() {
 	}
 	in.CorruptionMargin = v.Design.Margin
 	switch v.Design.Kind {
-	case "abort-cascade":
+	case arms.WorkloadAbortCascade:
 		in.Primary, in.Wedges = OutcomeWedge, true
-	case "throughput":
+	case arms.WorkloadThroughput:
 		in.Primary = MetricThroughput
 	}
 	if o := v.Outcomes; o != nil {
@@ -509,15 +511,8 @@ func (v *Verdict) launchSamples() [][]launchSample {
 			continue
 		}
 		s := get(r.ID, v.armIndex(r.Arm), r.Block)
-		switch r.Status {
-		case "interrupted", "lost":
-		default:
-			s.judged = true
-		}
-		switch r.Status {
-		case "crashed", "wedged", "erroring", "timed-out":
-			s.faulted = true
-		}
+		s.judged = r.Status.EngineAnswers()
+		s.faulted = r.Status.EngineFault()
 	}
 	for _, ss := range v.sessions {
 		if !analysed(ss) {

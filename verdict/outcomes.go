@@ -1,6 +1,8 @@
 package verdict
 
 import (
+	"github.com/arbiterlab/arbiter/arms"
+
 	"context"
 	"fmt"
 	"math"
@@ -505,7 +507,7 @@ func (v *Verdict) judgeCascades(phases []store.PhaseRow) {
 // outcomeKind says whether the experiment's workload is judged by its outcomes beyond
 // corruption (an abort cascade, a throughput measurement) rather than by corruption.
 func (v *Verdict) outcomeKind() bool {
-	return v.Outcomes != nil && (v.Design.Kind == "abort-cascade" || v.Design.Kind == "throughput")
+	return v.Outcomes != nil && (v.Design.Kind == arms.WorkloadAbortCascade || v.Design.Kind == arms.WorkloadThroughput)
 }
 
 // outcomeHeadline is the headline of an abort cascade or a throughput measurement: what
@@ -522,7 +524,7 @@ func (v *Verdict) outcomeHeadline(mark string) string {
 		}
 	}
 	var s []string
-	if v.Design.Kind == "abort-cascade" {
+	if v.Design.Kind == arms.WorkloadAbortCascade {
 		s = v.cascadeHeadline(mark)
 	} else {
 		s = v.throughputHeadline(mark)
@@ -899,7 +901,7 @@ func (v *Verdict) outcomeGate(name string) (fail bool, why string, ok bool) {
 	switch name {
 	case "wedge":
 		for _, r := range v.Runs {
-			if !r.Superseded && (r.Status == "wedged" || r.Status == "crashed") {
+			if !r.Superseded && (r.Status == store.RunWedged || r.Status == store.RunCrashed) {
 				return true, fmt.Sprintf("run %s/b%d %s: %s", r.Arm, r.Block, r.Status, r.Error), true
 			}
 		}

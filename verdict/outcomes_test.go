@@ -52,7 +52,7 @@ type outcomeLaunch struct {
 
 // recordOutcomes writes the launches of an example into a fresh database and returns it
 // opened read-only.
-func recordOutcomes(t *testing.T, example string, launches []outcomeLaunch) (*sqlx.DB, string) {
+func recordOutcomes(t *testing.T, example string, launches []outcomeLaunch) (*sqlx.DB, int64) {
 	t.Helper()
 	spec, err := arms.Load(filepath.Join("..", "examples", example+".yaml"))
 	if err != nil {
@@ -185,7 +185,7 @@ func recordOutcomes(t *testing.T, example string, launches []outcomeLaunch) (*sq
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	return db, spec.Name
+	return db, exp
 }
 
 // cascadeLaunches is an abort cascade example's launches: the live arm runs every phase
@@ -214,14 +214,14 @@ func cascadeLaunches(wedging, live string, blocks int, fast, slow perf) []outcom
 	return out
 }
 
-var outcomeExamples = map[string]func(t *testing.T) (*sqlx.DB, string){
-	"deadlock": func(t *testing.T) (*sqlx.DB, string) {
+var outcomeExamples = map[string]func(t *testing.T) (*sqlx.DB, int64){
+	"deadlock": func(t *testing.T) (*sqlx.DB, int64) {
 		return recordOutcomes(t, "deadlock", cascadeLaunches("overlap-on", "overlap-off", 4, perf{500, 3}, perf{500, 3}))
 	},
-	"abort-wedge": func(t *testing.T) (*sqlx.DB, string) {
+	"abort-wedge": func(t *testing.T) (*sqlx.DB, int64) {
 		return recordOutcomes(t, "abort-wedge", cascadeLaunches("no-handler", "handler", 4, perf{54, 40}, perf{54.2, 40}))
 	},
-	"throughput": func(t *testing.T) (*sqlx.DB, string) {
+	"throughput": func(t *testing.T) (*sqlx.DB, int64) {
 		phases := func(p perf) []phaseRun {
 			return []phaseRun{{name: "c=1", kind: "closed", concurrency: 1, sessions: 32, perf: p},
 				{name: "c=32", kind: "closed", concurrency: 32, sessions: 32, perf: perf{p.tps * 0.3, p.ttft * 5}},

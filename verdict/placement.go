@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/arbiterlab/arbiter/store"
 )
 
 // nodes are the nodes the analysed launches ran on, in name order; launches recorded
@@ -43,7 +45,7 @@ func (v *Verdict) waves() []waveGroup {
 	idx := map[[2]int]int{}
 	var out []waveGroup
 	for _, r := range v.Runs {
-		if r.Superseded && r.Status != "lost" {
+		if r.Superseded && r.Status != store.RunLost {
 			continue
 		}
 		k := [2]int{r.Block, r.Wave}
@@ -142,7 +144,7 @@ func (v *Verdict) placementCaveats(add func(rank int, format string, args ...any
 	lost := map[string][]string{}
 	var lostNodes []string
 	for _, r := range v.Runs {
-		if r.Status != "lost" {
+		if r.Status != store.RunLost {
 			continue
 		}
 		if _, ok := lost[r.Node]; !ok {
@@ -153,7 +155,7 @@ func (v *Verdict) placementCaveats(add func(rank int, format string, args ...any
 	for _, n := range lostNodes {
 		why := ""
 		for _, r := range v.Runs {
-			if r.Node == n && r.Status == "lost" && r.Error != "" {
+			if r.Node == n && r.Status == store.RunLost && r.Error != "" {
 				why = " (" + strings.TrimSuffix(r.Error, " "+lostNote) + ")"
 				break
 			}

@@ -186,13 +186,14 @@ type LaunchComparison struct {
 
 // RunFact is one launch as the verdict reports it.
 type RunFact struct {
-	ID                 int64 // the run's id in the database
-	Arm, Status, Error string
-	Block              int
-	Startup, Duration  string
-	ExitCode           string
-	Endpoint           string
-	ServerInfo         map[string]any
+	ID                int64 // the run's id in the database
+	Arm, Error        string
+	Status            store.RunStatus
+	Block             int
+	Startup, Duration string
+	ExitCode          string
+	Endpoint          string
+	ServerInfo        map[string]any
 	// Superseded is true for a launch that did not finish and was run again on resume;
 	// the analysis leaves it out.
 	Superseded bool
@@ -237,9 +238,9 @@ type ResponseView struct {
 	Available    bool
 }
 
-// Build judges experiment ref (an id or a name) from a read-only database.
-func Build(ctx context.Context, db *sqlx.DB, ref string) (*Verdict, error) {
-	exp, err := store.FindExperiment(ctx, db, ref)
+// Build judges experiment id from a read-only database.
+func Build(ctx context.Context, db *sqlx.DB, id int64) (*Verdict, error) {
+	exp, err := store.ExperimentByID(ctx, db, id)
 	if err != nil {
 		return nil, err
 	}
@@ -340,21 +341,21 @@ func (v *Verdict) account() {
 		l := &v.Arms[i].Launches
 		l.Total++
 		switch r.Status {
-		case "done":
+		case store.RunDone:
 			l.Done++
-		case "crashed":
+		case store.RunCrashed:
 			l.Crashed++
-		case "wedged":
+		case store.RunWedged:
 			l.Wedged++
-		case "erroring":
+		case store.RunErroring:
 			l.Erroring++
-		case "timed-out":
+		case store.RunTimedOut:
 			l.TimedOut++
-		case "failed":
+		case store.RunFailed:
 			l.Failed++
-		case "interrupted":
+		case store.RunInterrupted:
 			l.Interrupted++
-		case "lost":
+		case store.RunLost:
 			l.NodeLost++
 		}
 	}
@@ -382,14 +383,17 @@ func (v *Verdict) account() {
 
 // faultKinds are the ways a launch fails that make its arm's decision inconclusive, by
 // run status, in the words a verdict uses.
-var faultKinds = []struct{ status, verb string }{{"crashed", "crashed"}, {"wedged", "wedged"},
-	{"erroring", "kept failing requests"}, {"timed-out", "let requests time out"}, {"failed", "failed to start"}}
+var faultKinds = []struct {
+	status store.RunStatus
+	verb   string
+}{{store.RunCrashed, "crashed"}, {store.RunWedged, "wedged"}, {store.RunErroring, "kept failing requests"},
+	{store.RunTimedOut, "let requests time out"}, {store.RunFailed, "failed to start"}}
 
 func lossShare(a *ArmResult) float64 { return float64(a.Lost) / float64(a.Planned) }
 
 // blocksWith names the blocks of the launches that ended with status: "block 0", "blocks 1
 // and 3".
-func blocksWith(runs []RunFact, status string) string {
+func blocksWith(runs []RunFact, status store.RunStatus) string {
 	var bs []string
 	for _, r := range runs {
 		if r.Status == status {
@@ -555,7 +559,7 @@ func (v *Verdict) loadRuns(ctx context.Context, db *sqlx.DB, index map[int64]int
 		return err
 	}
 	for _, r := range runs {
-		f := RunFact{ID: r.ID, Arm: v.Arms[index[r.ArmID]].Name, Status: string(r.Status), Block: r.Block, Endpoint: r.Endpoint,
+		f := RunFact{ID: r.ID, Arm: v.Arms[index[r.ArmID]].Name, Status: r.Status, Block: r.Block, Endpoint: r.Endpoint,
 			Node: r.Node, Slot: r.Slot, GPUs: r.GPUs, Wave: r.Wave, Instance: r.Instance}
 		if r.WorkloadStartedAt.Valid && r.WorkloadEndedAt.Valid {
 			f.WorkloadStart, _ = time.Parse(time.RFC3339Nano, r.WorkloadStartedAt.String)

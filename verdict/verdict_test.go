@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -101,7 +102,7 @@ type fixture struct {
 }
 
 // recordFixture writes f into a fresh database and returns it opened read-only.
-func recordFixture(t *testing.T, f fixture) (*sqlx.DB, string) {
+func recordFixture(t *testing.T, f fixture) (*sqlx.DB, int64) {
 	t.Helper()
 	specPath := filepath.Join("..", "examples", f.example+".yaml")
 	spec, err := arms.Load(specPath)
@@ -272,7 +273,7 @@ func recordFixture(t *testing.T, f fixture) (*sqlx.DB, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	return db, spec.Name
+	return db, exp
 }
 
 // The examples' recorded outcomes: what a run of each against refserve typically gives.
@@ -750,7 +751,7 @@ func TestCaveatsAreMergedAndRanked(t *testing.T) {
 
 func TestBuildUnknownExperiment(t *testing.T) {
 	db, _ := recordFixture(t, examples["quickstart"])
-	if _, err := Build(context.Background(), db, "no-such"); err == nil || !strings.Contains(err.Error(), "not found") {
+	if _, err := Build(context.Background(), db, 1<<40); err == nil || !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("err = %v", err)
 	}
 }

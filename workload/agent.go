@@ -1,6 +1,8 @@
 package workload
 
 import (
+	"github.com/arbiterlab/arbiter/arms"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,9 +11,6 @@ import (
 	"github.com/arbiterlab/arbiter/openai"
 	"golang.org/x/sync/errgroup"
 )
-
-// KindToolcallAgent is the multi-turn tool-calling agent, Run's default kind.
-const KindToolcallAgent = "toolcall-agent"
 
 // DefaultMaxToolSteps caps the tool-answering requests of one round.
 const DefaultMaxToolSteps = 8
@@ -29,15 +28,15 @@ func Run(ctx context.Context, cfg Config, baseURL string, rec Recorder) error {
 	// The driver's collection policy holds for the run (see ApplyRunGCPolicy).
 	defer ApplyRunGCPolicy(runConcurrency(cfg))()
 	switch cfg.Kind {
-	case "", KindToolcallAgent:
+	case "", arms.WorkloadAgent:
 		return runToolcallAgent(ctx, cfg, baseURL, rec)
-	case KindThroughput:
+	case arms.WorkloadThroughput:
 		return runThroughput(ctx, cfg, baseURL, rec)
-	case KindAbortCascade:
+	case arms.WorkloadAbortCascade:
 		return runAbortCascade(ctx, cfg, baseURL, rec)
-	case KindLongContext:
+	case arms.WorkloadLongContext:
 		return runLongContext(ctx, cfg, baseURL, rec)
-	case KindTrace:
+	case arms.WorkloadTrace:
 		return runTrace(ctx, cfg, baseURL, rec)
 	default:
 		return fmt.Errorf("workload: kind %q: %w", cfg.Kind, ErrUnknownKind)

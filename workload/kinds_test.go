@@ -1,6 +1,8 @@
 package workload
 
 import (
+	"github.com/arbiterlab/arbiter/arms"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -30,7 +32,7 @@ func (m *memRecorder) bodies() map[string]string {
 
 func TestThroughputPhasesAgainstRefserve(t *testing.T) {
 	base := startRefserve(t, nil)
-	cfg := Config{Kind: KindThroughput, Seed: 3, MaxTokens: 16, SessionOffset: 100,
+	cfg := Config{Kind: arms.WorkloadThroughput, Seed: 3, MaxTokens: 16, SessionOffset: 100,
 		Throughput: &ThroughputConfig{Concurrency: []int{1, 4}, Rates: []float64{40}, Requests: 6, PromptTokens: 64, SharedPrefixTokens: 32}}
 	run := func() *phaseRecorder {
 		rec := &phaseRecorder{}
@@ -103,7 +105,7 @@ func TestPoissonArrivalsAreSeeded(t *testing.T) {
 
 func TestAbortCascadeWedgesTheOverlapSchedulerAndNotItsFix(t *testing.T) {
 	const stall = 2 * time.Second
-	cfg := Config{Kind: KindAbortCascade, Seed: 5, StallTimeout: stall, MaxTokens: 16,
+	cfg := Config{Kind: arms.WorkloadAbortCascade, Seed: 5, StallTimeout: stall, MaxTokens: 16,
 		AbortCascade: &AbortCascadeConfig{Sessions: 24, Cascades: 1, ThroughputAt: []int{4}, ThroughputRequests: 4}}
 
 	// The overlap scheduler with tensor parallelism wedges under the mass abort: no canary
@@ -180,7 +182,7 @@ func TestAbortCascadeWedgesTheOverlapSchedulerAndNotItsFix(t *testing.T) {
 func TestLongContextGrowsToTheCeiling(t *testing.T) {
 	base := startRefserve(t, nil)
 	lc := LongContextConfig{StartTokens: 1000, CeilingTokens: 9000, SharedPrefixTokens: 300}
-	cfg := Config{Kind: KindLongContext, Sessions: 3, Rounds: 5, Concurrency: 3, Seed: 11, MaxTokens: 64, LongContext: &lc}
+	cfg := Config{Kind: arms.WorkloadLongContext, Sessions: 3, Rounds: 5, Concurrency: 3, Seed: 11, MaxTokens: 64, LongContext: &lc}
 	rec := &memRecorder{}
 	if err := Run(context.Background(), cfg, base, rec); err != nil {
 		t.Fatal(err)
@@ -250,7 +252,7 @@ func TestTraceReplaysIdenticallyAgainstDifferentEngines(t *testing.T) {
 	}
 	control := startRefserve(t, []string{"BF16_INDEX_K=0"}, "--enable-hierarchical-cache")
 	treatment := startRefserve(t, []string{"BF16_INDEX_K=1"}, "--enable-hierarchical-cache", "--seed", "9")
-	cfg := Config{Kind: KindTrace, Concurrency: 12, Seed: 42, Trace: &TraceConfig{Path: path, Index: index}}
+	cfg := Config{Kind: arms.WorkloadTrace, Concurrency: 12, Seed: 42, Trace: &TraceConfig{Path: path, Index: index}}
 	var runs []*memRecorder
 	for _, base := range []string{control, treatment} {
 		rec := &memRecorder{}
@@ -297,7 +299,7 @@ func TestTraceReplaysIdenticallyAgainstDifferentEngines(t *testing.T) {
 // canary. With a batch cap, most sessions wait in the engine's queue when the abort comes.
 func TestAbortComesOnlyOnceEverySessionIsInTheEngine(t *testing.T) {
 	base := startRefserve(t, nil, "--max-running-requests", "8")
-	cfg := Config{Kind: KindAbortCascade, Seed: 8, StallTimeout: 3 * time.Second,
+	cfg := Config{Kind: arms.WorkloadAbortCascade, Seed: 8, StallTimeout: 3 * time.Second,
 		AbortCascade: &AbortCascadeConfig{Sessions: 40, Cascades: 2, AbortWhen: AbortWhenFirstToken, CascadeTokens: 4096}}
 	rec := &phaseRecorder{}
 	if err := Run(context.Background(), cfg, base, rec); err != nil {

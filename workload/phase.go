@@ -13,21 +13,6 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// The workload kinds besides the tool-call agent.
-const (
-	// KindThroughput is a closed loop at each listed concurrency, then open-loop Poisson
-	// arrivals at each listed rate: one-request sessions of seeded prompts.
-	KindThroughput = "throughput"
-	// KindAbortCascade starts sessions, aborts them mid-flight, and measures how long
-	// the engine takes to serve again, and its throughput before and after.
-	KindAbortCascade = "abort-cascade"
-	// KindLongContext is multi-turn agent sessions whose context grows from a start
-	// size to a ceiling, with long generations and a prefix shared across sessions.
-	KindLongContext = "long-context"
-	// KindTrace replays recorded conversations from a JSONL file.
-	KindTrace = "trace"
-)
-
 // Phase kinds, in Phase.Kind.
 const (
 	PhaseClosed  = "closed"  // a closed loop: Concurrency requests in flight until Requests are done

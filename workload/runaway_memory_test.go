@@ -1,6 +1,8 @@
 package workload_test
 
 import (
+	"github.com/arbiterlab/arbiter/arms"
+
 	"bufio"
 	"context"
 	"fmt"
@@ -71,7 +73,7 @@ func TestRunawayMemoryChild(t *testing.T) {
 	s, rec := recordInto(t, db, "runaway")
 	w := rec.w
 	// The long-context kind's defaults: 8 sessions of 8 rounds, replies of up to 1024 tokens.
-	cfg := workload.Config{Kind: workload.KindLongContext, Sessions: 8, Rounds: 8, Concurrency: 8, Seed: 1,
+	cfg := workload.Config{Kind: arms.WorkloadLongContext, Sessions: 8, Rounds: 8, Concurrency: 8, Seed: 1,
 		RequestTimeout: 2 * time.Minute, StallTimeout: time.Minute, LongContext: &workload.LongContextConfig{}}
 	if err := workload.Run(ctx, cfg, base, rec); err != nil {
 		t.Fatal(err)

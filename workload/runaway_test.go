@@ -1,6 +1,8 @@
 package workload_test
 
 import (
+	"github.com/arbiterlab/arbiter/arms"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -84,7 +86,7 @@ func TestRunawayReplyIsCut(t *testing.T) {
 	for _, stream := range []bool{true, false} {
 		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
 			var log turnLog
-			cfg := workload.Config{Kind: workload.KindLongContext, Sessions: 3, Rounds: 4, Concurrency: 3, Seed: 7,
+			cfg := workload.Config{Kind: arms.WorkloadLongContext, Sessions: 3, Rounds: 4, Concurrency: 3, Seed: 7,
 				MaxTokens: maxTokens, NoStream: !stream, RequestTimeout: time.Minute, StallTimeout: 30 * time.Second,
 				LongContext: &workload.LongContextConfig{StartTokens: 400, CeilingTokens: 1200}}
 			if err := workload.Run(context.Background(), cfg, base, &log); err != nil {

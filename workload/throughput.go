@@ -1,6 +1,8 @@
 package workload
 
 import (
+	"github.com/arbiterlab/arbiter/arms"
+
 	"context"
 	"fmt"
 	"strconv"
@@ -75,13 +77,13 @@ func OpenPhaseName(rate float64) string {
 // planned, and what block k's sessions are offset by.
 func Planned(cfg Config) int {
 	switch cfg.Kind {
-	case KindThroughput:
+	case arms.WorkloadThroughput:
 		t := derefThroughput(cfg.Throughput)
 		return (len(t.Concurrency) + len(t.Rates)) * t.requests()
-	case KindAbortCascade:
+	case arms.WorkloadAbortCascade:
 		a := derefAbort(cfg.AbortCascade)
 		return 2*len(a.ThroughputAt)*a.throughputRequests() + a.cascades()*(a.sessions()+1)
-	case KindTrace:
+	case arms.WorkloadTrace:
 		if cfg.Trace != nil && cfg.Trace.Index != nil && cfg.Sessions == 0 {
 			return cfg.Trace.Index.Len()
 		}

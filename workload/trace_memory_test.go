@@ -1,6 +1,8 @@
 package workload_test
 
 import (
+	"github.com/arbiterlab/arbiter/arms"
+
 	"bufio"
 	"context"
 	"fmt"
@@ -94,7 +96,7 @@ func TestTraceMemoryChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := &countingRecorder{}
-	cfg := workload.Config{Kind: workload.KindTrace, Sessions: traceMemReplayed, Concurrency: 64, Seed: 1, Model: "bench",
+	cfg := workload.Config{Kind: arms.WorkloadTrace, Sessions: traceMemReplayed, Concurrency: 64, Seed: 1, Model: "bench",
 		Trace: &workload.TraceConfig{Path: path, Index: index}}
 	if err := workload.Run(context.Background(), cfg, srv.URL, rec); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,8 @@
 package workload
 
 import (
+	"github.com/arbiterlab/arbiter/arms"
+
 	"context"
 	"net"
 	"net/http"
@@ -58,8 +60,8 @@ func (c *connCounter) accepted() int {
 // starts, so that its first requests do not time arbiter's own dialling.
 func TestFirstWaveRunsOnWarmedConnections(t *testing.T) {
 	for _, cfg := range []Config{
-		{Kind: KindThroughput, Throughput: &ThroughputConfig{Concurrency: []int{4}, Requests: 4, PromptTokens: 8}},
-		{Kind: KindLongContext, Sessions: 4, Rounds: 1, Concurrency: 4},
+		{Kind: arms.WorkloadThroughput, Throughput: &ThroughputConfig{Concurrency: []int{4}, Requests: 4, PromptTokens: 8}},
+		{Kind: arms.WorkloadLongContext, Sessions: 4, Rounds: 1, Concurrency: 4},
 	} {
 		t.Run(cfg.Kind, func(t *testing.T) {
 			srv := newConnCounter(t)
@@ -152,7 +154,7 @@ func TestWarmReplacesAConnectionTheTransportClosed(t *testing.T) {
 		w.Write(renderStream(2))
 	}))
 	defer srv.Close()
-	cfg := Config{Kind: KindThroughput, Model: "m", Seed: 1, MaxTokens: 4,
+	cfg := Config{Kind: arms.WorkloadThroughput, Model: "m", Seed: 1, MaxTokens: 4,
 		Throughput: &ThroughputConfig{Concurrency: []int{4}, Requests: 4, PromptTokens: 8}}
 	if err := Run(context.Background(), cfg, srv.URL, &memRecorder{}); err != nil {
 		t.Fatal(err)

@@ -27,8 +27,8 @@ func init() { subcommands = append(subcommands, newBisectCmd) }
 
 // bisectGates are the --fail-on gates of a bisection.
 var bisectGates = map[string]string{
-	"culprit":   "a culprit was named: the regression is real and attributed",
-	"uncertain": "the search ended without naming a culprit and without showing the bad configuration clean",
+	string(store.ConclusionCulprit):   "a culprit was named: the regression is real and attributed",
+	string(store.ConclusionUncertain): "the search ended without naming a culprit and without showing the bad configuration clean",
 }
 
 type bisectOptions struct {
@@ -190,7 +190,7 @@ func runBisection(ctx context.Context, g *globals, spec *arms.BisectSpec, resume
 		}
 	}
 	// The report is written after an interrupt too: it shows the steps recorded so far.
-	r, err := writeBisectionReport(context.WithoutCancel(ctx), g, fmt.Sprint(res.BisectionID), path, keep)
+	r, err := writeBisectionReport(context.WithoutCancel(ctx), g, res.BisectionID, path, keep)
 	if err != nil {
 		return errors.Join(runErr, err)
 	}
@@ -224,9 +224,10 @@ func bisectGate(r *verdict.BisectionReport, gate string) error {
 		return nil
 	}
 	switch {
-	case gate == "culprit" && c.Status == bisect.StatusCulprit:
+	case gate != string(c.Status):
+	case c.Status == store.ConclusionCulprit:
 		return withCode(exitGateFailed, fmt.Errorf("gate culprit failed: changes %s corrupt against good (confirmed by step %d)", changeNumbers(c.Culprit), c.ConfirmedBy))
-	case gate == "uncertain" && c.Status == bisect.StatusUncertain:
+	case c.Status == store.ConclusionUncertain:
 		return withCode(exitGateFailed, fmt.Errorf("gate uncertain failed: %s", c.Reason))
 	}
 	return nil
@@ -246,13 +247,13 @@ func reportPath(ctx context.Context, g *globals, name string, id int64) (string,
 	return filepath.Join(filepath.Dir(g.dbPath()), "verdicts", fmt.Sprintf("%s-%s-b%d.md", name, store.ShortID(uuid), id)), nil
 }
 
-func writeBisectionReport(ctx context.Context, g *globals, ref, path string, keep outfile.Guard) (*verdict.BisectionReport, error) {
+func writeBisectionReport(ctx context.Context, g *globals, id int64, path string, keep outfile.Guard) (*verdict.BisectionReport, error) {
 	db, err := store.OpenReadOnly(g.dbPath())
 	if err != nil {
 		return nil, err
 	}
 	defer db.Close()
-	r, err := verdict.BuildBisection(ctx, db, ref)
+	r, err := verdict.BuildBisection(ctx, db, id)
 	if err != nil {
 		return nil, err
 	}
@@ -300,7 +301,7 @@ func findBisectionForResume(ctx context.Context, path string, id int64) (store.B
 		return store.BisectionRow{}, err
 	}
 	defer st.Close()
-	b, err := store.FindBisection(ctx, st.DB(), fmt.Sprint(id))
+	b, err := store.BisectionByID(ctx, st.DB(), id)
 	if err != nil {
 		return b, withCode(exitUsage, err)
 	}
@@ -321,11 +322,15 @@ func bisectVerdict(ctx context.Context, g *globals, ref string, o bisectOptions)
 		return err
 	}
 	defer db.Close()
-	r, err := verdict.BuildBisection(ctx, db, ref)
+	b, err := store.FindBisection(ctx, db, ref)
+	if errors.Is(err, store.ErrNotFound) {
+		return withCode(exitUsage, err)
+	}
 	if err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return withCode(exitUsage, err)
-		}
+		return err
+	}
+	r, err := verdict.BuildBisection(ctx, db, b.ID)
+	if err != nil {
 		return err
 	}
 	r.DB = g.namedDB()
@@ -384,7 +389,7 @@ func listBisections(ctx context.Context, g *globals, o bisectOptions) error {
 		if b.Conclusion.Valid {
 			var c store.BisectionConclusion
 			if json.Unmarshal([]byte(b.Conclusion.String), &c) == nil {
-				l.Conclusion = c.Status
+				l.Conclusion = string(c.Status)
 				for _, x := range c.Culprit {
 					l.Culprit = append(l.Culprit, x+1)
 				}

@@ -89,7 +89,11 @@ func noiseFloor(ctx context.Context, dbPath, ref string) (float64, string, error
 		return 0, "", err
 	}
 	defer db.Close()
-	v, err := verdict.Build(ctx, db, ref)
+	e, err := store.FindExperiment(ctx, db, ref)
+	if err != nil {
+		return 0, "", err
+	}
+	v, err := verdict.Build(ctx, db, e.ID)
 	if err != nil {
 		return 0, "", err
 	}

@@ -51,26 +51,24 @@ built-in detectors.`,
 				return err
 			}
 			defer db.Close()
+			var id int64
 			if bisection != "" {
 				// The culprit's configuration against good, as the bisection's step ran it.
-				id, err := repro.CulpritExperiment(cmd.Context(), db, bisection)
+				if id, err = repro.CulpritExperiment(cmd.Context(), db, bisection); err != nil {
+					return err
+				}
+			} else {
+				e, err := store.FindExperiment(cmd.Context(), db, ref)
 				if err != nil {
 					return err
 				}
-				ref = fmt.Sprint(id)
-			}
-			if ref == "" {
-				e, err := store.LatestExperiment(cmd.Context(), db)
-				if err != nil {
-					return err
-				}
-				ref = fmt.Sprint(e.ID)
+				id = e.ID
 			}
 			dir := out
 			if dir == "" {
-				dir = "repro-" + ref
+				dir = fmt.Sprintf("repro-%d", id)
 			}
-			b, err := repro.Write(cmd.Context(), db, ref, dir, cases, outfile.Guard{Database: g.dbPath()})
+			b, err := repro.Write(cmd.Context(), db, id, dir, cases, outfile.Guard{Database: g.dbPath()})
 			if err != nil {
 				return err
 			}

@@ -137,7 +137,7 @@ func finishDone(ctx context.Context, g *globals, exp store.ExperimentRow, o runO
 	case !errors.Is(err, fs.ErrNotExist):
 		return err
 	}
-	v, err := writeVerdict(ctx, g, fmt.Sprint(exp.ID), path, keep)
+	v, err := writeVerdict(ctx, g, exp.ID, path, keep)
 	if err != nil {
 		return err
 	}

@@ -119,7 +119,7 @@ func execute(ctx context.Context, g *globals, spec *arms.Spec, resume int64, o r
 	if err != nil {
 		return errors.Join(runErr, err)
 	}
-	v, verr := writeVerdict(context.WithoutCancel(ctx), g, fmt.Sprint(res.ExperimentID), path, keep)
+	v, verr := writeVerdict(context.WithoutCancel(ctx), g, res.ExperimentID, path, keep)
 	if verr != nil {
 		return errors.Join(runErr, verr)
 	}
@@ -192,13 +192,13 @@ func checkOutput(keep outfile.Guard, paths ...string) error {
 
 // writeVerdict builds the verdict of experiment ref from g's database and writes
 // it (markdown and charts) to path through keep, which also keeps the experiment's spec.
-func writeVerdict(ctx context.Context, g *globals, ref, path string, keep outfile.Guard) (*verdict.Verdict, error) {
+func writeVerdict(ctx context.Context, g *globals, id int64, path string, keep outfile.Guard) (*verdict.Verdict, error) {
 	db, err := store.OpenReadOnly(g.dbPath())
 	if err != nil {
 		return nil, err
 	}
 	defer db.Close()
-	v, err := verdict.Build(ctx, db, ref)
+	v, err := verdict.Build(ctx, db, id)
 	if err != nil {
 		return nil, err
 	}

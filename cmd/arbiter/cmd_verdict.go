@@ -153,14 +153,11 @@ func loadVerdict(cmd *cobra.Command, g *globals, args []string) (*verdict.Verdic
 		return nil, err
 	}
 	defer db.Close()
-	if ref == "" {
-		e, err := store.LatestExperiment(cmd.Context(), db)
-		if err != nil {
-			return nil, err
-		}
-		ref = fmt.Sprint(e.ID)
+	e, err := store.FindExperiment(cmd.Context(), db, ref)
+	if err != nil {
+		return nil, err
 	}
-	v, err := verdict.Build(cmd.Context(), db, ref)
+	v, err := verdict.Build(cmd.Context(), db, e.ID)
 	if err != nil {
 		return nil, err
 	}
