@@ -71,6 +71,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzComparePins$$' -fuzztime $(FUZZTIME) ./orchestrator
 	$(GO) test -run '^$$' -fuzz '^FuzzAttest$$' -fuzztime $(FUZZTIME) ./orchestrator
 	$(GO) test -run '^$$' -fuzz '^FuzzMetadataString$$' -fuzztime $(FUZZTIME) ./gguf
+	$(GO) test -run '^$$' -fuzz '^FuzzParseToolChoice$$' -fuzztime $(FUZZTIME) ./openai
 	$(GO) test -run '^$$' -fuzz '^FuzzSSE$$' -fuzztime $(FUZZTIME) ./workload
 	$(GO) test -run '^$$' -fuzz '^FuzzChunkDecoder$$' -fuzztime $(FUZZTIME) ./workload
 	$(GO) test -run '^$$' -fuzz '^FuzzTokenTimes$$' -fuzztime $(FUZZTIME) ./store

@@ -306,3 +306,21 @@ func KeepRenewed(lease interface {
 		}
 	}
 }
+
+// Held is the error that says another arbiter runs experiment e now (its lease is live),
+// or nil.
+func (e ExperimentRow) Held(now time.Time) error {
+	if e.Status == ExperimentRunning && e.Lease != nil && !e.Abandoned {
+		return &LeaseHeldError{ExperimentID: e.ID, Lease: *e.Lease, At: now}
+	}
+	return nil
+}
+
+// Held is the error that says another arbiter runs bisection b now (its lease is live),
+// or nil.
+func (b BisectionRow) Held(now time.Time) error {
+	if b.Status == ExperimentRunning && !b.Abandoned {
+		return &BisectionHeldError{BisectionID: b.ID, Lease: *b.Lease(), At: now}
+	}
+	return nil
+}

@@ -139,6 +139,16 @@ func authorizeRead(action int, arg1, arg2 string) (ok bool, why string) {
 	return false, "it would change the database"
 }
 
+// OpenExisting opens the results database at path for writing, as Open does, but never
+// creates one: a command that continues recorded work (a resume) needs the file to be
+// there.
+func OpenExisting(path string, o Options) (*Store, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("no results database at %s (give --db): %w", path, err)
+	}
+	return Open(path, o)
+}
+
 // OpenReadOnly opens an existing results database for reading only: the file is opened
 // read-only (mode=ro, query_only), and every statement passes authorizeRead, so that no
 // statement through the connection can change this file or write another. A file of

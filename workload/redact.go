@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/openai"
 )
 
@@ -19,9 +20,6 @@ type SecretFinder interface {
 	// counts too.
 	FindCut(s string) [][2]int
 }
-
-// redacted replaces a secret, as arms.Redacted does.
-const redacted = "[redacted]"
 
 // RedactRaw returns a response body as Exchange.Raw holds it, rewritten so that no
 // secret can be read back from it, in f's sense, even one that the engine streamed in
@@ -62,7 +60,7 @@ func redactText(b []byte, f SecretFinder, cut bool) []byte {
 	at := 0
 	for _, sp := range spans {
 		out.WriteString(s[at:sp[0]])
-		out.WriteString(redacted)
+		out.WriteString(arms.Redacted)
 		at = sp[1]
 	}
 	out.WriteString(s[at:])
@@ -276,7 +274,7 @@ func cutSpans(value string, from, to int, spans [][2]int) (string, bool) {
 		s := max(sp[0], from)
 		b.WriteString(value[at-from : s-from])
 		if sp[0] >= from {
-			b.WriteString(redacted)
+			b.WriteString(arms.Redacted)
 		}
 		at = min(sp[1], to)
 	}

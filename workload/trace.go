@@ -296,12 +296,7 @@ func parseConversation(text []byte) (TraceConversation, *TraceError) {
 		c.Temperature = &t
 	}
 	if tc := bytes.TrimSpace(raw.ToolChoice); len(tc) > 0 && string(tc) != "null" {
-		var s string
-		var obj map[string]any
-		switch {
-		case json.Unmarshal(tc, &s) == nil && (s == "auto" || s == "none" || s == "required"):
-		case json.Unmarshal(tc, &obj) == nil && obj != nil:
-		default:
+		if _, err := openai.ParseToolChoice(tc); err != nil {
 			return c, &TraceError{Field: "tool_choice", Msg: `must be "auto", "none", "required" or {"type": "function", "function": {"name": ...}}`}
 		}
 		c.ToolChoice = append(json.RawMessage(nil), tc...)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -267,16 +266,7 @@ func resumeBisection(ctx context.Context, g *globals, o bisectOptions) error {
 	if err != nil {
 		return err
 	}
-	var spec *arms.BisectSpec
-	if o.spec != "" {
-		spec, err = arms.LoadBisect(o.spec)
-	} else {
-		if strings.Contains(b.Spec, arms.Redacted) {
-			return withCode(exitUsage, fmt.Errorf("bisection %d: its recorded spec had credentials redacted; give the spec file with --spec", b.ID))
-		}
-		// Server-info files are read beside the spec's recorded path.
-		spec, err = arms.ParseBisect(b.SpecPath, []byte(b.Spec))
-	}
+	spec, err := arms.ResumeBisectSpec(fmt.Sprintf("bisection %d", b.ID), o.spec, b.SpecPath, b.Spec)
 	if err != nil {
 		return withCode(exitUsage, err)
 	}
@@ -290,30 +280,24 @@ func resumeBisection(ctx context.Context, g *globals, o bisectOptions) error {
 // findBisectionForResume upgrades the database (resume writes) and finds the bisection;
 // it never creates a database.
 func findBisectionForResume(ctx context.Context, path string, id int64) (store.BisectionRow, error) {
-	if _, err := os.Stat(path); err != nil {
-		return store.BisectionRow{}, withCode(exitUsage, fmt.Errorf("resume: no results database at %s (give --db): %w", path, err))
-	}
-	st, err := store.Open(path, store.Options{})
+	st, err := store.OpenExisting(path, store.Options{})
 	if errors.Is(err, store.ErrNotArbiterDatabase) {
 		return store.BisectionRow{}, withCode(exitUsage, err)
 	}
 	if err != nil {
-		return store.BisectionRow{}, err
+		return store.BisectionRow{}, withCode(exitUsage, fmt.Errorf("resume: %w", err))
 	}
 	defer st.Close()
 	b, err := store.BisectionByID(ctx, st.DB(), id)
 	if err != nil {
 		return b, withCode(exitUsage, err)
 	}
-	switch {
-	case b.Status == store.ExperimentDone:
+	if b.Status == store.ExperimentDone {
 		return b, withCode(exitUsage, fmt.Errorf("bisection %d is done: %w (its report: arbiter bisect --verdict %d)", b.ID, orchestrator.ErrNothingToResume, b.ID))
-	case b.Status == store.ExperimentRunning && !b.Abandoned:
-		// Said before the spec is read; bisect.Run's own check when it takes the lease
-		// is the one that holds under a race.
-		return b, &store.BisectionHeldError{BisectionID: b.ID, Lease: *b.Lease(), At: time.Now()}
 	}
-	return b, nil
+	// Said before the spec is read; bisect.Run's own check when it takes the lease is
+	// the one that holds under a race.
+	return b, b.Held(time.Now())
 }
 
 func bisectVerdict(ctx context.Context, g *globals, ref string, o bisectOptions) error {

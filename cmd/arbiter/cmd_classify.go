@@ -82,7 +82,7 @@ func runClassify(ctx context.Context, g *globals, file string, o classifyOptions
 			return withCode(exitUsage, fmt.Errorf("--detectors: %s %w (it runs in arbiter run, over every arm's sessions)", n, detectors.ErrCrossArm))
 		}
 	}
-	toolChoice := toolChoiceJSON(o.toolChoice)
+	toolChoice := openai.ToolChoiceJSON(o.toolChoice)
 	var tools []openai.Tool
 	if o.tools != "" {
 		var err error
@@ -179,20 +179,6 @@ func decodeCompletion(line []byte) (openai.ChatCompletion, error) {
 		return c, fmt.Errorf("not a chat completion: %w", err)
 	}
 	return c, nil
-}
-
-// toolChoiceJSON turns --tool-choice into the JSON a request carries: a mode as a
-// string, anything else as the function it names.
-func toolChoiceJSON(v string) json.RawMessage {
-	switch v {
-	case "":
-		return nil
-	case "auto", "none", "required":
-		b, _ := json.Marshal(v)
-		return b
-	}
-	b, _ := json.Marshal(map[string]any{"type": "function", "function": map[string]string{"name": v}})
-	return b
 }
 
 // readTools reads the --tools file: a JSON array of tools as a request offers them.

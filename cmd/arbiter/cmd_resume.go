@@ -67,20 +67,12 @@ func resume(ctx context.Context, g *globals, ref string, o resumeOptions) error 
 	if exp.Status == store.ExperimentDone {
 		return finishDone(ctx, g, exp, o.run)
 	}
-	if exp.Status == store.ExperimentRunning && exp.Lease != nil && !exp.Abandoned {
-		// Said before anything else (a missing --spec, say); the orchestrator's own
-		// check when it takes the lease is the one that holds under a race.
-		return &store.LeaseHeldError{ExperimentID: exp.ID, Lease: *exp.Lease, At: time.Now()}
+	// Said before anything else (a missing --spec, say); the orchestrator's own check
+	// when it takes the lease is the one that holds under a race.
+	if err := exp.Held(time.Now()); err != nil {
+		return err
 	}
-	var spec *arms.Spec
-	if o.spec != "" {
-		spec, err = arms.Load(o.spec)
-	} else {
-		if strings.Contains(exp.Spec, arms.Redacted) {
-			return withCode(exitUsage, fmt.Errorf("experiment %d: its recorded spec had credentials redacted; give the spec file with --spec", exp.ID))
-		}
-		spec, err = arms.Parse(exp.SpecPath, []byte(exp.Spec))
-	}
+	spec, err := arms.ResumeSpec(fmt.Sprintf("experiment %d", exp.ID), o.spec, exp.SpecPath, exp.Spec)
 	if err != nil {
 		return withCode(exitUsage, err)
 	}
@@ -94,15 +86,12 @@ func resume(ctx context.Context, g *globals, ref string, o resumeOptions) error 
 // findForResume looks the experiment up in the database at path, which resume (a
 // command that writes) upgrades to this arbiter's schema first; it never creates one.
 func findForResume(ctx context.Context, path, ref string) (store.ExperimentRow, error) {
-	if _, err := os.Stat(path); err != nil {
-		return store.ExperimentRow{}, fmt.Errorf("resume: no results database at %s (give --db): %w", path, err)
-	}
-	st, err := store.Open(path, store.Options{})
+	st, err := store.OpenExisting(path, store.Options{})
 	if errors.Is(err, store.ErrNotArbiterDatabase) {
 		return store.ExperimentRow{}, withCode(exitUsage, err)
 	}
 	if err != nil {
-		return store.ExperimentRow{}, err
+		return store.ExperimentRow{}, fmt.Errorf("resume: %w", err)
 	}
 	defer st.Close()
 	exp, err := store.FindExperiment(ctx, st.DB(), ref)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/arbiterlab/arbiter/orchestrator"
+
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -250,7 +252,7 @@ func TestResumeAndGCEndEnginesWhoseSupervisorDied(t *testing.T) {
 			return g.cmd.ProcessState.ExitCode(), g.stdout.String(), g.stderr.String()
 		}
 		code, stdout, stderr := gc("--dry-run", "--json")
-		var listed []gcEntry
+		var listed []orchestrator.GCEntry
 		if code != 0 || json.Unmarshal([]byte(stdout), &listed) != nil {
 			t.Fatalf("gc --dry-run: code %d\n%s\n%s", code, stdout, stderr)
 		}
@@ -259,7 +261,7 @@ func TestResumeAndGCEndEnginesWhoseSupervisorDied(t *testing.T) {
 		}
 		groups := 0
 		for _, e := range listed {
-			if e.Kind == "process group" {
+			if e.Kind == orchestrator.LeftoverProcessGroup {
 				groups++
 				if e.Removed || e.Experiment != "1" || e.Processes != len(engine) {
 					t.Errorf("dry run listed %+v, want experiment 1 with %d processes", e, len(engine))

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"strconv"
@@ -18,41 +16,6 @@ import (
 // decides, deterministically, whether to call a tool (and with which arguments) or to
 // answer in plain text. For each user message it plans one or two of the offered tools,
 // calls them one per assistant turn, and answers once their results are in.
-
-// toolChoice is a request's parsed tool_choice.
-type toolChoice struct {
-	mode  string // "auto", "none", "required" or "function"
-	force string // the function name when mode is "function"
-}
-
-// parseToolChoice reads tool_choice: absent means auto.
-func parseToolChoice(raw json.RawMessage) (toolChoice, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return toolChoice{mode: "auto"}, nil
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
-		switch s {
-		case "auto", "none", "required":
-			return toolChoice{mode: s}, nil
-		}
-		return toolChoice{}, fmt.Errorf("tool_choice: %q is not auto, none or required", s)
-	}
-	var obj struct {
-		Type     string `json:"type"`
-		Function struct {
-			Name string `json:"name"`
-		} `json:"function"`
-	}
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return toolChoice{}, fmt.Errorf("tool_choice: %w", err)
-	}
-	if obj.Function.Name == "" {
-		return toolChoice{}, errors.New(`tool_choice: an object must name {"type":"function","function":{"name":...}}`)
-	}
-	return toolChoice{mode: "function", force: obj.Function.Name}, nil
-}
 
 // call is one tool call the agent makes.
 type call struct {
@@ -188,7 +151,7 @@ type agent struct {
 // next decides the reply to a request and returns it with the conversation's session
 // key. The error is a client error (HTTP 400).
 func (a agent) next(req *openai.ChatRequest) (reply, uint64, error) {
-	choice, err := parseToolChoice(req.ToolChoice)
+	choice, err := openai.ParseToolChoice(req.ToolChoice)
 	if err != nil {
 		return reply{}, 0, err
 	}
@@ -199,18 +162,18 @@ func (a agent) next(req *openai.ChatRequest) (reply, uint64, error) {
 			tools = append(tools, t)
 		}
 	}
-	if choice.mode == "function" && findTool(tools, choice.force) < 0 {
-		return reply{}, 0, fmt.Errorf("tool_choice names %q, which is not among the offered tools", choice.force)
+	if choice.Mode == openai.ChoiceFunction && findTool(tools, choice.Name) < 0 {
+		return reply{}, 0, fmt.Errorf("tool_choice names %q, which is not among the offered tools", choice.Name)
 	}
-	if (choice.mode == "required" || choice.mode == "function") && len(tools) == 0 {
-		return reply{}, 0, fmt.Errorf("tool_choice %q needs tools", choice.mode)
+	if (choice.Forces()) && len(tools) == 0 {
+		return reply{}, 0, fmt.Errorf("tool_choice %q needs tools", choice.Mode)
 	}
 	schemas := toolschema.Of(tools)
-	if choice.mode == "required" || choice.mode == "function" {
+	if choice.Forces() {
 		// A forced call is decoded under a grammar built from the schemas, as SGLang and
 		// vLLM do; a schema that cannot be read cannot constrain anything.
 		for _, t := range tools {
-			if choice.mode == "function" && t.Function.Name != choice.force {
+			if choice.Mode == openai.ChoiceFunction && t.Function.Name != choice.Name {
 				continue
 			}
 			if ts, _ := schemas.Lookup(t.Function.Name); ts.Err != nil {
@@ -221,9 +184,9 @@ func (a agent) next(req *openai.ChatRequest) (reply, uint64, error) {
 	planKey := mix64(a.seed ^ hashString(conv.userText))
 	var plan []int
 	switch {
-	case len(tools) == 0 || choice.mode == "none":
-	case choice.mode == "function":
-		plan = []int{findTool(tools, choice.force)}
+	case len(tools) == 0 || choice.Mode == openai.ChoiceNone:
+	case choice.Mode == openai.ChoiceFunction:
+		plan = []int{findTool(tools, choice.Name)}
 	default:
 		plan = pickTools(planKey, len(tools))
 	}
@@ -239,7 +202,7 @@ func (a agent) next(req *openai.ChatRequest) (reply, uint64, error) {
 	}
 	var r reply
 	switch {
-	case len(plan) > 0 && (done < len(plan) || choice.mode == "required" || choice.mode == "function"):
+	case len(plan) > 0 && (done < len(plan) || choice.Forces()):
 		c := makeCall(done)
 		r.Call, r.Lure = &c, c
 	default:

@@ -1,7 +1,6 @@
 package detectors
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -55,47 +54,22 @@ func (finishAnomaly) Detect(ctx context.Context, r plugins.Response) (plugins.La
 	return plugins.Label{Detector: FinishAnomalyName}, nil
 }
 
-// toolChoice is a request's tool_choice, read leniently: a detector judges replies, not
-// requests, so anything it cannot read counts as auto.
-type toolChoice struct {
-	mode string // "auto", "none", "required" or "function"
-	name string // the named function when mode is "function"
-}
-
-func (c toolChoice) String() string {
-	if c.mode == "function" {
-		return fmt.Sprintf("names %q", c.name)
+// readToolChoice reads a request's tool_choice leniently: a detector judges replies, not
+// requests, so one it cannot read counts as auto.
+func readToolChoice(raw json.RawMessage) openai.ToolChoice {
+	c, err := openai.ParseToolChoice(raw)
+	if err != nil {
+		return openai.ToolChoice{Mode: openai.ChoiceAuto}
 	}
-	return fmt.Sprintf("%q", c.mode)
-}
-
-func readToolChoice(raw json.RawMessage) toolChoice {
-	raw = bytes.TrimSpace(raw)
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		switch s {
-		case "none", "required":
-			return toolChoice{mode: s}
-		}
-		return toolChoice{mode: "auto"}
-	}
-	var obj struct {
-		Function struct {
-			Name string `json:"name"`
-		} `json:"function"`
-	}
-	if json.Unmarshal(raw, &obj) == nil && obj.Function.Name != "" {
-		return toolChoice{mode: "function", name: obj.Function.Name}
-	}
-	return toolChoice{mode: "auto"}
+	return c
 }
 
 // finishProblem returns what is wrong with how one choice ended, or "".
-func finishProblem(c openai.Choice, toolsOffered bool, choice toolChoice) string {
+func finishProblem(c openai.Choice, toolsOffered bool, choice openai.ToolChoice) string {
 	calls := c.Message.ToolCalls
 	leak, leaked := findLeak(c.Message.Content)
-	forced := choice.mode == "required" || choice.mode == "function"
-	due := toolsOffered && choice.mode != "none"
+	forced := choice.Forces()
+	due := toolsOffered && choice.Mode != openai.ChoiceNone
 	switch c.FinishReason {
 	case "stop", "tool_calls":
 		if leaked {
@@ -131,12 +105,12 @@ func finishProblem(c openai.Choice, toolsOffered bool, choice toolChoice) string
 		}
 	}
 	if len(calls) > 0 {
-		switch choice.mode {
+		switch choice.Mode {
 		case "none":
 			return fmt.Sprintf(`tool_choice "none", yet the reply calls %s`, excerpt(calls[0].Function.Name, 40))
 		case "function":
 			for _, tc := range calls {
-				if tc.Function.Name != choice.name {
+				if tc.Function.Name != choice.Name {
 					return fmt.Sprintf("tool_choice %s, but the reply calls %q", choice, excerpt(tc.Function.Name, 40))
 				}
 			}
