@@ -1,10 +1,10 @@
 package orchestrator
 
 import (
+	"github.com/arbiterlab/arbiter/internal/machinelock"
+
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net/url"
 	"os"
@@ -118,7 +118,7 @@ func claimGPUs(ctx context.Context, dir, scope, gpus, holder string, log *slog.L
 		return nil, err
 	}
 	sortDevices(ids)
-	if err := makeLockDir(dir); err != nil {
+	if err := machinelock.Dir(dir); err != nil {
 		return nil, fmt.Errorf("claim GPUs: %w", err)
 	}
 	for _, id := range ids {
@@ -135,7 +135,7 @@ func claimGPUs(ctx context.Context, dir, scope, gpus, holder string, log *slog.L
 // claimDevice takes the lock on one device's file, waiting while another arbiter holds
 // it.
 func claimDevice(ctx context.Context, path, id, holder string, log *slog.Logger) (*os.File, error) {
-	f, err := openLockFile(path)
+	f, err := machinelock.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("claim GPU %s: %w", id, err)
 	}
@@ -143,7 +143,7 @@ func claimDevice(ctx context.Context, path, id, holder string, log *slog.Logger)
 	defer tick.Stop()
 	said := ""
 	for {
-		ok, err := tryLock(f)
+		ok, err := machinelock.TryLock(f)
 		if err != nil {
 			f.Close()
 			return nil, fmt.Errorf("claim GPU %s (%s): %w", id, path, err)
@@ -171,34 +171,6 @@ func claimDevice(ctx context.Context, path, id, holder string, log *slog.Logger)
 		case <-tick.C:
 		}
 	}
-}
-
-// openLockFile opens (creating if needed) a lock file that any user may lock, never
-// through a symbolic link.
-func openLockFile(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|noFollow, 0o666)
-	if errors.Is(err, fs.ErrPermission) {
-		f, err = os.OpenFile(path, os.O_RDONLY|noFollow, 0)
-	}
-	if err != nil {
-		return nil, err
-	}
-	_ = f.Chmod(0o666) // the umask must not lock other users out; fails harmlessly on theirs
-	return f, nil
-}
-
-// makeLockDir creates the lock folder, shared by every user like /tmp itself.
-func makeLockDir(dir string) error {
-	err := os.Mkdir(dir, 0o777)
-	switch {
-	case err == nil:
-		return os.Chmod(dir, 0o777|fs.ModeSticky)
-	case errors.Is(err, fs.ErrExist):
-		return nil
-	case errors.Is(err, fs.ErrNotExist):
-		return os.MkdirAll(dir, 0o755)
-	}
-	return err
 }
 
 // release gives the GPUs back.

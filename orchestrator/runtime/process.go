@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -221,45 +220,6 @@ func LookCommand(name string) (string, error) {
 		return "", fmt.Errorf("%s: not found beside arbiter or on PATH (build it with make build): %w", name, err)
 	}
 	return p, nil
-}
-
-// A port arbiter picks for an engine is free when it is picked, and stays unbound until
-// the engine binds it, a moment or seconds later (a container starting). Launches that run
-// at once must not be handed the same port in that moment: the kernel may give a port
-// just closed to the next bind, and the second engine would then fail to bind while its
-// health checks reach the first (seen as an arm reporting another arm's pins). Every port
-// handed out is claimed until its engine has ended.
-var portClaims = struct {
-	sync.Mutex
-	ports map[int]bool
-}{ports: map[int]bool{}}
-
-// freePort returns a loopback port free now and claimed by no other launch of this
-// arbiter; release gives the claim back once the engine that took it has ended.
-func freePort() (port int, release func(), err error) {
-	for range 64 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, nil, fmt.Errorf("find a free port: %w", err)
-		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		portClaims.Lock()
-		if !portClaims.ports[port] {
-			portClaims.ports[port] = true
-			portClaims.Unlock()
-			var once sync.Once
-			return port, func() {
-				once.Do(func() {
-					portClaims.Lock()
-					delete(portClaims.ports, port)
-					portClaims.Unlock()
-				})
-			}, nil
-		}
-		portClaims.Unlock()
-	}
-	return 0, nil, errors.New("find a free port: every port offered is claimed by another launch")
 }
 
 // Grouped is an Instance whose engine runs in a local process group. Group names the

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -230,11 +231,15 @@ func TestFreePortsAreClaimedUntilReleased(t *testing.T) {
 	}
 	wg.Wait()
 	seen := map[int]bool{}
+	lo, hi := enginePorts()
 	for _, p := range ports {
 		if seen[p] {
 			t.Fatalf("port %d handed to two launches at once", p)
 		}
 		seen[p] = true
+		if p < lo || p >= hi {
+			t.Errorf("port %d is outside [%d, %d), below the kernel's ephemeral range", p, lo, hi)
+		}
 	}
 	for _, release := range releases {
 		release()
@@ -245,5 +250,37 @@ func TestFreePortsAreClaimedUntilReleased(t *testing.T) {
 	portClaims.Unlock()
 	if left != 0 {
 		t.Errorf("%d claims left after every release", left)
+	}
+}
+
+// A port another arbiter of the machine has claimed (its lock file flocked) is not
+// claimed again until that arbiter lets go; a bind of port 0 never returns an engine port.
+func TestPortClaimsAreMachineWide(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "31000")
+	other, err := lockPort(path)
+	if err != nil || other == nil {
+		t.Fatalf("first claim: %v", err)
+	}
+	if f, err := lockPort(path); err != nil || f != nil {
+		t.Fatalf("a claimed port was claimed again (%v)", err)
+	}
+	other.Close()
+	f, err := lockPort(path)
+	if err != nil || f == nil {
+		t.Fatalf("a port let go of could not be claimed: %v", err)
+	}
+	f.Close()
+
+	lo, hi := enginePorts()
+	for range 200 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if p >= lo && p < hi {
+			t.Fatalf("the kernel gave port %d to a bind of port 0, inside the engine ports [%d, %d)", p, lo, hi)
+		}
 	}
 }
