@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -30,6 +31,7 @@ bad:
 workload: {kind: toolcall-agent, sessions: 40, rounds: 4, concurrency: 40, seed: 7, temperature: 0}
 detectors: [dsml-leak, toolcall-schema]
 search: {effect: 0.10}
+runtime: {kind: process, nodes: [{name: local, slots: 2}]}
 timeouts: {startup: 60s, request: 60s, stall: 30s}
 `
 
@@ -41,9 +43,10 @@ func TestBisectCLISingleCulpritOnRefserve(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a bisection of real refserve processes")
 	}
+	// Long and mostly waiting on engines: it runs beside the package's other slow tests.
+	t.Parallel()
 	arbiter := buildArbiter(t)
-	bin := filepath.Dir(arbiter)
-	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	env := append(os.Environ(), "PATH="+filepath.Dir(arbiter)+string(os.PathListSeparator)+os.Getenv("PATH"))
 	dir := t.TempDir()
 	spec := filepath.Join(dir, "bisect.yaml")
 	if err := os.WriteFile(spec, []byte(singleCulpritSpec), 0o644); err != nil {
@@ -53,7 +56,7 @@ func TestBisectCLISingleCulpritOnRefserve(t *testing.T) {
 	report := filepath.Join(dir, "report.md")
 
 	killed := exec.Command(arbiter, "bisect", spec, "--db", db)
-	killed.Dir = dir
+	killed.Dir, killed.Env = dir, env
 	if err := killed.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +80,11 @@ func TestBisectCLISingleCulpritOnRefserve(t *testing.T) {
 	killed.Process.Signal(syscall.SIGKILL)
 	killed.Wait()
 
-	code, stdout, stderr := runCLI(t, "bisect", "--resume", "1", "--db", db, "-o", report)
+	resumed := exec.Command(arbiter, "bisect", "--resume", "1", "--db", db, "-o", report)
+	var outb, errb bytes.Buffer
+	resumed.Dir, resumed.Env, resumed.Stdout, resumed.Stderr = dir, env, &outb, &errb
+	resumed.Run()
+	code, stdout, stderr := resumed.ProcessState.ExitCode(), outb.String(), errb.String()
 	if code != 0 {
 		t.Fatalf("arbiter bisect --resume exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}

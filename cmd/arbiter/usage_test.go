@@ -55,7 +55,7 @@ func TestUsageErrorsSayWhatWasMeant(t *testing.T) {
 		Error    string `json:"error"`
 		ExitCode int    `json:"exit_code"`
 	}
-	if err := json.Unmarshal([]byte(stdout), &out); err != nil || code != exitNotFound || out.ExitCode != exitNotFound || !strings.Contains(out.Error, `experiment "99": not found`) {
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil || code != exitNotFound || out.ExitCode != exitNotFound || !strings.Contains(out.Error, "experiment 99: not found") {
 		t.Errorf("show 99 --json: exit %d, stdout %q (%v), stderr %s", code, stdout, err, stderr)
 	}
 }
