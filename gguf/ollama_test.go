@@ -22,8 +22,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/arbiterlab/arbiter/internal/lockedbuf"
-	"github.com/arbiterlab/arbiter/internal/testbin"
+	"github.com/arbiterlab/arbiter/internal/testkit/lockedbuf"
+	"github.com/arbiterlab/arbiter/internal/testkit/testbin"
 )
 
 // This file runs a TinyLlama model in a real ollama (written against

@@ -19,8 +19,8 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/arbiterlab/arbiter/arms"
-	"github.com/arbiterlab/arbiter/internal/dockertest"
-	"github.com/arbiterlab/arbiter/internal/testbin"
+	"github.com/arbiterlab/arbiter/internal/testkit/dockertest"
+	"github.com/arbiterlab/arbiter/internal/testkit/testbin"
 	"github.com/arbiterlab/arbiter/orchestrator/runtime"
 	"github.com/arbiterlab/arbiter/store"
 )

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/arbiterlab/arbiter/internal/lockedbuf"
+	"github.com/arbiterlab/arbiter/internal/testkit/lockedbuf"
 )
 
 func TestGPUClaimWaitsForTheHolderAndSaysWhoItIs(t *testing.T) {

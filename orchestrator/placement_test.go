@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/arbiterlab/arbiter/arms"
-	"github.com/arbiterlab/arbiter/internal/testbin"
+	"github.com/arbiterlab/arbiter/internal/testkit/testbin"
 	"github.com/arbiterlab/arbiter/orchestrator/runtime"
 	"github.com/arbiterlab/arbiter/store"
 )

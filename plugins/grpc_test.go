@@ -13,8 +13,8 @@ import (
 
 	"github.com/hashicorp/go-plugin"
 
-	"github.com/arbiterlab/arbiter/internal/lockedbuf"
-	"github.com/arbiterlab/arbiter/internal/testbin"
+	"github.com/arbiterlab/arbiter/internal/testkit/lockedbuf"
+	"github.com/arbiterlab/arbiter/internal/testkit/testbin"
 	"github.com/arbiterlab/arbiter/openai"
 )
 

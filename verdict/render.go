@@ -47,12 +47,12 @@ func ci(lo, hi float64) string {
 	return fmt.Sprintf("%s – %s", pct(lo), pct(hi))
 }
 
-// pval prints a p-value the way a reader compares it with alpha.
 // FormatP writes a p-value as every verdict, `show` and `stats` print it: three
 // decimals, four below 0.001, scientific below 1e-4, "< 1e-300" below what a float
 // carries, "–" when there is none.
 func FormatP(p float64) string { return pval(p) }
 
+// pval is FormatP, in the short name the verdict's sentences use.
 func pval(p float64) string {
 	switch {
 	case math.IsNaN(p):

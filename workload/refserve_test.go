@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/arbiterlab/arbiter/internal/testbin"
+	"github.com/arbiterlab/arbiter/internal/testkit/testbin"
 )
 
 // startRefserve runs the reference engine as a real process on a free loopback port with

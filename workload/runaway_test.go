@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/arbiterlab/arbiter/internal/testbin"
+	"github.com/arbiterlab/arbiter/internal/testkit/testbin"
 	"github.com/arbiterlab/arbiter/openai"
 	"github.com/arbiterlab/arbiter/workload"
 )

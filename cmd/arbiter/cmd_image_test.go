@@ -15,7 +15,7 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/arbiterlab/arbiter/internal/dockertest"
+	"github.com/arbiterlab/arbiter/internal/testkit/dockertest"
 	"github.com/arbiterlab/arbiter/orchestrator/runtime"
 	"github.com/arbiterlab/arbiter/store"
 )

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/arbiterlab/arbiter/internal/testbin"
+	"github.com/arbiterlab/arbiter/internal/testkit/testbin"
 )
 
 func runArbiter(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -141,7 +141,7 @@ workload: {sessions: 2, rounds: 1}
 // checks that it exits 2 with a file:line:col error, having used little memory and CPU.
 func TestValidateRefusesHostileSpecsQuickly(t *testing.T) {
 	bin := testbin.Build(t, "github.com/arbiterlab/arbiter/cmd/arbiter")
-	rusage := testbin.Build(t, "github.com/arbiterlab/arbiter/internal/testbin/rusage")
+	rusage := testbin.Build(t, "github.com/arbiterlab/arbiter/internal/testkit/testbin/rusage")
 	dir := t.TempDir()
 	head := "version: 1\nname: x\nengine: {preset: refserve}\nworkload: {sessions: 2, rounds: 1}\n"
 	var arms100k, levels100k strings.Builder
@@ -206,7 +206,7 @@ func TestValidateRefusesHostileSpecsQuickly(t *testing.T) {
 	}
 }
 
-// measured is what a command run under internal/testbin/rusage did and cost.
+// measured is what a command run under internal/testkit/testbin/rusage did and cost.
 type measured struct {
 	Exit           int     `json:"exit"`
 	UserMS         float64 `json:"user_ms"`

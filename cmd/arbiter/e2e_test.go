@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/arbiterlab/arbiter/internal/testbin"
+	"github.com/arbiterlab/arbiter/internal/testkit/testbin"
 	"github.com/arbiterlab/arbiter/store"
 	"github.com/arbiterlab/arbiter/workload"
 )

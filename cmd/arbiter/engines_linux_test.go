@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/arbiterlab/arbiter/internal/lockedbuf"
-	"github.com/arbiterlab/arbiter/internal/testbin"
+	"github.com/arbiterlab/arbiter/internal/testkit/lockedbuf"
+	"github.com/arbiterlab/arbiter/internal/testkit/testbin"
 	"github.com/arbiterlab/arbiter/orchestrator/runtime"
 	"github.com/arbiterlab/arbiter/store"
 )

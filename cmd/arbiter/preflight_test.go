@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/arbiterlab/arbiter/internal/dockertest"
+	"github.com/arbiterlab/arbiter/internal/testkit/dockertest"
 )
 
 // refusedSpec is the quickstart's two arms with the given engine and runtime lines.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/arbiterlab/arbiter/internal/dockertest"
+	"github.com/arbiterlab/arbiter/internal/testkit/dockertest"
 	"github.com/arbiterlab/arbiter/orchestrator/runtime"
 )
 

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/arbiterlab/arbiter/internal/slurmtest"
-	"github.com/arbiterlab/arbiter/internal/testbin"
+	"github.com/arbiterlab/arbiter/internal/testkit/slurmtest"
+	"github.com/arbiterlab/arbiter/internal/testkit/testbin"
 	"github.com/arbiterlab/arbiter/store"
 )
 

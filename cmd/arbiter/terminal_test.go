@@ -9,7 +9,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/arbiterlab/arbiter/internal/lockedbuf"
+	"github.com/arbiterlab/arbiter/internal/testkit/lockedbuf"
 	"github.com/arbiterlab/arbiter/orchestrator"
 )
 

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/arbiterlab/arbiter/internal/testbin"
+	"github.com/arbiterlab/arbiter/internal/testkit/testbin"
 )
 
 // alive reports whether pid runs and is no zombie.

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/arbiterlab/arbiter/internal/slurmtest"
-	"github.com/arbiterlab/arbiter/internal/testbin"
+	"github.com/arbiterlab/arbiter/internal/testkit/slurmtest"
+	"github.com/arbiterlab/arbiter/internal/testkit/testbin"
 )
 
 // slurmCluster starts a real cluster and points the Slurm commands of this test at it.
