@@ -48,9 +48,11 @@ lint:
 	$(BIN)/lint/staticcheck ./...
 	@out=$$($(BIN)/lint/deadcode -test ./...); if [ -n "$$out" ]; then echo "$$out"; echo "deadcode: the functions above are reached by nothing"; exit 1; fi
 
-## bench: every benchmark (speed and memory targets live here)
+## bench: every benchmark (speed and memory targets live here), and the driver against
+## its peer, vegeta, in the module of its own under bench/
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+	cd bench && $(GO) test -run '^$$' -bench . -benchmem .
 
 ## calibrate: simulate the verdict's claims under nulls whose launches differ (every cell of
 ## launches per arm, intra-launch correlation, base rate and speed CV; 2,000 verdicts each)
