@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"maps"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -280,37 +279,17 @@ func (d *bisectDecoder) decode(root ast.Node) {
 			continue
 		}
 		if !slices.Contains(bisectFields, e.key) {
-			msg := "unknown field"
-			if sg := suggest(e.key, bisectFields); sg != "" {
-				msg += fmt.Sprintf(" (did you mean %s?)", sg)
-				d.typos[sg] = true
-			} else {
-				msg += fmt.Sprintf(" (known: %s)", strings.Join(bisectFields, ", "))
-			}
-			d.add(e.keyNode, e.path, "%s", msg)
+			d.unknownField(e, "", bisectFields)
 			continue
 		}
 		seen[e.key] = e
 		switch e.key {
 		case "version":
-			if _, isInt := e.val.(*ast.IntegerNode); !isInt {
-				d.add(e.val, e.path, "value must be 1, not %s", describe(e.val))
-				continue
-			}
-			if v, ok := d.integer(e, math.MinInt64); ok {
-				if v != 1 {
-					d.add(e.val, e.path, "unsupported spec version %d: this arbiter reads version 1", v)
-					continue
-				}
-				s.Version = 1
-			}
+			d.version(e)
 		case "name":
-			if v, ok := d.str(e); ok {
-				// Step experiments are named NAME-bID-sNN: leave room for the suffix.
-				if !specNameRE.MatchString(v) || len(v) > 100 {
-					d.add(e.val, e.path, "name %q must be letters, digits, _, . and -, starting with a letter or digit, at most 100 long", v)
-				}
-				s.Name, b.Name = v, v
+			// Step experiments are named NAME-bID-sNN: leave room for the suffix.
+			if v, ok := d.specName(e, 100, " (its steps' experiments add -bID-sNN)"); ok {
+				b.Name = v
 			}
 		case "engine":
 			d.decodeEngine(e)
@@ -334,11 +313,7 @@ func (d *bisectDecoder) decode(root ast.Node) {
 			d.decodeTimeouts(e)
 		}
 	}
-	for _, name := range []string{"version", "name", "engine", "good", "bad", "workload", "search"} {
-		if _, ok := seen[name]; !ok && !d.typos[name] {
-			d.addAt(Position{}, name, "missing required field")
-		}
-	}
+	d.requireTop(seen, "version", "name", "engine", "good", "bad", "workload", "search")
 }
 
 // decodeConfig reads good or bad: pins (env, args) or a server-info file with

@@ -385,20 +385,65 @@ func (d *decoder) fields(n ast.Node, path string, known []string, set func(e ent
 	seen := map[string]entry{}
 	for _, e := range entries {
 		if !slices.Contains(known, e.key) {
-			msg := "unknown field"
-			if s := suggest(e.key, known); s != "" {
-				msg += fmt.Sprintf(" (did you mean %s?)", s)
-				d.typos[joinPath(path, s)] = true
-			} else {
-				msg += fmt.Sprintf(" (known: %s)", strings.Join(known, ", "))
-			}
-			d.add(e.keyNode, e.path, "%s", msg)
+			d.unknownField(e, path, known)
 			continue
 		}
 		seen[e.key] = e
 		set(e)
 	}
 	return seen
+}
+
+// unknownField reports a field of the mapping at path that is not among known, with the
+// known one it may be a typo of.
+func (d *decoder) unknownField(e entry, path string, known []string) {
+	msg := "unknown field"
+	if s := suggest(e.key, known); s != "" {
+		msg += fmt.Sprintf(" (did you mean %s?)", s)
+		d.typos[joinPath(path, s)] = true
+	} else {
+		msg += fmt.Sprintf(" (known: %s)", strings.Join(known, ", "))
+	}
+	d.add(e.keyNode, e.path, "%s", msg)
+}
+
+// requireTop reports the spec's required fields that it does not have (a typo of one was
+// reported as such).
+func (d *decoder) requireTop(seen map[string]entry, names ...string) {
+	for _, name := range names {
+		if _, ok := seen[name]; !ok && !d.typos[name] {
+			d.addAt(Position{}, name, "missing required field")
+		}
+	}
+}
+
+// version reads the spec's version, which is the integer 1.
+func (d *decoder) version(e entry) {
+	if _, isInt := e.val.(*ast.IntegerNode); !isInt {
+		d.add(e.val, e.path, "value must be 1, not %s", describe(e.val))
+		return
+	}
+	if v, ok := d.integer(e, math.MinInt64); ok {
+		if v != 1 {
+			d.add(e.val, e.path, "unsupported spec version %d: this arbiter reads version 1", v)
+			return
+		}
+		d.spec.Version = 1
+	}
+}
+
+// specName reads the spec's name, at most most long (why says what the limit leaves room
+// for, or is empty).
+func (d *decoder) specName(e entry, most int, why string) (string, bool) {
+	v, ok := d.str(e)
+	if !ok {
+		return "", false
+	}
+	if !specNameRE.MatchString(v) || len(v) > most {
+		d.add(e.val, e.path, "name %q must be letters, digits, _, . and -, starting with a letter or digit, at most %d long%s", v, most, why)
+	}
+	d.spec.Name = v
+	return v, true
 }
 
 // require reports fields that must be present; at is the node the message points to
@@ -623,24 +668,9 @@ func (d *decoder) decodeSpec(root ast.Node) {
 	seen := d.fields(root, "", known, func(e entry) {
 		switch e.key {
 		case "version":
-			if _, isInt := e.val.(*ast.IntegerNode); !isInt {
-				d.add(e.val, e.path, "value must be 1, not %s", describe(e.val))
-				return
-			}
-			if v, ok := d.integer(e, math.MinInt64); ok {
-				if v != 1 {
-					d.add(e.val, e.path, "unsupported spec version %d: this arbiter reads version 1", v)
-					return
-				}
-				s.Version = 1
-			}
+			d.version(e)
 		case "name":
-			if v, ok := d.str(e); ok {
-				if !specNameRE.MatchString(v) || len(v) > 128 {
-					d.add(e.val, e.path, "name %q must be letters, digits, _, . and -, starting with a letter or digit", v)
-				}
-				s.Name = v
-			}
+			d.specName(e, 128, "")
 		case "engine":
 			d.decodeEngine(e)
 		case "runtime":
@@ -673,11 +703,7 @@ func (d *decoder) decodeSpec(root ast.Node) {
 			d.decodeTimeouts(e)
 		}
 	})
-	for _, name := range []string{"version", "name", "engine", "workload"} {
-		if _, ok := seen[name]; !ok && !d.typos[name] {
-			d.addAt(Position{}, name, "missing required field")
-		}
-	}
+	d.requireTop(seen, "version", "name", "engine", "workload")
 	d.crossCheck(seen)
 }
 
