@@ -180,32 +180,22 @@ func (s *Store) AcquireBisection(ctx context.Context, id int64, owner Owner, now
 		res, err := s.db.ExecContext(ctx, `UPDATE bisections SET owner = ?, owner_host = ?, owner_pid = ?, owner_pid_namespace = ?,
 			heartbeat_at = ? WHERE id = ? AND owner IS ? AND heartbeat_at IS ?`,
 			owner.ID, owner.Host, owner.PID, owner.PIDNamespace, stamp, id, b.Owner, b.HeartbeatAt)
+		won, err := swapped(res, err, fmt.Sprintf("lease bisection %d", id))
 		if err != nil {
-			return nil, fmt.Errorf("lease bisection %d: %w", id, err)
+			return nil, err
 		}
-		if n, err := res.RowsAffected(); err != nil {
-			return nil, fmt.Errorf("lease bisection %d: %w", id, err)
-		} else if n == 1 {
+		if won {
 			return &BisectionLease{s: s, id: id, owner: owner}, nil
 		}
 	}
-	return nil, fmt.Errorf("lease bisection %d: the lease kept changing hands; try again", id)
+	return nil, fmt.Errorf("lease bisection %d: %w", id, errLeaseRace)
 }
 
 // Renew records a heartbeat at now; ErrLeaseLost means another arbiter took the
 // bisection over.
 func (l *BisectionLease) Renew(ctx context.Context, now time.Time) error {
-	res, err := l.s.db.ExecContext(ctx, `UPDATE bisections SET heartbeat_at = ? WHERE id = ? AND owner = ?`,
-		Timestamp(now), l.id, l.owner.ID)
-	if err != nil {
-		return fmt.Errorf("renew lease on bisection %d: %w", l.id, err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("renew lease on bisection %d: %w", l.id, err)
-	} else if n == 0 {
-		return fmt.Errorf("bisection %d: %w", l.id, ErrLeaseLost)
-	}
-	return nil
+	return heartbeat(ctx, l.s.db, fmt.Sprintf("bisection %d", l.id),
+		`UPDATE bisections SET heartbeat_at = ? WHERE id = ? AND owner = ?`, Timestamp(now), l.id, l.owner.ID)
 }
 
 // Reopen marks the bisection running again, for a resume.

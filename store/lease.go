@@ -178,32 +178,56 @@ func (s *Store) AcquireLease(ctx context.Context, id int64, owner Owner, now tim
 				acquired_at = ?, heartbeat_at = ? WHERE experiment_id = ? AND owner = ? AND heartbeat_at = ?`,
 				owner.ID, owner.Host, owner.PID, owner.PIDNamespace, stamp, stamp, id, cur.Owner, cur.HeartbeatAt)
 		}
+		won, err := swapped(res, err, fmt.Sprintf("lease experiment %d", id))
 		if err != nil {
-			return nil, fmt.Errorf("lease experiment %d: %w", id, err)
+			return nil, err
 		}
-		if n, err := res.RowsAffected(); err != nil {
-			return nil, fmt.Errorf("lease experiment %d: %w", id, err)
-		} else if n == 1 {
+		if won {
 			return &Lease{s: s, experimentID: id, owner: owner}, nil
 		}
 	}
-	return nil, fmt.Errorf("lease experiment %d: the lease kept changing hands; try again", id)
+	return nil, fmt.Errorf("lease experiment %d: %w", id, errLeaseRace)
+}
+
+// A lease is taken by a compare-and-swap on its row as read, and renewed by an update
+// that names its owner: the two rules of every lease, an experiment's or a bisection's.
+
+// errLeaseRace is a lease that changed hands under every one of a few tries.
+var errLeaseRace = errors.New("the lease kept changing hands; try again")
+
+// swapped reports whether a compare-and-swap update changed its one row: false when
+// another arbiter changed the row first.
+func swapped(res sql.Result, err error, what string) (bool, error) {
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", what, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", what, err)
+	}
+	return n == 1, nil
+}
+
+// heartbeat runs a lease's renewal, an update that names its owner; no row changed means
+// another arbiter has taken the lease over (ErrLeaseLost).
+func heartbeat(ctx context.Context, db *sqlx.DB, what, query string, args ...any) error {
+	res, err := db.ExecContext(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("renew lease on %s: %w", what, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("renew lease on %s: %w", what, err)
+	} else if n == 0 {
+		return fmt.Errorf("%s: %w", what, ErrLeaseLost)
+	}
+	return nil
 }
 
 // Renew records a heartbeat at now. ErrLeaseLost means another arbiter has taken the
 // experiment over: the caller must stop running it.
 func (l *Lease) Renew(ctx context.Context, now time.Time) error {
-	res, err := l.s.db.ExecContext(ctx, `UPDATE leases SET heartbeat_at = ? WHERE experiment_id = ? AND owner = ?`,
-		Timestamp(now), l.experimentID, l.owner.ID)
-	if err != nil {
-		return fmt.Errorf("renew lease on experiment %d: %w", l.experimentID, err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("renew lease on experiment %d: %w", l.experimentID, err)
-	} else if n == 0 {
-		return fmt.Errorf("experiment %d: %w", l.experimentID, ErrLeaseLost)
-	}
-	return nil
+	return heartbeat(ctx, l.s.db, fmt.Sprintf("experiment %d", l.experimentID),
+		`UPDATE leases SET heartbeat_at = ? WHERE experiment_id = ? AND owner = ?`, Timestamp(now), l.experimentID, l.owner.ID)
 }
 
 // Release lets go of the lease, if this owner still holds it.
