@@ -25,6 +25,7 @@ func results(rs []PinResult) string {
 // from the group named value or else the first; settings of the engine's configuration
 // are attested only where a rule names them.
 func TestAttestFromTheLog(t *testing.T) {
+	t.Parallel()
 	p := arms.PresetFor("ollama")
 	p.Attest = append(p.Attest, arms.AttestRule{Pin: "X", Log: regexp.MustCompile(`(x)=(?P<value>\d+)`)})
 	log := []byte("llama_kv_cache_init: kv_size = 4096, type_k = 'q8_0', type_v = 'q8_0'\n" +
@@ -58,6 +59,7 @@ unverified: OLLAMA_NUM_PARALLEL (the engine's log has no line that reports it) (
 // A metric is read at its label on its first series, or at its value; a boolean rule
 // reads True and 1 alike.
 func TestAttestFromMetrics(t *testing.T) {
+	t.Parallel()
 	fams, err := parseMetrics(strings.NewReader(`# TYPE vllm:cache_config_info gauge
 vllm:cache_config_info{block_size="16",cache_dtype="fp8",enable_prefix_caching="True"} 1.0
 # TYPE vllm:num_gpu_blocks gauge
@@ -88,6 +90,7 @@ unverified: --enable-chunked-prefill (the engine's metrics do not report it)`
 // Server info is read at a dotted key; a key under something that is not an object is
 // unverified, saying what it is.
 func TestAttestFromServerInfo(t *testing.T) {
+	t.Parallel()
 	p := arms.Preset{Name: "custom", Attest: []arms.AttestRule{{Pin: "--page-size", ServerInfo: "cache.page_size"}, {Pin: "--tp", ServerInfo: "parallel.tp"}}}
 	info, err := parseServerInfo([]byte(`{"cache": {"page_size": 64}, "parallel": [8]}`))
 	if err != nil {

@@ -117,6 +117,7 @@ func sessionFlags(t *testing.T, db string, exp int64) []sessionFlag {
 }
 
 func TestDivergenceIsRecordedAndCountsOnlyWhenListed(t *testing.T) {
+	t.Parallel()
 	for _, listed := range []bool{false, true} {
 		t.Run(fmt.Sprintf("listed=%v", listed), func(t *testing.T) {
 			spec := testSpec(t, "")
@@ -166,6 +167,7 @@ func TestDivergenceIsRecordedAndCountsOnlyWhenListed(t *testing.T) {
 // arms without the engines differing: a session whose replies were aborted is not
 // compared, and counts beside; the sessions that were compared diverge as before.
 func TestAbortedRepliesAreNotComparedButCountedBeside(t *testing.T) {
+	t.Parallel()
 	spec := testSpec(t, "")
 	db := filepath.Join(t.TempDir(), "a.db")
 	aborting := runtimeFunc(func(_ context.Context, l runtime.Launch) (runtime.Instance, error) {
@@ -206,6 +208,7 @@ func TestAbortedRepliesAreNotComparedButCountedBeside(t *testing.T) {
 }
 
 func TestNoDivergenceAboveTemperatureZero(t *testing.T) {
+	t.Parallel()
 	spec := testSpec(t, "")
 	spec.Workload.Temperature = 0.7
 	db := filepath.Join(t.TempDir(), "a.db")
@@ -225,6 +228,7 @@ func TestNoDivergenceAboveTemperatureZero(t *testing.T) {
 // treatment's sessions that diverge from control are exactly those a corrupted decode
 // broke, and control itself never diverges from an identical A/A twin.
 func TestDivergenceOnRealRefserve(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds refserve and runs two experiments")
 	}

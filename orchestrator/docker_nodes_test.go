@@ -146,6 +146,7 @@ func verdictCounts(t *testing.T, db string, exp int64) (map[string][2]int, strin
 // arm's pins (as the Engine API reports them), with the counts and verdict that the
 // same experiment gives on one node.
 func TestFourArmsOnTwoDockerDaemons(t *testing.T) {
+	t.Parallel()
 	ds := dockertest.Start(t, 2)
 	image := dockertest.RefserveImage(t, ds...)
 	spec := dockerNodesSpec(t, "  image: "+image, twoDaemonRuntime(ds))
@@ -261,6 +262,7 @@ func firstLine(text, prefix string) string {
 // node's error); the other daemon's arms finish, the lost arms run again there, and the
 // verdict shows the lost runs.
 func TestStoppedDaemonLosesItsRuns(t *testing.T) {
+	t.Parallel()
 	ds := dockertest.Start(t, 2)
 	image := dockertest.RefserveImage(t, ds...)
 	spec := dockerNodesSpec(t, "  image: "+image, twoDaemonRuntime(ds))

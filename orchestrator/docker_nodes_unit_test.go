@@ -8,6 +8,7 @@ import (
 )
 
 func TestDockerForReadsTLSFilesBesideTheSpec(t *testing.T) {
+	t.Parallel()
 	src := `version: 1
 name: tls
 engine: {preset: refserve, image: arbiter/refserve}

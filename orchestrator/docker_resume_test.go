@@ -74,6 +74,7 @@ func (w *slotWatch) TurnDone(string, int, int)                          {}
 // experiment that the killed arbiter left, before any launch takes the slot: the slot's
 // GPUs (its one engine at a time) are never held by the old engine and the new one.
 func TestResumeRemovesTheContainersOfAKilledArbiter(t *testing.T) {
+	t.Parallel()
 	ds := dockertest.Start(t, 1)
 	image := dockertest.RefserveImage(t, ds...)
 	arbiter := testbin.Build(t, "github.com/arbiterlab/arbiter/cmd/arbiter")

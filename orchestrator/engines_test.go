@@ -60,6 +60,7 @@ analysis: {aa: true}
 // at /get_server_info): pins are confirmed there, and a setting another one overrode
 // (a page size an attention backend forced) is reported as it runs.
 func TestSGLangServerInfoFixture(t *testing.T) {
+	t.Parallel()
 	for _, path := range []string{"/server_info", "/get_server_info"} {
 		t.Run(path, func(t *testing.T) {
 			url := fixtureEngine(t, map[string]string{path: "sglang/server_info.json"})
@@ -92,6 +93,7 @@ func TestSGLangServerInfoFixture(t *testing.T) {
 // vLLM reports its cache configuration as the labels of vllm:cache_config_info; the
 // rest of its configuration it does not report, and such pins are unverified.
 func TestVLLMMetricsFixture(t *testing.T) {
+	t.Parallel()
 	url := fixtureEngine(t, map[string]string{"/metrics": "vllm/metrics.txt", "/version": "vllm/version.json"})
 	spec := fixtureSpec(t, "vllm", url, "[--kv-cache-dtype, fp8, --block-size, '16', --enable-prefix-caching, --max-num-seqs, '64']")
 	a, _ := spec.Expand()

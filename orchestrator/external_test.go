@@ -60,6 +60,7 @@ timeouts: {startup: 30s, request: 30s, stall: 20s}
 // in the verdict, and an arm whose engine runs otherwise than pinned is refused before
 // anything is recorded.
 func TestExternalArms(t *testing.T) {
+	t.Parallel()
 	bin := testbin.Build(t, "github.com/arbiterlab/arbiter/cmd/refserve")
 	control := startServer(t, bin, "BF16_INDEX_K=0")
 	treatment := startServer(t, bin, "BF16_INDEX_K=1")
@@ -124,6 +125,7 @@ func TestExternalArms(t *testing.T) {
 }
 
 func TestComparePins(t *testing.T) {
+	t.Parallel()
 	g := arms.PresetFor("refserve").Grammar
 	info := []byte(`{"env": {"BF16_INDEX_K": "1"}, "enable_hierarchical_cache": true, "disable_overlap_schedule": false,
 		"hicache_ratio": 2, "tool_call_parser": "deepseekv4", "mem_fraction_static": 0.9, "cuda_graph_bs": [1, 2, 4]}`)
@@ -154,6 +156,7 @@ func TestComparePins(t *testing.T) {
 // confirmed only by a report that says it is on. Both were once confirmed: -1 was read
 // as a flag of its own, and any reported value but false and null counted as on.
 func TestComparePinsHostileValues(t *testing.T) {
+	t.Parallel()
 	g := arms.PresetFor("sglang").Grammar
 	for _, tc := range []struct {
 		info string

@@ -14,6 +14,7 @@ import (
 )
 
 func TestGPUClaimWaitsForTheHolderAndSaysWhoItIs(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "locks")
 	ctx := context.Background()
 	first, err := claimGPUs(ctx, dir, "local", "2,0", "arbiter pid 111 on node-a, experiment first", quietLogger())
@@ -69,6 +70,7 @@ func TestGPUClaimWaitsForTheHolderAndSaysWhoItIs(t *testing.T) {
 }
 
 func TestGPUClaimGivesUpWhenCancelled(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	held, err := claimGPUs(context.Background(), dir, "local", "0", "holder", quietLogger())
 	if err != nil {
@@ -83,6 +85,7 @@ func TestGPUClaimGivesUpWhenCancelled(t *testing.T) {
 }
 
 func TestGPUScope(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		kind, host, want string
 	}{

@@ -49,6 +49,7 @@ func (c *containerEngines) Remove(_ context.Context, id string) error {
 // others; one it cannot remove stops the resume before anything runs, and leaves the
 // experiment as it was.
 func TestResumeRemovesOnlyItsOwnLeftoverContainers(t *testing.T) {
+	t.Parallel()
 	db := filepath.Join(t.TempDir(), "a.db")
 	spec := testSpec(t, "")
 	ctx, cancel := context.WithCancel(context.Background())

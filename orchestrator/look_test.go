@@ -14,6 +14,7 @@ import (
 // last, and a stop it asks for ends scheduling there with its reason recorded, as a
 // crossed boundary does.
 func TestLookStopsSchedulingWithItsReason(t *testing.T) {
+	t.Parallel()
 	db := filepath.Join(t.TempDir(), "a.db")
 	spec := testSpec(t, "blocks: 3\n")
 	var seen [][]ArmCounts

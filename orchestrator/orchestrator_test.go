@@ -220,6 +220,7 @@ func runStatuses(t *testing.T, db string, exp int64) map[string]store.RunStatus 
 }
 
 func TestHealthyArmsRecordEverySession(t *testing.T) {
+	t.Parallel()
 	db := filepath.Join(t.TempDir(), "a.db")
 	res, err := Run(context.Background(), Options{Spec: testSpec(t, ""), DBPath: db, Logger: quietLogger(),
 		Runtime: engines(func(string) *engine { return newEngine(t, nil) })})
@@ -245,6 +246,7 @@ func TestHealthyArmsRecordEverySession(t *testing.T) {
 }
 
 func TestCrashDuringWorkloadIsRecordedAndTheNextArmRuns(t *testing.T) {
+	t.Parallel()
 	db := filepath.Join(t.TempDir(), "a.db")
 	// The first request after the readiness probe kills the engine, so no session of
 	// the arm completes.
@@ -284,6 +286,7 @@ func TestCrashDuringWorkloadIsRecordedAndTheNextArmRuns(t *testing.T) {
 }
 
 func TestWedgedEngineIsCaughtByProgressNotHealth(t *testing.T) {
+	t.Parallel()
 	db := filepath.Join(t.TempDir(), "a.db")
 	// After the readiness probe the engine keeps every new stream open, trickling empty
 	// deltas that never finish a turn, while /health keeps saying OK. Per-request stall
@@ -323,6 +326,7 @@ func TestWedgedEngineIsCaughtByProgressNotHealth(t *testing.T) {
 }
 
 func TestInterruptKeepsWhatWasRecorded(t *testing.T) {
+	t.Parallel()
 	db := filepath.Join(t.TempDir(), "a.db")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -359,6 +363,7 @@ func TestInterruptKeepsWhatWasRecorded(t *testing.T) {
 }
 
 func TestEngineThatNeverBecomesReadyFailsItsRun(t *testing.T) {
+	t.Parallel()
 	db := filepath.Join(t.TempDir(), "a.db")
 	spec := testSpec(t, "")
 	spec.Timeouts.Startup = 300e6 // 300ms
@@ -381,6 +386,7 @@ func TestEngineThatNeverBecomesReadyFailsItsRun(t *testing.T) {
 }
 
 func TestPlanIsASeededPermutationPerBlock(t *testing.T) {
+	t.Parallel()
 	a, b := plan(3, 4, 42), plan(3, 4, 42)
 	if fmt.Sprint(a) != fmt.Sprint(b) {
 		t.Fatal("same seed, different plans")
@@ -418,6 +424,7 @@ func TestPlanIsASeededPermutationPerBlock(t *testing.T) {
 }
 
 func TestSequentialDesignStopsSchedulingOnceTheLaunchesReject(t *testing.T) {
+	t.Parallel()
 	db := filepath.Join(t.TempDir(), "a.db")
 	// The treatment engine garbles every reply into leaked DSML markup; control is clean.
 	// With 8 looks each tests at 0.03/8 = 0.00375: 5 launches per arm cannot reach it
@@ -448,6 +455,7 @@ func TestSequentialDesignStopsSchedulingOnceTheLaunchesReject(t *testing.T) {
 }
 
 func TestResumeKeepsFinishedLaunchesAndRerunsTheRest(t *testing.T) {
+	t.Parallel()
 	db := filepath.Join(t.TempDir(), "a.db")
 	spec := testSpec(t, "blocks: 2\n")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -549,6 +557,7 @@ type writerFunc func(p []byte) (int, error)
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 func TestStoredArmsHideCredentialsByName(t *testing.T) {
+	t.Parallel()
 	db := filepath.Join(t.TempDir(), "a.db")
 	spec := testSpec(t, "")
 	spec.Engine.Env = map[string]string{"API_TOKEN": "k9x"} // too short for value matching
@@ -595,6 +604,7 @@ func blockFirstLaunch(t *testing.T) (rt runtime.Runtime, started, release chan s
 }
 
 func TestAnExperimentRunsOnceAtATime(t *testing.T) {
+	t.Parallel()
 	db := filepath.Join(t.TempDir(), "a.db")
 	spec := testSpec(t, "")
 	rt, started, release := blockFirstLaunch(t)
@@ -636,6 +646,7 @@ func TestAnExperimentRunsOnceAtATime(t *testing.T) {
 }
 
 func TestLosingTheLeaseStopsTheExperimentWithoutFinishingIt(t *testing.T) {
+	t.Parallel()
 	db := filepath.Join(t.TempDir(), "a.db")
 	rt, started, release := blockFirstLaunch(t)
 	type outcome struct {
@@ -675,6 +686,7 @@ func TestLosingTheLeaseStopsTheExperimentWithoutFinishingIt(t *testing.T) {
 }
 
 func TestSessionStatusesAreTheStoresWords(t *testing.T) {
+	t.Parallel()
 	for _, w := range []string{workload.SessionOK, workload.SessionError, workload.SessionTimeout, workload.SessionAborted} {
 		if got := sessionStatus(w); string(got) != w {
 			t.Errorf("workload's %q is stored as %q", w, got)
@@ -683,6 +695,7 @@ func TestSessionStatusesAreTheStoresWords(t *testing.T) {
 }
 
 func TestLaunchesCarryTheDatabaseID(t *testing.T) {
+	t.Parallel()
 	db := filepath.Join(t.TempDir(), "a.db")
 	var mu sync.Mutex
 	var seen []string
@@ -712,6 +725,7 @@ func TestLaunchesCarryTheDatabaseID(t *testing.T) {
 // An arm whose engine failed every block the same way is told once, with its blocks;
 // blocks that ended otherwise are told apart.
 func TestNoDataNamesBlocksThatEndedAlikeTogether(t *testing.T) {
+	t.Parallel()
 	e := &experiment{arms: []arms.Arm{{Name: "control"}, {Name: "treatment"}}, counts: []armCounts{{sessions: 4}, {}}}
 	noBinary := "process runtime: refserve: not found"
 	err := e.checkData([]RunResult{

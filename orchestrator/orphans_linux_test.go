@@ -16,6 +16,7 @@ import (
 // by this (live) process and one as started by an arbiter that is gone; only the second
 // is ended.
 func TestReapOrphansSparesLiveArbitersAndEndsTheRest(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	st, err := store.Open(filepath.Join(t.TempDir(), "a.db"), store.Options{})
 	if err != nil {

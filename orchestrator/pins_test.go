@@ -58,6 +58,7 @@ detectors: [dsml-leak]
 // before anything is recorded, naming the arm, the URL and what was wrong. Such pins
 // were once only "unverified", and the experiment went ahead on a caveat.
 func TestExternalServerInfoRefused(t *testing.T) {
+	t.Parallel()
 	good := serverInfoEngine(t, serveJSON(`{"enable_hierarchical_cache": true, "version": "0.5.4"}`))
 	pad := strings.Repeat("x", 1468006-len(`{"enable_hierarchical_cache": true, "pad": ""}`))
 	padded := `{"enable_hierarchical_cache": true, "pad": "` + pad + `"}`
@@ -120,6 +121,7 @@ func TestExternalServerInfoRefused(t *testing.T) {
 // Pins that server info readable as a JSON object reports otherwise refuse their arm:
 // --chunked-prefill-size -1 against 8192, a bare flag against "false" or 0.
 func TestExternalPinMismatchesRefused(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, info, args, want string
 	}{
@@ -144,6 +146,7 @@ func TestExternalPinMismatchesRefused(t *testing.T) {
 
 // A run refused for its server info leaves nothing behind, as any failed preflight.
 func TestExternalRunRefusedForPaddedServerInfo(t *testing.T) {
+	t.Parallel()
 	padded := `{"enable_hierarchical_cache": true, "pad": "` + strings.Repeat("x", 2<<20) + `"}`
 	control := serverInfoEngine(t, serveJSON(padded))
 	treatment := serverInfoEngine(t, serveJSON(`{"enable_hierarchical_cache": true}`))
@@ -161,6 +164,7 @@ func TestExternalRunRefusedForPaddedServerInfo(t *testing.T) {
 // TestPinErrorsNameTheAddressWithoutSecrets: the address a pin check names goes through
 // arms.RedactURL, which keeps where it looked and hides what may be a credential.
 func TestPinErrorsNameTheAddressWithoutSecrets(t *testing.T) {
+	t.Parallel()
 	got := arms.RedactURL("http://ops:hunter2@10.0.0.5:30000/get_server_info?token=abc#x")
 	if strings.Contains(got, "hunter2") || strings.Contains(got, "abc") || !strings.Contains(got, "10.0.0.5:30000/get_server_info") {
 		t.Errorf("arms.RedactURL = %s", got)

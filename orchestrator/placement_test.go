@@ -103,6 +103,7 @@ func noSlotServesTwo(t *testing.T, runs []placedRun) {
 }
 
 func TestFourArmsOnTwoNodesRunAtTheSameTime(t *testing.T) {
+	t.Parallel()
 	spec := refserveSpec(t, "runtime:\n  nodes:\n    - {name: node-a, slots: 2}\n    - {name: node-b, slots: 2}\n", 1)
 	db := filepath.Join(t.TempDir(), "a.db")
 	res, err := Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quietLogger(), GPULockDir: t.TempDir()})
@@ -153,6 +154,7 @@ func TestFourArmsOnTwoNodesRunAtTheSameTime(t *testing.T) {
 }
 
 func TestFewerSlotsThanArmsRunInWaves(t *testing.T) {
+	t.Parallel()
 	spec := refserveSpec(t, "runtime:\n  nodes:\n    - {name: solo, slots: 2}\n", 2)
 	db := filepath.Join(t.TempDir(), "a.db")
 	res, err := Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quietLogger(), GPULockDir: t.TempDir()})
@@ -190,6 +192,7 @@ func TestFewerSlotsThanArmsRunInWaves(t *testing.T) {
 // A node that cannot be reached loses its runs (recorded lost, with the error) and gets
 // no further arms; the experiment finishes on the other node.
 func TestLostNodeLosesOnlyItsRuns(t *testing.T) {
+	t.Parallel()
 	spec := testSpec(t, "blocks: 2\nruntime:\n  nodes:\n    - {name: good}\n    - {name: gone}\n")
 	db := filepath.Join(t.TempDir(), "a.db")
 	good := engines(func(string) *engine { return newEngine(t, nil) })
@@ -250,6 +253,7 @@ func TestLostNodeLosesOnlyItsRuns(t *testing.T) {
 }
 
 func TestEveryNodeLostFailsTheExperiment(t *testing.T) {
+	t.Parallel()
 	spec := testSpec(t, "")
 	gone := runtimeFunc(func(context.Context, runtime.Launch) (runtime.Instance, error) {
 		return nil, runtime.ErrNodeLost
@@ -263,6 +267,7 @@ func TestEveryNodeLostFailsTheExperiment(t *testing.T) {
 // An engine whose node goes away during the workload loses its run (recorded lost, with
 // what the runtime said), and its arm runs again on the node still answering.
 func TestNodeLostMidRunRunsTheArmAgainElsewhere(t *testing.T) {
+	t.Parallel()
 	spec := testSpec(t, "runtime:\n  nodes:\n    - {name: good}\n    - {name: flaky}\n")
 	db := filepath.Join(t.TempDir(), "a.db")
 	good := engines(func(string) *engine { return newEngine(t, nil) })

@@ -40,6 +40,7 @@ vllm:e2e_request_latency_seconds_sum{engine="0",model_name="org/m \"q\""} 2.5
 `
 
 func TestMetricSamplesKeepTheEnginesFamilies(t *testing.T) {
+	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 		io.WriteString(w, vllmMetrics)
@@ -71,6 +72,7 @@ func TestMetricSamplesKeepTheEnginesFamilies(t *testing.T) {
 // TestScraperGivesUpOnAnEngineWithoutMetrics: a 404 before any scrape succeeded (SGLang or
 // refserve without --enable-metrics) ends scraping at once; the scraper records nothing.
 func TestScraperGivesUpOnAnEngineWithoutMetrics(t *testing.T) {
+	t.Parallel()
 	srv := httptest.NewServer(http.NotFoundHandler())
 	defer srv.Close()
 	m := &metricsScraper{url: srv.URL + "/metrics", client: srv.Client(), start: time.Now(),
@@ -87,6 +89,7 @@ func TestScraperGivesUpOnAnEngineWithoutMetrics(t *testing.T) {
 // TestScraperRecordsUntilCancelled: an engine that serves metrics is scraped until the
 // workload ends, each scrape at a later time than the one before.
 func TestScraperRecordsUntilCancelled(t *testing.T) {
+	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, vllmMetrics) }))
 	defer srv.Close()
 	var mu sync.Mutex
@@ -122,6 +125,7 @@ func TestScraperRecordsUntilCancelled(t *testing.T) {
 // A phase's end is scraped at once, however long the gap the scraper is waiting out:
 // a phase shorter than the gaps still has a scrape at its end.
 func TestScraperScrapesAtEveryPhaseEnd(t *testing.T) {
+	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, vllmMetrics) }))
 	defer srv.Close()
 	scraped := make(chan float64, 10)
@@ -185,6 +189,7 @@ func FuzzMetricSamples(f *testing.F) {
 // "metrics body over limit", and is not parsed: reading it allocates a small part of the
 // body's size, where parsing a 16 MiB body cost some 650 MB.
 func TestMetricsBodyOverLimit(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ name, line string }{
 		{"runtime families", "python_gc_objects_collected_total{generation=\"%d\"} 1234.0\n"},
 		{"a label per request", "vllm:request_tokens{rid=\"req-%d\",model_name=\"org/model\"} 17.0\n"},
@@ -221,6 +226,7 @@ func TestMetricsBodyOverLimit(t *testing.T) {
 // buckets are dropped before the parser builds anything, and what is stored is what the
 // whole exposition gives.
 func TestMetricsKeepOnlyWhatIsStored(t *testing.T) {
+	t.Parallel()
 	want, err := parseMetrics(strings.NewReader(vllmMetrics))
 	if err != nil {
 		t.Fatal(err)

@@ -94,6 +94,7 @@ func runErrors(t *testing.T, db string, exp int64) map[string]string {
 // ends at the stall timeout at the same moment the watchdog would look; the run must
 // still be wedged, decided within the stall timeout and a small margin.
 func TestTotalWedgeIsWedgedWhenSessionsEqualConcurrency(t *testing.T) {
+	t.Parallel()
 	const stall = 2 * time.Second
 	for _, shape := range []struct{ sessions, concurrency int }{{8, 8}, {24, 4}} {
 		t.Run(fmt.Sprintf("%d sessions at %d", shape.sessions, shape.concurrency), func(t *testing.T) {
@@ -125,6 +126,7 @@ func TestTotalWedgeIsWedgedWhenSessionsEqualConcurrency(t *testing.T) {
 // once with HTTP 500. That is an erroring engine, decided long before the stall timeout,
 // whatever the ratio of sessions to concurrency.
 func TestFastErrorsAreErroringNotWedged(t *testing.T) {
+	t.Parallel()
 	const stall = 3 * time.Second
 	for _, shape := range []struct{ sessions, concurrency int }{{8, 8}, {40, 4}} {
 		t.Run(fmt.Sprintf("%d sessions at %d", shape.sessions, shape.concurrency), func(t *testing.T) {
@@ -165,6 +167,7 @@ func TestFastErrorsAreErroringNotWedged(t *testing.T) {
 // a reply makes progress token by token, so it is not wedged; its turns run past the
 // request timeout.
 func TestEndlessGenerationIsTimedOut(t *testing.T) {
+	t.Parallel()
 	db := filepath.Join(t.TempDir(), "a.db")
 	spec := testSpec(t, "")
 	spec.Timeouts.Request, spec.Timeouts.Stall = time.Second, 400*time.Millisecond
@@ -184,6 +187,7 @@ func TestEndlessGenerationIsTimedOut(t *testing.T) {
 }
 
 func TestWatchdogDecides(t *testing.T) {
+	t.Parallel()
 	timeouts := arms.Timeouts{Request: time.Minute, Stall: time.Second}
 	at := func(d *watchdog, after time.Duration) time.Time { return time.Unix(0, d.last.Load()).Add(after) }
 	t.Run("a streak of stalls is a wedge", func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 // TestPlannedSessionsAgree: what the spec counts as a launch's sessions (the verdict's
 // planned sessions, block k's offset) is what the workload reports, for every example.
 func TestPlannedSessionsAgree(t *testing.T) {
+	t.Parallel()
 	files, err := filepath.Glob(filepath.Join("..", "examples", "*.yaml"))
 	if err != nil || len(files) < 10 {
 		t.Fatalf("examples: %v (%d)", err, len(files))

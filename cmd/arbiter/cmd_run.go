@@ -190,7 +190,7 @@ func checkOutput(keep outfile.Guard, paths ...string) error {
 	return nil
 }
 
-// writeVerdict builds the verdict of experiment ref from g's database and writes
+// writeVerdict builds the verdict of experiment id from g's database and writes
 // it (markdown and charts) to path through keep, which also keeps the experiment's spec.
 func writeVerdict(ctx context.Context, g *globals, id int64, path string, keep outfile.Guard) (*verdict.Verdict, error) {
 	db, err := store.OpenReadOnly(g.dbPath())
