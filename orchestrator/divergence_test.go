@@ -4,10 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/arbiterlab/arbiter/internal/testkit/testbin"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -232,10 +232,7 @@ func TestDivergenceOnRealRefserve(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds refserve and runs two experiments")
 	}
-	bin := filepath.Join(t.TempDir(), "refserve")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/arbiterlab/arbiter/cmd/refserve").CombinedOutput(); err != nil {
-		t.Fatalf("build refserve: %v\n%s", err, out)
-	}
+	bin := testbin.Build(t, "github.com/arbiterlab/arbiter/cmd/refserve")
 	run := func(armsYAML string) (string, int64) {
 		src := fmt.Sprintf(`version: 1
 name: divergence-refserve
