@@ -3,6 +3,7 @@ package bisect
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -22,10 +23,19 @@ import (
 
 // refservePath puts a freshly built refserve first on PATH, where the refserve preset
 // finds it.
-func refservePath(t *testing.T) {
+// withRefserve is a bisection spec's text with its engine run from a refserve built for
+// the tests, by path: the tests run in parallel, so none changes $PATH.
+func withRefserve(t *testing.T, src string) string {
 	t.Helper()
 	bin := testbin.Build(t, "github.com/arbiterlab/arbiter/cmd/refserve")
-	t.Setenv("PATH", filepath.Dir(bin)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	out := strings.Replace(src, "preset: refserve", fmt.Sprintf("preset: refserve, command: [%q]", bin), 1)
+	if strings.Contains(src, "engine:\n  preset: refserve\n") {
+		out = strings.Replace(src, "engine:\n  preset: refserve\n", fmt.Sprintf("engine:\n  preset: refserve\n  command: [%q]\n", bin), 1)
+	}
+	if out == src {
+		t.Fatal("the spec has no refserve engine to run from a path")
+	}
+	return out
 }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -60,8 +70,13 @@ func TestBisectNamesThePairOnRefserve(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a bisection of real refserve processes")
 	}
-	refservePath(t)
-	spec, err := arms.LoadBisect("../examples/bisect/tuesday-release.yaml")
+	t.Parallel()
+	const path = "../examples/bisect/tuesday-release.yaml"
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := arms.ParseBisect(path, []byte(withRefserve(t, string(src))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +193,7 @@ func timeNow() time.Time { return time.Now() }
 // A change the engine refuses to start with leaves its step unjudgeable: the search
 // stops there, says why, and names nothing.
 func TestBisectStepWhoseEngineCannotStart(t *testing.T) {
-	refservePath(t)
+	t.Parallel()
 	src := `version: 1
 name: bad-flag
 engine: {preset: refserve, args: [--inter-token-delay, 1ms]}
@@ -188,7 +203,7 @@ workload: {kind: toolcall-agent, sessions: 6, rounds: 2, concurrency: 6, seed: 1
 search: {effect: 0.1, error_budget: 0.4, looks: 3}
 timeouts: {startup: 20s, request: 20s, stall: 10s}
 `
-	spec, err := arms.ParseBisect("bad-flag.yaml", []byte(src))
+	spec, err := arms.ParseBisect("bad-flag.yaml", []byte(withRefserve(t, src)))
 	if err != nil {
 		t.Fatal(err)
 	}

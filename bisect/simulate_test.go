@@ -17,6 +17,7 @@ import (
 // changes: the budget split over MaxSteps(8, 2) = 9 steps, 10 looks of one launch a
 // side, 40 sessions each, effect 10 points.
 func TestSimulatedBisectionsKeepTheErrorBudgetWhenLaunchesDiffer(t *testing.T) {
+	t.Parallel()
 	const budget = 0.05
 	maxSteps := MaxSteps(8, 2)
 	design, err := stats.NewStepDesign(arms.DefaultBisectLooks, budget/float64(maxSteps), 0.10, arms.DefaultLaunchICC)
@@ -58,6 +59,7 @@ func TestSimulatedBisectionsKeepTheErrorBudgetWhenLaunchesDiffer(t *testing.T) {
 // Under noise too, a single culprit among 8 that corrupts well beyond the effect is
 // named in at most ceil(log2 8) + 2 steps.
 func TestSimulatedSingleCulpritWithinFiveSteps(t *testing.T) {
+	t.Parallel()
 	design, err := stats.NewStepDesign(arms.DefaultBisectLooks, 0.05/9, 0.10, arms.DefaultLaunchICC)
 	if err != nil {
 		t.Fatal(err)
