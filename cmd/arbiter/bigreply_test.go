@@ -25,6 +25,7 @@ import (
 // memory (VmHWM) while it runs. Before the response cap, one 64 MiB body cost 1 GB and
 // six concurrent 12 MiB streams 613 MB; the target is under 300 MB for each mode.
 func TestBigRepliesKeepArbiterSmall(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs three experiments against an engine that sends hundreds of megabytes")
 	}

@@ -78,6 +78,7 @@ timeouts: {startup: 60s, request: 60s, stall: 30s}
 // TestDockerRuntime shares one image between an experiment run through the CLI on the
 // docker runtime and arbiter gc.
 func TestDockerRuntime(t *testing.T) {
+	t.Parallel()
 	image := dockerImage(t)
 
 	t.Run("run", func(t *testing.T) {

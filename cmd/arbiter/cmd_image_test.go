@@ -23,6 +23,7 @@ import (
 // `arbiter image build` puts a static refserve, and nothing else, in an image FROM
 // scratch on a daemon without a registry, and the image serves.
 func TestImageBuildMakesAnImageThatServes(t *testing.T) {
+	t.Parallel()
 	ds := dockertest.Start(t, 1)
 	bin := filepath.Join(t.TempDir(), "refserve-static")
 	build := exec.Command("go", "build", "-tags", "arbiter_static", "-o", bin, "github.com/arbiterlab/arbiter/cmd/refserve")
@@ -68,6 +69,7 @@ func TestImageBuildMakesAnImageThatServes(t *testing.T) {
 // gc --spec sweeps every docker node of a spec: a leftover on each daemon is found on
 // its node and removed there.
 func TestGcSweepsEveryNodeOfASpec(t *testing.T) {
+	t.Parallel()
 	ds := dockertest.Start(t, 2)
 	image := dockertest.RefserveImage(t, ds...)
 	dir := t.TempDir()

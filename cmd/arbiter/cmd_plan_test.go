@@ -52,6 +52,7 @@ analysis: {baseline: control, plan: {p0: 0, p1: 0.12, power: 0.8, turn_seconds: 
 // The sequential example: `arbiter plan` says both what the fixed design at the spec's
 // own power needs and what the sequential design uses on average.
 func TestPlanSimulatesTheSequentialExample(t *testing.T) {
+	t.Parallel()
 	code, stdout, stderr := runCLI(t, "plan", "../../examples/sequential.yaml", "--simulate", "--json",
 		"--db", filepath.Join(t.TempDir(), "none.db"))
 	if code != 0 {

@@ -172,6 +172,7 @@ func TestLsFormatsAndQuiet(t *testing.T) {
 // and show prints what its help promises: the status and version, each arm's pins,
 // launches, sessions, corrupted, lost and decision, then the headline.
 func TestVersionIsPrintedAndStored(t *testing.T) {
+	t.Parallel()
 	const v = "v9.8.7-test"
 	arbiter := testbin.Build(t, "github.com/arbiterlab/arbiter/cmd/arbiter",
 		"GOFLAGS=-buildvcs=false -ldflags=-X=github.com/arbiterlab/arbiter/internal/version.version="+v)

@@ -213,6 +213,7 @@ func lsJSON(t *testing.T, g gatedExperiment) []store.ExperimentSummary {
 // arm again beside it. Both resumes are refused, saying who runs it, and the experiment
 // ends with one launch per arm.
 func TestResumeWhileTheRunGoesOnIsRefused(t *testing.T) {
+	t.Parallel()
 	g := newGatedExperiment(t)
 	run, runLog := g.startRun(t)
 
@@ -251,6 +252,7 @@ func TestResumeWhileTheRunGoesOnIsRefused(t *testing.T) {
 // the experiment shows as abandoned at once (its process is gone), and of two resumes
 // started together exactly one takes it over.
 func TestAbandonedExperimentIsTakenOverByOneResume(t *testing.T) {
+	t.Parallel()
 	g := newGatedExperiment(t)
 	run, _ := g.startRun(t)
 	if err := run.Process.Kill(); err != nil {
@@ -301,6 +303,7 @@ func TestAbandonedExperimentIsTakenOverByOneResume(t *testing.T) {
 // TestResumeWritesAMissingVerdict: arbiter killed while it wrote the verdict leaves the
 // experiment done and no verdict; resume writes it instead of refusing.
 func TestResumeWritesAMissingVerdict(t *testing.T) {
+	t.Parallel()
 	g := newGatedExperiment(t)
 	g.open(t)
 	var out, errb strings.Builder
