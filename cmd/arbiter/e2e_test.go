@@ -34,16 +34,10 @@ var (
 func buildRefserve(t *testing.T) string {
 	t.Helper()
 	refserveOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "arbiter-e2e-bin")
-		if err != nil {
-			refserveErr = err
-			return
-		}
-		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "refserve"), "github.com/arbiterlab/arbiter/cmd/refserve").CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", filepath.Join(refserveDir, "refserve"), "github.com/arbiterlab/arbiter/cmd/refserve").CombinedOutput()
 		if err != nil {
 			refserveErr = &buildError{out: string(out), err: err}
 		}
-		refserveDir = dir
 	})
 	if refserveErr != nil {
 		t.Fatalf("build refserve: %v", refserveErr)
@@ -58,11 +52,19 @@ type buildError struct {
 
 func (e *buildError) Error() string { return e.err.Error() + "\n" + e.out }
 
+// TestMain puts the folder that buildRefserve builds refserve into on PATH for the whole
+// test binary, so that the tests which run refserve by name need not set PATH themselves
+// and can run in parallel.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if refserveDir != "" {
-		os.RemoveAll(refserveDir)
+	dir, err := os.MkdirTemp("", "arbiter-e2e-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
+	refserveDir = dir
+	os.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	code := m.Run()
+	os.RemoveAll(refserveDir)
 	os.Exit(code)
 }
 
@@ -93,8 +95,7 @@ timeouts: {startup: 60s, request: 60s, stall: 30s}
 `
 
 func TestEndToEndExperimentThroughRealProcesses(t *testing.T) {
-	bin := buildRefserve(t)
-	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	buildRefserve(t)
 	const secret = "hf_e2eSecretValue_9f3k"
 	t.Setenv("ARBITER_E2E_TOKEN", secret)
 	dir := t.TempDir()
@@ -374,8 +375,8 @@ timeouts: {startup: 60s, request: 60s, stall: 30s}
 // arm crashed and that its corruption is inconclusive, nothing reads "significantly
 // higher", and the regression gate fails (exit 3) unless inconclusive arms are allowed.
 func TestEngineKilledMidRunMakesItsArmInconclusive(t *testing.T) {
-	bin := buildRefserve(t)
-	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Parallel()
+	buildRefserve(t)
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "treatment.pid")
 	spec := filepath.Join(dir, "spec.yaml")
@@ -513,8 +514,8 @@ func waitForTreatment(t *testing.T, dbPath, pidFile string, done <-chan cliResul
 // verdict read "treatment corrupted 3 of 3 sessions (100.0%) … significantly higher"
 // with exit 0. Now nothing is analysed, the arm is inconclusive, and the gate fails.
 func TestEngineKilledWithEverySessionInFlight(t *testing.T) {
-	bin := buildRefserve(t)
-	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Parallel()
+	buildRefserve(t)
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "treatment.pid")
 	spec := filepath.Join(dir, "spec.yaml")
@@ -573,7 +574,8 @@ func secretForms(v string) map[string]string {
 // not a credential: the stored spec and the server info keep "20ms", so resume can use
 // the recorded spec.
 func TestQuickstartWithInterTokenDelayResumesWithoutSpec(t *testing.T) {
-	t.Setenv("PATH", buildRefserve(t)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Parallel()
+	buildRefserve(t)
 	arbiter := testbin.Build(t, "github.com/arbiterlab/arbiter/cmd/arbiter")
 	quickstart, err := os.ReadFile("../../examples/quickstart.yaml")
 	if err != nil {

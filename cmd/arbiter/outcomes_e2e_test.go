@@ -30,8 +30,8 @@ timeouts: {startup: 60s, request: 60s, stall: 2s}
 // launch within the stall timeout and 10 s of its abort, the off arm never; the headline
 // says so with the exact p on launches, and --fail-on wedge exits 3.
 func TestAbortCascadeWedgeThroughTheCLI(t *testing.T) {
-	bin := buildRefserve(t)
-	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Parallel()
+	buildRefserve(t)
 	dir := t.TempDir()
 	spec := filepath.Join(dir, "deadlock.yaml")
 	if err := os.WriteFile(spec, []byte(deadlockSpec), 0o644); err != nil {
@@ -106,8 +106,8 @@ func TestAbortCascadeWedgeThroughTheCLI(t *testing.T) {
 // TestTraceExampleReplaysIdenticallyInEachArm runs examples/trace.yaml as a user does and
 // compares the request bodies the arms received, byte for byte.
 func TestTraceExampleReplaysIdenticallyInEachArm(t *testing.T) {
-	bin := buildRefserve(t)
-	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Parallel()
+	buildRefserve(t)
 	db := filepath.Join(t.TempDir(), "results.db")
 	code, stdout, stderr := runCLI(t, "run", filepath.Join("..", "..", "examples", "trace.yaml"), "--db", db)
 	if code != 0 {

@@ -51,6 +51,7 @@ func recordedDone(t *testing.T) (db, spec string) {
 // files, the spec, a symbolic link, a directory or a device is bad usage (exit 2), said
 // with the path and why, and every file is left as it was; run says so before it runs.
 func TestOutputNeverReplacesWhatMustSurvive(t *testing.T) {
+	t.Parallel()
 	db, spec := recordedDone(t)
 	dir := filepath.Dir(db)
 	link := filepath.Join(dir, "link.md")
@@ -106,6 +107,7 @@ func TestOutputNeverReplacesWhatMustSurvive(t *testing.T) {
 // empty (an older arbiter killed between creating it and writing it) gets its verdict
 // written, whole; a whole one stops resume.
 func TestResumeRewritesACutVerdict(t *testing.T) {
+	t.Parallel()
 	db, _ := recordedDone(t)
 	ctx := context.Background()
 	r, err := store.OpenReadOnly(db)

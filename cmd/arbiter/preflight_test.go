@@ -80,8 +80,8 @@ func runRefused(t *testing.T, src, want string) {
 }
 
 func TestFailedPreflightLeavesNothing(t *testing.T) {
-	bin := buildRefserve(t)
-	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Parallel()
+	buildRefserve(t)
 
 	t.Run("a fixed port that is taken", func(t *testing.T) {
 		ln, err := net.Listen("tcp", ":0")

@@ -12,6 +12,7 @@ import (
 // A detector written in Python labels an experiment's responses through go-plugin, and
 // the verdict counts it beside the built-in ones.
 func TestPythonDetectorInAnExperiment(t *testing.T) {
+	t.Parallel()
 	plugin, err := filepath.Abs("../../examples/plugins/python/arbiter-detector-tool-args")
 	if err != nil {
 		t.Fatal(err)
@@ -23,8 +24,7 @@ func TestPythonDetectorInAnExperiment(t *testing.T) {
 		}
 		t.Skip(msg)
 	}
-	bin := buildRefserve(t)
-	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	buildRefserve(t)
 	dir := t.TempDir()
 	spec := filepath.Join(dir, "spec.yaml")
 	src := fmt.Sprintf(`version: 1

@@ -30,8 +30,8 @@ func startArm(t *testing.T, bin string, bf16 string) string {
 // the spec's env, and whose replay reproduces a corrupted session against a fresh
 // treatment arm and none against a control arm.
 func TestReproBundleReplays(t *testing.T) {
+	t.Parallel()
 	bin := buildRefserve(t)
-	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
 	src, err := os.ReadFile("../../examples/quickstart.yaml")
 	if err != nil {
 		t.Fatal(err)

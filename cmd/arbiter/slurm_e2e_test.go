@@ -139,7 +139,7 @@ func tryReadRuns(db string) (string, []runRow, error) {
 func TestSlurmQuickstart(t *testing.T) {
 	c := slurmtest.Start(t, slurmtest.Options{})
 	t.Setenv("SLURM_CONF", c.Conf)
-	t.Setenv("PATH", buildRefserve(t)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	buildRefserve(t)
 	db := filepath.Join(t.TempDir(), "arbiter.db")
 	w := watchJobs(c)
 	code, stdout, stderr := runCLI(t, "run", slurmSpec(t, c, ""), "--db", db)
@@ -228,7 +228,7 @@ func waitForRun(t *testing.T, db, arm, status string, limit time.Duration) runRo
 func TestSlurmCancelledAndLeftover(t *testing.T) {
 	c := slurmtest.Start(t, slurmtest.Options{})
 	t.Setenv("SLURM_CONF", c.Conf)
-	t.Setenv("PATH", buildRefserve(t)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	buildRefserve(t)
 	ctx := context.Background()
 	// Slow tokens, so that the workload is still running when its job is cancelled.
 	slow := "blocks: 1\n"
@@ -361,7 +361,7 @@ func TestSlurmQuickstartREST(t *testing.T) {
 	t.Setenv("SLURM_CONF", "/nonexistent") // nothing may go through the commands
 	t.Setenv("SLURM_JWT", c.Token)
 	t.Setenv("SLURM_USER_NAME", "root")
-	t.Setenv("PATH", buildRefserve(t)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	buildRefserve(t)
 	spec := slurmSpec(t, c, "")
 	b, _ := os.ReadFile(spec)
 	restSpec := strings.Replace(string(b), "runtime: {kind: slurm,", "runtime: {kind: slurm, rest: \""+c.RESTURL+"\",", 1)
