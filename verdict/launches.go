@@ -698,21 +698,6 @@ func dedupe(xs []string) []string {
 	return out
 }
 
-// claimSummary is the family's machine-readable form, in Summary: every claim with what
-// it compared, its level and its decision ("" when nothing is claimed).
-func (v *Verdict) claimSummary() map[string]any {
-	f := v.Claims
-	var claims []map[string]any
-	for _, c := range f.Claims {
-		claims = append(claims, map[string]any{"outcome": c.Outcome, "arm": c.Arm, "against": c.Against, "group": c.Group,
-			"primary": c.Primary, "level": c.Level, "launches_arm": c.LaunchesArm, "launches_against": c.LaunchesBase,
-			"test": c.Test, "estimate": nanNil(c.Estimate), "interval": []any{nanNil(c.CI.Lo), nanNil(c.CI.Hi)},
-			"p": nanNil(c.P), "testable": c.Testable, "launches_needed": c.Needed, "launch_spread": nanNil(c.Spread),
-			"claimed": c.Claimed, "decision": c.Decision})
-	}
-	return map[string]any{"alpha": f.Alpha, "primary": f.Primary, "claims": claims}
-}
-
 // NoiseFloor is how much launches of one configuration differed in an experiment: the
 // intra-launch correlation of corruption and the coefficient of variation of tok/s, each
 // the largest seen among the arms' comparisons (NaN where no arm had two launches, or

@@ -932,49 +932,6 @@ func (v *Verdict) outcomeGate(name string) (fail bool, why string, ok bool) {
 	return false, "", false
 }
 
-// outcomeSummary is the outcomes' machine-readable form, in Summary.
-func (v *Verdict) outcomeSummary() map[string]any {
-	o := v.Outcomes
-	interval := func(i stats.Interval) []any { return []any{nanNil(i.Lo), nanNil(i.Hi)} }
-	var groups, metrics, ni, cascades []map[string]any
-	for _, g := range o.Groups {
-		arms := map[string]any{}
-		for i, a := range v.Arms {
-			arms[a.Name] = map[string]any{"sessions": g.Sessions[i], "engine_tokens_per_second": nanNil(g.EngineTPS[i]),
-				"median_tokens_per_second": nanNil(medianOrNaN(g.values(i, MetricThroughput))),
-				"median_ttft_ms":           nanNil(medianOrNaN(g.values(i, MetricTTFT))),
-				"median_itl_ms":            nanNil(medianOrNaN(g.values(i, MetricITL))),
-				"median_latency_ms":        nanNil(medianOrNaN(g.values(i, MetricLatency)))}
-			if q := g.Gaps[i]; q.N > 0 {
-				arms[a.Name].(map[string]any)["token_gaps"] = map[string]any{"n": q.N, "p50_ms": q.P50, "p90_ms": q.P90,
-					"p99_ms": q.P99, "max_ms": q.Max}
-			}
-		}
-		groups = append(groups, map[string]any{"name": g.Name, "kind": g.Kind, "concurrency": g.Concurrency, "rate": g.Rate, "arms": arms})
-	}
-	for _, r := range o.Metrics {
-		metrics = append(metrics, map[string]any{"group": r.Group, "metric": r.Metric, "arm": r.Arm,
-			"ratio": nanNil(r.Result.Ratio), "ratio95": interval(r.Result.RatioCI), "shift": r.Result.Shift,
-			"shift95": interval(r.Result.ShiftCI), "mann_whitney_p": nanNil(r.Result.P), "exact": r.Result.Exact,
-			"launch_p": nanNil(r.AdjustedP), "decision": r.Decision})
-	}
-	for _, set := range [][]ThroughputNI{o.Throughput, o.Stability} {
-		for _, t := range set {
-			ni = append(ni, map[string]any{"arm": t.Arm, "group": t.Group, "against": t.Against, "against_group": t.AgainstGroup,
-				"ratio": nanNil(t.Result.Ratio), "lower_bound": nanNil(t.Result.Bound), "margin": t.Result.Margin,
-				"non_inferior": t.Result.NonInferior})
-		}
-	}
-	for _, c := range o.Cascades {
-		m := map[string]any{"arm": c.Arm, "launches": c.Launches, "wedged": c.Wedged, "cascades": c.Cascades,
-			"recovered": c.Recovered, "recovery_ms": append([]float64{}, c.Recoveries...), "wedged_after_ms": append([]float64{}, c.WedgedAfter...),
-			"requests_cut": c.Aborted, "wedged_fisher_p": nanNil(c.FisherP)}
-		cascades = append(cascades, m)
-	}
-	return map[string]any{"groups": groups, "comparisons": metrics, "throughput_non_inferiority": ni,
-		"abort_cascades": cascades, "throughput_margin": o.Margin}
-}
-
 // pEq is a p-value after its name: "= 0.003", or "< 1e-300" below what a float carries.
 func pEq(p float64) string {
 	if s := pval(p); strings.HasPrefix(s, "<") {
