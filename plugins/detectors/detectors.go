@@ -93,3 +93,12 @@ func Label(ctx context.Context, ds []plugins.Detector, r plugins.Response) ([]pl
 	}
 	return labels, corrupted, errors.Join(errs...)
 }
+
+// inChoice is what a detector says of choice ci of a completion: as it is for the first
+// (most completions have one), prefixed "choice N: " for any other.
+func inChoice(ci int, s string) string {
+	if ci == 0 {
+		return s
+	}
+	return fmt.Sprintf("choice %d: %s", ci, s)
+}

@@ -157,10 +157,6 @@ func (d dsmlLeak) Detect(ctx context.Context, r plugins.Response) (plugins.Label
 		if !ok {
 			continue
 		}
-		where := ""
-		if ci > 0 {
-			where = fmt.Sprintf("choice %d: ", ci)
-		}
 		markers := "1 marker"
 		if l.count > 1 {
 			markers = fmt.Sprintf("%d markers", l.count)
@@ -168,7 +164,7 @@ func (d dsmlLeak) Detect(ctx context.Context, r plugins.Response) (plugins.Label
 		return plugins.Label{
 			Detector:  DSMLLeakName,
 			Corrupted: true,
-			Reason:    fmt.Sprintf("%s%s markup in content (%s), first at rune %d: %q", where, l.format, markers, l.rune, l.excerpt),
+			Reason:    inChoice(ci, fmt.Sprintf("%s markup in content (%s), first at rune %d: %q", l.format, markers, l.rune, l.excerpt)),
 		}, nil
 	}
 	return plugins.Label{Detector: DSMLLeakName}, nil

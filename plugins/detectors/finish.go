@@ -46,10 +46,7 @@ func (finishAnomaly) Detect(ctx context.Context, r plugins.Response) (plugins.La
 		if why == "" {
 			continue
 		}
-		if ci > 0 {
-			why = fmt.Sprintf("choice %d: %s", ci, why)
-		}
-		return plugins.Label{Detector: FinishAnomalyName, Corrupted: true, Reason: why}, nil
+		return plugins.Label{Detector: FinishAnomalyName, Corrupted: true, Reason: inChoice(ci, why)}, nil
 	}
 	return plugins.Label{Detector: FinishAnomalyName}, nil
 }

@@ -59,15 +59,11 @@ func (repetition) Detect(ctx context.Context, r plugins.Response) (plugins.Label
 		if !ok {
 			continue
 		}
-		where := ""
-		if ci > 0 {
-			where = fmt.Sprintf("choice %d: ", ci)
-		}
 		return plugins.Label{
 			Detector:  RepetitionName,
 			Corrupted: true,
-			Reason: fmt.Sprintf("%sa %d-token span repeated %d times back to back at rune %d: %q",
-				where, l.unit, l.repeats, l.rune, l.excerpt),
+			Reason: inChoice(ci, fmt.Sprintf("a %d-token span repeated %d times back to back at rune %d: %q",
+				l.unit, l.repeats, l.rune, l.excerpt)),
 		}, nil
 	}
 	return plugins.Label{Detector: RepetitionName}, nil
