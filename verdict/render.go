@@ -229,11 +229,8 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 	v.designSections(b)
 
 	if len(v.Rounds) > 0 {
-		fmt.Fprintf(b, "\n## Corruption by round\n\nCorrupted sessions in each round, of the sessions that reached it. Rounds count from 0, as `turns.round` does in the database.\n\n| round |")
-		for _, a := range v.Arms {
-			fmt.Fprintf(b, " %s |", a.Name)
-		}
-		fmt.Fprintf(b, "\n|---:|%s\n", strings.Repeat("---:|", len(v.Arms)))
+		fmt.Fprintf(b, "\n## Corruption by round\n\nCorrupted sessions in each round, of the sessions that reached it. Rounds count from 0, as `turns.round` does in the database.\n\n")
+		v.armColumns(b, "round", "---:", "")
 		for _, r := range v.Rounds {
 			fmt.Fprintf(b, "| %d |", r.Round)
 			for i := range v.Arms {
@@ -249,11 +246,8 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 	}
 
 	if len(v.Detectors) > 0 {
-		fmt.Fprintf(b, "\n## Corruption by detector\n\nSessions with at least one flagged response (flagged responses in brackets).\n\n| detector |")
-		for _, a := range v.Arms {
-			fmt.Fprintf(b, " %s |", a.Name)
-		}
-		fmt.Fprintf(b, " example |\n|---|%s---|\n", strings.Repeat("---:|", len(v.Arms)))
+		fmt.Fprintf(b, "\n## Corruption by detector\n\nSessions with at least one flagged response (flagged responses in brackets).\n\n")
+		v.armColumns(b, "detector", "---", "example")
 		for _, d := range v.Detectors {
 			fmt.Fprintf(b, "| %s |", d.Detector)
 			for i := range v.Arms {
@@ -505,4 +499,19 @@ func (v *Verdict) caveatsSection(b *strings.Builder) {
 	for _, c := range v.Caveats {
 		fmt.Fprintf(b, "- %s\n", c)
 	}
+}
+
+// armColumns writes the header of a table with a column per arm (right-aligned, for
+// numbers) between a first column, aligned as align says, and an optional last one.
+func (v *Verdict) armColumns(b *strings.Builder, first, align, last string) {
+	fmt.Fprintf(b, "| %s |", first)
+	for _, a := range v.Arms {
+		fmt.Fprintf(b, " %s |", a.Name)
+	}
+	tail := ""
+	if last != "" {
+		fmt.Fprintf(b, " %s |", last)
+		tail = "---|"
+	}
+	fmt.Fprintf(b, "\n|%s|%s%s\n", align, strings.Repeat("---:|", len(v.Arms)), tail)
 }

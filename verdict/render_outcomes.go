@@ -28,11 +28,8 @@ func (v *Verdict) outcomeSections(b *strings.Builder, charts []chartRef) bool {
 		phased = phased || g.Kind != ""
 	}
 	if phased {
-		fmt.Fprintf(b, "Generated tokens per second of the whole engine over each phase (mean over launches, and their range when there were several):\n\n| phase |")
-		for _, a := range v.Arms {
-			fmt.Fprintf(b, " %s |", a.Name)
-		}
-		fmt.Fprintf(b, "\n|---|%s\n", strings.Repeat("---:|", len(v.Arms)))
+		fmt.Fprintf(b, "Generated tokens per second of the whole engine over each phase (mean over launches, and their range when there were several):\n\n")
+		v.armColumns(b, "phase", "---", "")
 		for _, g := range o.Groups {
 			fmt.Fprintf(b, "| %s |", g.Name)
 			for i := range v.Arms {
