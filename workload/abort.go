@@ -169,6 +169,10 @@ type cascadeSession struct {
 
 // cascade runs the k-th abort cascade (from 0) on sessions first..first+N (the last one
 // the canaries'), records its phase and returns it.
+// abortEndGrace is how long after an abort's answer a stream it ended may take to be
+// read to its end before the cascade counts it as still streaming.
+const abortEndGrace = 2 * time.Second
+
 func (r *runner) cascade(ctx context.Context, a AbortCascadeConfig, k, first, pos int) Phase {
 	n := a.sessions()
 	p := Phase{Name: CascadePhaseName(k + 1), Kind: PhaseCascade, Position: pos, Concurrency: n,
@@ -315,8 +319,17 @@ wait:
 	}
 
 	// Whatever the abort did not end is cut now, so that no stream outlives its cascade.
+	// A stream the abort did end may not have been read to its end yet (its last chunk in
+	// flight, its reader not yet scheduled, the canary quicker): each gets until
+	// abortEndGrace after the abort's answer before it counts as still streaming.
+	gctx, cancelGrace := context.WithDeadline(ctx, p.AbortedAt.Add(abortEndGrace))
 	stillOpen := 0
 	for _, s := range sessions {
+		select {
+		case <-s.done:
+			continue
+		case <-gctx.Done():
+		}
 		select {
 		case <-s.done:
 		default:
@@ -324,6 +337,7 @@ wait:
 			s.cancel()
 		}
 	}
+	cancelGrace()
 	if stillOpen > 0 && p.Abort != AbortDisconnect {
 		notes = append(notes, fmt.Sprintf("%d sessions still streamed after the %s and were disconnected", stillOpen, p.Abort))
 	}
