@@ -21,8 +21,6 @@ import (
 	"github.com/arbiterlab/arbiter/verdict"
 )
 
-// refservePath puts a freshly built refserve first on PATH, where the refserve preset
-// finds it.
 // withRefserve is a bisection spec's text with its engine run from a refserve built for
 // the tests, by path: the tests run in parallel, so none changes $PATH.
 func withRefserve(t *testing.T, src string) string {
@@ -76,7 +74,14 @@ func TestBisectNamesThePairOnRefserve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, err := arms.ParseBisect(path, []byte(withRefserve(t, string(src))))
+	// Tokens at half the example's pace: refserve's counts do not depend on it (its fault
+	// model draws against the sessions it serves, never the clock), and rounds of 0.5 ms
+	// tokens still outlast the start of 40 clients by far.
+	paced := strings.Replace(string(src), "--inter-token-delay, 1ms", "--inter-token-delay, 500us", 1)
+	if paced == string(src) {
+		t.Fatal("the example no longer sets --inter-token-delay 1ms")
+	}
+	spec, err := arms.ParseBisect(path, []byte(withRefserve(t, paced)))
 	if err != nil {
 		t.Fatal(err)
 	}

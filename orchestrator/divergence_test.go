@@ -233,10 +233,10 @@ func TestDivergenceOnRealRefserve(t *testing.T) {
 		t.Skip("builds refserve and runs two experiments")
 	}
 	bin := testbin.Build(t, "github.com/arbiterlab/arbiter/cmd/refserve")
-	run := func(armsYAML string) (string, int64) {
+	run := func(t *testing.T, armsYAML string) (string, int64) {
 		src := fmt.Sprintf(`version: 1
 name: divergence-refserve
-engine: {preset: refserve, command: [%q], args: [--enable-hierarchical-cache, --inter-token-delay, 10ms]}
+engine: {preset: refserve, command: [%q], args: [--enable-hierarchical-cache]}
 %s
 workload: {kind: toolcall-agent, sessions: 100, rounds: 3, concurrency: 100, seed: 42, temperature: 0}
 detectors: [dsml-leak, divergence]
@@ -254,59 +254,64 @@ timeouts: {startup: 30s, request: 60s, stall: 20s}
 		return db, res.ExperimentID
 	}
 
-	db, exp := run("arms:\n  control: {env: {BF16_INDEX_K: \"0\"}}\n  treatment: {env: {BF16_INDEX_K: \"1\"}}")
-	ro, err := store.OpenReadOnly(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ro.Close()
-	// Sessions that dsml-leak flagged, and sessions that diverged, per arm.
-	var rows []struct {
-		Arm      string `db:"name"`
-		Session  int    `db:"session_index"`
-		Leaked   bool   `db:"leaked"`
-		Diverged bool   `db:"diverged"`
-	}
-	if err := ro.Select(&rows, `SELECT a.name, s.session_index,
+	t.Run("A/B", func(t *testing.T) {
+		t.Parallel()
+		db, exp := run(t, "arms:\n  control: {env: {BF16_INDEX_K: \"0\"}}\n  treatment: {env: {BF16_INDEX_K: \"1\"}}")
+		ro, err := store.OpenReadOnly(db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ro.Close()
+		// Sessions that dsml-leak flagged, and sessions that diverged, per arm.
+		var rows []struct {
+			Arm      string `db:"name"`
+			Session  int    `db:"session_index"`
+			Leaked   bool   `db:"leaked"`
+			Diverged bool   `db:"diverged"`
+		}
+		if err := ro.Select(&rows, `SELECT a.name, s.session_index,
 			EXISTS (SELECT 1 FROM labels l WHERE l.run_id = s.run_id AND l.session_index = s.session_index
 				AND l.detector = 'dsml-leak' AND l.corrupted = 1) AS leaked,
 			EXISTS (SELECT 1 FROM divergences d WHERE d.run_id = s.run_id AND d.session_index = s.session_index
 				AND d.turn_index IS NOT NULL) AS diverged
 		FROM sessions s JOIN arms a ON a.id = s.arm_id WHERE s.experiment_id = ? AND s.status = 'ok'`, exp); err != nil {
-		t.Fatal(err)
-	}
-	leaked, diverged := 0, 0
-	for _, r := range rows {
-		if r.Arm == "control" && (r.Leaked || r.Diverged) {
-			t.Errorf("control session %d: leaked %v, diverged %v", r.Session, r.Leaked, r.Diverged)
+			t.Fatal(err)
 		}
-		if r.Arm == "treatment" && r.Leaked != r.Diverged {
-			t.Errorf("treatment session %d: leaked %v but diverged %v", r.Session, r.Leaked, r.Diverged)
+		leaked, diverged := 0, 0
+		for _, r := range rows {
+			if r.Arm == "control" && (r.Leaked || r.Diverged) {
+				t.Errorf("control session %d: leaked %v, diverged %v", r.Session, r.Leaked, r.Diverged)
+			}
+			if r.Arm == "treatment" && r.Leaked != r.Diverged {
+				t.Errorf("treatment session %d: leaked %v but diverged %v", r.Session, r.Leaked, r.Diverged)
+			}
+			if r.Leaked {
+				leaked++
+			}
+			if r.Diverged {
+				diverged++
+			}
 		}
-		if r.Leaked {
-			leaked++
+		if leaked == 0 || len(rows) != 200 {
+			t.Fatalf("%d sessions ok, %d leaked: the experiment did not show the fault it is built for", len(rows), leaked)
 		}
-		if r.Diverged {
-			diverged++
+		counts, err := store.DivergenceCounts(context.Background(), ro, exp)
+		if err != nil || len(counts) != 1 || counts[0].Compared != 100 || counts[0].Diverged != diverged {
+			t.Errorf("counts = %+v, %v; want 100 compared, %d diverged", counts, err, diverged)
 		}
-	}
-	if leaked == 0 || len(rows) != 200 {
-		t.Fatalf("%d sessions ok, %d leaked: the experiment did not show the fault it is built for", len(rows), leaked)
-	}
-	counts, err := store.DivergenceCounts(context.Background(), ro, exp)
-	if err != nil || len(counts) != 1 || counts[0].Compared != 100 || counts[0].Diverged != diverged {
-		t.Errorf("counts = %+v, %v; want 100 compared, %d diverged", counts, err, diverged)
-	}
-	t.Logf("treatment: %d of 100 sessions leaked and diverged", diverged)
-
-	db, exp = run("arms:\n  a: {env: {BF16_INDEX_K: \"0\"}}\n  b: {env: {BF16_INDEX_K: \"0\"}}\nanalysis: {aa: true}")
-	ro2, err := store.OpenReadOnly(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ro2.Close()
-	counts, err = store.DivergenceCounts(context.Background(), ro2, exp)
-	if err != nil || len(counts) != 1 || counts[0].Compared != 100 || counts[0].Diverged != 0 {
-		t.Errorf("A/A: counts = %+v, %v; want 100 compared, none diverged", counts, err)
-	}
+		t.Logf("treatment: %d of 100 sessions leaked and diverged", diverged)
+	})
+	t.Run("A/A", func(t *testing.T) {
+		t.Parallel()
+		db, exp := run(t, "arms:\n  a: {env: {BF16_INDEX_K: \"0\"}}\n  b: {env: {BF16_INDEX_K: \"0\"}}\nanalysis: {aa: true}")
+		ro, err := store.OpenReadOnly(db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ro.Close()
+		counts, err := store.DivergenceCounts(context.Background(), ro, exp)
+		if err != nil || len(counts) != 1 || counts[0].Compared != 100 || counts[0].Diverged != 0 {
+			t.Errorf("A/A: counts = %+v, %v; want 100 compared, none diverged", counts, err)
+		}
+	})
 }

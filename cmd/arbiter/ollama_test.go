@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,14 +14,39 @@ import (
 // These tests drive ollama, an engine arbiter did not write, built for the CPU (go install
 // github.com/ollama/ollama@v0.6.5; CI builds it and sets ARBITER_REQUIRE_OLLAMA=1).
 
+// withOllama writes the example at path into dir, with the changes of r if any, its
+// engine run from the test's ollama binary by path (the tests run in parallel, so none
+// changes $PATH), and returns the copy's path.
+func withOllama(t *testing.T, path, dir string, r *strings.Replacer) string {
+	t.Helper()
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(src)
+	if r != nil {
+		text = r.Replace(text)
+	}
+	pinned := strings.Replace(text, "  preset: ollama\n", fmt.Sprintf("  preset: ollama\n  command: [%q, serve]\n", testbin.Ollama(t)), 1)
+	if pinned == text {
+		t.Fatalf("%s has no ollama engine to run from a path", path)
+	}
+	spec := filepath.Join(dir, filepath.Base(path))
+	if err := os.WriteFile(spec, []byte(pinned), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return spec
+}
+
 // On a CPU, ollama leaves flash attention off and its KV cache in f16 whatever its env
 // asks, and says so only in its log: the KV-cache example is refused before any traffic,
 // with exit code 5, and its verdict names the pins and what the engine reported.
 func TestOllamaKVCacheExampleRefusedOnCPU(t *testing.T) {
-	t.Setenv("PATH", filepath.Dir(testbin.Ollama(t))+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Parallel()
 	dir := t.TempDir()
+	spec := withOllama(t, "../../examples/ollama-kv-cache.yaml", dir, nil)
 	db, out := filepath.Join(dir, "r.db"), filepath.Join(dir, "kv.md")
-	code, stdout, stderr := runCLI(t, "run", "../../examples/ollama-kv-cache.yaml", "--db", db, "-o", out)
+	code, stdout, stderr := runCLI(t, "run", spec, "--db", db, "-o", out)
 	if code != exitPinRefused {
 		t.Fatalf("exit %d, want %d; stdout:\n%s\nstderr:\n%s", code, exitPinRefused, stdout, stderr)
 	}
@@ -60,17 +86,10 @@ func TestOllamaKVCacheExampleRefusedOnCPU(t *testing.T) {
 // parallel example's p16-again repeats p16, and p1 is tested against that floor. The
 // example's workload, made smaller to keep the suite short.
 func TestOllamaParallelExampleJudgedAgainstTheFloor(t *testing.T) {
-	t.Setenv("PATH", filepath.Dir(testbin.Ollama(t))+string(os.PathListSeparator)+os.Getenv("PATH"))
-	src, err := os.ReadFile("../../examples/ollama-parallel.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	small := strings.NewReplacer("sessions: 32", "sessions: 6", "concurrency: 16", "concurrency: 6", "max_tokens: 32", "max_tokens: 12").Replace(string(src))
+	t.Parallel()
 	dir := t.TempDir()
-	spec := filepath.Join(dir, "parallel.yaml")
-	if err := os.WriteFile(spec, []byte(small), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	spec := withOllama(t, "../../examples/ollama-parallel.yaml", dir,
+		strings.NewReplacer("sessions: 32", "sessions: 6", "concurrency: 16", "concurrency: 6", "max_tokens: 32", "max_tokens: 12"))
 	out := filepath.Join(dir, "p.md")
 	code, stdout, stderr := runCLI(t, "run", spec, "--db", filepath.Join(dir, "r.db"), "-o", out)
 	if code != exitOK {

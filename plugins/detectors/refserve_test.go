@@ -210,29 +210,32 @@ func TestFinishAnomalyOnRefserveRepliesCutByMaxTokens(t *testing.T) {
 // same calls by the same schemas refserve built them from, flags none.
 func TestFinishAnomalyOnCorruptedRefserveReplies(t *testing.T) {
 	for _, arm := range []string{"0", "1"} {
-		base := startRefserve(t, []string{"BF16_INDEX_K=" + arm}, "--enable-hierarchical-cache", "--inter-token-delay", "10ms")
-		flagged := 0
-		for _, turn := range drive(t, base, workload.Config{Sessions: 100, Rounds: 3, Concurrency: 100, Seed: 42}) {
-			finish, why := judge(t, FinishAnomalyName, turn)
-			leak, _ := judge(t, DSMLLeakName, turn)
-			// refserve builds its calls from the schemas the detector reads: a structured
-			// call is never flagged, in either arm.
-			if bad, why := judge(t, ToolcallSchemaName, turn); bad {
-				t.Errorf("BF16_INDEX_K=%s turn %d/%d: toolcall-schema flagged refserve's own call: %q", arm, turn.Session, turn.Index, why)
-			}
-			if finish != leak {
-				t.Errorf("BF16_INDEX_K=%s turn %d/%d: finish-anomaly %v (%q) but dsml-leak %v", arm, turn.Session, turn.Index, finish, why, leak)
-			}
-			if finish {
-				flagged++
-				if fr := turn.Response.Choices[0].FinishReason; fr != "stop" || !strings.HasPrefix(why, `finish_reason "stop" with DeepSeek`) {
-					t.Errorf("flagged reply ended %q: %q", fr, why)
+		t.Run("BF16_INDEX_K="+arm, func(t *testing.T) {
+			t.Parallel()
+			base := startRefserve(t, []string{"BF16_INDEX_K=" + arm}, "--enable-hierarchical-cache")
+			flagged := 0
+			for _, turn := range drive(t, base, workload.Config{Sessions: 100, Rounds: 3, Concurrency: 100, Seed: 42}) {
+				finish, why := judge(t, FinishAnomalyName, turn)
+				leak, _ := judge(t, DSMLLeakName, turn)
+				// refserve builds its calls from the schemas the detector reads: a structured
+				// call is never flagged, in either arm.
+				if bad, why := judge(t, ToolcallSchemaName, turn); bad {
+					t.Errorf("BF16_INDEX_K=%s turn %d/%d: toolcall-schema flagged refserve's own call: %q", arm, turn.Session, turn.Index, why)
+				}
+				if finish != leak {
+					t.Errorf("BF16_INDEX_K=%s turn %d/%d: finish-anomaly %v (%q) but dsml-leak %v", arm, turn.Session, turn.Index, finish, why, leak)
+				}
+				if finish {
+					flagged++
+					if fr := turn.Response.Choices[0].FinishReason; fr != "stop" || !strings.HasPrefix(why, `finish_reason "stop" with DeepSeek`) {
+						t.Errorf("flagged reply ended %q: %q", fr, why)
+					}
 				}
 			}
-		}
-		if (arm == "0") != (flagged == 0) {
-			t.Errorf("BF16_INDEX_K=%s: %d replies flagged", arm, flagged)
-		}
-		t.Logf("BF16_INDEX_K=%s: %d replies flagged", arm, flagged)
+			if (arm == "0") != (flagged == 0) {
+				t.Errorf("BF16_INDEX_K=%s: %d replies flagged", arm, flagged)
+			}
+			t.Logf("BF16_INDEX_K=%s: %d replies flagged", arm, flagged)
+		})
 	}
 }
