@@ -624,7 +624,7 @@ func TestAnExperimentRunsOnceAtATime(t *testing.T) {
 	_, err := Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quietLogger(), Resume: 1,
 		Runtime: engines(func(string) *engine { return newEngine(t, nil) })})
 	var held *store.LeaseHeldError
-	if !errors.As(err, &held) || held.ExperimentID != 1 || held.Lease.PID != os.Getpid() {
+	if !errors.As(err, &held) || held.Of != "experiment" || held.ID != 1 || held.Lease.PID != os.Getpid() {
 		t.Fatalf("resume during the run: %v; want a LeaseHeldError naming this process", err)
 	}
 	close(release)

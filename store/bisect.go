@@ -113,21 +113,6 @@ func (s BisectionStep) Experiment(ctx context.Context, db *sqlx.DB) (ExperimentR
 	return experimentNamed(ctx, db, s.ExperimentName)
 }
 
-// BisectionHeldError reports a bisection whose lease another arbiter holds.
-type BisectionHeldError struct {
-	BisectionID int64
-	Lease       LeaseRow
-	At          time.Time
-}
-
-func (e *BisectionHeldError) Error() string {
-	return fmt.Sprintf("bisection %d is being run by %s; wait until it ends or stop that arbiter (a lease without a heartbeat for %s counts as abandoned and can be resumed)",
-		e.BisectionID, e.Lease.Describe(e.At), LeaseExpiry)
-}
-
-// Unwrap makes errors.Is(err, ErrLeaseHeld) hold.
-func (e *BisectionHeldError) Unwrap() error { return ErrLeaseHeld }
-
 // ErrStepTaken reports a step another arbiter recorded first.
 var ErrStepTaken = errors.New("the step was recorded by another arbiter")
 
@@ -166,7 +151,7 @@ func (s *Store) StartBisection(ctx context.Context, b Bisection, owner Owner) (i
 
 // AcquireBisection takes the lease on bisection id for owner at now, when nobody holds
 // it or its holder's lease is stale: a compare-and-swap on the row as read, so that of
-// several arbiters racing, one wins. A live lease gives a *BisectionHeldError.
+// several arbiters racing, one wins. A live lease gives a *LeaseHeldError.
 func (s *Store) AcquireBisection(ctx context.Context, id int64, owner Owner, now time.Time) (*BisectionLease, error) {
 	stamp := Timestamp(now)
 	for range 5 {
@@ -175,7 +160,7 @@ func (s *Store) AcquireBisection(ctx context.Context, id int64, owner Owner, now
 			return nil, err
 		}
 		if l := b.Lease(); l != nil && l.Live(now) {
-			return nil, &BisectionHeldError{BisectionID: id, Lease: *l, At: now}
+			return nil, &LeaseHeldError{Of: "bisection", ID: id, Lease: *l, At: now}
 		}
 		res, err := s.db.ExecContext(ctx, `UPDATE bisections SET owner = ?, owner_host = ?, owner_pid = ?, owner_pid_namespace = ?,
 			heartbeat_at = ? WHERE id = ? AND owner IS ? AND heartbeat_at IS ?`,

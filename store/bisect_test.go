@@ -19,7 +19,7 @@ func TestBisectionLeaseIsExclusiveUntilItExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = s.AcquireBisection(ctx, id, newOwner("second"), t0.Add(LeaseExpiry/2))
-	var held *BisectionHeldError
+	var held *LeaseHeldError
 	if !errors.As(err, &held) || !errors.Is(err, ErrLeaseHeld) || !strings.Contains(err.Error(), fmt.Sprintf("bisection %d is being run by", id)) {
 		t.Fatalf("second owner while the first is live: %v", err)
 	}

@@ -30,7 +30,7 @@ const (
 
 var (
 	// ErrLeaseHeld is wrapped by the *LeaseHeldError returned when another arbiter holds
-	// a live lease on the experiment.
+	// a live lease on the experiment or bisection.
 	ErrLeaseHeld = errors.New("experiment is being run by another arbiter")
 	// ErrLeaseLost reports that this arbiter no longer holds the lease it took: another
 	// one took the experiment over after this one missed its heartbeats for LeaseExpiry.
@@ -95,16 +95,18 @@ func (l LeaseRow) Describe(now time.Time) string {
 		l.PID, l.Host, l.Owner, l.AcquiredAt, now.Sub(l.Heartbeat()).Round(100*time.Millisecond))
 }
 
-// LeaseHeldError reports an experiment whose lease another arbiter holds.
+// LeaseHeldError reports an experiment or a bisection whose lease another arbiter
+// holds.
 type LeaseHeldError struct {
-	ExperimentID int64
-	Lease        LeaseRow
-	At           time.Time
+	Of    string // "experiment" or "bisection"
+	ID    int64
+	Lease LeaseRow
+	At    time.Time
 }
 
 func (e *LeaseHeldError) Error() string {
-	return fmt.Sprintf("experiment %d is being run by %s; wait until it ends or stop that arbiter (a lease without a heartbeat for %s counts as abandoned and can be resumed)",
-		e.ExperimentID, e.Lease.Describe(e.At), LeaseExpiry)
+	return fmt.Sprintf("%s %d is being run by %s; wait until it ends or stop that arbiter (a lease without a heartbeat for %s counts as abandoned and can be resumed)",
+		e.Of, e.ID, e.Lease.Describe(e.At), LeaseExpiry)
 }
 
 // Unwrap makes errors.Is(err, ErrLeaseHeld) hold.
@@ -172,7 +174,7 @@ func (s *Store) AcquireLease(ctx context.Context, id int64, owner Owner, now tim
 				(experiment_id, owner, host, pid, pid_namespace, acquired_at, heartbeat_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
 				id, owner.ID, owner.Host, owner.PID, owner.PIDNamespace, stamp, stamp)
 		case cur.Live(now):
-			return nil, &LeaseHeldError{ExperimentID: id, Lease: *cur, At: now}
+			return nil, &LeaseHeldError{Of: "experiment", ID: id, Lease: *cur, At: now}
 		default:
 			res, err = s.db.ExecContext(ctx, `UPDATE leases SET owner = ?, host = ?, pid = ?, pid_namespace = ?,
 				acquired_at = ?, heartbeat_at = ? WHERE experiment_id = ? AND owner = ? AND heartbeat_at = ?`,
@@ -335,7 +337,7 @@ func KeepRenewed(lease interface {
 // or nil.
 func (e ExperimentRow) Held(now time.Time) error {
 	if e.Status == ExperimentRunning && e.Lease != nil && !e.Abandoned {
-		return &LeaseHeldError{ExperimentID: e.ID, Lease: *e.Lease, At: now}
+		return &LeaseHeldError{Of: "experiment", ID: e.ID, Lease: *e.Lease, At: now}
 	}
 	return nil
 }
@@ -344,7 +346,7 @@ func (e ExperimentRow) Held(now time.Time) error {
 // or nil.
 func (b BisectionRow) Held(now time.Time) error {
 	if b.Status == ExperimentRunning && !b.Abandoned {
-		return &BisectionHeldError{BisectionID: b.ID, Lease: *b.Lease(), At: now}
+		return &LeaseHeldError{Of: "bisection", ID: b.ID, Lease: *b.Lease(), At: now}
 	}
 	return nil
 }
