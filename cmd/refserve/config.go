@@ -220,27 +220,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 			c.Env[k] = v
 		}
 	}
-	switch v := c.Env["BF16_INDEX_K"]; v {
-	case "", "0", "false":
-	case "1", "true":
-		c.BF16IndexK = true
-	default:
-		errs = append(errs, fmt.Errorf("BF16_INDEX_K=%q: want 0 or 1", v))
-	}
-	switch v := c.Env["ARBITER_INDEX_K_GATE"]; v {
-	case "", "0", "false":
-	case "1", "true":
-		c.IndexKGate = true
-	default:
-		errs = append(errs, fmt.Errorf("ARBITER_INDEX_K_GATE=%q: want 0 or 1", v))
-	}
-	switch v := c.Env["SGLANG_NIXL_ABORT_HANDLER"]; v {
-	case "", "0", "false":
-	case "1", "true":
-		c.NixlAbortHandler = true
-	default:
-		errs = append(errs, fmt.Errorf("SGLANG_NIXL_ABORT_HANDLER=%q: want 0 or 1", v))
-	}
+	c.BF16IndexK = envFlag(c.Env, "BF16_INDEX_K", &errs)
+	c.IndexKGate = envFlag(c.Env, "ARBITER_INDEX_K_GATE", &errs)
+	c.NixlAbortHandler = envFlag(c.Env, "SGLANG_NIXL_ABORT_HANDLER", &errs)
 	c.HealthCheckTimeout = 20 * time.Second // SGLang's default
 	if v := c.Env["SGLANG_HEALTH_CHECK_TIMEOUT"]; v != "" {
 		secs, err := strconv.ParseFloat(v, 64)
@@ -287,5 +269,19 @@ func (c config) backendConfig() BackendConfig {
 		MaxRunning:   c.MaxRunningRequests,
 
 		FaultMultiplier: c.Launch.faultMultiplier(),
+	}
+}
+
+// envFlag reads the boolean env setting name: unset, 0 or false is off, 1 or true on;
+// anything else is an error added to errs.
+func envFlag(env map[string]string, name string, errs *[]error) bool {
+	switch v := env[name]; v {
+	case "", "0", "false":
+		return false
+	case "1", "true":
+		return true
+	default:
+		*errs = append(*errs, fmt.Errorf("%s=%q: want 0 or 1", name, v))
+		return false
 	}
 }
