@@ -323,17 +323,7 @@ func (d *bisectDecoder) decodeConfig(e entry) configEntry {
 	seen := d.fields(e.val, e.path, []string{"env", "args", "server_info"}, func(f entry) {
 		switch f.key {
 		case "env":
-			entries, _ := d.mapping(f.val, f.path)
-			for _, it := range entries {
-				if !envNameRE.MatchString(it.key) {
-					d.add(it.keyNode, it.path, "%q is not a variable name (letters, digits and _, not starting with a digit)", it.key)
-					continue
-				}
-				d.spec.pos[it.path] = posOf(it.keyNode)
-				if v, ok := d.str(it); ok {
-					c.env = append(c.env, Setting{Kind: SettingEnv, Name: it.key, Value: v})
-				}
-			}
+			c.env = append(c.env, d.envEntries(f)...)
 		case "args":
 			c.args = d.args(f)
 			c.argsPos = posOf(f.keyNode)

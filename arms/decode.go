@@ -630,19 +630,29 @@ func (d *decoder) args(e entry) []string {
 	return out
 }
 
-// envMap reads an env mapping: names must be variable names, values strings.
-func (d *decoder) envMap(e entry) map[string]string {
+// envEntries reads an env mapping, in the order written: names must be variable names,
+// values strings. It returns the settings that are, each with its position recorded.
+func (d *decoder) envEntries(e entry) []Setting {
 	entries, _ := d.mapping(e.val, e.path)
-	out := map[string]string{}
+	var out []Setting
 	for _, it := range entries {
 		if !envNameRE.MatchString(it.key) {
 			d.add(it.keyNode, it.path, "%q is not a variable name (letters, digits and _, not starting with a digit)", it.key)
 			continue
 		}
 		d.spec.pos[it.path] = posOf(it.keyNode)
-		if s, ok := d.str(it); ok {
-			out[it.key] = s
+		if v, ok := d.str(it); ok {
+			out = append(out, Setting{Kind: SettingEnv, Name: it.key, Value: v})
 		}
+	}
+	return out
+}
+
+// envMap reads an env mapping as envEntries does, into a map.
+func (d *decoder) envMap(e entry) map[string]string {
+	out := map[string]string{}
+	for _, s := range d.envEntries(e) {
+		out[s.Name] = s.Value
 	}
 	return out
 }
@@ -943,14 +953,21 @@ func (d *decoder) decodePinsAnd(e entry, more []string, field func(f entry)) Pin
 	return p
 }
 
-func (d *decoder) decodeArms(e entry) {
+// listing reads the top-level field e (arms, factors) as a mapping of named entries,
+// its position recorded; an empty one is an error that says what to list.
+func (d *decoder) listing(e entry, list string) ([]entry, bool) {
 	d.spec.pos[e.path] = posOf(e.keyNode)
 	entries, ok := d.mapping(e.val, e.path)
-	if !ok {
-		return
+	if ok && len(entries) == 0 {
+		d.add(e.keyNode, e.path, "%s is empty: list %s", e.key, list)
+		return nil, false
 	}
-	if len(entries) == 0 {
-		d.add(e.keyNode, e.path, "arms is empty: list at least two arms, e.g. control and treatment")
+	return entries, ok
+}
+
+func (d *decoder) decodeArms(e entry) {
+	entries, ok := d.listing(e, "at least two arms, e.g. control and treatment")
+	if !ok {
 		return
 	}
 	if len(entries) > MaxArms {
@@ -971,13 +988,8 @@ func (d *decoder) decodeArms(e entry) {
 }
 
 func (d *decoder) decodeFactors(e entry) {
-	d.spec.pos[e.path] = posOf(e.keyNode)
-	entries, ok := d.mapping(e.val, e.path)
+	entries, ok := d.listing(e, "at least one factor with two levels")
 	if !ok {
-		return
-	}
-	if len(entries) == 0 {
-		d.add(e.keyNode, e.path, "factors is empty: list at least one factor with two levels")
 		return
 	}
 	for _, fe := range entries {

@@ -150,16 +150,25 @@ func (s *Spec) Redactor(environ func(string) (string, bool)) *Redactor {
 	return newRedactor(values)
 }
 
-// allArgs lists every command line fragment in the spec.
-func (s *Spec) allArgs() [][]string {
-	out := [][]string{s.Engine.Command, s.Engine.Args}
+// pinSets lists the engine's own settings and the pins of every arm and factor level.
+func (s *Spec) pinSets() []Pins {
+	out := []Pins{{Env: s.Engine.Env, Args: s.Engine.Args}}
 	for _, a := range s.Arms {
-		out = append(out, a.Pins.Args)
+		out = append(out, a.Pins)
 	}
 	for _, f := range s.Factors {
 		for _, l := range f.Levels {
-			out = append(out, l.Pins.Args)
+			out = append(out, l.Pins)
 		}
+	}
+	return out
+}
+
+// allArgs lists every command line fragment in the spec.
+func (s *Spec) allArgs() [][]string {
+	out := [][]string{s.Engine.Command}
+	for _, p := range s.pinSets() {
+		out = append(out, p.Args)
 	}
 	return out
 }
@@ -170,14 +179,9 @@ var commonWords = []string{"true", "false", "null", "yes", "no", "on", "off"}
 
 // allEnv lists every env mapping in the spec.
 func (s *Spec) allEnv() []map[string]string {
-	out := []map[string]string{s.Engine.Env}
-	for _, a := range s.Arms {
-		out = append(out, a.Pins.Env)
-	}
-	for _, f := range s.Factors {
-		for _, l := range f.Levels {
-			out = append(out, l.Pins.Env)
-		}
+	var out []map[string]string
+	for _, p := range s.pinSets() {
+		out = append(out, p.Env)
 	}
 	return out
 }

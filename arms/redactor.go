@@ -356,23 +356,8 @@ func escapedFirstByte(s string, i int) (byte, bool) {
 				return byte(c), true
 			}
 		}
-		j, base := i+2, 10
-		if !strings.HasPrefix(s[i:], "&#") {
-			return 0, false
-		}
-		if j < len(s) && (s[j] == 'x' || s[j] == 'X') {
-			j, base = j+1, 16
-		}
-		v, k := 0, j
-		for k < len(s) && k-j < 8 {
-			d := digitValue(s[k], base)
-			if d < 0 {
-				break
-			}
-			v = v*base + d
-			k++
-		}
-		if k == j || v > utf8.MaxRune {
+		v, _, ok := charRef(s, i)
+		if !ok || v > utf8.MaxRune {
 			return 0, false
 		}
 		var enc [utf8.UTFMax]byte
@@ -503,23 +488,8 @@ func entityEnd(s string, at int, c rune) int {
 	if name != "" && strings.HasPrefix(rest, name) {
 		return at + len(name)
 	}
-	if !strings.HasPrefix(rest, "&#") {
-		return 0
-	}
-	j, base := at+2, 10
-	if j < len(s) && (s[j] == 'x' || s[j] == 'X') {
-		j, base = j+1, 16
-	}
-	v, k := 0, j
-	for k < len(s) && k-j < 8 {
-		d := digitValue(s[k], base)
-		if d < 0 {
-			break
-		}
-		v = v*base + d
-		k++
-	}
-	if k == j || k >= len(s) || s[k] != ';' || rune(v) != c {
+	v, k, ok := charRef(s, at)
+	if !ok || k >= len(s) || s[k] != ';' || rune(v) != c {
 		return 0
 	}
 	return k + 1
@@ -559,3 +529,26 @@ func digitValue(c byte, base int) int {
 
 func utf16Hi(c rune) rune { return 0xD800 + (c-0x10000)>>10 }
 func utf16Lo(c rune) rune { return 0xDC00 + (c-0x10000)&0x3FF }
+
+// charRef reads the numeric character reference at s[at:] (&#65 or &#x41, at most 8
+// digits), up to but not including its ';': its value and the index after its digits;
+// ok is false where s[at:] starts none.
+func charRef(s string, at int) (v, end int, ok bool) {
+	if !strings.HasPrefix(s[at:], "&#") {
+		return 0, 0, false
+	}
+	j, base := at+2, 10
+	if j < len(s) && (s[j] == 'x' || s[j] == 'X') {
+		j, base = j+1, 16
+	}
+	k := j
+	for k < len(s) && k-j < 8 {
+		d := digitValue(s[k], base)
+		if d < 0 {
+			break
+		}
+		v = v*base + d
+		k++
+	}
+	return v, k, k > j
+}
