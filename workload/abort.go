@@ -115,11 +115,8 @@ func runAbortCascade(ctx context.Context, cfg Config, base string, rec Recorder)
 		}
 		conc = max(conc, c)
 	}
-	r, err := newRunner(ctx, cfg, base, rec, conc)
-	if r == nil {
-		if ctx.Err() != nil {
-			abortRange(rec, cfg.SessionOffset, Planned(cfg), ctx.Err())
-		}
+	r, err := newRunner(ctx, cfg, base, rec, conc, Planned(cfg))
+	if err != nil {
 		return err
 	}
 	defer r.client.CloseIdleConnections()

@@ -64,11 +64,8 @@ func runLongContext(ctx context.Context, cfg Config, base string, rec Recorder) 
 	cfg.MaxTokens = generation(cfg, DefaultLongTokens)
 	rounds := max(cfg.Rounds, 1)
 	conc := max(cfg.Concurrency, 1)
-	r, err := newRunner(ctx, cfg, base, rec, conc)
-	if r == nil {
-		if ctx.Err() != nil {
-			abortRange(rec, cfg.SessionOffset, cfg.Sessions, ctx.Err())
-		}
+	r, err := newRunner(ctx, cfg, base, rec, conc, cfg.Sessions)
+	if err != nil {
 		return err
 	}
 	defer r.client.CloseIdleConnections()

@@ -131,10 +131,10 @@ func (r *runner) warm(ctx context.Context, n int) {
 	}
 }
 
-// newRunner builds the client for conc requests in flight and picks the model. A nil
-// runner with a nil error means ctx was cancelled first (every session then reported
-// aborted by the caller).
-func newRunner(ctx context.Context, cfg Config, base string, rec Recorder, conc int) (*runner, error) {
+// newRunner builds the client for conc requests in flight and picks the model. When ctx
+// ends first, the planned sessions (planned of them from cfg.SessionOffset) are recorded
+// aborted and ctx's error returned.
+func newRunner(ctx context.Context, cfg Config, base string, rec Recorder, conc, planned int) (*runner, error) {
 	client := NewClient(conc)
 	client.RequestTimeout, client.StallTimeout = cfg.RequestTimeout, cfg.StallTimeout
 	client.Labels, client.LabelsHeader = cfg.Labels, cfg.LabelsHeader
@@ -144,6 +144,7 @@ func newRunner(ctx context.Context, cfg Config, base string, rec Recorder, conc 
 		ids, err := client.ListModels(ctx, base)
 		if err != nil && ctx.Err() != nil {
 			client.CloseIdleConnections()
+			abortRange(rec, cfg.SessionOffset, planned, ctx.Err())
 			return nil, ctx.Err()
 		}
 		if err != nil {

@@ -117,11 +117,8 @@ func runThroughput(ctx context.Context, cfg Config, base string, rec Recorder) e
 	for _, c := range t.Concurrency {
 		conc = max(conc, c)
 	}
-	r, err := newRunner(ctx, cfg, base, rec, conc)
-	if r == nil {
-		if ctx.Err() != nil {
-			abortRange(rec, cfg.SessionOffset, Planned(cfg), ctx.Err())
-		}
+	r, err := newRunner(ctx, cfg, base, rec, conc, Planned(cfg))
+	if err != nil {
 		return err
 	}
 	defer r.client.CloseIdleConnections()

@@ -405,11 +405,8 @@ func runTrace(ctx context.Context, cfg Config, base string, rec Recorder) error 
 		n = cfg.Sessions
 	}
 	conc := max(cfg.Concurrency, 1)
-	r, err := newRunner(ctx, cfg, base, rec, conc)
-	if r == nil {
-		if ctx.Err() != nil {
-			abortRange(rec, cfg.SessionOffset, n, ctx.Err())
-		}
+	r, err := newRunner(ctx, cfg, base, rec, conc, n)
+	if err != nil {
 		return err
 	}
 	defer r.client.CloseIdleConnections()
