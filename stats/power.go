@@ -2,6 +2,7 @@ package stats
 
 import (
 	"math"
+	"sort"
 
 	"gonum.org/v1/gonum/stat/distuv"
 )
@@ -109,40 +110,11 @@ func coreFisherRegion(lf []float64, n1, n2, k int, alpha float64) (xl, xr int) {
 	mode := int(int64(k+1) * int64(n1+1) / int64(n+2))
 	mode = min(max(mode, lo), hi)
 	cut := math.Log(alpha) - 50
-	// Left tail [lo, mode] rises; right tail [mode+1, hi] falls.
-	l, r := lo, hi
-	if lpmf(l) < cut {
-		a, b := l, mode // lpmf(a) < cut; find the first x with lpmf >= cut
-		if lpmf(b) < cut {
-			l = mode + 1
-		} else {
-			for b-a > 1 {
-				m := a + (b-a)/2
-				if lpmf(m) < cut {
-					a = m
-				} else {
-					b = m
-				}
-			}
-			l = b
-		}
-	}
-	if r > mode && lpmf(r) < cut {
-		a, b := mode+1, r // find the last x with lpmf >= cut
-		if lpmf(a) < cut {
-			r = mode
-		} else {
-			for b-a > 1 {
-				m := a + (b-a)/2
-				if lpmf(m) < cut {
-					b = m
-				} else {
-					a = m
-				}
-			}
-			r = a
-		}
-	}
+	// Left tail [lo, mode] rises; right tail [mode+1, hi] falls. Outcomes below cut are
+	// rejected unsummed: l is the first of the left tail at or above it (mode+1 when
+	// none), r the last of the right tail (mode when none).
+	l := lo + sort.Search(mode-lo+1, func(i int) bool { return lpmf(lo+i) >= cut })
+	r := mode + sort.Search(hi-mode, func(i int) bool { return lpmf(mode+1+i) < cut })
 	tieLog := math.Log1p(fisherTieTol)
 	s := 0.0
 	for l <= mode || r > mode {
