@@ -1,8 +1,6 @@
 package bisect
 
 import (
-	"github.com/arbiterlab/arbiter/store"
-
 	"flag"
 	"io"
 	"strings"
@@ -10,6 +8,7 @@ import (
 
 	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/stats"
+	"github.com/arbiterlab/arbiter/store"
 )
 
 // hostileBisect is a bisection whose good side gives --model-path a value that looks

@@ -1,13 +1,12 @@
 package bisect
 
 import (
-	"github.com/arbiterlab/arbiter/store"
-
 	"fmt"
 	"slices"
 	"testing"
 
 	"github.com/arbiterlab/arbiter/stats"
+	"github.com/arbiterlab/arbiter/store"
 )
 
 // oracle answers a probe exactly: it corrupts when it holds every change of some culprit.

@@ -1,13 +1,12 @@
 package bisect
 
 import (
-	"github.com/arbiterlab/arbiter/store"
-
 	"fmt"
 	"math/rand/v2"
 	"slices"
 
 	"github.com/arbiterlab/arbiter/stats"
+	"github.com/arbiterlab/arbiter/store"
 )
 
 // SimOptions describe simulated bisections: a known culprit among the changes, binomial

@@ -1,8 +1,6 @@
 package orchestrator
 
 import (
-	"github.com/arbiterlab/arbiter/internal/machinelock"
-
 	"context"
 	"fmt"
 	"log/slog"
@@ -14,6 +12,7 @@ import (
 	"time"
 
 	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/internal/machinelock"
 	"github.com/arbiterlab/arbiter/orchestrator/runtime"
 )
 

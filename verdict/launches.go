@@ -1,13 +1,12 @@
 package verdict
 
 import (
-	"github.com/arbiterlab/arbiter/arms"
-
 	"fmt"
 	"math"
 	"sort"
 	"strings"
 
+	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/stats"
 )
 

@@ -1,8 +1,6 @@
 package verdict
 
 import (
-	"github.com/arbiterlab/arbiter/arms"
-
 	"context"
 	"fmt"
 	"math"
@@ -12,6 +10,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/stats"
 	"github.com/arbiterlab/arbiter/store"
 )

@@ -1,13 +1,12 @@
 package workload
 
 import (
-	"github.com/arbiterlab/arbiter/arms"
-
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 
+	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/openai"
 	"golang.org/x/sync/errgroup"
 )

@@ -1,8 +1,6 @@
 package workload
 
 import (
-	"github.com/arbiterlab/arbiter/arms"
-
 	"bytes"
 	"context"
 	"encoding/json"
@@ -16,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/openai"
 )
 

@@ -1,8 +1,6 @@
 package workload_test
 
 import (
-	"github.com/arbiterlab/arbiter/arms"
-
 	"bufio"
 	"context"
 	"fmt"
@@ -15,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/workload"
 )
 

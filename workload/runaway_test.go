@@ -1,8 +1,6 @@
 package workload_test
 
 import (
-	"github.com/arbiterlab/arbiter/arms"
-
 	"bufio"
 	"bytes"
 	"context"
@@ -19,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/internal/testkit/testbin"
 	"github.com/arbiterlab/arbiter/openai"
 	"github.com/arbiterlab/arbiter/workload"

@@ -1,11 +1,11 @@
 package workload
 
 import (
-	"github.com/arbiterlab/arbiter/arms"
-
 	"context"
 	"fmt"
 	"strconv"
+
+	"github.com/arbiterlab/arbiter/arms"
 )
 
 // Defaults of the throughput kind (and of the throughput phases of an abort cascade).

@@ -1,8 +1,6 @@
 package workload_test
 
 import (
-	"github.com/arbiterlab/arbiter/arms"
-
 	"bufio"
 	"context"
 	"fmt"
@@ -17,6 +15,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/workload"
 )
 

@@ -1,8 +1,6 @@
 package workload
 
 import (
-	"github.com/arbiterlab/arbiter/arms"
-
 	"context"
 	"net"
 	"net/http"
@@ -12,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/openai"
 )
 

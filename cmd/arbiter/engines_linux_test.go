@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/arbiterlab/arbiter/orchestrator"
-
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/arbiterlab/arbiter/internal/testkit/lockedbuf"
 	"github.com/arbiterlab/arbiter/internal/testkit/testbin"
+	"github.com/arbiterlab/arbiter/orchestrator"
 	"github.com/arbiterlab/arbiter/orchestrator/runtime"
 	"github.com/arbiterlab/arbiter/store"
 )
