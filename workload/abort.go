@@ -11,8 +11,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/arbiterlab/arbiter/openai"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/arbiterlab/arbiter/openai"
 )
 
 // When an abort cascade aborts, in AbortCascadeConfig.AbortWhen.

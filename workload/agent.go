@@ -6,9 +6,10 @@ import (
 	"errors"
 	"fmt"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/openai"
-	"golang.org/x/sync/errgroup"
 )
 
 // DefaultMaxToolSteps caps the tool-answering requests of one round.

@@ -4,8 +4,9 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/arbiterlab/arbiter/openai"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/arbiterlab/arbiter/openai"
 )
 
 // Defaults of the long-context kind: the field's long sessions grew from 2k to 80k

@@ -9,8 +9,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/arbiterlab/arbiter/openai"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/arbiterlab/arbiter/openai"
 )
 
 // Phase kinds, in Phase.Kind.

@@ -12,8 +12,9 @@ import (
 	"os"
 	"strings"
 
-	"github.com/arbiterlab/arbiter/openai"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/arbiterlab/arbiter/openai"
 )
 
 // A trace is the user's own traffic, one recorded conversation per line of a JSONL file:
