@@ -833,32 +833,6 @@ func (v *Verdict) significanceSentence(mark string) string {
 	return "Decision: " + joinAnd(sig) + "."
 }
 
-// signedPct is a share as a signed percentage: "+1.2%".
-func signedPct(x float64) string {
-	switch {
-	case math.IsInf(x, 1):
-		return "unbounded"
-	case math.IsInf(x, -1) || x <= -1:
-		return "unbounded"
-	case math.IsNaN(x):
-		return "–"
-	}
-	return fmt.Sprintf("%+.1f%%", 100*x)
-}
-
-// pctShort is a margin as written: "5%".
-func pctShort(x float64) string { return fmt.Sprintf("%g%%", math.Round(1000*x)/10) }
-
-func tps(x float64) string {
-	if math.IsNaN(x) {
-		return "–"
-	}
-	if x >= 100 {
-		return fmt.Sprintf("%.0f", x)
-	}
-	return fmt.Sprintf("%.1f", x)
-}
-
 // outcomeCaveats are the outcomes' own caveats, ranked with the others.
 func (v *Verdict) outcomeCaveats(add func(int, string, ...any)) {
 	o := v.Outcomes
@@ -929,12 +903,4 @@ func (v *Verdict) outcomeGate(name string) (fail bool, why string, ok bool) {
 		return false, "", true
 	}
 	return false, "", false
-}
-
-// pEq is a p-value after its name: "= 0.003", or "< 1e-300" below what a float carries.
-func pEq(p float64) string {
-	if s := pval(p); strings.HasPrefix(s, "<") {
-		return s
-	}
-	return "= " + pval(p)
 }

@@ -101,7 +101,7 @@ func (v *Verdict) refusedHeadline(mark string) string {
 		}
 		line += "."
 		if g.Why != "" {
-			line += " " + upperFirst(g.Why) + "."
+			line += " " + capitalize(g.Why) + "."
 		}
 		s = append(s, line)
 	}
@@ -134,13 +134,6 @@ func sourceWord(source string, plural bool) string {
 		return whose + "metrics"
 	}
 	return source
-}
-
-func upperFirst(s string) string {
-	if s == "" {
-		return s
-	}
-	return strings.ToUpper(s[:1]) + s[1:]
 }
 
 // unverifiedPins says, for the caveats, which pins no engine report could confirm.

@@ -9,74 +9,9 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/arbiterlab/arbiter/internal/outfile"
 )
-
-// When is a stored timestamp as a reader wants it: to the second, in UTC ("2026-12-02
-// 04:59:12 UTC"); a value that does not parse is shown as stored.
-func When(ts string) string {
-	t, err := time.Parse(time.RFC3339Nano, ts)
-	if err != nil {
-		return ts
-	}
-	return t.UTC().Format("2006-01-02 15:04:05 UTC")
-}
-
-func between(from, to string) string {
-	a, err1 := time.Parse(time.RFC3339Nano, from)
-	b, err2 := time.Parse(time.RFC3339Nano, to)
-	if err1 != nil || err2 != nil {
-		return ""
-	}
-	return b.Sub(a).Round(10 * time.Millisecond).String()
-}
-
-func pct(x float64) string {
-	if math.IsNaN(x) {
-		return "–"
-	}
-	return fmt.Sprintf("%.1f%%", 100*x)
-}
-
-func ci(lo, hi float64) string {
-	if math.IsNaN(lo) || math.IsNaN(hi) {
-		return "–"
-	}
-	return fmt.Sprintf("%s – %s", pct(lo), pct(hi))
-}
-
-// FormatP writes a p-value as every verdict, `show` and `stats` print it: three
-// decimals, four below 0.001, scientific below 1e-4, "< 1e-300" below what a float
-// carries, "–" when there is none.
-func FormatP(p float64) string { return pval(p) }
-
-// pval is FormatP, in the short name the verdict's sentences use.
-func pval(p float64) string {
-	switch {
-	case math.IsNaN(p):
-		return "–"
-	case p < 1e-300:
-		// Below what a float carries (a normal tail at z past 37): say so, not "0".
-		return "< 1e-300"
-	case p < 1e-4:
-		return fmt.Sprintf("%.1e", p)
-	case p < 0.001:
-		return fmt.Sprintf("%.4f", p)
-	}
-	return fmt.Sprintf("%.3f", p)
-}
-
-func ms(x float64) string {
-	if math.IsNaN(x) {
-		return "–"
-	}
-	if x >= 1000 {
-		return fmt.Sprintf("%.2f s", x/1000)
-	}
-	return fmt.Sprintf("%.0f ms", x)
-}
 
 // Files are the files WriteFiles may write for path: the markdown, then its charts
 // (PATH-rates.svg, PATH-rounds.svg, PATH-wedges.svg, PATH-throughput.svg, PATH without its

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/arbiterlab/arbiter/stats"
+	"github.com/arbiterlab/arbiter/verdict"
 )
 
 func init() { subcommands = append(subcommands, newStatsCmd) }
@@ -122,10 +123,10 @@ func statsPWords(p, alpha float64) string {
 	}
 	if stats.Reject(p, alpha) {
 		return fmt.Sprintf("p = %s: significant at alpha %g; a difference at least this large would arise by chance about %s if the arms were the same",
-			statsNum(p), alpha, statsOneIn(p))
+			verdict.FormatP(p), alpha, statsOneIn(p))
 	}
 	return fmt.Sprintf("p = %s: not significant at alpha %g; chance alone could produce a difference this large, which is not evidence that the arms are equal (see the interval)",
-		statsNum(p), alpha)
+		verdict.FormatP(p), alpha)
 }
 
 // statsOneIn writes a probability as "once in N experiments".
@@ -209,14 +210,14 @@ func statsCompare(g *globals, o statsOptions, a, b statsCount) error {
 	fmt.Fprintf(w, "ratio B/A         %s, %s interval %s to %s (%s)\n",
 		statsNum(c.Ratio.Estimate), lvl, statsNum(c.Ratio.CI.Lo), statsNum(c.Ratio.CI.Hi), c.Ratio.Method)
 	fmt.Fprintf(w, "Fisher exact      %s\n", statsPWords(c.Fisher.PTwoSided, o.alpha))
-	mid := "mid-p " + statsNum(c.Fisher.MidP) + " (Fay)"
+	mid := "mid-p " + verdict.FormatP(c.Fisher.MidP) + " (Fay)"
 	if !c.Fisher.MidPDefined() {
 		mid = "no mid-p (these margins allow a single table)"
 	}
 	fmt.Fprintf(w, "                  %s; one-sided: B higher p = %s, B lower p = %s\n",
-		mid, statsNum(c.Fisher.PLess), statsNum(c.Fisher.PGreater))
+		mid, verdict.FormatP(c.Fisher.PLess), verdict.FormatP(c.Fisher.PGreater))
 	if c.Boschloo != nil {
-		fmt.Fprintf(w, "Boschloo exact    p = %s (two-sided, unconditional)\n", statsNum(c.Boschloo.PTwoSided))
+		fmt.Fprintf(w, "Boschloo exact    p = %s (two-sided, unconditional)\n", verdict.FormatP(c.Boschloo.PTwoSided))
 	}
 	statsWarnings(w, c.Warnings)
 	return nil
@@ -396,14 +397,14 @@ func statsCMH(g *globals, o statsOptions, strata []stats.Stratum) error {
 	lvl := fmt.Sprintf("%g%%", 100*r.Conf)
 	fmt.Fprintf(w, "strata used       %d\n", r.Strata)
 	fmt.Fprintf(w, "CMH test          %s\n", statsPWords(r.CMHP, o.alpha))
-	fmt.Fprintf(w, "                  with continuity correction p = %s\n", statsNum(r.CMHCorrectedP))
+	fmt.Fprintf(w, "                  with continuity correction p = %s\n", verdict.FormatP(r.CMHCorrectedP))
 	fmt.Fprintf(w, "odds ratio B/A    %s, %s interval %s to %s (Mantel-Haenszel, Robins-Breslow-Greenland)\n",
 		statsNum(r.OddsRatio), lvl, statsNum(r.OddsRatioCI.Lo), statsNum(r.OddsRatioCI.Hi))
 	fmt.Fprintf(w, "difference B-A    %+.3g points, %s interval %+.3g to %+.3g (Mantel-Haenszel, Sato variance)\n",
 		100*r.RiskDifference, lvl, 100*r.RiskDifferenceCI.Lo, 100*r.RiskDifferenceCI.Hi)
 	if !math.IsNaN(r.BreslowDayP) {
 		fmt.Fprintf(w, "same odds ratio in every stratum? Breslow-Day p = %s, Tarone p = %s (%d df); a small p means the strata disagree\n",
-			statsNum(r.BreslowDayP), statsNum(r.TaroneP), r.DF)
+			verdict.FormatP(r.BreslowDayP), verdict.FormatP(r.TaroneP), r.DF)
 	}
 	statsWarnings(w, r.Warnings)
 	return nil

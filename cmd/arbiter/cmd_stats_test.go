@@ -190,7 +190,7 @@ func TestStatsCMHAndMcNemar(t *testing.T) {
 		t.Errorf("cmh = %+v (%v): %s", c, err, out)
 	}
 	code, out, _ = statsRun(t, "stats", "mcnemar", "--b", "1", "--c", "9")
-	if code != 0 || !strings.Contains(out, "p = 0.0215") || !strings.Contains(out, "significant at alpha 0.05") {
+	if code != 0 || !strings.Contains(out, "p = 0.021:") || !strings.Contains(out, "significant at alpha 0.05") {
 		t.Errorf("exit %d: %s", code, out)
 	}
 }
