@@ -230,6 +230,20 @@ func asciiFold(n string, key []byte) bool {
 	return true
 }
 
+// present reads past a key of an object being decoded, with bit i of mask its place
+// among the object's keys: ok is false when the key came before (a chunk that repeats a
+// key does not decode), has is false when the value is null (the field keeps its zero
+// value); otherwise the value is next.
+func (d *chunkDecoder) present(mask *uint32, i uint) (has, ok bool) {
+	if !seen(mask, i) {
+		return false, false
+	}
+	if d.null() {
+		return false, true
+	}
+	return true, true
+}
+
 // seen marks bit i of *mask; false when it was marked already (a duplicated key, whose
 // merge semantics are encoding/json's to decide).
 func seen(mask *uint32, i uint) bool {
@@ -262,11 +276,8 @@ func (d *chunkDecoder) chunk() bool {
 		case "model":
 			return seen(&mask, 3) && d.strField(&c.model)
 		case "choices":
-			if !seen(&mask, 4) {
-				return false
-			}
-			if d.null() {
-				return true
+			if has, ok := d.present(&mask, 4); !has {
+				return ok
 			}
 			c.choicesFound = true
 			return d.array(func() bool {
@@ -281,11 +292,8 @@ func (d *chunkDecoder) chunk() bool {
 				return d.choice(&c.choices[n])
 			})
 		case "usage":
-			if !seen(&mask, 5) {
-				return false
-			}
-			if d.null() {
-				return true
+			if has, ok := d.present(&mask, 5); !has {
+				return ok
 			}
 			c.hasUsage = true
 			return d.usage(&c.usage)
@@ -303,11 +311,8 @@ func (d *chunkDecoder) choice(ch *fastChoice) bool {
 		switch string(key) {
 		case "index":
 			var v int64
-			if !seen(&mask, 0) {
-				return false
-			}
-			if d.null() {
-				return true
+			if has, ok := d.present(&mask, 0); !has {
+				return ok
 			}
 			if !d.intField(&v) {
 				return false
@@ -318,19 +323,13 @@ func (d *chunkDecoder) choice(ch *fastChoice) bool {
 			if (string(key) == "message") != d.whole {
 				break // the other form's key: unknown here
 			}
-			if !seen(&mask, 1) {
-				return false
-			}
-			if d.null() {
-				return true
+			if has, ok := d.present(&mask, 1); !has {
+				return ok
 			}
 			return d.delta(ch)
 		case "finish_reason":
-			if !seen(&mask, 2) {
-				return false
-			}
-			if d.null() {
-				return true
+			if has, ok := d.present(&mask, 2); !has {
+				return ok
 			}
 			ch.hasFinish = true
 			return d.strField(&ch.finish)
@@ -370,11 +369,8 @@ func (d *chunkDecoder) delta(ch *fastChoice) bool {
 			}
 			return seen(&mask, 4) && d.strField(&ch.callID)
 		case "tool_calls":
-			if !seen(&mask, 2) {
-				return false
-			}
-			if d.null() {
-				return true
+			if has, ok := d.present(&mask, 2); !has {
+				return ok
 			}
 			ch.toolCallsFound = true
 			return d.array(func() bool {
@@ -394,11 +390,8 @@ func (d *chunkDecoder) call(tc *fastCall) bool {
 	return d.object(func(key []byte) bool {
 		switch string(key) {
 		case "index":
-			if !seen(&mask, 0) {
-				return false
-			}
-			if d.null() {
-				return true
+			if has, ok := d.present(&mask, 0); !has {
+				return ok
 			}
 			var v int64
 			if !d.intField(&v) {
@@ -411,11 +404,8 @@ func (d *chunkDecoder) call(tc *fastCall) bool {
 		case "type":
 			return seen(&mask, 2) && d.strField(&tc.typ)
 		case "function":
-			if !seen(&mask, 3) {
-				return false
-			}
-			if d.null() {
-				return true
+			if has, ok := d.present(&mask, 3); !has {
+				return ok
 			}
 			var fmask uint32
 			return d.object(func(key []byte) bool {
@@ -447,11 +437,8 @@ func (d *chunkDecoder) usage(u *openai.Usage) bool {
 		default:
 			return unknownKey(key, usageKeys...) && d.skip(0)
 		}
-		if !seen(&mask, bit) {
-			return false
-		}
-		if d.null() {
-			return true
+		if has, ok := d.present(&mask, bit); !has {
+			return ok
 		}
 		var v int64
 		if !d.intField(&v) {
