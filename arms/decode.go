@@ -557,12 +557,23 @@ func (d *decoder) number(e entry) (float64, bool) {
 
 // fraction reads a number in [0, 1): a share, a rate difference or a correlation; what
 // says what it is when it is out of range.
+// fraction reads a number from 0 up to (not including) 1; what is the error otherwise.
 func (d *decoder) fraction(e entry, what string) (float64, bool) {
+	return d.unitInterval(e, true, what)
+}
+
+// probability reads a number strictly between 0 and 1 (a level such as alpha or power);
+// what is the error otherwise.
+func (d *decoder) probability(e entry, what string) (float64, bool) {
+	return d.unitInterval(e, false, what)
+}
+
+func (d *decoder) unitInterval(e entry, zero bool, what string) (float64, bool) {
 	v, ok := d.number(e)
 	if !ok {
 		return 0, false
 	}
-	if !(v >= 0 && v < 1) {
+	if !(v > 0 || zero && v == 0) || !(v < 1) {
 		d.add(e.val, e.path, "%s", what)
 		return 0, false
 	}
@@ -1269,11 +1280,7 @@ func (d *decoder) decodeAnalysis(e entry) {
 		case "unit":
 			a.Unit, _ = d.oneOf(f, "unit", units)
 		case "alpha":
-			if v, ok := d.number(f); ok {
-				if !(v > 0 && v < 1) {
-					d.add(f.val, f.path, "alpha must be between 0 and 1 (exclusive), e.g. 0.05")
-					return
-				}
+			if v, ok := d.probability(f, "alpha must be between 0 and 1 (exclusive), e.g. 0.05"); ok {
 				a.Alpha = v
 			}
 		case "baseline":
@@ -1339,11 +1346,7 @@ func (d *decoder) decodePlan(e entry) {
 		case "p1":
 			rate(f, &p.P1)
 		case "power":
-			if v, ok := d.number(f); ok {
-				if !(v > 0 && v < 1) {
-					d.add(f.val, f.path, "power is between 0 and 1 (exclusive), e.g. 0.8")
-					return
-				}
+			if v, ok := d.probability(f, "power is between 0 and 1 (exclusive), e.g. 0.8"); ok {
 				p.Power = v
 			}
 		case "icc":
