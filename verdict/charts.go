@@ -134,28 +134,22 @@ func textStyle(size vg.Length) text.Style {
 // minor tick between each, labelled "0%", "5%", ...
 type percentTicks struct{}
 
-func (percentTicks) Ticks(min, max float64) []plot.Tick {
-	step := niceStep(max - math.Max(min, 0)) // a sliver below zero is margin, not range
-	var ts []plot.Tick
-	for x := math.Ceil(min/step-1e-9) * step; x <= max+1e-9; x += step {
-		// Adding 0 turns a -0 into 0: no "-0%" label.
-		ts = append(ts, plot.Tick{Value: x, Label: fmt.Sprintf("%g%%", math.Round(x*100)/100+0)})
-		if m := x + step/2; m < max {
-			ts = append(ts, plot.Tick{Value: m})
-		}
-	}
-	return ts
-}
+func (percentTicks) Ticks(min, max float64) []plot.Tick { return roundTicks(min, max, "%") }
 
 // numberTicks marks an axis of plain quantities (tok/s) at round steps, labelled without
 // decimals they do not need.
 type numberTicks struct{}
 
-func (numberTicks) Ticks(min, max float64) []plot.Tick {
-	step := niceStep(max - math.Max(min, 0))
+func (numberTicks) Ticks(min, max float64) []plot.Tick { return roundTicks(min, max, "") }
+
+// roundTicks are labelled ticks at niceStep from min to max, each label the value
+// followed by unit, with an unlabelled minor tick between each two.
+func roundTicks(min, max float64, unit string) []plot.Tick {
+	step := niceStep(max - math.Max(min, 0)) // a sliver below zero is margin, not range
 	var ts []plot.Tick
 	for x := math.Ceil(min/step-1e-9) * step; x <= max+1e-9; x += step {
-		ts = append(ts, plot.Tick{Value: x, Label: fmt.Sprintf("%g", math.Round(x*100)/100+0)})
+		// Adding 0 turns a -0 into 0: no "-0%" label.
+		ts = append(ts, plot.Tick{Value: x, Label: fmt.Sprintf("%g%s", math.Round(x*100)/100+0, unit)})
 		if m := x + step/2; m < max {
 			ts = append(ts, plot.Tick{Value: m})
 		}
