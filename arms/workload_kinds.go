@@ -41,11 +41,18 @@ var abortModes = []string{"abort_all", "abort_request", "disconnect"}
 // ThroughputSpec is workload kind throughput: a closed loop at each concurrency, then
 // open-loop Poisson arrivals at each rate; every request is a session of its own.
 type ThroughputSpec struct {
+	// Concurrency lists the closed-loop phases: that many requests in flight until the
+	// phase's requests are done.
 	Concurrency []int
-	Rates       []float64
+	// Rates lists the open-loop phases, in requests per second: arrivals at seeded
+	// exponential gaps, sent whether or not earlier requests have finished.
+	Rates []float64
 	// Requests per phase; 0 is the workload's default (32).
-	Requests           int
-	PromptTokens       int
+	Requests int
+	// PromptTokens is each request's prompt, approximately; 0 is the workload's default.
+	PromptTokens int
+	// SharedPrefixTokens is a system prompt every request shares, for prefix caches; 0
+	// for none.
 	SharedPrefixTokens int
 	// KeepEOS is ignore_eos: false in the spec; by default every request asks for exactly
 	// max_tokens tokens, so that every arm generates as much.
@@ -56,22 +63,33 @@ type ThroughputSpec struct {
 // Cascades abort cascades of Sessions sessions each with a canary after each, and
 // throughput at ThroughputAt after.
 type AbortCascadeSpec struct {
+	// Sessions started per cascade, and Cascades; 0 is the workload's default of each.
 	Sessions, Cascades int
-	Abort              []string
+	// Abort lists how each cascade aborts (abort_all, abort_request, disconnect), in
+	// turn; none is abort_all.
+	Abort []string
 	// AbortWhen is "streaming" (every session streams; the default) or "first-token"
 	// (the first one does, the others still queued or prefilling).
-	AbortWhen                   string
+	AbortWhen string
+	// CascadeTokens is each aborted session's generation, CanaryTokens each canary's.
 	CascadeTokens, CanaryTokens int
+	// AbortAfter bounds the wait for every session to stream before the abort;
+	// RecoveryTimeout how long the canaries wait for the engine to serve again.
 	AbortAfter, RecoveryTimeout time.Duration
-	ThroughputAt                []int
-	ThroughputRequests          int
-	PromptTokens                int
+	// ThroughputAt lists the concurrencies of the throughput phases before and after,
+	// of ThroughputRequests requests (0: the workload's default) of PromptTokens.
+	ThroughputAt       []int
+	ThroughputRequests int
+	PromptTokens       int
 }
 
 // LongContextSpec is workload kind long-context: agent sessions whose context grows from
 // StartTokens to CeilingTokens over their rounds.
 type LongContextSpec struct {
-	StartTokens, CeilingTokens, SharedPrefixTokens int
+	StartTokens, CeilingTokens int
+	// SharedPrefixTokens: 0 means the workload's default, capped at half of StartTokens;
+	// a negative value shares nothing.
+	SharedPrefixTokens int
 }
 
 // TraceSpec is workload kind trace: the conversations of a JSONL file, replayed as

@@ -32,21 +32,18 @@ func kindConfig(spec *arms.Spec, trace *workload.TraceIndex) workload.Config {
 		Seed: ws.Seed, Temperature: ws.Temperature, MaxTokens: ws.MaxTokens, Model: ws.Model,
 		RequestTimeout: spec.Timeouts.Request, StallTimeout: spec.Timeouts.Stall,
 		MaxResponseBytes: ws.MaxResponseBytes, NoStream: ws.NoStream}
+	// The kinds' own settings are the spec's types: copied, so that nothing the
+	// workload does reaches the spec.
 	switch {
 	case ws.Throughput != nil:
-		t := ws.Throughput
-		cfg.Throughput = &workload.ThroughputConfig{Concurrency: t.Concurrency, Rates: t.Rates, Requests: t.Requests,
-			PromptTokens: t.PromptTokens, SharedPrefixTokens: t.SharedPrefixTokens, KeepEOS: t.KeepEOS}
+		t := *ws.Throughput
+		cfg.Throughput = &t
 	case ws.AbortCascade != nil:
-		a := ws.AbortCascade
-		cfg.AbortCascade = &workload.AbortCascadeConfig{Sessions: a.Sessions, Cascades: a.Cascades, Abort: a.Abort, AbortWhen: a.AbortWhen,
-			CascadeTokens: a.CascadeTokens, CanaryTokens: a.CanaryTokens, AbortAfter: a.AbortAfter,
-			RecoveryTimeout: a.RecoveryTimeout, ThroughputAt: a.ThroughputAt, ThroughputRequests: a.ThroughputRequests,
-			PromptTokens: a.PromptTokens}
+		a := *ws.AbortCascade
+		cfg.AbortCascade = &a
 	case ws.LongContext != nil:
-		l := ws.LongContext
-		cfg.LongContext = &workload.LongContextConfig{StartTokens: l.StartTokens, CeilingTokens: l.CeilingTokens,
-			SharedPrefixTokens: l.SharedPrefixTokens}
+		l := *ws.LongContext
+		cfg.LongContext = &l
 	case ws.Trace != nil:
 		cfg.Trace = &workload.TraceConfig{Path: ws.Trace.Resolved, Index: trace}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/openai"
 )
 
@@ -37,33 +38,8 @@ const (
 // fix: throughput at each of ThroughputAt before; then Cascades times, Sessions long
 // generations started together and aborted mid-flight, after which canaries measure how
 // long the engine takes to serve again; then throughput at each of ThroughputAt after.
-type AbortCascadeConfig struct {
-	Sessions int // started per cascade (default DefaultCascadeSessions)
-	Cascades int // default DefaultCascades
-	// Abort says how each cascade aborts, cycled over the cascades: AbortDisconnect,
-	// AbortRequest or AbortAll (default AbortAll).
-	Abort []string
-	// CascadeTokens is each cascade session's requested generation (default
-	// DefaultCascadeTokens); CanaryTokens each canary's (default DefaultCanaryTokens).
-	CascadeTokens, CanaryTokens int
-	// AbortWhen says when the cascade is mid-flight: AbortWhenStreaming (the default)
-	// once every session has streamed its first token, all of them decoding;
-	// AbortWhenFirstToken as soon as any has, the others still queued or prefilling (in a
-	// disaggregated engine, their KV transfers in flight).
-	AbortWhen string
-	// AbortAfter is the longest wait, after the last session was sent, for that moment
-	// before the abort comes anyway (default DefaultAbortAfter).
-	AbortAfter time.Duration
-	// RecoveryTimeout is how long after an abort a canary may take to complete before
-	// the engine is declared wedged (default: the stall timeout).
-	RecoveryTimeout time.Duration
-	// ThroughputAt lists the concurrencies measured before the first cascade and after
-	// the last; ThroughputRequests requests each (default DefaultThroughputRequests) of
-	// PromptTokens (default DefaultPromptTokens) and Config.MaxTokens tokens.
-	ThroughputAt       []int
-	ThroughputRequests int
-	PromptTokens       int
-}
+// It is the spec's own (arms.AbortCascadeSpec); a zero field takes its default above.
+type AbortCascadeConfig = arms.AbortCascadeSpec
 
 func derefAbort(a *AbortCascadeConfig) AbortCascadeConfig {
 	if a == nil {
@@ -72,13 +48,13 @@ func derefAbort(a *AbortCascadeConfig) AbortCascadeConfig {
 	return *a
 }
 
-func (a AbortCascadeConfig) sessions() int { return positiveOr(a.Sessions, DefaultCascadeSessions) }
-func (a AbortCascadeConfig) cascades() int { return positiveOr(a.Cascades, DefaultCascades) }
-func (a AbortCascadeConfig) throughputRequests() int {
+func cascadeSessions(a AbortCascadeConfig) int { return positiveOr(a.Sessions, DefaultCascadeSessions) }
+func cascadeCount(a AbortCascadeConfig) int    { return positiveOr(a.Cascades, DefaultCascades) }
+func cascadeThroughputRequests(a AbortCascadeConfig) int {
 	return positiveOr(a.ThroughputRequests, DefaultThroughputRequests)
 }
 
-func (a AbortCascadeConfig) abortOf(k int) string {
+func abortOf(a AbortCascadeConfig, k int) string {
 	if len(a.Abort) == 0 {
 		return AbortAll
 	}
@@ -102,14 +78,14 @@ func runAbortCascade(ctx context.Context, cfg Config, base string, rec Recorder)
 	default:
 		return fmt.Errorf("workload: abort-cascade: abort_when %q (want %s or %s)", a.AbortWhen, AbortWhenStreaming, AbortWhenFirstToken)
 	}
-	for k := range a.cascades() {
-		switch m := a.abortOf(k); m {
+	for k := range cascadeCount(a) {
+		switch m := abortOf(a, k); m {
 		case AbortDisconnect, AbortRequest, AbortAll:
 		default:
 			return fmt.Errorf("workload: abort-cascade: unknown abort %q (want %s, %s or %s)", m, AbortDisconnect, AbortRequest, AbortAll)
 		}
 	}
-	conc := a.sessions() + 1
+	conc := cascadeSessions(a) + 1
 	for _, c := range a.ThroughputAt {
 		if c < 1 {
 			return fmt.Errorf("workload: abort-cascade: throughput at concurrency %d", c)
@@ -121,7 +97,7 @@ func runAbortCascade(ctx context.Context, cfg Config, base string, rec Recorder)
 		return err
 	}
 	defer r.client.CloseIdleConnections()
-	t := ThroughputConfig{Requests: a.throughputRequests(), PromptTokens: a.PromptTokens}
+	t := ThroughputConfig{Requests: cascadeThroughputRequests(a), PromptTokens: a.PromptTokens}
 	next, pos := cfg.SessionOffset, 0
 	stage := func(name string) {
 		for _, c := range a.ThroughputAt {
@@ -130,7 +106,7 @@ func runAbortCascade(ctx context.Context, cfg Config, base string, rec Recorder)
 		}
 	}
 	stage("before")
-	for k := range a.cascades() {
+	for k := range cascadeCount(a) {
 		if ctx.Err() != nil {
 			break
 		}
@@ -172,9 +148,9 @@ type cascadeSession struct {
 const abortEndGrace = 2 * time.Second
 
 func (r *runner) cascade(ctx context.Context, a AbortCascadeConfig, k, first, pos int) Phase {
-	n := a.sessions()
+	n := cascadeSessions(a)
 	p := Phase{Name: CascadePhaseName(k + 1), Kind: PhaseCascade, Position: pos, Concurrency: n,
-		FirstSession: first, Sessions: n + 1, Abort: a.abortOf(k)}
+		FirstSession: first, Sessions: n + 1, Abort: abortOf(a, k)}
 	var notes []string
 
 	accepted := make(chan struct{}, n)

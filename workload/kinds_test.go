@@ -218,7 +218,7 @@ func TestLongContextGrowsToTheCeiling(t *testing.T) {
 			systems[req.Messages[0].Content] = true
 			// refserve counts four characters per token, as the workload does: the
 			// context the engine saw is the target, within what one tool schema adds.
-			want := lc.TargetTokens(r, 5)
+			want := TargetTokens(lc, r, 5)
 			if got := turn.PromptTokens; math.Abs(float64(got-want)) > 0.05*float64(want)+50 {
 				t.Errorf("session %d round %d: prompt of %d tokens, want about %d", s, r, got, want)
 			}

@@ -6,6 +6,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/openai"
 )
 
@@ -24,33 +25,29 @@ const (
 // CeilingTokens at the last round's, with replies of up to Config.MaxTokens tokens
 // (default DefaultLongTokens). Every session's system prompt begins with the same seeded
 // document of SharedPrefixTokens, as sessions of one deployment share a system prompt.
-type LongContextConfig struct {
-	StartTokens, CeilingTokens int
-	// SharedPrefixTokens: 0 means DefaultSharedPrefixTokens, capped at half of
-	// StartTokens; a negative value shares nothing.
-	SharedPrefixTokens int
-}
+// It is the spec's own (arms.LongContextSpec); a zero field takes its default.
+type LongContextConfig = arms.LongContextSpec
 
-func (l LongContextConfig) start() int   { return positiveOr(l.StartTokens, DefaultStartTokens) }
-func (l LongContextConfig) ceiling() int { return positiveOr(l.CeilingTokens, DefaultCeilingTokens) }
+func startTokens(l LongContextConfig) int   { return positiveOr(l.StartTokens, DefaultStartTokens) }
+func ceilingTokens(l LongContextConfig) int { return positiveOr(l.CeilingTokens, DefaultCeilingTokens) }
 
-func (l LongContextConfig) shared() int {
+func sharedTokens(l LongContextConfig) int {
 	switch {
 	case l.SharedPrefixTokens < 0:
 		return 0
 	case l.SharedPrefixTokens == 0:
-		return min(DefaultSharedPrefixTokens, l.start()/2)
+		return min(DefaultSharedPrefixTokens, startTokens(l)/2)
 	}
 	return l.SharedPrefixTokens
 }
 
 // TargetTokens is the context the request opening round r (from 0) of rounds reaches:
 // linear from the start to the ceiling.
-func (l LongContextConfig) TargetTokens(r, rounds int) int {
+func TargetTokens(l LongContextConfig, r, rounds int) int {
 	if rounds <= 1 {
-		return l.start()
+		return startTokens(l)
 	}
-	return l.start() + (l.ceiling()-l.start())*r/(rounds-1)
+	return startTokens(l) + (ceilingTokens(l)-startTokens(l))*r/(rounds-1)
 }
 
 func runLongContext(ctx context.Context, cfg Config, base string, rec Recorder) error {
@@ -58,9 +55,9 @@ func runLongContext(ctx context.Context, cfg Config, base string, rec Recorder) 
 	if cfg.LongContext != nil {
 		lc = *cfg.LongContext
 	}
-	if cfg.Sessions < 0 || cfg.Rounds < 0 || cfg.Concurrency < 0 || lc.ceiling() < lc.start() {
+	if cfg.Sessions < 0 || cfg.Rounds < 0 || cfg.Concurrency < 0 || ceilingTokens(lc) < startTokens(lc) {
 		return fmt.Errorf("workload: long-context: sessions %d, rounds %d, concurrency %d, context %d to %d",
-			cfg.Sessions, cfg.Rounds, cfg.Concurrency, lc.start(), lc.ceiling())
+			cfg.Sessions, cfg.Rounds, cfg.Concurrency, startTokens(lc), ceilingTokens(lc))
 	}
 	cfg.MaxTokens = generation(cfg, DefaultLongTokens)
 	rounds := max(cfg.Rounds, 1)
@@ -70,7 +67,7 @@ func runLongContext(ctx context.Context, cfg Config, base string, rec Recorder) 
 		return err
 	}
 	defer r.client.CloseIdleConnections()
-	shared := sharedPrefix(cfg.Seed, lc.shared())
+	shared := sharedPrefix(cfg.Seed, sharedTokens(lc))
 	r.warm(ctx, min(conc, cfg.Sessions))
 	var g errgroup.Group
 	g.SetLimit(conc)
@@ -109,7 +106,7 @@ func runGrowing(ctx context.Context, s *agentSession, lc LongContextConfig, roun
 	}
 	for round, ask := range s.script.Users {
 		user := openai.Message{Role: "user", Content: ask}
-		need := lc.TargetTokens(round, rounds) - estimateTokens(append(s.msgs, user), s.script.Tools)
+		need := TargetTokens(lc, round, rounds) - estimateTokens(append(s.msgs, user), s.script.Tools)
 		if need > 16 {
 			user.Content = fmt.Sprintf("Part %d of the case file:\n\n%s\n\n%s", round+1, filler(file, need-16), ask)
 		}

@@ -18,34 +18,18 @@ const (
 // ThroughputConfig is the throughput kind: a closed loop at each concurrency in turn,
 // then open-loop Poisson arrivals at each rate. Every request is a session of its own
 // (one seeded prompt, one answer of Config.MaxTokens tokens, DefaultThroughputTokens
-// when 0), so the sessions of a phase are independent and identical in every arm.
-type ThroughputConfig struct {
-	// Concurrency lists the closed-loop phases: that many requests in flight until the
-	// phase's requests are done.
-	Concurrency []int
-	// Rates lists the open-loop phases, in requests per second: arrivals at seeded
-	// exponential gaps, sent whether or not earlier requests have finished.
-	Rates []float64
-	// Requests per phase (default DefaultThroughputRequests).
-	Requests int
-	// PromptTokens is each request's prompt, approximately (default DefaultPromptTokens).
-	PromptTokens int
-	// SharedPrefixTokens is a system prompt every request shares, for prefix caches; 0
-	// for none.
-	SharedPrefixTokens int
-	// KeepEOS lets the engine stop before the requested length; by default requests ask
-	// for exactly MaxTokens tokens (ignore_eos), so every arm generates as much.
-	KeepEOS bool
-}
+// when 0), so the sessions of a phase are independent and identical in every arm. It is
+// the spec's own (arms.ThroughputSpec); a zero field takes its default above.
+type ThroughputConfig = arms.ThroughputSpec
 
-func (t ThroughputConfig) requests() int {
+func requestsOf(t ThroughputConfig) int {
 	if t.Requests > 0 {
 		return t.Requests
 	}
 	return DefaultThroughputRequests
 }
 
-func (t ThroughputConfig) promptTokens() int {
+func promptTokensOf(t ThroughputConfig) int {
 	if t.PromptTokens > 0 {
 		return t.PromptTokens
 	}
@@ -79,10 +63,10 @@ func Planned(cfg Config) int {
 	switch cfg.Kind {
 	case arms.WorkloadThroughput:
 		t := derefThroughput(cfg.Throughput)
-		return (len(t.Concurrency) + len(t.Rates)) * t.requests()
+		return (len(t.Concurrency) + len(t.Rates)) * requestsOf(t)
 	case arms.WorkloadAbortCascade:
 		a := derefAbort(cfg.AbortCascade)
-		return 2*len(a.ThroughputAt)*a.throughputRequests() + a.cascades()*(a.sessions()+1)
+		return 2*len(a.ThroughputAt)*cascadeThroughputRequests(a) + cascadeCount(a)*(cascadeSessions(a)+1)
 	case arms.WorkloadTrace:
 		if cfg.Trace != nil && cfg.Trace.Index != nil && cfg.Sessions == 0 {
 			return cfg.Trace.Index.Len()
@@ -137,11 +121,11 @@ func runThroughput(ctx context.Context, cfg Config, base string, rec Recorder) e
 // throughputPhase runs one phase of t's requests from session first on, records it,
 // and returns the next free session index.
 func (r *runner) throughputPhase(ctx context.Context, t ThroughputConfig, p Phase, first int) int {
-	n := t.requests()
+	n := requestsOf(t)
 	p.FirstSession, p.Sessions = first, n
 	shots := make([]oneShot, n)
 	for i := range shots {
-		shots[i] = r.promptShot(first+i, p.Name, t.promptTokens(), t.SharedPrefixTokens,
+		shots[i] = r.promptShot(first+i, p.Name, promptTokensOf(t), t.SharedPrefixTokens,
 			generation(r.cfg, DefaultThroughputTokens), !t.KeepEOS)
 	}
 	if p.Kind == PhaseOpen {
