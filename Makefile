@@ -112,9 +112,6 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseStat$$' -fuzztime $(FUZZTIME) ./orchestrator/runtime
 	$(GO) test -run '^$$' -fuzz '^FuzzMetricSamples$$' -fuzztime $(FUZZTIME) ./orchestrator
 	$(GO) test -run '^$$' -fuzz '^FuzzParseSlurmJob$$' -fuzztime $(FUZZTIME) ./orchestrator/runtime
-	$(GO) test -run '^$$' -fuzz '^FuzzComparePins$$' -fuzztime $(FUZZTIME) ./orchestrator
-	$(GO) test -run '^$$' -fuzz '^FuzzAttest$$' -fuzztime $(FUZZTIME) ./orchestrator
-	$(GO) test -run '^$$' -fuzz '^FuzzMetadataString$$' -fuzztime $(FUZZTIME) ./gguf
 
 ## kernels: the CUDA testbed (needs nvcc; see kernels/)
 kernels:
