@@ -337,7 +337,8 @@ func conditionValue(c string, x float64) string {
 
 // conditionsSection writes the Conditions section: always, so that a reader knows
 // whether the load was seen at all.
-func (v *Verdict) conditionsSection(b *strings.Builder) {
+func (v markdownWriter) conditionsSection() {
+	b := v.b
 	fmt.Fprintf(b, "\n## Conditions\n\n")
 	if len(v.Conditions) == 0 {
 		fmt.Fprintf(b, "No server metrics were recorded, so the load each arm's engine carried is unknown. arbiter scrapes the engine's `/metrics` while the workload runs; SGLang and refserve serve it with `--enable-metrics`, vLLM always.\n")

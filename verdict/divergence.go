@@ -139,7 +139,8 @@ func short(s string) string {
 }
 
 // divergenceSection says where each arm's outputs departed from the baseline's.
-func (v *Verdict) divergenceSection(b *strings.Builder) {
+func (v markdownWriter) divergenceSection() {
+	b := v.b
 	if len(v.Divergence) == 0 {
 		return
 	}
@@ -178,14 +179,15 @@ func (v *Verdict) divergenceSection(b *strings.Builder) {
 		}
 		fmt.Fprintf(b, "| %s | %d | %d (%s) | %d |%s %s |\n", d.Arm, d.Compared, d.Diverged, pct(float64(d.Diverged)/float64(max(d.Compared, 1))), d.NotCompared, against, mdCell(dash(d.Example)))
 	}
-	v.divergenceByTurn(b)
+	v.divergenceByTurn()
 }
 
 // divergenceByTurn shows, when sessions were compared over several turns, where they
 // first departed: of the sessions still alike before each turn, how many departed at it.
 // Each turn's context holds the turns before it, so a share that grows turn by turn is
 // divergence that grows with the context.
-func (v *Verdict) divergenceByTurn(b *strings.Builder) {
+func (v markdownWriter) divergenceByTurn() {
+	b := v.b
 	turns := 0
 	for _, d := range v.Divergence {
 		turns = max(turns, len(d.ByTurn))

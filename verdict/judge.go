@@ -349,6 +349,16 @@ func (v *Verdict) caveats() {
 	}
 }
 
+// noteOnce adds a caveat unless it is already there.
+func (v *Verdict) noteOnce(s string) {
+	for _, c := range v.Caveats {
+		if c == s {
+			return
+		}
+	}
+	v.Caveats = append(v.Caveats, s)
+}
+
 // lossCaveat says, in one point, which arms lost sessions, whether they lost alike, and
 // what labelling the lost sessions could change.
 func (v *Verdict) lossCaveat(add func(int, string, ...any)) {

@@ -146,7 +146,8 @@ func (v *Verdict) unverifiedPins() string {
 }
 
 // pinsSection lists what the engines reported about every pin, launch by launch.
-func (v *Verdict) pinsSection(b *strings.Builder) {
+func (v markdownWriter) pinsSection() {
+	b := v.b
 	if len(v.Pins) == 0 {
 		return
 	}

@@ -88,17 +88,28 @@ func Complete(md []byte, id int64) bool {
 // Markdown writes the verdict without charts (WriteFiles writes it with them).
 func (v *Verdict) Markdown(w io.Writer) error { return v.markdown(w, nil) }
 
+// markdownWriter is the markdown writer of a verdict: it reads the model (the judged
+// Verdict) and writes its sections; it decides nothing.
+type markdownWriter struct {
+	*Verdict
+	b *strings.Builder
+}
+
 func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
+	return markdownWriter{Verdict: v, b: &strings.Builder{}}.write(w, charts)
+}
+
+func (v markdownWriter) write(w io.Writer, charts []chartRef) error {
 	e := v.Experiment
-	b := &strings.Builder{}
+	b := v.b
 	fmt.Fprintf(b, "# Verdict: %s (experiment %d)\n\n", e.Name, e.ID)
 	fmt.Fprintf(b, "%s\n\n", v.headline("**"))
 	if v.Refused() {
 		// Nothing was judged: what the engines reported, what was asked of them, and
 		// how their launches ended.
-		v.pinsSection(b)
-		v.comparedSection(b)
-		v.runsSection(b)
+		v.pinsSection()
+		v.comparedSection()
+		v.runsSection()
 		if u := v.unverifiedPins(); u != "" {
 			fmt.Fprintf(b, "\n## Caveats\n\n- Pins not verified: no report of the engines confirmed %s.\n", u)
 		}
@@ -128,10 +139,10 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 		}
 	}
 
-	v.claimsSection(b)
+	v.claimsSection()
 
-	v.comparedSection(b)
-	v.pinsSection(b)
+	v.comparedSection()
+	v.pinsSection()
 
 	if len(v.Arms) > 1 {
 		fmt.Fprintf(b, "\n## Against the baseline (%s)\n\n", v.Arms[v.Baseline].Name)
@@ -161,11 +172,11 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 		fmt.Fprintf(b, "\n`~`: no difference between the arms' launches shown; not attributable: too few launches per arm for the test to reach its level at all.\n")
 	}
 
-	v.designSections(b)
+	v.designSections()
 
 	if len(v.Rounds) > 0 {
 		fmt.Fprintf(b, "\n## Corruption by round\n\nCorrupted sessions in each round, of the sessions that reached it. Rounds count from 0, as `turns.round` does in the database.\n\n")
-		v.armColumns(b, "round", "---:", "")
+		v.armColumns("round", "---:", "")
 		for _, r := range v.Rounds {
 			fmt.Fprintf(b, "| %d |", r.Round)
 			for i := range v.Arms {
@@ -182,7 +193,7 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 
 	if len(v.Detectors) > 0 {
 		fmt.Fprintf(b, "\n## Corruption by detector\n\nSessions with at least one flagged response (flagged responses in brackets).\n\n")
-		v.armColumns(b, "detector", "---", "example")
+		v.armColumns("detector", "---", "example")
 		for _, d := range v.Detectors {
 			fmt.Fprintf(b, "| %s |", d.Detector)
 			for i := range v.Arms {
@@ -192,7 +203,7 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 		}
 	}
 
-	v.divergenceSection(b)
+	v.divergenceSection()
 
 	if rv := v.Responses; rv != nil && rv.Available {
 		fmt.Fprintf(b, "\n## Why sessions, not responses\n\n")
@@ -206,7 +217,7 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 		}
 	}
 
-	if !v.outcomeSections(b, charts) {
+	if !v.outcomeSections(charts) {
 		fmt.Fprintf(b, "\n## Latency and throughput\n\nOver completed responses; tokens per second are per request, after the first token.\n\n")
 		fmt.Fprintf(b, "| arm | responses | failed | TTFT p50 | TTFT p95 | end-to-end p50 | end-to-end p95 | tok/s p50 |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, a := range v.Arms {
@@ -219,10 +230,10 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 		}
 	}
 
-	v.conditionsSection(b)
+	v.conditionsSection()
 
-	v.runsSection(b)
-	v.caveatsSection(b)
+	v.runsSection()
+	v.caveatsSection()
 	b.WriteString(footer(e.ID, v.DB))
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -230,7 +241,8 @@ func (v *Verdict) markdown(w io.Writer, charts []chartRef) error {
 
 // launchTable compares, when any launch crashed, wedged or failed, how the arms'
 // launches ended: a crash or a wedge is an outcome in itself.
-func (v *Verdict) launchTable(b *strings.Builder) {
+func (v markdownWriter) launchTable() {
+	b := v.b
 	bad := false
 	for _, a := range v.Arms {
 		bad = bad || a.Launches.Faulted()+a.Launches.Failed > 0
@@ -363,7 +375,8 @@ func (v *Verdict) serverFacts() string {
 }
 
 // comparedSection says what the experiment compared: the spec, its design and the arms' pins.
-func (v *Verdict) comparedSection(b *strings.Builder) {
+func (v markdownWriter) comparedSection() {
+	b := v.b
 	e := v.Experiment
 	fmt.Fprintf(b, "\n## What was compared\n\n")
 	fmt.Fprintf(b, "- Spec: `%s`; status **%s**; started %s", e.SpecPath, e.State(), When(e.CreatedAt))
@@ -399,9 +412,10 @@ func (v *Verdict) comparedSection(b *strings.Builder) {
 }
 
 // runsSection lists every launch: where it ran, how it ended, and what its engine said.
-func (v *Verdict) runsSection(b *strings.Builder) {
+func (v markdownWriter) runsSection() {
+	b := v.b
 	fmt.Fprintf(b, "\n## Runs\n\n")
-	v.launchTable(b)
+	v.launchTable()
 	if len(v.nodes()) > 0 {
 		fmt.Fprintf(b, "| arm | block | slot | instance | status | startup | duration | exit | note |\n|---|---:|---|---|---|---:|---:|---:|---|\n")
 		for _, r := range v.Runs {
@@ -426,7 +440,8 @@ func (v *Verdict) runsSection(b *strings.Builder) {
 }
 
 // caveatsSection lists the caveats.
-func (v *Verdict) caveatsSection(b *strings.Builder) {
+func (v markdownWriter) caveatsSection() {
+	b := v.b
 	fmt.Fprintf(b, "\n## Caveats\n\n")
 	if len(v.Caveats) == 0 {
 		fmt.Fprintf(b, "None found.\n")
@@ -438,7 +453,8 @@ func (v *Verdict) caveatsSection(b *strings.Builder) {
 
 // armColumns writes the header of a table with a column per arm (right-aligned, for
 // numbers) between a first column, aligned as align says, and an optional last one.
-func (v *Verdict) armColumns(b *strings.Builder, first, align, last string) {
+func (v markdownWriter) armColumns(first, align, last string) {
+	b := v.b
 	fmt.Fprintf(b, "| %s |", first)
 	for _, a := range v.Arms {
 		fmt.Fprintf(b, " %s |", a.Name)

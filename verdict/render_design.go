@@ -9,7 +9,8 @@ import (
 )
 
 // designSections writes the sections of the design-dependent analyses.
-func (v *Verdict) designSections(b *strings.Builder) {
+func (v markdownWriter) designSections() {
+	b := v.b
 	base := v.Arms[v.Baseline].Name
 	if uv := v.UnitView; uv != nil {
 		fmt.Fprintf(b, "\n## Unit of analysis: %s\n\n", uv.Unit)
@@ -81,7 +82,7 @@ func (v *Verdict) designSections(b *strings.Builder) {
 	}
 
 	if f := v.Factorial; f != nil {
-		v.factorialSection(b)
+		v.factorialSection()
 	}
 
 	if len(v.NonInferiority) > 0 {
@@ -101,13 +102,14 @@ func (v *Verdict) designSections(b *strings.Builder) {
 		}
 	}
 
-	v.lossSection(b)
+	v.lossSection()
 }
 
 // lossSection shows, when sessions were lost, how many each arm lost and how, whether
 // losses differ between arms, and how far labelling the lost sessions could move each
 // decision.
-func (v *Verdict) lossSection(b *strings.Builder) {
+func (v markdownWriter) lossSection() {
+	b := v.b
 	lost := false
 	for _, a := range v.Arms {
 		lost = lost || a.Lost > 0
@@ -138,7 +140,8 @@ func (v *Verdict) lossSection(b *strings.Builder) {
 // factorialSection is the factorial model in one table: every main effect and two-way
 // interaction, on the risk-difference scale (interactions) and the log-odds scale
 // (Firth), with `~` where a scale shows nothing.
-func (v *Verdict) factorialSection(b *strings.Builder) {
+func (v markdownWriter) factorialSection() {
+	b := v.b
 	f := v.Factorial
 	fmt.Fprintf(b, "\n## Factorial model\n\n")
 	var refs []string
@@ -222,16 +225,6 @@ func sharedPNote(terms []stats.FactorialTerm) string {
 	}
 	return fmt.Sprintf("Equal p-values (%s) are not a fault: with the corrupted sessions in few cells, the data are symmetric in those terms, so the penalized model cannot tell them apart; the corruption by arm above shows where the corruption is.",
 		strings.Join(parts, "; "))
-}
-
-// noteOnce adds a caveat unless it is already there.
-func (v *Verdict) noteOnce(s string) {
-	for _, c := range v.Caveats {
-		if c == s {
-			return
-		}
-	}
-	v.Caveats = append(v.Caveats, s)
 }
 
 func num(x float64) string {

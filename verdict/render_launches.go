@@ -3,12 +3,12 @@ package verdict
 import (
 	"fmt"
 	"math"
-	"strings"
 )
 
 // claimsSection lists every claim of the verdict as tested on launches: what each
 // compared, at which level, and what it decided.
-func (v *Verdict) claimsSection(b *strings.Builder) {
+func (v markdownWriter) claimsSection() {
+	b := v.b
 	f := v.Claims
 	if f == nil || len(f.Claims) == 0 {
 		return

@@ -3,13 +3,13 @@ package verdict
 import (
 	"fmt"
 	"math"
-	"strings"
 )
 
 // outcomeSections writes the latency and throughput section (and the abort cascades'),
 // and reports whether it did; without per-session timings the verdict keeps its plain
 // table of medians.
-func (v *Verdict) outcomeSections(b *strings.Builder, charts []chartRef) bool {
+func (v markdownWriter) outcomeSections(charts []chartRef) bool {
+	b := v.b
 	o := v.Outcomes
 	if o == nil || len(o.Groups) == 0 {
 		return false
@@ -29,7 +29,7 @@ func (v *Verdict) outcomeSections(b *strings.Builder, charts []chartRef) bool {
 	}
 	if phased {
 		fmt.Fprintf(b, "Generated tokens per second of the whole engine over each phase (mean over launches, and their range when there were several):\n\n")
-		v.armColumns(b, "phase", "---", "")
+		v.armColumns("phase", "---", "")
 		for _, g := range o.Groups {
 			fmt.Fprintf(b, "| %s |", g.Name)
 			for i := range v.Arms {
@@ -114,7 +114,7 @@ func (v *Verdict) outcomeSections(b *strings.Builder, charts []chartRef) bool {
 	}
 
 	if len(o.Cascades) > 0 {
-		v.cascadeSection(b)
+		v.cascadeSection()
 	}
 	return true
 }
@@ -150,7 +150,8 @@ func msFine(x float64) string {
 
 // cascadeSection shows each arm's abort cascades: how often its engine wedged (exact
 // test on launches against the baseline) and how fast it served again.
-func (v *Verdict) cascadeSection(b *strings.Builder) {
+func (v markdownWriter) cascadeSection() {
+	b := v.b
 	o := v.Outcomes
 	base := o.Cascades[v.Baseline]
 	fmt.Fprintf(b, "\n## Abort cascades\n\n")
