@@ -573,7 +573,11 @@ func (d *decoder) unitInterval(e entry, zero bool, what string) (float64, bool) 
 	if !ok {
 		return 0, false
 	}
-	if !(v > 0 || zero && v == 0) || !(v < 1) {
+	low := v > 0
+	if zero {
+		low = v >= 0
+	}
+	if !low || !(v < 1) {
 		d.add(e.val, e.path, "%s", what)
 		return 0, false
 	}
