@@ -129,12 +129,7 @@ func (e *experiment) runArm(ctx context.Context, ai, b int, at placement, bar *b
 
 	model, err := e.waitReady(ctx, inst, preset)
 	if err != nil {
-		crashed := false
-		select {
-		case <-inst.Done():
-			crashed = !inst.Exit().Stopped
-		default:
-		}
+		crashed := ctx.Err() == nil && endedByItself(ctx, inst)
 		stop()
 		why := err.Error()
 		if crashed {
@@ -156,6 +151,13 @@ func (e *experiment) runArm(ctx context.Context, ai, b int, at placement, bar *b
 	run.Status, run.Ready = store.RunReady, time.Now()
 	run.ServerInfo = e.serverInfo(ctx, inst.Endpoint(), preset)
 	if err := e.attestRun(ctx, inst, preset, ai, run, log); err != nil {
+		if errors.Is(err, errEndedUnderCheck) {
+			stop()
+			if lost := inst.Exit().Lost; lost != "" {
+				return finish(store.RunLost, fmt.Sprintf("node %s: %s before the workload", at.slot.Node, lost))
+			}
+			return finish(store.RunCrashed, fmt.Sprintf("%v before the workload (%s)", runtime.ErrCrashed, inst.Exit()))
+		}
 		stop()
 		status := store.RunFailed
 		if errors.Is(err, ErrPinsNotHeld) {
@@ -210,6 +212,21 @@ func (e *experiment) runArm(ctx context.Context, ai, b int, at placement, bar *b
 	return finish(status, errText)
 }
 
+// endedByItself says whether the engine has ended without arbiter stopping it (crashed,
+// or lost with its node). An engine whose end its runtime polls for (runtime.Refresher)
+// is looked at now: a failure to reach it may come before the poll has seen it go.
+func endedByItself(ctx context.Context, inst runtime.Instance) bool {
+	if r, ok := inst.(runtime.Refresher); ok {
+		r.Refresh(ctx)
+	}
+	select {
+	case <-inst.Done():
+		return !inst.Exit().Stopped
+	default:
+		return false
+	}
+}
+
 // drive runs the workload against a ready engine under the liveness watchdog.
 func (e *experiment) drive(ctx context.Context, inst runtime.Instance, preset arms.Preset, arm arms.Arm, ai, b int,
 	runID int64, model string, rr *RunResult, completed *armCounts) (status store.RunStatus, errText string, err error) {
@@ -237,17 +254,10 @@ func (e *experiment) drive(ctx context.Context, inst runtime.Instance, preset ar
 	runErr := workload.Run(wctx, cfg, inst.Endpoint(), tracker)
 	tracker.drain()
 	finishScrape()
-	if r, ok := inst.(runtime.Refresher); ok && context.Cause(wctx) == nil {
+	if context.Cause(wctx) == nil && endedByItself(ctx, inst) {
 		// An engine whose end is polled for may have ended under the workload's last
-		// turns without being seen yet: look now, before judging the turns.
-		r.Refresh(ctx)
-		select {
-		case <-inst.Done():
-			if !inst.Exit().Stopped {
-				cancel(crashedDuringWorkload(inst))
-			}
-		default:
-		}
+		// turns without being seen yet: endedByItself looks now, before the turns are judged.
+		cancel(crashedDuringWorkload(inst))
 	}
 	if runErr == nil && context.Cause(wctx) == nil {
 		// Every session ended by itself; whether they ended well is the watchdog's to say.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -415,10 +416,14 @@ func reportedJSON(v any) string {
 // the runtime copies the log to its file a moment later.
 const attestLogWait = 5 * time.Second
 
+// errEndedUnderCheck: the engine ended by itself while its pins were being checked.
+var errEndedUnderCheck = errors.New("the engine ended while its pins were checked")
+
 // attestRun attests a ready launch's pins (attest) and records what its engine
 // reported. A pin not in effect is an error wrapping ErrPinsNotHeld, server info that
 // cannot be read one wrapping ErrPinsUncheckable; either way the wave's other arms are
-// told to send no traffic.
+// told to send no traffic. An engine that ended by itself under the check is
+// errEndedUnderCheck, which tells the wave nothing.
 func (e *experiment) attestRun(ctx context.Context, inst runtime.Instance, preset arms.Preset, ai int, run store.Run, log *slog.Logger) error {
 	arm := e.arms[ai]
 	logPath, common := run.LogPath, arms.Pins{Env: e.spec.Engine.Env, Args: e.spec.Engine.Args}
@@ -430,6 +435,11 @@ func (e *experiment) attestRun(ctx context.Context, inst runtime.Instance, prese
 	wait := 20 * time.Millisecond
 	for deadline := time.Now().Add(attestLogWait); ; {
 		o, err := observe(ctx, inst.Endpoint(), preset, logPath)
+		if err != nil && ctx.Err() == nil && endedByItself(ctx, inst) {
+			// What could not be read says nothing about the pins of an engine that
+			// went away under the check (its node failed, it crashed).
+			return fmt.Errorf("%w: %v", errEndedUnderCheck, err)
+		}
 		if err != nil {
 			why := fmt.Sprintf("arm %s's engine could not be checked", arm.Name)
 			e.refused.Store(&why)

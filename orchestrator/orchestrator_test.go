@@ -46,6 +46,9 @@ type engine struct {
 	// lost, when set, is what Exit says when the engine ends on its own: its runtime
 	// lost track of it (a node gone), not a crash.
 	lost string
+	// dieAt, when set, is a path whose first request ends the engine: its connection
+	// drops, as when its node goes down under it.
+	dieAt atomic.Pointer[string]
 }
 
 func newEngine(t *testing.T, onChat func(n int64, e *engine, r *http.Request) bool) *engine {
@@ -101,7 +104,13 @@ func newEngine(t *testing.T, onChat func(n int64, e *engine, r *http.Request) bo
 		}
 		io.WriteString(w, "data: [DONE]\n\n")
 	})
-	e.srv = httptest.NewServer(mux)
+	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if at := e.dieAt.Load(); at != nil && *at == r.URL.Path {
+			e.crash()
+			panic(http.ErrAbortHandler)
+		}
+		mux.ServeHTTP(w, r)
+	}))
 	t.Cleanup(e.srv.Close)
 	return e
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -306,5 +307,81 @@ func TestNodeLostMidRunRunsTheArmAgainElsewhere(t *testing.T) {
 	ro.Get(&why, `SELECT error FROM runs WHERE status = 'lost'`)
 	if !strings.Contains(why, "node flaky") || !strings.Contains(why, "Cannot connect to the Docker daemon") {
 		t.Errorf("lost run's error = %q", why)
+	}
+}
+
+// polledEngine is an engine whose end its runtime learns by polling, as Slurm's: Done
+// closes only when Refresh (or the poll) looks and finds the engine gone.
+type polledEngine struct {
+	*engine
+	seen chan struct{}
+	once sync.Once
+}
+
+func (p *polledEngine) Done() <-chan struct{} { return p.seen }
+
+func (p *polledEngine) Refresh(context.Context) {
+	select {
+	case <-p.engine.done:
+		p.once.Do(func() { close(p.seen) })
+	default:
+	}
+}
+
+func (p *polledEngine) Stop(ctx context.Context) error {
+	p.engine.Stop(ctx)
+	p.once.Do(func() { close(p.seen) })
+	return nil
+}
+
+// An engine whose node goes down after its health answered but before it took traffic
+// (between readiness and the workload) is lost, not failed, although its runtime has not
+// polled its end yet: the arm runs again elsewhere and the experiment finishes.
+func TestNodeLostBetweenHealthAndTrafficRunsTheArmAgain(t *testing.T) {
+	t.Parallel()
+	for _, at := range []string{"/v1/models", "/v1/chat/completions", "/get_server_info"} {
+		t.Run(at, func(t *testing.T) {
+			t.Parallel()
+			spec := testSpec(t, "runtime:\n  nodes:\n    - {name: good}\n    - {name: flaky}\n")
+			db := filepath.Join(t.TempDir(), "a.db")
+			good := engines(func(string) *engine { return newEngine(t, nil) })
+			flaky := runtimeFunc(func(context.Context, runtime.Launch) (runtime.Instance, error) {
+				e := newEngine(t, nil)
+				e.lost = "Slurm job 7 ended: NODE_FAIL on n1 (its node failed)"
+				e.dieAt.Store(&at)
+				return &polledEngine{engine: e, seen: make(chan struct{})}, nil
+			})
+			res, err := Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quietLogger(),
+				NodeRuntime: func(_ *arms.Spec, n arms.Node) (runtime.Runtime, error) {
+					if n.Name == "flaky" {
+						return flaky, nil
+					}
+					return good, nil
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var lost, done int
+			for _, r := range placedRuns(t, db, res.ExperimentID) {
+				switch {
+				case r.Node == "flaky" && r.Status == "lost":
+					lost++
+				case r.Node == "good" && r.Status == "done":
+					done++
+				default:
+					t.Errorf("run %+v", r)
+				}
+			}
+			if lost != 1 || done != 2 {
+				t.Fatalf("%d lost, %d done; want the flaky node's run lost and both arms done on good", lost, done)
+			}
+			ro, _ := store.OpenReadOnly(db)
+			defer ro.Close()
+			var why string
+			ro.Get(&why, `SELECT error FROM runs WHERE status = 'lost'`)
+			if !strings.Contains(why, "node flaky") || !strings.Contains(why, "NODE_FAIL on n1") {
+				t.Errorf("lost run's error = %q", why)
+			}
+		})
 	}
 }
