@@ -30,21 +30,23 @@ demo-docker: image
 demo: build
 	$(BIN)/arbiter run examples/quickstart.yaml --db $(DB)
 
-## test: vet and the whole test suite under the race detector, but for the statistics'
+## test: the whole test suite under the race detector, but for the statistics'
 ## own tests: numeric and on one goroutine, they run without it (four times faster), while
 ## the tests of the packages that call them concurrently run it under the detector
 test:
-	$(GO) vet ./...
 	$(GO) test -race -timeout 20m $$($(GO) list ./... | grep -v '/stats$$')
 	$(GO) test -timeout 20m ./stats
 
-## lint: staticcheck, and deadcode with the tests as roots (no function that neither the
-## commands nor the tests reach); both installed from the module proxy into $(BIN)/lint
+## lint: gofmt, go vet, staticcheck, and deadcode with the tests as roots (no function that
+## neither the commands nor the tests reach); the last two installed from the module proxy
+## into $(BIN)/lint
 STATICCHECK_VERSION ?= v0.8.2
 DEADCODE_VERSION ?= v0.52.0
 lint:
 	test -x $(BIN)/lint/staticcheck || GOBIN=$(CURDIR)/$(BIN)/lint $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	test -x $(BIN)/lint/deadcode || GOBIN=$(CURDIR)/$(BIN)/lint $(GO) install golang.org/x/tools/cmd/deadcode@$(DEADCODE_VERSION)
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "$$out"; echo "gofmt: the files above are not formatted"; exit 1; fi
+	$(GO) vet ./...
 	$(BIN)/lint/staticcheck ./...
 	@out=$$($(BIN)/lint/deadcode -test ./...); if [ -n "$$out" ]; then echo "$$out"; echo "deadcode: the functions above are reached by nothing"; exit 1; fi
 
