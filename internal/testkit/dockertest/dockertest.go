@@ -136,7 +136,7 @@ func startN(t testing.TB, n int, tls bool) []*Daemon {
 
 func start(bin, name string, tls bool) (*Daemon, error) {
 	// A short path: socket paths are limited to about 100 bytes.
-	dir, err := os.MkdirTemp("", "adt")
+	dir, err := os.MkdirTemp("", bridgePrefix)
 	if err != nil {
 		return nil, err
 	}
@@ -179,14 +179,17 @@ func start(bin, name string, tls bool) (*Daemon, error) {
 	return d, errors.Join(errs...)
 }
 
+// bridgePrefix begins the name of every daemon's bridge (and of its folder).
+const bridgePrefix = "adt"
+
 // makeBridge makes the daemon's own bridge, named after its folder (at most 15 bytes),
 // on a private /24.
 func (d *Daemon) makeBridge() error {
-	suffix := strings.TrimPrefix(filepath.Base(d.Dir), "adt")
+	suffix := strings.TrimPrefix(filepath.Base(d.Dir), bridgePrefix)
 	if len(suffix) > 10 {
 		suffix = suffix[len(suffix)-10:]
 	}
-	name := "adt" + suffix
+	name := bridgePrefix + suffix
 	var b [2]byte
 	_, _ = rand.Read(b[:])
 	addr := fmt.Sprintf("10.%d.%d.1/24", 200+int(b[0])%50, b[1])
