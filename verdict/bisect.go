@@ -234,8 +234,9 @@ func (r *BisectionReport) changeNames(idx []int) string {
 	return joinAnd(words)
 }
 
-// numbers writes change numbers compactly: "1-4, 6".
-func numbers(idx []int) string {
+// ChangeNumbers writes change numbers (0-based indices, written 1-based) compactly, as
+// the report and arbiter's messages do: "1-4, 6"; "none" for none.
+func ChangeNumbers(idx []int) string {
 	s := slices.Clone(idx)
 	slices.Sort(s)
 	var parts []string
@@ -306,7 +307,7 @@ func (r *BisectionReport) Headline() []string {
 			out = append(out, fmt.Sprintf("Shown to belong to the culprit: %s.", r.changeNames(c.Known)))
 		}
 		if len(c.Candidates) > 0 {
-			out = append(out, fmt.Sprintf("Its next member is among changes %s.", numbers(c.Candidates)))
+			out = append(out, fmt.Sprintf("Its next member is among changes %s.", ChangeNumbers(c.Candidates)))
 		}
 		return out
 	}
@@ -373,7 +374,7 @@ func (r *BisectionReport) Markdown(w io.Writer) error {
 			decision = j.short()
 			exp = fmt.Sprintf("%d (%s)", j.Verdict.Experiment.ID, j.Verdict.Experiment.State())
 		}
-		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s |\n", s.Step, s.Role, numbers(s.Applied), good, applied, mdCell(dash(decision)), exp)
+		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s |\n", s.Step, s.Role, ChangeNumbers(s.Applied), good, applied, mdCell(dash(decision)), exp)
 	}
 	b.WriteString("\n")
 	for _, s := range r.Steps {
@@ -450,16 +451,16 @@ func (r *BisectionReport) tree(b *strings.Builder) {
 	for k, s := range r.Steps {
 		switch s.Role {
 		case store.RoleReproduce:
-			line("", s, "bad ("+numbers(s.Applied)+")")
+			line("", s, "bad ("+ChangeNumbers(s.Applied)+")")
 		case store.RoleSearch:
 			if k == 0 || r.Steps[k-1].Role != store.RoleSearch {
 				round++
 				fmt.Fprintf(b, "round %d: which change completes the culprit?\n", round)
 			}
 			prefix := without(s.Applied, culprit)
-			what := numbers(prefix)
+			what := ChangeNumbers(prefix)
 			if len(culprit) > 0 {
-				what = numbers(culprit) + " + " + what
+				what = ChangeNumbers(culprit) + " + " + what
 			}
 			line("  ", s, what)
 		case store.RoleConfirm:
@@ -468,15 +469,15 @@ func (r *BisectionReport) tree(b *strings.Builder) {
 				fmt.Fprintf(b, "  => %s belongs to the culprit\n", r.changeNames(found))
 			}
 			culprit = s.Applied
-			line("", s, "confirm "+numbers(s.Applied))
+			line("", s, "confirm "+ChangeNumbers(s.Applied))
 		case store.RoleRevert:
-			line("", s, "revert: all but "+numbers(culprit))
+			line("", s, "revert: all but "+ChangeNumbers(culprit))
 		}
 	}
 	if c := r.Conclusion; c != nil {
 		switch c.Status {
 		case store.ConclusionCulprit:
-			fmt.Fprintf(b, "=> culprit: changes %s\n", numbers(c.Culprit))
+			fmt.Fprintf(b, "=> culprit: changes %s\n", ChangeNumbers(c.Culprit))
 		case store.ConclusionNotReproduced:
 			b.WriteString("=> not reproduced\n")
 		default:
@@ -517,7 +518,7 @@ func (r *BisectionReport) uncertain() []string {
 		case stats.StepClean:
 			out = append(out, fmt.Sprintf("Other culprits: step %d applied every change but the culprit's and was clean, so none of the other changes corrupts with the rest of them.", c.RevertStep))
 		case stats.StepCorrupts:
-			out = append(out, fmt.Sprintf("Other culprits: step %d applied every change but the culprit's and still corrupted: another culprit remains among changes %s. Bisect them again with the culprit left out.", c.RevertStep, numbers(without(allIdx(len(r.Changes)), c.Culprit))))
+			out = append(out, fmt.Sprintf("Other culprits: step %d applied every change but the culprit's and still corrupted: another culprit remains among changes %s. Bisect them again with the culprit left out.", c.RevertStep, ChangeNumbers(without(allIdx(len(r.Changes)), c.Culprit))))
 		case "":
 			out = append(out, "Other culprits: the search names one minimal culprit. Whether the other changes hold one of their own was not tested; search.check_revert adds a step that applies every change but the culprit's.")
 		default:
@@ -533,7 +534,7 @@ func (r *BisectionReport) uncertain() []string {
 			}
 		}
 		if clean := r.largestClean(); clean != nil {
-			out = append(out, fmt.Sprintf("Harmless, as far as tested: good with changes %s applied together was clean (step %d); each of those is shown harmless in that company, not in every combination.", numbers(clean.Applied), clean.Step))
+			out = append(out, fmt.Sprintf("Harmless, as far as tested: good with changes %s applied together was clean (step %d); each of those is shown harmless in that company, not in every combination.", ChangeNumbers(clean.Applied), clean.Step))
 		}
 	case store.ConclusionNotReproduced:
 		out = append(out, fmt.Sprintf("Clean means the excess is shown below %.1f points: a regression smaller than the effect is not ruled out; lower search.effect (at the price of more sessions) to look for one.", 100*r.Design.Effect))
@@ -545,7 +546,7 @@ func (r *BisectionReport) uncertain() []string {
 			out = append(out, fmt.Sprintf("Shown to belong to the culprit: %s; whether they are the whole culprit is not known.", r.changeNames(c.Known)))
 		}
 		if len(c.Candidates) > 0 {
-			out = append(out, fmt.Sprintf("The culprit's next member is among changes %s.", numbers(c.Candidates)))
+			out = append(out, fmt.Sprintf("The culprit's next member is among changes %s.", ChangeNumbers(c.Candidates)))
 		}
 	}
 	if line := r.goodLaunchSpread(); line != "" {

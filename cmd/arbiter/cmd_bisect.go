@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -130,7 +131,7 @@ whose arbiter was killed continues with --resume from the steps it recorded.`,
 type stepLines struct{ w io.Writer }
 
 func (s stepLines) StepStarted(p bisect.Probe, exp string, maxSteps int) {
-	fmt.Fprintf(s.w, "step %d of at most %d (%s): good with changes %s applied, experiment %s\n", p.Step, maxSteps, p.Role, changeNumbers(p.Changes), exp)
+	fmt.Fprintf(s.w, "step %d of at most %d (%s): good with changes %s applied, experiment %s\n", p.Step, maxSteps, p.Role, verdict.ChangeNumbers(p.Changes), exp)
 }
 
 func (s stepLines) StepEnded(p bisect.Probe, j *verdict.StepJudgement, kept bool) {
@@ -139,14 +140,6 @@ func (s stepLines) StepEnded(p bisect.Probe, j *verdict.StepJudgement, kept bool
 		return
 	}
 	fmt.Fprintf(s.w, "step %d: %s\n", p.Step, j.Sentence())
-}
-
-func changeNumbers(idx []int) string {
-	words := make([]string, len(idx))
-	for i, x := range idx {
-		words[i] = fmt.Sprint(x + 1)
-	}
-	return strings.Join(words, ",")
 }
 
 func runBisection(ctx context.Context, g *globals, spec *arms.BisectSpec, resume int64, o bisectOptions) error {
@@ -225,7 +218,7 @@ func bisectGate(r *verdict.BisectionReport, gate string) error {
 	switch {
 	case gate != string(c.Status):
 	case c.Status == store.ConclusionCulprit:
-		return withCode(exitGateFailed, fmt.Errorf("gate culprit failed: changes %s corrupt against good (confirmed by step %d)", changeNumbers(c.Culprit), c.ConfirmedBy))
+		return withCode(exitGateFailed, fmt.Errorf("gate culprit failed: changes %s corrupt against good (confirmed by step %d)", verdict.ChangeNumbers(c.Culprit), c.ConfirmedBy))
 	case c.Status == store.ConclusionUncertain:
 		return withCode(exitGateFailed, fmt.Errorf("gate uncertain failed: %s", c.Reason))
 	}
@@ -388,21 +381,22 @@ func listBisections(ctx context.Context, g *globals, o bisectOptions) error {
 		tableHead: []string{"ID", "NAME", "STATUS", "STARTED", "STEPS", "CONCLUSION", "CULPRIT"},
 		csvRow: func(l line) []string {
 			return []string{fmt.Sprint(l.ID), l.Name, string(l.Status), l.Created, fmt.Sprint(l.Steps), l.Conclusion,
-				strings.Trim(fmt.Sprint(l.Culprit), "[]")}
+				culpritColumn(l.Culprit)}
 		},
 		tableRow: func(l line) []string {
 			return []string{fmt.Sprint(l.ID), l.Name, string(l.Status), l.Created, fmt.Sprint(l.Steps), l.Conclusion,
-				dash(changeNumbers(zeroBased(l.Culprit)))}
+				dash(culpritColumn(l.Culprit))}
 		},
 	}.write(g, format, o.quiet)
 }
 
-func zeroBased(oneBased []int) []int {
-	out := make([]int, len(oneBased))
-	for i, x := range oneBased {
-		out[i] = x - 1
+// culpritColumn is the culprit's change numbers (1-based) in a column of --list: "2,6".
+func culpritColumn(culprit []int) string {
+	words := make([]string, len(culprit))
+	for i, x := range culprit {
+		words[i] = strconv.Itoa(x)
 	}
-	return out
+	return strings.Join(words, ",")
 }
 
 func dash(s string) string {

@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -38,11 +40,15 @@ runtime: {kind: process, nodes: [{name: local, slots: 2}]}
 timeouts: {startup: 60s, request: 60s, stall: 30s}
 `
 
-// One culprit among 8 changes, through the CLI on real refserve processes. The arbiter
-// running the bisection is killed (SIGKILL) in the middle of its third step, and
-// `arbiter bisect --resume` continues from the steps it recorded: the culprit is named
-// in at most ceil(log2 8) + 2 = 5 steps, its report written, listed, rebuilt and gated.
-func TestBisectCLISingleCulpritOnRefserve(t *testing.T) {
+// The bisection example on real refserve processes, through the CLI as a user runs it:
+// the release of examples/bisect differs from the good configuration in 8 settings and
+// corrupts only through BF16_INDEX_K=1 together with --enable-hierarchical-cache. The
+// bisection is interrupted twice: Ctrl-C during step 2, then, resumed, killed (SIGKILL)
+// during step 4. Each `arbiter bisect --resume` keeps the steps judged, resumes the
+// interrupted step's own experiment, and the last names exactly the pair, confirmed by
+// a final A/B of good + the pair against good, in at most 12 steps; the report is
+// written, listed, rebuilt and gated.
+func TestBisectCLINamesThePairOnRefserve(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a bisection of real refserve processes")
 	}
@@ -50,38 +56,80 @@ func TestBisectCLISingleCulpritOnRefserve(t *testing.T) {
 	t.Parallel()
 	arbiter := buildArbiter(t)
 	env := append(os.Environ(), "PATH="+filepath.Dir(arbiter)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	src, err := os.ReadFile("../../examples/bisect/tuesday-release.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Tokens at half the example's pace: refserve's counts do not depend on it (its fault
+	// model draws against the sessions it serves, never the clock), and rounds of 0.5 ms
+	// tokens still outlast the start of 40 clients by far.
+	paced := strings.Replace(string(src), "--inter-token-delay, 1ms", "--inter-token-delay, 500us", 1)
+	if paced == string(src) {
+		t.Fatal("the example no longer sets --inter-token-delay 1ms")
+	}
 	dir := t.TempDir()
-	spec := filepath.Join(dir, "bisect.yaml")
-	if err := os.WriteFile(spec, []byte(singleCulpritSpec), 0o644); err != nil {
+	spec, db, report := filepath.Join(dir, "tuesday-release.yaml"), filepath.Join(dir, "results.db"), filepath.Join(dir, "report.md")
+	if err := os.WriteFile(spec, []byte(paced), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	db := filepath.Join(dir, "results.db")
-	report := filepath.Join(dir, "report.md")
-
-	killed := exec.Command(arbiter, "bisect", spec, "--db", db)
-	killed.Dir, killed.Env = dir, env
-	if err := killed.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if killed.ProcessState == nil {
-			killed.Process.Kill()
-			killed.Wait()
+	// interrupt runs arbiter with args until the experiment of step has recorded n
+	// sessions, then sends it sig; it returns the exit code and stderr.
+	interrupt := func(sig syscall.Signal, step, n int, args ...string) (int, string) {
+		cmd := exec.Command(arbiter, args...)
+		var stderr bytes.Buffer
+		cmd.Dir, cmd.Env, cmd.Stderr = dir, env, &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
 		}
-	})
-	// Killed once step 3's experiment has recorded sessions: part way through a step.
-	eventually(t, "step 3 under way", func() bool {
+		t.Cleanup(func() {
+			if cmd.ProcessState == nil {
+				cmd.Process.Kill()
+				cmd.Wait()
+			}
+		})
+		name := fmt.Sprintf("tuesday-release-b1-s%02d", step)
+		eventually(t, name+" under way", func() bool {
+			ro, err := store.OpenReadOnly(db)
+			if err != nil {
+				return false
+			}
+			defer ro.Close()
+			var got int
+			return ro.Get(&got, `SELECT count(*) FROM sessions s JOIN experiments e ON e.id = s.experiment_id WHERE e.name = ?`, name) == nil && got >= n
+		})
+		cmd.Process.Signal(sig)
+		cmd.Wait()
+		return cmd.ProcessState.ExitCode(), stderr.String()
+	}
+	// stepExperiment is the experiment of a step's name, 0 for none yet; linked, the
+	// experiment the step is linked to.
+	stepExperiment := func(step int, linked bool) int64 {
 		ro, err := store.OpenReadOnly(db)
 		if err != nil {
-			return false
+			t.Fatal(err)
 		}
 		defer ro.Close()
-		var n int
-		return ro.Get(&n, `SELECT count(*) FROM sessions s JOIN experiments e ON e.id = s.experiment_id
-			WHERE e.name = 'index-k-release-b1-s03'`) == nil && n >= 10
-	})
-	killed.Process.Signal(syscall.SIGKILL)
-	killed.Wait()
+		var id int64
+		q := `SELECT coalesce(max(id), 0) FROM experiments WHERE name = printf('tuesday-release-b1-s%02d', ?)`
+		if linked {
+			q = `SELECT coalesce(experiment_id, 0) FROM bisection_steps WHERE bisection_id = 1 AND step = ?`
+		}
+		ro.Get(&id, q, step)
+		return id
+	}
+
+	if code, stderr := interrupt(syscall.SIGINT, 2, 10, "bisect", spec, "--db", db); code != exitInterrupted {
+		t.Fatalf("arbiter bisect exited %d after Ctrl-C, want %d:\n%s", code, exitInterrupted, stderr)
+	}
+	second := stepExperiment(2, false)
+	_, stderr := interrupt(syscall.SIGKILL, 4, 30, "bisect", "--resume", "1", "--db", db)
+	if !strings.Contains(stderr, "step 1 (reproduce, recorded before the resume): corrupts") || strings.Contains(stderr, "step 2 (search, recorded before the resume)") {
+		t.Errorf("the first resume did not continue at step 2 from the recorded step:\n%s", stderr)
+	}
+	fourth := stepExperiment(4, false)
+	if second == 0 || fourth == 0 {
+		t.Fatalf("steps 2 and 4 recorded experiments %d and %d", second, fourth)
+	}
 
 	resumed := exec.Command(arbiter, "bisect", "--resume", "1", "--db", db, "-o", report)
 	var outb, errb bytes.Buffer
@@ -91,7 +139,7 @@ func TestBisectCLISingleCulpritOnRefserve(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("arbiter bisect --resume exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
-	for _, want := range []string{"bisection 1 (index-k-release): done", "The culprit is `BF16_INDEX_K: 0 → 1` (change 2).", "report: " + report} {
+	for _, want := range []string{"bisection 1 (tuesday-release): done", "The culprit is `BF16_INDEX_K: 0 → 1` and `--enable-hierarchical-cache: absent → set`,", "together: changes 2 and 6", "report: " + report} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("stdout does not say %q:\n%s", want, stdout)
 		}
@@ -100,64 +148,84 @@ func TestBisectCLISingleCulpritOnRefserve(t *testing.T) {
 	if !strings.Contains(stderr, "engine ready after") || !strings.Contains(stderr, "/40 sessions, ") {
 		t.Errorf("the steps' launches were not shown:\n%s", stderr)
 	}
-	if !strings.Contains(stderr, "step 1 (reproduce, recorded before the resume): corrupts") || !strings.Contains(stderr, "step 3 of at most 9 (search)") ||
-		strings.Contains(stderr, "experiment index-k-release-b1-s01") {
-		t.Errorf("the resume did not continue at step 3 from the recorded steps:\n%s", stderr)
-	}
-	ro, err := store.OpenReadOnly(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var exps, superseded int
-	ro.Get(&exps, `SELECT count(*) FROM experiments`)
-	ro.Get(&superseded, `SELECT count(*) FROM runs r JOIN experiments e ON e.id = r.experiment_id
-		WHERE e.name = 'index-k-release-b1-s03' AND r.superseded_by IS NOT NULL`)
-	ro.Close()
-	if superseded == 0 {
-		t.Errorf("step 3's launch cut by the kill was not run again")
+	for step := 1; step <= 4; step++ {
+		if kept := strings.Contains(stderr, fmt.Sprintf("step %d (", step)) && strings.Contains(stderr, "recorded before the resume") &&
+			!strings.Contains(stderr, fmt.Sprintf("step %d of at most", step)); kept != (step < 4) {
+			t.Errorf("step %d kept = %v, want %v:\n%s", step, kept, step < 4, stderr)
+		}
 	}
 
 	code, out, _ := runCLI(t, "bisect", "--verdict", "--db", db, "--json")
 	var sum struct {
-		Conclusion string  `json:"conclusion"`
-		Culprit    []int   `json:"culprit"`
-		Confirmed  int     `json:"confirmed_by"`
-		StepAlpha  float64 `json:"step_alpha"`
+		Conclusion string `json:"conclusion"`
+		Culprit    []int  `json:"culprit"`
+		Confirmed  int    `json:"confirmed_by"`
 		Steps      []struct {
 			Role    string `json:"role"`
+			Applied []int  `json:"applied"`
 			Outcome string `json:"outcome"`
 		} `json:"steps"`
 	}
 	if err := json.Unmarshal([]byte(out), &sum); code != 0 || err != nil {
 		t.Fatalf("--verdict --json exited %d: %v\n%s", code, err, out)
 	}
-	if sum.Conclusion != "culprit" || len(sum.Culprit) != 1 || sum.Culprit[0] != 2 || len(sum.Steps) > 5 || sum.Confirmed != len(sum.Steps) {
-		t.Fatalf("summary %+v", sum)
+	if sum.Conclusion != "culprit" || !slices.Equal(sum.Culprit, []int{2, 6}) || len(sum.Steps) > 12 || sum.Confirmed < 1 || sum.Confirmed > len(sum.Steps) {
+		t.Fatalf("summary %+v; want changes 2 and 6 named and confirmed within 12 steps", sum)
 	}
+	if c := sum.Steps[sum.Confirmed-1]; c.Role != "confirm" || !slices.Equal(c.Applied, []int{2, 6}) || c.Outcome != "corrupts" {
+		t.Fatalf("confirmation %+v", c)
+	}
+	t.Logf("culprit changes 2 and 6 named in %d steps, confirmed by step %d", len(sum.Steps), sum.Confirmed)
+
+	// Every step is one experiment, none run twice; the interrupted steps went on in
+	// their own experiments, and the launches the kill cut were run again.
+	ro, err := store.OpenReadOnly(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exps, superseded int
+	ro.Get(&exps, `SELECT count(*) FROM experiments`)
+	ro.Get(&superseded, `SELECT count(*) FROM runs WHERE experiment_id = ? AND superseded_by IS NOT NULL`, fourth)
+	ro.Close()
 	if exps != len(sum.Steps) {
 		t.Errorf("%d experiments for %d steps: a step ran twice", exps, len(sum.Steps))
 	}
-	t.Logf("single culprit among 8 named in %d steps", len(sum.Steps))
+	if stepExperiment(2, true) != second || stepExperiment(4, true) != fourth {
+		t.Errorf("steps 2 and 4 ran experiments %d and %d, the interrupted ones were %d and %d", stepExperiment(2, true), stepExperiment(4, true), second, fourth)
+	}
+	if superseded == 0 {
+		t.Errorf("step 4's launches cut by the kill were not run again")
+	}
+
+	// The report written, and the one rebuilt from the database alone.
 	md, err := os.ReadFile(report)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"# Bisection 1: index-k-release", "## Search tree", "## The culprit and its confirming test", "## What remains uncertain"} {
-		if !strings.Contains(string(md), want) {
-			t.Errorf("report lacks %q", want)
+	code, rebuilt, _ := runCLI(t, "bisect", "--verdict", "1", "--db", db)
+	if code != 0 {
+		t.Fatalf("bisect --verdict exited %d", code)
+	}
+	for _, text := range []string{string(md), rebuilt} {
+		for _, want := range []string{"# Bisection 1: tuesday-release", "## Search tree", "=> 6 (--enable-hierarchical-cache) belongs to the culprit",
+			"=> 2 (BF16_INDEX_K) belongs to the culprit", fmt.Sprintf("Confirmed by step %d", sum.Confirmed),
+			"## The culprit and its confirming test", "## What remains uncertain"} {
+			if !strings.Contains(text, want) {
+				t.Errorf("report lacks %q:\n%s", want, text)
+			}
 		}
 	}
 
-	if code, out, _ := runCLI(t, "bisect", "--list", "--db", db); code != 0 || !strings.Contains(out, "index-k-release  done") || !strings.Contains(out, "culprit") {
+	if code, out, _ := runCLI(t, "bisect", "--list", "--db", db); code != 0 || !strings.Contains(out, "tuesday-release  done") || !strings.Contains(out, "culprit") {
 		t.Errorf("--list exited %d:\n%s", code, out)
 	}
 	if code, out, _ := runCLI(t, "bisect", "--list", "-q", "--db", db); code != 0 || out != "1\n" {
 		t.Errorf("--list -q exited %d: %q; want the id", code, out)
 	}
-	if code, out, _ := runCLI(t, "bisect", "--list", "--format", "csv", "--db", db); code != 0 || !strings.HasPrefix(out, "id,name,status,created_at,steps,conclusion,culprit\n1,index-k-release,done,") {
+	if code, out, _ := runCLI(t, "bisect", "--list", "--format", "csv", "--db", db); code != 0 || !strings.HasPrefix(out, "id,name,status,created_at,steps,conclusion,culprit\n1,tuesday-release,done,") {
 		t.Errorf("--list --format csv exited %d:\n%s", code, out)
 	}
-	if code, _, errOut := runCLI(t, "bisect", "--verdict", "1", "--db", db, "--fail-on", "culprit"); code != exitGateFailed || !strings.Contains(errOut, "gate culprit failed: changes 2 corrupt against good") {
+	if code, _, errOut := runCLI(t, "bisect", "--verdict", "1", "--db", db, "--fail-on", "culprit"); code != exitGateFailed || !strings.Contains(errOut, "gate culprit failed: changes 2, 6 corrupt against good (confirmed by step") {
 		t.Errorf("--fail-on culprit exited %d: %s", code, errOut)
 	}
 	if code, _, _ := runCLI(t, "bisect", "--verdict", "1", "--db", db, "--fail-on", "uncertain"); code != 0 {
@@ -166,15 +234,15 @@ func TestBisectCLISingleCulpritOnRefserve(t *testing.T) {
 	if code, _, errOut := runCLI(t, "bisect", "--resume", "1", "--db", db); code != exitUsage || !strings.Contains(errOut, "bisection 1 is done") {
 		t.Errorf("resuming a done bisection exited %d: %s", code, errOut)
 	}
-	// Each step is an experiment that arbiter verdict judges on its own.
-	// The culprit's bundle: the confirming step's experiment, the culprit alone against good.
+	// The culprit's bundle: the confirming step's experiment, the culprit against good.
 	culprit := filepath.Join(dir, "culprit")
 	if code, out, errOut := runCLI(t, "repro", "--bisection", "1", "--db", db, "-o", culprit); code != 0 || !strings.Contains(out, "failing requests in "+culprit) {
 		t.Errorf("repro --bisection exited %d:\n%s\n%s", code, out, errOut)
 	} else if readme, err := os.ReadFile(filepath.Join(culprit, "README.md")); err != nil || !strings.Contains(string(readme), "responses corrupted with") || !strings.Contains(string(readme), "dsml-leak") {
 		t.Errorf("the culprit's README (%v):\n%s", err, readme)
 	}
-	if code, out, _ := runCLI(t, "verdict", "index-k-release-b1-s01", "--db", db); code != 0 || !strings.Contains(out, "changes=with-1.2.3.4.5.6.7.8") {
+	// Each step is an experiment that arbiter verdict judges on its own.
+	if code, out, _ := runCLI(t, "verdict", "tuesday-release-b1-s01", "--db", db); code != 0 || !strings.Contains(out, "changes=with-1.2.3.4.5.6.7.8") {
 		t.Errorf("verdict of step 1 exited %d:\n%s", code, out)
 	}
 }
