@@ -680,8 +680,10 @@ func oneBased(idx []int) []int {
 	return out
 }
 
-// WriteFile writes the report to path, atomically through keep.
+// WriteFile writes the report to path, atomically through keep, which also keeps the
+// bisection's own spec.
 func (r *BisectionReport) WriteFile(path string, keep outfile.Guard) error {
+	keep.Specs = append(slices.Clip(keep.Specs), r.Bisection.SpecPath)
 	if err := keep.Check(path); err != nil {
 		return err
 	}

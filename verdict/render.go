@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -26,8 +27,10 @@ func Files(path string) []string {
 }
 
 // WriteFiles writes the markdown verdict to path and its SVG charts beside it (Files),
-// each atomically through keep; when keep refuses any of them, nothing is written.
+// each atomically through keep, which also keeps the experiment's own spec; when keep
+// refuses any of them, nothing is written.
 func (v *Verdict) WriteFiles(path string, keep outfile.Guard) error {
+	keep.Specs = append(slices.Clip(keep.Specs), v.Experiment.SpecPath)
 	for _, f := range Files(path) {
 		if err := keep.Check(f); err != nil {
 			return err

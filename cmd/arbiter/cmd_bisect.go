@@ -250,7 +250,6 @@ func writeBisectionReport(ctx context.Context, g *globals, id int64, path string
 		return nil, err
 	}
 	r.DB = g.namedDB()
-	keep.Specs = append(keep.Specs, r.Bisection.SpecPath)
 	return r, r.WriteFile(path, keep)
 }
 
@@ -313,11 +312,7 @@ func bisectVerdict(ctx context.Context, g *globals, ref string, o bisectOptions)
 	r.DB = g.namedDB()
 	switch {
 	case o.reportPath != "":
-		keep := outfile.Guard{Database: g.dbPath(), Specs: []string{r.Bisection.SpecPath}}
-		if err := checkOutput(keep, o.reportPath); err != nil {
-			return err
-		}
-		if err := r.WriteFile(o.reportPath, keep); err != nil {
+		if err := r.WriteFile(o.reportPath, outfile.Guard{Database: g.dbPath()}); err != nil {
 			return err
 		}
 		fmt.Fprintln(g.stdout, o.reportPath)

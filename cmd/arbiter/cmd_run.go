@@ -191,7 +191,7 @@ func checkOutput(keep outfile.Guard, paths ...string) error {
 }
 
 // writeVerdict builds the verdict of experiment id from g's database and writes
-// it (markdown and charts) to path through keep, which also keeps the experiment's spec.
+// it (markdown and charts) to path through keep.
 func writeVerdict(ctx context.Context, g *globals, id int64, path string, keep outfile.Guard) (*verdict.Verdict, error) {
 	db, err := store.OpenReadOnly(g.dbPath())
 	if err != nil {
@@ -203,7 +203,6 @@ func writeVerdict(ctx context.Context, g *globals, id int64, path string, keep o
 		return nil, err
 	}
 	v.DB = g.namedDB()
-	keep.Specs = append(keep.Specs, v.Experiment.SpecPath)
 	if err := v.WriteFiles(path, keep); err != nil {
 		return nil, err
 	}

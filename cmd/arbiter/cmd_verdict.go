@@ -38,11 +38,7 @@ experiment. Without -o the markdown goes to stdout; with -o it is written with i
 			}
 			switch {
 			case out != "":
-				keep := outfile.Guard{Database: g.dbPath(), Specs: []string{v.Experiment.SpecPath}}
-				if err := checkOutput(keep, verdict.Files(out)...); err != nil {
-					return err
-				}
-				if err := v.WriteFiles(out, keep); err != nil {
+				if err := v.WriteFiles(out, outfile.Guard{Database: g.dbPath()}); err != nil {
 					return err
 				}
 				fmt.Fprintln(g.stdout, out)
