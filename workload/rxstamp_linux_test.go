@@ -126,9 +126,14 @@ func TestStampedConnEndsAsAConnectionDoes(t *testing.T) {
 }
 
 // A stream's per-token times are the tokens' arrival, not when a busy client read them:
-// here the client is held up (in OnToken) after the first token until the second is in
-// its socket, and the second token's time must still fall before the client read it.
+// here the client is held up (in OnToken) after the first token until the second has
+// been written and for a further busyFor, and the second token's time must still fall
+// before the client was free to read it. (The hold is the busy client under test, not a
+// wait for something: the write returning does not put the bytes in the client's socket
+// at once on a loaded machine, the loopback delivers them a little later, so the bound
+// needs a margin that a read-time stamp could not meet.)
 func TestStreamTokenTimesAreArrivalsNotReads(t *testing.T) {
+	const busyFor = 100 * time.Millisecond
 	stampedPair(t)                // stamping on for the host, and kept on while this pair is open
 	second := make(chan struct{}) // the client took the first token
 	written := make(chan time.Time, 1)
@@ -156,6 +161,7 @@ func TestStreamTokenTimesAreArrivalsNotReads(t *testing.T) {
 			first = false
 			close(second)
 			sent = <-written
+			time.Sleep(busyFor)
 			resumed = time.Now().Round(0)
 		}
 	}
