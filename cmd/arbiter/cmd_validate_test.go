@@ -19,15 +19,8 @@ import (
 	"github.com/arbiterlab/arbiter/internal/testkit/testbin"
 )
 
-func runArbiter(t *testing.T, args ...string) (code int, stdout, stderr string) {
-	t.Helper()
-	var out, errb bytes.Buffer
-	code = run(context.Background(), args, &out, &errb)
-	return code, out.String(), errb.String()
-}
-
 func TestValidateExample(t *testing.T) {
-	code, out, errs := runArbiter(t, "validate", "../../examples/quickstart.yaml")
+	code, out, errs := runCLI(t, "validate", "../../examples/quickstart.yaml")
 	if code != exitOK {
 		t.Fatalf("exit %d, stderr:\n%s", code, errs)
 	}
@@ -44,7 +37,7 @@ func TestValidateExample(t *testing.T) {
 }
 
 func TestValidateJSON(t *testing.T) {
-	code, out, errs := runArbiter(t, "--json", "validate", "../../examples/factorial.yaml")
+	code, out, errs := runCLI(t, "--json", "validate", "../../examples/factorial.yaml")
 	if code != exitOK {
 		t.Fatalf("exit %d, stderr:\n%s", code, errs)
 	}
@@ -72,7 +65,7 @@ workload: {sessions: 2, rounds: 1}
 		t.Fatal(err)
 	}
 	for _, args := range [][]string{{"validate", spec}, {"--json", "validate", spec}} {
-		code, out, errs := runArbiter(t, args...)
+		code, out, errs := runCLI(t, args...)
 		if code != exitOK || strings.Contains(out, "sk-live-123456") || !strings.Contains(out, "[redacted]") {
 			t.Errorf("%v: exit %d, stdout:\n%s\nstderr:\n%s", args, code, out, errs)
 		}
@@ -81,7 +74,7 @@ workload: {sessions: 2, rounds: 1}
 
 func TestValidateInvalidSpec(t *testing.T) {
 	path := "../../testdata/specs/invalid-multiple.yaml"
-	code, out, errs := runArbiter(t, "validate", path)
+	code, out, errs := runCLI(t, "validate", path)
 	if code != exitUsage {
 		t.Fatalf("exit %d, want %d", code, exitUsage)
 	}
@@ -99,10 +92,10 @@ func TestValidateInvalidSpec(t *testing.T) {
 }
 
 func TestValidateUsage(t *testing.T) {
-	if code, _, _ := runArbiter(t, "validate", filepath.Join(t.TempDir(), "absent.yaml")); code != exitUsage {
+	if code, _, _ := runCLI(t, "validate", filepath.Join(t.TempDir(), "absent.yaml")); code != exitUsage {
 		t.Errorf("missing file: exit %d", code)
 	}
-	if code, _, _ := runArbiter(t, "validate"); code != exitUsage {
+	if code, _, _ := runCLI(t, "validate"); code != exitUsage {
 		t.Errorf("no argument: exit %d", code)
 	}
 }
@@ -121,7 +114,7 @@ workload: {sessions: 2, rounds: 1}
 		t.Fatal(err)
 	}
 	for _, args := range [][]string{{"validate", spec}, {"--json", "validate", spec}} {
-		code, out, errs := runArbiter(t, args...)
+		code, out, errs := runCLI(t, args...)
 		if code != exitOK {
 			t.Fatalf("%v: exit %d, stderr:\n%s", args, code, errs)
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -12,7 +13,6 @@ import (
 	"time"
 
 	"github.com/arbiterlab/arbiter/internal/testkit/slurmtest"
-	"github.com/arbiterlab/arbiter/internal/testkit/testbin"
 	"github.com/arbiterlab/arbiter/store"
 )
 
@@ -137,12 +137,12 @@ func tryReadRuns(db string) (string, []runRow, error) {
 // nodes in their own network namespaces, and checks through Slurm's own records that
 // each arm's job ran where arbiter recorded it, with its pins and its GPU.
 func TestSlurmQuickstart(t *testing.T) {
+	t.Parallel()
 	c := slurmtest.Start(t, slurmtest.Options{})
-	t.Setenv("SLURM_CONF", c.Conf)
 	buildRefserve(t)
 	db := filepath.Join(t.TempDir(), "arbiter.db")
 	w := watchJobs(c)
-	code, stdout, stderr := runCLI(t, "run", slurmSpec(t, c, ""), "--db", db)
+	code, stdout, stderr := runBinary(t, c.Env(), "run", slurmSpec(t, c, ""), "--db", db)
 	w.close()
 	if code != 0 {
 		t.Fatalf("arbiter run: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
@@ -203,6 +203,34 @@ func TestSlurmQuickstart(t *testing.T) {
 	}
 }
 
+// runBinary runs the built arbiter with args and env added to this process's
+// environment: the Slurm tests run in parallel, each with a cluster of its own, so none
+// may set the test process's SLURM_CONF.
+func runBinary(t *testing.T, env []string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	cmd := exec.Command(buildArbiter(t), args...)
+	var out, errb bytes.Buffer
+	cmd.Env, cmd.Stdout, cmd.Stderr = append(os.Environ(), env...), &out, &errb
+	if err := cmd.Run(); err != nil && cmd.ProcessState == nil {
+		t.Fatal(err)
+	}
+	return cmd.ProcessState.ExitCode(), out.String(), errb.String()
+}
+
+// runBinaryInBackground is runBinary in a goroutine; its result comes on the channel.
+func runBinaryInBackground(t *testing.T, env []string, args ...string) <-chan cliResult {
+	done := make(chan cliResult, 1)
+	bin := buildArbiter(t)
+	go func() {
+		cmd := exec.Command(bin, args...)
+		var out, errb bytes.Buffer
+		cmd.Env, cmd.Stdout, cmd.Stderr = append(os.Environ(), env...), &out, &errb
+		cmd.Run()
+		done <- cliResult{cmd.ProcessState.ExitCode(), out.String(), errb.String()}
+	}()
+	return done
+}
+
 // waitForRun polls the database until a run of arm reaches status (or fails the test).
 func waitForRun(t *testing.T, db, arm, status string, limit time.Duration) runRow {
 	t.Helper()
@@ -226,8 +254,8 @@ func waitForRun(t *testing.T, db, arm, status string, limit time.Duration) runRo
 // Slurm's reason while the other arm finishes; a killed arbiter's job is cancelled by
 // arbiter gc, and resume submits the launch again.
 func TestSlurmCancelledAndLeftover(t *testing.T) {
+	t.Parallel()
 	c := slurmtest.Start(t, slurmtest.Options{})
-	t.Setenv("SLURM_CONF", c.Conf)
 	buildRefserve(t)
 	ctx := context.Background()
 	// Slow tokens, so that the workload is still running when its job is cancelled.
@@ -242,7 +270,7 @@ func TestSlurmCancelledAndLeftover(t *testing.T) {
 
 	t.Run("scancel mid-run", func(t *testing.T) {
 		db := filepath.Join(t.TempDir(), "arbiter.db")
-		done := runInBackground(t, "run", spec, "--db", db)
+		done := runBinaryInBackground(t, c.Env(), "run", spec, "--db", db)
 		waitForRun(t, db, "treatment", "ready", 60*time.Second)
 		dbID, _ := readRuns(t, db)
 		name := "arbiter-" + store.ShortID(dbID) + "-exp1-treatment-b0"
@@ -277,7 +305,7 @@ func TestSlurmCancelledAndLeftover(t *testing.T) {
 
 	t.Run("node failure mid-run", func(t *testing.T) {
 		db := filepath.Join(t.TempDir(), "arbiter.db")
-		done := runInBackground(t, "run", spec, "--db", db)
+		done := runBinaryInBackground(t, c.Env(), "run", spec, "--db", db)
 		r := waitForRun(t, db, "control", "ready", 60*time.Second)
 		// The node goes down under the running job, as an administrator marks a node
 		// that failed: Slurm ends its jobs with NODE_FAIL.
@@ -306,9 +334,8 @@ func TestSlurmCancelledAndLeftover(t *testing.T) {
 
 	t.Run("gc and resume after a killed arbiter", func(t *testing.T) {
 		db := filepath.Join(t.TempDir(), "arbiter.db")
-		bin := testbin.Build(t, "github.com/arbiterlab/arbiter/cmd/arbiter")
-		cmd := exec.Command(bin, "run", spec, "--db", db)
-		cmd.Env = os.Environ()
+		cmd := exec.Command(buildArbiter(t), "run", spec, "--db", db)
+		cmd.Env = append(os.Environ(), c.Env()...)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -326,7 +353,7 @@ func TestSlurmCancelledAndLeftover(t *testing.T) {
 		if !strings.Contains(queued(), "arbiter-"+store.ShortID(dbID)+"-exp1-control-b0") {
 			t.Fatalf("the killed arbiter's job is not running: %q", queued())
 		}
-		code, stdout, stderr := runCLI(t, "gc", "--db", db)
+		code, stdout, stderr := runBinary(t, c.Env(), "gc", "--db", db)
 		if code != 0 || !strings.Contains(stdout, "cancelled Slurm job") || !strings.Contains(stdout, "experiment 1 was abandoned") {
 			t.Fatalf("gc: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 		}
@@ -337,7 +364,7 @@ func TestSlurmCancelledAndLeftover(t *testing.T) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		code, stdout, stderr = runCLI(t, "resume", "1", "--db", db)
+		code, stdout, stderr = runBinary(t, c.Env(), "resume", "1", "--db", db)
 		if code != 0 {
 			t.Fatalf("resume: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 		}
@@ -357,10 +384,10 @@ func TestSlurmCancelledAndLeftover(t *testing.T) {
 // TestSlurmQuickstartREST runs the quickstart through the cluster's slurmrestd instead of
 // the Slurm commands.
 func TestSlurmQuickstartREST(t *testing.T) {
+	t.Parallel()
 	c := slurmtest.Start(t, slurmtest.Options{REST: true})
-	t.Setenv("SLURM_CONF", "/nonexistent") // nothing may go through the commands
-	t.Setenv("SLURM_JWT", c.Token)
-	t.Setenv("SLURM_USER_NAME", "root")
+	// SLURM_CONF leads nowhere: nothing may go through the commands.
+	env := []string{"SLURM_CONF=/nonexistent", "SLURM_JWT=" + c.Token, "SLURM_USER_NAME=root"}
 	buildRefserve(t)
 	spec := slurmSpec(t, c, "")
 	b, _ := os.ReadFile(spec)
@@ -369,7 +396,7 @@ func TestSlurmQuickstartREST(t *testing.T) {
 		t.Fatal(err)
 	}
 	db := filepath.Join(t.TempDir(), "arbiter.db")
-	code, stdout, stderr := runCLI(t, "run", spec, "--db", db)
+	code, stdout, stderr := runBinary(t, env, "run", spec, "--db", db)
 	if code != 0 {
 		t.Fatalf("arbiter run: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 	}
