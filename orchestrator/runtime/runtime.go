@@ -119,8 +119,10 @@ func (e Exit) String() string {
 var ErrCrashed = errors.New("engine exited")
 
 // ErrNodeLost is wrapped by Start errors that mean the node itself cannot be reached (a
-// Docker daemon that does not answer), as opposed to an engine that fails: the run is
-// recorded lost and the node gets no further arms.
+// Docker daemon that does not answer; for Slurm, a job its node's failure or a cancel
+// ended before it ran), as opposed to an engine that fails: the run is recorded lost
+// and run again, and (but under Slurm, which places the next job itself) the node gets
+// no further arms.
 var ErrNodeLost = errors.New("node unreachable")
 
 // address is the launch's command line after its program (none without a command: a

@@ -387,6 +387,22 @@ var slurmEndWords = map[string]string{
 var slurmLost = map[string]bool{"CANCELLED": true, "TIMEOUT": true, "NODE_FAIL": true, "PREEMPTED": true,
 	"BOOT_FAIL": true, "DEADLINE": true, "REVOKED": true}
 
+// endedBeforeRunning is the error of a job that ended before it ran. One that Slurm
+// ended (its node failed, an administrator cancelled it: slurmLost) wraps ErrNodeLost,
+// so that the launch is recorded lost and run again, as when it ends so while running;
+// any other end (the job failed) wraps ErrSlurmRejected.
+func endedBeforeRunning(id string, j slurmJob, output string) error {
+	state := j["JobState"]
+	if slurmLost[state] {
+		why := slurmEndWords[state]
+		if node := j["NodeList"]; node != "" && node != "(null)" {
+			why += " (" + node + ")"
+		}
+		return fmt.Errorf("slurm runtime: Slurm job %s %s before it ran: %s; Reason=%s (%w)", id, state, why, j["Reason"], ErrNodeLost)
+	}
+	return fmt.Errorf("slurm runtime: %w: job %s ended before it ran: %s (Reason=%s)%s", ErrSlurmRejected, id, state, j["Reason"], output)
+}
+
 // show reads a job's state: through slurmrestd when the runtime has one, else scontrol.
 func (s Slurm) show(ctx context.Context, id string) (slurmJob, error) {
 	if s.REST != "" {
@@ -501,8 +517,7 @@ func (i *slurmInstance) waitRunning(ctx context.Context) error {
 				break
 			}
 			if slurmTerminal[state] {
-				return fmt.Errorf("slurm runtime: %w: job %s ended before it ran: %s (Reason=%s)%s", ErrSlurmRejected,
-					i.id, state, j["Reason"], i.outputTail())
+				return endedBeforeRunning(i.id, j, i.outputTail())
 			}
 			if time.Now().After(deadline) {
 				return fmt.Errorf("slurm runtime: %w after %s: job %s is %s (Reason=%s); it was cancelled", ErrSlurmPending,

@@ -223,3 +223,23 @@ func TestSlurmMinutes(t *testing.T) {
 		}
 	}
 }
+
+// A job that Slurm ends before it runs (its node failed, it was cancelled) loses its
+// launch, which is run again; one that fails before it runs is a refusal.
+func TestJobEndedBeforeItRan(t *testing.T) {
+	for _, c := range []struct {
+		line     string
+		lost     bool
+		contains string
+	}{
+		{"JobId=4 JobName=x JobState=NODE_FAIL Reason=NodeDown NodeList=n1", true, "Slurm job 4 NODE_FAIL before it ran: its node failed (n1); Reason=NodeDown"},
+		{"JobId=5 JobName=x JobState=CANCELLED Reason=None NodeList=(null)", true, "Slurm job 5 CANCELLED before it ran: cancelled by a user or an administrator"},
+		{"JobId=6 JobName=x JobState=FAILED Reason=NonZeroExitCode", false, "job 6 ended before it ran: FAILED (Reason=NonZeroExitCode)"},
+	} {
+		j := parseSlurmJob(c.line)
+		err := endedBeforeRunning(j["JobId"], j, "")
+		if c.lost != errors.Is(err, ErrNodeLost) || c.lost == errors.Is(err, ErrSlurmRejected) || !strings.Contains(err.Error(), c.contains) {
+			t.Errorf("%s: %v; want lost %v, saying %q", c.line, err, c.lost, c.contains)
+		}
+	}
+}
