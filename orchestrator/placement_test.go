@@ -201,12 +201,7 @@ func TestLostNodeLosesOnlyItsRuns(t *testing.T) {
 		return nil, fmt.Errorf("docker runtime: no daemon answers at unix:///gone.sock (%w)", runtime.ErrNodeLost)
 	})
 	res, err := Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quietLogger(),
-		NodeRuntime: func(_ *arms.Spec, n arms.Node) (runtime.Runtime, error) {
-			if n.Name == "gone" {
-				return gone, nil
-			}
-			return good, nil
-		}})
+		NodeRuntime: oneNodeApart(good, "gone", gone)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,12 +279,7 @@ func TestNodeLostMidRunRunsTheArmAgainElsewhere(t *testing.T) {
 		return e
 	})
 	res, err := Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quietLogger(),
-		NodeRuntime: func(_ *arms.Spec, n arms.Node) (runtime.Runtime, error) {
-			if n.Name == "flaky" {
-				return flaky, nil
-			}
-			return good, nil
-		}})
+		NodeRuntime: oneNodeApart(good, "flaky", flaky)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,6 +297,16 @@ func TestNodeLostMidRunRunsTheArmAgainElsewhere(t *testing.T) {
 	ro.Get(&why, `SELECT error FROM runs WHERE status = 'lost'`)
 	if !strings.Contains(why, "node flaky") || !strings.Contains(why, "Cannot connect to the Docker daemon") {
 		t.Errorf("lost run's error = %q", why)
+	}
+}
+
+// oneNodeApart gives the node named other its own runtime, and every other node good.
+func oneNodeApart(good runtime.Runtime, other string, rt runtime.Runtime) func(*arms.Spec, arms.Node) (runtime.Runtime, error) {
+	return func(_ *arms.Spec, n arms.Node) (runtime.Runtime, error) {
+		if n.Name == other {
+			return rt, nil
+		}
+		return good, nil
 	}
 }
 
@@ -352,12 +352,7 @@ func TestNodeLostBetweenHealthAndTrafficRunsTheArmAgain(t *testing.T) {
 				return &polledEngine{engine: e, seen: make(chan struct{})}, nil
 			})
 			res, err := Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quietLogger(),
-				NodeRuntime: func(_ *arms.Spec, n arms.Node) (runtime.Runtime, error) {
-					if n.Name == "flaky" {
-						return flaky, nil
-					}
-					return good, nil
-				}})
+				NodeRuntime: oneNodeApart(good, "flaky", flaky)})
 			if err != nil {
 				t.Fatal(err)
 			}
