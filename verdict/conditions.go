@@ -302,7 +302,7 @@ func meanOf(s *scrape, names ...string) (float64, bool) {
 }
 
 // conditionsCaveat notes the arms whose conditions differed from the baseline's.
-func (v *Verdict) conditionsCaveat(add func(int, string, ...any)) {
+func (v *Verdict) conditionsCaveat(add func(CaveatKind, string, ...any)) {
 	var parts []string
 	for i, c := range v.Conditions {
 		if len(c.Differs) == 0 {
@@ -316,7 +316,7 @@ func (v *Verdict) conditionsCaveat(add func(int, string, ...any)) {
 		parts = append(parts, fmt.Sprintf("%s (%s)", v.Arms[i].Name, strings.Join(ds, "; ")))
 	}
 	if len(parts) > 0 {
-		add(rankDesign, "The engines did not carry the same load: %s for %s, beyond the tolerance (see Conditions). The arms were not compared under identical conditions; a difference between them may come from the load as well as from the pins.",
+		add(CaveatDesign, "The engines did not carry the same load: %s for %s, beyond the tolerance (see Conditions). The arms were not compared under identical conditions; a difference between them may come from the load as well as from the pins.",
 			strings.Join(parts, ", "), v.Arms[v.Baseline].Name)
 	}
 }

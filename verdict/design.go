@@ -214,10 +214,10 @@ func (v *Verdict) strata(sessions []store.SessionOutcome, index map[int64]int) {
 			}
 			// The statistics name the baseline arm A and the compared arm B.
 			named := strings.NewReplacer("arm A", v.Arms[v.Baseline].Name, "arm B", v.Arms[i].Name).Replace(string(w))
-			v.noteOnce(fmt.Sprintf("%s, stratified by %s: %s", v.Arms[i].Name, v.strataName(), named))
+			v.note(CaveatDesign, "%s, stratified by %s: %s", v.Arms[i].Name, v.strataName(), named)
 		}
 		if stats.Reject(r.BreslowDayP, v.Alpha) {
-			v.noteOnce(fmt.Sprintf("%s: the effect differs between strata (%ss; Breslow-Day p %s); read the pooled figures with care.", v.Arms[i].Name, v.strataName(), pEq(r.BreslowDayP)))
+			v.note(CaveatDesign, "%s: the effect differs between strata (%ss; Breslow-Day p %s); read the pooled figures with care.", v.Arms[i].Name, v.strataName(), pEq(r.BreslowDayP))
 		}
 	}
 }
@@ -316,7 +316,7 @@ func (v *Verdict) factorial() {
 	family, err := stats.FactorialFamily(stats.FactorialFamilyInput{Cells: cells, Arms: names, Baseline: v.Baseline,
 		Alpha: v.Alpha, Model: &res, ArmP: armP, ArmTest: armTest})
 	if err != nil {
-		v.Caveats = append(v.Caveats, fmt.Sprintf("The factorial claims could not be adjusted together: %v", err))
+		v.note(CaveatDesign, "The factorial claims could not be adjusted together: %v", err)
 		return
 	}
 	v.Factorial = &FactorialView{Result: res, Reference: ref, Family: family}
@@ -341,7 +341,7 @@ func (v *Verdict) factorial() {
 		}
 	}
 	for _, w := range res.Warnings {
-		v.noteOnce("Factorial model: " + string(w))
+		v.note(CaveatDesign, "Factorial model: %s", w)
 	}
 }
 
@@ -362,7 +362,7 @@ func (v *Verdict) nonInferiority() {
 		a := v.Arms[i]
 		r, err := stats.NonInferiority(base.Corrupted, base.Sessions, a.Corrupted, a.Sessions, v.Design.Margin, v.Alpha)
 		if err != nil {
-			v.Caveats = append(v.Caveats, fmt.Sprintf("Non-inferiority of %s could not be judged: %v", a.Name, err))
+			v.note(CaveatDesign, "Non-inferiority of %s could not be judged: %v", a.Name, err)
 			continue
 		}
 		v.NonInferiority = append(v.NonInferiority, NIView{Arm: a.Name, Result: r})
@@ -401,14 +401,6 @@ func (v *Verdict) losses(sessions []store.SessionOutcome, index map[int64]int) {
 			continue
 		}
 		v.Losses = append(v.Losses, LossView{Arm: v.Arms[i].Name, Result: r})
-		if stats.Reject(r.LossP, v.Alpha) {
-			v.Caveats = append(v.Caveats, fmt.Sprintf("%s lost significantly more or fewer sessions than %s (%s vs %s, Fisher p %s): the arms are not compared on equal footing.",
-				v.Arms[i].Name, v.Arms[v.Baseline].Name, pct(r.LossRateB), pct(r.LossRateA), pEq(r.LossP)))
-		}
-		if r.Straddles {
-			v.Caveats = append(v.Caveats, fmt.Sprintf("%s vs %s: had the lost sessions been labelled, the difference could lie anywhere from %+.1f to %+.1f points, which changes the decision: the verdict rests on sessions that carry no label.",
-				v.Arms[i].Name, v.Arms[v.Baseline].Name, 100*r.Bounds.Lo, 100*r.Bounds.Hi))
-		}
 	}
 }
 

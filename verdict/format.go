@@ -20,13 +20,21 @@ func When(ts string) string {
 	return t.UTC().Format("2006-01-02 15:04:05 UTC")
 }
 
-func between(from, to string) string {
-	a, err1 := time.Parse(time.RFC3339Nano, from)
-	b, err2 := time.Parse(time.RFC3339Nano, to)
-	if err1 != nil || err2 != nil {
+// exitCode is an engine's exit status; empty where none was recorded.
+func exitCode(c *int64) string {
+	if c == nil {
 		return ""
 	}
-	return b.Sub(a).Round(10 * time.Millisecond).String()
+	return fmt.Sprint(*c)
+}
+
+// span is a stretch of a launch or an experiment to the hundredth of a second ("1m2.35s");
+// empty where it is unknown.
+func span(d *time.Duration) string {
+	if d == nil {
+		return ""
+	}
+	return d.Round(10 * time.Millisecond).String()
 }
 
 func pct(x float64) string {

@@ -249,47 +249,57 @@ func sumResponses(cs []stats.ClusterCounts) int {
 	return n
 }
 
-// Caveats are ranked: what can overturn the verdict first, what qualifies a number last.
+// CaveatKind is what a caveat is about, and ranks it: what can overturn the verdict
+// first, what qualifies a number last.
+type CaveatKind int
+
 const (
-	rankProblem      = iota // an arm crashed, wedged or lost too much
-	rankStatus              // the experiment did not finish
-	rankLoss                // lost sessions and what they could change
-	rankDesign              // the design's own warnings
-	rankDetector            // a detector that did not judge every response
-	rankPower               // not significant, but not ruled out either
-	rankBound               // no corrupted session: a bound, not a zero
-	rankMultiplicity        // how several comparisons were adjusted
+	CaveatProblem      CaveatKind = iota // an arm crashed, wedged, lost too much, or ran unverified
+	CaveatStatus                         // the experiment did not finish
+	CaveatLoss                           // lost sessions and what they could change
+	CaveatDesign                         // the design's own warnings
+	CaveatDetector                       // a detector that did not judge every response
+	CaveatPower                          // not significant, but not ruled out either
+	CaveatBound                          // no corrupted session: a bound, not a zero
+	CaveatMultiplicity                   // how several comparisons were adjusted
 )
 
-type caveat struct {
-	rank int
-	text string
+var caveatKinds = [...]string{"problem", "status", "loss", "design", "detector", "power", "bound", "multiplicity"}
+
+func (k CaveatKind) String() string {
+	if k < 0 || int(k) >= len(caveatKinds) {
+		return fmt.Sprintf("CaveatKind(%d)", int(k))
+	}
+	return caveatKinds[k]
+}
+
+// Caveat is one point of the verdict's caveats: its kind and its sentence.
+type Caveat struct {
+	Kind CaveatKind
+	Text string
+}
+
+// note records a caveat of the design's analyses (design.go), which run before the
+// caveats are merged; caveats ranks it with the others.
+func (v *Verdict) note(kind CaveatKind, format string, args ...any) {
+	text := fmt.Sprintf(format, args...)
+	if !strings.HasSuffix(text, ".") {
+		text += "."
+	}
+	v.notes = append(v.notes, Caveat{kind, text})
 }
 
 // caveats merges what every analysis noted into one ranked list, each point once.
 func (v *Verdict) caveats() {
-	var cs []caveat
-	add := func(rank int, format string, args ...any) {
-		cs = append(cs, caveat{rank, fmt.Sprintf(format, args...)})
-	}
-	// The design's analyses (design.go) noted theirs as plain text, ranked with the
-	// design. Its two notes on lost sessions (unequal losses, a decision that labelling
-	// them could change) say over recorded sessions what lossCaveat says over planned ones,
-	// in the same point as the tipping point; they are left to it.
-	for _, text := range v.Caveats {
-		if strings.Contains(text, "lost significantly more or fewer sessions") || strings.Contains(text, "had the lost sessions been labelled") {
-			continue
-		}
-		if !strings.HasSuffix(text, ".") {
-			text += "."
-		}
-		cs = append(cs, caveat{rankDesign, text})
+	cs := v.notes
+	add := func(kind CaveatKind, format string, args ...any) {
+		cs = append(cs, Caveat{kind, fmt.Sprintf(format, args...)})
 	}
 	if len(v.Design.PinsUnverified) > 0 {
-		add(rankProblem, "Pins not verified: the engines that already ran did not report %s, so the arms are taken to run as declared there.", strings.Join(v.Design.PinsUnverified, "; "))
+		add(CaveatProblem, "Pins not verified: the engines that already ran did not report %s, so the arms are taken to run as declared there.", strings.Join(v.Design.PinsUnverified, "; "))
 	}
 	if u := v.unverifiedPins(); u != "" && len(v.Design.PinsUnverified) == 0 {
-		add(rankProblem, "Pins not verified: no report of the engines confirmed %s, so those arms are taken to run as pinned.", u)
+		add(CaveatProblem, "Pins not verified: no report of the engines confirmed %s, so those arms are taken to run as pinned.", u)
 	}
 	var faulted []string
 	for _, r := range v.Runs {
@@ -301,25 +311,25 @@ func (v *Verdict) caveats() {
 		}
 	}
 	if len(faulted) > 0 {
-		add(rankProblem, "Launches that did not finish: %s. Their unfinished sessions count as lost, not as clean, and are not analysed.", strings.Join(faulted, "; "))
+		add(CaveatProblem, "Launches that did not finish: %s. Their unfinished sessions count as lost, not as clean, and are not analysed.", strings.Join(faulted, "; "))
 	}
 	v.placementCaveats(add)
 	switch st := v.Experiment.State(); st {
 	case store.ExperimentDone:
 	case store.ExperimentAbandoned:
-		add(rankStatus, "The experiment is **abandoned**: the arbiter running it stopped renewing its lease (killed, or its machine went away); the counts cover only what was recorded before that. `%s` finishes it.", Command(fmt.Sprintf("resume %d", v.Experiment.ID), v.DB))
+		add(CaveatStatus, "The experiment is **abandoned**: the arbiter running it stopped renewing its lease (killed, or its machine went away); the counts cover only what was recorded before that. `%s` finishes it.", Command(fmt.Sprintf("resume %d", v.Experiment.ID), v.DB))
 	default:
-		add(rankStatus, "The experiment is **%s**: the counts cover only what was recorded before it stopped.", st)
+		add(CaveatStatus, "The experiment is **%s**: the counts cover only what was recorded before it stopped.", st)
 	}
 	for _, a := range v.Arms {
 		if a.Sessions == 0 {
-			add(rankProblem, "Arm %s has no analysed session: nothing can be said about its corruption.", a.Name)
+			add(CaveatProblem, "Arm %s has no analysed session: nothing can be said about its corruption.", a.Name)
 		}
 	}
 	v.lossCaveat(add)
 	for _, sv := range v.Sequential {
 		if sv.Stopped > 0 && sv.Stopped < sv.Looks {
-			add(rankDesign, "The experiment stopped early at look %d: rates and differences estimated at an early stop tend to overstate the effect.", sv.Stopped)
+			add(CaveatDesign, "The experiment stopped early at look %d: rates and differences estimated at an early stop tend to overstate the effect.", sv.Stopped)
 			break
 		}
 	}
@@ -330,7 +340,7 @@ func (v *Verdict) caveats() {
 			turns += a.Turns
 		}
 		if judged < turns {
-			add(rankDetector, "Detector %s judged %d of %d responses (it failed on the others, which count as clean for it): its counts are a lower bound.", d.Detector, judged, turns)
+			add(CaveatDetector, "Detector %s judged %d of %d responses (it failed on the others, which count as clean for it): its counts are a lower bound.", d.Detector, judged, turns)
 		}
 	}
 	v.powerCaveat(add)
@@ -338,30 +348,20 @@ func (v *Verdict) caveats() {
 	v.outcomeCaveats(add)
 	v.conditionsCaveat(add)
 	v.launchCaveat(add)
-	sort.SliceStable(cs, func(i, j int) bool { return cs[i].rank < cs[j].rank })
+	sort.SliceStable(cs, func(i, j int) bool { return cs[i].Kind < cs[j].Kind })
 	seen := map[string]bool{}
 	v.Caveats = v.Caveats[:0]
 	for _, c := range cs {
-		if !seen[c.text] {
-			seen[c.text] = true
-			v.Caveats = append(v.Caveats, c.text)
+		if !seen[c.Text] {
+			seen[c.Text] = true
+			v.Caveats = append(v.Caveats, c)
 		}
 	}
-}
-
-// noteOnce adds a caveat unless it is already there.
-func (v *Verdict) noteOnce(s string) {
-	for _, c := range v.Caveats {
-		if c == s {
-			return
-		}
-	}
-	v.Caveats = append(v.Caveats, s)
 }
 
 // lossCaveat says, in one point, which arms lost sessions, whether they lost alike, and
 // what labelling the lost sessions could change.
-func (v *Verdict) lossCaveat(add func(int, string, ...any)) {
+func (v *Verdict) lossCaveat(add func(CaveatKind, string, ...any)) {
 	var parts []string
 	for _, a := range v.Arms {
 		if a.Lost == 0 {
@@ -397,12 +397,12 @@ func (v *Verdict) lossCaveat(add func(int, string, ...any)) {
 	if len(tips) > 0 {
 		text += " Re-running the exact test with the lost sessions counted: " + strings.Join(tips, "; ") + "."
 	}
-	add(rankLoss, "%s", text)
+	add(CaveatLoss, "%s", text)
 }
 
 // powerCaveat says once that comparisons without a significant difference did not show
 // the arms equal, with the largest difference each cannot rule out.
-func (v *Verdict) powerCaveat(add func(int, string, ...any)) {
+func (v *Verdict) powerCaveat(add func(CaveatKind, string, ...any)) {
 	var parts []string
 	for _, a := range v.Arms {
 		c := a.Compare
@@ -418,13 +418,13 @@ func (v *Verdict) powerCaveat(add func(int, string, ...any)) {
 	if len(parts) == 0 {
 		return
 	}
-	add(rankPower, "No difference shown is not the same as no difference: the launch intervals against %s, at each claim's level, still include differences as large as %s. `arbiter plan` says how many launches per arm would tell such differences apart.",
+	add(CaveatPower, "No difference shown is not the same as no difference: the launch intervals against %s, at each claim's level, still include differences as large as %s. `arbiter plan` says how many launches per arm would tell such differences apart.",
 		v.Arms[v.Baseline].Name, joinAnd(parts))
 }
 
 // boundCaveat says once, for every arm without a corrupted session, that zero seen is a
 // bound and not a zero.
-func (v *Verdict) boundCaveat(add func(int, string, ...any)) {
+func (v *Verdict) boundCaveat(add func(CaveatKind, string, ...any)) {
 	type group struct {
 		n     int
 		bound string
@@ -450,10 +450,10 @@ func (v *Verdict) boundCaveat(add func(int, string, ...any)) {
 	}
 	for _, g := range groups {
 		if len(g.arms) == 1 {
-			add(rankBound, "%s had no corrupted session in %d: that bounds its rate below %s (95%% exact upper bound); it does not show the rate is zero.", g.arms[0], g.n, g.bound)
+			add(CaveatBound, "%s had no corrupted session in %d: that bounds its rate below %s (95%% exact upper bound); it does not show the rate is zero.", g.arms[0], g.n, g.bound)
 			continue
 		}
-		add(rankBound, "%s had no corrupted session in %d each: that bounds each rate below %s (95%% exact upper bound); it does not show the rates are zero.", joinAnd(g.arms), g.n, g.bound)
+		add(CaveatBound, "%s had no corrupted session in %d each: that bounds each rate below %s (95%% exact upper bound); it does not show the rates are zero.", joinAnd(g.arms), g.n, g.bound)
 	}
 }
 

@@ -655,7 +655,7 @@ func levelText(x float64) string { return fmt.Sprintf("%.3g", x) }
 
 // launchCaveat says, once, what the launches could not attribute, and how much launches
 // of one arm differed where that could be seen.
-func (v *Verdict) launchCaveat(add func(int, string, ...any)) {
+func (v *Verdict) launchCaveat(add func(CaveatKind, string, ...any)) {
 	f := v.Claims
 	if f == nil {
 		return
@@ -673,14 +673,14 @@ func (v *Verdict) launchCaveat(add func(int, string, ...any)) {
 		}
 	}
 	if len(untestable) > 0 {
-		add(rankDesign, "Not attributable to the arms with these launches: %s. A difference seen there may be a difference between launches of one configuration; %d launches per arm can test every claim of this verdict.",
+		add(CaveatDesign, "Not attributable to the arms with these launches: %s. A difference seen there may be a difference between launches of one configuration; %d launches per arm can test every claim of this verdict.",
 			joinAnd(dedupe(untestable)), most)
 	}
 	if len(flat) > 0 {
-		add(rankDesign, "Not tested: %s, whose launches agreed exactly within each arm; a spread of zero between launches is no evidence either way.", joinAnd(dedupe(flat)))
+		add(CaveatDesign, "Not tested: %s, whose launches agreed exactly within each arm; a spread of zero between launches is no evidence either way.", joinAnd(dedupe(flat)))
 	}
 	if m := len(f.Claims); m > 1 {
-		add(rankMultiplicity, "This verdict tests %d claims on launches, sharing alpha %g between them (the Claims section): each is tested at its share, so that the verdict claims anything falsely at most %g of the time.", m, v.Alpha, v.Alpha)
+		add(CaveatMultiplicity, "This verdict tests %d claims on launches, sharing alpha %g between them (the Claims section): each is tested at its share, so that the verdict claims anything falsely at most %g of the time.", m, v.Alpha, v.Alpha)
 	}
 }
 

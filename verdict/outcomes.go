@@ -476,10 +476,8 @@ func (v *Verdict) judgeCascades(phases []store.PhaseRow) {
 			c.Recovered++
 			c.Recoveries = append(c.Recoveries, p.RecoveryMS.Float64)
 		} else if p.AbortedAt.Valid && p.EndedAt.Valid {
-			if d := between(p.AbortedAt.String, p.EndedAt.String); d != "" {
-				if t, err := time.ParseDuration(d); err == nil {
-					c.WedgedAfter = append(c.WedgedAfter, float64(t)/float64(time.Millisecond))
-				}
+			if d := elapsed(p.AbortedAt.String, p.EndedAt.String); d != nil {
+				c.WedgedAfter = append(c.WedgedAfter, float64(*d)/float64(time.Millisecond))
 			}
 		}
 		if p.Note.Valid && p.Note.String != "" {
@@ -834,7 +832,7 @@ func (v *Verdict) significanceSentence(mark string) string {
 }
 
 // outcomeCaveats are the outcomes' own caveats, ranked with the others.
-func (v *Verdict) outcomeCaveats(add func(int, string, ...any)) {
+func (v *Verdict) outcomeCaveats(add func(CaveatKind, string, ...any)) {
 	o := v.Outcomes
 	if o == nil {
 		return
@@ -856,14 +854,14 @@ func (v *Verdict) outcomeCaveats(add func(int, string, ...any)) {
 				parts = append(parts, fmt.Sprintf("block %d %s", blocks[k], signedPct(r-1)))
 			}
 			if lo < 0.99 && hi > 1.01 {
-				add(rankDesign, "At %s, %s's median tok/s per request against %s's changes direction from block to block (%s): the difference follows the launches more than the arms.",
+				add(CaveatDesign, "At %s, %s's median tok/s per request against %s's changes direction from block to block (%s): the difference follows the launches more than the arms.",
 					g.Name, a.Name, v.Arms[v.Baseline].Name, strings.Join(parts, ", "))
 			}
 		}
 	}
 	for _, c := range o.Cascades {
 		for _, n := range c.Notes {
-			add(rankStatus, "Abort cascade of %s, %s.", c.Arm, strings.TrimSuffix(n, "."))
+			add(CaveatStatus, "Abort cascade of %s, %s.", c.Arm, strings.TrimSuffix(n, "."))
 		}
 	}
 }

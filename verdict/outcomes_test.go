@@ -400,7 +400,7 @@ func TestThroughputVerdictComparesLatencyAndThroughputByRanks(t *testing.T) {
 	// Nothing was corrupted in either arm: the stratified corruption test has nothing to
 	// say, and no caveat about its strata may crowd the ones that matter.
 	for _, c := range v.Caveats {
-		if strings.Contains(c, "stratified by") {
+		if strings.Contains(c.Text, "stratified by") {
 			t.Errorf("a caveat on strata without a corrupted session: %s", c)
 		}
 	}
@@ -435,12 +435,12 @@ func TestThroughputThatFlipsBetweenBlocksIsNamed(t *testing.T) {
 	}
 	found := false
 	for _, c := range v.Caveats {
-		if strings.Contains(c, "At c=1, hicache=on's median tok/s per request against hicache=off's changes direction from block to block (block 0 +") {
+		if c.Kind == CaveatDesign && strings.Contains(c.Text, "At c=1, hicache=on's median tok/s per request against hicache=off's changes direction from block to block (block 0 +") {
 			found = true
 		}
 	}
 	if !found {
-		t.Errorf("no caveat names the flip: %q", v.Caveats)
+		t.Errorf("no caveat names the flip: %+v", v.Caveats)
 	}
 }
 

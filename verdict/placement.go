@@ -140,7 +140,7 @@ func (v *Verdict) placementLines() []string {
 
 // placementCaveats note launches lost with their node, blocks run in waves, and arms
 // whose node differed from the baseline's throughout.
-func (v *Verdict) placementCaveats(add func(rank int, format string, args ...any)) {
+func (v *Verdict) placementCaveats(add func(CaveatKind, string, ...any)) {
 	lost := map[string][]string{}
 	var lostNodes []string
 	for _, r := range v.Runs {
@@ -162,11 +162,11 @@ func (v *Verdict) placementCaveats(add func(rank int, format string, args ...any
 		}
 		if strings.Contains(why, "Slurm job") {
 			// The slurm runtime: the cluster ended a job, and placed the next one itself.
-			add(rankProblem, "Slurm ended the job%s of %s on node %s%s: lost and left out of the analysis (the engine is not to blame); each lost arm ran again in a later wave of its block, as a new job.",
+			add(CaveatProblem, "Slurm ended the job%s of %s on node %s%s: lost and left out of the analysis (the engine is not to blame); each lost arm ran again in a later wave of its block, as a new job.",
 				map[bool]string{true: "s", false: ""}[len(lost[n]) > 1], strings.Join(lost[n], ", "), dash(n), why)
 			continue
 		}
-		add(rankProblem, "Node %s stopped answering%s: its launch%s %s %s lost and left out of the analysis (the engine is not to blame); the experiment went on on the other nodes, where each lost arm ran again in a later wave of its block.",
+		add(CaveatProblem, "Node %s stopped answering%s: its launch%s %s %s lost and left out of the analysis (the engine is not to blame); the experiment went on on the other nodes, where each lost arm ran again in a later wave of its block.",
 			dash(n), why, map[bool]string{true: "es", false: ""}[len(lost[n]) > 1], strings.Join(lost[n], ", "), map[bool]string{true: "were", false: "was"}[len(lost[n]) > 1])
 	}
 	var waved []string
@@ -176,7 +176,7 @@ func (v *Verdict) placementCaveats(add func(rank int, format string, args ...any
 		}
 	}
 	if len(waved) > 0 {
-		add(rankDesign, "Block%s %s ran in waves (fewer slots than arms, or an arm ran again after its node was lost): arms of different waves ran at different times, so a drift between waves could pass for an arm effect; enough slots (runtime.nodes, engine.gpus) run every arm of a block at once.",
+		add(CaveatDesign, "Block%s %s ran in waves (fewer slots than arms, or an arm ran again after its node was lost): arms of different waves ran at different times, so a drift between waves could pass for an arm effect; enough slots (runtime.nodes, engine.gpus) run every arm of a block at once.",
 			plural(len(waved)), strings.Join(waved, ", "))
 	}
 }

@@ -384,7 +384,7 @@ func (v markdownWriter) comparedSection() {
 	fmt.Fprintf(b, "\n## What was compared\n\n")
 	fmt.Fprintf(b, "- Spec: `%s`; status **%s**; started %s", e.SpecPath, e.State(), When(e.CreatedAt))
 	if e.FinishedAt.Valid {
-		fmt.Fprintf(b, ", finished %s (%s)", When(e.FinishedAt.String), between(e.CreatedAt, e.FinishedAt.String))
+		fmt.Fprintf(b, ", finished %s (%s)", When(e.FinishedAt.String), span(elapsed(e.CreatedAt, e.FinishedAt.String)))
 	}
 	fmt.Fprintf(b, ".\n")
 	if v.Design.Runtime == "external" {
@@ -423,14 +423,14 @@ func (v markdownWriter) runsSection() {
 		fmt.Fprintf(b, "| arm | block | slot | instance | status | startup | duration | exit | note |\n|---|---:|---|---|---|---:|---:|---:|---|\n")
 		for _, r := range v.Runs {
 			fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", r.Arm, r.Block, mdCell(placementCell(r)), mdCell(dash(r.Instance)),
-				r.Status, dash(r.Startup), dash(r.Duration), dash(r.ExitCode), mdCell(r.Error))
+				r.Status, dash(span(r.Startup)), dash(span(r.Duration)), dash(exitCode(r.ExitCode)), mdCell(r.Error))
 		}
 	} else {
 		// Recorded before placement was: nothing to say about slots.
 		fmt.Fprintf(b, "| arm | block | status | startup | duration | exit | note |\n|---|---:|---|---:|---:|---:|---|\n")
 		for _, r := range v.Runs {
-			fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s |\n", r.Arm, r.Block, r.Status, dash(r.Startup), dash(r.Duration),
-				dash(r.ExitCode), mdCell(r.Error))
+			fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s |\n", r.Arm, r.Block, r.Status, dash(span(r.Startup)), dash(span(r.Duration)),
+				dash(exitCode(r.ExitCode)), mdCell(r.Error))
 		}
 	}
 	if lines := v.placementLines(); len(lines) > 0 {
@@ -450,7 +450,7 @@ func (v markdownWriter) caveatsSection() {
 		fmt.Fprintf(b, "None found.\n")
 	}
 	for _, c := range v.Caveats {
-		fmt.Fprintf(b, "- %s\n", c)
+		fmt.Fprintf(b, "- %s\n", c.Text)
 	}
 }
 

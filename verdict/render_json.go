@@ -53,7 +53,7 @@ func (v *Verdict) Summary() map[string]any {
 	}
 	out := map[string]any{"experiment_id": v.Experiment.ID, "name": v.Experiment.Name, "status": v.Experiment.State(),
 		"unit": v.Unit, "alpha": v.Alpha, "max_loss": v.MaxLoss, "min_effect": v.MinEffect, "arms": arms, "headline": v.headline(""),
-		"caveats": append([]string{}, v.Caveats...)}
+		"caveats": caveatTexts(v.Caveats)}
 	if aa, outcome := v.aaOutcome(); aa {
 		out["aa_passed"] = outcome == aaPassed
 		out["aa"] = outcome
@@ -174,4 +174,13 @@ func (v *Verdict) outcomeSummary() map[string]any {
 	}
 	return map[string]any{"groups": groups, "comparisons": metrics, "throughput_non_inferiority": ni,
 		"abort_cascades": cascades, "throughput_margin": o.Margin}
+}
+
+// caveatTexts are the caveats' sentences, in rank order: the summary's "caveats".
+func caveatTexts(cs []Caveat) []string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.Text
+	}
+	return out
 }

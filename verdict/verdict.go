@@ -36,7 +36,10 @@ type Verdict struct {
 	// at temperature 0; empty when the divergence pass did not run.
 	Divergence []DivergenceRow
 	Responses  *ResponseView // the response-level view, when turns were recorded
-	Caveats    []string
+	// Caveats are ranked by kind, what can overturn the verdict first.
+	Caveats []Caveat
+	// notes are the caveats of the design's analyses, before caveats ranks them.
+	notes []Caveat
 
 	// Design is how the experiment was laid out (blocks, looks, margin, factors).
 	Design store.Design
@@ -186,12 +189,15 @@ type LaunchComparison struct {
 
 // RunFact is one launch as the verdict reports it.
 type RunFact struct {
-	ID                int64 // the run's id in the database
-	Arm, Error        string
-	Status            store.RunStatus
-	Block             int
-	Startup, Duration string
-	ExitCode          string
+	ID         int64 // the run's id in the database
+	Arm, Error string
+	Status     store.RunStatus
+	Block      int
+	// Startup is how long the engine took to be ready and Duration how long the launch
+	// lasted, nil where it never got there; ExitCode is the engine's exit status, nil
+	// where none was recorded.
+	Startup, Duration *time.Duration
+	ExitCode          *int64
 	Endpoint          string
 	ServerInfo        map[string]any
 	// Superseded is true for a launch that did not finish and was run again on resume;
@@ -569,13 +575,13 @@ func (v *Verdict) loadRuns(ctx context.Context, db *sqlx.DB, index map[int64]int
 			f.Error = r.Error.String
 		}
 		if r.ReadyAt.Valid {
-			f.Startup = between(r.StartedAt, r.ReadyAt.String)
+			f.Startup = elapsed(r.StartedAt, r.ReadyAt.String)
 		}
 		if r.EndedAt.Valid {
-			f.Duration = between(r.StartedAt, r.EndedAt.String)
+			f.Duration = elapsed(r.StartedAt, r.EndedAt.String)
 		}
 		if r.ExitCode.Valid {
-			f.ExitCode = fmt.Sprint(r.ExitCode.Int64)
+			f.ExitCode = &r.ExitCode.Int64
 		}
 		if r.ServerInfo.Valid {
 			json.Unmarshal([]byte(r.ServerInfo.String), &f.ServerInfo)
@@ -591,4 +597,16 @@ func (v *Verdict) loadRuns(ctx context.Context, db *sqlx.DB, index map[int64]int
 		v.Runs = append(v.Runs, f)
 	}
 	return nil
+}
+
+// elapsed is the time from one stored timestamp to another; nil where either does not
+// parse.
+func elapsed(from, to string) *time.Duration {
+	a, err1 := time.Parse(time.RFC3339Nano, from)
+	b, err2 := time.Parse(time.RFC3339Nano, to)
+	if err1 != nil || err2 != nil {
+		return nil
+	}
+	d := b.Sub(a)
+	return &d
 }

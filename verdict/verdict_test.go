@@ -730,22 +730,30 @@ func TestFactorialHeadlineSaysWhatTheLaunchesAllow(t *testing.T) {
 
 func TestCaveatsAreMergedAndRanked(t *testing.T) {
 	v := buildExample(t, "crash")
-	if len(v.Caveats) == 0 || !strings.HasPrefix(v.Caveats[0], "Launches that did not finish: treatment/b0 crashed") {
-		t.Fatalf("the crash is not the first caveat: %q", v.Caveats)
+	if len(v.Caveats) == 0 || v.Caveats[0].Kind != CaveatProblem || !strings.HasPrefix(v.Caveats[0].Text, "Launches that did not finish: treatment/b0 crashed") {
+		t.Fatalf("the crash is not the first caveat: %+v", v.Caveats)
 	}
 	f := buildExample(t, "factorial")
 	bounds := 0
-	for _, c := range f.Caveats {
-		if strings.Contains(c, "bounds") {
+	for i, c := range f.Caveats {
+		if c.Kind == CaveatBound {
 			bounds++
+		}
+		if i > 0 && c.Kind < f.Caveats[i-1].Kind {
+			t.Errorf("caveat %d (%s) ranked after one of kind %s: %+v", i, c.Kind, f.Caveats[i-1].Kind, f.Caveats)
 		}
 	}
 	if bounds != 1 {
-		t.Errorf("%d zero-event caveats, want them merged into 1: %q", bounds, f.Caveats)
+		t.Errorf("%d zero-event caveats, want them merged into 1: %+v", bounds, f.Caveats)
 	}
-	last := f.Caveats[len(f.Caveats)-1]
-	if !strings.Contains(last, "bounds") && !strings.Contains(last, "claims on launches") {
-		t.Errorf("caveats not ranked (bounds and multiplicity last): %q", f.Caveats)
+	if last := f.Caveats[len(f.Caveats)-1]; last.Kind != CaveatBound && last.Kind != CaveatMultiplicity {
+		t.Errorf("caveats not ranked (bounds and multiplicity last): %+v", f.Caveats)
+	}
+	md := markdown(t, f)
+	for _, c := range f.Caveats {
+		if !strings.Contains(md, "- "+c.Text+"\n") {
+			t.Errorf("the markdown lacks the %s caveat %q", c.Kind, c.Text)
+		}
 	}
 }
 
@@ -918,8 +926,8 @@ func TestConditionsFlagAnArmThatCarriedAnotherLoad(t *testing.T) {
 	if !strings.Contains(md, "**differ**: running requests, token usage, throughput") {
 		t.Errorf("the Conditions table does not flag treatment:\n%s", md)
 	}
-	if !strings.Contains(strings.Join(v.Caveats, "\n"), "The engines did not carry the same load: treatment (running requests 29.0 against 58.0") {
-		t.Errorf("the caveats do not say the load differed: %q", v.Caveats)
+	if !strings.Contains(strings.Join(caveatTexts(v.Caveats), "\n"), "The engines did not carry the same load: treatment (running requests 29.0 against 58.0") {
+		t.Errorf("the caveats do not say the load differed: %+v", v.Caveats)
 	}
 }
 
@@ -941,7 +949,7 @@ func TestConditionsLeaveOutLaunchesThatStopped(t *testing.T) {
 	if treatment.Stopped != 1 || treatment.Scrapes != 0 || len(treatment.Differs) != 0 {
 		t.Errorf("treatment's conditions: %+v", treatment)
 	}
-	if strings.Contains(strings.Join(v.Caveats, "\n"), "did not carry the same load") {
+	if strings.Contains(strings.Join(caveatTexts(v.Caveats), "\n"), "did not carry the same load") {
 		t.Errorf("a wedged engine's load flagged as a confound: %q", v.Caveats)
 	}
 	if md := markdown(t, v); !strings.Contains(md, "Launches whose engine wedged or crashed are left out (treatment's 1)") {
