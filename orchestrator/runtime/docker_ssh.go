@@ -103,10 +103,13 @@ type sshConn struct {
 }
 
 // Read reads what the remote daemon sent; at the session's end it says why ssh ended
-// when ssh failed (a refused key, an unknown host, no docker there).
+// when ssh failed (a refused key, an unknown host, no docker there). That holds for a
+// read that Close overtook, too: an HTTP client whose request could not be written
+// closes the connection while its reader still reads, and that read is about the same
+// refused session.
 func (c *sshConn) Read(p []byte) (int, error) {
 	n, err := c.stdout.Read(p)
-	if errors.Is(err, io.EOF) && n == 0 {
+	if n == 0 && (errors.Is(err, io.EOF) || errors.Is(err, os.ErrClosed)) {
 		return 0, c.ended(err)
 	}
 	return n, err

@@ -65,6 +65,26 @@ func TestSSHDialRefusedSaysWhy(t *testing.T) {
 	}
 }
 
+// A read that Close overtook (an HTTP client closes the connection when its request
+// cannot be written, while its reader goes on reading) still says why ssh ended, not
+// that the connection's own output was closed.
+func TestSSHReadAfterCloseSaysWhy(t *testing.T) {
+	u, _ := url.Parse("ssh://ops@127.0.0.1")
+	dial, err := sshDialer(u, refusingSSH(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := dial(context.Background(), "tcp", "docker.ssh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	_, err = conn.Read(make([]byte, 64))
+	if err == nil || !strings.Contains(err.Error(), "Permission denied (publickey)") || errors.Is(err, os.ErrClosed) {
+		t.Fatalf("a read after Close = %v, want ssh's own reason", err)
+	}
+}
+
 // Through the Docker runtime, a refused login is the error a user sees.
 func TestDockerSSHRefusedSaysWhy(t *testing.T) {
 	d := Docker{Host: "ssh://ops@127.0.0.1", SSHCommand: refusingSSH(t)}
