@@ -802,7 +802,9 @@ type receiveClock interface{ received() time.Time }
 // it catches up) or step; a request's times are on the monotonic clock. So the wall
 // clock only measures the wait, from the stamp to now, a span of microseconds to
 // milliseconds, and the wait is taken off the monotonic time since started; a wait the
-// wall clock makes negative (stepped back) counts as none.
+// wall clock makes negative (stepped back) counts as none. A time.Now reads the two
+// clocks one after the other, so a thread preempted between them skews the result by
+// as long as it waited: microseconds, on a loaded machine now and then a few hundred.
 func arrival(started time.Time, rx receiveClock, prev time.Duration) time.Duration {
 	now := time.Now()
 	at := now.Sub(started)
