@@ -3,6 +3,7 @@ package verdict
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 
@@ -291,7 +292,7 @@ func (v *Verdict) note(kind CaveatKind, format string, args ...any) {
 
 // caveats merges what every analysis noted into one ranked list, each point once.
 func (v *Verdict) caveats() {
-	cs := v.notes
+	cs := slices.Clone(v.notes) // caveats may run again; the notes stay as the analyses left them
 	add := func(kind CaveatKind, format string, args ...any) {
 		cs = append(cs, Caveat{kind, fmt.Sprintf(format, args...)})
 	}
