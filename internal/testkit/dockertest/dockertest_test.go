@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -69,9 +70,9 @@ func TestTwoDaemonsAreSeparateNodes(t *testing.T) {
 }
 
 // A daemon leaves nothing behind: neither its folder nor its bridge, and the host's
-// other interfaces (the system daemon's docker0 above all) are as they were. Only the
-// interfaces that last are compared: the tests of other packages, running beside this
-// one, add and delete bridges and veth pairs of their own meanwhile.
+// other interfaces (the system daemon's docker0 above all) are as they were. The
+// interfaces the project's test harnesses make are left out of the comparison: the
+// tests of other packages, running beside this one, add and delete them meanwhile.
 func TestRemoveLeavesNothing(t *testing.T) {
 	bin := Require(t)
 	before := interfaces(t)
@@ -95,9 +96,22 @@ func TestRemoveLeavesNothing(t *testing.T) {
 		t.Errorf("the daemon's bridge %s is still there after Remove: %v", bridge, after)
 	}
 	for _, name := range before {
-		transient := strings.HasPrefix(name, "veth") || strings.HasPrefix(name, bridgePrefix)
-		if !transient && !slices.Contains(after, name) {
+		if !harnessInterface.MatchString(name) && !slices.Contains(after, name) {
 			t.Errorf("interface %s was there before the daemon and is gone after it: before %v, after %v", name, before, after)
+		}
+	}
+}
+
+// harnessInterface matches the interfaces test harnesses make and delete: a
+// container's veth end, a test daemon's bridge, and a Slurm test node's veth pair
+// (slurmtest names them "as", the cluster's four hex digits, h or n, the node).
+var harnessInterface = regexp.MustCompile(`^(veth|` + bridgePrefix + `|as[0-9a-f]{4}[hn][0-9]+$)`)
+
+func TestHarnessInterfacesAreOnlyTheTests(t *testing.T) {
+	for name, want := range map[string]bool{"veth1a2b3c": true, bridgePrefix + "123": true, "asa318h1": true, "asa318n12": true,
+		"docker0": false, "lo": false, "eth0": false, "asa318": false, "asset0": false, "br-5f1c": false} {
+		if got := harnessInterface.MatchString(name); got != want {
+			t.Errorf("harnessInterface matches %q = %v, want %v", name, got, want)
 		}
 	}
 }
