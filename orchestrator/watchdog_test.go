@@ -92,15 +92,18 @@ func runErrors(t *testing.T, db string, exp int64) map[string]string {
 // TestTotalWedgeIsWedgedWhenSessionsEqualConcurrency: every request after the readiness
 // probe hangs while /health answers. With as many sessions as run at once, every session
 // ends at the stall timeout at the same moment the watchdog would look; the run must
-// still be wedged, decided within the stall timeout and a small margin.
+// still be wedged, decided at the stall timeout rather than at the request timeout 30
+// times longer. The bound between the two is wide: on a loaded 2-core machine, with the
+// race detector and this package's other tests beside it, the watchdog's ticker was seen
+// 1.4 s late and the commit of the sessions before the run ends 1.45 s long.
 func TestTotalWedgeIsWedgedWhenSessionsEqualConcurrency(t *testing.T) {
 	t.Parallel()
-	const stall = 2 * time.Second
+	const stall, request = 2 * time.Second, 60 * time.Second
 	for _, shape := range []struct{ sessions, concurrency int }{{8, 8}, {24, 4}} {
 		t.Run(fmt.Sprintf("%d sessions at %d", shape.sessions, shape.concurrency), func(t *testing.T) {
 			db := filepath.Join(t.TempDir(), "a.db")
 			clock := newRunClock()
-			spec := hostileSpec(t, "wedge", shape.sessions, shape.concurrency, "{startup: 30s, request: 60s, stall: 2s}")
+			spec := hostileSpec(t, "wedge", shape.sessions, shape.concurrency, fmt.Sprintf("{startup: 30s, request: %v, stall: %v}", request, stall))
 			res, err := Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quietLogger(), Progress: clock})
 			wantNoData(t, res, err)
 			st, errs := runStatuses(t, db, res.ExperimentID), runErrors(t, db, res.ExperimentID)
@@ -112,10 +115,10 @@ func TestTotalWedgeIsWedgedWhenSessionsEqualConcurrency(t *testing.T) {
 					t.Errorf("%s: error %q does not say the engine still answered health", arm, errs[arm])
 				}
 				took := clock.took(arm)
-				t.Logf("%s: wedged decided and the engine stopped %v after the workload began (stall %v)", arm,
-					took.Round(10*time.Millisecond), stall)
-				if took > stall+1500*time.Millisecond {
-					t.Errorf("%s: wedge took %v to decide, want within %v and a small margin", arm, took, stall)
+				t.Logf("%s: wedged decided and the engine stopped %v after the workload began (stall %v): %s", arm,
+					took.Round(10*time.Millisecond), stall, errs[arm])
+				if took > stall+request/6 {
+					t.Errorf("%s: wedge took %v to decide, want near the %v stall timeout, far from the %v request timeout", arm, took, stall, request)
 				}
 			}
 		})
