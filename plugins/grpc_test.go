@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -129,16 +128,7 @@ func TestDetectorPluginWithoutImpl(t *testing.T) {
 // buildExample compiles cmd/arbiter-detector-example into a temporary directory.
 func buildExample(t *testing.T) string {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go toolchain on PATH to build the example plugin:", err)
-	}
-	bin := filepath.Join(t.TempDir(), "arbiter-detector-example")
-	cmd := exec.Command(goBin, "build", "-o", bin, "github.com/arbiterlab/arbiter/cmd/arbiter-detector-example")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build example plugin: %v\n%s", err, out)
-	}
-	return bin
+	return testbin.Build(t, "github.com/arbiterlab/arbiter/cmd/arbiter-detector-example")
 }
 
 func TestLaunchSubprocess(t *testing.T) {

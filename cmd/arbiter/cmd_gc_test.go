@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/arbiterlab/arbiter/internal/testkit/testbin"
 	"github.com/arbiterlab/arbiter/orchestrator/runtime"
 	"github.com/arbiterlab/arbiter/store"
 )
@@ -32,12 +32,7 @@ func dockerImage(t *testing.T) string {
 		}
 		t.Skipf("no Docker daemon answers (set ARBITER_REQUIRE_DOCKER=1 to make this a failure): %v", err)
 	}
-	bin := filepath.Join(t.TempDir(), "refserve")
-	build := exec.Command("go", "build", "-o", bin, "github.com/arbiterlab/arbiter/cmd/refserve")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build refserve: %v\n%s", err, out)
-	}
+	bin := testbin.Build(t, "github.com/arbiterlab/arbiter/cmd/refserve", testbin.Static...)
 	files, err := runtime.ExecutableFiles(bin, "/usr/local/bin/refserve")
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/arbiterlab/arbiter/internal/testkit/dockertest"
+	"github.com/arbiterlab/arbiter/internal/testkit/testbin"
 	"github.com/arbiterlab/arbiter/orchestrator/runtime"
 	"github.com/arbiterlab/arbiter/store"
 )
@@ -25,12 +25,7 @@ import (
 func TestImageBuildMakesAnImageThatServes(t *testing.T) {
 	t.Parallel()
 	ds := dockertest.Start(t, 1)
-	bin := filepath.Join(t.TempDir(), "refserve-static")
-	build := exec.Command("go", "build", "-tags", "arbiter_static", "-o", bin, "github.com/arbiterlab/arbiter/cmd/refserve")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := testbin.Build(t, "github.com/arbiterlab/arbiter/cmd/refserve", testbin.Static...)
 	const tag = "arbiter-test/image-build:1"
 	code, stdout, stderr := runCLI(t, "image", "build", "--binary", bin, "--tag", tag, "--host", ds[0].Host)
 	if code != 0 || !strings.Contains(stdout, "built "+tag) || stderr != "" {

@@ -23,48 +23,25 @@ import (
 	"github.com/arbiterlab/arbiter/workload"
 )
 
-var (
-	refserveOnce sync.Once
-	refserveDir  string
-	refserveErr  error
-)
-
 // buildRefserve builds the reference engine once per test binary and returns the folder
-// holding it, to be put on PATH.
+// holding it (testbin's, on PATH for the whole test binary).
 func buildRefserve(t *testing.T) string {
 	t.Helper()
-	refserveOnce.Do(func() {
-		out, err := exec.Command("go", "build", "-o", filepath.Join(refserveDir, "refserve"), "github.com/arbiterlab/arbiter/cmd/refserve").CombinedOutput()
-		if err != nil {
-			refserveErr = &buildError{out: string(out), err: err}
-		}
-	})
-	if refserveErr != nil {
-		t.Fatalf("build refserve: %v", refserveErr)
-	}
-	return refserveDir
+	return filepath.Dir(testbin.Build(t, "github.com/arbiterlab/arbiter/cmd/refserve"))
 }
 
-type buildError struct {
-	out string
-	err error
-}
-
-func (e *buildError) Error() string { return e.err.Error() + "\n" + e.out }
-
-// TestMain puts the folder that buildRefserve builds refserve into on PATH for the whole
+// TestMain puts the folder that testbin builds the commands into on PATH for the whole
 // test binary, so that the tests which run refserve by name need not set PATH themselves
 // and can run in parallel.
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "arbiter-e2e-bin")
+	dir, err := testbin.Dir()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	refserveDir = dir
 	os.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
 	code := m.Run()
-	os.RemoveAll(refserveDir)
+	os.RemoveAll(dir)
 	os.Exit(code)
 }
 

@@ -15,12 +15,8 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/arbiterlab/arbiter/internal/testkit/testbin"
 	"github.com/arbiterlab/arbiter/store"
-)
-
-var (
-	arbiterOnce sync.Once
-	arbiterErr  error
 )
 
 // buildArbiter builds the arbiter binary beside the test's refserve (so that it runs that
@@ -28,18 +24,8 @@ var (
 // once, killed as a user's would be.
 func buildArbiter(t *testing.T) string {
 	t.Helper()
-	dir := buildRefserve(t)
-	bin := filepath.Join(dir, "arbiter")
-	arbiterOnce.Do(func() {
-		out, err := exec.Command("go", "build", "-o", bin, "github.com/arbiterlab/arbiter/cmd/arbiter").CombinedOutput()
-		if err != nil {
-			arbiterErr = &buildError{out: string(out), err: err}
-		}
-	})
-	if arbiterErr != nil {
-		t.Fatalf("build arbiter: %v", arbiterErr)
-	}
-	return bin
+	buildRefserve(t)
+	return testbin.Build(t, "github.com/arbiterlab/arbiter/cmd/arbiter")
 }
 
 // gatedSpec is a small experiment whose engines start only once the gate file exists,

@@ -4,18 +4,17 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/arbiterlab/arbiter/internal/testkit/testbin"
 )
 
 func TestFlagErrors(t *testing.T) {
@@ -163,42 +162,13 @@ func TestBinary(t *testing.T) {
 	}
 }
 
-// The binary the process tests run, built once.
-var (
-	buildOnce sync.Once
-	binDir    string
-	binPath   string
-	buildErr  error
-)
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
-	os.Exit(code)
-}
-
-// refserveBinary builds refserve once per test binary run.
+// refserveBinary builds refserve once per test binary run (testbin keeps it).
 func refserveBinary(t testing.TB) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and runs the refserve binary; skipped with -short")
 	}
-	buildOnce.Do(func() {
-		if binDir, buildErr = os.MkdirTemp("", "refserve-test-"); buildErr != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "refserve")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
+	return testbin.Build(t, "github.com/arbiterlab/arbiter/cmd/refserve")
 }
 
 // process is a refserve process started by a test.

@@ -19,6 +19,8 @@ import (
 
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
+
+	"github.com/arbiterlab/arbiter/internal/testkit/testbin"
 )
 
 // The docker tests run refserve in an image built from scratch on the local daemon,
@@ -55,19 +57,11 @@ func refserveImage(t *testing.T) string {
 			return
 		}
 		cli.Close()
-		dir, err := os.MkdirTemp("", "arbiter-docker-test")
-		if err != nil {
-			imageErr = err
-			return
-		}
-		defer os.RemoveAll(dir)
-		bin := filepath.Join(dir, "refserve")
 		// The image's engine is built as `make image` builds it: static, so that the
 		// image holds nothing but the binary.
-		build := exec.Command("go", "build", "-tags", "arbiter_static", "-o", bin, "github.com/arbiterlab/arbiter/cmd/refserve")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := build.CombinedOutput(); err != nil {
-			imageErr = fmt.Errorf("build refserve: %w\n%s", err, out)
+		bin, err := testbin.Binary("github.com/arbiterlab/arbiter/cmd/refserve", testbin.Static...)
+		if err != nil {
+			imageErr = err
 			return
 		}
 		files, err := ExecutableFiles(bin, "/refserve")

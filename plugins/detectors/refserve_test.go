@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -16,15 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/arbiterlab/arbiter/internal/testkit/testbin"
 	"github.com/arbiterlab/arbiter/openai"
 	"github.com/arbiterlab/arbiter/plugins"
 	"github.com/arbiterlab/arbiter/workload"
-)
-
-var (
-	refserveOnce sync.Once
-	refserveBin  string
-	refserveErr  error
 )
 
 // startRefserve builds the reference engine once per test binary, runs it on a free
@@ -35,21 +29,7 @@ func startRefserve(t *testing.T, env []string, args ...string) string {
 	if testing.Short() {
 		t.Skip("builds and runs refserve")
 	}
-	refserveOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "arbiter-detectors-refserve-")
-		if err != nil {
-			refserveErr = err
-			return
-		}
-		refserveBin = filepath.Join(dir, "refserve")
-		if out, err := exec.Command("go", "build", "-o", refserveBin, "github.com/arbiterlab/arbiter/cmd/refserve").CombinedOutput(); err != nil {
-			refserveErr = &buildError{out: string(out), err: err}
-		}
-	})
-	if refserveErr != nil {
-		t.Fatalf("build refserve: %v", refserveErr)
-	}
-	cmd := exec.Command(refserveBin, append([]string{"--port", "0"}, args...)...)
+	cmd := exec.Command(testbin.Build(t, "github.com/arbiterlab/arbiter/cmd/refserve"), append([]string{"--port", "0"}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -88,13 +68,6 @@ func startRefserve(t *testing.T, env []string, args ...string) string {
 	}
 	return ""
 }
-
-type buildError struct {
-	out string
-	err error
-}
-
-func (e *buildError) Error() string { return e.err.Error() + "\n" + e.out }
 
 // turnRecorder keeps the turns a workload reports.
 type turnRecorder struct {

@@ -3,10 +3,11 @@ package detectors
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/arbiterlab/arbiter/internal/testkit/testbin"
 )
 
 func TestResolveBuiltinAndUnknown(t *testing.T) {
@@ -30,14 +31,10 @@ func TestResolveBuiltinAndUnknown(t *testing.T) {
 }
 
 func TestResolvePluginOnPath(t *testing.T) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go toolchain on PATH to build the example plugin:", err)
-	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, PluginBinaryPrefix+"example")
-	if out, err := exec.Command(goBin, "build", "-o", bin, "github.com/arbiterlab/arbiter/cmd/arbiter-detector-example").CombinedOutput(); err != nil {
-		t.Fatalf("build example plugin: %v\n%s", err, out)
+	if err := os.Symlink(testbin.Build(t, "github.com/arbiterlab/arbiter/cmd/arbiter-detector-example"), bin); err != nil {
+		t.Fatal(err)
 	}
 	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
 	t.Setenv("ARBITER_CONTAINS_WORD", "paris")

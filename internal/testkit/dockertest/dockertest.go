@@ -33,6 +33,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 
+	"github.com/arbiterlab/arbiter/internal/testkit/testbin"
 	"github.com/arbiterlab/arbiter/orchestrator/runtime"
 )
 
@@ -466,13 +467,7 @@ func (d *Daemon) unmount() {
 // preset's command finds it.
 func RefserveImage(t testing.TB, daemons ...*Daemon) string {
 	t.Helper()
-	// Go's build cache makes a second build of the same source a link step.
-	refserveBin := filepath.Join(t.TempDir(), "refserve")
-	build := exec.Command("go", "build", "-tags", "arbiter_static", "-o", refserveBin, "github.com/arbiterlab/arbiter/cmd/refserve")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build refserve: %v\n%s", err, out)
-	}
+	refserveBin := testbin.Build(t, "github.com/arbiterlab/arbiter/cmd/refserve", testbin.Static...)
 	files, err := runtime.ExecutableFiles(refserveBin, "/usr/local/bin/refserve")
 	if err != nil {
 		t.Fatal(err)
