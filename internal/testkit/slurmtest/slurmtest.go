@@ -24,12 +24,26 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 )
+
+// nodeInterface names an end of node k's veth pair in cluster id: side 'h' the host's, 'n'
+// the node's namespace's. IsNodeInterface recognizes every name it makes.
+func nodeInterface(id int, side byte, k int) string {
+	return fmt.Sprintf("as%04x%c%d", id, side, k)
+}
+
+var nodeInterfaceName = regexp.MustCompile(`^as[0-9a-f]{4}[hn][0-9]+$`)
+
+// IsNodeInterface reports whether name is an end of a veth pair that a test cluster makes
+// for its nodes and deletes with them; other tests that compare the host's interfaces
+// leave those out.
+func IsNodeInterface(name string) bool { return nodeInterfaceName.MatchString(name) }
 
 // RequireEnv is the variable that turns a skip into a failure.
 const RequireEnv = "ARBITER_REQUIRE_SLURM"
@@ -251,7 +265,7 @@ func (c *Cluster) start(o Options) error {
 	}
 	for k := 1; k <= o.Nodes; k++ {
 		n := Node{Name: fmt.Sprintf("n%d", k), NetNS: fmt.Sprintf("arbslurm%04x-%d", id, k)}
-		hostIf, nodeIf := fmt.Sprintf("as%04xh%d", id, k), fmt.Sprintf("as%04xn%d", id, k)
+		hostIf, nodeIf := nodeInterface(id, 'h', k), nodeInterface(id, 'n', k)
 		hostAddr, nodeAddr := fmt.Sprintf("%s%d.1", subnet, k), fmt.Sprintf("%s%d.2", subnet, k)
 		n.Addr = nodeAddr
 		portSpec := ""

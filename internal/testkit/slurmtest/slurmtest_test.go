@@ -56,3 +56,22 @@ func TestREST(t *testing.T) {
 		t.Fatalf("GET partitions: %s\n%s", resp.Status, b)
 	}
 }
+
+// The names a cluster gives its nodes' interfaces are the ones IsNodeInterface knows, and
+// the host's own are not.
+func TestNodeInterfacesAreKnownByName(t *testing.T) {
+	for _, id := range []int{0, 0xa318, 1<<16 - 1} {
+		for _, side := range []byte{'h', 'n'} {
+			for _, k := range []int{1, 2, 12} {
+				if name := nodeInterface(id, side, k); !IsNodeInterface(name) || len(name) > 15 {
+					t.Errorf("%q: known %v, %d bytes (Linux allows 15)", name, IsNodeInterface(name), len(name))
+				}
+			}
+		}
+	}
+	for _, name := range []string{"docker0", "lo", "eth0", "asa318", "asset0", "br-5f1c", "veth1a2b3c"} {
+		if IsNodeInterface(name) {
+			t.Errorf("%q taken for a test node's interface", name)
+		}
+	}
+}
