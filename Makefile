@@ -32,9 +32,11 @@ demo: build
 
 ## test: the whole test suite under the race detector, but for the statistics'
 ## own tests: numeric and on one goroutine, they run without it (four times faster), while
-## the tests of the packages that call them concurrently run it under the detector
+## the tests of the packages that call them concurrently run it under the detector. Most
+## parallel tests wait on engines, daemons and Slurm rather than compute: four at once in
+## a package keep two cores busy (-p, the packages at once, stays at the cores' count)
 test:
-	$(GO) test -race -timeout 20m $$($(GO) list ./... | grep -v '/stats$$')
+	$(GO) test -race -parallel 4 -timeout 20m $$($(GO) list ./... | grep -v '/stats$$')
 	$(GO) test -timeout 20m ./stats
 
 ## lint: gofmt, go vet, staticcheck, and deadcode with the tests as roots (no function that
