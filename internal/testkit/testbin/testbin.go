@@ -56,8 +56,9 @@ func Dir() (string, error) {
 const dirPrefix = "arbiter-testbin-"
 
 // Static is the environment `make image` builds refserve with for an image FROM scratch:
-// no cgo, and the arbiter_static tag, which leaves out the loader of shared libraries.
-var Static = []string{"CGO_ENABLED=0", "GOFLAGS=-tags=arbiter_static"}
+// no cgo, and the arbiter_static tag, which leaves out the loader of shared libraries
+// (after the caller's own GOFLAGS).
+var Static = []string{"CGO_ENABLED=0", "GOFLAGS=" + strings.TrimSpace(os.Getenv("GOFLAGS")+" -tags=arbiter_static")}
 
 // Build compiles the command package pkg (e.g. "github.com/arbiterlab/arbiter/cmd/hostileserve")
 // with the given extra environment (e.g. "CGO_ENABLED=0") and returns the binary's path.
