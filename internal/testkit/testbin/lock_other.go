@@ -2,13 +2,11 @@
 
 package testbin
 
-import "os"
-
 // lockBuilds shares nothing where flock is missing: concurrent test processes then build
 // on their own, as they would without it.
 func lockBuilds() (unlock func(), err error) { return func() {}, nil }
 
 // hold marks nothing, and sweep removes nothing, where flock is missing: the folders of
 // ended test processes stay.
-func hold(string) (*os.File, error) { return nil, nil }
-func sweep(string)                  {}
+func hold(string) (int, error) { return -1, nil }
+func sweep(string)             {}

@@ -28,23 +28,30 @@ func lockBuilds() (unlock func(), err error) {
 // holdName is the file in a test process's folder whose flock says the process lives.
 const holdName = ".held"
 
-// hold takes the flock that marks dir as a live process's for as long as the returned file
-// stays open. The file is locked under another name and then renamed, so that a sweep
-// never finds it unlocked.
-func hold(dir string) (*os.File, error) {
-	f, err := openLock(filepath.Join(dir, holdName+".new"))
+// hold takes the flock that marks dir as a live process's for as long as the returned
+// descriptor stays open: a raw descriptor, which no finalizer closes, so that Dir can leave
+// it open for the life of the process. The file is locked under another name and then
+// renamed, so that a sweep never finds it unlocked.
+func hold(dir string) (fd int, err error) {
+	tmp := filepath.Join(dir, holdName+".new")
+	fd, err = syscall.Open(tmp, syscall.O_RDWR|syscall.O_CREAT|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o666)
 	if err != nil {
-		return nil, err
+		return -1, &os.PathError{Op: "open", Path: tmp, Err: err}
 	}
-	if err := flock(f, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		return nil, err
+	for {
+		err = syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
 	}
-	if err := os.Rename(f.Name(), filepath.Join(dir, holdName)); err != nil {
-		f.Close()
-		return nil, err
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(dir, holdName))
 	}
-	return f, nil
+	if err != nil {
+		syscall.Close(fd)
+		return -1, err
+	}
+	return fd, nil
 }
 
 // sweep removes the folders under tmp of test processes that have ended: those whose

@@ -49,11 +49,11 @@ func TestSweepRemovesOnlyEndedProcessesFolders(t *testing.T) {
 	}
 	ended := mk(dirPrefix+"1", true)
 	live := mk(dirPrefix+"2", false)
-	f, err := hold(live)
+	fd, err := hold(live)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer syscall.Close(fd)
 	unheld := mk(dirPrefix+"3", false)
 	other := mk("arbiter-other", true)
 	sweep(tmp)

@@ -36,7 +36,6 @@ var (
 	dirOnce sync.Once
 	dir     string
 	dirErr  error
-	held    *os.File // open for the life of the process: its flock says dir is in use
 )
 
 // Dir returns the folder the commands built without extra environment go to, creating it
@@ -47,7 +46,7 @@ func Dir() (string, error) {
 	dirOnce.Do(func() {
 		sweep(os.TempDir())
 		if dir, dirErr = os.MkdirTemp("", dirPrefix); dirErr == nil {
-			held, dirErr = hold(dir)
+			_, dirErr = hold(dir) // the descriptor stays open until the process ends
 		}
 	})
 	return dir, dirErr
