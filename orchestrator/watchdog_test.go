@@ -173,7 +173,11 @@ func TestEndlessGenerationIsTimedOut(t *testing.T) {
 	t.Parallel()
 	db := filepath.Join(t.TempDir(), "a.db")
 	spec := testSpec(t, "")
-	spec.Timeouts.Request, spec.Timeouts.Stall = time.Second, 400*time.Millisecond
+	// A stall shorter than the request timeout, which the tokens, every 20 ms, never let
+	// pass; it is long enough that a test process starved by a loaded machine does not
+	// see one either (a run of the suite once saw no token for 1.2 s with a 0.4 s stall,
+	// and the watchdog's own tick has been seen 2.1 s late).
+	spec.Timeouts.Request, spec.Timeouts.Stall = 4*time.Second, 3*time.Second
 	res, err := Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quietLogger(),
 		Runtime: engines(func(arm string) *engine {
 			e := newEngine(t, func(n int64, e *engine, r *http.Request) bool { return n > 1 })
