@@ -18,7 +18,7 @@ func lockBuilds() (unlock func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := flock(f, syscall.LOCK_EX); err != nil {
+	if err := flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
 		f.Close()
 		return nil, err
 	}
@@ -38,13 +38,7 @@ func hold(dir string) (fd int, err error) {
 	if err != nil {
 		return -1, &os.PathError{Op: "open", Path: tmp, Err: err}
 	}
-	for {
-		err = syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB)
-		if !errors.Is(err, syscall.EINTR) {
-			break
-		}
-	}
-	if err == nil {
+	if err = flock(fd, syscall.LOCK_EX|syscall.LOCK_NB); err == nil {
 		err = os.Rename(tmp, filepath.Join(dir, holdName))
 	}
 	if err != nil {
@@ -70,7 +64,7 @@ func sweep(tmp string) {
 		if err != nil {
 			continue // not made by this package, or not ours to lock
 		}
-		if flock(f, syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+		if flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
 			os.RemoveAll(folder)
 		}
 		f.Close()
@@ -81,9 +75,10 @@ func openLock(path string) (*os.File, error) {
 	return os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o666)
 }
 
-func flock(f *os.File, how int) error {
+// flock takes a flock on the descriptor, again when a signal interrupts the wait.
+func flock(fd int, how int) error {
 	for {
-		err := syscall.Flock(int(f.Fd()), how)
+		err := syscall.Flock(fd, how)
 		if !errors.Is(err, syscall.EINTR) {
 			return err
 		}

@@ -22,11 +22,11 @@ func TestBuildsTakeTurns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	if err := flock(other, syscall.LOCK_EX|syscall.LOCK_NB); !errors.Is(err, syscall.EWOULDBLOCK) {
+	if err := flock(int(other.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); !errors.Is(err, syscall.EWOULDBLOCK) {
 		t.Fatalf("the lock was taken while a build held it: %v", err)
 	}
 	unlock()
-	if err := flock(other, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if err := flock(int(other.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		t.Fatalf("the lock could not be taken after the build released it: %v", err)
 	}
 }
