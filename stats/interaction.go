@@ -28,34 +28,36 @@ type InteractionResult struct {
 	EffectAt [2]float64
 }
 
-// moverTerm is one cell's contribution to the additive contrast.
+// moverTerm is one cell's contribution to a contrast: coef times the rate of x events in
+// n trials (effective counts may be fractional).
 type moverTerm struct {
-	coef float64 // +1 or −1
-	x, n int
+	coef float64
+	x, n float64
 }
 
 // moverBounds is the MOVER-Wilson interval of Σ coef·p at normal critical value z.
 func moverBounds(terms []moverTerm, z float64) (est, lo, hi float64) {
 	var lo2, hi2 float64
 	for _, t := range terms {
-		p := float64(t.x) / float64(t.n)
+		p := t.x / t.n
 		l, u := wilsonZ(t.x, t.n, z)
 		est += t.coef * p
+		c2 := t.coef * t.coef
 		if t.coef > 0 {
-			lo2 += (p - l) * (p - l)
-			hi2 += (u - p) * (u - p)
+			lo2 += c2 * (p - l) * (p - l)
+			hi2 += c2 * (u - p) * (u - p)
 		} else {
-			lo2 += (u - p) * (u - p)
-			hi2 += (p - l) * (p - l)
+			lo2 += c2 * (u - p) * (u - p)
+			hi2 += c2 * (p - l) * (p - l)
 		}
 	}
 	return est, est - math.Sqrt(lo2), est + math.Sqrt(hi2)
 }
 
 // wilsonZ is the Wilson score interval for x of n at critical value z (n > 0).
-func wilsonZ(x, n int, z float64) (lo, hi float64) {
-	z2, nf := z*z, float64(n)
-	p := float64(x) / nf
+func wilsonZ(x, nf, z float64) (lo, hi float64) {
+	z2 := z * z
+	p := x / nf
 	denom := 1 + z2/nf
 	center := (p + z2/(2*nf)) / denom
 	half := z * math.Sqrt(p*(1-p)/nf+z2/(4*nf*nf)) / denom
@@ -63,7 +65,7 @@ func wilsonZ(x, n int, z float64) (lo, hi float64) {
 	if x == 0 {
 		lo = 0
 	}
-	if x == n {
+	if x >= nf {
 		hi = 1
 	}
 	return lo, hi
@@ -120,7 +122,7 @@ func Interaction(cells [2][2]Cell, conf float64) InteractionResult {
 			if a != b {
 				coef = -1
 			}
-			terms = append(terms, moverTerm{coef, c.Events, c.N})
+			terms = append(terms, moverTerm{coef, float64(c.Events), float64(c.N)})
 		}
 	}
 	var out InteractionResult

@@ -322,13 +322,15 @@ type LaunchTest struct {
 	Possible   bool
 	MeanA      float64
 	MeanB      float64
-	Difference float64  // MeanB − MeanA
-	SE         float64  // pooled-variance standard error of Difference
-	T          float64  // Difference / SE
-	DF         int      // LaunchesA + LaunchesB − 2
-	P          float64  // two-sided, Student's t with DF degrees of freedom
-	CI         Interval // two-sided t interval at Conf
-	Conf       float64
+	Difference float64 // MeanB − MeanA
+	SE         float64 // standard error of Difference
+	T          float64 // Difference / SE
+	// DF is the t test's degrees of freedom: LaunchesA + LaunchesB − 2 pooled, Welch's
+	// Satterthwaite figure, or +Inf when the spread is known (a noise floor's z test).
+	DF   float64
+	P    float64  // two-sided, Student's t with DF degrees of freedom
+	CI   Interval // two-sided t interval at Conf
+	Conf float64
 }
 
 // LaunchMeans compares launch values b with a by the pooled two-sample t test on
@@ -359,18 +361,31 @@ func LaunchMeans(a, b []float64, conf float64) (LaunchTest, error) {
 	for _, x := range b {
 		ss += (x - out.MeanB) * (x - out.MeanB)
 	}
-	out.DF = len(a) + len(b) - 2
-	df := float64(out.DF)
-	out.SE = math.Sqrt(ss / df * (1/float64(len(a)) + 1/float64(len(b))))
-	if !(out.SE > 0) {
-		return out, nil
-	}
-	out.Possible = true
-	out.T = out.Difference / out.SE
-	out.P = min(1, 2*distuv.StudentsT{Mu: 0, Sigma: 1, Nu: df}.Survival(math.Abs(out.T)))
-	tq := studentQuantile(out.DF, 1-(1-conf)/2)
-	out.CI = Interval{out.Difference - tq*out.SE, out.Difference + tq*out.SE}
+	out.DF = float64(len(a) + len(b) - 2)
+	out.SE = math.Sqrt(ss / out.DF * (1/float64(len(a)) + 1/float64(len(b))))
+	out.finish()
 	return out, nil
+}
+
+// finish fills in the test from Difference, SE, DF and Conf; it leaves the test not
+// Possible when SE is zero (no spread to weigh the difference against).
+func (l *LaunchTest) finish() {
+	if !(l.SE > 0) {
+		return
+	}
+	l.Possible = true
+	l.T = l.Difference / l.SE
+	l.P = min(1, 2*tSurvival(l.DF, math.Abs(l.T)))
+	tq := studentQuantile(l.DF, 1-(1-l.Conf)/2)
+	l.CI = Interval{l.Difference - tq*l.SE, l.Difference + tq*l.SE}
+}
+
+// tSurvival is Student's t survival function, the normal's at infinite degrees of freedom.
+func tSurvival(df, x float64) float64 {
+	if math.IsInf(df, 1) {
+		return distuv.UnitNormal.Survival(x)
+	}
+	return distuv.StudentsT{Mu: 0, Sigma: 1, Nu: df}.Survival(x)
 }
 
 // PAbove is the one-sided p-value of the hypothesis that the difference is at most x
@@ -380,7 +395,7 @@ func (l LaunchTest) PAbove(x float64) float64 {
 	if !l.Possible {
 		return math.NaN()
 	}
-	return distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(l.DF)}.Survival((l.Difference - x) / l.SE)
+	return tSurvival(l.DF, (l.Difference-x)/l.SE)
 }
 
 // LaunchMean is the one-sample t interval of launch values (the log-ratios of each
@@ -407,34 +422,27 @@ func LaunchMean(x []float64, conf float64) (LaunchTest, error) {
 	for _, v := range x {
 		ss += (v - out.MeanB) * (v - out.MeanB)
 	}
-	out.DF = len(x) - 1
-	out.SE = math.Sqrt(ss / float64(out.DF) / float64(len(x)))
-	if !(out.SE > 0) {
-		return out, nil
-	}
-	out.Possible = true
-	out.T = out.Difference / out.SE
-	out.P = min(1, 2*distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(out.DF)}.Survival(math.Abs(out.T)))
-	tq := studentQuantile(out.DF, 1-(1-conf)/2)
-	out.CI = Interval{out.Difference - tq*out.SE, out.Difference + tq*out.SE}
+	out.DF = float64(len(x) - 1)
+	out.SE = math.Sqrt(ss / out.DF / float64(len(x)))
+	out.finish()
 	return out, nil
 }
 
 // studentQuantiles memoizes Student's t quantiles by (df, probability): the inverse
 // incomplete beta costs microseconds, and a verdict or a simulation asks for the same
-// few again and again.
+// few again and again. At infinite degrees of freedom it is the normal quantile.
 var studentQuantiles sync.Map
 
-func studentQuantile(df int, p float64) float64 {
-	type key struct {
-		df int
-		p  float64
+func studentQuantile(df float64, p float64) float64 {
+	if math.IsInf(df, 1) {
+		return distuv.UnitNormal.Quantile(p)
 	}
+	type key struct{ df, p float64 }
 	k := key{df, p}
 	if q, ok := studentQuantiles.Load(k); ok {
 		return q.(float64)
 	}
-	q := distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(df)}.Quantile(p)
+	q := distuv.StudentsT{Mu: 0, Sigma: 1, Nu: df}.Quantile(p)
 	studentQuantiles.Store(k, q)
 	return q
 }

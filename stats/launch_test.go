@@ -221,7 +221,7 @@ func TestLaunchMeansReference(t *testing.T) {
 		if err != nil {
 			t.Fatalf("case %d: %v", i, err)
 		}
-		if !r.Possible || r.DF != c.DF {
+		if !r.Possible || r.DF != float64(c.DF) {
 			t.Fatalf("case %d: %+v, want %d degrees of freedom", i, r, c.DF)
 		}
 		for _, ch := range []struct {
