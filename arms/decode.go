@@ -1278,7 +1278,7 @@ func (d *decoder) decodeDetectors(e entry) {
 
 func (d *decoder) decodeAnalysis(e entry) {
 	a := &d.spec.Analysis
-	known := []string{"unit", "alpha", "baseline", "margin", "throughput_margin", "min_effect", "max_loss", "sequential", "aa", "plan", "divergence_floor"}
+	known := []string{"unit", "alpha", "baseline", "margin", "throughput_margin", "min_effect", "max_loss", "sequential", "aa", "plan", "divergence_floor", "noise_floor"}
 	d.fields(e.val, e.path, known, func(f entry) {
 		switch f.key {
 		case "unit":
@@ -1324,6 +1324,14 @@ func (d *decoder) decodeAnalysis(e entry) {
 		case "divergence_floor":
 			if v, ok := d.str(f); ok && d.ident(f.val, f.path, "arm", v) {
 				a.DivergenceFloor = v
+			}
+			d.spec.pos[f.path] = posOf(f.val)
+		case "noise_floor":
+			if v, ok := d.str(f); ok {
+				if strings.TrimSpace(v) == "" {
+					d.add(f.val, f.path, "names no experiment: give the name or id of an A/A experiment in the results database, or leave the field out")
+				}
+				a.NoiseFloor = strings.TrimSpace(v)
 			}
 			d.spec.pos[f.path] = posOf(f.val)
 		}

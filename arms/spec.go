@@ -214,6 +214,15 @@ type Analysis struct {
 	// check allows (and requires) identical arms. Used to measure the false-positive
 	// rate of the whole pipeline before trusting an A/B.
 	AA bool
+	// NoiseFloor names an A/A experiment (its name or id, in the same results database)
+	// on the same engine, workload and hardware whose launches measured how launches of
+	// one configuration differ: the verdict weighs the arms' difference against that
+	// spread, so that one launch per arm can decide. Empty: the experiment's own launches
+	// are all there is. `arbiter run --noise-floor` sets it too.
+	NoiseFloor string
+	// NoiseFloorID is the experiment NoiseFloor names, found in the results database when
+	// the experiment starts (never read from the spec); 0 when none.
+	NoiseFloorID int64
 }
 
 // Plan is what the experiment expects to see, for `arbiter plan`.

@@ -498,7 +498,7 @@ func DesignOf(spec *arms.Spec) store.Design {
 		AA: spec.Analysis.AA, Sessions: spec.Workload.Sessions, Rounds: spec.Workload.Rounds,
 		Concurrency: spec.Workload.Concurrency, MaxLoss: &maxLoss, MinEffect: &minEffect,
 		Workload: spec.Workload.Describe(), ThroughputMargin: spec.Analysis.ThroughputMargin,
-		DivergenceFloor: spec.Analysis.DivergenceFloor}
+		DivergenceFloor: spec.Analysis.DivergenceFloor, NoiseFloor: spec.Analysis.NoiseFloorID}
 	if spec.Workload.Kind != arms.DefaultWorkload {
 		d.Kind = spec.Workload.Kind
 	}

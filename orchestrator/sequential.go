@@ -11,16 +11,15 @@ import (
 // sequentialPlan is a group-sequential design over blocks, decided on launches: after
 // every block but the last, each arm's launches so far are compared with the
 // baseline's by the randomization test on their corruption rates, and the experiment
-// stops scheduling once every comparison rejects at its level. The level is the
+// stops scheduling once every comparison rejects at its level. The levels are the
 // verdict's for a sequential arm: the corruption claims' share of alpha
-// (stats.PrimaryLevel) divided over the looks, so that taking a look after every block
-// and stopping at any of them keeps each claim's error at its share (Bonferroni over
-// the looks). With few launches the test cannot reach that level at all, so the
-// experiment cannot stop before enough launches have run; a session-level boundary
-// would stop on a difference between two launches.
+// (stats.SequentialShare) spread over the looks whose launches can reach it
+// (stats.LookLevels), so that stopping at any look keeps each claim's error at its share
+// (Bonferroni over the looks) and a look that could never reject costs nothing. A
+// session-level boundary would stop on a difference between two launches.
 type sequentialPlan struct {
-	level float64
-	looks int
+	levels []float64 // by look
+	looks  int
 	names []string
 	prev  []armCounts
 	rates [][]float64 // per arm, each block's launch rate
@@ -32,11 +31,11 @@ func newSequentialPlan(spec *arms.Spec, names []string) (*sequentialPlan, error)
 	if looks <= 1 || nArms < 2 {
 		return nil, nil
 	}
-	level := stats.PrimaryLevel(spec.Analysis.Alpha, nArms-1) / float64(looks)
-	if !(level > 0 && level < 1) {
+	share := stats.SequentialShare(spec.Analysis.Alpha, nArms-1)
+	if !(share > 0 && share < 1) {
 		return nil, fmt.Errorf("sequential design: alpha %g gives no level to test at", spec.Analysis.Alpha)
 	}
-	return &sequentialPlan{level: level, looks: looks, names: names, prev: make([]armCounts, nArms), rates: make([][]float64, nArms)}, nil
+	return &sequentialPlan{levels: stats.SequentialLookLevels(spec.Analysis.Alpha, nArms-1, looks), looks: looks, names: names, prev: make([]armCounts, nArms), rates: make([][]float64, nArms)}, nil
 }
 
 // look takes one look after a block, at the cumulative counts, and reports whether to
@@ -54,11 +53,16 @@ func (p *sequentialPlan) look(counts []armCounts, baseline int) (bool, string) {
 		if i == baseline {
 			continue
 		}
-		r, err := stats.LaunchPermutation(p.rates[baseline], p.rates[i], 0)
-		if err != nil || !stats.Reject(r.MinP, p.level) || !stats.Reject(r.P, p.level) {
+		look := min(len(p.rates[baseline]), len(p.rates[i]))
+		if look < 1 || look > len(p.levels) || !(p.levels[look-1] > 0) {
 			return false, ""
 		}
-		reasons = append(reasons, fmt.Sprintf("%s against %s: launch p = %.3g ≤ %.3g over %d and %d launches", p.names[i], p.names[baseline], r.P, p.level, r.LaunchesB, r.LaunchesA))
+		level := p.levels[look-1]
+		r, err := stats.LaunchPermutation(p.rates[baseline], p.rates[i], 0)
+		if err != nil || !stats.Reject(r.MinP, level) || !stats.Reject(r.P, level) {
+			return false, ""
+		}
+		reasons = append(reasons, fmt.Sprintf("%s against %s: launch p = %.3g ≤ %.3g over %d and %d launches", p.names[i], p.names[baseline], r.P, level, r.LaunchesB, r.LaunchesA))
 	}
 	return len(reasons) > 0, strings.Join(reasons, "; ")
 }

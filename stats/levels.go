@@ -129,3 +129,23 @@ func AllotAlpha(alpha float64, claims []Reach) []Allotment {
 func FixedReach(primary bool, minP float64) Reach {
 	return Reach{Primary: primary, MinP: []float64{minP}}
 }
+
+// SequentialShare is the share of alpha each primary claim of a group-sequential design
+// is given, whatever else the verdict tests: the orchestrator decides its stops on it
+// before the other claims exist, so it cannot depend on them. LookLevels spreads it over
+// the looks that can reach it.
+func SequentialShare(alpha float64, comparisons int) float64 {
+	return alpha * PrimaryShare / float64(max(comparisons, 1))
+}
+
+// SequentialLookLevels are the levels of a group-sequential design's looks, one launch
+// per arm added at each: each primary claim's SequentialShare spread over the looks whose
+// randomization test can reach it (0 at the looks before).
+func SequentialLookLevels(alpha float64, comparisons, looks int) []float64 {
+	minP := make([]float64, looks)
+	for k := range minP {
+		minP[k] = MinAttainableP(k+1, k+1)
+	}
+	levels, _ := LookLevels(SequentialShare(alpha, comparisons), minP)
+	return levels
+}

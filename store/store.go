@@ -256,6 +256,10 @@ type Design struct {
 	// DivergenceFloor is the arm that repeats the baseline to measure the A/A floor of
 	// divergence (analysis.divergence_floor); empty when none.
 	DivergenceFloor string `json:"divergence_floor,omitempty"`
+	// NoiseFloor is the A/A experiment whose launches' spread the verdict weighs the arms
+	// against (analysis.noise_floor or run --noise-floor, resolved to its id when the
+	// experiment started); 0 when none.
+	NoiseFloor int64 `json:"noise_floor,omitempty"`
 }
 
 // DesignPlan is what an experiment was planned to detect.

@@ -413,7 +413,7 @@ func (v *Verdict) sequential(sessions []store.SessionOutcome, index map[int64]in
 	if len(others) == 0 {
 		return
 	}
-	level := stats.PrimaryLevel(v.Alpha, len(others)) / float64(looks)
+	levels := stats.SequentialLookLevels(v.Alpha, len(others), looks)
 	// Each block's launch rate per arm, in block order.
 	type cell struct{ n, events int }
 	perBlock := map[int][]cell{}
@@ -433,7 +433,7 @@ func (v *Verdict) sequential(sessions []store.SessionOutcome, index map[int64]in
 		}
 	}
 	for _, i := range others {
-		sv := SequentialView{Arm: v.Arms[i].Name, Looks: looks, Level: level}
+		sv := SequentialView{Arm: v.Arms[i].Name, Looks: looks, Level: levels[looks-1]}
 		var a, b []float64
 		for blk := 0; blk <= maxBlock && blk < looks; blk++ {
 			for k, c := range perBlock[blk] {
@@ -451,8 +451,9 @@ func (v *Verdict) sequential(sessions []store.SessionOutcome, index map[int64]in
 			if err != nil {
 				break
 			}
+			level := levels[blk]
 			look := SequentialLook{Look: blk + 1, LaunchesArm: len(b), LaunchesBase: len(a), P: r.P, MinP: r.MinP,
-				Crossed: len(a) > 0 && len(b) > 0 && stats.Reject(r.MinP, level) && stats.Reject(r.P, level)}
+				Crossed: len(a) > 0 && len(b) > 0 && level > 0 && stats.Reject(r.MinP, level) && stats.Reject(r.P, level)}
 			sv.Taken = append(sv.Taken, look)
 			if look.Crossed && sv.Stopped == 0 {
 				sv.Stopped = look.Look

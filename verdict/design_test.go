@@ -133,9 +133,9 @@ func TestFactorialVerdictDescribesTheInteraction(t *testing.T) {
 	}
 }
 
-// A sequential arm is judged on launches at every look, at its level divided over the
-// looks: 5 of 20 against 0 of 20 in one launch each is far from it, and so are two
-// launches; six launches of a consistent difference cross (2/924 ≤ 0.0075).
+// A sequential arm is judged on launches at every look, at its share spread over the
+// looks that can reach it: of four looks only the last can (2/70 ≤ 0.03), so looks 1-3
+// are not charged and the last gets the whole 0.03; after two looks nothing is tested.
 func TestSequentialVerdictJudgesOnLaunches(t *testing.T) {
 	design := store.Design{Blocks: 4, Looks: 4, Sessions: 20}
 	db := record(t, "seq", "session", design, []fixtureRun{
@@ -149,11 +149,11 @@ func TestSequentialVerdictJudgesOnLaunches(t *testing.T) {
 		t.Fatalf("sequential views = %d", len(v.Sequential))
 	}
 	sv := v.Sequential[0]
-	if len(sv.Taken) != 2 || sv.Taken[0].Crossed || sv.Taken[1].Crossed || sv.Stopped != 0 || math.Abs(sv.Level-0.03/4) > 1e-12 {
+	if len(sv.Taken) != 2 || sv.Taken[0].Crossed || sv.Taken[1].Crossed || sv.Stopped != 0 || math.Abs(sv.Level-0.03) > 1e-12 {
 		t.Fatalf("sequential view %+v", sv)
 	}
 	c := v.Arms[1].Compare
-	if !c.Sequential || c.Significant || c.Launch == nil || math.Abs(c.Launch.Level-0.03/4) > 1e-12 || c.Launch.Testable {
+	if !c.Sequential || c.Significant || c.Launch == nil || c.Launch.Level != 0 || math.Abs(c.Launch.Share-0.03) > 1e-12 || c.Launch.Testable {
 		t.Errorf("comparison %+v, claim %+v", c, c.Launch)
 	}
 	if !strings.Contains(md, "## Sequential design") || !strings.Contains(md, "| 1 | 1 vs 1 | 1.000 |") {
@@ -166,11 +166,12 @@ func TestSequentialVerdictJudgesOnLaunches(t *testing.T) {
 	db = record(t, "seq6", "session", store.Design{Blocks: 6, Looks: 6, Sessions: 20}, runs)
 	v, _ = build(t, db, "seq6")
 	sv = v.Sequential[0]
-	// At 6 looks the level is 0.005: 5 launches (2/252) cannot reach it, 6 (2/924) can.
-	if sv.Stopped != 6 || sv.Taken[4].Crossed || !v.Arms[1].Compare.Significant {
+	// Of 6 looks, 0.03 is spread over the last two (0.015 each): 4 launches (2/70) cannot
+	// reach it, 5 (2/252) can.
+	if sv.Stopped != 5 || sv.Taken[3].Crossed || !sv.Taken[4].Crossed || !v.Arms[1].Compare.Significant {
 		t.Errorf("six consistent launches: %+v, comparison %+v", sv, v.Arms[1].Compare)
 	}
-	if h := v.headline(""); !strings.Contains(h, "divided over 6 looks") || !strings.Contains(h, "significantly higher") {
+	if h := v.headline(""); !strings.Contains(h, "spread over the 2 of its 6 looks that can reach it") || !strings.Contains(h, "significantly higher") {
 		t.Errorf("headline: %s", h)
 	}
 }
@@ -286,8 +287,8 @@ func inBlocks(n int, runs ...fixtureRun) []fixtureRun {
 }
 
 // Several arms share the corruption claims' part of alpha: with two arms against the
-// baseline each is tested at 0.015, which 5 launches per arm can reach (2/252) and 4
-// cannot (2/70).
+// baseline and no other claim that can be tested, each is tested at 0.025, which 5
+// launches per arm can reach (2/252) and 4 cannot (2/70).
 func TestSeveralArmsShareTheirLevel(t *testing.T) {
 	db := record(t, "arms3", "session", store.Design{Blocks: 5}, inBlocks(5,
 		fixtureRun{arm: "control", sessions: 60},
@@ -295,7 +296,7 @@ func TestSeveralArmsShareTheirLevel(t *testing.T) {
 		fixtureRun{arm: "c", sessions: 60}))
 	v, _ := build(t, db, "arms3")
 	b, c := v.Arms[1].Compare, v.Arms[2].Compare
-	if b.Launch == nil || math.Abs(b.Launch.Level-0.015) > 1e-12 || !b.Launch.Testable || !b.Significant || c.Significant {
+	if b.Launch == nil || math.Abs(b.Launch.Level-0.025) > 1e-12 || !b.Launch.Testable || !b.Significant || c.Significant {
 		t.Fatalf("b %+v (claim %+v), c %+v", b, b.Launch, c)
 	}
 	if h := v.headline(""); !strings.Contains(h, "ignificantly higher than control: b") {
@@ -367,9 +368,10 @@ func TestFactorialFamilyDecidesTheVerdictsClaims(t *testing.T) {
 
 func sameFloat(a, b float64) bool { return a == b || (math.IsNaN(a) && math.IsNaN(b)) }
 
-// Every claim is decided on launches, whatever the unit: two launches per arm cannot
-// reach the corruption claim's level at all, four can, and the session counts never
-// decide on their own.
+// Every claim is decided on launches, whatever the unit: two launches per arm are
+// weighed by Welch's t test on their rates (the randomization test cannot reach the
+// level), four by the randomization test, and the session counts never decide on their
+// own.
 func TestCorruptionIsDecidedOnLaunches(t *testing.T) {
 	db := record(t, "launch2", "launch", store.Design{Blocks: 2}, []fixtureRun{
 		{arm: "control", block: 0, sessions: 60},
@@ -386,11 +388,13 @@ func TestCorruptionIsDecidedOnLaunches(t *testing.T) {
 		t.Errorf("launch test %+v", lt)
 	}
 	c := v.Arms[1].Compare
-	if c.Significant || c.Launch == nil || c.Launch.Testable || c.Launch.Needed != 4 || !(c.FisherP < 0.001) {
-		t.Errorf("two launches per arm decided: %+v, claim %+v", c, c.Launch)
+	// Launch rates 0, 0 against 0.15, 0.1167: Welch's t = 8.0 on 1 degree of freedom,
+	// p = 0.0792 (scipy.stats.ttest_ind(equal_var=False)).
+	if c.Significant || c.Launch == nil || !c.Launch.Testable || c.Launch.Test != testWelch || math.Abs(c.Launch.P-0.07917) > 1e-5 || !(c.FisherP < 0.001) {
+		t.Errorf("two launches per arm: %+v, claim %+v", c, c.Launch)
 	}
-	if h := v.headline(""); !strings.Contains(h, "cannot be told apart from a difference between launches") || !strings.Contains(h, "4 launches per arm") {
-		t.Errorf("headline does not say what the design cannot claim: %s", h)
+	if h := v.headline(""); !strings.Contains(h, "Welch's t test on the launches' corruption rates gives p = 0.079 > 0.05") || !strings.Contains(h, "no difference between the arms' launches is shown") {
+		t.Errorf("headline does not say how two launches were weighed: %s", h)
 	}
 
 	var runs []fixtureRun
@@ -401,13 +405,13 @@ func TestCorruptionIsDecidedOnLaunches(t *testing.T) {
 	v, _ = build(t, db, "launch4")
 	c = v.Arms[1].Compare
 	lc := c.Launch
-	if lc == nil || !lc.Testable || !c.Significant || c.Direction != "higher" || math.Abs(lc.P-2.0/70) > 1e-12 || math.Abs(lc.Level-0.03) > 1e-12 {
+	if lc == nil || !lc.Testable || !c.Significant || c.Direction != "higher" || math.Abs(lc.P-2.0/70) > 1e-12 || math.Abs(lc.Level-0.05) > 1e-12 {
 		t.Fatalf("four launches per arm: %+v, claim %+v", c, lc)
 	}
 	if !(lc.CI.Lo > 0) || c.AdjustedP != lc.P {
 		t.Errorf("the interval %+v must exclude 0 with the claim, and AdjustedP %g be its p", lc.CI, c.AdjustedP)
 	}
-	if h := v.headline(""); !strings.Contains(h, "significantly higher") || !strings.Contains(h, "97% CI") {
+	if h := v.headline(""); !strings.Contains(h, "significantly higher") || !strings.Contains(h, "95% CI") {
 		t.Errorf("headline: %s", h)
 	}
 }

@@ -478,12 +478,12 @@ func (v *Verdict) wedgeClaim(i int) *LaunchClaim {
 	return nil
 }
 
-// wedgeGate is --fail-on regression (or difference) for a wedge experiment: an arm that
-// wedges more than the baseline fails it, or (without --allow-inconclusive) one that
-// wedged more in launches too few to tell; so does an arm shown to corrupt more. An arm
+// wedgeGate is --fail-on regression (or difference) for a wedge experiment: an arm shown
+// to wedge more than the baseline fails it (one that wedged more in launches too few to
+// tell is for the undecided gate); so does an arm shown to corrupt more. An arm
 // whose corruption is inconclusive because the baseline wedged does not: the question
 // was wedging, and the baseline wedging is no regression of the arm.
-func (v *Verdict) wedgeGate(name string, o GateOptions) (bool, string) {
+func (v *Verdict) wedgeGate(name string) (GateResult, string) {
 	base := v.Arms[v.Baseline].Name
 	for i, a := range v.Arms {
 		w := v.wedgeClaim(i)
@@ -493,16 +493,13 @@ func (v *Verdict) wedgeGate(name string, o GateOptions) (bool, string) {
 		bad := w.Estimate > 0 || (name == "difference" && w.Estimate != 0)
 		switch {
 		case w.Claimed && bad:
-			return true, fmt.Sprintf("%s wedged more often than %s (%+.0f points of their launches), launch p = %s ≤ %s.", a.Name, base, 100*w.Estimate, FormatP(w.P), FormatP(w.Level))
-		case !w.Testable && bad && !o.AllowInconclusive:
-			return true, fmt.Sprintf("%s wedged more often than %s (%+.0f points of their launches), in too few launches to tell (%d per arm; %d can test it); --allow-inconclusive lets it pass",
-				a.Name, base, 100*w.Estimate, min(w.LaunchesArm, w.LaunchesBase), w.Needed)
+			return GateFail, fmt.Sprintf("%s wedged more often than %s (%+.0f points of their launches), launch p = %s ≤ %s.", a.Name, base, 100*w.Estimate, FormatP(w.P), FormatP(w.Level))
 		}
 		if c := a.Compare; c != nil && !c.Inconclusive && c.Significant && (name == "difference" || c.Direction == "higher") {
-			return true, v.evidence(a, "") + " " + v.decisionSentence(a, "")
+			return GateFail, v.evidence(a, "") + " " + v.decisionSentence(a, "")
 		}
 	}
-	return false, ""
+	return GatePass, ""
 }
 
 // Placement says in a few lines where the arms ran and how much their workloads
@@ -510,8 +507,9 @@ func (v *Verdict) wedgeGate(name string, o GateOptions) (bool, string) {
 func (v *Verdict) Placement() []string { return v.placementLines() }
 
 var gates = map[string]string{
-	"regression": "an arm's corruption rate is significantly higher than the baseline's on launches, or is higher with too few launches to test it, or cannot be judged",
-	"difference": "an arm's corruption rate differs significantly from the baseline's on launches, either way, or differs with too few launches to test it, or cannot be judged",
+	"regression": "an arm's corruption rate is significantly higher than the baseline's on launches (exit 3); an arm that cannot be judged (crashed, wedged, lost too much) is undecided (exit 6)",
+	"difference": "an arm's corruption rate differs significantly from the baseline's on launches, either way (exit 3); an arm that cannot be judged is undecided (exit 6)",
+	"undecided":  "the verdict cannot decide an arm's primary comparison: too few launches and no noise floor to test it, or the arm cannot be judged (exit 6)",
 	"corruption": "any session of any arm was corrupted",
 	"loss":       "any session was lost, or any run crashed, wedged or failed",
 	"wedge":      "any launch of any arm crashed or wedged (an abort cascade's canary never completed)",
@@ -539,44 +537,104 @@ type GateOptions struct {
 	AllowInconclusive bool
 }
 
-// Gate reports whether the verdict fails the named gate, and why; an arm whose corruption
-// cannot be judged fails the regression and difference gates (GateWith can allow it).
+// Gate reports whether the verdict does not pass the named gate (it fails it, or cannot
+// decide it), and why; CheckGate tells the two apart.
 func (v *Verdict) Gate(name string) (bool, string) { return v.GateWith(name, GateOptions{}) }
 
 // GateWith is Gate with options.
 func (v *Verdict) GateWith(name string, o GateOptions) (bool, string) {
+	g, why := v.CheckGate(name, o)
+	return g != GatePass, why
+}
+
+// GateResult is what a gate says of a verdict.
+type GateResult int
+
+// A gate passes, fails (the verdict claims what the gate guards against, or counted it:
+// `arbiter` exits 3), or cannot decide (exit 6): an arm whose corruption cannot be
+// judged (it crashed, wedged or lost too much) under the regression and difference
+// gates, and under the undecided gate any comparison the launches could not test.
+const (
+	GatePass GateResult = iota
+	GateFail
+	GateUndecided
+)
+
+// CheckGate decides the named gate. The regression and difference gates fail only on a
+// claim the launches support; a difference too few launches could not test passes them
+// (the undecided gate is for a team that wants such a run to fail).
+func (v *Verdict) CheckGate(name string, o GateOptions) (GateResult, string) {
 	if fail, why, ok := v.outcomeGate(name); ok {
-		return fail, why
+		if fail {
+			return GateFail, why
+		}
+		return GatePass, ""
 	}
 	switch name {
 	case "regression", "difference":
 		if v.wedgePrimary() {
-			return v.wedgeGate(name, o)
+			return v.wedgeGate(name)
 		}
 		for _, a := range v.Arms {
 			if c := a.Compare; c != nil && !c.Inconclusive && c.Significant && (name == "difference" || c.Direction == "higher") {
-				return true, v.evidence(a, "") + " " + v.decisionSentence(a, "")
+				return GateFail, v.evidence(a, "") + " " + v.decisionSentence(a, "")
 			}
 		}
 		if o.AllowInconclusive {
-			return false, ""
+			return GatePass, ""
+		}
+		if why := v.inconclusiveWhy(); why != "" {
+			return GateUndecided, why + "; --allow-inconclusive lets it pass"
+		}
+		return GatePass, ""
+	case "undecided":
+		if why := v.inconclusiveWhy(); why != "" {
+			return GateUndecided, why
 		}
 		for i, a := range v.Arms {
 			if i == v.Baseline {
 				continue
 			}
-			switch c := a.Compare; {
-			case c == nil:
-				return true, fmt.Sprintf("%s could not be compared with %s (%d and %d analysed sessions); --allow-inconclusive lets it pass",
-					a.Name, v.Arms[v.Baseline].Name, a.Sessions, v.Arms[v.Baseline].Sessions)
-			case c.Inconclusive:
-				return true, fmt.Sprintf("%s's corruption is inconclusive (%s); --allow-inconclusive lets it pass", a.Name, c.Why)
-			case c.Launch != nil && !c.Launch.Testable && (c.Difference > 0 || (name == "difference" && c.Difference != 0)):
-				// A difference seen but not attributable: a gate must not pass what it
-				// could not test.
-				return true, v.evidence(a, "") + " " + v.decisionSentence(a, "") + " --allow-inconclusive lets it pass"
+			if v.wedgePrimary() {
+				if w := v.wedgeClaim(i); w != nil && !w.Testable {
+					return GateUndecided, fmt.Sprintf("%s's wedges against %s could not be tested: %d launch%s per arm (%d can test it)", a.Name, v.Arms[v.Baseline].Name, min(w.LaunchesArm, w.LaunchesBase), pluralEs(min(w.LaunchesArm, w.LaunchesBase)), w.Needed)
+				}
+				continue
+			}
+			if c := a.Compare; c != nil && c.Launch != nil && !c.Launch.Testable {
+				return GateUndecided, v.evidence(a, "") + " " + v.decisionSentence(a, "")
 			}
 		}
+		return GatePass, ""
+	}
+	fail, why := v.countGate(name)
+	if fail {
+		return GateFail, why
+	}
+	return GatePass, ""
+}
+
+// inconclusiveWhy names the first arm whose corruption cannot be judged, and why; empty
+// when every arm can be.
+func (v *Verdict) inconclusiveWhy() string {
+	for i, a := range v.Arms {
+		if i == v.Baseline {
+			continue
+		}
+		switch c := a.Compare; {
+		case c == nil:
+			return fmt.Sprintf("%s could not be compared with %s (%d and %d analysed sessions)",
+				a.Name, v.Arms[v.Baseline].Name, a.Sessions, v.Arms[v.Baseline].Sessions)
+		case c.Inconclusive:
+			return fmt.Sprintf("%s's corruption is inconclusive (%s)", a.Name, c.Why)
+		}
+	}
+	return ""
+}
+
+// countGate decides the gates that count what happened, whatever the statistics.
+func (v *Verdict) countGate(name string) (bool, string) {
+	switch name {
 	case "corruption":
 		for _, a := range v.Arms {
 			if a.Corrupted+a.CorruptedThenLost > 0 {

@@ -39,7 +39,50 @@ const (
 const (
 	testRandomization = "randomization test on launches"
 	testLaunchT       = "t test on launches"
+	testWelch         = "Welch's t test on launch rates"
 )
+
+// rateTestName is the name of a rate claim's test in the claims table.
+func rateTestName(kind stats.LaunchTestKind, floor *familyFloor) string {
+	switch kind {
+	case stats.TestWelch:
+		return testWelch
+	case stats.TestFloor:
+		return fmt.Sprintf("contrast against noise floor #%d", floor.Experiment)
+	}
+	return testRandomization
+}
+
+// rateNeeded is how many launches per arm would let a rate claim be tested: with a floor,
+// one; two for Welch's test (not for wedges or sequential looks); else as many as the
+// randomization test needs to reach the claim's share (or its share of a family in which
+// every claim could be tested: alpha's weighted Bonferroni split). 0 when the launches
+// agreed exactly within each arm, which more of the same would not change.
+func rateNeeded(c *LaunchClaim, in familyInput, kind stats.LaunchTestKind, r stats.LaunchRateTest) int {
+	if kind == stats.TestWelch && r.LaunchesA >= 2 && r.LaunchesB >= 2 {
+		return 0
+	}
+	if kind == stats.TestFloor {
+		return 1
+	}
+	if c.Outcome != OutcomeWedge && armLooks(in, c.Arm) <= 1 && min(r.LaunchesA, r.LaunchesB) < 2 {
+		return 2
+	}
+	share := c.Share
+	if !(share > 0) {
+		share = c.nominal
+	}
+	return stats.LaunchesNeeded(share)
+}
+
+// familyFloor is what a noise floor lends the family's tests: the upper bound of the
+// intra-launch correlation of corruption (negative: not measured) and, by group and
+// metric, the upper bound of the launch-to-launch standard deviation of its log.
+type familyFloor struct {
+	Experiment int64
+	ICC        float64
+	SD         map[string]map[string]float64
+}
 
 // LaunchClaim is one claim of the verdict, tested on launches.
 type LaunchClaim struct {
@@ -51,9 +94,10 @@ type LaunchClaim struct {
 	Arm, Against, Group string
 	// Primary is true for the workload's primary outcome.
 	Primary bool
-	// Level is the share of alpha the claim is tested at; for an arm judged by sequential
-	// looks, further divided by the looks.
-	Level float64
+	// Share is the claim's share of alpha (stats.AllotAlpha), 0 when its test could not
+	// reach any share it could be given; Level is the level it is tested at: Share, or
+	// for an arm judged by sequential looks the level of the look it was judged at.
+	Share, Level float64
 	// LaunchesArm and LaunchesBase are the launches compared.
 	LaunchesArm, LaunchesBase int
 	Test                      string
@@ -68,6 +112,12 @@ type LaunchClaim struct {
 	// launches per arm that could.
 	Testable bool
 	Needed   int
+	// FloorWouldTest is true when a noise floor would let one launch per arm test the
+	// claim (rates but wedges, and speed, on a fixed design judged without a floor).
+	FloorWouldTest bool
+	// nominal is the share the claim would have if every claim of the family could be
+	// tested: what more launches would have to reach.
+	nominal float64
 	// Spread is the launch-to-launch variation seen within the arms: the pooled
 	// intra-launch correlation for corruption, the pooled coefficient of variation for
 	// speed (NaN with fewer than two launches in every arm).
@@ -146,6 +196,8 @@ type familyInput struct {
 	// Looks divides a sequential arm's level (1 otherwise), by arm.
 	Looks   []int
 	Samples [][]launchSample
+	// Floor is the noise floor the claims are weighed against; nil when none is used.
+	Floor *familyFloor
 	// NoIntervals leaves out the inverted intervals of the rate claims, which no
 	// decision but non-inferiority reads: a simulation of many verdicts saves their cost.
 	NoIntervals bool
@@ -203,25 +255,174 @@ func decideFamily(in familyInput) *LaunchFamily {
 			nPrimary++
 		}
 	}
-	share := map[bool]float64{true: stats.PrimaryShare, false: 1 - stats.PrimaryShare}
-	switch {
-	case nPrimary == 0:
-		share[false] = 1
-	case nPrimary == len(f.Claims):
-		share[true] = 1
+	allotFamily(f, in, nPrimary)
+	return f
+}
+
+// allotFamily gives every claim its level (stats.AllotAlpha: a claim whose test cannot
+// reach its share passes it on) and decides it. An arm judged by sequential looks keeps
+// the fixed primary share the orchestrator stopped on (stats.SequentialLevels), so that
+// the verdict tests at the look it stopped at exactly the level the stop was decided
+// at; the other claims share the rest.
+func allotFamily(f *LaunchFamily, in familyInput, nPrimary int) {
+	sequential := false
+	for _, l := range in.Looks {
+		sequential = sequential || l > 1
+	}
+	var rest []*LaunchClaim
+	var reach []stats.Reach
+	for _, c := range f.Claims {
+		if looks := armLooks(in, c.Arm); sequential && c.Primary && looks > 1 {
+			c.Share = stats.SequentialShare(in.Alpha, nPrimary)
+			c.nominal = c.Share
+			levels, _ := stats.LookLevels(c.Share, claimReach(c, in, looks))
+			c.Level = levels[lookOf(c, in, looks)-1]
+			continue
+		}
+		rest = append(rest, c)
+		reach = append(reach, stats.Reach{Primary: c.Primary && !sequential, MinP: claimReach(c, in, 1)})
+	}
+	alpha := in.Alpha
+	if sequential {
+		alpha = in.Alpha * (1 - stats.PrimaryShare)
+	}
+	every := make([]stats.Reach, len(reach))
+	for i, r := range reach {
+		every[i] = stats.Reach{Primary: r.Primary, MinP: []float64{0}}
+	}
+	nominal := stats.AllotAlpha(alpha, every)
+	for i, a := range stats.AllotAlpha(alpha, reach) {
+		rest[i].Share, rest[i].Level, rest[i].nominal = a.Share, a.Level(), nominal[i].Share
 	}
 	for _, c := range f.Claims {
-		n := nPrimary
-		if !c.Primary {
-			n = len(f.Claims) - nPrimary
-		}
-		c.Level = in.Alpha * share[c.Primary] / float64(n)
-		if k := armIndexOf(in.Arms, c.Arm); k >= 0 && k < len(in.Looks) && in.Looks[k] > 1 {
-			c.Level /= float64(in.Looks[k])
-		}
 		decideClaim(c, in)
 	}
-	return f
+}
+
+// armLooks is the looks of the arm's sequential design; 1 for a fixed design.
+func armLooks(in familyInput, arm string) int {
+	if k := armIndexOf(in.Arms, arm); k >= 0 && k < len(in.Looks) && in.Looks[k] > 1 {
+		return in.Looks[k]
+	}
+	return 1
+}
+
+// lookOf is the look a sequential claim is judged at: the launches both arms have,
+// within 1..looks.
+func lookOf(c *LaunchClaim, in familyInput, looks int) int {
+	na, nb := claimLaunches(c, in)
+	return min(max(min(na, nb), 1), looks)
+}
+
+// claimLaunches counts the launches each side of a claim has for its outcome.
+func claimLaunches(c *LaunchClaim, in familyInput) (arm, base int) {
+	ai, bi := armIndexOf(in.Arms, c.Arm), armIndexOf(in.Arms, c.Against)
+	switch c.Outcome {
+	case OutcomeCorruption, OutcomeWedge, OutcomeCorruptionNI:
+		return len(launchCounts(c.Outcome, in.Samples[ai])), len(launchCounts(c.Outcome, in.Samples[bi]))
+	case OutcomeStability:
+		n := len(stabilityLogs(c, in))
+		return n, n
+	}
+	metric := c.Outcome
+	if metric == OutcomeNonInferiority {
+		metric = MetricThroughput
+	}
+	return len(logMedians(in.Samples[ai], c.Group, metric)), len(logMedians(in.Samples[bi], c.Group, metric))
+}
+
+// claimReach is the smallest p the claim's test can give at each of looks looks (one
+// launch per arm added per look), or, for a fixed design (looks 1), with the launches
+// it has: what the design fixes before any outcome is seen.
+func claimReach(c *LaunchClaim, in familyInput, looks int) []float64 {
+	na, nb := claimLaunches(c, in)
+	if looks <= 1 {
+		return []float64{claimMinP(c, in, na, nb, false)}
+	}
+	out := make([]float64, looks)
+	for k := 1; k <= looks; k++ {
+		out[k-1] = claimMinP(c, in, k, k, true)
+	}
+	return out
+}
+
+// claimMinP is the smallest p the claim's test can give with na and nb launches.
+func claimMinP(c *LaunchClaim, in familyInput, na, nb int, sequential bool) float64 {
+	switch c.Outcome {
+	case OutcomeCorruption, OutcomeWedge, OutcomeCorruptionNI:
+		return rateKind(c, in, na, nb, sequential).MinP(na, nb)
+	case OutcomeStability:
+		if na >= 2 {
+			return 0
+		}
+		return 1
+	}
+	if na >= 1 && nb >= 1 && floorSD(c, in) > 0 {
+		return 0
+	}
+	if na >= 2 && nb >= 2 {
+		return 0
+	}
+	return 1
+}
+
+// rateKind is the test of a claim on rates.
+func rateKind(c *LaunchClaim, in familyInput, na, nb int, sequential bool) stats.LaunchTestKind {
+	// A sequential arm stops on the randomization test alone (the orchestrator's looks
+	// know no floor), so it is judged on it too.
+	floor := in.Floor != nil && in.Floor.ICC >= 0 && c.Outcome != OutcomeWedge && !sequential
+	return stats.RateTestFor(na, nb, floor, c.Outcome == OutcomeWedge, sequential)
+}
+
+// floorSD is the noise floor's bound on the launch-to-launch standard deviation of the
+// claim's metric (its log); 0 when there is no floor for it.
+func floorSD(c *LaunchClaim, in familyInput) float64 {
+	if in.Floor == nil {
+		return 0
+	}
+	metric := c.Outcome
+	if metric == OutcomeNonInferiority {
+		metric = MetricThroughput
+	}
+	if sd := in.Floor.SD[c.Group][metric]; sd > 0 && !math.IsInf(sd, 0) {
+		return sd
+	}
+	return 0
+}
+
+// launchCounts is one count per launch that counts for a rate outcome: its corrupted and
+// analysed sessions, or for wedges 1 of 1 when it faulted and 0 of 1 when not.
+func launchCounts(outcome string, samples []launchSample) []stats.ClusterCounts {
+	var out []stats.ClusterCounts
+	for _, s := range samples {
+		switch {
+		case outcome == OutcomeWedge && s.judged && s.faulted:
+			out = append(out, stats.ClusterCounts{Events: 1, Responses: 1})
+		case outcome == OutcomeWedge && s.judged:
+			out = append(out, stats.ClusterCounts{Events: 0, Responses: 1})
+		case outcome != OutcomeWedge && s.sessions > 0:
+			out = append(out, stats.ClusterCounts{Events: s.corrupt, Responses: s.sessions})
+		}
+	}
+	return out
+}
+
+// stabilityLogs are the logs of each launch's tok/s after its cascades over before.
+func stabilityLogs(c *LaunchClaim, in familyInput) []float64 {
+	before := ""
+	for _, s := range in.Stability {
+		if s[1] == c.Group {
+			before = s[0]
+		}
+	}
+	var x []float64
+	for _, s := range in.Samples[armIndexOf(in.Arms, c.Arm)] {
+		b, a := s.metrics[before][MetricThroughput], s.metrics[c.Group][MetricThroughput]
+		if b > 0 && a > 0 {
+			x = append(x, math.Log(a/b))
+		}
+	}
+	return x
 }
 
 func armIndexOf(arms []string, name string) int {
@@ -235,23 +436,16 @@ func armIndexOf(arms []string, name string) int {
 
 // decideClaim tests one claim at its level.
 func decideClaim(c *LaunchClaim, in familyInput) {
+	c.FloorWouldTest = in.Floor == nil && c.Outcome != OutcomeWedge && c.Outcome != OutcomeStability && armLooks(in, c.Arm) <= 1
 	c.P, c.Estimate, c.Spread = math.NaN(), math.NaN(), math.NaN()
 	c.CI = stats.Interval{Lo: math.NaN(), Hi: math.NaN()}
 	ai, bi := armIndexOf(in.Arms, c.Arm), armIndexOf(in.Arms, c.Against)
 	switch c.Outcome {
 	case OutcomeCorruption, OutcomeWedge, OutcomeCorruptionNI:
-		var a, b []float64
-		for _, s := range in.Samples[bi] {
-			if x, ok := rateOf(c.Outcome, s); ok {
-				a = append(a, x)
-			}
-		}
-		for _, s := range in.Samples[ai] {
-			if x, ok := rateOf(c.Outcome, s); ok {
-				b = append(b, x)
-			}
-		}
-		c.Test = testRandomization
+		a, b := launchCounts(c.Outcome, in.Samples[bi]), launchCounts(c.Outcome, in.Samples[ai])
+		sequential := armLooks(in, c.Arm) > 1
+		kind := rateKind(c, in, len(b), len(a), sequential)
+		c.Test = rateTestName(kind, in.Floor)
 		c.LaunchesBase, c.LaunchesArm = len(a), len(b)
 		if c.Outcome != OutcomeWedge {
 			c.Spread = pooledICC(in.Samples[bi], in.Samples[ai])
@@ -262,22 +456,22 @@ func decideClaim(c *LaunchClaim, in familyInput) {
 		if c.Outcome == OutcomeCorruptionNI {
 			level = 2 * c.Level
 		}
-		if len(a) == 0 || len(b) == 0 {
-			c.Needed = stats.LaunchesNeeded(level)
-			return
-		}
 		conf := 1 - level
-		if in.NoIntervals && c.Outcome != OutcomeCorruptionNI {
+		if (in.NoIntervals && c.Outcome != OutcomeCorruptionNI) || !(level > 0) {
 			conf = 0
 		}
-		r, err := stats.LaunchPermutation(a, b, conf)
+		icc := 0.0
+		if kind == stats.TestFloor {
+			icc = in.Floor.ICC
+		}
+		r, err := stats.CompareLaunchRates(kind, a, b, icc, conf)
 		if err != nil {
 			return
 		}
 		c.Estimate = r.Difference
-		c.Testable = stats.Reject(r.MinP, level)
+		c.Testable = r.Possible && level > 0 && stats.Reject(r.MinP, level)
 		if !c.Testable {
-			c.Needed = stats.LaunchesNeeded(level)
+			c.Needed = rateNeeded(c, in, kind, r)
 			return
 		}
 		c.P, c.CI = r.P, r.CI
@@ -292,19 +486,7 @@ func decideClaim(c *LaunchClaim, in familyInput) {
 			c.Decision = direction(r.Difference)
 		}
 	case OutcomeStability:
-		before := ""
-		for _, s := range in.Stability {
-			if s[1] == c.Group {
-				before = s[0]
-			}
-		}
-		var x []float64
-		for _, s := range in.Samples[ai] {
-			b, a := s.metrics[before][MetricThroughput], s.metrics[c.Group][MetricThroughput]
-			if b > 0 && a > 0 {
-				x = append(x, math.Log(a/b))
-			}
-		}
+		x := stabilityLogs(c, in)
 		c.Test, c.LaunchesArm, c.LaunchesBase = testLaunchT, len(x), len(x)
 		r, err := stats.LaunchMean(x, 1-2*c.Level)
 		if err != nil {
@@ -332,12 +514,23 @@ func decideClaim(c *LaunchClaim, in familyInput) {
 		if c.Outcome == OutcomeNonInferiority {
 			conf = 1 - 2*c.Level
 		}
-		r, err := stats.LaunchMeans(a, b, conf)
+		if !(c.Level > 0) {
+			// No share of alpha: the claim is described, not tested.
+			conf = 0.95
+		}
+		var r stats.LaunchTest
+		var err error
+		if sd := floorSD(c, in); sd > 0 {
+			c.Test = fmt.Sprintf("z test against noise floor #%d", in.Floor.Experiment)
+			r, err = stats.FloorMeans(a, b, sd, conf)
+		} else {
+			r, err = stats.LaunchMeans(a, b, conf)
+		}
 		if err != nil {
 			return
 		}
 		c.Estimate = math.Exp(r.Difference)
-		if !r.Possible {
+		if !r.Possible || !(c.Level > 0) {
 			c.Needed = needed(len(a), len(b))
 			return
 		}
@@ -484,6 +677,7 @@ func (v *Verdict) judgeLaunches() {
 			}
 		}
 	}
+	in.Floor = v.familyFloor(in.Samples, in.Groups)
 	f := decideFamily(in)
 	v.Claims = f
 	v.applyLaunchFamily(f)
@@ -639,8 +833,12 @@ func attributionSentence(c *LaunchClaim) string {
 		return ""
 	}
 	n := min(c.LaunchesArm, c.LaunchesBase)
-	return fmt.Sprintf("With %d launch%s per arm this cannot be told apart from a difference between launches of one configuration: %d launches per arm (`launches: %d`) can test it.",
+	s := fmt.Sprintf("With %d launch%s per arm this cannot be told apart from a difference between launches of one configuration: %d launches per arm (`launches: %d`) can test it",
 		n, pluralEs(n), c.Needed, c.Needed)
+	if c.FloorWouldTest {
+		s += ", or one per arm weighed against an A/A noise floor (`--noise-floor`)"
+	}
+	return s + "."
 }
 
 func pluralEs(n int) string {
@@ -651,18 +849,27 @@ func pluralEs(n int) string {
 }
 
 // levelText is a claim's level, short: "0.03".
-func levelText(x float64) string { return fmt.Sprintf("%.3g", x) }
+func levelText(x float64) string {
+	if !(x > 0) {
+		return "–"
+	}
+	return fmt.Sprintf("%.3g", x)
+}
 
 // launchCaveat says, once, what the launches could not attribute, and how much launches
 // of one arm differed where that could be seen.
 func (v *Verdict) launchCaveat(add func(CaveatKind, string, ...any)) {
+	v.floorCaveat(add)
 	f := v.Claims
 	if f == nil {
 		return
 	}
 	var untestable, flat []string
-	most := 0
+	most, floorWould, tested := 0, false, 0
 	for _, c := range f.Claims {
+		if c.Share > 0 {
+			tested++
+		}
 		switch {
 		case c.Testable:
 		case c.Needed == 0:
@@ -670,17 +877,26 @@ func (v *Verdict) launchCaveat(add func(CaveatKind, string, ...any)) {
 		default:
 			untestable = append(untestable, c.Outcome)
 			most = max(most, c.Needed)
+			floorWould = floorWould || c.FloorWouldTest
 		}
 	}
 	if len(untestable) > 0 {
-		add(CaveatDesign, "Not attributable to the arms with these launches: %s. A difference seen there may be a difference between launches of one configuration; %d launches per arm can test every claim of this verdict.",
-			joinAnd(dedupe(untestable)), most)
+		floor := ""
+		if floorWould {
+			floor = " (or one launch per arm, for the rates and speeds, weighed against an A/A noise floor: `--noise-floor`)"
+		}
+		add(CaveatDesign, "Not attributable to the arms with these launches: %s. A difference seen there may be a difference between launches of one configuration; %d launches per arm can test each of them%s.",
+			joinAnd(dedupe(untestable)), most, floor)
 	}
 	if len(flat) > 0 {
 		add(CaveatDesign, "Not tested: %s, whose launches agreed exactly within each arm; a spread of zero between launches is no evidence either way.", joinAnd(dedupe(flat)))
 	}
-	if m := len(f.Claims); m > 1 {
-		add(CaveatMultiplicity, "This verdict tests %d claims on launches, sharing alpha %g between them (the Claims section): each is tested at its share, so that the verdict claims anything falsely at most %g of the time.", m, v.Alpha, v.Alpha)
+	if m := len(f.Claims); m > 1 && tested > 0 {
+		untested := ""
+		if tested < m {
+			untested = fmt.Sprintf("; the other %d, which these launches could not test at any share, are not charged", m-tested)
+		}
+		add(CaveatMultiplicity, "This verdict tests %d claim%s on launches, sharing alpha %g between them (the Claims section): each is tested at its share, so that the verdict claims anything falsely at most %g of the time%s.", tested, plural(tested), v.Alpha, v.Alpha, untested)
 	}
 }
 

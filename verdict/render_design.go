@@ -33,8 +33,8 @@ func (v markdownWriter) designSections() {
 
 	if len(v.Sequential) > 0 {
 		fmt.Fprintf(b, "\n## Sequential design\n\n")
-		fmt.Fprintf(b, "%d looks, one after each block. At every look each arm's launches so far are compared with %s's by the randomization test on their corruption rates, at %s: the corruption claim's share of alpha divided over the looks, so that looking after every block and stopping at any look keeps the claim's error at its share. Scheduling stops once every arm's test rejects; until enough launches have run, none can.\n",
-			v.Design.Looks, base, levelText(v.Sequential[0].Level))
+		fmt.Fprintf(b, "%d looks, one after each block. At every look each arm's launches so far are compared with %s's by the randomization test on their corruption rates, at %s from look %d on: the corruption claim's share of alpha divided over the looks whose launches can reach it (the earlier ones cannot reject and are not charged), so that stopping at any look keeps the claim's error at its share. Scheduling stops once every arm's test rejects.\n",
+			v.Design.Looks, base, levelText(v.Sequential[0].Level), firstCharged(stats.SequentialLookLevels(v.Alpha, len(v.Sequential), v.Design.Looks)))
 		for _, sv := range v.Sequential {
 			fmt.Fprintf(b, "\n**%s** against %s:\n\n| look | launches | smallest p possible | launch p | crossed |\n|---:|---:|---:|---:|---|\n", sv.Arm, base)
 			for k := 1; k <= sv.Looks; k++ {
@@ -239,4 +239,14 @@ func num(x float64) string {
 		return fmt.Sprintf("%.2g", x)
 	}
 	return fmt.Sprintf("%.2f", x)
+}
+
+// firstCharged is the first look (1-based) given a level; 0 when none is.
+func firstCharged(levels []float64) int {
+	for k, l := range levels {
+		if l > 0 {
+			return k + 1
+		}
+	}
+	return 0
 }

@@ -3,6 +3,8 @@ package verdict
 import (
 	"fmt"
 	"math"
+
+	"github.com/arbiterlab/arbiter/stats"
 )
 
 // claimsSection lists every claim of the verdict as tested on launches: what each
@@ -15,11 +17,18 @@ func (v markdownWriter) claimsSection() {
 	}
 	fmt.Fprintf(b, "\n## Claims, tested on launches\n\n")
 	fmt.Fprintf(b, "Launches of one configuration differ (clocks, memory layout, warm-up, the host's other load), so every claim is tested on launches, one number per launch: ")
-	fmt.Fprintf(b, "the randomization test for rates (exact with any number of launches; it cannot go below the smallest p its launches allow), the t test on the logs of the launches' medians for speed. ")
-	fmt.Fprintf(b, "The claims share alpha %g: those on %s split %.0f%% of it, the others the rest, so that this verdict claims anything falsely at most %g of the time.",
+	fmt.Fprintf(b, "for rates the randomization test from %d launches per arm (exact; it cannot go below the smallest p its launches allow), Welch's t test on the launches' rates with 2 or 3 (where the randomization test cannot reach a useful level)", stats.RandomizationLaunches)
+	if v.Floor.Used() {
+		fmt.Fprintf(b, ", and here, weighed against noise floor #%d, the difference of the pooled rates on counts shrunk by the floor's design effect (from one launch per arm)", v.Floor.Experiment)
+	}
+	fmt.Fprintf(b, "; for speed the t test on the logs of the launches' medians")
+	if v.Floor.Used() {
+		fmt.Fprintf(b, " (with the floor, a z test with its spread)")
+	}
+	fmt.Fprintf(b, ". The claims share alpha %g: those on %s split %.0f%% of it and the others the rest, one group all of it when the other has nothing its launches can test; a claim whose launches cannot reach its share is not tested and passes the share on, so that this verdict claims anything falsely at most %g of the time.",
 		v.Alpha, outcomeWords(f.Primary), 100*primaryShareOf(f), v.Alpha)
 	if v.Design.Looks > 1 {
-		fmt.Fprintf(b, " An arm judged at sequential looks tests its claims at every look, at its level divided by the %d looks.", v.Design.Looks)
+		fmt.Fprintf(b, " An arm judged at sequential looks tests its corruption claim at every look, its share spread over the %d looks that its launches can reach it at.", v.Design.Looks)
 	}
 	fmt.Fprintf(b, "\n\n| outcome | arm | against | launches | estimate | interval | p | tested at | launch spread | decision |\n|---|---|---|---:|---:|---|---:|---:|---:|---|\n")
 	for _, c := range f.Claims {
@@ -53,20 +62,26 @@ func (v markdownWriter) claimsSection() {
 	}
 }
 
-// primaryShareOf is the share of alpha the primary outcome's claims split.
+// primaryShareOf is the share of alpha the primary outcome's claims split: of the shares
+// given, or, when no claim could be tested, of those they would have had.
 func primaryShareOf(f *LaunchFamily) float64 {
-	total, primary := 0.0, 0.0
-	for _, c := range f.Claims {
-		share := c.Level
-		total += share
-		if c.Primary {
-			primary += share
+	for _, given := range []bool{true, false} {
+		total, primary := 0.0, 0.0
+		for _, c := range f.Claims {
+			share := c.nominal
+			if given {
+				share = c.Share
+			}
+			total += share
+			if c.Primary {
+				primary += share
+			}
+		}
+		if total > 0 {
+			return primary / total
 		}
 	}
-	if total == 0 {
-		return 0
-	}
-	return primary / total
+	return 0
 }
 
 // outcomeWords names an outcome in a sentence.

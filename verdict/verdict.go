@@ -66,6 +66,9 @@ type Verdict struct {
 	// Claims are every claim of the verdict as tested on launches, the experimental
 	// unit; they decide the comparisons, rows and gates above.
 	Claims *LaunchFamily
+	// Floor is the noise floor the claims were weighed against (see Floor.Used); nil
+	// when the experiment names none.
+	Floor *Floor
 	// Conditions are, per arm, the load its engine carried (from its scraped /metrics);
 	// empty when no metrics were recorded.
 	Conditions []ArmConditions
@@ -246,6 +249,11 @@ type ResponseView struct {
 
 // Build judges experiment id from a read-only database.
 func Build(ctx context.Context, db *sqlx.DB, id int64) (*Verdict, error) {
+	return BuildWith(ctx, db, id, Options{})
+}
+
+// BuildWith judges experiment id with options (another noise floor, or none).
+func BuildWith(ctx context.Context, db *sqlx.DB, id int64, o Options) (*Verdict, error) {
 	exp, err := store.ExperimentByID(ctx, db, id)
 	if err != nil {
 		return nil, err
@@ -324,6 +332,9 @@ func Build(ctx context.Context, db *sqlx.DB, id int64) (*Verdict, error) {
 		return nil, err
 	}
 	if err := v.loadConditions(ctx, db); err != nil {
+		return nil, err
+	}
+	if err := v.loadFloor(ctx, db, o); err != nil {
 		return nil, err
 	}
 	v.judge()

@@ -72,7 +72,16 @@ func (v *Verdict) decision(a ArmResult) string {
 // pLabel names the test that decided a comparison, for a sentence: "The randomization
 // test on the launches' corruption rates gives p = 0.029".
 func (v *Verdict) pLabel(c *Comparison) string {
-	return fmt.Sprintf("The randomization test on the launches' corruption rates gives p %s", pEq(c.AdjustedP))
+	test := "The randomization test on the launches' corruption rates"
+	if lc := c.Launch; lc != nil {
+		switch {
+		case lc.Test == testWelch:
+			test = "Welch's t test on the launches' corruption rates"
+		case strings.HasPrefix(lc.Test, "contrast against noise floor") && v.Floor != nil:
+			test = fmt.Sprintf("Weighed against the launch spread A/A experiment %d (%s) measured, the corruption rates' difference", v.Floor.Experiment, v.Floor.Name)
+		}
+	}
+	return fmt.Sprintf("%s gives p %s", test, pEq(c.AdjustedP))
 }
 
 // levelClause is how a claim's p is weighed: "≤ 0.03, this claim's share of alpha 0.05".
@@ -83,7 +92,13 @@ func (v *Verdict) levelClause(lc *LaunchClaim) string {
 	}
 	looks := ""
 	if lc.Level < v.claimShare(lc)*(1-1e-9) {
-		looks = fmt.Sprintf(", divided over %d looks", v.Design.Looks)
+		charged := 0
+		for _, l := range stats.SequentialLookLevels(v.Alpha, max(len(v.Sequential), 1), v.Design.Looks) {
+			if l > 0 {
+				charged++
+			}
+		}
+		looks = fmt.Sprintf(", spread over the %d of its %d looks that can reach it", charged, v.Design.Looks)
 	}
 	return fmt.Sprintf("%s %s, this claim's share of alpha %g%s", op, levelText(lc.Level), v.Alpha, looks)
 }
@@ -91,10 +106,7 @@ func (v *Verdict) levelClause(lc *LaunchClaim) string {
 // claimShare is a claim's share of alpha before a sequential design divides it over
 // its looks.
 func (v *Verdict) claimShare(lc *LaunchClaim) float64 {
-	if v.Design.Looks > 1 {
-		return lc.Level * float64(v.Design.Looks)
-	}
-	return lc.Level
+	return math.Max(lc.Share, lc.Level)
 }
 
 // against compares p with alpha in symbols a reader checks at a glance.

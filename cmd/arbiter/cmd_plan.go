@@ -5,14 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 
 	"github.com/spf13/cobra"
 
 	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/plan"
-	"github.com/arbiterlab/arbiter/store"
-	"github.com/arbiterlab/arbiter/verdict"
 )
 
 func init() { subcommands = append(subcommands, newPlanCmd) }
@@ -64,7 +63,7 @@ func runPlan(ctx context.Context, g *globals, path string, o planOptions) error 
 	po := plan.Options{Spec: spec, SpecPath: path, Simulate: o.simulate, Reps: o.reps, Seed: o.seed,
 		History: plan.LastRecorded(ctx, g.dbPath(), spec.Name)}
 	if o.noiseFloor != "" {
-		if po.NoiseFloorICC, po.NoiseFloorBasis, err = noiseFloor(ctx, g.dbPath(), o.noiseFloor); err != nil {
+		if po.NoiseFloorICC, po.NoiseFloorBasis, err = noiseFloor(ctx, g.dbPath(), o.noiseFloor, spec, g.stderr); err != nil {
 			return err
 		}
 	}
@@ -82,29 +81,16 @@ func runPlan(ctx context.Context, g *globals, path string, o planOptions) error 
 	return nil
 }
 
-// noiseFloor reads the intra-launch correlation an A/A experiment measured.
-func noiseFloor(ctx context.Context, dbPath, ref string) (float64, string, error) {
-	db, err := store.OpenReadOnly(dbPath)
+// noiseFloor reads the intra-launch correlation an A/A experiment measured, as the
+// upper bound the verdict will weigh launches with, after the same checks as run's
+// --noise-floor (same engine, workload and pins as spec).
+func noiseFloor(ctx context.Context, dbPath, ref string, spec *arms.Spec, warn io.Writer) (float64, string, error) {
+	f, err := resolveNoiseFloor(ctx, dbPath, ref, spec, warn)
 	if err != nil {
 		return 0, "", err
 	}
-	defer db.Close()
-	e, err := store.FindExperiment(ctx, db, ref)
-	if err != nil {
-		return 0, "", err
+	if math.IsNaN(f.ICCUpper) {
+		return 0, "", withCode(exitUsage, fmt.Errorf("--noise-floor %s: experiment %d had %d corrupted sessions of %d, so how launches differ in corruption was not measured", ref, f.Experiment, f.Corrupted, f.Sessions))
 	}
-	v, err := verdict.Build(ctx, db, e.ID)
-	if err != nil {
-		return 0, "", err
-	}
-	n := v.NoiseFloor()
-	switch {
-	case !n.AA:
-		return 0, "", withCode(exitUsage, fmt.Errorf("--noise-floor %s: experiment %d is not an A/A check (analysis.aa): its arms differ, so their launches do not measure the noise floor", ref, n.Experiment))
-	case n.Launches < 2:
-		return 0, "", withCode(exitUsage, fmt.Errorf("--noise-floor %s: experiment %d ran %d launch(es) per arm; measuring how launches differ needs two or more", ref, n.Experiment, n.Launches))
-	case math.IsNaN(n.ICC):
-		return 0, "", withCode(exitUsage, fmt.Errorf("--noise-floor %s: experiment %d had no corrupted session, so how launches differ in corruption was not measured", ref, n.Experiment))
-	}
-	return n.ICC, fmt.Sprintf("measured by A/A experiment %d over %d launches per arm", n.Experiment, n.Launches), nil
+	return f.ICCUpper, fmt.Sprintf("the %s%% upper bound measured by A/A experiment %d over %d launches (estimate %.3g)", "95", f.Experiment, f.Launches, f.ICC), nil
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -46,8 +45,8 @@ while writing it, or the disk was full) gets its verdict written.`,
   arbiter resume bf16-index-k-decisive --spec examples/quickstart.yaml`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if o.run.failOn != "" && !verdict.IsGate(o.run.failOn) {
-				return withCode(exitUsage, fmt.Errorf("--fail-on %q: want one of %s", o.run.failOn, strings.Join(verdict.Gates(), ", ")))
+			if err := checkGates(o.run.failOn); err != nil {
+				return err
 			}
 			return resume(cmd.Context(), g, args[0], o)
 		},
@@ -139,10 +138,5 @@ func finishDone(ctx context.Context, g *globals, exp store.ExperimentRow, o runO
 		fmt.Fprintf(g.stdout, "  %s\n", line)
 	}
 	fmt.Fprintf(g.stdout, "verdict: %s\n", path)
-	if o.failOn != "" {
-		if failed, why := v.Gate(o.failOn); failed {
-			return withCode(exitGateFailed, fmt.Errorf("gate %s failed: %s", o.failOn, why))
-		}
-	}
-	return nil
+	return gateTo(v, o.failOn, o.allowInconclusive, g.stderr)
 }

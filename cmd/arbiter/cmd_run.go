@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -27,6 +28,9 @@ type runOptions struct {
 	// allowInconclusive lets the regression and difference gates pass an arm whose
 	// corruption cannot be judged (it crashed, wedged or lost too much).
 	allowInconclusive bool
+	// noiseFloor names the A/A experiment whose launches' spread the arms are weighed
+	// against, in place of the spec's analysis.noise_floor.
+	noiseFloor string
 }
 
 // addOutputFlag adds -o/--output, the verdict file, with the meaning -o has on every
@@ -40,8 +44,8 @@ func addOutputFlag(cmd *cobra.Command, path *string) {
 
 // addGateFlags adds --fail-on and --allow-inconclusive, shared by run, resume and verdict.
 func addGateFlags(cmd *cobra.Command, failOn *string, allow *bool) {
-	cmd.Flags().StringVar(failOn, "fail-on", "", "exit 3 when the verdict shows: "+strings.Join(verdict.Gates(), ", ")+
-		" (regression and difference also fail on an arm whose corruption is inconclusive)")
+	cmd.Flags().StringVar(failOn, "fail-on", "", "exit 3 when the verdict shows one of (comma-separated): "+strings.Join(verdict.Gates(), ", ")+
+		"; exit 6 when it cannot decide: regression and difference on an arm whose corruption is inconclusive, undecided on any comparison too few launches could test")
 	cmd.Flags().BoolVar(allow, "allow-inconclusive", false, "let --fail-on regression or difference pass an arm that crashed, wedged or lost more than analysis.max_loss")
 }
 
@@ -55,8 +59,10 @@ seeded workload against each, label every response, store everything in the resu
 and write the markdown verdict. The first Ctrl-C stops scheduling, stops the running arm and
 keeps what was recorded; a second exits at once.`,
 		Example: `  arbiter run examples/quickstart.yaml
-  arbiter run spec.yaml --db results.db --fail-on regression   # exit 3 if an arm is worse, or crashed
-  arbiter run spec.yaml --fail-on regression --allow-inconclusive   # a crashed arm alone does not fail`,
+  arbiter run spec.yaml --db results.db --fail-on regression   # exit 3 if an arm is shown worse, 6 if one crashed
+  arbiter run spec.yaml --fail-on regression,undecided   # exit 6 too when the launches cannot decide
+  arbiter run spec.yaml --fail-on regression --allow-inconclusive   # a crashed arm alone does not fail
+  arbiter run aa.yaml && arbiter run ab.yaml --noise-floor aa-name  # one launch per arm, weighed against an A/A floor`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runExperiment(cmd.Context(), g, args[0], o)
@@ -65,16 +71,27 @@ keeps what was recorded; a second exits at once.`,
 	addOutputFlag(cmd, &o.verdictPath)
 	cmd.Flags().StringVar(&o.logDir, "log-dir", "", "engine logs, under DIR/DB/exp-ID (default arbiter-logs beside the database)")
 	addGateFlags(cmd, &o.failOn, &o.allowInconclusive)
+	cmd.Flags().StringVar(&o.noiseFloor, "noise-floor", "", "weigh the arms against the launch spread an A/A experiment (id or name, in --db) measured on the same engine, workload and hardware: one launch per arm can then decide (overrides analysis.noise_floor)")
 	return addDBFlag(cmd, g)
 }
 
 func runExperiment(ctx context.Context, g *globals, specPath string, o runOptions) error {
-	if o.failOn != "" && !verdict.IsGate(o.failOn) {
-		return withCode(exitUsage, fmt.Errorf("--fail-on %q: want one of %s", o.failOn, strings.Join(verdict.Gates(), ", ")))
+	if err := checkGates(o.failOn); err != nil {
+		return err
 	}
 	spec, err := arms.Load(specPath)
 	if err != nil {
 		return withCode(exitUsage, err)
+	}
+	if o.noiseFloor != "" {
+		spec.Analysis.NoiseFloor = o.noiseFloor
+	}
+	if ref := spec.Analysis.NoiseFloor; ref != "" {
+		f, err := resolveNoiseFloor(ctx, g.dbPath(), ref, spec, g.stderr)
+		if err != nil {
+			return err
+		}
+		spec.Analysis.NoiseFloorID = f.Experiment
 	}
 	return execute(ctx, g, spec, 0, o)
 }
@@ -139,23 +156,63 @@ func execute(ctx context.Context, g *globals, spec *arms.Spec, resume int64, o r
 	if errors.Is(runErr, orchestrator.ErrNoData) && o.failOn != "" {
 		// An arm whose engine died before any session finished is the verdict's to judge
 		// (inconclusive, or no comparison): a failed gate says more than "error".
-		if err := gate(v, o.failOn, o.allowInconclusive); err != nil {
-			return withCode(exitGateFailed, errors.Join(err, runErr))
+		if err := gateTo(v, o.failOn, o.allowInconclusive, g.stderr); err != nil {
+			return errors.Join(err, runErr)
 		}
 	}
 	if runErr != nil {
 		return runErr
 	}
-	return gate(v, o.failOn, o.allowInconclusive)
+	return gateTo(v, o.failOn, o.allowInconclusive, g.stderr)
 }
 
-// gate applies --fail-on to a verdict: an error with exit code 3 when it fails.
-func gate(v *verdict.Verdict, name string, allowInconclusive bool) error {
-	if name == "" {
+// gateTo applies the comma-separated --fail-on gates: exit 3 when one fails, else 6 when
+// one cannot decide. A regression or difference gate that passes a comparison its
+// launches could not test says so on note (nil: nowhere), so that a pass is not read as
+// "no regression".
+func gateTo(v *verdict.Verdict, names string, allowInconclusive bool, note io.Writer) error {
+	if names == "" {
 		return nil
 	}
-	if failed, why := v.GateWith(name, verdict.GateOptions{AllowInconclusive: allowInconclusive}); failed {
-		return withCode(exitGateFailed, fmt.Errorf("gate %s failed: %s", name, why))
+	o := verdict.GateOptions{AllowInconclusive: allowInconclusive}
+	var undecided error
+	for _, name := range gateNames(names) {
+		switch g, why := v.CheckGate(name, o); g {
+		case verdict.GateFail:
+			return withCode(exitGateFailed, fmt.Errorf("gate %s failed: %s", name, why))
+		case verdict.GateUndecided:
+			if undecided == nil {
+				undecided = withCode(exitUndecided, fmt.Errorf("gate %s undecided: %s", name, why))
+			}
+		case verdict.GatePass:
+			if name != "regression" && name != "difference" || note == nil {
+				continue
+			}
+			if u, why := v.CheckGate("undecided", o); u == verdict.GateUndecided {
+				fmt.Fprintf(note, "gate %s passed, but the launches could not decide: %s (--fail-on %s,undecided fails such a run)\n", name, why, name)
+			}
+		}
+	}
+	return undecided
+}
+
+// gateNames splits a --fail-on value into its gates.
+func gateNames(s string) []string {
+	var out []string
+	for _, n := range strings.Split(s, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// checkGates refuses an unknown gate name as bad usage.
+func checkGates(s string) error {
+	for _, n := range gateNames(s) {
+		if !verdict.IsGate(n) {
+			return withCode(exitUsage, fmt.Errorf("--fail-on %q: want one or more (comma-separated) of %s", n, strings.Join(verdict.Gates(), ", ")))
+		}
 	}
 	return nil
 }

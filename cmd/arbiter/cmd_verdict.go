@@ -19,7 +19,7 @@ func init() {
 }
 
 func newVerdictCmd(g *globals) *cobra.Command {
-	var out, failOn string
+	var out, failOn, floor string
 	var allowInconclusive bool
 	cmd := &cobra.Command{
 		Use:   "verdict [EXP]",
@@ -29,10 +29,10 @@ caveats. EXP is an experiment id or name (the newest of that name); without it, 
 experiment. Without -o the markdown goes to stdout; with -o it is written with its charts.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if failOn != "" && !verdict.IsGate(failOn) {
-				return withCode(exitUsage, fmt.Errorf("--fail-on %q: want one of %s", failOn, strings.Join(verdict.Gates(), ", ")))
+			if err := checkGates(failOn); err != nil {
+				return err
 			}
-			v, err := loadVerdict(cmd, g, args)
+			v, err := loadVerdictWith(cmd, g, args, verdict.Options{NoiseFloor: floor})
 			if err != nil {
 				return err
 			}
@@ -51,10 +51,11 @@ experiment. Without -o the markdown goes to stdout; with -o it is written with i
 					return err
 				}
 			}
-			return gate(v, failOn, allowInconclusive)
+			return gateTo(v, failOn, allowInconclusive, g.stderr)
 		},
 	}
 	cmd.Flags().StringVarP(&out, "output", "o", "", "write the verdict (and its SVG charts) to this file")
+	cmd.Flags().StringVar(&floor, "noise-floor", "", "judge against the launch spread this A/A experiment (id or name) measured, in place of the one the experiment recorded")
 	addGateFlags(cmd, &failOn, &allowInconclusive)
 	return addDBFlag(cmd, g)
 }
@@ -140,6 +141,11 @@ func dashIfEmpty(s string) string {
 
 // loadVerdict judges the experiment the optional argument names, else the newest.
 func loadVerdict(cmd *cobra.Command, g *globals, args []string) (*verdict.Verdict, error) {
+	return loadVerdictWith(cmd, g, args, verdict.Options{})
+}
+
+// loadVerdictWith is loadVerdict with options (another noise floor).
+func loadVerdictWith(cmd *cobra.Command, g *globals, args []string, o verdict.Options) (*verdict.Verdict, error) {
 	ref := ""
 	if len(args) == 1 {
 		ref = args[0]
@@ -153,8 +159,11 @@ func loadVerdict(cmd *cobra.Command, g *globals, args []string) (*verdict.Verdic
 	if err != nil {
 		return nil, err
 	}
-	v, err := verdict.Build(cmd.Context(), db, e.ID)
+	v, err := verdict.BuildWith(cmd.Context(), db, e.ID, o)
 	if err != nil {
+		if o.NoiseFloor != "" {
+			return nil, withCode(exitNotFound, err)
+		}
 		return nil, err
 	}
 	v.DB = g.namedDB()

@@ -33,6 +33,7 @@ const (
 	exitGateFailed  = 3 // the verdict's --fail-on gate failed
 	exitNotFound    = 4 // the experiment, bisection or database named does not exist
 	exitPinRefused  = 5 // an engine reported a pin not in effect, or its report could not be read
+	exitUndecided   = 6 // the verdict cannot decide a --fail-on gate's question
 	exitInterrupted = 130
 )
 
