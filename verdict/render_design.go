@@ -149,9 +149,9 @@ func (v markdownWriter) factorialSection() {
 		r := f.Reference[name]
 		refs = append(refs, fmt.Sprintf("%s: %s → %s", name, r[0], r[1]))
 	}
-	fmt.Fprintf(b, "Levels compared: %s. Interactions on the risk-difference scale (pooled over any other factor; MOVER-Wilson interval) say how much the first factor's effect on the corruption rate changes with the second; the log-odds scale is a Firth-penalized logistic regression on every main effect and two-way interaction (factors coded -1/2 and +1/2, penalized likelihood-ratio p), which stays finite when a cell has no corrupted session. Main effects (log odds), interactions (risk difference) and the arms are claims of one family: %s. `~`: not shown at alpha %g after that adjustment; the log-odds interactions are reported, never claimed.\n\n", strings.Join(refs, "; "), f.Family.Description, v.Alpha)
+	fmt.Fprintf(b, "Levels compared: %s. Interactions on the risk-difference scale (pooled over any other factor; MOVER-Wilson interval) say how much the first factor's effect on the corruption rate changes with the second; the log-odds scale is a Firth-penalized logistic regression on every main effect and two-way interaction (factors coded -1/2 and +1/2, penalized likelihood-ratio p), which stays finite when a cell has no corrupted session. Every number here counts sessions, as if sessions of one launch were independent: it describes these launches and claims nothing (Holm-adjusted as %s). Claims are made on launches only, each cell against the baseline (the Claims section): a corruption confined to one cell shows there as that cell alone.\n\n", strings.Join(refs, "; "), f.Family.Description)
 	conf := fmt.Sprintf("%.0f%% CI", 100*(1-v.Alpha))
-	fmt.Fprintf(b, "| term | change in corruption rate | %s | odds ratio | 95%% CI | p (log-odds) | Holm-adjusted p |\n|---|---:|---|---:|---|---:|---:|\n", conf)
+	fmt.Fprintf(b, "| term | change in corruption rate (sessions) | %s | odds ratio | 95%% CI | p (log-odds, sessions) | Holm-adjusted p (sessions) |\n|---|---:|---|---:|---|---:|---:|\n", conf)
 	additive := map[string]AdditiveInteraction{}
 	for _, ai := range f.Additive {
 		additive[ai.A+"\x00"+ai.B] = ai
@@ -162,10 +162,7 @@ func (v markdownWriter) factorialSection() {
 		if len(t.Factors) == 2 {
 			if ai, ok := additive[t.Factors[0]+"\x00"+t.Factors[1]]; ok {
 				r := ai.Result
-				rd = "~"
-				if v.interactionShown(ai) {
-					rd = fmt.Sprintf("**%+.1f pts**", 100*r.Estimate)
-				}
+				rd = fmt.Sprintf("%+.1f pts", 100*r.Estimate)
 				rdCI = fmt.Sprintf("%+.1f to %+.1f pts", 100*r.CI.Lo, 100*r.CI.Hi)
 				if ai.A != t.Factors[0] {
 					// The model names a pair in name order; the interaction table in
@@ -178,12 +175,8 @@ func (v markdownWriter) factorialSection() {
 		// an interaction on the risk-difference scale.
 		or, adj := num(math.Exp(t.Estimate)), "–"
 		if len(t.Factors) == 1 {
-			or = "~"
 			if cl, ok := f.Claim(stats.ClaimMainEffect, t.Factors[0], stats.ScaleLogOdds); ok {
 				adj = pval(cl.AdjustedP)
-				if cl.Reject && len(v.inconclusiveArms()) == 0 {
-					or = "**" + num(math.Exp(t.Estimate)) + "**"
-				}
 			}
 		} else if ai, ok := additive[t.Factors[0]+"\x00"+t.Factors[1]]; ok {
 			adj = pval(ai.AdjustedP)
@@ -195,7 +188,7 @@ func (v markdownWriter) factorialSection() {
 		fmt.Fprintf(b, "\n%s\n", note)
 	}
 	if bad := v.inconclusiveArms(); len(bad) > 0 {
-		fmt.Fprintf(b, "\nThe model counts the sessions that survived in %s, which is inconclusive: no interaction is claimed from it.\n", joinAnd(bad))
+		fmt.Fprintf(b, "\nThe model counts the sessions that survived in %s, which is inconclusive.\n", joinAnd(bad))
 	}
 }
 
