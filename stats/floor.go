@@ -28,7 +28,7 @@ const FloorConf = 0.95
 // probability above 1 − conf. That probability is found by a parametric bootstrap
 // (beta-binomial launches of the observed sizes at the pooled rate, iccSims draws from a
 // fixed seed, so the bound is the same on every reading) and the correlation by
-// bisection. The F-distribution bound of the normal model (Searle) falls far below the
+// bisection (see iccUpper). The F-distribution bound of the normal model (Searle) falls far below the
 // truth for binary outcomes at low rates; this one does not. Both are NaN with fewer than
 // two launches or no spread of outcomes at all (no event, or nothing but events): such
 // launches say nothing about how launches differ.
@@ -47,28 +47,51 @@ func ICCBound(launches []ClusterCounts, conf float64) (est, upper float64) {
 	return est, iccUpper(launches, yf/float64(s.n), fRatio(launches), 1-coreConf(conf))
 }
 
-// iccSims is the number of bootstrap draws behind each probability ICCBound bisects on:
-// the probability's Monte Carlo error near 1 − conf = 0.05 is then about 0.007.
-const iccSims = 1000
+// iccSims is the number of bootstrap draws, conditional on the observed total, behind
+// each probability ICCBound bisects on (at most iccTries·iccSims are drawn to find them).
+const (
+	iccSims  = 600
+	iccTries = 4
+)
 
 // iccUpper is the largest correlation, to 2⁻¹⁴, at which F ratios of launches sized like
-// these at rate p fall at or below fobs with probability above gamma. The same draws (one
-// seed) serve every correlation tried, so the probability falls steadily as the
-// correlation grows and the bisection is stable.
+// these at rate p fall at or below fobs with probability above gamma. The probability is
+// conditional on the total events (drawn launches whose total is within 15% of the
+// observed one, at least 2): how clustered events look depends on how many there are, and
+// at a high correlation most draws have few events, bunched in one launch, whose F ratio
+// is small however clustered they are. A correlation under which hardly any draw (fewer
+// than iccSims/20) comes near the observed total is taken as unable to give launches like
+// these. The same draws (one seed) serve every correlation tried, so the bisection is
+// stable.
 func iccUpper(launches []ClusterCounts, p, fobs, gamma float64) float64 {
+	total, sessions := 0, 0
+	for _, l := range launches {
+		total += l.Events
+		sessions += l.Responses
+	}
+	window := max(2, int(math.Ceil(0.15*float64(total))))
 	sim := make([]ClusterCounts, len(launches))
 	atOrBelow := func(rho float64) float64 {
 		rng := rand.New(rand.NewPCG(0x666c6f6f72, 7))
-		hit := 0
-		for r := 0; r < iccSims; r++ {
+		hit, near := 0, 0
+		for r := 0; r < iccTries*iccSims && near < iccSims; r++ {
+			events := 0
 			for i, l := range launches {
 				sim[i] = ClusterCounts{Events: BetaBinomialDraw(rng, l.Responses, p, rho), Responses: l.Responses}
+				events += sim[i].Events
 			}
+			if events == 0 || events == sessions || events < total-window || events > total+window {
+				continue
+			}
+			near++
 			if !(fRatio(sim) > fobs) {
 				hit++
 			}
 		}
-		return float64(hit) / iccSims
+		if near < iccSims/20 {
+			return 0
+		}
+		return float64(hit) / float64(near)
 	}
 	if atOrBelow(0) <= gamma {
 		return 0

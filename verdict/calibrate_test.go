@@ -23,7 +23,14 @@ var calibrate = flag.String("calibrate", "", "simulate the full launch-heterogen
 type nullCell struct {
 	icc, rate, cv float64
 	launches      int
+	// floor judges against a noise floor measured by an A/A experiment of floorLaunches
+	// launches of the same configuration (drawn afresh for every verdict, at the same
+	// icc and cv: the truth at the floor's).
+	floor bool
 }
+
+// floorLaunches is the size of the simulated A/A floors: 4 launches per arm of two arms.
+const floorLaunches = 8
 
 // verdictShape is one kind of verdict the family decides: its arms, primary outcome,
 // groups and margins, as the examples produce them.
@@ -76,6 +83,30 @@ func simulateLaunches(rng *rand.Rand, c nullCell, launches int, rate float64, gr
 	return out
 }
 
+// floorSource draws the simulated A/A floors: a fresh one for every floorReuse verdicts
+// of one shape and cell (a floor's bound takes a bootstrap; reusing each a few times keeps
+// the false-claim rate unbiased, its verdicts only a little correlated).
+type floorSource struct {
+	key  string
+	f    *Floor
+	uses int
+}
+
+const floorReuse = 10
+
+var floors floorSource
+
+func (s *floorSource) get(rng *rand.Rand, sh verdictShape, c nullCell, rate float64) *Floor {
+	key := fmt.Sprint(sh.name, c, rate)
+	if s.key != key || s.uses >= floorReuse {
+		fs := [][]launchSample{simulateLaunches(rng, c, floorLaunches/2, rate, sh.groups, 1, 1),
+			simulateLaunches(rng, c, floorLaunches/2, rate, sh.groups, 1, 1)}
+		s.key, s.f, s.uses = key, measureFloor(fs, sh.groups), 0
+	}
+	s.uses++
+	return s.f
+}
+
 // simulateVerdict draws one experiment of shape under cell and decides its family. With
 // effect > 0 the last arm corrupts at rate + effect; with marginNull the last arm's
 // tok/s is slower by exactly the margin, and every arm's "after" groups too.
@@ -102,13 +133,15 @@ func simulateVerdict(rng *rand.Rand, sh verdictShape, c nullCell, effect float64
 			in.Looks[i] = sh.looks
 		}
 	}
+	if c.floor {
+		in.Floor, _ = floorInput(floors.get(rng, sh, c, c.rate), in.Samples, sh.groups)
+	}
 	if sh.looks == 0 {
 		return decideFamily(in)
 	}
-	// A sequential design stops at the first look whose launches reject at the
-	// corruption claim's level over the looks (the orchestrator's rule), and the verdict
-	// judges the launches run by then.
-	level := stats.PrimaryLevel(in.Alpha, len(sh.arms)-1) / float64(sh.looks)
+	// A sequential design stops at the first look whose launches reject at that look's
+	// level (the orchestrator's rule), and the verdict judges the launches run by then.
+	levels := stats.SequentialLookLevels(in.Alpha, len(sh.arms)-1, sh.looks)
 	full := in.Samples
 	for k := 1; k <= sh.looks; k++ {
 		rates := func(ss []launchSample) []float64 {
@@ -119,7 +152,7 @@ func simulateVerdict(rng *rand.Rand, sh verdictShape, c nullCell, effect float64
 			return r
 		}
 		r, _ := stats.LaunchPermutation(rates(full[0]), rates(full[1]), 0)
-		if k == sh.looks || (stats.Reject(r.MinP, level) && stats.Reject(r.P, level)) {
+		if level := levels[k-1]; k == sh.looks || (level > 0 && stats.Reject(r.MinP, level) && stats.Reject(r.P, level)) {
 			in.Samples = [][]launchSample{full[0][:k], full[1][:k]}
 			break
 		}
@@ -179,8 +212,8 @@ func runCalibration(cells []nullCell, reps int, seed uint64) []calibrationRow {
 	var rows []calibrationRow
 	for si, sh := range shapes {
 		for ci, c := range cells {
-			if sh.looks > 0 && c.launches != 8 {
-				continue // a sequential design runs up to its looks
+			if sh.looks > 0 && (c.launches != 8 || c.floor) {
+				continue // a sequential design runs up to its looks, on its own launches
 			}
 			rng := rand.New(rand.NewPCG(seed+uint64(si), uint64(ci)))
 			row := calibrationRow{shape: sh.name, cell: c, null: "no effect", tally: claimTally{byOutcome: map[string]int{}, falseClaim: differenceClaim}}
@@ -210,15 +243,23 @@ func limitFor(reps int) float64 { return 0.05 + 3*math.Sqrt(0.05*0.95/float64(re
 // experiments each, and writes the table.
 func TestLaunchFamilyCalibration(t *testing.T) {
 	reps := 200
-	cells := []nullCell{{0.2, 0.1, 0.05, 1}, {0.2, 0.1, 0.05, 2}, {0.2, 0.1, 0.05, 4}, {0.05, 0.02, 0.05, 8}, {0.2, 0.1, 0.05, 8}}
+	cells := []nullCell{{0.2, 0.1, 0.05, 1, false}, {0.2, 0.1, 0.05, 2, false}, {0.2, 0.1, 0.05, 3, false}, {0.2, 0.1, 0.05, 4, false},
+		{0.05, 0.02, 0.05, 8, false}, {0.2, 0.1, 0.05, 8, false}, {0.02, 0.1, 0.02, 1, true}, {0.1, 0.1, 0.05, 2, true}}
 	if *calibrate != "" {
 		reps, cells = 2000, nil
-		for _, l := range []int{1, 2, 4, 8} {
+		for _, l := range []int{1, 2, 3, 4, 8} {
 			for _, icc := range []float64{0, 0.05, 0.2} {
 				for _, rate := range []float64{0, 0.02, 0.1} {
 					for _, cv := range []float64{0, 0.02, 0.05} {
-						cells = append(cells, nullCell{icc, rate, cv, l})
+						cells = append(cells, nullCell{icc, rate, cv, l, false})
 					}
+				}
+			}
+		}
+		for _, l := range []int{1, 2} {
+			for _, icc := range []float64{0.02, 0.1} {
+				for _, rate := range []float64{0.02, 0.1} {
+					cells = append(cells, nullCell{icc, rate, 0.03, l, true})
 				}
 			}
 		}
@@ -231,8 +272,8 @@ func TestLaunchFamilyCalibration(t *testing.T) {
 	for _, r := range rows {
 		worst = math.Max(worst, r.tally.rate())
 		if r.tally.rate() > limitFor(reps) {
-			t.Errorf("%s, %s, ICC %g, rate %g, CV %g, %d launches: claims in %.4f of %d verdicts (%v)",
-				r.shape, r.null, r.cell.icc, r.cell.rate, r.cell.cv, r.cell.launches, r.tally.rate(), reps, r.tally.byOutcome)
+			t.Errorf("%s, %s, ICC %g, rate %g, CV %g, %d launches, floor %v: claims in %.4f of %d verdicts (%v)",
+				r.shape, r.null, r.cell.icc, r.cell.rate, r.cell.cv, r.cell.launches, r.cell.floor, r.tally.rate(), reps, r.tally.byOutcome)
 		}
 	}
 	t.Logf("%d conditions, %d verdicts each: the highest false-claim rate %.4f (%v)", len(rows), reps, worst, time.Since(start).Round(time.Second))
@@ -243,9 +284,96 @@ func TestLaunchFamilyCalibration(t *testing.T) {
 		t.Errorf("power at 4 launches per arm: %.3f", power4)
 	}
 	if *calibrate != "" {
-		if err := os.WriteFile(*calibrate, []byte(calibrationTable(rows, reps, power4, fisher1)), 0o644); err != nil {
+		table := calibrationTable(rows, reps, power4, fisher1) + powerTable(1000)
+		if err := os.WriteFile(*calibrate, []byte(table), 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// powerCase is one alternative of the power table.
+type powerCase struct {
+	name          string
+	rate, effect  float64
+	slow          float64 // the treatment's tok/s factor
+	claim, metric string  // the claim that detects it, and its decision
+}
+
+var powerCases = []powerCase{
+	{name: "corruption 0% → 12%", rate: 0, effect: 0.12, slow: 1, claim: OutcomeCorruption, metric: "higher"},
+	{name: "corruption 5% → 15%", rate: 0.05, effect: 0.10, slow: 1, claim: OutcomeCorruption, metric: "higher"},
+	{name: "tok/s −10%", rate: 0.02, slow: 0.9, claim: MetricThroughput, metric: "worse"},
+}
+
+// simulatePower is the share of reps simulated quickstart verdicts with launches per arm
+// (and a floor or not) that claim the case's difference, at intra-launch correlation icc
+// and speed CV cv.
+func simulatePower(pc powerCase, icc, cv float64, launches int, floor bool, reps int, seed uint64) float64 {
+	rng := rand.New(rand.NewPCG(seed, uint64(launches)))
+	sh := shapes[0]
+	c := nullCell{icc: icc, rate: pc.rate, cv: cv, launches: launches, floor: floor}
+	hits := 0
+	for range reps {
+		in := familyInput{Alpha: 0.05, MinEffect: 0.02, Arms: sh.arms, Primary: sh.primary, Groups: sh.groups,
+			Looks: make([]int, len(sh.arms)), NoIntervals: true}
+		in.Samples = [][]launchSample{simulateLaunches(rng, c, launches, pc.rate, sh.groups, 1, 1),
+			simulateLaunches(rng, c, launches, math.Min(1, pc.rate+pc.effect), sh.groups, pc.slow, 1)}
+		if floor {
+			// The floor repeats the configuration that corrupts more, whose spread a floor
+			// can measure (one that never corrupts says nothing of it).
+			in.Floor, _ = floorInput(floors.get(rng, sh, c, math.Max(pc.rate+pc.effect, 0.05)), in.Samples, sh.groups)
+		}
+		f := decideFamily(in)
+		group := ""
+		if pc.claim == MetricThroughput {
+			group = sh.groups[0]
+		}
+		if cl := f.claim(pc.claim, "treatment", group); cl != nil && cl.Decision == pc.metric {
+			hits++
+		}
+	}
+	return float64(hits) / float64(reps)
+}
+
+// powerTable is the power of the quickstart's claims by launches per arm, with and
+// without a noise floor of floorLaunches launches.
+func powerTable(reps int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n## Power by launches per arm\n\n")
+	fmt.Fprintf(&b, "The share of %d simulated two-arm agent verdicts (60 sessions per launch, the quickstart's claims and levels) that claim the difference, by launches per arm, judged on their own launches or against a noise floor: an A/A experiment of %d launches of the configuration that corrupts more (at least 5%%, so that its correlation is measured), drawn afresh for every %d verdicts at the same correlation and speed CV. ", reps, floorLaunches, floorReuse)
+	fmt.Fprintf(&b, "Without a floor: nothing at one launch, Welch's t test on launch rates at 2-3, the randomization test from 4; the t test on log speeds from 2. With a floor: the rates' difference on effective counts at the floor's 95%% bound of the correlation, and the z test at its bound of the speed spread. The false-claim rows above include the floor's cells.\n\n")
+	launches := []int{1, 2, 3, 4, 6, 8}
+	fmt.Fprintf(&b, "| difference | ICC | speed CV | floor |")
+	for _, l := range launches {
+		fmt.Fprintf(&b, " %d |", l)
+	}
+	fmt.Fprintf(&b, "\n|---|---:|---:|---|%s\n", strings.Repeat("---:|", len(launches)))
+	for _, pc := range powerCases {
+		for _, icc := range []float64{0.02, 0.1} {
+			for _, floor := range []bool{false, true} {
+				fmt.Fprintf(&b, "| %s | %g | 3%% | %s |", pc.name, icc, map[bool]string{false: "none", true: "8 launches"}[floor])
+				for _, l := range launches {
+					fmt.Fprintf(&b, " %.2f |", simulatePower(pc, icc, 0.03, l, floor, reps, 35))
+				}
+				fmt.Fprintf(&b, "\n")
+			}
+		}
+	}
+	return b.String()
+}
+
+// With a floor one launch per arm finds a large difference, which it cannot without.
+func TestPowerWithAFloor(t *testing.T) {
+	big := powerCase{name: "0% → 50%", rate: 0, effect: 0.5, slow: 1, claim: OutcomeCorruption, metric: "higher"}
+	if p := simulatePower(big, 0.02, 0.03, 1, true, 200, 1); p < 0.7 {
+		t.Errorf("one launch per arm, floor at ICC 0.02: power %.2f for 0%% against 50%%", p)
+	}
+	if p := simulatePower(big, 0.02, 0.03, 1, false, 50, 1); p != 0 {
+		t.Errorf("one launch per arm, no floor: power %.2f; nothing can be claimed", p)
+	}
+	slow := powerCase{name: "tok/s −30%", rate: 0.02, slow: 0.7, claim: MetricThroughput, metric: "worse"}
+	if p := simulatePower(slow, 0.02, 0.03, 1, true, 200, 2); p < 0.8 {
+		t.Errorf("one launch per arm, floor: power %.2f for tok/s 30%% lower at CV 3%%", p)
 	}
 }
 

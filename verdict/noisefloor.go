@@ -78,37 +78,14 @@ func MeasureFloor(ctx context.Context, db *sqlx.DB, id int64) (*Floor, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Floor{Experiment: fv.Experiment.ID, Name: fv.Experiment.Name, Conf: stats.FloorConf,
-		ICC: math.NaN(), ICCUpper: math.NaN(), Speed: map[string]map[string]Spread{}}
-	samples := fv.launchSamples()
-	var clusters []stats.ClusterCounts
-	for _, arm := range samples {
-		for _, s := range arm {
-			if s.sessions > 0 {
-				clusters = append(clusters, stats.ClusterCounts{Events: s.corrupt, Responses: s.sessions})
-				f.Sessions += s.sessions
-				f.Corrupted += s.corrupt
-			}
-		}
-	}
-	f.Launches = len(clusters)
-	f.ICC, f.ICCUpper = stats.ICCBound(clusters, f.Conf)
+	var groups []string
 	if o := fv.Outcomes; o != nil {
 		for _, g := range o.Groups {
-			for _, m := range metricOrder {
-				var groups [][]float64
-				for _, arm := range samples {
-					groups = append(groups, logMedians(arm, g.Name, m))
-				}
-				if sd, up, df := stats.SpreadBound(groups, f.Conf); df > 0 {
-					if f.Speed[g.Name] == nil {
-						f.Speed[g.Name] = map[string]Spread{}
-					}
-					f.Speed[g.Name][m] = Spread{SD: sd, Upper: up, DF: df}
-				}
-			}
+			groups = append(groups, g.Name)
 		}
 	}
+	f := measureFloor(fv.launchSamples(), groups)
+	f.Experiment, f.Name = fv.Experiment.ID, fv.Experiment.Name
 	switch {
 	case !fv.Design.AA:
 		f.Refused = fmt.Sprintf("experiment %d (%s) is not an A/A check (analysis.aa): its arms differ, so its launches do not measure how launches of one configuration differ", f.Experiment, f.Name)
@@ -293,20 +270,28 @@ func (v *Verdict) loadFloor(ctx context.Context, db *sqlx.DB, o Options) error {
 	return nil
 }
 
-// familyFloor is what the floor lends the claims, less what this experiment's own
-// launches show it understated: an outcome whose own spread (its launches within each
-// arm, where an arm has two or more) is above the floor's bound is tested without it.
+// familyFloor is what the floor lends the claims (see floorInput); it records on the
+// floor the outcomes it was not used for.
 func (v *Verdict) familyFloor(samples [][]launchSample, groups []string) *familyFloor {
-	f := v.Floor
-	if !f.Used() {
+	if !v.Floor.Used() {
 		return nil
 	}
-	ff := &familyFloor{Experiment: f.Experiment, ICC: -1, SD: map[string]map[string]float64{}}
+	ff, unused := floorInput(v.Floor, samples, groups)
+	v.Floor.Unused = unused
+	return ff
+}
+
+// floorInput is what a floor lends the claims, less what this experiment's own launches
+// show it understated: an outcome whose own spread (its launches within each arm, where
+// an arm has two or more) is above the floor's bound is tested without it, and unused
+// says which and why.
+func floorInput(f *Floor, samples [][]launchSample, groups []string) (ff *familyFloor, unused []string) {
+	ff = &familyFloor{Experiment: f.Experiment, ICC: -1, SD: map[string]map[string]float64{}}
 	if !math.IsNaN(f.ICCUpper) {
 		ff.ICC = f.ICCUpper
 		if own := pooledICC(samples...); own > f.ICCUpper {
 			ff.ICC = -1
-			f.Unused = append(f.Unused, fmt.Sprintf("corruption: this experiment's own launches differ more (intra-launch correlation %.3g) than the floor's bound %.3g allows", own, f.ICCUpper))
+			unused = append(unused, fmt.Sprintf("corruption: this experiment's own launches differ more (intra-launch correlation %.3g) than the floor's bound %.3g allows", own, f.ICCUpper))
 		}
 	}
 	for _, g := range groups {
@@ -320,7 +305,7 @@ func (v *Verdict) familyFloor(samples [][]launchSample, groups []string) *family
 				logs = append(logs, logMedians(arm, g, m))
 			}
 			if own := pooledCV(logs...); own > sp.Upper {
-				f.Unused = append(f.Unused, fmt.Sprintf("%s (%s): this experiment's own launches differ more (%.3g on the log scale) than the floor's bound %.3g allows", m, g, own, sp.Upper))
+				unused = append(unused, fmt.Sprintf("%s (%s): this experiment's own launches differ more (%.3g on the log scale) than the floor's bound %.3g allows", m, g, own, sp.Upper))
 				continue
 			}
 			if ff.SD[g] == nil {
@@ -329,7 +314,41 @@ func (v *Verdict) familyFloor(samples [][]launchSample, groups []string) *family
 			ff.SD[g][m] = sp.Upper
 		}
 	}
-	return ff
+	return ff, unused
+}
+
+// measureFloor is a Floor from an A/A experiment's launches, by arm: the pooled
+// intra-launch correlation of corruption and, by group and metric, the spread of the
+// logs of the launches' medians, each with its upper bound at FloorConf.
+func measureFloor(samples [][]launchSample, groups []string) *Floor {
+	f := &Floor{Conf: stats.FloorConf, ICC: math.NaN(), ICCUpper: math.NaN(), Speed: map[string]map[string]Spread{}}
+	var clusters []stats.ClusterCounts
+	for _, arm := range samples {
+		for _, s := range arm {
+			if s.sessions > 0 {
+				clusters = append(clusters, stats.ClusterCounts{Events: s.corrupt, Responses: s.sessions})
+				f.Sessions += s.sessions
+				f.Corrupted += s.corrupt
+			}
+		}
+	}
+	f.Launches = len(clusters)
+	f.ICC, f.ICCUpper = stats.ICCBound(clusters, f.Conf)
+	for _, g := range groups {
+		for _, m := range metricOrder {
+			var logs [][]float64
+			for _, arm := range samples {
+				logs = append(logs, logMedians(arm, g, m))
+			}
+			if sd, up, df := stats.SpreadBound(logs, f.Conf); df > 0 {
+				if f.Speed[g] == nil {
+					f.Speed[g] = map[string]Spread{}
+				}
+				f.Speed[g][m] = Spread{SD: sd, Upper: up, DF: df}
+			}
+		}
+	}
+	return f
 }
 
 // floorCaveat says what the claims rest on, or why the floor named was not used.
