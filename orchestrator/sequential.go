@@ -20,9 +20,9 @@ import (
 type sequentialPlan struct {
 	levels []float64 // by look
 	looks  int
-	names []string
-	prev  []armCounts
-	rates [][]float64 // per arm, each block's launch rate
+	names  []string
+	prev   []armCounts
+	rates  [][]float64 // per arm, each block's launch rate
 }
 
 func newSequentialPlan(spec *arms.Spec, names []string) (*sequentialPlan, error) {
