@@ -28,7 +28,7 @@ demo-docker: image
 
 ## demo: the decisive BF16_INDEX_K A/B on local refserve processes, into ./arbiter.db
 demo: build
-	$(BIN)/arbiter run examples/quickstart.yaml --db $(DB)
+	$(BIN)/arbiter run examples/quickstart-launches.yaml --db $(DB)
 
 ## test: the whole test suite under the race detector, but for the statistics'
 ## own tests: numeric and on one goroutine, they run without it (four times faster), while

@@ -219,9 +219,13 @@ type workloadSummary struct {
 type launchSummary struct {
 	PerArm       int     `json:"per_arm"`
 	PrimaryLevel float64 `json:"primary_level"`
-	MinP         float64 `json:"min_p"`
-	CanClaim     bool    `json:"can_claim"`
-	Needed       int     `json:"needed_per_arm"`
+	// Test is the test of the primary claims: randomization, Welch, noise floor, or ""
+	// (none can be made).
+	Test       string  `json:"test"`
+	NoiseFloor string  `json:"noise_floor,omitempty"`
+	MinP       float64 `json:"min_p"`
+	CanClaim   bool    `json:"can_claim"`
+	Needed     int     `json:"needed_per_arm"`
 }
 
 type analysisSummary struct {
@@ -329,11 +333,22 @@ func (s specSummary) write(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "analysis   unit %s, alpha %g, %d %s%s\n", s.Analysis.Unit, s.Analysis.Alpha, s.Blocks, pluralize(s.Blocks, "block"), aa)
 	l := s.Launches
-	claim := fmt.Sprintf("the launch test can reach it (smallest p %.3g)", l.MinP)
-	if !l.CanClaim {
-		claim = fmt.Sprintf("its smallest p is %.3g, so the verdict can report differences but not attribute them to the arms: %d launches per arm can", l.MinP, l.Needed)
+	var claim string
+	switch {
+	case l.CanClaim && l.Test == string(stats.TestFloor):
+		claim = fmt.Sprintf("against the noise floor of %s (its launches' spread, at its 95%% upper bound)", l.NoiseFloor)
+	case l.CanClaim && l.Test == string(stats.TestWelch):
+		claim = "by Welch's t test on the launches' rates"
+	case l.CanClaim:
+		claim = fmt.Sprintf("by the randomization test on launches, which can reach it (smallest p %.3g)", l.MinP)
+	default:
+		claim = fmt.Sprintf("but these launches cannot reach it (smallest p %.3g), so the verdict can report differences but not attribute them to the arms: %d launches per arm can, or one per arm against a noise floor (`analysis.noise_floor`)", l.MinP, l.Needed)
 	}
-	fmt.Fprintf(&b, "launches   %d per arm (one per block); each primary claim is tested at %.3g: %s\n", l.PerArm, l.PrimaryLevel, claim)
+	tested := "is tested"
+	if !l.CanClaim {
+		tested = "would be tested"
+	}
+	fmt.Fprintf(&b, "launches   %d per arm (one per block); each primary claim %s at %.3g %s\n", l.PerArm, tested, l.PrimaryLevel, claim)
 	fmt.Fprintf(&b, "timeouts   startup %s, request %s, stall %s\n", s.Timeouts["startup"], s.Timeouts["request"], s.Timeouts["stall"])
 	if len(s.Secrets) > 0 {
 		fmt.Fprintf(&b, "secrets    %s (from arbiter's environment)\n", strings.Join(s.Secrets, ", "))
@@ -342,13 +357,44 @@ func (s specSummary) write(w io.Writer) error {
 	return err
 }
 
-func summarizeLaunches(s *arms.Spec, arms int) launchSummary {
-	level := stats.PrimaryLevel(s.Analysis.Alpha, arms-1)
-	if looks := s.Analysis.Sequential.Looks; looks > 1 {
-		level /= float64(looks)
+func summarizeLaunches(s *arms.Spec, nArms int) launchSummary {
+	b, looks := s.Blocks, s.Analysis.Sequential.Looks
+	binary := s.Workload.Kind == arms.WorkloadAbortCascade
+	floor := s.Analysis.NoiseFloor != ""
+	if looks > 1 {
+		levels := stats.SequentialLookLevels(s.Analysis.Alpha, nArms-1, looks)
+		minP := stats.MinAttainableP(looks, looks)
+		return launchSummary{PerArm: b, PrimaryLevel: levels[looks-1], Test: string(stats.TestRandomization), MinP: minP,
+			CanClaim: levels[looks-1] > 0, Needed: stats.LaunchesNeeded(stats.SequentialShare(s.Analysis.Alpha, nArms-1))}
 	}
-	minP := stats.MinAttainableP(s.Blocks, s.Blocks)
-	return launchSummary{PerArm: s.Blocks, PrimaryLevel: level, MinP: minP, CanClaim: stats.Reject(minP, level), Needed: stats.LaunchesNeeded(level)}
+	kind := stats.RateTestFor(b, b, floor, binary, false)
+	minP := kind.MinP(b, b)
+	// The speed claims beside them (four metrics per arm) can be tested from two launches
+	// per arm, or one against a floor: they then take their share of alpha.
+	speedMinP := 1.0
+	if b >= 2 || floor {
+		speedMinP = 0
+	}
+	var reach []stats.Reach
+	for range nArms - 1 {
+		reach = append(reach, stats.FixedReach(true, minP))
+		for range 4 {
+			reach = append(reach, stats.FixedReach(false, speedMinP))
+		}
+	}
+	level := stats.AllotAlpha(s.Analysis.Alpha, reach)[0].Level()
+	if level == 0 {
+		level = stats.PrimaryLevel(s.Analysis.Alpha, nArms-1)
+	}
+	needed := 2
+	if binary {
+		needed = stats.LaunchesNeeded(level)
+	}
+	l := launchSummary{PerArm: b, PrimaryLevel: level, Test: string(kind), MinP: minP, CanClaim: kind != stats.TestNone && stats.Reject(minP, level), Needed: needed}
+	if kind == stats.TestFloor {
+		l.NoiseFloor = s.Analysis.NoiseFloor
+	}
+	return l
 }
 
 // byteSize writes a size as a person would: 8 MiB, 512 KiB, 100000 bytes.
