@@ -50,15 +50,25 @@ func (v markdownWriter) claimsSection() {
 	fmt.Fprintf(b, "\nThe interval is at 1 − the level the claim is tested at (non-inferiority: its one-sided lower bound), so it excludes no change exactly when the claim is made. Launch spread: the intra-launch correlation of corruption (the share of its variance between launches of one arm), or the launches' coefficient of variation for speed. ")
 	fmt.Fprintf(b, "Speed is called better or worse only when its whole interval lies beyond %s of no change (`analysis.min_effect`), negligible only when it lies within it. Not attributable: too few launches per arm for the test to reach its level at all; the number in brackets can.\n", pctShort(v.MinEffect))
 	if n := v.NoiseFloor(); v.Design.AA && n.Launches >= 2 {
+		var groups []string
+		if o := v.Outcomes; o != nil {
+			for _, g := range o.Groups {
+				groups = append(groups, g.Name)
+			}
+		}
+		f := measureFloor(v.launchSamples(), groups)
 		icc, cv := "not measured (no corrupted session)", "not measured"
-		if !math.IsNaN(n.ICC) {
-			icc = fmt.Sprintf("%.3f", n.ICC)
+		if !math.IsNaN(f.ICCUpper) {
+			icc = fmt.Sprintf("%.3f (%s%% upper bound %.3f)", f.ICC, confText(f.Conf), f.ICCUpper)
 		}
-		if !math.IsNaN(n.CV) {
-			cv = pctShort(n.CV)
+		for _, g := range groups {
+			if sp, ok := f.Speed[g][MetricThroughput]; ok {
+				cv = fmt.Sprintf("%s (upper bound %s)", pctShort(sp.SD), pctShort(sp.Upper))
+				break
+			}
 		}
-		fmt.Fprintf(b, "\nThe noise floor this A/A measured: intra-launch correlation of corruption %s, launch-to-launch variation of tok/s %s (over %d launches per arm). `arbiter plan SPEC --noise-floor %d` plans an experiment on the same engine, workload and hardware with it.\n",
-			icc, cv, n.Launches, v.Experiment.ID)
+		fmt.Fprintf(b, "\nThe noise floor this A/A measured over its %d launches: intra-launch correlation of corruption %s, launch-to-launch variation of tok/s %s. `arbiter run SPEC --noise-floor %d` weighs an experiment on the same engine, workload and hardware against the upper bounds, so that one launch per arm can decide; `arbiter plan SPEC --noise-floor %d` plans with them.\n",
+			f.Launches, icc, cv, v.Experiment.ID, v.Experiment.ID)
 	}
 }
 
