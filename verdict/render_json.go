@@ -90,6 +90,11 @@ func (v *Verdict) Summary() map[string]any {
 		out["refused"] = v.Refused()
 	}
 	out["runs"] = v.runSummary()
+	if f := v.Floor; f != nil {
+		out["noise_floor"] = map[string]any{"experiment_id": f.Experiment, "name": f.Name, "used": f.Used(),
+			"refused": f.Refused, "warnings": f.Warnings, "unused": f.Unused, "launches": f.Launches,
+			"icc": nanNil(f.ICC), "icc_upper": nanNil(f.ICCUpper), "conf": f.Conf}
+	}
 	if lines := v.placementLines(); len(lines) > 0 {
 		out["placement"] = lines
 	}
