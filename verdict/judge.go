@@ -175,9 +175,14 @@ func (v *Verdict) tipping(i int) *TippingPoint {
 			lost = a.Lost
 		}
 		for k := 0; k <= lost; k++ {
-			d := decide(b.Corrupted+k, a.Corrupted, nb, na)
+			// Only the side searched takes k more corrupted sessions: the other side's
+			// counts may not hold k more (an arm that lost more sessions than the
+			// baseline has clean ones).
+			var d string
 			if armSide {
 				d = decide(b.Corrupted, a.Corrupted+k, nb, na)
+			} else {
+				d = decide(b.Corrupted+k, a.Corrupted, nb, na)
 			}
 			if stop(d) {
 				return k, d

@@ -650,6 +650,11 @@ func TestTippingPointMatchesABruteForceSearch(t *testing.T) {
 		// 2/45 (15 control lost) vs 12/60: p = 0.022; 2 of the 15 lost control sessions
 		// corrupted would remove the difference.
 		{"significant, control lost", join(finished(45, 0, 0), lostAt("error", 15, 0, 0)), finished(60, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), "higher", "control", "none", 2},
+		// 58/60 vs 48/50, 10 treatment sessions lost, more than control's 2 clean ones:
+		// p = 1. No labelling makes treatment higher; counted clean (48/60) it is lower
+		// (p = 0.008). The search on treatment's side must not count control's sessions
+		// past its own 60.
+		{"not significant, treatment lost more than control has clean", finished(60, make([]int, 58)...), join(finished(50, make([]int, 48)...), lostAt("error", 10, 0, 0)), "none", "control", "lower", 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
