@@ -376,11 +376,29 @@ func (v *Verdict) account() {
 			l.NodeLost++
 		}
 	}
+	startedIn, analysedIn := map[int64]int{}, map[int64]int{}
+	for _, s := range v.sessions {
+		startedIn[s.RunID]++
+		if analysed(s) {
+			analysedIn[s.RunID]++
+		}
+	}
 	for i := range v.Arms {
 		a := &v.Arms[i]
 		a.Planned = a.Started
 		if per := v.Design.Sessions; per > 0 {
-			a.Planned = max(a.Started, per*a.Launches.Total)
+			// A launch the user interrupted, or whose node went away, planned only the
+			// sessions it finished: the rest were never the engine's to lose.
+			a.Planned = 0
+			for _, r := range runsOf[i] {
+				switch r.Status {
+				case store.RunInterrupted, store.RunLost:
+					a.Planned += analysedIn[r.ID]
+				default:
+					a.Planned += max(per, startedIn[r.ID])
+				}
+			}
+			a.Planned = max(a.Planned, a.Sessions)
 		}
 		a.Lost = a.Planned - a.Sessions
 		a.faults = map[string]string{}

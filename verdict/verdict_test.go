@@ -1026,3 +1026,23 @@ func TestServerFactsShowWhichNestedSettingDiffered(t *testing.T) {
 		t.Errorf("the differing nested setting is not its own column:\n%s", got)
 	}
 }
+
+// An experiment the user interrupted says so first and names the command that finishes
+// it; the sessions its interrupted launch never finished are not the engine's losses.
+func TestInterruptedVerdictNamesResume(t *testing.T) {
+	db, ref := recordFixture(t, fixture{example: "quickstart", status: "interrupted", runs: []launch{
+		{arm: "control", sessions: finished(60)},
+		{arm: "treatment", status: "interrupted", sessions: join(finished(30, 1, 2), lostAt("aborted", 30, 0, 1))}}})
+	v, err := Build(context.Background(), db, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := v.Headline()[0]
+	if !strings.HasPrefix(head, "Interrupted before its plan was done") || !strings.Contains(head, fmt.Sprintf("`arbiter resume %d` finishes it", ref)) {
+		t.Errorf("headline does not say the run was interrupted and how to finish it: %q", head)
+	}
+	tr := v.Arms[1]
+	if tr.Lost != 0 || len(tr.Problems) != 0 || strings.Contains(head, "inconclusive") {
+		t.Errorf("the interrupted launch's unfinished sessions count against the engine: lost %d, problems %v\n%s", tr.Lost, tr.Problems, head)
+	}
+}

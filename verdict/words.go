@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/arbiterlab/arbiter/stats"
+	"github.com/arbiterlab/arbiter/store"
 )
 
 // Sentence says the tipping point in plain words; arm is the compared arm's name. It
@@ -250,6 +251,25 @@ func (v *Verdict) headline(mark string) string {
 	if v.Refused() {
 		return v.refusedHeadline(mark)
 	}
+	if v.Experiment.Status == store.ExperimentInterrupted {
+		return fmt.Sprintf("Interrupted before its plan was done (%d of its launches were cut short or never ran): this judges what was recorded, and `arbiter resume %d` finishes it. ",
+			v.interruptedLaunches(), v.Experiment.ID) + v.uninterruptedHeadline(mark)
+	}
+	return v.uninterruptedHeadline(mark)
+}
+
+// interruptedLaunches counts the launches the user's interrupt cut short, and those the
+// plan had yet to start.
+func (v *Verdict) interruptedLaunches() int {
+	n := 0
+	for _, a := range v.Arms {
+		n += a.Launches.Interrupted + max(0, max(v.Design.Blocks, 1)-a.Launches.Total)
+	}
+	return n
+}
+
+// uninterruptedHeadline is the headline of what was recorded.
+func (v *Verdict) uninterruptedHeadline(mark string) string {
 	if s := v.floorHeadline(mark); s != "" {
 		if rest := v.corruptionHeadline(mark); rest != "" {
 			return s + " " + rest
