@@ -92,5 +92,5 @@ func noiseFloor(ctx context.Context, dbPath, ref string, spec *arms.Spec, warn i
 	if math.IsNaN(f.ICCUpper) {
 		return 0, "", withCode(exitUsage, fmt.Errorf("--noise-floor %s: experiment %d had %d corrupted sessions of %d, so how launches differ in corruption was not measured", ref, f.Experiment, f.Corrupted, f.Sessions))
 	}
-	return f.ICCUpper, fmt.Sprintf("the %s%% upper bound measured by A/A experiment %d over %d launches (estimate %.3g)", "95", f.Experiment, f.Launches, f.ICC), nil
+	return f.ICCUpper, fmt.Sprintf("the %g%% upper bound measured by A/A experiment %d over %d launches (estimate %.3g)", 100*f.Conf, f.Experiment, f.Launches, f.ICC), nil
 }

@@ -336,7 +336,7 @@ func (s specSummary) write(w io.Writer) error {
 	var claim string
 	switch {
 	case l.CanClaim && l.Test == string(stats.TestFloor):
-		claim = fmt.Sprintf("against the noise floor of %s (its launches' spread, at its 95%% upper bound)", l.NoiseFloor)
+		claim = fmt.Sprintf("against the noise floor of %s (its launches' spread, at its %g%% upper bound)", l.NoiseFloor, 100*stats.FloorConf)
 	case l.CanClaim && l.Test == string(stats.TestWelch):
 		claim = "by Welch's t test on the launches' rates"
 	case l.CanClaim:
