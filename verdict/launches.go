@@ -579,24 +579,6 @@ func speedDecision(metric string, ci stats.Interval, minEffect float64) string {
 	return "worse"
 }
 
-// rateOf is one launch's value for a rate outcome: its corrupted share of analysed
-// sessions, or 1 when it faulted; ok is false for a launch that does not count.
-func rateOf(outcome string, s launchSample) (float64, bool) {
-	if outcome == OutcomeWedge {
-		if !s.judged {
-			return 0, false
-		}
-		if s.faulted {
-			return 1, true
-		}
-		return 0, true
-	}
-	if s.sessions == 0 {
-		return 0, false
-	}
-	return float64(s.corrupt) / float64(s.sessions), true
-}
-
 // logMedians are the logs of the launches' medians of one metric in one group.
 func logMedians(samples []launchSample, group, metric string) []float64 {
 	var out []float64
