@@ -470,7 +470,7 @@ func planBisection(g *globals, path string, o bisectOptions) error {
 		return json.NewEncoder(g.stdout).Encode(map[string]any{
 			"changes": changes, "max_steps": d.MaxSteps, "step_alpha": d.Step.Alpha, "looks": d.Step.Looks,
 			"sessions_per_look": n, "effect": d.Step.Effect, "rate": rate, "launch_icc": icc, "launch_icc_basis": iccBasis, "first_look": d.Step.FirstLook,
-			"earliest_clean": d.Step.EarliestClean(n),
+			"earliest_clean":  d.Step.EarliestClean(n),
 			"step_at_effect":  map[string]float64{"corrupts": atEffect.Corrupts, "clean": atEffect.Clean, "inconclusive": atEffect.Inconclusive, "mean_launches": atEffect.MeanLaunches, "mean_sessions": atEffect.MeanSessions},
 			"step_when_clean": map[string]float64{"clean": clean.Clean, "corrupts": clean.Corrupts, "inconclusive": clean.Inconclusive, "mean_launches": clean.MeanLaunches, "mean_sessions": clean.MeanSessions},
 			"simulation": map[string]any{"bisections": sim.Reps, "right": float64(sim.Right) / float64(sim.Reps), "wrong": sim.WrongRate(),
