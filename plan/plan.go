@@ -31,7 +31,8 @@ type Options struct {
 	// Simulate also checks a sequential design by simulation: its type I error under the
 	// null and its power and sessions at the plan's rates.
 	Simulate bool
-	// Reps is the number of simulated experiments per scenario (default 10,000).
+	// Reps is the number of simulated experiments per scenario of Simulate (default
+	// 10,000); the power table sizes its own simulations (powerRepsMax).
 	Reps int
 	// Seed makes the simulation reproducible (default 1).
 	Seed uint64
@@ -146,7 +147,7 @@ func (p *Plan) planLaunches(spec *arms.Spec, blocks int, o Options) {
 	if pl.LaunchICCSet {
 		p.LaunchICC, p.LaunchICCBasis = pl.LaunchICC, "analysis.plan.launch_icc"
 	}
-	p.FloorICC, p.FloorICCBasis = p.LaunchICC, "a floor whose upper bound is the planned launch ICC (an A/A experiment measures it: arbiter plan --noise-floor)"
+	p.FloorICC, p.FloorICCBasis = p.LaunchICC, "assumed to bound the ICC at the planned launch ICC; an A/A experiment measures it: arbiter plan --noise-floor EXP"
 	if o.NoiseFloorBasis != "" {
 		// The floor's bound is what the test assumes, and launches that differ as much as
 		// it allows are the hardest case the test is valid for.

@@ -37,14 +37,18 @@ func (p Plan) WriteText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "   %s%8d  %-30s  %s\n", mark, r.Launches, plain, fl)
 	}
-	fmt.Fprintf(w, "    (with a floor: %s)\n", p.FloorICCBasis)
+	fmt.Fprintf(w, "    (the floor: %s)\n", p.FloorICCBasis)
 	fmt.Fprintf(w, "  launches per arm for power %.2f: %s without a floor, %s with one\n",
 		p.TargetPower, launchesText(p.LaunchesNeeded), launchesText(p.LaunchesNeededFloor))
+	fixed := ""
+	if p.Sequential != nil {
+		fixed = " judged once at the end (its sequential looks are below)"
+	}
 	if p.LaunchLevel > 0 {
-		fmt.Fprintf(w, "  this spec (*): %d launch(es) per arm, decided by the %s test at %.3g (its smallest p with these launches %.3g): power %.2f\n",
-			p.LaunchesPerArm, testText(p.LaunchTest), p.LaunchLevel, p.LaunchMinP, p.LaunchPower)
+		fmt.Fprintf(w, "  this spec (*): %d launch(es) per arm%s, decided by the %s test at %.3g (its smallest p with these launches %.3g): power %.2f\n",
+			p.LaunchesPerArm, fixed, testText(p.LaunchTest), p.LaunchLevel, p.LaunchMinP, p.LaunchPower)
 	} else {
-		fmt.Fprintf(w, "  this spec (*): %d launch(es) per arm, which no test can decide on\n", p.LaunchesPerArm)
+		fmt.Fprintf(w, "  this spec (*): %d launch(es) per arm%s, which no test can decide on\n", p.LaunchesPerArm, fixed)
 	}
 	fmt.Fprintf(w, "  if launches were replicas (they are not): %d sessions per arm would have power %.2f (exact, Fisher's test at %g)",
 		p.SessionsPerArm, p.Power, p.AlphaPerComparison)
