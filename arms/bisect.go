@@ -159,8 +159,10 @@ const (
 	DefaultErrorBudget = 0.05
 	DefaultBisectLooks = 10
 	// DefaultLaunchICC is the intra-launch correlation of corruption assumed where a
-	// spec declares none: GPU launches of one configuration measured 0.01 to 0.09.
-	DefaultLaunchICC = 0.05
+	// spec declares none and no A/A experiment measured it: GPU launches of one
+	// configuration measured 0.01 to 0.09, and assuming less than launches show makes a
+	// bisection call a culprit's subset clean too readily.
+	DefaultLaunchICC = 0.1
 	// MaxBisectChanges is the most changes a bisection searches: every step is an
 	// experiment, and a deploy that changed more settings is better split first.
 	MaxBisectChanges = 64

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 
 	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/stats"
@@ -30,15 +31,19 @@ type Options struct {
 	// Simulate also checks a sequential design by simulation: its type I error under the
 	// null and its power and sessions at the plan's rates.
 	Simulate bool
-	// Reps is the number of simulated experiments per scenario (default 10,000).
+	// Reps is the number of simulated experiments per scenario of Simulate (default
+	// 10,000); the power table sizes its own simulations (powerRepsMax).
 	Reps int
 	// Seed makes the simulation reproducible (default 1).
 	Seed uint64
 	// History holds figures from a recorded run of the same spec (LastRecorded); zero
 	// when there is none, and assumptions are then stated in the notes.
 	History Recorded
-	// NoiseFloorICC, when NoiseFloorBasis is set, is an intra-launch correlation measured
-	// by an A/A experiment; it replaces analysis.plan.launch_icc.
+	// NoiseFloorICC, when NoiseFloorBasis is set, is the upper confidence bound of the
+	// intra-launch correlation an A/A experiment measured (stats.ICCBound), which the
+	// verdict weighs one launch per arm against: the plan then assumes the experiment is
+	// judged with that floor, and that its launches differ as much as the bound allows
+	// (it replaces analysis.plan.launch_icc).
 	NoiseFloorICC   float64
 	NoiseFloorBasis string
 }
@@ -63,37 +68,56 @@ type Plan struct {
 	// TargetPower: the yardstick every sequential saving is measured against.
 	SessionsNeeded int `json:"sessions_needed_per_arm"`
 	// The launch is the experimental unit: every claim is tested on launches.
-	// LaunchesPerArm is the spec's launches (blocks); LaunchLevel the level each claim
-	// on the primary outcome is tested at (its share of alpha); LaunchMinP the smallest
-	// p the launch randomization test can give with these launches (above LaunchLevel
-	// nothing can be attributed to the arms); LaunchICC the intra-launch correlation
-	// planned for (LaunchICCBasis says where it comes from) and LaunchDesignEffect what
-	// it costs, 1 + (sessions per launch − 1) · ICC; LaunchPower the launch test's power
-	// at the plan's rates, and LaunchesNeeded the launches per arm that reach the target
-	// power (0: more than MaxPlannedLaunches).
-	LaunchesPerArm     int      `json:"launches_per_arm"`
-	LaunchLevel        float64  `json:"launch_level"`
-	LaunchMinP         float64  `json:"launch_min_p"`
-	LaunchICC          float64  `json:"launch_icc"`
-	LaunchICCBasis     string   `json:"launch_icc_basis"`
-	LaunchDesignEffect float64  `json:"launch_design_effect"`
-	LaunchPower        float64  `json:"launch_power"`
-	LaunchesNeeded     int      `json:"launches_needed_per_arm"`
-	WallTimeSeconds    *float64 `json:"wall_time_s"`
-	WallTimeBasis      string   `json:"wall_time_basis"`
-	Sequential         *SeqPlan `json:"sequential,omitempty"`
-	Notes              []string `json:"notes,omitempty"`
+	// PowerByLaunches is the power of the claim on the primary outcome by launches per
+	// arm, with and without a noise floor, at the plan's rates when launches of one
+	// configuration differ with intra-launch correlation LaunchICC (LaunchICCBasis says
+	// where it comes from; LaunchDesignEffect, 1 + (sessions per launch − 1) · ICC, is
+	// what it costs). FloorICC is the upper bound of the correlation the floor's test
+	// weighs launches with (FloorICCBasis: measured, or the planned correlation when no
+	// floor was given). FloorMeasured is true when a measured floor was given: the
+	// verdict will then use the floor's test.
+	PowerByLaunches    []PowerRow `json:"power_by_launches"`
+	LaunchICC          float64    `json:"launch_icc"`
+	LaunchICCBasis     string     `json:"launch_icc_basis"`
+	LaunchDesignEffect float64    `json:"launch_design_effect"`
+	FloorICC           float64    `json:"floor_icc"`
+	FloorICCBasis      string     `json:"floor_icc_basis"`
+	FloorMeasured      bool       `json:"floor_measured"`
+	// LaunchesNeeded and LaunchesNeededFloor are the launches per arm that reach the
+	// target power without and with the floor (0: more than MaxPlannedLaunches).
+	LaunchesNeeded      int `json:"launches_needed_per_arm"`
+	LaunchesNeededFloor int `json:"launches_needed_per_arm_with_floor"`
+	// LaunchesPerArm is the spec's launches (blocks) and LaunchTest the test its claim
+	// on the primary outcome will be decided by (with the floor when one was given;
+	// empty when none can be run); LaunchLevel the level it is tested at (its share of
+	// alpha, stats.AllotAlpha; 0 when the test cannot reach any), LaunchMinP the smallest
+	// p that test can give with these launches, and LaunchPower its power.
+	LaunchesPerArm  int      `json:"launches_per_arm"`
+	LaunchTest      string   `json:"launch_test"`
+	LaunchLevel     float64  `json:"launch_level"`
+	LaunchMinP      float64  `json:"launch_min_p"`
+	LaunchPower     float64  `json:"launch_power"`
+	WallTimeSeconds *float64 `json:"wall_time_s"`
+	WallTimeBasis   string   `json:"wall_time_basis"`
+	Sequential      *SeqPlan `json:"sequential,omitempty"`
+	Notes           []string `json:"notes,omitempty"`
 }
 
 // SeqPlan is the sequential part of a plan: a look after every block, each arm's
-// launches so far tested against the baseline's at LevelPerLook (the corruption claim's
-// share of alpha over the looks), stopping at the first rejection.
+// launches so far tested against the baseline's by the randomization test at the look's
+// level, stopping at the first rejection. Levels are the levels of the looks
+// (stats.SequentialLookLevels: the primary claim's share of alpha spread over the looks
+// whose launches can reach it, 0 at the looks before, which are not charged);
+// LevelPerLook is the level of each charged look.
 type SeqPlan struct {
-	Looks             int     `json:"looks"`
-	SessionsPerLaunch int     `json:"sessions_per_launch"`
-	LevelPerLook      float64 `json:"level_per_look"`
-	// EarliestStop is the first look at which the launch test can reach the level at
-	// all (0: no look can, and the design can never claim).
+	Looks             int       `json:"looks"`
+	SessionsPerLaunch int       `json:"sessions_per_launch"`
+	Levels            []float64 `json:"levels"`
+	LevelPerLook      float64   `json:"level_per_look"`
+	// Share is the alpha the looks spend together.
+	Share float64 `json:"share"`
+	// EarliestStop is the first look at which the launch test can reach its level (0: no
+	// look can, and the design can never claim).
 	EarliestStop int `json:"earliest_stop"`
 	// Null and Alt are simulations of the design (--simulate): under the null at the
 	// plan's p0, and at p0 against p1; both with the plan's launch ICC.
@@ -114,35 +138,37 @@ type SimFigures struct {
 // none (docs/results).
 const DefaultLaunchICC = arms.DefaultLaunchICC
 
-// MaxPlannedLaunches is the most launches per arm the plan searches for power.
-const MaxPlannedLaunches = 8
-
-// planLaunches says what the spec's launches per arm let a verdict claim, and how many
-// it needs for the plan's rates at its target power.
-func (p *Plan) planLaunches(spec *arms.Spec, blocks, looks int, o Options) {
-	seed := o.Seed
+// planLaunches says what launches per arm can claim, with and without a noise floor,
+// and what the spec's own launches can.
+func (p *Plan) planLaunches(spec *arms.Spec, blocks int, o Options) {
 	pl := spec.Analysis.Plan
 	p.LaunchesPerArm = blocks
-	p.LaunchLevel = stats.PrimaryLevel(p.Alpha, p.Comparisons)
-	if looks > 1 {
-		// A sequential arm tests its launches at every look: each look gets its share.
-		p.LaunchLevel /= float64(looks)
-	}
-	p.LaunchMinP = stats.MinAttainableP(blocks, blocks)
 	p.LaunchICC, p.LaunchICCBasis = DefaultLaunchICC, "assumed; measure it with an A/A experiment of several launches per arm and declare analysis.plan.launch_icc"
-	switch {
-	case o.NoiseFloorBasis != "":
-		p.LaunchICC, p.LaunchICCBasis = o.NoiseFloorICC, o.NoiseFloorBasis
-	case pl.LaunchICCSet:
+	if pl.LaunchICCSet {
 		p.LaunchICC, p.LaunchICCBasis = pl.LaunchICC, "analysis.plan.launch_icc"
 	}
+	p.FloorICC, p.FloorICCBasis = p.LaunchICC, "assumed to bound the ICC at the planned launch ICC; an A/A experiment measures it: arbiter plan --noise-floor EXP"
+	if o.NoiseFloorBasis != "" {
+		// The floor's bound is what the test assumes, and launches that differ as much as
+		// it allows are the hardest case the test is valid for.
+		p.LaunchICC, p.LaunchICCBasis = o.NoiseFloorICC, o.NoiseFloorBasis
+		p.FloorICC, p.FloorICCBasis, p.FloorMeasured = o.NoiseFloorICC, o.NoiseFloorBasis, true
+	}
 	m := max(spec.Workload.Sessions, 1)
-	p.LaunchDesignEffect = 1 + float64(m-1)*p.LaunchICC
-	p.LaunchPower = stats.LaunchPower(pl.P0, pl.P1, p.LaunchICC, m, blocks, p.LaunchLevel, 2000, seed)
-	p.LaunchesNeeded = stats.LaunchesForPower(pl.P0, pl.P1, p.LaunchICC, m, p.LaunchLevel, p.TargetPower, MaxPlannedLaunches)
-	if !stats.Reject(p.LaunchMinP, p.LaunchLevel) {
-		p.Notes = append(p.Notes, fmt.Sprintf("with %d launch(es) per arm the launch test's smallest p is %.3g, above the %.3g each claim is tested at: the verdict will report what it sees but cannot attribute it to the arms (%d launches per arm can)",
-			blocks, p.LaunchMinP, p.LaunchLevel, stats.LaunchesNeeded(p.LaunchLevel)))
+	p.LaunchDesignEffect = stats.DesignEffect(float64(m), p.LaunchICC)
+	model := newPowerModel(pl.P0, pl.P1, p.LaunchICC, p.FloorICC, m, p.Alpha, p.Comparisons, o.Seed)
+	p.PowerByLaunches = model.table()
+	p.LaunchesNeeded = model.needed(p.TargetPower, false)
+	p.LaunchesNeededFloor = model.needed(p.TargetPower, true)
+	own := model.row(blocks)
+	kind := stats.RateTestFor(blocks, blocks, p.FloorMeasured, false, false)
+	p.LaunchTest, p.LaunchMinP = string(kind), kind.MinP(blocks, blocks)
+	p.LaunchLevel, p.LaunchPower = own.Level, own.Power
+	if p.FloorMeasured {
+		p.LaunchLevel, p.LaunchPower = own.FloorLevel, own.FloorPower
+	}
+	if !(p.LaunchLevel > 0) {
+		p.Notes = append(p.Notes, fmt.Sprintf("with %d launch(es) per arm and no noise floor no test can reach a level: the verdict will report what it sees but cannot attribute it to the arms (two launches per arm, or a noise floor, can test; the table says with what power)", blocks))
 	}
 }
 
@@ -215,7 +241,7 @@ func Compute(o Options) (Plan, error) {
 	if need == 0 {
 		p.Notes = append(p.Notes, "no feasible number of sessions reaches the target power for these rates")
 	}
-	p.planLaunches(spec, blocks, looks, o)
+	p.planLaunches(spec, blocks, o)
 
 	turn := pl.TurnSeconds
 	p.WallTimeBasis = "analysis.plan.turn_seconds"
@@ -242,28 +268,69 @@ func Compute(o Options) (Plan, error) {
 	return p, nil
 }
 
-// sequential plans a group-sequential spec: its boundaries, its exact power and
-// expected sessions at the plan's rates against the fixed design at the target power,
-// and with o.Simulate the same checked by simulation.
+// sequential plans a group-sequential spec: its looks' levels and earliest stop, and
+// with o.Simulate its false-claim rate under the null and its power and launches used at
+// the plan's rates, by simulation.
 func sequential(p Plan, perLook, looks int, o Options) (*SeqPlan, error) {
-	level := stats.PrimaryLevel(p.Alpha, p.Comparisons) / float64(looks)
-	sim := stats.SimulateLaunchSequential(p.P0, p.P0, p.LaunchICC, perLook, looks, level, 0, o.Seed)
-	s := &SeqPlan{Looks: looks, SessionsPerLaunch: perLook, LevelPerLook: level, EarliestStop: sim.EarliestStop}
+	levels := stats.SequentialLookLevels(p.Alpha, p.Comparisons, looks)
+	s := &SeqPlan{Looks: looks, SessionsPerLaunch: perLook, Levels: levels, LevelPerLook: levels[looks-1],
+		Share: stats.SequentialShare(p.Alpha, p.Comparisons)}
+	for k, l := range levels {
+		if l > 0 {
+			s.EarliestStop = k + 1
+			break
+		}
+	}
 	if !o.Simulate {
 		return s, nil
 	}
 	// Under the null the design's error depends on the common rate; the worst of p0, p1
 	// and between is reported.
-	var worst stats.LaunchSequential
+	var worst seqSim
 	worstRate := -1.0
 	for _, r := range []float64{p.P0, (p.P0 + p.P1) / 2, p.P1} {
-		n := stats.SimulateLaunchSequential(r, r, p.LaunchICC, perLook, looks, level, o.Reps, o.Seed)
-		if worstRate < 0 || n.RejectRate > worst.RejectRate {
+		n := simulateSequential(r, r, p.LaunchICC, perLook, levels, o.Reps, o.Seed)
+		if worstRate < 0 || n.rejectRate > worst.rejectRate {
 			worst, worstRate = n, r
 		}
 	}
-	alt := stats.SimulateLaunchSequential(p.P0, p.P1, p.LaunchICC, perLook, looks, level, o.Reps, o.Seed+1)
-	s.Null = &SimFigures{Rate: worstRate, Reps: worst.Reps, RejectRate: worst.RejectRate, MeanLaunches: worst.MeanLaunches}
-	s.Alt = &SimFigures{Reps: alt.Reps, RejectRate: alt.RejectRate, MeanLaunches: alt.MeanLaunches}
+	alt := simulateSequential(p.P0, p.P1, p.LaunchICC, perLook, levels, o.Reps, o.Seed+1)
+	s.Null = &SimFigures{Rate: worstRate, Reps: o.Reps, RejectRate: worst.rejectRate, MeanLaunches: worst.meanLaunches}
+	s.Alt = &SimFigures{Reps: o.Reps, RejectRate: alt.rejectRate, MeanLaunches: alt.meanLaunches}
 	return s, nil
+}
+
+// seqSim is how simulated group-sequential experiments ended.
+type seqSim struct{ rejectRate, meanLaunches float64 }
+
+// simulateSequential runs reps group-sequential experiments: one launch per arm of
+// sessions sessions at each look, rates p0 and p1 with intra-launch correlation icc, the
+// randomization test of the launches so far at each look's level (none at a look whose
+// level is 0), stopping at the first claim of either direction (the orchestrator stops
+// on any rejection).
+func simulateSequential(p0, p1, icc float64, sessions int, levels []float64, reps int, seed uint64) seqSim {
+	rng := rand.New(rand.NewPCG(seed, 0x736571))
+	looks := len(levels)
+	a, b := make([]int, 0, looks), make([]int, 0, looks)
+	var ways []float64
+	rejected, used := 0, 0
+	for range reps {
+		a, b = a[:0], b[:0]
+		stop := looks
+		for k := 1; k <= looks; k++ {
+			a = append(a, stats.BetaBinomialDraw(rng, sessions, p0, icc))
+			b = append(b, stats.BetaBinomialDraw(rng, sessions, p1, icc))
+			if !(levels[k-1] > 0) {
+				continue
+			}
+			var pv float64
+			if pv, ways = countsP(a, b, ways); stats.Reject(pv, levels[k-1]) {
+				rejected++
+				stop = k
+				break
+			}
+		}
+		used += stop
+	}
+	return seqSim{rejectRate: float64(rejected) / float64(max(reps, 1)), meanLaunches: float64(used) / float64(max(reps, 1))}
 }

@@ -12,7 +12,15 @@ import (
 
 func spec(t *testing.T, workload, analysis, extra string) *arms.Spec {
 	t.Helper()
-	s, err := arms.Parse("plan.yaml", []byte(fmt.Sprintf(`version: 1
+	s, err := specFor(workload, analysis, extra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func specFor(workload, analysis, extra string) (*arms.Spec, error) {
+	return arms.Parse("plan.yaml", []byte(fmt.Sprintf(`version: 1
 name: plan-test
 engine: {preset: refserve}
 arms:
@@ -21,15 +29,12 @@ arms:
 workload: {kind: toolcall-agent, %s}
 analysis: {baseline: control, %s}
 %s`, workload, analysis, extra)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
 
-// A sequential design on launches tests each look at the corruption claim's share of
-// alpha over the looks: it cannot stop before its launches can reach that level, and its
-// simulated error under the null stays within the share.
+// A sequential design on launches spends the primary claim's share of alpha over the
+// looks that can reach their level (stats.SequentialLookLevels): with 8 looks, 0.03 over
+// looks 6 to 8, none charged before; with 4, all of it at look 4. Its simulated error
+// under the null stays within the share.
 func TestSequentialPlanIsOnLaunches(t *testing.T) {
 	s := spec(t, "sessions: 30, rounds: 4, seed: 1", "sequential: {looks: 8}, plan: {p0: 0.02, p1: 0.2, power: 0.8, launch_icc: 0.05}", "")
 	p, err := Compute(Options{Spec: s, SpecPath: "plan.yaml", Simulate: true, Reps: 1000})
@@ -37,8 +42,14 @@ func TestSequentialPlanIsOnLaunches(t *testing.T) {
 		t.Fatal(err)
 	}
 	sq := p.Sequential
-	if sq == nil || math.Abs(sq.LevelPerLook-0.03/8) > 1e-12 || sq.EarliestStop != 6 || sq.Null == nil || sq.Alt == nil {
+	want := []float64{0, 0, 0, 0, 0, 0.01, 0.01, 0.01}
+	if sq == nil || len(sq.Levels) != 8 || sq.EarliestStop != 6 || math.Abs(sq.LevelPerLook-0.01) > 1e-12 || sq.Null == nil || sq.Alt == nil {
 		t.Fatalf("sequential plan %+v", sq)
+	}
+	for k, l := range want {
+		if math.Abs(sq.Levels[k]-l) > 1e-12 {
+			t.Errorf("look %d level %g, want %g", k+1, sq.Levels[k], l)
+		}
 	}
 	if limit := 0.03 + 3*math.Sqrt(0.03*0.97/1000); sq.Null.RejectRate > limit {
 		t.Errorf("null reject rate %g above the claim's share", sq.Null.RejectRate)
@@ -52,8 +63,8 @@ func TestSequentialPlanIsOnLaunches(t *testing.T) {
 		t.Errorf("text:\n%s", text.String())
 	}
 	four, _ := Compute(Options{Spec: spec(t, "sessions: 30, rounds: 4, seed: 1", "sequential: {looks: 4}, plan: {p0: 0, p1: 0.2}", "")})
-	if four.Sequential.EarliestStop != 0 {
-		t.Errorf("4 looks at %g reach a claim: %+v", four.Sequential.LevelPerLook, four.Sequential)
+	if four.Sequential.EarliestStop != 4 || math.Abs(four.Sequential.LevelPerLook-0.03) > 1e-12 {
+		t.Errorf("4 looks: %+v", four.Sequential)
 	}
 }
 
@@ -80,17 +91,17 @@ func TestPlanForOtherUnits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(strings.Join(p.Notes, "\n"), "cannot attribute it to the arms (4 launches per arm can)") || p.LaunchPower != 0 || p.LaunchesPerArm != 1 {
+	if !strings.Contains(strings.Join(p.Notes, "\n"), "cannot attribute it to the arms") || p.LaunchPower != 0 || p.LaunchesPerArm != 1 || p.LaunchTest != "" {
 		t.Errorf("one launch per arm not flagged: %+v", p)
 	}
 	four := spec(t, "sessions: 60, rounds: 4, seed: 1", "unit: launch, plan: {p0: 0, p1: 0.12, launch_icc: 0.05}", "launches: 4")
 	p, _ = Compute(Options{Spec: four})
 	if strings.Contains(strings.Join(p.Notes, "\n"), "cannot attribute") || p.LaunchesPerArm != 4 || math.Abs(p.LaunchMinP-2.0/70) > 1e-12 ||
-		p.LaunchICCBasis != "analysis.plan.launch_icc" || math.Abs(p.LaunchDesignEffect-(1+59*0.05)) > 1e-12 {
+		p.LaunchTest != "randomization" || p.LaunchICCBasis != "analysis.plan.launch_icc" || math.Abs(p.LaunchDesignEffect-(1+59*0.05)) > 1e-12 {
 		t.Errorf("four launches per arm: %+v", p)
 	}
 	// The launch test's power at 4 launches of 60 sessions, 0% against 12%, ICC 0.05, is
-	// about 0.87 (stats.TestLaunchPower); the plan's figure is the same simulation.
+	// about 0.87 (stats.TestLaunchPower).
 	if p.LaunchPower < 0.8 || p.LaunchPower > 0.93 || p.LaunchesNeeded != 4 {
 		t.Errorf("launch power %g, launches needed %d", p.LaunchPower, p.LaunchesNeeded)
 	}

@@ -8,29 +8,56 @@ import (
 	"github.com/arbiterlab/arbiter/stats"
 )
 
-// WriteText writes the plan for a person at a terminal.
+// WriteText writes the plan for a person at a terminal: launches first, since the
+// launch is the unit every claim is tested on.
 func (p Plan) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "plan for %s\n", p.Spec)
 	fmt.Fprintf(w, "  detect %.1f%% against %.1f%% at alpha %g", 100*p.P1, 100*p.P0, p.Alpha)
 	if p.Comparisons > 1 {
-		fmt.Fprintf(w, " (%g per comparison, %d comparisons)", p.AlphaPerComparison, p.Comparisons)
+		fmt.Fprintf(w, ", %d arms against the baseline", p.Comparisons)
 	}
-	fmt.Fprintf(w, ", unit %s\n", p.Unit)
+	per := p.SessionsPerArm / max(p.LaunchesPerArm, 1)
+	fmt.Fprintf(w, "; %d sessions per launch, launches differing with ICC %.3g (%s; design effect %.2f)\n",
+		per, p.LaunchICC, p.LaunchICCBasis, p.LaunchDesignEffect)
+	floor := fmt.Sprintf("with a noise floor (ICC bound %.3g)", p.FloorICC)
+	fmt.Fprintf(w, "  power by launches per arm (simulated; the level is each claim's share of alpha):\n")
+	fmt.Fprintf(w, "    %8s  %-30s  %s\n", "launches", "without a floor", floor)
+	for _, r := range p.PowerByLaunches {
+		plain := "cannot test"
+		if r.Level > 0 {
+			plain = fmt.Sprintf("%.2f  %s at %.3g", r.Power, r.Test, r.Level)
+		}
+		fl := "cannot test"
+		if r.FloorLevel > 0 {
+			fl = fmt.Sprintf("%.2f  at %.3g", r.FloorPower, r.FloorLevel)
+		}
+		mark := " "
+		if r.Launches == p.LaunchesPerArm {
+			mark = "*"
+		}
+		fmt.Fprintf(w, "   %s%8d  %-30s  %s\n", mark, r.Launches, plain, fl)
+	}
+	fmt.Fprintf(w, "    (the floor: %s)\n", p.FloorICCBasis)
+	fmt.Fprintf(w, "  launches per arm for power %.2f: %s without a floor, %s with one\n",
+		p.TargetPower, launchesText(p.LaunchesNeeded), launchesText(p.LaunchesNeededFloor))
+	fixed := ""
+	if p.Sequential != nil {
+		fixed = " judged once at the end (its sequential looks are below)"
+	}
+	if p.LaunchLevel > 0 {
+		fmt.Fprintf(w, "  this spec (*): %d launch(es) per arm%s, decided by the %s test at %.3g (its smallest p with these launches %.3g): power %.2f\n",
+			p.LaunchesPerArm, fixed, testText(p.LaunchTest), p.LaunchLevel, p.LaunchMinP, p.LaunchPower)
+	} else {
+		fmt.Fprintf(w, "  this spec (*): %d launch(es) per arm%s, which no test can decide on\n", p.LaunchesPerArm, fixed)
+	}
+	fmt.Fprintf(w, "  if launches were replicas (they are not): %d sessions per arm would have power %.2f (exact, Fisher's test at %g)",
+		p.SessionsPerArm, p.Power, p.AlphaPerComparison)
+	if p.SessionsNeeded > 0 {
+		fmt.Fprintf(w, ", and %d sessions per arm power %.2f", p.SessionsNeeded, p.TargetPower)
+	}
+	fmt.Fprintln(w)
 	if p.Unit == "response" {
 		fmt.Fprintf(w, "  %.1f turns per session, design effect %.2f\n", p.TurnsPerSession, p.DesignEffect)
-	}
-	fmt.Fprintf(w, "  power with %d sessions per arm, if launches were replicas: %.2f (exact, Fisher's test)\n", p.SessionsPerArm, p.Power)
-	if p.SessionsNeeded > 0 {
-		fmt.Fprintf(w, "  fixed design at the plan's power %.2f: %d sessions per arm (%d in all)\n", p.TargetPower, p.SessionsNeeded, 2*p.SessionsNeeded)
-	}
-	fmt.Fprintf(w, "  launches: %d per arm; each claim on the primary outcome is tested at %.3g (its share of alpha %g); the launch test's smallest p with these launches is %.3g\n",
-		p.LaunchesPerArm, p.LaunchLevel, p.Alpha, p.LaunchMinP)
-	fmt.Fprintf(w, "  launch-level power with %d sessions per launch, launch ICC %.3g (%s; design effect %.2f): %.2f\n",
-		p.SessionsPerArm/max(p.LaunchesPerArm, 1), p.LaunchICC, p.LaunchICCBasis, p.LaunchDesignEffect, p.LaunchPower)
-	if p.LaunchesNeeded > 0 {
-		fmt.Fprintf(w, "  launches per arm for power %.2f: %d\n", p.TargetPower, p.LaunchesNeeded)
-	} else {
-		fmt.Fprintf(w, "  launches per arm for power %.2f: more than %d\n", p.TargetPower, MaxPlannedLaunches)
 	}
 	if p.WallTimeSeconds != nil {
 		fmt.Fprintf(w, "  expected wall time: %s (%s)\n", (time.Duration(*p.WallTimeSeconds * float64(time.Second))).Round(time.Second), p.WallTimeBasis)
@@ -38,17 +65,17 @@ func (p Plan) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "  expected wall time: %s\n", p.WallTimeBasis)
 	}
 	if s := p.Sequential; s != nil {
-		fmt.Fprintf(w, "  sequential: %d looks, one launch per arm and look (%d sessions each), each look testing the launches so far at %.3g\n",
-			s.Looks, s.SessionsPerLaunch, s.LevelPerLook)
+		fmt.Fprintf(w, "  sequential: %d looks, one launch per arm and look (%d sessions each); the claim's share %.3g is spent over the looks that can reach their level, each testing the launches so far at %.3g\n",
+			s.Looks, s.SessionsPerLaunch, s.Share, s.LevelPerLook)
 		if s.EarliestStop > 0 {
-			fmt.Fprintf(w, "    the earliest look that can stop with a claim: %d (%d launches per arm)\n", s.EarliestStop, s.EarliestStop)
+			fmt.Fprintf(w, "    the earliest look that can stop with a claim: %d (%d launches per arm); the looks before it are not charged\n", s.EarliestStop, s.EarliestStop)
 		} else {
 			fmt.Fprintf(w, "    no look can reach %.3g: %d launches per arm are needed, so give the design at least %d looks\n",
-				s.LevelPerLook, stats.LaunchesNeeded(s.LevelPerLook), stats.LaunchesNeeded(s.LevelPerLook))
+				s.Share, stats.LaunchesNeeded(s.Share), stats.LaunchesNeeded(s.Share))
 		}
 		if s.Null != nil {
 			fmt.Fprintf(w, "  simulation, %d experiments under the null (both arms at %.1f%%, launch ICC %.3g): claims %.4f, at or below %.3g: %v\n",
-				s.Null.Reps, 100*s.Null.Rate, p.LaunchICC, s.Null.RejectRate, s.LevelPerLook*float64(s.Looks), s.Null.RejectRate <= s.LevelPerLook*float64(s.Looks))
+				s.Null.Reps, 100*s.Null.Rate, p.LaunchICC, s.Null.RejectRate, s.Share, s.Null.RejectRate <= s.Share)
 		}
 		if s.Alt != nil {
 			fmt.Fprintf(w, "  simulation, %d experiments at %.1f%% vs %.1f%%: power %.3f, %.1f launches per arm on average of at most %d\n",
@@ -58,4 +85,21 @@ func (p Plan) WriteText(w io.Writer) {
 	for _, n := range p.Notes {
 		fmt.Fprintf(w, "  note: %s\n", n)
 	}
+}
+
+// launchesText is a number of launches per arm, or that more than the plan searches
+// would be needed.
+func launchesText(n int) string {
+	if n == 0 {
+		return fmt.Sprintf("more than %d", MaxPlannedLaunches)
+	}
+	return fmt.Sprint(n)
+}
+
+// testText names a launch test in a sentence.
+func testText(kind string) string {
+	if kind == string(stats.TestFloor) {
+		return "noise floor's"
+	}
+	return kind
 }

@@ -51,7 +51,7 @@ type StepDesign struct {
 	// allows for.
 	LaunchICC float64
 	// Levels are the two-sided levels of the launch randomization test at each look:
-	// Alpha split evenly over the looks from FirstLook on, 0 before it.
+	// Alpha split evenly over the looks from FirstLook on, 0 before it (LookLevels).
 	Levels []float64
 	// FirstLook is the first look whose launches can reach its level: the earliest a
 	// step can call a subset corrupting.
@@ -79,18 +79,36 @@ func NewStepDesign(looks int, alpha, effect, icc float64) (StepDesign, error) {
 	if !(icc >= 0 && icc < 1) {
 		return StepDesign{}, fmt.Errorf("stats: bisection step: intra-launch correlation %g is not in [0, 1)", icc)
 	}
-	d := StepDesign{Looks: looks, Alpha: alpha, Effect: effect, LaunchICC: icc, Levels: make([]float64, looks), CleanLevel: alpha / float64(looks)}
-	for k := 1; k <= looks; k++ {
-		if share := alpha / float64(looks-k+1); Reject(MinAttainableP(k, k), share) {
-			d.FirstLook = k
-			for j := k; j <= looks; j++ {
-				d.Levels[j-1] = share
-			}
-			return d, nil
-		}
+	d := StepDesign{Looks: looks, Alpha: alpha, Effect: effect, LaunchICC: icc, CleanLevel: alpha / float64(looks)}
+	minP := make([]float64, looks)
+	for k := range minP {
+		minP[k] = MinAttainableP(k+1, k+1)
+	}
+	if d.Levels, d.FirstLook = LookLevels(alpha, minP); d.FirstLook > 0 {
+		return d, nil
 	}
 	return StepDesign{}, fmt.Errorf("stats: a bisection step of %d looks cannot call a subset corrupting at alpha %.3g: the launch randomization test needs at least %d launches a side to reach it",
 		looks, alpha, StepLooksNeeded(alpha))
+}
+
+// EarliestClean is the first look at which a step of launches of sessions sessions a
+// side can call a subset clean at all: when neither side corrupts a single session, the
+// most favourable counts there are. 0 when no look of the design can: its clean bound,
+// allowing for launches that differ up to LaunchICC, stays above the effect, and every
+// step that does not corrupt ends inconclusive. More sessions a launch, more looks or a
+// smaller LaunchICC (measured by an A/A experiment) bring it within reach.
+func (d StepDesign) EarliestClean(sessions int) int {
+	if sessions < 1 {
+		return 0
+	}
+	blocks := make([]LookCounts, 0, d.Looks)
+	for k := 1; k <= d.Looks; k++ {
+		blocks = append(blocks, LookCounts{SessionsA: sessions, SessionsB: sessions})
+		if sl, _ := d.Look(blocks); sl.Clean {
+			return k
+		}
+	}
+	return 0
 }
 
 // StepOutcome is what one bisection step decided.

@@ -227,3 +227,24 @@ func TestSimulatedStepsKeepTheirAlpha(t *testing.T) {
 		}
 	}
 }
+
+// A step's clean bound allows for launches that differ, so however many sessions a
+// launch runs, a launch counts for at most 1/ICC: at the default budget of 8 changes and
+// effect 10 points, launches of 40 sessions that never corrupt are called clean at look
+// 6 when they may differ up to ICC 0.05, at look 10 up to 0.1, and never within 10 looks
+// up to 0.2; 240 sessions a launch gain one look at ICC 0.1.
+func TestEarliestClean(t *testing.T) {
+	for _, c := range []struct {
+		icc      float64
+		sessions int
+		want     int
+	}{{0.05, 40, 6}, {0.1, 40, 10}, {0.1, 240, 9}, {0.2, 240, 0}} {
+		d, err := NewStepDesign(10, 0.05/9, 0.10, c.icc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := d.EarliestClean(c.sessions); got != c.want {
+			t.Errorf("ICC %g, %d sessions: clean at look %d, want %d", c.icc, c.sessions, got, c.want)
+		}
+	}
+}

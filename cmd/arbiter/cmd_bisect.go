@@ -42,6 +42,7 @@ type bisectOptions struct {
 	failOn      string
 	simulations int
 	rate        float64
+	noiseFloor  string
 	// format and quiet shape --list as ls's do.
 	format string
 	quiet  bool
@@ -59,7 +60,10 @@ of the changes applied, judged by a three-way group-sequential exact test (corru
 inconclusive when its looks run out); the search tests growing prefixes of the changes, so that a
 culprit that is a combination (bf16 index-K corrupts only with HiCache on) is found as that
 combination, and ends with the confirmation A/B of good + culprit against good. The probability
-of naming a wrong culprit is held to search.error_budget over the whole search.
+of naming a wrong culprit is held to search.error_budget over the whole search. A step calls a
+subset clean only when its excess is bounded below search.effect allowing for launches that
+differ up to search.launch_icc (0.1 unless declared), or up to the upper bound an A/A experiment
+of the good configuration measured (--noise-floor EXP).
 
 The report (the search tree, the culprit with its confirming test, what remains uncertain) is
 written beside the database and rebuilt with --verdict. A bisection interrupted (Ctrl-C) or
@@ -108,6 +112,9 @@ whose arbiter was killed continues with --resume from the steps it recorded.`,
 			if err != nil {
 				return withCode(exitUsage, err)
 			}
+			if _, err := applyBisectFloor(cmd.Context(), g, spec, o.noiseFloor); err != nil {
+				return err
+			}
 			return runBisection(cmd.Context(), g, spec, 0, o)
 		},
 	}
@@ -121,6 +128,7 @@ whose arbiter was killed continues with --resume from the steps it recorded.`,
 	f.BoolVar(&o.plan, "plan", false, "check the spec and print its changes, step design and a simulation; runs nothing")
 	f.IntVar(&o.simulations, "simulations", 2000, "with --plan: bisections to simulate")
 	f.Float64Var(&o.rate, "rate", 0, "with --plan: the culprit's excess corruption rate to plan for (default search.effect, the hardest the search allows)")
+	f.StringVar(&o.noiseFloor, "noise-floor", "", "an A/A experiment of the good configuration (id or name, in --db): its upper bound of how much launches differ replaces search.launch_icc")
 	f.StringVarP(&o.reportPath, "output", "o", "", "report file (default verdicts/NAME-DB-bID.md beside the database; with --verdict, stdout)")
 	f.StringVar(&o.logDir, "log-dir", "", "engine logs, under DIR/DB/exp-ID (default arbiter-logs beside the database)")
 	f.StringVar(&o.failOn, "fail-on", "", "exit 3 when the bisection shows: culprit (a culprit was named) or uncertain (it ended without a conclusion)")
@@ -261,6 +269,13 @@ func resumeBisection(ctx context.Context, g *globals, o bisectOptions) error {
 	spec, err := arms.ResumeBisectSpec(fmt.Sprintf("bisection %d", b.ID), o.spec, b.SpecPath, b.Spec)
 	if err != nil {
 		return withCode(exitUsage, err)
+	}
+	if o.noiseFloor != "" {
+		return withCode(exitUsage, errors.New("--noise-floor: a resumed bisection keeps the launch ICC it was started with"))
+	}
+	if b.LaunchICC.Valid {
+		// The steps recorded so far were decided with it (from a noise floor, perhaps).
+		spec.Search.LaunchICC = b.LaunchICC.Float64
 	}
 	err = runBisection(ctx, g, spec, b.ID, o)
 	if errors.Is(err, orchestrator.ErrNothingToResume) {
@@ -410,6 +425,10 @@ func planBisection(g *globals, path string, o bisectOptions) error {
 	if err != nil {
 		return withCode(exitUsage, err)
 	}
+	iccBasis, err := applyBisectFloor(context.Background(), g, spec, o.noiseFloor)
+	if err != nil {
+		return err
+	}
 	d, err := bisect.Plan(spec)
 	if err != nil {
 		return withCode(exitUsage, err)
@@ -450,7 +469,8 @@ func planBisection(g *globals, path string, o bisectOptions) error {
 		}
 		return json.NewEncoder(g.stdout).Encode(map[string]any{
 			"changes": changes, "max_steps": d.MaxSteps, "step_alpha": d.Step.Alpha, "looks": d.Step.Looks,
-			"sessions_per_look": n, "effect": d.Step.Effect, "rate": rate, "launch_icc": icc, "first_look": d.Step.FirstLook,
+			"sessions_per_look": n, "effect": d.Step.Effect, "rate": rate, "launch_icc": icc, "launch_icc_basis": iccBasis, "first_look": d.Step.FirstLook,
+			"earliest_clean":  d.Step.EarliestClean(n),
 			"step_at_effect":  map[string]float64{"corrupts": atEffect.Corrupts, "clean": atEffect.Clean, "inconclusive": atEffect.Inconclusive, "mean_launches": atEffect.MeanLaunches, "mean_sessions": atEffect.MeanSessions},
 			"step_when_clean": map[string]float64{"clean": clean.Clean, "corrupts": clean.Corrupts, "inconclusive": clean.Inconclusive, "mean_launches": clean.MeanLaunches, "mean_sessions": clean.MeanSessions},
 			"simulation": map[string]any{"bisections": sim.Reps, "right": float64(sim.Right) / float64(sim.Reps), "wrong": sim.WrongRate(),
@@ -468,6 +488,13 @@ func planBisection(g *globals, path string, o bisectOptions) error {
 	fmt.Fprintf(w, "a step: up to %d looks, each one launch a side of %d sessions; corrupts when the launches' randomization test reaches %.3g (looks %d to %d: fewer launches cannot reach it), "+
 		"clean when the excess is bounded below %.1f points (one-sided level %.3g per look, launches differing up to ICC %.2g)\n",
 		d.Step.Looks, n, d.Step.Levels[d.Step.Looks-1], d.Step.FirstLook, d.Step.Looks, 100*d.Step.Effect, d.Step.CleanLevel, icc)
+	fmt.Fprintf(w, "launch ICC %.3g: %s\n", icc, iccBasis)
+	if k := d.Step.EarliestClean(n); k > 0 {
+		fmt.Fprintf(w, "a step can call a subset clean from look %d (when neither side corrupts a session)\n", k)
+	} else {
+		fmt.Fprintf(w, "warning: no step can call a subset clean within %d looks of %d sessions, launches differing up to ICC %.3g: every subset that does not corrupt ends inconclusive; give search.looks more launches, or measure the launch ICC with an A/A experiment of the good configuration (--noise-floor)\n",
+			d.Step.Looks, n, icc)
+	}
 	fmt.Fprintf(w, "a step holding the culprit, good at 0%% and the culprit at %.1f%%: corrupts %.3f, clean %.5f, inconclusive %.3f; %.1f launches a side on average\n",
 		100*rate, atEffect.Corrupts, atEffect.Clean, atEffect.Inconclusive, atEffect.MeanLaunches)
 	fmt.Fprintf(w, "a clean step, both at 0%%: clean %.3f, inconclusive %.3f; %.1f launches a side on average\n", clean.Clean, clean.Inconclusive, clean.MeanLaunches)
@@ -475,4 +502,35 @@ func planBisection(g *globals, path string, o bisectOptions) error {
 		sim.Reps, strings.Trim(strings.Join(strings.Fields(fmt.Sprint(sizes)), " or "), "[]"), 100*rate, icc, float64(sim.Right)/float64(sim.Reps), sim.WrongRate(),
 		float64(sim.Uncertain)/float64(sim.Reps), sim.MeanSteps, sim.MeanLaunches, sim.MostSteps)
 	return nil
+}
+
+// applyBisectFloor replaces the spec's search.launch_icc with the upper bound of the
+// intra-launch correlation that the A/A experiment ref (of the good configuration, on
+// the same engine and workload) measured, when ref is given, and says where the ICC a
+// bisection allows for comes from.
+func applyBisectFloor(ctx context.Context, g *globals, spec *arms.BisectSpec, ref string) (string, error) {
+	if ref == "" {
+		if spec.Search.LaunchICC == arms.DefaultLaunchICC {
+			return "assumed (search.launch_icc's default; an A/A experiment of the good configuration measures it: --noise-floor)", nil
+		}
+		return "search.launch_icc", nil
+	}
+	all := make([]int, len(spec.Changes))
+	for i := range all {
+		all[i] = i
+	}
+	// The floor must match a step's experiment in everything but the changes.
+	step, err := spec.StepSpec(arms.StepOptions{Name: spec.Name, Applied: all, Alpha: spec.Search.ErrorBudget})
+	if err != nil {
+		return "", err
+	}
+	icc, basis, err := noiseFloor(ctx, g.dbPath(), ref, step, g.stderr)
+	if err != nil {
+		return "", err
+	}
+	if !(icc < 1) {
+		return "", withCode(exitUsage, fmt.Errorf("--noise-floor %s: its launches differ so much (ICC bound %.3g) that no step could bound a subset's excess", ref, icc))
+	}
+	spec.Search.LaunchICC = icc
+	return basis, nil
 }

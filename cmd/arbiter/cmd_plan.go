@@ -27,18 +27,21 @@ func newPlanCmd(g *globals) *cobra.Command {
 	var o planOptions
 	cmd := &cobra.Command{
 		Use:   "plan SPEC",
-		Short: "How many sessions an experiment needs, its exact power, and how long it will take",
+		Short: "How many launches per arm an experiment needs, with and without a noise floor, and how long it will take",
 		Long: `Plan an experiment before spending GPU hours on it. Every claim of a verdict is tested on
-launches, so plan says first what the spec's launches per arm (launches:, or blocks:) can
-claim: the level each claim on the primary outcome is tested at, the smallest p the launch
-test can give with these launches, its power at the rates the spec declares
-(analysis.plan: {p0, p1, power, launch_icc, turn_seconds}) when launches of one configuration
-differ by launch_icc (or by what an A/A experiment measured, --noise-floor), and the launches
-per arm that reach the plan's power. It also gives what the sessions alone would give if
-launches were replicas (exact Fisher power, sessions needed) and the expected wall time. For
-a sequential spec it says the earliest look that can stop with a claim; with --simulate it
-checks the design by simulation: its false-claim rate under the null and its power and
-launches used at the plan's rates.`,
+launches, so plan leads with launches: the power of the claim on the primary outcome for 1 to
+32 launches per arm, at the rates the spec declares (analysis.plan: {p0, p1, power, launch_icc,
+turn_seconds}) when launches of one configuration differ by launch_icc, with the tests and
+levels the verdict will use. Without a noise floor that is nothing at one launch per arm,
+Welch's test on launch rates at two or three, the randomization test from four; with one (an
+A/A experiment of the same engine, workload and hardware, --noise-floor or
+analysis.noise_floor) the floor's test, which weighs one launch per arm against the floor's
+upper bound of how much launches differ. Then the launches per arm that reach the plan's power
+with and without the floor, what the spec's own launches can claim, what the sessions alone
+would give if launches were replicas (exact Fisher power, sessions needed) and the expected
+wall time. For a sequential spec it says the earliest look that can stop with a claim; with
+--simulate it checks the design by simulation: its false-claim rate under the null and its
+power and launches used at the plan's rates.`,
 		Example: `  arbiter plan examples/sequential.yaml --simulate`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -62,9 +65,19 @@ func runPlan(ctx context.Context, g *globals, path string, o planOptions) error 
 	}
 	po := plan.Options{Spec: spec, SpecPath: path, Simulate: o.simulate, Reps: o.reps, Seed: o.seed,
 		History: plan.LastRecorded(ctx, g.dbPath(), spec.Name)}
-	if o.noiseFloor != "" {
+	switch {
+	case o.noiseFloor != "":
 		if po.NoiseFloorICC, po.NoiseFloorBasis, err = noiseFloor(ctx, g.dbPath(), o.noiseFloor, spec, g.stderr); err != nil {
 			return err
+		}
+	case spec.Analysis.NoiseFloor != "":
+		// A floor the spec names may not have been measured yet: the plan then says what
+		// one would give, and the run is where a missing floor stops.
+		icc, basis, err := noiseFloor(ctx, g.dbPath(), spec.Analysis.NoiseFloor, spec, g.stderr)
+		if err != nil {
+			fmt.Fprintf(g.stderr, "analysis.noise_floor: %v; planned without it\n", err)
+		} else {
+			po.NoiseFloorICC, po.NoiseFloorBasis = icc, basis
 		}
 	}
 	p, err := plan.Compute(po)

@@ -1,0 +1,296 @@
+package plan
+
+import (
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+
+	"github.com/arbiterlab/arbiter/stats"
+)
+
+// A plan's first question is how many launches per arm the experiment needs: the launch
+// is the unit every claim is tested on, and a launch of a large model can cost a quarter
+// of an hour before its first session. The power here is that of the very tests the
+// verdict will run, at the levels it will give them (stats.AllotAlpha), estimated by
+// simulating experiments whose launches differ as the plan assumes: each launch's rate
+// drawn from a beta distribution around its arm's rate with the planned intra-launch
+// correlation (stats.BetaBinomialDraw).
+
+// TableLaunches are the launches per arm the power table shows.
+var TableLaunches = []int{1, 2, 3, 4, 6, 8, 12, 16, 24, 32}
+
+// MaxPlannedLaunches is the most launches per arm the plan searches for power.
+const MaxPlannedLaunches = 32
+
+// PowerRow is the power of the verdict's claim on the primary outcome with Launches per
+// arm: without a noise floor (Welch's test on launch rates at two or three launches per
+// arm, the randomization test from four, nothing at one) and with one (the floor's
+// contrast on effective counts, from one launch per arm).
+type PowerRow struct {
+	Launches int `json:"launches_per_arm"`
+	// Test is the test without a floor ("" when none can be run), Level the level the
+	// claim is tested at (0: no share of alpha, since the test cannot reach one) and
+	// Power the chance it claims the planned difference.
+	Test  string  `json:"test"`
+	Level float64 `json:"level"`
+	Power float64 `json:"power"`
+	// FloorLevel and FloorPower are the same with a noise floor.
+	FloorLevel float64 `json:"floor_level"`
+	FloorPower float64 `json:"floor_power"`
+	// Reps is the number of simulated experiments behind the powers.
+	Reps int `json:"reps"`
+}
+
+// powerReps bounds the simulated experiments of one row: enough for a standard error of
+// at most 0.016 at any power, and far fewer where the power is near 0 or 1.
+const (
+	powerRepsMin = 200
+	powerRepsMax = 1000
+	powerBatch   = 100
+	powerSE      = 0.01
+)
+
+// powerModel estimates power rows for one plan, each row once (a plan asks for some rows
+// several times: the table, the spec's own launches, the search for the target power).
+type powerModel struct {
+	p0, p1      float64
+	icc         float64 // the launches' intra-launch correlation in the simulation
+	floorICC    float64 // the upper bound the floor's test weighs launches with
+	sessions    int     // per launch
+	alpha       float64
+	comparisons int
+	seed        uint64
+	rows        map[int]PowerRow
+}
+
+func newPowerModel(p0, p1, icc, floorICC float64, sessions int, alpha float64, comparisons int, seed uint64) *powerModel {
+	return &powerModel{p0: p0, p1: p1, icc: icc, floorICC: floorICC, sessions: max(sessions, 1), alpha: alpha,
+		comparisons: max(comparisons, 1), seed: seed, rows: map[int]PowerRow{}}
+}
+
+// claimLevel is the level the verdict tests every primary claim at with n launches per
+// arm and the test kind: stats.AllotAlpha over the primary claims (one per comparison
+// with the baseline) and the speed claims beside them, which Welch's test (two launches
+// per arm) or a floor can test. 0 when some primary claim gets no level: AllotAlpha then
+// tests some arms and not others, which no plan should count on.
+func claimLevel(alpha float64, comparisons, n int, kind stats.LaunchTestKind) float64 {
+	speed := 1.0
+	if n >= 2 || kind == stats.TestFloor {
+		speed = 0
+	}
+	claims := make([]stats.Reach, 0, 2*comparisons)
+	for range comparisons {
+		claims = append(claims, stats.FixedReach(true, kind.MinP(n, n)))
+	}
+	for range comparisons {
+		claims = append(claims, stats.FixedReach(false, speed))
+	}
+	level := 1.0
+	for _, a := range stats.AllotAlpha(alpha, claims)[:comparisons] {
+		level = min(level, a.Level())
+	}
+	return level
+}
+
+// row is the power of both tests with n launches per arm.
+func (m *powerModel) row(n int) PowerRow {
+	if r, ok := m.rows[n]; ok {
+		return r
+	}
+	r := m.simulate(n)
+	m.rows[n] = r
+	return r
+}
+
+// simulate estimates the row of n launches per arm.
+func (m *powerModel) simulate(n int) PowerRow {
+	kind := stats.RateTestFor(n, n, false, false, false)
+	r := PowerRow{Launches: n, Test: string(kind), Level: claimLevel(m.alpha, m.comparisons, n, kind),
+		FloorLevel: claimLevel(m.alpha, m.comparisons, n, stats.TestFloor)}
+	plain := r.Level > 0
+	floor := r.FloorLevel > 0
+	if !plain && !floor {
+		return r
+	}
+	// Each row has its own stream, so a row's figures do not depend on which rows were
+	// asked for before it.
+	rng := rand.New(rand.NewPCG(m.seed, 0x706c616e0000|uint64(n)))
+	a, b := make([]stats.ClusterCounts, n), make([]stats.ClusterCounts, n)
+	ea, eb := make([]int, n), make([]int, n)
+	var ways []float64
+	up := 1.0
+	if m.p1 < m.p0 {
+		up = -1
+	}
+	hits, floorHits, reps := 0, 0, 0
+	claims := func(t stats.LaunchRateTest, level float64) bool {
+		return t.Possible && stats.Reject(t.P, level) && t.Difference*up > 0
+	}
+	for reps < powerRepsMax {
+		for range powerBatch {
+			diff := 0
+			for k := range n {
+				ea[k] = stats.BetaBinomialDraw(rng, m.sessions, m.p0, m.icc)
+				eb[k] = stats.BetaBinomialDraw(rng, m.sessions, m.p1, m.icc)
+				a[k] = stats.ClusterCounts{Events: ea[k], Responses: m.sessions}
+				b[k] = stats.ClusterCounts{Events: eb[k], Responses: m.sessions}
+				diff += eb[k] - ea[k]
+			}
+			switch {
+			case !plain || float64(diff)*up <= 0:
+				// No claim in the planned direction.
+			case kind == stats.TestRandomization:
+				var p float64
+				if p, ways = countsP(ea, eb, ways); stats.Reject(p, r.Level) {
+					hits++
+				}
+			default:
+				if t, err := stats.CompareLaunchRates(kind, a, b, 0, 0); err == nil && claims(t, r.Level) {
+					hits++
+				}
+			}
+			if floor {
+				if t, err := stats.CompareLaunchRates(stats.TestFloor, a, b, m.floorICC, 0); err == nil && claims(t, r.FloorLevel) {
+					floorHits++
+				}
+			}
+		}
+		reps += powerBatch
+		if reps >= powerRepsMin && settled(hits, reps) && settled(floorHits, reps) {
+			break
+		}
+	}
+	r.Reps = reps
+	r.Power = float64(hits) / float64(reps)
+	r.FloorPower = float64(floorHits) / float64(reps)
+	return r
+}
+
+// settled reports whether a power estimated from hits of reps is known to powerSE.
+func settled(hits, reps int) bool {
+	p := float64(hits) / float64(reps)
+	return math.Sqrt(p*(1-p)/float64(reps)) <= powerSE
+}
+
+// table is the power at every TableLaunches entry, the rows simulated side by side
+// (each on its own stream, so the figures do not depend on the processors).
+func (m *powerModel) table() []PowerRow {
+	out := make([]PowerRow, len(TableLaunches))
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for i, n := range TableLaunches {
+		if r, ok := m.rows[n]; ok {
+			out[i] = r
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			out[i] = m.simulate(n)
+		}()
+	}
+	wg.Wait()
+	for _, r := range out {
+		m.rows[r.Launches] = r
+	}
+	return out
+}
+
+// needed is the fewest launches per arm, up to MaxPlannedLaunches, at which the test
+// (with the floor or without) reaches power; 0 when none does. Power grows with the
+// launches, so the table's entries bracket the answer and the launches between two of
+// them are searched by bisection.
+func (m *powerModel) needed(power float64, withFloor bool) int {
+	reaches := func(n int) bool {
+		r := m.row(n)
+		if withFloor {
+			return r.FloorPower >= power
+		}
+		return r.Power >= power
+	}
+	lo := 0 // the largest entry known not to reach power
+	for _, n := range TableLaunches {
+		if !reaches(n) {
+			lo = n
+			continue
+		}
+		hi := n
+		for hi-lo > 1 {
+			mid := (lo + hi) / 2
+			if reaches(mid) {
+				hi = mid
+			} else {
+				lo = mid
+			}
+		}
+		return hi
+	}
+	return 0
+}
+
+// countsP is the two-sided p of the launch randomization test (stats.LaunchPermutation)
+// for launches of equal size given by their event counts a and b: the share of the
+// labellings of the counts as A or B, len(b) of them B, whose difference of mean rates is
+// at least as far from 0 as the observed one. With counts on a common size the test is
+// exact in integers: the labellings are counted by their sum of B's counts (ways, a
+// buffer reused across calls), far quicker than stats' general test, which must allow
+// for rates on different sizes and fall back to sampling labellings at 12 launches per
+// arm and more. The two agree (TestCountsPIsTheLaunchTest).
+func countsP(a, b []int, ways []float64) (float64, []float64) {
+	na, nb := len(a), len(b)
+	x := append(append(make([]int, 0, na+nb), a...), b...)
+	lo := x[0]
+	for _, v := range x {
+		lo = min(lo, v)
+	}
+	total, obs := 0, 0
+	for i := range x {
+		x[i] -= lo // a common shift moves every labelling's sum alike
+		total += x[i]
+		if i >= na {
+			obs += x[i]
+		}
+	}
+	// The difference of means for a B sum s is (s·(na+nb) − total·nb)/(na·nb): compared
+	// in integers, so that ties count as extreme exactly.
+	dev := func(s int) int {
+		d := s*(na+nb) - total*nb
+		if d < 0 {
+			return -d
+		}
+		return d
+	}
+	far := dev(obs)
+	width := total + 1
+	if need := (nb + 1) * width; cap(ways) < need {
+		ways = make([]float64, need)
+	} else {
+		ways = ways[:need]
+		clear(ways)
+	}
+	ways[0] = 1
+	n := len(x)
+	prefix := 0
+	for i, c := range x {
+		prefix += c
+		// Row j counts the labellings of j of the first i+1 values as B; rows that the
+		// values left could no longer fill up to nb are not needed.
+		for j := min(i+1, nb); j >= max(1, nb-(n-i-1)); j-- {
+			row, prev := ways[j*width:(j+1)*width], ways[(j-1)*width:j*width]
+			for s := prefix; s >= c; s-- {
+				row[s] += prev[s-c]
+			}
+		}
+	}
+	hit, all := 0.0, 0.0
+	for s, w := range ways[nb*width:] {
+		all += w
+		if dev(s) >= far {
+			hit += w
+		}
+	}
+	return hit / all, ways
+}
