@@ -526,25 +526,11 @@ func designJSON(spec *arms.Spec, unverified []string) string {
 }
 
 func resolveDetectors(ctx context.Context, names []string) ([]plugins.Detector, func(), error) {
-	var ds []plugins.Detector
-	var closers []func()
-	closeAll := func() {
-		for _, c := range closers {
-			c()
-		}
+	ds, release, err := detectors.ResolveAll(ctx, names)
+	if err != nil {
+		return nil, func() {}, err
 	}
-	for _, n := range names {
-		d, closeFn, err := detectors.Resolve(ctx, n)
-		if err != nil {
-			closeAll()
-			return nil, func() {}, fmt.Errorf("detector %s: %w", n, err)
-		}
-		ds = append(ds, d)
-		if closeFn != nil {
-			closers = append(closers, closeFn)
-		}
-	}
-	return ds, closeAll, nil
+	return ds, release, nil
 }
 
 type experiment struct {

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -182,7 +183,16 @@ arms:
 workload: {kind: toolcall-agent, sessions: 6, rounds: 2, concurrency: 3, seed: 1}
 detectors: [dsml-leak]
 timeouts: {startup: 5s, request: 5s, stall: 2s}
-` + extra
+`
+	// extra may replace a line of its own (detectors, timeouts) instead of adding one.
+	for _, key := range []string{"detectors:", "timeouts:"} {
+		if strings.Contains(extra, "\n"+key) || strings.HasPrefix(extra, key) {
+			lines := strings.Split(src, "\n")
+			lines = slices.DeleteFunc(lines, func(l string) bool { return strings.HasPrefix(l, key) })
+			src = strings.Join(lines, "\n")
+		}
+	}
+	src += extra
 	s, err := arms.Parse("test.yaml", []byte(src))
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,63 @@
+package orchestrator
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/arbiterlab/arbiter/internal/testkit/hostileplugin"
+	"github.com/arbiterlab/arbiter/store"
+)
+
+// leakyTreatment runs the test spec with extra, its treatment's engine leaking markup in
+// every answer, and returns the experiment's database.
+func leakyTreatment(t *testing.T, extra string) (Result, error, string) {
+	t.Helper()
+	db := filepath.Join(t.TempDir(), "a.db")
+	res, err := Run(context.Background(), Options{Spec: testSpec(t, extra), DBPath: db, Logger: quietLogger(),
+		Runtime: engines(func(arm string) *engine {
+			e := newEngine(t, nil)
+			e.leak = arm == "treatment"
+			return e
+		})})
+	return res, err, db
+}
+
+func TestAPluginCannotSpeakForABuiltinDetector(t *testing.T) {
+	t.Parallel()
+	plugin := hostileplugin.Path(t, hostileplugin.ClaimsBuiltin)
+	res, err, db := leakyTreatment(t, "detectors: [dsml-leak, \"plugin:"+plugin+"\"]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro, err := store.OpenReadOnly(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	var leaked, claims, turns, corruptedSessions int
+	ro.Get(&turns, `SELECT count(*) FROM turns t JOIN arms a ON a.id = t.arm_id WHERE a.name = 'treatment'`)
+	ro.Get(&leaked, `SELECT count(*) FROM labels l JOIN runs r ON r.id = l.run_id JOIN arms a ON a.id = r.arm_id
+		WHERE a.name = 'treatment' AND l.detector = 'dsml-leak' AND l.corrupted = 1`)
+	ro.Get(&claims, `SELECT count(*) FROM labels WHERE detector = 'claims'`)
+	ro.Get(&corruptedSessions, `SELECT count(*) FROM sessions s JOIN arms a ON a.id = s.arm_id WHERE a.name = 'treatment' AND s.corrupted = 1`)
+	if turns == 0 || leaked != turns {
+		t.Errorf("dsml-leak flagged %d of the treatment's %d turns; a plugin's labels changed the built-in's", leaked, turns)
+	}
+	if claims != 2*turns {
+		t.Errorf("%d labels under the plugin's own name, want one per turn of both arms (%d)", claims, 2*turns)
+	}
+	if corruptedSessions != 6 {
+		t.Errorf("%d treatment sessions corrupted, want 6 (%+v)", corruptedSessions, res)
+	}
+}
+
+func TestAPluginNamedLikeABuiltinIsRefused(t *testing.T) {
+	t.Parallel()
+	plugin := hostileplugin.Path(t, hostileplugin.NamedBuiltin)
+	_, err, _ := leakyTreatment(t, "detectors: [dsml-leak, \"plugin:"+plugin+"\"]\n")
+	if err == nil || !strings.Contains(err.Error(), "reserved") {
+		t.Fatalf("err = %v; want the built-in's name refused as reserved", err)
+	}
+}
