@@ -233,7 +233,7 @@ func (e *experiment) drive(ctx context.Context, inst runtime.Instance, preset ar
 	w := e.store.NewWriter(store.WriterOptions{})
 	dog := newWatchdog(e.spec.Timeouts, e.spec.Workload)
 	tracker := &sessionTracker{e: e, w: w, runID: runID, armID: e.armIDs[ai], arm: arm.Name, block: b,
-		firstBad: map[int]int{}, ended: dog.turn}
+		firstBad: map[int]int{}, ended: dog.turn, hold: dog.hold}
 
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -252,7 +252,11 @@ func (e *experiment) drive(ctx context.Context, inst runtime.Instance, preset ar
 	finishScrape, phaseEnded := e.scrapeServerMetrics(wctx, inst.Endpoint(), preset, runID, e.armIDs[ai])
 	tracker.phaseEnded = phaseEnded
 	runErr := workload.Run(wctx, cfg, inst.Endpoint(), tracker)
+	dog.freeze() // the engine's part is over; labelling its last turns is the detectors'
 	tracker.drain()
+	if err := e.store.RecordDetectorRuns(context.WithoutCancel(ctx), tracker.detectorRuns()); err != nil {
+		e.log.Warn("could not record how the detectors fared", "err", err)
+	}
 	finishScrape()
 	if context.Cause(wctx) == nil && endedByItself(ctx, inst) {
 		// An engine whose end is polled for may have ended under the workload's last

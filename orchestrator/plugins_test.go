@@ -61,3 +61,72 @@ func TestAPluginNamedLikeABuiltinIsRefused(t *testing.T) {
 		t.Fatalf("err = %v; want the built-in's name refused as reserved", err)
 	}
 }
+
+// detectorRuns reads how each detector fared, by detector, summed over the launches.
+func detectorRuns(t *testing.T, db string) map[string]store.DetectorRun {
+	t.Helper()
+	ro, err := store.OpenReadOnly(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	rows, err := store.DetectorRuns(context.Background(), ro, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]store.DetectorRun{}
+	for _, r := range rows {
+		s := out[r.Detector]
+		s.Detector, s.Judged, s.Failed, s.Skipped = r.Detector, s.Judged+r.Judged, s.Failed+r.Failed, s.Skipped+r.Skipped
+		if s.Error == "" {
+			s.Error = r.Error
+		}
+		out[r.Detector] = s
+	}
+	return out
+}
+
+// A detector that takes longer over each response than the stall allows the engine
+// wedges nothing: the engine is timed by its answers, not by their labels.
+func TestASlowDetectorWedgesNoEngine(t *testing.T) {
+	t.Parallel()
+	plugin := hostileplugin.Path(t, hostileplugin.Slow+"-3000")
+	res, err, db := leakyTreatment(t, "detectors: [dsml-leak, \"plugin:"+plugin+"\"]\n"+
+		"timeouts: {startup: 5s, request: 5s, stall: 2s}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res.Runs {
+		if r.Status != store.RunDone {
+			t.Errorf("run %s/b%d %s: %s", r.Arm, r.Block, r.Status, r.Err)
+		}
+	}
+	if h := detectorRuns(t, db)["hostile-slow"]; h.Judged != 2*6*2 || h.Failed+h.Skipped != 0 {
+		t.Errorf("the slow detector: %+v; want every turn judged", h)
+	}
+}
+
+// A detector that never answers is given up after timeouts.detector: the turns it did
+// not judge are counted as its failure, and the engines are not blamed.
+func TestAHungDetectorIsTheDetectorsFailure(t *testing.T) {
+	t.Parallel()
+	plugin := hostileplugin.Path(t, hostileplugin.Hangs)
+	res, err, db := leakyTreatment(t, "detectors: [dsml-leak, \"plugin:"+plugin+"\"]\n"+
+		"timeouts: {startup: 5s, request: 5s, stall: 2s, detector: 1s}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res.Runs {
+		if r.Status != store.RunDone {
+			t.Errorf("run %s/b%d %s: %s", r.Arm, r.Block, r.Status, r.Err)
+		}
+	}
+	runs := detectorRuns(t, db)
+	h := runs["hostile-hangs"]
+	if h.Judged != 0 || h.Failed == 0 || h.Failed+h.Skipped != 2*6*2 || !strings.Contains(h.Error, "timeouts.detector") {
+		t.Errorf("the hung detector: %+v", h)
+	}
+	if l := runs["dsml-leak"]; l.Judged != 2*6*2 {
+		t.Errorf("dsml-leak: %+v; want every turn judged", l)
+	}
+}
