@@ -8,6 +8,7 @@ import (
 
 	"github.com/arbiterlab/arbiter/internal/testkit/hostileplugin"
 	"github.com/arbiterlab/arbiter/store"
+	"github.com/arbiterlab/arbiter/verdict"
 )
 
 // leakyTreatment runs the test spec with extra, its treatment's engine leaking markup in
@@ -128,5 +129,48 @@ func TestAHungDetectorIsTheDetectorsFailure(t *testing.T) {
 	}
 	if l := runs["dsml-leak"]; l.Judged != 2*6*2 {
 		t.Errorf("dsml-leak: %+v; want every turn judged", l)
+	}
+}
+
+// A detector that crashes mid-run leaves the run done, the engines unblamed, and the
+// verdict naming the detector, with a gate that fails on it.
+func TestACrashedDetectorIsNamedAndGated(t *testing.T) {
+	t.Parallel()
+	plugin := hostileplugin.Path(t, hostileplugin.Crashes+"-3")
+	res, err, db := leakyTreatment(t, "detectors: [dsml-leak, \"plugin:"+plugin+"\"]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res.Runs {
+		if r.Status != store.RunDone {
+			t.Errorf("run %s/b%d %s: %s", r.Arm, r.Block, r.Status, r.Err)
+		}
+	}
+	ro, err := store.OpenReadOnly(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	v, err := verdict.Build(context.Background(), ro, res.ExperimentID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fail, why := v.Gate("detector")
+	if !fail || !strings.Contains(why, "hostile-crashes") {
+		t.Errorf("--fail-on detector: %v, %q; want it failed, naming the detector", fail, why)
+	}
+	if fail, _ := v.Gate("wedge"); fail {
+		t.Error("--fail-on wedge fails: the engines were blamed for a detector's crash")
+	}
+	var buf strings.Builder
+	if err := v.Markdown(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if md := buf.String(); !strings.Contains(md, "## Detectors that failed") || !strings.Contains(md, "hostile-crashes") || !strings.Contains(md, "hostile-crashes") {
+		t.Errorf("the verdict does not name the crashed detector:\n%s", md)
+	}
+	sum, ok := v.Summary()["detectors"].([]map[string]any)
+	if !ok || len(sum) != 2 {
+		t.Errorf("JSON detectors: %#v", v.Summary()["detectors"])
 	}
 }

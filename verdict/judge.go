@@ -334,7 +334,11 @@ func (v *Verdict) caveats() {
 			break
 		}
 	}
+	said := v.detectorCaveats(add)
 	for _, d := range v.Detectors {
+		if said[d.Detector] {
+			continue
+		}
 		judged, turns := 0, 0
 		for i, a := range v.Arms {
 			judged += d.Evaluated[i]
@@ -516,6 +520,7 @@ var gates = map[string]string{
 	"loss":       "any session was lost, or any run crashed, wedged or failed",
 	"wedge":      "any launch of any arm crashed or wedged (an abort cascade's canary never completed)",
 	"throughput": "an arm's throughput is not shown non-inferior within analysis.throughput_margin (without a margin: significantly lower)",
+	"detector":   "a detector left responses unjudged: it failed, crashed, or ran past timeouts.detector",
 }
 
 // Gates lists the names --fail-on accepts.
@@ -547,6 +552,9 @@ func (v *Verdict) Gate(name string) (bool, string) { return v.GateWith(name, Gat
 func (v *Verdict) GateWith(name string, o GateOptions) (bool, string) {
 	if fail, why, ok := v.outcomeGate(name); ok {
 		return fail, why
+	}
+	if name == "detector" {
+		return v.detectorGate()
 	}
 	switch name {
 	case "regression", "difference":

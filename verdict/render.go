@@ -206,6 +206,7 @@ func (v markdownWriter) write(w io.Writer, charts []chartRef) error {
 		}
 	}
 
+	v.detectorHealthSection()
 	v.divergenceSection()
 
 	if rv := v.Responses; rv != nil && rv.Available {
