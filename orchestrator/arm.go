@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/internal/enginehttp"
 	"github.com/arbiterlab/arbiter/openai"
 	"github.com/arbiterlab/arbiter/orchestrator/runtime"
 	"github.com/arbiterlab/arbiter/store"
@@ -313,7 +314,7 @@ func (e *experiment) waitReady(ctx context.Context, inst runtime.Instance, prese
 		maxInterval = 250 * time.Millisecond
 	}
 	interval := min(2*time.Millisecond, maxInterval)
-	client := &http.Client{Timeout: 30 * time.Second}
+	client := enginehttp.Client(30 * time.Second)
 	base := inst.Endpoint()
 	healthPath := preset.HealthPath
 	if healthPath == "" {

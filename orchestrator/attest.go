@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/internal/enginehttp"
 	"github.com/arbiterlab/arbiter/orchestrator/runtime"
 	"github.com/arbiterlab/arbiter/store"
 )
@@ -147,7 +147,7 @@ func observe(ctx context.Context, base string, preset arms.Preset, logPath strin
 			o.metricsWhy = "the engine serves no metrics"
 		} else {
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			fams, err := fetchMetrics(cctx, http.DefaultClient, strings.TrimRight(base, "/")+preset.MetricsPath)
+			fams, err := fetchMetrics(cctx, enginehttp.Client(0), strings.TrimRight(base, "/")+preset.MetricsPath)
 			cancel()
 			if err != nil {
 				o.metricsWhy = "its metrics could not be read: " + err.Error()

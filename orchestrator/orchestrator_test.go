@@ -42,8 +42,10 @@ type engine struct {
 	// failChat, when set, answers every chat request with HTTP 500 and this body.
 	failChat string
 	// leak makes every streamed answer carry DSML tool-call markup in content.
-	leak    bool
-	stopped atomic.Bool
+	leak bool
+	// serverInfoAt, when set, is where /get_server_info redirects.
+	serverInfoAt string
+	stopped      atomic.Bool
 	// lost, when set, is what Exit says when the engine ends on its own: its runtime
 	// lost track of it (a node gone), not a crash.
 	lost string
@@ -65,6 +67,10 @@ func newEngine(t *testing.T, onChat func(n int64, e *engine, r *http.Request) bo
 		io.WriteString(w, `{"object":"list","data":[{"id":"fake","object":"model"}]}`)
 	})
 	mux.HandleFunc("GET /get_server_info", func(w http.ResponseWriter, r *http.Request) {
+		if e.serverInfoAt != "" {
+			http.Redirect(w, r, e.serverInfoAt, http.StatusTemporaryRedirect)
+			return
+		}
 		io.WriteString(w, `{"engine":"fake"}`)
 	})
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/arbiterlab/arbiter/internal/enginehttp"
 	"github.com/arbiterlab/arbiter/store"
 	"net/http"
 	"sync"
@@ -235,7 +236,7 @@ func (e *experiment) explain(ctx context.Context, inst runtime.Instance, preset 
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, inst.Endpoint()+path, nil)
 	if err == nil {
 		var resp *http.Response
-		if resp, err = http.DefaultClient.Do(req); err == nil {
+		if resp, err = enginehttp.Client(0).Do(req); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode != http.StatusOK {
 				note = fmt.Sprintf("%s answers %d", path, resp.StatusCode)
