@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -73,5 +75,12 @@ func TestReproBundleReplays(t *testing.T) {
 	code, stdout, stderr = runCLI(t, "repro", "--replay", bundle, "--base-url", startArm(t, bin, "0"))
 	if code != exitGateFailed || !strings.Contains(stdout, " 0 of ") || strings.Contains(stdout, "REPRODUCED") {
 		t.Errorf("replay against control: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	// An engine that cannot be reached is not one that no longer reproduces.
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
+	code, stdout, stderr = runCLI(t, "repro", "--replay", bundle, "--base-url", gone.URL, "--timeout", "5s")
+	if code != exitError || !strings.Contains(stderr, "could not judge") {
+		t.Errorf("replay against nothing: exit %d\n%s\n%s", code, stdout, stderr)
 	}
 }
