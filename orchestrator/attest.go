@@ -18,6 +18,7 @@ import (
 
 	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/internal/enginehttp"
+	"github.com/arbiterlab/arbiter/internal/inert"
 	"github.com/arbiterlab/arbiter/orchestrator/runtime"
 	"github.com/arbiterlab/arbiter/store"
 )
@@ -416,6 +417,9 @@ func reportedJSON(v any) string {
 // the runtime copies the log to its file a moment later.
 const attestLogWait = 5 * time.Second
 
+// maxReportedBytes bounds a value an engine reports for a pin, as stored and shown.
+const maxReportedBytes = 256
+
 // errEndedUnderCheck: the engine ended by itself while its pins were being checked.
 var errEndedUnderCheck = errors.New("the engine ended while its pins were checked")
 
@@ -457,6 +461,11 @@ func (e *experiment) attestRun(ctx context.Context, inst runtime.Instance, prese
 		case <-t.C:
 		}
 		wait = min(2*wait, 500*time.Millisecond)
+	}
+	// What the engine reported is the engine's text: stored and shown inert and bounded.
+	for i := range results {
+		results[i].Got = inert.Text(results[i].Got, maxReportedBytes)
+		results[i].Evidence = inert.Text(results[i].Evidence, 2*maxReportedBytes)
 	}
 	checks := make([]store.PinCheck, len(results))
 	for i, r := range results {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/arbiterlab/arbiter/internal/inert"
 	"github.com/arbiterlab/arbiter/store"
 )
 
@@ -74,7 +75,7 @@ func (v *Verdict) detectorCaveats(add func(CaveatKind, string, ...any)) map[stri
 	for _, h := range v.failingDetectors() {
 		said[h.Detector] = true
 		add(CaveatDetector, "Detector %s left %d of %d responses unjudged (%s): its failure, not the engines'; those responses count as clean for it, so its counts are a lower bound (`--fail-on detector` fails on this).",
-			h.Detector, h.Unjudged(), h.Judged+h.Unjudged(), mdCell(h.Error))
+			h.Detector, h.Unjudged(), h.Judged+h.Unjudged(), inert.Text(h.Error, 512))
 	}
 	return said
 }
@@ -101,6 +102,21 @@ func (v *Verdict) detectorSummary() []map[string]any {
 	return out
 }
 
+// mdText is text a detector wrote (a reason, an error) as one markdown table cell: inert,
+// cut, and with markdown's own characters escaped, so that it can neither break the table
+// nor bold, link or embed anything (mdCell escapes the table's own pipes and backticks).
+func mdText(s string) string {
+	s = inert.Text(s, 4<<10)
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune("\\*_[]<>~", r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return mdCell(b.String())
+}
+
 // detectorHealthSection is the markdown section of the detectors that failed; none when
 // every detector judged every response.
 func (b *markdownWriter) detectorHealthSection() {
@@ -111,6 +127,6 @@ func (b *markdownWriter) detectorHealthSection() {
 	fmt.Fprintf(b.b, "\n## Detectors that failed\n\nA detector that errs, crashes or runs past `timeouts.detector` leaves responses unjudged; the engines were timed by their answers, so this is the detector's failure, not theirs.\n\n")
 	fmt.Fprintf(b.b, "| detector | judged | failed | not asked | first failure |\n|---|---:|---:|---:|---|\n")
 	for _, h := range bad {
-		fmt.Fprintf(b.b, "| %s | %d | %d | %d | %s |\n", mdCell(h.Detector), h.Judged, h.Failed, h.Skipped, mdCell(h.Error))
+		fmt.Fprintf(b.b, "| %s | %d | %d | %d | %s |\n", mdText(h.Detector), h.Judged, h.Failed, h.Skipped, mdText(h.Error))
 	}
 }

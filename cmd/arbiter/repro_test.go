@@ -55,6 +55,17 @@ func TestReproBundleReplays(t *testing.T) {
 	if code, stdout, stderr := runCLI(t, "repro", "--db", db, "-o", bundle); code != exitOK {
 		t.Fatalf("repro: exit %d\n%s\n%s", code, stdout, stderr)
 	}
+	// A folder that holds a README.md of its own (repro -o . in a project) is refused,
+	// its README left as it was.
+	project := filepath.Join(dir, "project")
+	os.Mkdir(project, 0o755)
+	os.WriteFile(filepath.Join(project, "README.md"), []byte("# my project\n"), 0o644)
+	if code, stdout, stderr := runCLI(t, "repro", "--db", db, "-o", project); code == exitOK || !strings.Contains(stderr, "README.md") {
+		t.Errorf("repro -o into a folder with a README.md: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if b, _ := os.ReadFile(filepath.Join(project, "README.md")); string(b) != "# my project\n" {
+		t.Errorf("the folder's README.md became:\n%s", b)
+	}
 	files, _ := os.ReadDir(bundle)
 	for _, f := range files {
 		b, _ := os.ReadFile(filepath.Join(bundle, f.Name()))
