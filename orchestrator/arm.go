@@ -161,7 +161,7 @@ func (e *experiment) runArm(ctx context.Context, ai, b int, at placement, bar *b
 		}
 		stop()
 		status := store.RunFailed
-		if errors.Is(err, ErrPinsNotHeld) {
+		if errors.Is(err, ErrPinsNotHeld) || errors.Is(err, ErrPinsUncheckable) {
 			status = store.RunRefused
 		}
 		if lp != nil {

@@ -9,9 +9,11 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/arbiterlab/arbiter/store"
+	"github.com/arbiterlab/arbiter/verdict"
 )
 
 // An engine that redirects its server info to another port (a stand-in for a cloud
@@ -50,5 +52,46 @@ func TestAServerInfoRedirectedElsewhereStoresNothingOfIt(t *testing.T) {
 		if b, err := os.ReadFile(f); err == nil && bytes.Contains(b, []byte(credential)) {
 			t.Errorf("%s holds the answer of the port the engine redirected to", filepath.Base(f))
 		}
+	}
+}
+
+// An experiment refused for its pins stays refused: a resume launches nothing and says
+// why, and the verdict says the experiment was refused.
+func TestARefusedExperimentStaysRefusedAcrossResume(t *testing.T) {
+	t.Parallel()
+	db := filepath.Join(t.TempDir(), "a.db")
+	spec := testSpec(t, "")
+	first, err := Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quietLogger(),
+		Runtime: engines(func(arm string) *engine {
+			e := newEngine(t, nil)
+			if arm == "treatment" {
+				e.serverInfoAt = "http://127.0.0.1:1/elsewhere"
+			}
+			return e
+		})})
+	if !errors.Is(err, ErrPinsUncheckable) {
+		t.Fatalf("first attempt: %v, %+v; want the treatment's pins uncheckable", err, first)
+	}
+	launched := 0
+	_, err = Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quietLogger(), Resume: first.ExperimentID,
+		Runtime: engines(func(string) *engine { launched++; return newEngine(t, nil) })})
+	if !errors.Is(err, ErrPinsNotHeld) || !strings.Contains(err.Error(), "was refused") || launched != 0 {
+		t.Fatalf("resume: %v, %d launches; want it refused, launching nothing", err, launched)
+	}
+	ro, err := store.OpenReadOnly(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	v, err := verdict.Build(context.Background(), ro, first.ExperimentID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf strings.Builder
+	if err := v.Markdown(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "The experiment was refused") {
+		t.Errorf("the verdict does not say the experiment was refused:\n%s", buf.String())
 	}
 }

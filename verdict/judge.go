@@ -311,6 +311,7 @@ func (v *Verdict) caveats() {
 			faulted = append(faulted, fmt.Sprintf("%s/b%d %s (%s)", r.Arm, r.Block, r.Status, dash(r.Error)))
 		}
 	}
+	v.refusedCaveat(add)
 	if len(faulted) > 0 {
 		add(CaveatProblem, "Launches that did not finish: %s. Their unfinished sessions count as lost, not as clean, and are not analysed.", strings.Join(faulted, "; "))
 	}
