@@ -73,7 +73,7 @@ func TestTitleComesFromTheRates(t *testing.T) {
 // sequence, and no markdown of its own.
 func TestMarkdownOfForeignText(t *testing.T) {
 	b := &Bundle{Name: "x", Baseline: "control",
-		Arms: []Arm{{Name: "control", Version: "0.5\x1b]0;owned\x07 **pwn** " + strings.Repeat("v", 3<<20)}, {Name: "treatment", Corrupted: 1, Rate: 0.1}},
+		Arms:  []Arm{{Name: "control", Version: "0.5\x1b]0;owned\x07 **pwn** " + strings.Repeat("v", 3<<20)}, {Name: "treatment", Corrupted: 1, Rate: 0.1}},
 		Cases: []Case{{ID: "case-1", Arm: "treatment", Reasons: "plugin: \x1b[2J<img src=x> [a](b)"}}}
 	md := b.Markdown()
 	if strings.ContainsAny(md, "\x1b\x07") || strings.Contains(md, " <img") || strings.Contains(md, "**pwn**") || len(md) > 64<<10 {
