@@ -130,6 +130,18 @@ func TestAHungDetectorIsTheDetectorsFailure(t *testing.T) {
 	if l := runs["dsml-leak"]; l.Judged != 2*6*2 {
 		t.Errorf("dsml-leak: %+v; want every turn judged", l)
 	}
+	ro, err := store.OpenReadOnly(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	v, err := verdict.Build(context.Background(), ro, res.ExperimentID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fail, why := v.Gate("detector"); !fail || !strings.Contains(why, "timeouts.detector") {
+		t.Errorf("--fail-on detector: %v, %q", fail, why)
+	}
 }
 
 // A detector that crashes mid-run leaves the run done, the engines unblamed, and the

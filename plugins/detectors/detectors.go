@@ -70,6 +70,10 @@ func Names() []string {
 // one from a plugin is text arbiter did not write (see Judge).
 const MaxReasonBytes = 1 << 10
 
+// DefaultCallTimeout bounds one detector's judgement of one response where no spec says
+// otherwise (classify, a replay): arms.DefaultDetectorTimeout, the spec's default.
+const DefaultCallTimeout = 60 * time.Second
+
 // Outcome is one detector's part in judging one response: its label, or why it gave none.
 type Outcome struct {
 	// Detector is the detector's own name, which its label carries whatever it claimed.
@@ -119,12 +123,13 @@ func Judge(ctx context.Context, ds []plugins.Detector, r plugins.Response, perCa
 
 // Label runs every detector on r and reports their labels and whether any says corrupted.
 // A detector that fails contributes no label; the others still run, and the failures come
-// back joined, each naming its detector. Labels are as Judge gives them.
+// back joined, each naming its detector. Labels are as Judge gives them; each call is
+// bounded by DefaultCallTimeout.
 func Label(ctx context.Context, ds []plugins.Detector, r plugins.Response) ([]plugins.Label, bool, error) {
 	labels := make([]plugins.Label, 0, len(ds))
 	corrupted := false
 	var errs []error
-	for _, o := range Judge(ctx, ds, r, 0) {
+	for _, o := range Judge(ctx, ds, r, DefaultCallTimeout) {
 		if o.Err != nil {
 			errs = append(errs, fmt.Errorf("detector %s: %s", o.Detector, inert.Text(o.Err.Error(), MaxReasonBytes)))
 			continue
