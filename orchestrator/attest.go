@@ -209,7 +209,12 @@ func attest(preset arms.Preset, g arms.Grammar, pins, common arms.Pins, o observ
 			return
 		}
 		r.Source = rule.Source()
-		out = append(out, r.judge(rule, o))
+		r = r.judge(rule, o)
+		// What the engine reported is the engine's text: judged whole, then kept and
+		// shown inert and bounded (a 2.7 MB value is not printed whole).
+		r.Got = inert.Text(r.Got, maxReportedBytes)
+		r.Evidence = inert.Text(r.Evidence, 2*maxReportedBytes)
+		out = append(out, r)
 	}
 	for _, k := range slices.Sorted(maps.Keys(pins.Env)) {
 		add(k, pins.Env[k], false, false, false)
@@ -461,11 +466,6 @@ func (e *experiment) attestRun(ctx context.Context, inst runtime.Instance, prese
 		case <-t.C:
 		}
 		wait = min(2*wait, 500*time.Millisecond)
-	}
-	// What the engine reported is the engine's text: stored and shown inert and bounded.
-	for i := range results {
-		results[i].Got = inert.Text(results[i].Got, maxReportedBytes)
-		results[i].Evidence = inert.Text(results[i].Evidence, 2*maxReportedBytes)
 	}
 	checks := make([]store.PinCheck, len(results))
 	for i, r := range results {
