@@ -15,6 +15,7 @@ import (
 
 	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/internal/enginehttp"
+	"github.com/arbiterlab/arbiter/internal/inert"
 	"github.com/arbiterlab/arbiter/openai"
 	"github.com/arbiterlab/arbiter/orchestrator/runtime"
 	"github.com/arbiterlab/arbiter/store"
@@ -365,13 +366,17 @@ func (e *experiment) waitReady(ctx context.Context, inst runtime.Instance, prese
 	var cc openai.ChatCompletion
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return "", fmt.Errorf("readiness generation: HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(b))
+		return "", fmt.Errorf("readiness generation: HTTP %d: %s", resp.StatusCode, inert.Text(string(bytes.TrimSpace(b)), 512))
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&cc); err != nil || len(cc.Choices) == 0 {
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxProbeAnswer)).Decode(&cc); err != nil || len(cc.Choices) == 0 {
 		return "", fmt.Errorf("readiness generation: no completion in the response (%v)", err)
 	}
 	return model, nil
 }
+
+// maxProbeAnswer bounds what readiness reads of an engine's answer (a one-token
+// generation, the model list): an engine that answers without end is not read to its end.
+const maxProbeAnswer = 4 << 20
 
 func probeOK(ctx context.Context, client *http.Client, method, url string, body []byte) bool {
 	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
@@ -398,7 +403,7 @@ func firstModel(ctx context.Context, client *http.Client, base string) (string, 
 	}
 	defer resp.Body.Close()
 	var ml openai.ModelList
-	if err := json.NewDecoder(resp.Body).Decode(&ml); err != nil || len(ml.Data) == 0 {
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxProbeAnswer)).Decode(&ml); err != nil || len(ml.Data) == 0 {
 		return "", fmt.Errorf("list models: the engine lists no model at /v1/models")
 	}
 	return ml.Data[0].ID, nil
