@@ -329,7 +329,7 @@ func BenchmarkParse(b *testing.B) {
 }
 
 func TestDetectorTimeout(t *testing.T) {
-	s, err := Parse("spec.yaml", []byte(specWith(twoArms + "timeouts: {detector: 5s}\n")))
+	s, err := Parse("spec.yaml", []byte(specWith(twoArms+"timeouts: {detector: 5s}\n")))
 	if err != nil {
 		t.Fatal(err)
 	}

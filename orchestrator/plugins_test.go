@@ -13,7 +13,7 @@ import (
 
 // leakyTreatment runs the test spec with extra, its treatment's engine leaking markup in
 // every answer, and returns the experiment's database.
-func leakyTreatment(t *testing.T, extra string) (Result, error, string) {
+func leakyTreatment(t *testing.T, extra string) (Result, string, error) {
 	t.Helper()
 	db := filepath.Join(t.TempDir(), "a.db")
 	res, err := Run(context.Background(), Options{Spec: testSpec(t, extra), DBPath: db, Logger: quietLogger(),
@@ -22,13 +22,13 @@ func leakyTreatment(t *testing.T, extra string) (Result, error, string) {
 			e.leak = arm == "treatment"
 			return e
 		})})
-	return res, err, db
+	return res, db, err
 }
 
 func TestAPluginCannotSpeakForABuiltinDetector(t *testing.T) {
 	t.Parallel()
 	plugin := hostileplugin.Path(t, hostileplugin.ClaimsBuiltin)
-	res, err, db := leakyTreatment(t, "detectors: [dsml-leak, \"plugin:"+plugin+"\"]\n")
+	res, db, err := leakyTreatment(t, "detectors: [dsml-leak, \"plugin:"+plugin+"\"]\n")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestAPluginCannotSpeakForABuiltinDetector(t *testing.T) {
 func TestAPluginNamedLikeABuiltinIsRefused(t *testing.T) {
 	t.Parallel()
 	plugin := hostileplugin.Path(t, hostileplugin.NamedBuiltin)
-	_, err, _ := leakyTreatment(t, "detectors: [dsml-leak, \"plugin:"+plugin+"\"]\n")
+	_, _, err := leakyTreatment(t, "detectors: [dsml-leak, \"plugin:"+plugin+"\"]\n")
 	if err == nil || !strings.Contains(err.Error(), "reserved") {
 		t.Fatalf("err = %v; want the built-in's name refused as reserved", err)
 	}
@@ -92,7 +92,7 @@ func detectorRuns(t *testing.T, db string) map[string]store.DetectorRun {
 func TestASlowDetectorWedgesNoEngine(t *testing.T) {
 	t.Parallel()
 	plugin := hostileplugin.Path(t, hostileplugin.Slow+"-3000")
-	res, err, db := leakyTreatment(t, "detectors: [dsml-leak, \"plugin:"+plugin+"\"]\n"+
+	res, db, err := leakyTreatment(t, "detectors: [dsml-leak, \"plugin:"+plugin+"\"]\n"+
 		"timeouts: {startup: 5s, request: 5s, stall: 2s}\n")
 	if err != nil {
 		t.Fatal(err)
@@ -112,7 +112,7 @@ func TestASlowDetectorWedgesNoEngine(t *testing.T) {
 func TestAHungDetectorIsTheDetectorsFailure(t *testing.T) {
 	t.Parallel()
 	plugin := hostileplugin.Path(t, hostileplugin.Hangs)
-	res, err, db := leakyTreatment(t, "detectors: [dsml-leak, \"plugin:"+plugin+"\"]\n"+
+	res, db, err := leakyTreatment(t, "detectors: [dsml-leak, \"plugin:"+plugin+"\"]\n"+
 		"timeouts: {startup: 5s, request: 5s, stall: 2s, detector: 1s}\n")
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +149,7 @@ func TestAHungDetectorIsTheDetectorsFailure(t *testing.T) {
 func TestACrashedDetectorIsNamedAndGated(t *testing.T) {
 	t.Parallel()
 	plugin := hostileplugin.Path(t, hostileplugin.Crashes+"-3")
-	res, err, db := leakyTreatment(t, "detectors: [dsml-leak, \"plugin:"+plugin+"\"]\n")
+	res, db, err := leakyTreatment(t, "detectors: [dsml-leak, \"plugin:"+plugin+"\"]\n")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,9 +50,3 @@ var transport = func() *http.Transport {
 func Client(timeout time.Duration) *http.Client {
 	return &http.Client{Transport: transport, CheckRedirect: CheckRedirect, Timeout: timeout}
 }
-
-// Apply puts c under the policy (its CheckRedirect) and returns it.
-func Apply(c *http.Client) *http.Client {
-	c.CheckRedirect = CheckRedirect
-	return c
-}
