@@ -87,6 +87,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzTraceReader$$' -fuzztime $(FUZZTIME) ./workload
 	$(GO) test -run '^$$' -fuzz '^FuzzRedactRaw$$' -fuzztime $(FUZZTIME) ./workload
 	$(GO) test -run '^$$' -fuzz '^FuzzDSMLLeak$$' -fuzztime $(FUZZTIME) ./plugins/detectors
+	$(GO) test -run '^$$' -fuzz '^FuzzText$$' -fuzztime $(FUZZTIME) ./internal/inert
 	$(GO) test -run '^$$' -fuzz '^FuzzToolcallSchema$$' -fuzztime $(FUZZTIME) ./plugins/detectors
 	$(GO) test -run '^$$' -fuzz '^FuzzParseStatsCount$$' -fuzztime $(FUZZTIME) ./cmd/arbiter
 	$(GO) test -run '^$$' -fuzz '^FuzzTerminalSafe$$' -fuzztime $(FUZZTIME) ./cmd/arbiter

@@ -27,6 +27,8 @@ const (
 	DefaultStartupTimeout = 30 * time.Minute
 	DefaultRequestTimeout = 10 * time.Minute
 	DefaultStallTimeout   = 120 * time.Second
+	// DefaultDetectorTimeout bounds one detector's judgement of one response.
+	DefaultDetectorTimeout = 60 * time.Second
 )
 
 // DefaultMaxLoss is analysis.max_loss when the spec leaves it out (store.DefaultMaxLoss is
@@ -1383,7 +1385,7 @@ func (d *decoder) decodePlan(e entry) {
 
 func (d *decoder) decodeTimeouts(e entry) {
 	t := &d.spec.Timeouts
-	d.fields(e.val, e.path, []string{"startup", "request", "stall"}, func(f entry) {
+	d.fields(e.val, e.path, []string{"startup", "request", "stall", "detector"}, func(f entry) {
 		v, ok := d.duration(f)
 		if !ok {
 			return
@@ -1395,6 +1397,8 @@ func (d *decoder) decodeTimeouts(e entry) {
 			t.Request = v
 		case "stall":
 			t.Stall = v
+		case "detector":
+			t.Detector = v
 		}
 	})
 }
@@ -1490,6 +1494,9 @@ func (d *decoder) crossCheck(seen map[string]entry) {
 	}
 	if t.Stall == 0 {
 		t.Stall = DefaultStallTimeout
+	}
+	if t.Detector == 0 {
+		t.Detector = DefaultDetectorTimeout
 	}
 }
 

@@ -126,7 +126,7 @@ func TestDefaults(t *testing.T) {
 	if s.Analysis.Alpha != 0.05 || s.Analysis.Unit != "session" || s.Analysis.Baseline != "control" {
 		t.Errorf("analysis %+v", s.Analysis)
 	}
-	if s.Timeouts != (Timeouts{Startup: 30 * time.Minute, Request: 10 * time.Minute, Stall: 120 * time.Second}) {
+	if s.Timeouts != (Timeouts{Startup: 30 * time.Minute, Request: 10 * time.Minute, Stall: 120 * time.Second, Detector: 60 * time.Second}) {
 		t.Errorf("timeouts %+v", s.Timeouts)
 	}
 	if s.Workload.Kind != "toolcall-agent" || s.Workload.Concurrency != 4 {
@@ -190,6 +190,7 @@ func TestRejections(t *testing.T) {
 		{"arg as number", strings.Replace(specWith(twoArms), "preset: refserve", "preset: refserve\n  args: [--tp, 8]", 1), "engine.args.1", `write "8"`},
 		{"duration as number", specWith(twoArms + "timeouts: {stall: 120}\n"), "timeouts.stall", "duration such as"},
 		{"negative duration", specWith(twoArms + "timeouts: {stall: -5s}\n"), "timeouts.stall", "positive duration"},
+		{"negative detector timeout", specWith(twoArms + "timeouts: {detector: -1s}\n"), "timeouts.detector", "positive duration"},
 		{"version 2", strings.Replace(specWith(twoArms), "version: 1", "version: 2", 1), "version", "version 1"},
 		{"version string", strings.Replace(specWith(twoArms), "version: 1", "version: \"1\"", 1), "version", "must be 1"},
 		{"custom without command", strings.Replace(specWith(twoArms), "refserve", "custom", 1), "engine.command", "needs a command"},
@@ -324,5 +325,15 @@ func BenchmarkParse(b *testing.B) {
 		if _, err := Parse("spec.yaml", data); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestDetectorTimeout(t *testing.T) {
+	s, err := Parse("spec.yaml", []byte(specWith(twoArms+"timeouts: {detector: 5s}\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Timeouts.Detector != 5*time.Second {
+		t.Errorf("timeouts.detector = %v, want 5s", s.Timeouts.Detector)
 	}
 }

@@ -256,6 +256,10 @@ type Timeouts struct {
 	Startup time.Duration // default 30m
 	Request time.Duration // default 10m
 	Stall   time.Duration // default 120s
+	// Detector bounds one detector's judgement of one response (default 60s); a detector
+	// that runs past it leaves the response unjudged by it, and is not asked again in
+	// that launch.
+	Detector time.Duration
 }
 
 // Arm is one expanded arm, ready to launch.

@@ -140,7 +140,7 @@ func TestQuickstartExample(t *testing.T) {
 	if a.Unit != "session" || a.Alpha != 0.05 || a.Baseline != "control" || a.AA {
 		t.Errorf("analysis %+v", a)
 	}
-	if spec.Timeouts != (Timeouts{Startup: 60 * time.Second, Request: 120 * time.Second, Stall: 30 * time.Second}) {
+	if spec.Timeouts != (Timeouts{Startup: 60 * time.Second, Request: 120 * time.Second, Stall: 30 * time.Second, Detector: 60 * time.Second}) {
 		t.Errorf("timeouts %+v", spec.Timeouts)
 	}
 	arms, err := spec.Expand()

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/internal/enginehttp"
+	"github.com/arbiterlab/arbiter/internal/inert"
 	"github.com/arbiterlab/arbiter/openai"
 	"github.com/arbiterlab/arbiter/orchestrator/runtime"
 	"github.com/arbiterlab/arbiter/store"
@@ -160,7 +162,7 @@ func (e *experiment) runArm(ctx context.Context, ai, b int, at placement, bar *b
 		}
 		stop()
 		status := store.RunFailed
-		if errors.Is(err, ErrPinsNotHeld) {
+		if errors.Is(err, ErrPinsNotHeld) || errors.Is(err, ErrPinsUncheckable) {
 			status = store.RunRefused
 		}
 		if lp != nil {
@@ -233,7 +235,7 @@ func (e *experiment) drive(ctx context.Context, inst runtime.Instance, preset ar
 	w := e.store.NewWriter(store.WriterOptions{})
 	dog := newWatchdog(e.spec.Timeouts, e.spec.Workload)
 	tracker := &sessionTracker{e: e, w: w, runID: runID, armID: e.armIDs[ai], arm: arm.Name, block: b,
-		firstBad: map[int]int{}, ended: dog.turn}
+		firstBad: map[int]int{}, ended: dog.turn, hold: dog.hold}
 
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -252,7 +254,11 @@ func (e *experiment) drive(ctx context.Context, inst runtime.Instance, preset ar
 	finishScrape, phaseEnded := e.scrapeServerMetrics(wctx, inst.Endpoint(), preset, runID, e.armIDs[ai])
 	tracker.phaseEnded = phaseEnded
 	runErr := workload.Run(wctx, cfg, inst.Endpoint(), tracker)
+	dog.freeze() // the engine's part is over; labelling its last turns is the detectors'
 	tracker.drain()
+	if err := e.store.RecordDetectorRuns(context.WithoutCancel(ctx), tracker.detectorRuns()); err != nil {
+		e.log.Warn("could not record how the detectors fared", "err", err)
+	}
 	finishScrape()
 	if context.Cause(wctx) == nil && endedByItself(ctx, inst) {
 		// An engine whose end is polled for may have ended under the workload's last
@@ -309,7 +315,7 @@ func (e *experiment) waitReady(ctx context.Context, inst runtime.Instance, prese
 		maxInterval = 250 * time.Millisecond
 	}
 	interval := min(2*time.Millisecond, maxInterval)
-	client := &http.Client{Timeout: 30 * time.Second}
+	client := enginehttp.Client(30 * time.Second)
 	base := inst.Endpoint()
 	healthPath := preset.HealthPath
 	if healthPath == "" {
@@ -360,13 +366,17 @@ func (e *experiment) waitReady(ctx context.Context, inst runtime.Instance, prese
 	var cc openai.ChatCompletion
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return "", fmt.Errorf("readiness generation: HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(b))
+		return "", fmt.Errorf("readiness generation: HTTP %d: %s", resp.StatusCode, inert.Text(string(bytes.TrimSpace(b)), 512))
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&cc); err != nil || len(cc.Choices) == 0 {
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxProbeAnswer)).Decode(&cc); err != nil || len(cc.Choices) == 0 {
 		return "", fmt.Errorf("readiness generation: no completion in the response (%v)", err)
 	}
 	return model, nil
 }
+
+// maxProbeAnswer bounds what readiness reads of an engine's answer (a one-token
+// generation, the model list): an engine that answers without end is not read to its end.
+const maxProbeAnswer = 4 << 20
 
 func probeOK(ctx context.Context, client *http.Client, method, url string, body []byte) bool {
 	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
@@ -393,7 +403,7 @@ func firstModel(ctx context.Context, client *http.Client, base string) (string, 
 	}
 	defer resp.Body.Close()
 	var ml openai.ModelList
-	if err := json.NewDecoder(resp.Body).Decode(&ml); err != nil || len(ml.Data) == 0 {
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxProbeAnswer)).Decode(&ml); err != nil || len(ml.Data) == 0 {
 		return "", fmt.Errorf("list models: the engine lists no model at /v1/models")
 	}
 	return ml.Data[0].ID, nil

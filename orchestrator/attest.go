@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -18,6 +17,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/internal/enginehttp"
+	"github.com/arbiterlab/arbiter/internal/inert"
 	"github.com/arbiterlab/arbiter/orchestrator/runtime"
 	"github.com/arbiterlab/arbiter/store"
 )
@@ -147,7 +148,7 @@ func observe(ctx context.Context, base string, preset arms.Preset, logPath strin
 			o.metricsWhy = "the engine serves no metrics"
 		} else {
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			fams, err := fetchMetrics(cctx, http.DefaultClient, strings.TrimRight(base, "/")+preset.MetricsPath)
+			fams, err := fetchMetrics(cctx, enginehttp.Client(0), strings.TrimRight(base, "/")+preset.MetricsPath)
 			cancel()
 			if err != nil {
 				o.metricsWhy = "its metrics could not be read: " + err.Error()
@@ -208,7 +209,12 @@ func attest(preset arms.Preset, g arms.Grammar, pins, common arms.Pins, o observ
 			return
 		}
 		r.Source = rule.Source()
-		out = append(out, r.judge(rule, o))
+		r = r.judge(rule, o)
+		// What the engine reported is the engine's text: judged whole, then kept and
+		// shown inert and bounded (a 2.7 MB value is not printed whole).
+		r.Got = inert.Text(r.Got, maxReportedBytes)
+		r.Evidence = inert.Text(r.Evidence, 2*maxReportedBytes)
+		out = append(out, r)
 	}
 	for _, k := range slices.Sorted(maps.Keys(pins.Env)) {
 		add(k, pins.Env[k], false, false, false)
@@ -415,6 +421,9 @@ func reportedJSON(v any) string {
 // rules look for: the engine wrote it before it answered the readiness generation, but
 // the runtime copies the log to its file a moment later.
 const attestLogWait = 5 * time.Second
+
+// maxReportedBytes bounds a value an engine reports for a pin, as stored and shown.
+const maxReportedBytes = 256
 
 // errEndedUnderCheck: the engine ended by itself while its pins were being checked.
 var errEndedUnderCheck = errors.New("the engine ended while its pins were checked")

@@ -131,3 +131,27 @@ func FuzzAttest(f *testing.F) {
 		}
 	})
 }
+
+// What an engine reports for a pin is kept and shown inert and bounded: a 2.7 MB value
+// full of terminal escapes is neither stored nor printed whole.
+func TestAReportedValueIsBoundedAndInert(t *testing.T) {
+	t.Parallel()
+	p := arms.PresetFor("ollama")
+	p.Attest = append(p.Attest, arms.AttestRule{Pin: "X", Log: regexp.MustCompile(`x=(?P<value>.*)`)})
+	huge := "\x1b]0;owned\x07\x1b[2J" + strings.Repeat("v", 2700000)
+	rs := attest(p, p.Grammar, arms.Pins{Env: map[string]string{"X": "7"}}, arms.Pins{}, observation{log: []byte("x=" + huge + "\n")})
+	var x *PinResult
+	for i := range rs {
+		if rs[i].Pin == "X" {
+			x = &rs[i]
+		}
+	}
+	if x == nil || x.Status != store.PinNotInEffect {
+		t.Fatalf("results %+v", rs)
+	}
+	for _, s := range []string{x.Got, x.Evidence, newPinCheck(rs).Mismatched[0]} {
+		if len(s) > 2*maxReportedBytes+64 || strings.ContainsAny(s, "\x1b\x07") {
+			t.Errorf("%d bytes kept or shown, escapes in them: %v", len(s), strings.ContainsAny(s, "\x1b\x07"))
+		}
+	}
+}

@@ -117,7 +117,8 @@ func claimGPUs(ctx context.Context, dir, scope, gpus, holder string, log *slog.L
 		return nil, err
 	}
 	sortDevices(ids)
-	if err := machinelock.Dir(dir); err != nil {
+	dir, err = machinelock.SharedDir(dir)
+	if err != nil {
 		return nil, fmt.Errorf("claim GPUs: %w", err)
 	}
 	for _, id := range ids {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/gguf"
+	"github.com/arbiterlab/arbiter/internal/enginehttp"
 )
 
 // A preset whose engine keeps models (ollama) gets the spec's engine.model in every
@@ -121,7 +122,7 @@ func (e *experiment) prepareModel(ctx context.Context, base string, preset arms.
 	if err != nil {
 		return err
 	}
-	client := &http.Client{Timeout: 10 * time.Minute}
+	client := enginehttp.Client(10 * time.Minute)
 	base = strings.TrimRight(base, "/")
 	if err := uploadBlob(ctx, client, base, path, digest); err != nil {
 		return fmt.Errorf("model %s: %w", m.Name, err)

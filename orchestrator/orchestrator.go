@@ -22,6 +22,7 @@ import (
 	"unsafe"
 
 	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/internal/inert"
 	"github.com/arbiterlab/arbiter/internal/version"
 	"github.com/arbiterlab/arbiter/orchestrator/runtime"
 	"github.com/arbiterlab/arbiter/plugins"
@@ -526,25 +527,11 @@ func designJSON(spec *arms.Spec, unverified []string) string {
 }
 
 func resolveDetectors(ctx context.Context, names []string) ([]plugins.Detector, func(), error) {
-	var ds []plugins.Detector
-	var closers []func()
-	closeAll := func() {
-		for _, c := range closers {
-			c()
-		}
+	ds, release, err := detectors.ResolveAll(ctx, names)
+	if err != nil {
+		return nil, func() {}, err
 	}
-	for _, n := range names {
-		d, closeFn, err := detectors.Resolve(ctx, n)
-		if err != nil {
-			closeAll()
-			return nil, func() {}, fmt.Errorf("detector %s: %w", n, err)
-		}
-		ds = append(ds, d)
-		if closeFn != nil {
-			closers = append(closers, closeFn)
-		}
-	}
-	return ds, closeAll, nil
+	return ds, release, nil
 }
 
 type experiment struct {
@@ -752,21 +739,40 @@ type sessionTracker struct {
 	completed armCounts // the sessions the analysis counts (store.Analysed)
 
 	// Turns are labelled and stored by a few workers, off the sessions' goroutines,
-	// so that a detector's CPU time never sits between a response and the session's
-	// next request. The queue is short: a session whose turns wait blocks, which
-	// bounds the turns held in memory. pending counts each session's turns not yet
+	// so that a detector's time never sits between a response and the session's next
+	// request. The queue is bounded: a session whose turn finds it full waits, which
+	// bounds the turns held in memory, and tells the watchdog (hold) that it waits on
+	// the detectors, not on the engine. pending counts each session's turns not yet
 	// labelled (guarded by mu); its SessionDone waits for them.
 	startPool sync.Once
 	jobs      chan labelJob
 	workers   sync.WaitGroup
 	pending   map[int]*sync.WaitGroup
+	// hold, if set, hears that the workload waits on the labelling (+1) or no longer
+	// (-1): the watchdog does not count that time as the engine's silence.
+	hold func(delta int)
+	// health is how each detector fares in this launch, and givenUp the detectors that
+	// ran past their time in it (guarded by mu).
+	health  map[string]*store.DetectorRun
+	givenUp map[string]bool
+}
+
+// labelQueue is how many turns may wait for their labels before a session waits.
+func labelQueue(w arms.Workload) int {
+	return min(max(4*w.Concurrency, 4*goruntime.GOMAXPROCS(0), 16), 1024)
 }
 
 func (t *sessionTracker) Turn(turn workload.Turn) {
+	// The engine answered: that is the engine's progress, whatever the detectors take.
 	t.ended(turn.Failure, turn.Err)
+	if lp, ok := t.e.opts.Progress.(LaunchProgress); ok && turn.Err == "" {
+		lp.TurnDone(t.arm, t.block, turn.CompletionTokens)
+	}
 	t.startPool.Do(func() {
-		n := goruntime.GOMAXPROCS(0)
-		t.jobs = make(chan labelJob, n)
+		// A plugin's time is mostly waiting on its process: more workers than cores let
+		// a slow one judge several turns at once.
+		n := max(goruntime.GOMAXPROCS(0), min(t.e.spec.Workload.Concurrency, 16))
+		t.jobs = make(chan labelJob, labelQueue(t.e.spec.Workload))
 		for range n {
 			t.workers.Go(func() {
 				for j := range t.jobs {
@@ -787,7 +793,19 @@ func (t *sessionTracker) Turn(turn workload.Turn) {
 	}
 	wg.Add(1)
 	t.mu.Unlock()
-	t.jobs <- labelJob{turn, wg}
+	select {
+	case t.jobs <- labelJob{turn, wg}:
+	default:
+		t.held(1)
+		t.jobs <- labelJob{turn, wg}
+		t.held(-1)
+	}
+}
+
+func (t *sessionTracker) held(delta int) {
+	if t.hold != nil {
+		t.hold(delta)
+	}
 }
 
 // labelJob is a turn to label and its session's count of turns pending.
@@ -805,16 +823,93 @@ func (t *sessionTracker) drain() {
 	}
 }
 
+// detectorRuns is how each detector fared in the launch, for the store.
+func (t *sessionTracker) detectorRuns() []store.DetectorRun {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []store.DetectorRun
+	for _, d := range t.e.detectors {
+		if r := t.health[d.Name()]; r != nil {
+			out = append(out, *r)
+		}
+	}
+	return out
+}
+
+// judging returns the detectors to ask about the next response: those that have not run
+// past their time in this launch. A detector that hangs is given up once, not waited on
+// for every turn; the responses it is not asked about count as skipped.
+func (t *sessionTracker) judging() []plugins.Detector {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.health == nil {
+		t.health = map[string]*store.DetectorRun{}
+	}
+	ds := make([]plugins.Detector, 0, len(t.e.detectors))
+	for _, d := range t.e.detectors {
+		if detectors.IsCrossArm(d.Name()) {
+			continue
+		}
+		h := t.health[d.Name()]
+		if h == nil {
+			h = &store.DetectorRun{ExperimentID: t.e.id, RunID: t.runID, Detector: d.Name()}
+			t.health[d.Name()] = h
+		}
+		if t.givenUp[d.Name()] {
+			h.Skipped++
+			continue
+		}
+		ds = append(ds, d)
+	}
+	return ds
+}
+
+// judged records what the detectors said of one response.
+func (t *sessionTracker) judged(out []detectors.Outcome) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, o := range out {
+		h := t.health[o.Detector]
+		if o.Err == nil {
+			h.Judged++
+			continue
+		}
+		h.Failed++
+		why := inert.Text(o.Err.Error(), detectors.MaxReasonBytes)
+		if errors.Is(o.Err, context.DeadlineExceeded) && !t.givenUp[o.Detector] {
+			if t.givenUp == nil {
+				t.givenUp = map[string]bool{}
+			}
+			t.givenUp[o.Detector] = true
+			why = fmt.Sprintf("ran past timeouts.detector (%v) and was not asked again in the launch: %s", t.e.spec.Timeouts.Detector, why)
+			if h.Error != "" {
+				why = h.Error + "; then it " + why
+			}
+			h.Error = why
+		}
+		if h.Error == "" {
+			h.Error = why
+		}
+	}
+}
+
 // label runs the detectors on a turn and queues its row.
 func (t *sessionTracker) label(turn workload.Turn) {
-	// A detector gets as long as a request; one that hangs must not stall the session.
-	ctx, cancel := context.WithTimeout(context.Background(), t.e.spec.Timeouts.Request)
-	labels, corrupted, err := detectors.Label(ctx, t.e.detectors, plugins.Response{Completion: turn.Response, Tools: turn.Tools, ToolChoice: turn.ToolChoice})
-	cancel()
-	if err != nil {
-		// The turn keeps the labels that were given; the verdict reports how many
-		// responses each detector judged.
-		t.e.log.Warn("detector failed", "arm", t.arm, "session", turn.Session, "turn", turn.Index, "err", err)
+	out := detectors.Judge(context.Background(), t.judging(),
+		plugins.Response{Completion: turn.Response, Tools: turn.Tools, ToolChoice: turn.ToolChoice}, t.e.spec.Timeouts.Detector)
+	t.judged(out)
+	var labels []plugins.Label
+	corrupted := false
+	for _, o := range out {
+		if o.Err != nil {
+			// The turn keeps the labels that were given; the verdict reports how many
+			// responses each detector judged, failed on and skipped.
+			t.e.log.Warn("detector failed", "arm", t.arm, "session", turn.Session, "turn", turn.Index, "detector", o.Detector,
+				"err", inert.Text(o.Err.Error(), detectors.MaxReasonBytes))
+			continue
+		}
+		labels = append(labels, o.Label)
+		corrupted = corrupted || o.Label.Corrupted
 	}
 	row := store.Turn{
 		ExperimentID: t.e.id, RunID: t.runID, ArmID: t.armID, Session: turn.Session, Index: turn.Index,
@@ -862,9 +957,6 @@ func (t *sessionTracker) label(turn workload.Turn) {
 		t.mu.Unlock()
 	}
 	t.w.Turn(row)
-	if lp, ok := t.e.opts.Progress.(LaunchProgress); ok && turn.Err == "" {
-		lp.TurnDone(t.arm, t.block, turn.CompletionTokens)
-	}
 }
 
 func (t *sessionTracker) SessionDone(s workload.SessionResult) {
@@ -873,7 +965,11 @@ func (t *sessionTracker) SessionDone(s workload.SessionResult) {
 	delete(t.pending, s.Session)
 	t.mu.Unlock()
 	if wg != nil {
-		wg.Wait() // its turns are labelled: whether it was corrupted is known
+		// Its turns are labelled: whether it was corrupted is known. The session's
+		// slot waits on the detectors meanwhile, not on the engine.
+		t.held(1)
+		wg.Wait()
+		t.held(-1)
 	}
 	t.mu.Lock()
 	first, corrupted := t.firstBad[s.Session]

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,8 +42,10 @@ type engine struct {
 	// failChat, when set, answers every chat request with HTTP 500 and this body.
 	failChat string
 	// leak makes every streamed answer carry DSML tool-call markup in content.
-	leak    bool
-	stopped atomic.Bool
+	leak bool
+	// serverInfoAt, when set, is where /get_server_info redirects.
+	serverInfoAt string
+	stopped      atomic.Bool
 	// lost, when set, is what Exit says when the engine ends on its own: its runtime
 	// lost track of it (a node gone), not a crash.
 	lost string
@@ -64,6 +67,10 @@ func newEngine(t *testing.T, onChat func(n int64, e *engine, r *http.Request) bo
 		io.WriteString(w, `{"object":"list","data":[{"id":"fake","object":"model"}]}`)
 	})
 	mux.HandleFunc("GET /get_server_info", func(w http.ResponseWriter, r *http.Request) {
+		if e.serverInfoAt != "" {
+			http.Redirect(w, r, e.serverInfoAt, http.StatusTemporaryRedirect)
+			return
+		}
 		io.WriteString(w, `{"engine":"fake"}`)
 	})
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
@@ -182,7 +189,16 @@ arms:
 workload: {kind: toolcall-agent, sessions: 6, rounds: 2, concurrency: 3, seed: 1}
 detectors: [dsml-leak]
 timeouts: {startup: 5s, request: 5s, stall: 2s}
-` + extra
+`
+	// extra may replace a line of its own (detectors, timeouts) instead of adding one.
+	for _, key := range []string{"detectors:", "timeouts:"} {
+		if strings.Contains(extra, "\n"+key) || strings.HasPrefix(extra, key) {
+			lines := strings.Split(src, "\n")
+			lines = slices.DeleteFunc(lines, func(l string) bool { return strings.HasPrefix(l, key) })
+			src = strings.Join(lines, "\n")
+		}
+	}
+	src += extra
 	s, err := arms.Parse("test.yaml", []byte(src))
 	if err != nil {
 		t.Fatal(err)

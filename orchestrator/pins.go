@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/internal/enginehttp"
 )
 
 // An arm that already runs (runtime kind external) is what its engine's
@@ -78,7 +79,7 @@ func fetchServerInfoAt(ctx context.Context, u string) ([]byte, error) {
 	if err != nil {
 		return nil, errors.New("not a URL")
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := enginehttp.Client(0).Do(req)
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {

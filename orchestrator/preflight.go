@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/internal/enginehttp"
 	"github.com/arbiterlab/arbiter/orchestrator/runtime"
 )
 
@@ -300,7 +301,7 @@ func httpGet(ctx context.Context, url string) (int, []byte, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := enginehttp.Client(0).Do(req)
 	if err != nil {
 		var ue *neturl.Error
 		if errors.As(err, &ue) {

@@ -98,6 +98,17 @@ func resumable(ctx context.Context, st *store.Store, id int64, spec *arms.Spec, 
 		if r.SupersededBy.Valid {
 			continue
 		}
+		if r.Status == store.RunRefused {
+			// A refusal is the experiment's answer, not an accident to run again: the
+			// engine did not run as the spec pins it, and a resume would launch the
+			// same engine and judge it as if it had.
+			why := ""
+			if r.Error.Valid {
+				why = " (" + r.Error.String + ")"
+			}
+			return nil, nil, fmt.Errorf("experiment %d was refused: launch %s/b%d's engine did not run as pinned%s; fix the engine or the pins and start a new experiment with arbiter run: %w",
+				id, rows[index[r.ArmID]].Name, r.Block, why, ErrPinsNotHeld)
+		}
 		p := priorRun{id: r.ID, done: r.Status == store.RunDone}
 		if p.done {
 			// A kept launch counts toward the sequential looks as the verdict counts it.

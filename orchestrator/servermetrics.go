@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/internal/enginehttp"
 	"github.com/arbiterlab/arbiter/store"
 )
 
@@ -388,7 +389,7 @@ func (e *experiment) scrapeServerMetrics(ctx context.Context, endpoint string, p
 	if interval == 0 {
 		interval = 2 * time.Second
 	}
-	m := &metricsScraper{url: endpoint + preset.MetricsPath, client: &http.Client{Timeout: 10 * time.Second}, start: time.Now(),
+	m := &metricsScraper{url: endpoint + preset.MetricsPath, client: enginehttp.Client(10 * time.Second), start: time.Now(),
 		log: e.log.With("run", runID), phase: make(chan struct{}, 1),
 		record: func(ctx context.Context, elapsedMS float64, samples []store.MetricSample) error {
 			return e.store.AddServerMetrics(ctx, e.id, runID, armID, elapsedMS, samples)

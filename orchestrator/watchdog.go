@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/arbiterlab/arbiter/internal/enginehttp"
 	"github.com/arbiterlab/arbiter/store"
 	"net/http"
 	"sync"
@@ -44,6 +45,12 @@ type watchdog struct {
 	streakLimit int
 
 	last atomic.Int64 // unix nanoseconds of the last progress: a completed turn or a token
+	// held counts the sessions (and the end of the workload) waiting on the detectors
+	// rather than on the engine: while any does, the engine's silence is not its own.
+	held atomic.Int64
+	// frozen, once set (unix nanoseconds), is when the workload ended: the engine's
+	// silence is measured up to then, however long its last turns take to label.
+	frozen atomic.Int64
 
 	mu      sync.Mutex
 	streak  map[workload.Failure]int // failed turns since the last completed one, by kind
@@ -64,6 +71,17 @@ func newWatchdog(t arms.Timeouts, w arms.Workload) *watchdog {
 	d.last.Store(time.Now().UnixNano())
 	return d
 }
+
+// hold hears that the workload waits on the labelling (+1), or no longer (-1). Leaving a
+// hold counts as progress: the engine is timed from when it was given work again.
+func (d *watchdog) hold(delta int) {
+	d.held.Add(int64(delta))
+	d.last.Store(time.Now().UnixNano())
+}
+
+// freeze stops the clock of the engine's silence where it is: the workload has ended, and
+// what follows (labelling its last turns) is not the engine's.
+func (d *watchdog) freeze() { d.frozen.CompareAndSwap(0, time.Now().UnixNano()) }
 
 // token hears generated text arrive: progress, though no turn completed yet.
 func (d *watchdog) token() { d.last.Store(time.Now().UnixNano()) }
@@ -102,6 +120,11 @@ func (d *watchdog) decide(now time.Time, final bool) *stopCause {
 	n := 0
 	for _, c := range d.streak {
 		n += c
+	}
+	if f := d.frozen.Load(); f != 0 {
+		now = time.Unix(0, f)
+	} else if d.held.Load() > 0 {
+		d.last.Store(now.UnixNano())
 	}
 	idle := now.Sub(time.Unix(0, d.last.Load()))
 	if n >= d.streakLimit {
@@ -213,7 +236,7 @@ func (e *experiment) explain(ctx context.Context, inst runtime.Instance, preset 
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, inst.Endpoint()+path, nil)
 	if err == nil {
 		var resp *http.Response
-		if resp, err = http.DefaultClient.Do(req); err == nil {
+		if resp, err = enginehttp.Client(0).Do(req); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode != http.StatusOK {
 				note = fmt.Sprintf("%s answers %d", path, resp.StatusCode)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -31,6 +32,30 @@ const DetectorPluginName = "detector"
 
 // nameTimeout bounds the Name call made when a plugin is dispensed.
 const nameTimeout = 30 * time.Second
+
+// MaxAnswerBytes bounds one answer of a plugin, as gRPC receives it: a label is a name, a
+// flag and a few words, and an answer larger than this is refused before it is decoded.
+const MaxAnswerBytes = 64 << 10
+
+// maxNameBytes bounds a plugin's name, which every label of it carries.
+const maxNameBytes = 64
+
+// CheckName says whether a plugin's name can be one: 1 to 64 letters, digits, '.', '_' or
+// '-', so that it reads the same in a database, a terminal and a verdict.
+func CheckName(name string) error {
+	if name == "" {
+		return errors.New("the plugin returned an empty name")
+	}
+	if len(name) > maxNameBytes {
+		return fmt.Errorf("the plugin's name is %d bytes, over the limit of %d", len(name), maxNameBytes)
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return fmt.Errorf("the plugin's name %q holds %q: a name is letters, digits, '.', '_' and '-'", name, r)
+		}
+	}
+	return nil
+}
 
 // DetectorPlugin carries a Detector over gRPC. The plugin side sets Impl; the host side
 // leaves it nil and gets a Detector back from Dispense.
@@ -61,8 +86,8 @@ func (p *DetectorPlugin) GRPCClient(ctx context.Context, _ *plugin.GRPCBroker, c
 	if err != nil {
 		return nil, fmt.Errorf("plugin detector: name: %w", rpcError(err))
 	}
-	if resp.GetName() == "" {
-		return nil, errors.New("plugin detector: name: the plugin returned an empty name")
+	if err := CheckName(resp.GetName()); err != nil {
+		return nil, fmt.Errorf("plugin detector: name: %w", err)
 	}
 	return &remoteDetector{name: resp.GetName(), client: client}, nil
 }
@@ -122,15 +147,13 @@ func (d *remoteDetector) Detect(ctx context.Context, r Response) (Label, error) 
 			return Label{}, fmt.Errorf("plugin detector %s: encode tools: %w", d.name, err)
 		}
 	}
-	resp, err := d.client.Detect(ctx, req)
+	resp, err := d.client.Detect(ctx, req, grpc.MaxCallRecvMsgSize(MaxAnswerBytes))
 	if err != nil {
 		return Label{}, fmt.Errorf("plugin detector %s: %w", d.name, rpcError(err))
 	}
-	l := Label{Detector: resp.GetDetector(), Corrupted: resp.GetCorrupted(), Reason: resp.GetReason()}
-	if l.Detector == "" {
-		l.Detector = d.name
-	}
-	return l, nil
+	// The label is the plugin's, whatever detector it claims to speak for: a plugin must
+	// not be able to write, or erase, another detector's findings.
+	return Label{Detector: d.name, Corrupted: resp.GetCorrupted(), Reason: resp.GetReason()}, nil
 }
 
 // rpcError turns a gRPC status back into the plugin's own message where there is one, and
@@ -173,13 +196,16 @@ func Launch(ctx context.Context, path string) (Detector, func(), error) {
 		return nil, nil, fmt.Errorf("plugin %s: %w", path, err)
 	}
 	o := outputOf(ctx)
-	out := &lineRedactor{w: o.W, redact: o.Redact}
+	// What the plugin writes to its standard error comes two ways: before it serves, from
+	// its process; once it serves, forwarded by go-plugin over gRPC (SyncStderr).
+	out, synced := newLineRedactors(o, "detector plugin "+filepath.Base(path))
 	cfg := &plugin.ClientConfig{
 		HandshakeConfig:  Handshake,
 		Plugins:          plugin.PluginSet{DetectorPluginName: &DetectorPlugin{}},
 		Cmd:              exec.Command(path),
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		Stderr:           out,
+		SyncStderr:       synced,
 		// go-plugin traces every step by default; arbiter's stderr wants problems only.
 		// The lines it logs of the plugin's own go through the same redactor.
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "plugin", Level: hclog.Warn, Output: out}),
@@ -193,6 +219,7 @@ func Launch(ctx context.Context, path string) (Detector, func(), error) {
 		once.Do(func() {
 			client.Kill()
 			out.Flush()
+			synced.Flush()
 		})
 	}
 	rpc, err := client.Client()

@@ -5,7 +5,11 @@ import (
 	"context"
 	"io"
 	"os"
+	"strings"
 	"sync"
+	"sync/atomic"
+
+	"github.com/arbiterlab/arbiter/internal/inert"
 )
 
 // A plugin inherits arbiter's environment, secrets included, and what it writes to its
@@ -45,6 +49,13 @@ func outputOf(ctx context.Context) Output {
 // secret split across the cut is the redactor's to find in each part.
 const maxPluginLine = 64 << 10
 
+// maxShownLine is the most of one line of a plugin's that reaches arbiter's standard error.
+const maxShownLine = 4 << 10
+
+// MaxPluginOutput is the most a plugin may write to arbiter's standard error over its life;
+// one line says when the rest was dropped.
+const MaxPluginOutput = 1 << 20
+
 // lineRedactor passes whole lines of what is written to it through redact to w; Flush
 // passes the rest.
 type lineRedactor struct {
@@ -52,6 +63,24 @@ type lineRedactor struct {
 	w      io.Writer
 	redact func(string) string
 	buf    []byte
+	// name, when set, starts every line passed on, so that a reader knows whose it is.
+	name string
+	// dropLogs drops the structured (JSON) lines go-plugin's library writes on the plugin's
+	// side: go-plugin logs them again, at their level, through arbiter's logger.
+	dropLogs bool
+	// budget is what may still be written; at most MaxPluginOutput in all (shared by the
+	// writers of one plugin).
+	budget *atomic.Int64
+}
+
+// newLineRedactors returns the writers of one plugin's standard error: its process's own,
+// and what go-plugin's server forwards over gRPC, sharing one budget.
+func newLineRedactors(o Output, name string) (raw, synced *lineRedactor) {
+	budget := &atomic.Int64{}
+	budget.Store(MaxPluginOutput)
+	raw = &lineRedactor{w: o.W, redact: o.Redact, name: name, dropLogs: true, budget: budget}
+	synced = &lineRedactor{w: o.W, redact: o.Redact, name: name, budget: budget}
+	return raw, synced
 }
 
 func (l *lineRedactor) Write(p []byte) (int, error) {
@@ -68,10 +97,32 @@ func (l *lineRedactor) Write(p []byte) (int, error) {
 		}
 		line := string(l.buf[:i])
 		l.buf = l.buf[i+1:]
-		if _, err := io.WriteString(l.w, l.redact(line)+"\n"); err != nil {
+		if err := l.pass(line); err != nil {
 			return len(p), err
 		}
 	}
+}
+
+// pass writes one line: made inert (escape sequences and control characters out), then
+// redacted, then cut, within the budget.
+func (l *lineRedactor) pass(line string) error {
+	if l.dropLogs && strings.HasPrefix(line, `{"@level":`) {
+		return nil
+	}
+	if l.budget != nil && l.budget.Load() <= 0 {
+		return nil
+	}
+	if l.name != "" {
+		line = l.name + ": " + line
+	}
+	line = inert.Text(l.redact(inert.Text(line, 0)), maxShownLine)
+	if l.budget != nil {
+		if l.budget.Add(-int64(len(line)+1)) <= 0 {
+			line += "\n" + l.redact(inert.Text(l.name, 0)) + ": (more of its standard error dropped: over the limit of 1 MiB)"
+		}
+	}
+	_, err := io.WriteString(l.w, line+"\n")
+	return err
 }
 
 // Flush writes what is left of an unfinished last line.
@@ -79,7 +130,7 @@ func (l *lineRedactor) Flush() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.buf) > 0 {
-		io.WriteString(l.w, l.redact(string(l.buf))+"\n")
+		l.pass(string(l.buf))
 		l.buf = nil
 	}
 }

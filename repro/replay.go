@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/arbiterlab/arbiter/openai"
 	"github.com/arbiterlab/arbiter/plugins"
@@ -24,7 +26,17 @@ type ReplayOptions struct {
 	Concurrency int
 	// Rounds is how many times each slot sends a case (default 2).
 	Rounds int
+	// Timeout bounds one request, from sending it to the end of its answer, and the
+	// silence within a streamed answer (default DefaultReplayTimeout).
+	Timeout time.Duration
 }
+
+// DefaultReplayTimeout bounds one replayed request when ReplayOptions.Timeout is 0.
+const DefaultReplayTimeout = 2 * time.Minute
+
+// MaxReplayConcurrency bounds the requests a replay has in flight, whatever the bundle or
+// the caller asks: a bundle of 20,000 cases is sent through this many connections.
+const MaxReplayConcurrency = 256
 
 // CaseResult is how one failing request fared when sent again.
 type CaseResult struct {
@@ -38,6 +50,39 @@ type CaseResult struct {
 
 // Reproduced reports whether any answer to the case was flagged again.
 func (c CaseResult) Reproduced() bool { return c.Corrupted > 0 }
+
+// Judged reports whether any answer to the case came back whole and was judged.
+func (c CaseResult) Judged() bool { return c.Sent > c.Failed }
+
+// Outcome is what a replay showed, as a CI job needs to tell it.
+type Outcome string
+
+// What a replay can show.
+const (
+	// Reproduced: a failing request was flagged again.
+	Reproduced Outcome = "reproduced"
+	// NoLongerReproduces: every failing request was answered and judged, none flagged.
+	NoLongerReproduces Outcome = "no_longer_reproduces"
+	// Unreached: none was flagged, and some got no answer that could be judged (the
+	// engine could not be reached, failed, redirected elsewhere or ran past the timeout):
+	// the replay says nothing about the failure.
+	Unreached Outcome = "unreached"
+)
+
+// OutcomeOf is what results show.
+func OutcomeOf(results []CaseResult) Outcome {
+	judged := true
+	for _, r := range results {
+		if r.Reproduced() {
+			return Reproduced
+		}
+		judged = judged && r.Judged()
+	}
+	if !judged {
+		return Unreached
+	}
+	return NoLongerReproduces
+}
 
 // Load reads the bundle in dir.
 func Load(dir string) (*Bundle, error) {
@@ -80,10 +125,14 @@ func Replay(ctx context.Context, b *Bundle, o ReplayOptions) (results []CaseResu
 	if conc <= 0 {
 		conc = max(b.Concurrency, len(b.Cases))
 	}
-	conc = min(conc, len(b.Cases)+len(b.Load))
+	conc = min(conc, len(b.Cases)+len(b.Load), MaxReplayConcurrency)
 	rounds := max(o.Rounds, 1)
 	if o.Rounds == 0 {
 		rounds = 2
+	}
+	timeout := o.Timeout
+	if timeout <= 0 {
+		timeout = DefaultReplayTimeout
 	}
 	// The cases first, then the load: every request at once, the cases judged.
 	reqs := make([]openai.ChatRequest, len(b.Cases), len(b.Cases)+len(b.Load))
@@ -100,21 +149,28 @@ func Replay(ctx context.Context, b *Bundle, o ReplayOptions) (results []CaseResu
 		reqs = append(reqs, r)
 	}
 	client := workload.NewClient(conc)
+	client.RequestTimeout, client.StallTimeout = timeout, timeout
+	defer client.CloseIdleConnections()
 	results = make([]CaseResult, len(b.Cases))
 	for i, c := range b.Cases {
 		results[i].ID = c.ID
 	}
+	// Every request is sent rounds times at least, conc at once: with more requests than
+	// slots, the slots take the next one as each answer ends.
+	sends := int64(rounds * max(conc, len(reqs)))
+	var next atomic.Int64
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for slot := range conc {
+	for range conc {
 		wg.Go(func() {
-			for r := range rounds {
-				if ctx.Err() != nil {
+			for {
+				k := next.Add(1) - 1
+				if k >= sends || ctx.Err() != nil {
 					return
 				}
-				i := (slot + r*conc) % len(reqs)
+				i := int(k % int64(len(reqs)))
 				req := reqs[i]
-				req.RID = fmt.Sprintf("arb-replay-%d-%d-%d", i, slot, r)
+				req.RID = fmt.Sprintf("arb-replay-%d-%d", i, k)
 				ex := client.Chat(ctx, o.BaseURL, req)
 				if i >= len(b.Cases) {
 					continue // the load: not judged

@@ -18,6 +18,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/arbiterlab/arbiter/internal/inert"
 	"github.com/arbiterlab/arbiter/internal/outfile"
 	"github.com/arbiterlab/arbiter/store"
 	"github.com/arbiterlab/arbiter/verdict"
@@ -145,6 +146,17 @@ func Write(ctx context.Context, db *sqlx.DB, id int64, dir string, cases int, ke
 	if _, err := os.Stat(filepath.Join(dir, BundleFile)); err == nil {
 		return nil, fmt.Errorf("%s already holds a bundle; give another folder", dir)
 	}
+	// The folder is the user's to name, not its files: a README.md or case file already
+	// there (repro -o . in a project) is never written over.
+	names := []string{"README.md"}
+	for i := range min(cases, len(failing)) {
+		names = append(names, fmt.Sprintf("case-%d.raw", i+1))
+	}
+	for _, n := range names {
+		if _, err := os.Lstat(filepath.Join(dir, n)); err == nil {
+			return nil, fmt.Errorf("%s already holds %s, which a bundle would write over; give another folder", dir, n)
+		}
+	}
 	for i, f := range failing[:min(cases, len(failing))] {
 		c := Case{ID: fmt.Sprintf("case-%d", i+1), Arm: f.Arm, Block: f.Block, Session: f.Session, Turn: f.Turn, Round: f.Round,
 			Request: json.RawMessage(f.Request), Response: json.RawMessage(f.Response), Reasons: f.Reasons,
@@ -212,18 +224,12 @@ func departs(a, b string) int {
 // rates with intervals, the decisive sentence, and the shortest failing request.
 func (b *Bundle) Markdown() string {
 	s := &strings.Builder{}
-	var arms []string
-	for _, a := range b.Arms {
-		if a.Name != b.Baseline {
-			arms = append(arms, fmt.Sprintf("%s (%s)", a.Name, a.Pins))
-		}
-	}
-	fmt.Fprintf(s, "# %s: responses corrupted with %s, not with %s\n\n", b.Name, strings.Join(arms, ", "), b.Baseline)
+	fmt.Fprintf(s, "# %s: %s\n\n", mdText(b.Name), b.title())
 	fmt.Fprintf(s, "%s\n\n", b.Headline)
 	fmt.Fprintf(s, "## Versions and launches\n\n- arbiter %s, experiment %d, workload seed %d, %d sessions at once; detectors: %s.\n",
 		b.ArbiterVersion, b.Experiment, b.Seed, b.Concurrency, strings.Join(b.Detectors, ", "))
 	for _, a := range b.Arms {
-		ver := a.Version
+		ver := mdText(inert.Text(a.Version, 64))
 		if ver == "" {
 			ver = "not reported"
 		}
@@ -244,7 +250,7 @@ func (b *Bundle) Markdown() string {
 	}
 	fmt.Fprintf(s, "\n## Failing requests\n\nThe shortest first; each is the first corrupted turn of its session, its request as sent (`bundle.json`) and its response as received (the `.raw` file).\n\n")
 	for _, c := range b.Cases {
-		fmt.Fprintf(s, "- **%s**: arm %s, session %d, turn %d (round %d): %s", c.ID, c.Arm, c.Session, c.Turn, c.Round, c.Reasons)
+		fmt.Fprintf(s, "- **%s**: arm %s, session %d, turn %d (round %d): %s", c.ID, mdText(c.Arm), c.Session, c.Turn, c.Round, mdText(c.Reasons))
 		switch names := callNames(c.BaselineCalls); {
 		case c.Departs >= 0:
 			fmt.Fprintf(s, "; departs from %s's reply at character %d", b.Baseline, c.Departs)
@@ -256,6 +262,58 @@ func (b *Bundle) Markdown() string {
 	fmt.Fprintf(s, "\n## Reproduce\n\nStart the engine as the failing arm's launch above, then:\n\n    arbiter repro --replay %s --base-url http://HOST:PORT\n\n"+
 		"It sends the failing requests with the %d requests that opened the same round in the failing launch's other sessions, %d at once (the experiment's load: the failure may need it), and says which failing requests reproduce.\n", "BUNDLE", len(b.Load), b.Concurrency)
 	return s.String()
+}
+
+// title says, from the rates, which arms corrupted more responses than the baseline; or,
+// when the baseline corrupted more, that it did.
+func (b *Bundle) title() string {
+	var base *Arm
+	for i := range b.Arms {
+		if b.Arms[i].Name == b.Baseline {
+			base = &b.Arms[i]
+		}
+	}
+	if base == nil {
+		return "corrupted responses"
+	}
+	name := func(a Arm) string { return fmt.Sprintf("%s (%s)", mdText(a.Name), mdText(a.Pins)) }
+	var worse, better, alike []string
+	for _, a := range b.Arms {
+		switch {
+		case a.Name == b.Baseline:
+		case a.Rate > base.Rate:
+			worse = append(worse, name(a))
+		case a.Rate < base.Rate:
+			better = append(better, name(a))
+		default:
+			alike = append(alike, name(a))
+		}
+	}
+	switch {
+	case len(worse) > 0 && base.Corrupted == 0:
+		return fmt.Sprintf("responses corrupted with %s, not with %s", strings.Join(worse, ", "), mdText(base.Name))
+	case len(worse) > 0:
+		return fmt.Sprintf("more responses corrupted with %s than with %s", strings.Join(worse, ", "), mdText(base.Name))
+	case len(better) > 0 && len(alike) == 0 && slices.ContainsFunc(b.Arms, func(a Arm) bool { return a.Name != b.Baseline && a.Corrupted == 0 }):
+		return fmt.Sprintf("responses corrupted with %s (%s), not with %s", mdText(base.Name), mdText(base.Pins), strings.Join(better, ", "))
+	case len(better) > 0:
+		return fmt.Sprintf("more responses corrupted with %s (%s) than with %s", mdText(base.Name), mdText(base.Pins), strings.Join(better, ", "))
+	}
+	return fmt.Sprintf("responses corrupted alike with %s and %s", strings.Join(alike, ", "), mdText(base.Name))
+}
+
+// mdText is text arbiter did not write (an engine's version, a detector's reason, a
+// name) as markdown prose: inert, bounded, and with markdown's own characters escaped.
+func mdText(s string) string {
+	s = inert.Text(s, 1<<10)
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune("\\`*[]<>|~", r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // callNames are the functions of a JSON list of tool calls.

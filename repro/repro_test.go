@@ -45,3 +45,38 @@ func TestMarkdown(t *testing.T) {
 		}
 	}
 }
+
+// The title says what the rates say: a baseline that corrupted more is named as the worse.
+func TestTitleComesFromTheRates(t *testing.T) {
+	arms := func(control, treatment int) []Arm {
+		return []Arm{{Name: "control", Pins: "BF16_INDEX_K=0", Sessions: 60, Corrupted: control, Rate: float64(control) / 60},
+			{Name: "treatment", Pins: "BF16_INDEX_K=1", Sessions: 60, Corrupted: treatment, Rate: float64(treatment) / 60}}
+	}
+	for _, c := range []struct {
+		control, treatment int
+		want               string
+	}{
+		{0, 9, "# x: responses corrupted with treatment (BF16_INDEX_K=1), not with control\n"},
+		{3, 9, "# x: more responses corrupted with treatment (BF16_INDEX_K=1) than with control\n"},
+		{9, 0, "# x: responses corrupted with control (BF16_INDEX_K=0), not with treatment (BF16_INDEX_K=1)\n"},
+		{9, 3, "# x: more responses corrupted with control (BF16_INDEX_K=0) than with treatment (BF16_INDEX_K=1)\n"},
+		{4, 4, "# x: responses corrupted alike with treatment (BF16_INDEX_K=1) and control\n"},
+	} {
+		b := &Bundle{Name: "x", Baseline: "control", Arms: arms(c.control, c.treatment), Cases: []Case{{ID: "case-1"}}}
+		if md := b.Markdown(); !strings.HasPrefix(md, c.want) {
+			t.Errorf("control %d, treatment %d: title %q, want %q", c.control, c.treatment, strings.SplitN(md, "\n", 2)[0], c.want)
+		}
+	}
+}
+
+// What an engine reports and a detector says reaches the text inert: no escape
+// sequence, and no markdown of its own.
+func TestMarkdownOfForeignText(t *testing.T) {
+	b := &Bundle{Name: "x", Baseline: "control",
+		Arms:  []Arm{{Name: "control", Version: "0.5\x1b]0;owned\x07 **pwn** " + strings.Repeat("v", 3<<20)}, {Name: "treatment", Corrupted: 1, Rate: 0.1}},
+		Cases: []Case{{ID: "case-1", Arm: "treatment", Reasons: "plugin: \x1b[2J<img src=x> [a](b)"}}}
+	md := b.Markdown()
+	if strings.ContainsAny(md, "\x1b\x07") || strings.Contains(md, " <img") || strings.Contains(md, "**pwn**") || len(md) > 64<<10 {
+		t.Errorf("README of %d bytes:\n%.2000s", len(md), md)
+	}
+}

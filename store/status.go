@@ -38,7 +38,7 @@ const (
 	RunTimedOut    RunStatus = "timed-out"   // turns in a row ran past the request timeout, none completed
 	RunInterrupted RunStatus = "interrupted" // the user stopped the experiment
 	RunLost        RunStatus = "lost"        // its node stopped answering (a Docker daemon went away); not the engine's doing
-	RunRefused     RunStatus = "refused"     // ready, but its engine reported a pin not in effect (pin_checks); no traffic was sent
+	RunRefused     RunStatus = "refused"     // ready, but its engine reported a pin not in effect, or its pins could not be checked (pin_checks); no traffic was sent
 )
 
 // EngineFault reports whether a launch ended by its engine's doing while it served: it

@@ -316,6 +316,7 @@ func (v *Verdict) caveats() {
 			faulted = append(faulted, fmt.Sprintf("%s/b%d %s (%s)", r.Arm, r.Block, r.Status, dash(r.Error)))
 		}
 	}
+	v.refusedCaveat(add)
 	if len(faulted) > 0 {
 		add(CaveatProblem, "Launches that did not finish: %s. Their unfinished sessions count as lost, not as clean, and are not analysed.", strings.Join(faulted, "; "))
 	}
@@ -339,7 +340,11 @@ func (v *Verdict) caveats() {
 			break
 		}
 	}
+	said := v.detectorCaveats(add)
 	for _, d := range v.Detectors {
+		if said[d.Detector] {
+			continue
+		}
 		judged, turns := 0, 0
 		for i, a := range v.Arms {
 			judged += d.Evaluated[i]
@@ -519,6 +524,7 @@ var gates = map[string]string{
 	"loss":       "any session was lost, or any run crashed, wedged or failed",
 	"wedge":      "any launch of any arm crashed or wedged (an abort cascade's canary never completed)",
 	"throughput": "an arm's throughput is not shown non-inferior within analysis.throughput_margin (without a margin: significantly lower)",
+	"detector":   "a detector left responses unjudged: it failed, crashed, or ran past timeouts.detector",
 }
 
 // Gates lists the names --fail-on accepts.
@@ -571,6 +577,12 @@ const (
 func (v *Verdict) CheckGate(name string, o GateOptions) (GateResult, string) {
 	if fail, why, ok := v.outcomeGate(name); ok {
 		if fail {
+			return GateFail, why
+		}
+		return GatePass, ""
+	}
+	if name == "detector" {
+		if fail, why := v.detectorGate(); fail {
 			return GateFail, why
 		}
 		return GatePass, ""

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/arbiterlab/arbiter/internal/inert"
 	"github.com/arbiterlab/arbiter/internal/outfile"
 )
 
@@ -202,10 +203,11 @@ func (v markdownWriter) write(w io.Writer, charts []chartRef) error {
 			for i := range v.Arms {
 				fmt.Fprintf(b, " %d (%d) |", d.Sessions[i], d.Turns[i])
 			}
-			fmt.Fprintf(b, " %s |\n", mdCell(d.Example))
+			fmt.Fprintf(b, " %s |\n", mdText(d.Example))
 		}
 	}
 
+	v.detectorHealthSection()
 	v.divergenceSection()
 
 	if rv := v.Responses; rv != nil && rv.Available {
@@ -279,6 +281,7 @@ func dash(s string) string {
 
 // mdCell makes text safe for one markdown table cell.
 func mdCell(s string) string {
+	s = inert.Text(s, 4<<10) // no escape sequence or control character reaches a reader
 	s = strings.NewReplacer("|", `\|`, "\n", " ", "\r", " ", "`", "'").Replace(s)
 	if r := []rune(s); len(r) > 90 {
 		s = string(r[:89]) + "…"

@@ -61,6 +61,9 @@ func (v *Verdict) Summary() map[string]any {
 	if v.Outcomes != nil {
 		out["outcomes"] = v.outcomeSummary()
 	}
+	if len(v.DetectorHealth) > 0 {
+		out["detectors"] = v.detectorSummary()
+	}
 	if v.Claims != nil {
 		out["claims"] = v.claimSummary()
 	}

@@ -32,6 +32,8 @@ type Verdict struct {
 	Runs      []RunFact
 	Rounds    []RoundRow
 	Detectors []DetectorRow
+	// DetectorHealth is how each detector fared: responses judged, failed, not asked.
+	DetectorHealth []DetectorHealth
 	// Divergence is, per non-baseline arm, how its outputs departed from the baseline's
 	// at temperature 0; empty when the divergence pass did not run.
 	Divergence []DivergenceRow
@@ -316,6 +318,9 @@ func BuildWith(ctx context.Context, db *sqlx.DB, id int64, o Options) (*Verdict,
 		return nil, err
 	}
 	if err := v.loadDetectors(ctx, db, index); err != nil {
+		return nil, err
+	}
+	if err := v.loadDetectorHealth(ctx, db); err != nil {
 		return nil, err
 	}
 	if err := v.loadRuns(ctx, db, index); err != nil {

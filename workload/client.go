@@ -17,6 +17,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/arbiterlab/arbiter/internal/enginehttp"
 	"github.com/arbiterlab/arbiter/openai"
 )
 
@@ -253,7 +254,7 @@ func newHTTPClient(concurrency int, dialed chan net.Conn) *http.Client {
 		IdleConnTimeout:     90 * time.Second,
 	}
 	// Timeouts are per request (context), never on the client: a long stream is normal.
-	return &http.Client{Transport: t}
+	return &http.Client{Transport: t, CheckRedirect: enginehttp.CheckRedirect}
 }
 
 // sameHost reports whether conn was dialled to addr (host:port as the transport names it).

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -16,6 +17,7 @@ func init() { subcommands = append(subcommands, newReproCmd) }
 func newReproCmd(g *globals) *cobra.Command {
 	var out, replay, baseURL, bisection string
 	var cases, concurrency, rounds int
+	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "repro [EXP | --bisection B] | repro --replay BUNDLE --base-url URL",
 		Short: "Write a bundle that reproduces an experiment's finding for the engine's maintainers, or replay one",
@@ -37,7 +39,7 @@ built-in detectors.`,
 				if len(args) > 0 || baseURL == "" {
 					return withCode(exitUsage, fmt.Errorf("--replay BUNDLE needs --base-url URL and no experiment"))
 				}
-				return replayBundle(cmd, g, replay, repro.ReplayOptions{BaseURL: baseURL, Concurrency: concurrency, Rounds: rounds})
+				return replayBundle(cmd, g, replay, repro.ReplayOptions{BaseURL: baseURL, Concurrency: concurrency, Rounds: rounds, Timeout: timeout})
 			}
 			ref := ""
 			if len(args) == 1 {
@@ -87,11 +89,14 @@ built-in detectors.`,
 	cmd.Flags().StringVar(&baseURL, "base-url", "", "with --replay: the running engine, e.g. http://127.0.0.1:30000")
 	cmd.Flags().IntVar(&concurrency, "concurrency", 0, "with --replay: requests at once (default the experiment's)")
 	cmd.Flags().IntVar(&rounds, "rounds", 2, "with --replay: how many times each of those sends a case")
+	cmd.Flags().DurationVar(&timeout, "timeout", repro.DefaultReplayTimeout, "with --replay: the longest one request may take, and the longest silence within its answer")
 	return addDBFlag(cmd, g)
 }
 
-// replayBundle sends a bundle's failing requests again and prints which reproduce; a
-// replay that reproduces none exits 3, as a failed gate.
+// replayBundle sends a bundle's failing requests again and prints which reproduce. It
+// exits 0 when one reproduces, 3 (a failed gate) when every one was answered and judged
+// and none reproduces, and 1 when none reproduces and some got no answer that could be
+// judged: an engine that cannot be reached must not pass for a fixed one.
 func replayBundle(cmd *cobra.Command, g *globals, dir string, o repro.ReplayOptions) error {
 	b, err := repro.Load(dir)
 	if err != nil {
@@ -101,14 +106,19 @@ func replayBundle(cmd *cobra.Command, g *globals, dir string, o repro.ReplayOpti
 	if err != nil {
 		return err
 	}
-	reproduced := 0
+	reproduced, unjudged := 0, 0
 	for _, r := range results {
 		if r.Reproduced() {
 			reproduced++
 		}
+		if !r.Judged() {
+			unjudged++
+		}
 	}
+	outcome := repro.OutcomeOf(results)
 	if g.json {
-		if err := json.NewEncoder(g.stdout).Encode(map[string]any{"cases": results, "reproduced": reproduced, "skipped_detectors": skipped}); err != nil {
+		if err := json.NewEncoder(g.stdout).Encode(map[string]any{"cases": results, "reproduced": reproduced, "unjudged": unjudged,
+			"outcome": outcome, "skipped_detectors": skipped}); err != nil {
 			return err
 		}
 	} else {
@@ -124,7 +134,11 @@ func replayBundle(cmd *cobra.Command, g *globals, dir string, o repro.ReplayOpti
 		}
 		fmt.Fprintf(g.stdout, "%d of %d failing requests reproduced\n", reproduced, len(results))
 	}
-	if reproduced == 0 {
+	switch outcome {
+	case repro.Unreached:
+		return fmt.Errorf("could not judge the replay at %s: %d of %d failing requests got no answer that could be judged (unreachable, failed, redirected elsewhere or past --timeout)",
+			o.BaseURL, unjudged, len(results))
+	case repro.NoLongerReproduces:
 		return withCode(exitGateFailed, fmt.Errorf("no failing request of %s reproduced at %s", dir, o.BaseURL))
 	}
 	return nil

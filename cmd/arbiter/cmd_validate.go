@@ -246,7 +246,7 @@ func summarize(s *arms.Spec, expanded []arms.Arm, r *arms.Redactor) specSummary 
 		Analysis: analysisSummary{Unit: s.Analysis.Unit, Alpha: s.Analysis.Alpha, AA: s.Analysis.AA},
 		Blocks:   s.Blocks,
 		Launches: summarizeLaunches(s, len(expanded)),
-		Timeouts: map[string]string{"startup": s.Timeouts.Startup.String(), "request": s.Timeouts.Request.String(), "stall": s.Timeouts.Stall.String()},
+		Timeouts: map[string]string{"startup": s.Timeouts.Startup.String(), "request": s.Timeouts.Request.String(), "stall": s.Timeouts.Stall.String(), "detector": s.Timeouts.Detector.String()},
 		Secrets:  s.Engine.Secrets,
 	}
 	// Decoding checked that every node can be cut; "all" is counted on this machine,
@@ -349,7 +349,7 @@ func (s specSummary) write(w io.Writer) error {
 		tested = "would be tested"
 	}
 	fmt.Fprintf(&b, "launches   %d per arm (one per block); each primary claim %s at %.3g %s\n", l.PerArm, tested, l.PrimaryLevel, claim)
-	fmt.Fprintf(&b, "timeouts   startup %s, request %s, stall %s\n", s.Timeouts["startup"], s.Timeouts["request"], s.Timeouts["stall"])
+	fmt.Fprintf(&b, "timeouts   startup %s, request %s, stall %s, detector %s\n", s.Timeouts["startup"], s.Timeouts["request"], s.Timeouts["stall"], s.Timeouts["detector"])
 	if len(s.Secrets) > 0 {
 		fmt.Fprintf(&b, "secrets    %s (from arbiter's environment)\n", strings.Join(s.Secrets, ", "))
 	}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -53,6 +55,17 @@ func TestReproBundleReplays(t *testing.T) {
 	if code, stdout, stderr := runCLI(t, "repro", "--db", db, "-o", bundle); code != exitOK {
 		t.Fatalf("repro: exit %d\n%s\n%s", code, stdout, stderr)
 	}
+	// A folder that holds a README.md of its own (repro -o . in a project) is refused,
+	// its README left as it was.
+	project := filepath.Join(dir, "project")
+	os.Mkdir(project, 0o755)
+	os.WriteFile(filepath.Join(project, "README.md"), []byte("# my project\n"), 0o644)
+	if code, stdout, stderr := runCLI(t, "repro", "--db", db, "-o", project); code == exitOK || !strings.Contains(stderr, "README.md") {
+		t.Errorf("repro -o into a folder with a README.md: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if b, _ := os.ReadFile(filepath.Join(project, "README.md")); string(b) != "# my project\n" {
+		t.Errorf("the folder's README.md became:\n%s", b)
+	}
 	files, _ := os.ReadDir(bundle)
 	for _, f := range files {
 		b, _ := os.ReadFile(filepath.Join(bundle, f.Name()))
@@ -73,5 +86,12 @@ func TestReproBundleReplays(t *testing.T) {
 	code, stdout, stderr = runCLI(t, "repro", "--replay", bundle, "--base-url", startArm(t, bin, "0"))
 	if code != exitGateFailed || !strings.Contains(stdout, " 0 of ") || strings.Contains(stdout, "REPRODUCED") {
 		t.Errorf("replay against control: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	// An engine that cannot be reached is not one that no longer reproduces.
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
+	code, stdout, stderr = runCLI(t, "repro", "--replay", bundle, "--base-url", gone.URL, "--timeout", "5s")
+	if code != exitError || !strings.Contains(stderr, "could not judge") {
+		t.Errorf("replay against nothing: exit %d\n%s\n%s", code, stdout, stderr)
 	}
 }

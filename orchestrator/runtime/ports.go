@@ -62,7 +62,10 @@ func freePort() (port int, release func(), err error) {
 	if dir == "" {
 		dir = PortLockDir
 	}
-	shared := machinelock.Dir(dir) == nil
+	// A folder of the user's own: a file, a link or another user's folder there must
+	// neither stop the launch nor receive its lock files (machinelock.PrivateDir).
+	dir, derr := machinelock.PrivateDir(dir)
+	shared := derr == nil
 	for range 512 {
 		port := lo + rand.IntN(hi-lo)
 		portClaims.Lock()

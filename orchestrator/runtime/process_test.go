@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -282,5 +283,31 @@ func TestPortClaimsAreMachineWide(t *testing.T) {
 		if p >= lo && p < hi {
 			t.Fatalf("the kernel gave port %d to a bind of port 0, inside the engine ports [%d, %d)", p, lo, hi)
 		}
+	}
+}
+
+// A file, or a link, where the port lock folder should be neither stops a launch from
+// finding a port nor receives its lock files: the user's own folder beside it is used.
+func TestPortLockFolderInTheWay(t *testing.T) {
+	base := t.TempDir()
+	file := filepath.Join(base, "ports-file")
+	os.WriteFile(file, nil, 0o644)
+	target := filepath.Join(base, "target")
+	os.Mkdir(target, 0o755)
+	link := filepath.Join(base, "ports-link")
+	os.Symlink(target, link)
+	for _, dir := range []string{file, link} {
+		t.Setenv("ARBITER_PORT_LOCK_DIR", dir)
+		port, release, err := freePort()
+		if err != nil {
+			t.Fatalf("%s in the way: %v", filepath.Base(dir), err)
+		}
+		if _, err := os.Stat(filepath.Join(fmt.Sprintf("%s-%d", dir, os.Getuid()), strconv.Itoa(port))); err != nil {
+			t.Errorf("%s in the way: the claim is not in the user's own folder: %v", filepath.Base(dir), err)
+		}
+		release()
+	}
+	if entries, _ := os.ReadDir(target); len(entries) != 0 {
+		t.Errorf("the link's target received %d lock files", len(entries))
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/arbiterlab/arbiter/internal/enginehttp"
 )
 
 // slurmAPI is the slurmrestd API version arbiter speaks (Slurm 21.08 to 23.02 serve it).
@@ -49,7 +51,7 @@ func (s Slurm) rest(ctx context.Context, method, path string, body, out any) err
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-SLURM-USER-NAME", s.User)
 	req.Header.Set("X-SLURM-USER-TOKEN", s.Token)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := enginehttp.Client(0).Do(req)
 	if err != nil {
 		return fmt.Errorf("slurmrestd %s: %w", s.REST, err)
 	}

@@ -20,7 +20,9 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
+	"github.com/arbiterlab/arbiter/internal/inert"
 	"github.com/arbiterlab/arbiter/plugins"
 )
 
@@ -64,32 +66,76 @@ func Names() []string {
 	return names
 }
 
+// MaxReasonBytes bounds the reason a label keeps: a reason says why in a few words, and
+// one from a plugin is text arbiter did not write (see Judge).
+const MaxReasonBytes = 1 << 10
+
+// DefaultCallTimeout bounds one detector's judgement of one response where no spec says
+// otherwise (classify, a replay): arms.DefaultDetectorTimeout, the spec's default.
+const DefaultCallTimeout = 60 * time.Second
+
+// Outcome is one detector's part in judging one response: its label, or why it gave none.
+type Outcome struct {
+	// Detector is the detector's own name, which its label carries whatever it claimed.
+	Detector string
+	// Label is its judgement when Err is nil.
+	Label plugins.Label
+	// Err says why it could not judge: it failed, ran past its time, or was cancelled.
+	Err error
+}
+
+// Judge runs every detector that judges single responses on r, each call bounded by
+// perCall (0: only by ctx), and says what each found. A label is stored under its
+// detector's own name whatever the label claims, with its reason made inert (no escape
+// sequences or control characters) and cut to MaxReasonBytes: a plugin can neither speak
+// for another detector nor send unbounded text. Cross-arm detectors (divergence) are
+// skipped: they judge sessions across arms after a run.
+func Judge(ctx context.Context, ds []plugins.Detector, r plugins.Response, perCall time.Duration) []Outcome {
+	out := make([]Outcome, 0, len(ds))
+	for _, d := range ds {
+		if _, cross := d.(crossArm); cross {
+			continue
+		}
+		o := Outcome{Detector: d.Name()}
+		if err := ctx.Err(); err != nil {
+			o.Err = err
+			out = append(out, o)
+			continue
+		}
+		cctx, cancel := ctx, context.CancelFunc(func() {})
+		if perCall > 0 {
+			cctx, cancel = context.WithTimeout(ctx, perCall)
+		}
+		l, err := d.Detect(cctx, r)
+		if err == nil && cctx.Err() != nil {
+			err = fmt.Errorf("answered after its %v: %w", perCall, cctx.Err())
+		}
+		cancel()
+		if err != nil {
+			o.Err = err
+		} else {
+			o.Label = plugins.Label{Detector: o.Detector, Corrupted: l.Corrupted, Reason: inert.Text(l.Reason, MaxReasonBytes)}
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
 // Label runs every detector on r and reports their labels and whether any says corrupted.
 // A detector that fails contributes no label; the others still run, and the failures come
-// back joined, each naming its detector. Cross-arm detectors (divergence) are skipped:
-// they judge sessions across arms after a run.
+// back joined, each naming its detector. Labels are as Judge gives them; each call is
+// bounded by DefaultCallTimeout.
 func Label(ctx context.Context, ds []plugins.Detector, r plugins.Response) ([]plugins.Label, bool, error) {
 	labels := make([]plugins.Label, 0, len(ds))
 	corrupted := false
 	var errs []error
-	for _, d := range ds {
-		if err := ctx.Err(); err != nil {
-			errs = append(errs, err)
-			break
-		}
-		if _, cross := d.(crossArm); cross {
+	for _, o := range Judge(ctx, ds, r, DefaultCallTimeout) {
+		if o.Err != nil {
+			errs = append(errs, fmt.Errorf("detector %s: %s", o.Detector, inert.Text(o.Err.Error(), MaxReasonBytes)))
 			continue
 		}
-		l, err := d.Detect(ctx, r)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("detector %s: %w", d.Name(), err))
-			continue
-		}
-		if l.Detector == "" {
-			l.Detector = d.Name()
-		}
-		corrupted = corrupted || l.Corrupted
-		labels = append(labels, l)
+		corrupted = corrupted || o.Label.Corrupted
+		labels = append(labels, o.Label)
 	}
 	return labels, corrupted, errors.Join(errs...)
 }

@@ -19,7 +19,18 @@ func Resolve(ctx context.Context, name string) (plugins.Detector, func(), error)
 		return d, func() {}, nil
 	}
 	if rest, ok := strings.CutPrefix(name, PluginPrefix); ok {
-		return resolvePlugin(ctx, rest)
+		d, release, err := resolvePlugin(ctx, rest)
+		if err != nil {
+			return nil, nil, err
+		}
+		// The built-ins' names are theirs: labels are kept by detector name, and a
+		// plugin under one would overwrite the built-in's findings.
+		if _, builtin := builtins[d.Name()]; builtin {
+			release()
+			return nil, nil, fmt.Errorf("detector %s: the plugin calls itself %q, the name of a built-in detector; built-in names (%s) are reserved",
+				name, d.Name(), strings.Join(Names(), ", "))
+		}
+		return d, release, nil
 	}
 	return nil, nil, fmt.Errorf("unknown detector %q: built-in detectors are %s; an external one is named %sPATH or %sNAME (arbiter-detector-NAME on PATH)",
 		name, strings.Join(Names(), ", "), PluginPrefix, PluginPrefix)
@@ -34,14 +45,21 @@ func ResolveAll(ctx context.Context, names []string) ([]plugins.Detector, func()
 			releases[i]()
 		}
 	}
+	by := map[string]string{} // a detector's own name: the spec's name for it
 	for _, n := range names {
 		d, rel, err := Resolve(ctx, n)
 		if err != nil {
 			release()
 			return nil, nil, err
 		}
-		ds = append(ds, d)
 		releases = append(releases, rel)
+		if other, dup := by[d.Name()]; dup {
+			release()
+			return nil, nil, fmt.Errorf("detectors %s and %s both call themselves %q: each detector's labels are kept under its own name",
+				other, n, d.Name())
+		}
+		by[d.Name()] = n
+		ds = append(ds, d)
 	}
 	return ds, release, nil
 }

@@ -1,0 +1,188 @@
+package orchestrator
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/arbiterlab/arbiter/internal/testkit/hostileplugin"
+	"github.com/arbiterlab/arbiter/store"
+	"github.com/arbiterlab/arbiter/verdict"
+)
+
+// leakyTreatment runs the test spec with extra, its treatment's engine leaking markup in
+// every answer, and returns the experiment's database.
+func leakyTreatment(t *testing.T, extra string) (Result, string, error) {
+	t.Helper()
+	db := filepath.Join(t.TempDir(), "a.db")
+	res, err := Run(context.Background(), Options{Spec: testSpec(t, extra), DBPath: db, Logger: quietLogger(),
+		Runtime: engines(func(arm string) *engine {
+			e := newEngine(t, nil)
+			e.leak = arm == "treatment"
+			return e
+		})})
+	return res, db, err
+}
+
+func TestAPluginCannotSpeakForABuiltinDetector(t *testing.T) {
+	t.Parallel()
+	plugin := hostileplugin.Path(t, hostileplugin.ClaimsBuiltin)
+	res, db, err := leakyTreatment(t, "detectors: [dsml-leak, \"plugin:"+plugin+"\"]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro, err := store.OpenReadOnly(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	var leaked, claims, turns, corruptedSessions int
+	ro.Get(&turns, `SELECT count(*) FROM turns t JOIN arms a ON a.id = t.arm_id WHERE a.name = 'treatment'`)
+	ro.Get(&leaked, `SELECT count(*) FROM labels l JOIN runs r ON r.id = l.run_id JOIN arms a ON a.id = r.arm_id
+		WHERE a.name = 'treatment' AND l.detector = 'dsml-leak' AND l.corrupted = 1`)
+	ro.Get(&claims, `SELECT count(*) FROM labels WHERE detector = 'claims'`)
+	ro.Get(&corruptedSessions, `SELECT count(*) FROM sessions s JOIN arms a ON a.id = s.arm_id WHERE a.name = 'treatment' AND s.corrupted = 1`)
+	if turns == 0 || leaked != turns {
+		t.Errorf("dsml-leak flagged %d of the treatment's %d turns; a plugin's labels changed the built-in's", leaked, turns)
+	}
+	if claims != 2*turns {
+		t.Errorf("%d labels under the plugin's own name, want one per turn of both arms (%d)", claims, 2*turns)
+	}
+	if corruptedSessions != 6 {
+		t.Errorf("%d treatment sessions corrupted, want 6 (%+v)", corruptedSessions, res)
+	}
+}
+
+func TestAPluginNamedLikeABuiltinIsRefused(t *testing.T) {
+	t.Parallel()
+	plugin := hostileplugin.Path(t, hostileplugin.NamedBuiltin)
+	_, _, err := leakyTreatment(t, "detectors: [dsml-leak, \"plugin:"+plugin+"\"]\n")
+	if err == nil || !strings.Contains(err.Error(), "reserved") {
+		t.Fatalf("err = %v; want the built-in's name refused as reserved", err)
+	}
+}
+
+// detectorRuns reads how each detector fared, by detector, summed over the launches.
+func detectorRuns(t *testing.T, db string) map[string]store.DetectorRun {
+	t.Helper()
+	ro, err := store.OpenReadOnly(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	rows, err := store.DetectorRuns(context.Background(), ro, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]store.DetectorRun{}
+	for _, r := range rows {
+		s := out[r.Detector]
+		s.Detector, s.Judged, s.Failed, s.Skipped = r.Detector, s.Judged+r.Judged, s.Failed+r.Failed, s.Skipped+r.Skipped
+		if s.Error == "" {
+			s.Error = r.Error
+		}
+		out[r.Detector] = s
+	}
+	return out
+}
+
+// A detector that takes longer over each response than the stall allows the engine
+// wedges nothing: the engine is timed by its answers, not by their labels.
+func TestASlowDetectorWedgesNoEngine(t *testing.T) {
+	t.Parallel()
+	plugin := hostileplugin.Path(t, hostileplugin.Slow+"-3000")
+	res, db, err := leakyTreatment(t, "detectors: [dsml-leak, \"plugin:"+plugin+"\"]\n"+
+		"timeouts: {startup: 5s, request: 5s, stall: 2s}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res.Runs {
+		if r.Status != store.RunDone {
+			t.Errorf("run %s/b%d %s: %s", r.Arm, r.Block, r.Status, r.Err)
+		}
+	}
+	if h := detectorRuns(t, db)["hostile-slow"]; h.Judged != 2*6*2 || h.Failed+h.Skipped != 0 {
+		t.Errorf("the slow detector: %+v; want every turn judged", h)
+	}
+}
+
+// A detector that never answers is given up after timeouts.detector: the turns it did
+// not judge are counted as its failure, and the engines are not blamed.
+func TestAHungDetectorIsTheDetectorsFailure(t *testing.T) {
+	t.Parallel()
+	plugin := hostileplugin.Path(t, hostileplugin.Hangs)
+	res, db, err := leakyTreatment(t, "detectors: [dsml-leak, \"plugin:"+plugin+"\"]\n"+
+		"timeouts: {startup: 5s, request: 5s, stall: 2s, detector: 1s}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res.Runs {
+		if r.Status != store.RunDone {
+			t.Errorf("run %s/b%d %s: %s", r.Arm, r.Block, r.Status, r.Err)
+		}
+	}
+	runs := detectorRuns(t, db)
+	h := runs["hostile-hangs"]
+	if h.Judged != 0 || h.Failed == 0 || h.Failed+h.Skipped != 2*6*2 || !strings.Contains(h.Error, "timeouts.detector") {
+		t.Errorf("the hung detector: %+v", h)
+	}
+	if l := runs["dsml-leak"]; l.Judged != 2*6*2 {
+		t.Errorf("dsml-leak: %+v; want every turn judged", l)
+	}
+	ro, err := store.OpenReadOnly(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	v, err := verdict.Build(context.Background(), ro, res.ExperimentID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fail, why := v.Gate("detector"); !fail || !strings.Contains(why, "timeouts.detector") {
+		t.Errorf("--fail-on detector: %v, %q", fail, why)
+	}
+}
+
+// A detector that crashes mid-run leaves the run done, the engines unblamed, and the
+// verdict naming the detector, with a gate that fails on it.
+func TestACrashedDetectorIsNamedAndGated(t *testing.T) {
+	t.Parallel()
+	plugin := hostileplugin.Path(t, hostileplugin.Crashes+"-3")
+	res, db, err := leakyTreatment(t, "detectors: [dsml-leak, \"plugin:"+plugin+"\"]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res.Runs {
+		if r.Status != store.RunDone {
+			t.Errorf("run %s/b%d %s: %s", r.Arm, r.Block, r.Status, r.Err)
+		}
+	}
+	ro, err := store.OpenReadOnly(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	v, err := verdict.Build(context.Background(), ro, res.ExperimentID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fail, why := v.Gate("detector")
+	if !fail || !strings.Contains(why, "hostile-crashes") {
+		t.Errorf("--fail-on detector: %v, %q; want it failed, naming the detector", fail, why)
+	}
+	if fail, _ := v.Gate("wedge"); fail {
+		t.Error("--fail-on wedge fails: the engines were blamed for a detector's crash")
+	}
+	var buf strings.Builder
+	if err := v.Markdown(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if md := buf.String(); !strings.Contains(md, "## Detectors that failed") || !strings.Contains(md, "hostile-crashes") || !strings.Contains(md, "hostile-crashes") {
+		t.Errorf("the verdict does not name the crashed detector:\n%s", md)
+	}
+	sum, ok := v.Summary()["detectors"].([]map[string]any)
+	if !ok || len(sum) != 2 {
+		t.Errorf("JSON detectors: %#v", v.Summary()["detectors"])
+	}
+}
