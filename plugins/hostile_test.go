@@ -44,6 +44,12 @@ func TestAServingPluginsStandardErrorReachesArbiters(t *testing.T) {
 	if _, err := d.Detect(context.Background(), response()); err != nil {
 		t.Fatal(err)
 	}
+	// go-plugin forwards a serving plugin's standard error over its own gRPC stream, which
+	// may still carry the line when Detect has returned: wait for it (up to 30 s) before
+	// the plugin is released, as arbiter's own plugins live on after a call.
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(out.String(), "hostile plugin says") && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	release()
 	got := out.String()
 	if !strings.Contains(got, "hostile plugin says [redacted] red") || strings.Contains(got, "s3cret") || strings.Contains(got, "\x1b") {

@@ -373,11 +373,11 @@ func TestEngineKilledMidRunMakesItsArmInconclusive(t *testing.T) {
 	}
 	res := <-done
 
-	if res.code != exitGateFailed {
-		t.Fatalf("arbiter run --fail-on regression exited %d, want %d (the gate fails on an inconclusive arm)\nstdout:\n%s\nstderr:\n%s",
-			res.code, exitGateFailed, res.stdout, res.stderr)
+	if res.code != exitUndecided {
+		t.Fatalf("arbiter run --fail-on regression exited %d, want %d (the gate cannot pass an inconclusive arm: undecided)\nstdout:\n%s\nstderr:\n%s",
+			res.code, exitUndecided, res.stdout, res.stderr)
 	}
-	if !strings.Contains(res.stderr, "gate regression failed: treatment's corruption is inconclusive") {
+	if !strings.Contains(res.stderr, "gate regression undecided: treatment's corruption is inconclusive") {
 		t.Errorf("the gate does not say why it failed:\n%s", res.stderr)
 	}
 	ro, err := store.OpenReadOnly(db)
@@ -410,8 +410,8 @@ func TestEngineKilledMidRunMakesItsArmInconclusive(t *testing.T) {
 	}
 
 	// Re-judged, the same verdict gates the same way; --allow-inconclusive lets it pass.
-	if code, _, stderr := runCLI(t, "verdict", "e2e-crash", "--db", db, "--fail-on", "regression"); code != exitGateFailed {
-		t.Errorf("verdict --fail-on regression exited %d, want %d: %s", code, exitGateFailed, stderr)
+	if code, _, stderr := runCLI(t, "verdict", "e2e-crash", "--db", db, "--fail-on", "regression"); code != exitUndecided {
+		t.Errorf("verdict --fail-on regression exited %d, want %d: %s", code, exitUndecided, stderr)
 	}
 	if code, _, stderr := runCLI(t, "verdict", "e2e-crash", "--db", db, "--fail-on", "regression", "--allow-inconclusive"); code != exitOK {
 		t.Errorf("verdict --fail-on regression --allow-inconclusive exited %d, want 0: %s", code, stderr)
@@ -506,8 +506,8 @@ func TestEngineKilledWithEverySessionInFlight(t *testing.T) {
 		t.Fatalf("kill the treatment engine (pid %d): %v", pid, err)
 	}
 	res := <-done
-	if res.code != exitGateFailed {
-		t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", res.code, exitGateFailed, res.stdout, res.stderr)
+	if res.code != exitUndecided {
+		t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", res.code, exitUndecided, res.stdout, res.stderr)
 	}
 	for _, want := range []string{"The engine of treatment crashed (block 0)", "inconclusive"} {
 		if !strings.Contains(strings.Join(strings.Fields(res.stdout), " "), want) {
