@@ -340,7 +340,9 @@ func TestNixlAbortWedge(t *testing.T) {
 func TestNixlCascadeCatchesRequestsStillWaiting(t *testing.T) {
 	for _, cascade := range []bool{true, false} {
 		s, base := startServer(t, nixlConfig(t, 1, false), nil)
-		first := startStream(t, base, bodyWith(userRequest("a short one", nil), map[string]any{"stream": true, "rid": "first", "max_tokens": 30}))
+		// The first request must still be decoding when the late one queues: a thousand
+		// tokens at 1 ms each leave it a second, however loaded the machine.
+		first := startStream(t, base, bodyWith(userRequest("a short one", nil), map[string]any{"stream": true, "rid": "first", "max_tokens": 1000, "ignore_eos": true}))
 		<-first.first
 		late := startStream(t, base, longReply("late"))
 		waitFor(t, s, "the second request to queue", func() bool { _, q := s.sched.load(); return q == 1 })
