@@ -304,17 +304,7 @@ func (b *Bundle) title() string {
 
 // mdText is text arbiter did not write (an engine's version, a detector's reason, a
 // name) as markdown prose: inert, bounded, and with markdown's own characters escaped.
-func mdText(s string) string {
-	s = inert.Text(s, 1<<10)
-	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune("\\`*[]<>|~", r) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
+func mdText(s string) string { return inert.Markdown(s, 1<<10) }
 
 // callNames are the functions of a JSON list of tool calls.
 func callNames(calls json.RawMessage) []string {

@@ -103,18 +103,13 @@ func (v *Verdict) detectorSummary() []map[string]any {
 }
 
 // mdText is text a detector wrote (a reason, an error) as one markdown table cell: inert,
-// cut, and with markdown's own characters escaped, so that it can neither break the table
-// nor bold, link or embed anything (mdCell escapes the table's own pipes and backticks).
+// cut, and escaped so that it can neither break the table nor bold, link or embed
+// anything.
 func mdText(s string) string {
-	s = inert.Text(s, 4<<10)
-	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune("\\*_[]<>~", r) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
+	if r := []rune(s); len(r) > 90 {
+		s = string(r[:89]) + "…"
 	}
-	return mdCell(b.String())
+	return inert.Markdown(s, 4<<10)
 }
 
 // detectorHealthSection is the markdown section of the detectors that failed; none when

@@ -111,3 +111,34 @@ func csiLen(s string) int {
 	}
 	return len(s)
 }
+
+// Markdown returns s as Text does, with every character markdown would act on escaped
+// (emphasis, links, embedded HTML, code spans, strikethrough and table pipes), so that it
+// reads as written in prose and in a table cell and can neither bold, link nor embed
+// anything, nor end a cell.
+func Markdown(s string, limit int) string {
+	s = Text(s, limit)
+	if !strings.ContainsAny(s, markdownSpecial) {
+		return s
+	}
+	rs := []rune(s)
+	var b strings.Builder
+	b.Grow(len(s) + 16)
+	for i, r := range rs {
+		if strings.ContainsRune(markdownSpecial, r) && !intraword(rs, i) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// markdownSpecial are the characters Markdown escapes.
+const markdownSpecial = "\\`*_[]<>|~"
+
+// intraword reports whether rs[i] is an underscore between two letters or digits, which
+// CommonMark never reads as emphasis: BF16_INDEX_K stays as it is written.
+func intraword(rs []rune, i int) bool {
+	word := func(j int) bool { return j >= 0 && j < len(rs) && (unicode.IsLetter(rs[j]) || unicode.IsDigit(rs[j])) }
+	return rs[i] == '_' && word(i-1) && word(i+1)
+}

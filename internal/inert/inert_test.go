@@ -59,3 +59,46 @@ func FuzzText(f *testing.F) {
 		}
 	})
 }
+
+func TestMarkdownEscapesWhatMarkdownWouldAct(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"plain words", "plain words"},
+		{"**bold** and _em_", `\*\*bold\*\* and \_em\_`},
+		{"BF16_INDEX_K=1 __init__", `BF16_INDEX_K=1 \_\_init\_\_`},
+		{"[x](http://h) <img src=x>", `\[x\](http://h) \<img src=x\>`},
+		{"a | b `code` ~~s~~", "a \\| b \\`code\\` \\~\\~s\\~\\~"},
+		{`back\slash`, `back\\slash`},
+		{"two\nlines \x1b[31mred", "two lines red"},
+	} {
+		if got := Markdown(c.in, 0); got != c.want {
+			t.Errorf("Markdown(%q) = %q; want %q", c.in, got, c.want)
+		}
+	}
+}
+
+func FuzzMarkdown(f *testing.F) {
+	f.Add("**x** | `y` <b>", 32)
+	f.Fuzz(func(t *testing.T, s string, limit int) {
+		got := Markdown(s, limit%4096)
+		// Read back, every special character is escaped (an underscore inside a word
+		// needs none): no unescaped one remains.
+		rs := []rune(got)
+		escaped := false
+		for i, r := range rs {
+			switch {
+			case escaped:
+				escaped = false
+			case r == '\\':
+				escaped = true
+			case strings.ContainsRune(markdownSpecial, r) && !intraword(rs, i):
+				t.Fatalf("unescaped %q in %q", r, got)
+			}
+			if r == '\n' || r == 0x1b {
+				t.Fatalf("control %U in %q", r, got)
+			}
+		}
+		if escaped {
+			t.Fatalf("a lone backslash ends %q", got)
+		}
+	})
+}
