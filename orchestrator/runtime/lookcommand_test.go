@@ -7,10 +7,10 @@ import (
 	"testing"
 )
 
-// TestLookCommandFindsEnginesAsTheREADMESays: a bare name is looked for beside arbiter's
+// TestLookCommandFindsEnginesAsDocsSpecSays: a bare name is looked for beside arbiter's
 // executable first, then on PATH; a name with a slash is taken as it is; a name found
 // nowhere is an error that says where it was looked for.
-func TestLookCommandFindsEnginesAsTheREADMESays(t *testing.T) {
+func TestLookCommandFindsEnginesAsDocsSpecSays(t *testing.T) {
 	self, err := os.Executable()
 	if err != nil {
 		t.Skip("no executable path:", err)
