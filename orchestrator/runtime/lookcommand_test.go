@@ -3,6 +3,7 @@ package runtime
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -36,3 +37,48 @@ func TestLookCommandFindsEnginesAsDocsSpecSays(t *testing.T) {
 		t.Errorf("a missing engine: %v", err)
 	}
 }
+
+// A missing engine's hint is a command that makes it: refserve's is a target of the
+// Makefile, and ollama's builds the version CI builds (.ci/run), so following the hint
+// gives the engine the tests ran against.
+func TestMissingEngineHintsAreTrue(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	root := filepath.Join("..", "..")
+	makefile, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci, err := os.ReadFile(filepath.Join(root, ".ci", "run"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := regexp.MustCompile(`(?m)^OLLAMA_VERSION=(\S+)$`).FindSubmatch(ci)
+	if version == nil {
+		t.Fatal(".ci/run no longer sets OLLAMA_VERSION")
+	}
+	if !strings.Contains(string(ci), `go install`) || !strings.Contains(string(ci), `"github.com/ollama/ollama@$OLLAMA_VERSION"`) {
+		t.Fatal(".ci/run no longer builds ollama with go install")
+	}
+
+	_, err = LookCommand("ollama")
+	if err == nil {
+		t.Skip("an ollama is beside the test binary")
+	}
+	if want := "go install github.com/ollama/ollama@" + string(version[1]); !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "make build") {
+		t.Errorf("missing ollama: %v; want the hint %q and no make build", err, want)
+	}
+
+	_, err = LookCommand("refserve")
+	if err == nil {
+		t.Skip("a refserve is beside the test binary")
+	}
+	if !strings.Contains(err.Error(), "make build") || !regexp.MustCompile(`(?m)^build:[^\n]*\n(?:\t[^\n]*\n)*\t[^\n]*-o \$\(BIN\)/refserve \./cmd/refserve`).Match(makefile) {
+		t.Errorf("missing refserve: %v; want make build, whose recipe builds bin/refserve", err)
+	}
+
+	_, err = LookCommand("no-such-engine-anywhere")
+	if err == nil || strings.Contains(err.Error(), "make build") || strings.Contains(err.Error(), "go install") {
+		t.Errorf("an engine arbiter does not build: %v; want no build command", err)
+	}
+}
+
