@@ -144,7 +144,7 @@ func writeShow(w io.Writer, v *verdict.Verdict) error {
 	}
 	if lines := v.Placement(); len(lines) > 0 {
 		fmt.Fprintf(w, "\nWhere the arms ran (%s):\n%s\n",
-			verdict.Command(fmt.Sprintf("query \"SELECT node, slot, gpus, instance, wave, workload_started_at, workload_ended_at FROM runs WHERE experiment_id = %d\"", e.ID), v.DB),
+			verdict.Command(fmt.Sprintf("query %q", store.PlacementQuery(e.ID)), v.DB),
 			strings.Join(lines, "\n"))
 	}
 	return nil

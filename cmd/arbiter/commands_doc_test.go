@@ -43,6 +43,9 @@ func commandReference(root *cobra.Command) string {
 			if sub.Long != "" {
 				fmt.Fprintf(&b, "\n%s\n", strings.TrimSpace(sub.Long))
 			}
+			if sub.Example != "" {
+				fmt.Fprintf(&b, "\nExamples:\n%s\n", sub.Example)
+			}
 			if fl := sub.LocalNonPersistentFlags(); fl.HasAvailableFlags() {
 				fmt.Fprintf(&b, "\nFlags:\n%s", fl.FlagUsagesWrapped(100))
 			}
