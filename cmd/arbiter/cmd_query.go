@@ -50,7 +50,7 @@ printed as they are read: csv and json at once, a table once its statement has e
 columns are aligned to its widest cells), so a query that reaches a limit has printed the rows
 before it (a json array is then left open) and exits 1 saying which limit it reached.`,
 		Example: queryExamples(),
-		Args: cobra.ExactArgs(1),
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			format, err := listFormat(g, o.format)
 			if err != nil {
@@ -334,4 +334,3 @@ func queryExamples() string {
 	}
 	return strings.Join(lines, "\n")
 }
-

@@ -81,4 +81,3 @@ func TestMissingEngineHintsAreTrue(t *testing.T) {
 		t.Errorf("an engine arbiter does not build: %v; want no build command", err)
 	}
 }
-
