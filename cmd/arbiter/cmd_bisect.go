@@ -373,13 +373,14 @@ func listBisections(ctx context.Context, g *globals, o bisectOptions) error {
 			return err
 		}
 		l := line{ID: b.ID, Name: b.Name, Status: b.State(), Created: toTheSecond(b.CreatedAt), Steps: len(steps), Conclusion: "–"}
-		if b.Conclusion.Valid {
-			var c store.BisectionConclusion
-			if json.Unmarshal([]byte(b.Conclusion.String), &c) == nil {
-				l.Conclusion = string(c.Status)
-				for _, x := range c.Culprit {
-					l.Culprit = append(l.Culprit, x+1)
-				}
+		c, err := b.ParsedConclusion()
+		if err != nil {
+			return err
+		}
+		if c != nil {
+			l.Conclusion = string(c.Status)
+			for _, x := range c.Culprit {
+				l.Culprit = append(l.Culprit, x+1)
 			}
 		}
 		out = append(out, l)
