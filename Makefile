@@ -6,7 +6,7 @@ DB      ?= arbiter.db
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS := -X github.com/arbiterlab/arbiter/internal/version.version=$(VERSION)
 
-.PHONY: all build image demo demo-docker test lint bench calibrate kernels fuzz clean
+.PHONY: all build image demo demo-docker test lint bench calibrate kernels fuzz docs clean
 
 all: build
 
@@ -38,6 +38,11 @@ demo: build
 test:
 	$(GO) test -race -parallel 4 -timeout 20m $$($(GO) list ./... | grep -v '/stats$$')
 	$(GO) test -timeout 20m ./stats
+
+## docs: the command reference at the end of docs/commands.md, from the command tree (a test
+## fails while it is stale)
+docs:
+	$(GO) test ./cmd/arbiter -run '^TestCommandReferenceIsCurrent$$' -update-docs
 
 ## lint: gofmt, go vet, staticcheck, and deadcode with the tests as roots (no function that
 ## neither the commands nor the tests reach); the last two installed from the module proxy

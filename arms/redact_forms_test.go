@@ -9,9 +9,9 @@ import (
 	"testing"
 )
 
-// TestRedactionCoversTheDocumentedFormsOnly pins README's list (Secrets): the forms it
+// TestRedactionCoversTheDocumentedFormsOnly pins docs/spec.md's list (Secrets): the forms it
 // says are covered are redacted, and the ones it says are not stay as they are. A change
-// to either list changes this test and the README together.
+// to either list changes this test and docs/spec.md together.
 func TestRedactionCoversTheDocumentedFormsOnly(t *testing.T) {
 	const secret = "hf_Secret12zK"
 	r := newRedactor([]string{secret})
@@ -34,7 +34,7 @@ func TestRedactionCoversTheDocumentedFormsOnly(t *testing.T) {
 		strings.ToUpper(secret), hexed[:len(hexed)-1] + strings.ToUpper(hexed[len(hexed)-1:]), hex.EncodeToString([]byte(b64)),
 	} {
 		if got := r.Redact("x " + form + " y"); got != "x "+form+" y" {
-			t.Errorf("documented as not covered, but redacted (update README's Secrets): %q -> %q", form, got)
+			t.Errorf("documented as not covered, but redacted (update docs/spec.md's Secrets): %q -> %q", form, got)
 		}
 	}
 }

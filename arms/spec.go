@@ -5,7 +5,7 @@ package arms
 
 import "time"
 
-// Spec is a decoded, validated experiment spec (version 1). The README's "Writing a spec" describes the format.
+// Spec is a decoded, validated experiment spec (version 1). docs/spec.md describes the format.
 type Spec struct {
 	// Path is the file the spec was read from; errors and the store refer to it.
 	Path string

@@ -170,7 +170,7 @@ var (
 )
 
 // Run executes the experiment the spec describes and returns once every run has ended.
-// Cancelling ctx stops scheduling, stops the running arm and keeps what was recorded; the
+// Cancelling ctx stops scheduling, stops the running arms and keeps what was recorded; the
 // experiment is then marked interrupted and ctx.Err() is returned with the result.
 func Run(ctx context.Context, opts Options) (Result, error) {
 	start := time.Now()

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -313,6 +314,19 @@ func BisectionSteps(ctx context.Context, db *sqlx.DB, id int64) ([]BisectionStep
 		return nil, fmt.Errorf("steps of bisection %d: %w", id, err)
 	}
 	return out, nil
+}
+
+// ParsedConclusion decodes what the bisection's search concluded; nil while it has no
+// conclusion (still running, or stopped before its search ended).
+func (b BisectionRow) ParsedConclusion() (*BisectionConclusion, error) {
+	if !b.Conclusion.Valid {
+		return nil, nil
+	}
+	var c BisectionConclusion
+	if err := json.Unmarshal([]byte(b.Conclusion.String), &c); err != nil {
+		return nil, fmt.Errorf("bisection %d: stored conclusion: %w", b.ID, err)
+	}
+	return &c, nil
 }
 
 // BisectionConclusion is what a bisection's search found, as bisections.conclusion keeps

@@ -2,8 +2,10 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -112,5 +114,22 @@ func TestBisectionStepsAreRecordedOnce(t *testing.T) {
 	}
 	if _, err := FindBisection(ctx, s.DB(), "no-such"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("unknown bisection: %v", err)
+	}
+}
+
+// ParsedConclusion is nil before a search concludes, what the search stored after, and an
+// error that names the bisection when the stored text is not a conclusion.
+func TestParsedConclusion(t *testing.T) {
+	if c, err := (BisectionRow{ID: 1}).ParsedConclusion(); c != nil || err != nil {
+		t.Errorf("no conclusion: %+v, %v", c, err)
+	}
+	stored := BisectionRow{ID: 2, Conclusion: sql.NullString{Valid: true, String: `{"status":"culprit","culprit":[1,5],"confirmed_by":8,"reason":"r","steps":8}`}}
+	c, err := stored.ParsedConclusion()
+	if err != nil || c.Status != ConclusionCulprit || !slices.Equal(c.Culprit, []int{1, 5}) || c.ConfirmedBy != 8 || c.Steps != 8 {
+		t.Errorf("stored conclusion: %+v, %v", c, err)
+	}
+	bad := BisectionRow{ID: 3, Conclusion: sql.NullString{Valid: true, String: "{"}}
+	if c, err := bad.ParsedConclusion(); c != nil || err == nil || !strings.Contains(err.Error(), "bisection 3") {
+		t.Errorf("unreadable conclusion: %+v, %v", c, err)
 	}
 }

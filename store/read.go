@@ -198,6 +198,29 @@ type ArmRow struct {
 	Env          string         `db:"env"`
 }
 
+// ArmPins are what an arm pins beyond the engine's shared configuration, as stored
+// (redacted): its env variables and its args.
+type ArmPins struct {
+	Env  map[string]string `json:"env"`
+	Args []string          `json:"args"`
+}
+
+// PinSet decodes the arm's stored pins; an arm that pins nothing has an empty map and an
+// empty list, never nil, so that JSON shows {} and [].
+func (a ArmRow) PinSet() (ArmPins, error) {
+	var p ArmPins
+	if err := json.Unmarshal([]byte(a.Pins), &p); err != nil {
+		return ArmPins{}, fmt.Errorf("arm %s: stored pins: %w", a.Name, err)
+	}
+	if p.Env == nil {
+		p.Env = map[string]string{}
+	}
+	if p.Args == nil {
+		p.Args = []string{}
+	}
+	return p, nil
+}
+
 // Arms lists an experiment's arms in spec order.
 func Arms(ctx context.Context, db *sqlx.DB, experimentID int64) ([]ArmRow, error) {
 	var out []ArmRow

@@ -372,14 +372,15 @@ func listBisections(ctx context.Context, g *globals, o bisectOptions) error {
 		if err != nil {
 			return err
 		}
-		l := line{ID: b.ID, Name: b.Name, Status: b.State(), Created: b.CreatedAt, Steps: len(steps), Conclusion: "–"}
-		if b.Conclusion.Valid {
-			var c store.BisectionConclusion
-			if json.Unmarshal([]byte(b.Conclusion.String), &c) == nil {
-				l.Conclusion = string(c.Status)
-				for _, x := range c.Culprit {
-					l.Culprit = append(l.Culprit, x+1)
-				}
+		l := line{ID: b.ID, Name: b.Name, Status: b.State(), Created: toTheSecond(b.CreatedAt), Steps: len(steps), Conclusion: "–"}
+		c, err := b.ParsedConclusion()
+		if err != nil {
+			return err
+		}
+		if c != nil {
+			l.Conclusion = string(c.Status)
+			for _, x := range c.Culprit {
+				l.Culprit = append(l.Culprit, x+1)
 			}
 		}
 		out = append(out, l)
@@ -394,7 +395,7 @@ func listBisections(ctx context.Context, g *globals, o bisectOptions) error {
 				culpritColumn(l.Culprit)}
 		},
 		tableRow: func(l line) []string {
-			return []string{fmt.Sprint(l.ID), l.Name, string(l.Status), l.Created, fmt.Sprint(l.Steps), l.Conclusion,
+			return []string{fmt.Sprint(l.ID), l.Name, string(l.Status), verdict.When(l.Created), fmt.Sprint(l.Steps), l.Conclusion,
 				dash(culpritColumn(l.Culprit))}
 		},
 	}.write(g, format, o.quiet)

@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/arbiterlab/arbiter/store"
+	"github.com/arbiterlab/arbiter/verdict"
 )
 
 func init() { subcommands = append(subcommands, newLsCmd) }
@@ -51,6 +52,9 @@ it started, its arms, and its sessions as the verdict counts them (analysed, cor
 }
 
 func writeExperiments(g *globals, exps []store.ExperimentSummary, o lsOptions) error {
+	for i := range exps {
+		exps[i].CreatedAt = toTheSecond(exps[i].CreatedAt)
+	}
 	// Sessions as the verdict counts them: analysed (finished) and lost.
 	return listing[store.ExperimentSummary]{
 		items:     exps,
@@ -59,6 +63,10 @@ func writeExperiments(g *globals, exps []store.ExperimentSummary, o lsOptions) e
 		tableHead: []string{"ID", "NAME", "STATUS", "STARTED", "ARMS", "SESSIONS", "CORRUPTED", "LOST"},
 		csvRow: func(e store.ExperimentSummary) []string {
 			return []string{fmt.Sprint(e.ID), e.Name, string(e.Status), e.CreatedAt, fmt.Sprint(e.Arms), fmt.Sprint(e.Sessions),
+				fmt.Sprint(e.Corrupted), fmt.Sprint(e.Lost)}
+		},
+		tableRow: func(e store.ExperimentSummary) []string {
+			return []string{fmt.Sprint(e.ID), e.Name, string(e.Status), verdict.When(e.CreatedAt), fmt.Sprint(e.Arms), fmt.Sprint(e.Sessions),
 				fmt.Sprint(e.Corrupted), fmt.Sprint(e.Lost)}
 		},
 	}.write(g, o.format, o.quiet)

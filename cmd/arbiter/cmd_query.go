@@ -41,20 +41,16 @@ line between them; json: one JSON array per statement, one per line).
 The database is opened read-only, and SQLite itself refuses, before anything runs, every
 statement that would write: INSERT, UPDATE, DELETE, schema changes, ATTACH, VACUUM (INTO),
 transactions, pragmas that set a value, load_extension. A query with one refused statement runs
-none of them, and nothing is changed. Tables: experiments, arms, runs, sessions, turns, labels,
-divergences, phases, leases, engine_processes, bisections, bisection_steps, server_metrics.
-
+none of them, and nothing is changed.
+` + wrap("Tables: "+strings.Join(store.Tables, ", ")+".", "", 96) + `
 A query is bounded: it is interrupted after --timeout, stops past --max-rows rows (all its
 statements together), and --max-bytes bounds every single value (SQLite refuses to make a longer
 one: zeroblob(1e9) fails at once) and the text and blobs of all its rows together. Rows are
 printed as they are read: csv and json at once, a table once its statement has ended (its
 columns are aligned to its widest cells), so a query that reaches a limit has printed the rows
 before it (a json array is then left open) and exits 1 saying which limit it reached.`,
-		Example: `  arbiter query "SELECT a.name, sum(s.corrupted) AS corrupted, count(*) AS sessions
-                 FROM sessions s JOIN arms a ON a.id = s.arm_id GROUP BY a.name"
-  arbiter query "SELECT count(*) FROM turns; SELECT count(*) FROM sessions" --format csv
-  arbiter query "SELECT raw FROM turns" --format json --max-rows 0 --max-bytes 4GiB --timeout 10m`,
-		Args: cobra.ExactArgs(1),
+		Example: queryExamples(),
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			format, err := listFormat(g, o.format)
 			if err != nil {
@@ -109,7 +105,7 @@ func runQuery(ctx context.Context, g *globals, sql string, o queryOptions) error
 	var le *store.QueryLimitError
 	switch {
 	case errors.Is(err, store.ErrNoStatement):
-		return withCode(exitUsage, fmt.Errorf("query: %w (try \"SELECT * FROM experiments\")", err))
+		return withCode(exitUsage, fmt.Errorf("query: %w (try %q)", err, store.FirstQuery))
 	case errors.Is(err, store.ErrQueryRefused):
 		return withCode(exitUsage, err)
 	case errors.As(err, &le):
@@ -324,4 +320,17 @@ func cut(s string, max int) string {
 	}
 	r := []rune(s)
 	return string(r[:max-1]) + "…"
+}
+
+// queryExamples is query's help's examples: the store's example statements as one types them.
+func queryExamples() string {
+	var lines []string
+	for _, q := range store.ExampleQueries {
+		line := fmt.Sprintf("  arbiter query %q", q.SQL)
+		if q.Flags != "" {
+			line += " " + q.Flags
+		}
+		lines = append(lines, line)
+	}
+	return strings.Join(lines, "\n")
 }

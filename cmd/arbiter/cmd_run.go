@@ -54,10 +54,12 @@ func newRunCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run SPEC",
 		Short: "Run an experiment and write its verdict",
-		Long: `Run the experiment a spec describes: launch every arm in turn, drive the identical
-seeded workload against each, label every response, store everything in the results database,
-and write the markdown verdict. The first Ctrl-C stops scheduling, stops the running arm and
-keeps what was recorded; a second exits at once.`,
+		Long: `Run the experiment a spec describes, block by block: the arms of a block start together,
+one on each slot of runtime.nodes (in waves when there are fewer slots than arms), wait until
+every one is ready, and get the identical seeded workload at the same moment; every response
+is labelled, everything is stored in the results database, and the markdown verdict is
+written. The first Ctrl-C stops scheduling, stops the running arms and keeps what was
+recorded; a second exits at once.`,
 		Example: `  arbiter run examples/quickstart.yaml
   arbiter run spec.yaml --db results.db --fail-on regression   # exit 3 if an arm is shown worse, 6 if one crashed
   arbiter run spec.yaml --fail-on regression,undecided   # exit 6 too when the launches cannot decide

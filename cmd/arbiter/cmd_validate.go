@@ -14,6 +14,7 @@ import (
 
 	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/orchestrator"
+	"github.com/arbiterlab/arbiter/plan"
 	"github.com/arbiterlab/arbiter/stats"
 )
 
@@ -182,7 +183,7 @@ type specSummary struct {
 	Analysis  analysisSummary `json:"analysis"`
 	Blocks    int             `json:"blocks"`
 	// Launches is what the design's launches per arm let a verdict claim.
-	Launches launchSummary     `json:"launches"`
+	Launches plan.LaunchClaims `json:"launches"`
 	Timeouts map[string]string `json:"timeouts"`
 	Secrets  []string          `json:"secrets,omitempty"`
 	// Preflight is what validate --preflight found; absent without it.
@@ -212,22 +213,6 @@ type workloadSummary struct {
 	Describe string `json:"describe,omitempty"`
 }
 
-// launchSummary says what the launches per arm (blocks) let a verdict attribute to the
-// arms: the level each claim on the primary outcome is tested at, the smallest p the
-// launch randomization test can give with these launches, and the launches per arm it
-// needs to reach that level at all.
-type launchSummary struct {
-	PerArm       int     `json:"per_arm"`
-	PrimaryLevel float64 `json:"primary_level"`
-	// Test is the test of the primary claims: randomization, Welch, noise floor, or ""
-	// (none can be made).
-	Test       string  `json:"test"`
-	NoiseFloor string  `json:"noise_floor,omitempty"`
-	MinP       float64 `json:"min_p"`
-	CanClaim   bool    `json:"can_claim"`
-	Needed     int     `json:"needed_per_arm"`
-}
-
 type analysisSummary struct {
 	Unit  string  `json:"unit"`
 	Alpha float64 `json:"alpha"`
@@ -245,7 +230,7 @@ func summarize(s *arms.Spec, expanded []arms.Arm, r *arms.Redactor) specSummary 
 			Describe: s.Workload.Describe()},
 		Analysis: analysisSummary{Unit: s.Analysis.Unit, Alpha: s.Analysis.Alpha, AA: s.Analysis.AA},
 		Blocks:   s.Blocks,
-		Launches: summarizeLaunches(s, len(expanded)),
+		Launches: plan.SpecLaunches(s, len(expanded)),
 		Timeouts: map[string]string{"startup": s.Timeouts.Startup.String(), "request": s.Timeouts.Request.String(), "stall": s.Timeouts.Stall.String(), "detector": s.Timeouts.Detector.String()},
 		Secrets:  s.Engine.Secrets,
 	}
@@ -355,46 +340,6 @@ func (s specSummary) write(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
-}
-
-func summarizeLaunches(s *arms.Spec, nArms int) launchSummary {
-	b, looks := s.Blocks, s.Analysis.Sequential.Looks
-	binary := s.Workload.Kind == arms.WorkloadAbortCascade
-	floor := s.Analysis.NoiseFloor != ""
-	if looks > 1 {
-		levels := stats.SequentialLookLevels(s.Analysis.Alpha, nArms-1, looks)
-		minP := stats.MinAttainableP(looks, looks)
-		return launchSummary{PerArm: b, PrimaryLevel: levels[looks-1], Test: string(stats.TestRandomization), MinP: minP,
-			CanClaim: levels[looks-1] > 0, Needed: stats.LaunchesNeeded(stats.SequentialShare(s.Analysis.Alpha, nArms-1))}
-	}
-	kind := stats.RateTestFor(b, b, floor, binary, false)
-	minP := kind.MinP(b, b)
-	// The speed claims beside them (four metrics per arm) can be tested from two launches
-	// per arm, or one against a floor: they then take their share of alpha.
-	speedMinP := 1.0
-	if b >= 2 || floor {
-		speedMinP = 0
-	}
-	var reach []stats.Reach
-	for range nArms - 1 {
-		reach = append(reach, stats.FixedReach(true, minP))
-		for range 4 {
-			reach = append(reach, stats.FixedReach(false, speedMinP))
-		}
-	}
-	level := stats.AllotAlpha(s.Analysis.Alpha, reach)[0].Level()
-	if level == 0 {
-		level = stats.PrimaryLevel(s.Analysis.Alpha, nArms-1)
-	}
-	needed := 2
-	if binary {
-		needed = stats.LaunchesNeeded(level)
-	}
-	l := launchSummary{PerArm: b, PrimaryLevel: level, Test: string(kind), MinP: minP, CanClaim: kind != stats.TestNone && stats.Reject(minP, level), Needed: needed}
-	if kind == stats.TestFloor {
-		l.NoiseFloor = s.Analysis.NoiseFloor
-	}
-	return l
 }
 
 // byteSize writes a size as a person would: 8 MiB, 512 KiB, 100000 bytes.

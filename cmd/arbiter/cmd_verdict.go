@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -75,11 +76,46 @@ the whole verdict.`,
 				return err
 			}
 			if g.json {
-				return json.NewEncoder(g.stdout).Encode(v.Summary())
+				sum, err := showSummary(cmd.Context(), g, v)
+				if err != nil {
+					return err
+				}
+				return json.NewEncoder(g.stdout).Encode(sum)
 			}
 			return writeShow(g.stdout, v)
 		},
 	}, g)
+}
+
+// showSummary is the verdict's JSON summary with each arm's pins as data, {"env": {...},
+// "args": [...]}, read from the database: an arm that pins nothing has {} and [], not words.
+func showSummary(ctx context.Context, g *globals, v *verdict.Verdict) (map[string]any, error) {
+	db, err := store.OpenReadOnly(g.dbPath())
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	rows, err := store.Arms(ctx, db, v.Experiment.ID)
+	if err != nil {
+		return nil, err
+	}
+	pins := map[string]store.ArmPins{}
+	for _, a := range rows {
+		if pins[a.Name], err = a.PinSet(); err != nil {
+			return nil, err
+		}
+	}
+	sum := v.Summary()
+	arms, _ := sum["arms"].([]map[string]any)
+	for _, a := range arms {
+		name, _ := a["name"].(string)
+		p, ok := pins[name]
+		if !ok {
+			return nil, fmt.Errorf("experiment %d: arm %q has no row in the database", v.Experiment.ID, name)
+		}
+		a["pins"] = p
+	}
+	return sum, nil
 }
 
 // writeShow prints an experiment's summary: what show's help promises.
@@ -108,7 +144,7 @@ func writeShow(w io.Writer, v *verdict.Verdict) error {
 	}
 	if lines := v.Placement(); len(lines) > 0 {
 		fmt.Fprintf(w, "\nWhere the arms ran (%s):\n%s\n",
-			verdict.Command(fmt.Sprintf("query \"SELECT node, slot, gpus, instance, wave, workload_started_at, workload_ended_at FROM runs WHERE experiment_id = %d\"", e.ID), v.DB),
+			verdict.Command(fmt.Sprintf("query %q", store.PlacementQuery(e.ID)), v.DB),
 			strings.Join(lines, "\n"))
 	}
 	return nil

@@ -232,3 +232,76 @@ timeouts: {startup: 60s, request: 60s, stall: 30s}
 		}
 	}
 }
+
+// TestListsPrintTimesToTheSecond: ls prints when an experiment started to the second, in
+// every format, though the database keeps it to the nanosecond.
+func TestListsPrintTimesToTheSecond(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "r.db")
+	s, err := store.Open(db, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	started := time.Date(2026, 12, 6, 3, 20, 49, 123456789, time.UTC)
+	if _, err := s.CreateExperiment(ctx, store.Experiment{Name: "timed", SpecPath: "s.yaml", Spec: "version: 1", Created: started}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"ls"}, "2026-12-06 03:20:49 UTC"},
+		{[]string{"ls", "--format", "csv"}, ",2026-12-06T03:20:49Z,"},
+		{[]string{"ls", "--json"}, `"created_at":"2026-12-06T03:20:49Z"`},
+	} {
+		code, out, stderr := runCLI(t, append(c.args, "--db", db)...)
+		if code != exitOK || !strings.Contains(out, c.want) || strings.Contains(out, "49.123") {
+			t.Errorf("%v: exit %d, want %q and no fraction of a second:\n%s%s", c.args, code, c.want, out, stderr)
+		}
+	}
+}
+
+// TestShowJSONGivesPinsAsData: show --json gives each arm's pins as {"env": ..., "args":
+// ...}; an arm that pins nothing has an empty object and list, not words.
+func TestShowJSONGivesPinsAsData(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "r.db")
+	s, err := store.Open(db, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	id, err := s.CreateExperiment(ctx, store.Experiment{Name: "pins", SpecPath: "s.yaml", Spec: "version: 1", Baseline: "control", Created: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range []struct{ name, pins string }{
+		{"control", `{"env":{},"args":[]}`},
+		{"treatment", `{"env":{"BF16_INDEX_K":"1"},"args":["--enable-hierarchical-cache"]}`},
+	} {
+		if _, err := s.AddArm(ctx, store.Arm{ExperimentID: id, Name: a.name, Position: i, Pins: a.pins, Command: `["refserve"]`, Env: "{}"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.FinishExperiment(ctx, id, store.ExperimentDone, "", time.Now())
+	s.Close()
+	code, out, stderr := runCLI(t, "show", "--json", "--db", db)
+	var sum struct {
+		Arms []struct {
+			Name string          `json:"name"`
+			Pins json.RawMessage `json:"pins"`
+		} `json:"arms"`
+	}
+	if code != exitOK || json.Unmarshal([]byte(out), &sum) != nil || len(sum.Arms) != 2 {
+		t.Fatalf("show --json: exit %d:\n%s%s", code, out, stderr)
+	}
+	want := map[string]string{"control": `{"env":{},"args":[]}`, "treatment": `{"env":{"BF16_INDEX_K":"1"},"args":["--enable-hierarchical-cache"]}`}
+	for _, a := range sum.Arms {
+		if string(a.Pins) != want[a.Name] {
+			t.Errorf("show --json: %s's pins are %s; want %s", a.Name, a.Pins, want[a.Name])
+		}
+	}
+	if strings.Contains(out, "(none)") {
+		t.Errorf("show --json says (none):\n%s", out)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // listFormat is the --format of a command that prints a list or a table: --json makes it
@@ -66,4 +67,14 @@ func (l listing[T]) write(g *globals, format string, quiet bool) error {
 		fmt.Fprintln(tw, strings.Join(row(it), "\t"))
 	}
 	return tw.Flush()
+}
+
+// toTheSecond is a stored timestamp (RFC 3339 to the nanosecond) as lists print it for
+// scripts: RFC 3339 in UTC to the second; a timestamp it cannot read is printed as stored.
+func toTheSecond(ts string) string {
+	t, err := time.Parse(time.RFC3339Nano, ts)
+	if err != nil {
+		return ts
+	}
+	return t.UTC().Format(time.RFC3339)
 }

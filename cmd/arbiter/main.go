@@ -25,7 +25,7 @@ import (
 	"github.com/arbiterlab/arbiter/store"
 )
 
-// Exit codes of the CLI contract, the same for every command (the README lists them).
+// Exit codes of the CLI contract, the same for every command (docs/commands.md lists them).
 const (
 	exitOK          = 0
 	exitError       = 1

@@ -73,3 +73,16 @@ func TestDBThatIsNotADatabaseIsBadUsage(t *testing.T) {
 		}
 	}
 }
+
+// run --help says how arms run: a block's arms start together and get the workload at
+// the same moment (orchestrator's runBlock), not one after another.
+func TestRunHelpSaysArmsStartTogether(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "run", "--help")
+	if code != exitOK {
+		t.Fatalf("run --help: exit %d, %s", code, stderr)
+	}
+	help := strings.Join(strings.Fields(stdout), " ")
+	if strings.Contains(help, "in turn") || !strings.Contains(help, "the arms of a block start together") || !strings.Contains(help, "at the same moment") {
+		t.Errorf("run --help does not say that a block's arms start together:\n%s", stdout)
+	}
+}

@@ -3,14 +3,15 @@ package runtime
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
 
-// TestLookCommandFindsEnginesAsTheREADMESays: a bare name is looked for beside arbiter's
+// TestLookCommandFindsEnginesAsDocsSpecSays: a bare name is looked for beside arbiter's
 // executable first, then on PATH; a name with a slash is taken as it is; a name found
 // nowhere is an error that says where it was looked for.
-func TestLookCommandFindsEnginesAsTheREADMESays(t *testing.T) {
+func TestLookCommandFindsEnginesAsDocsSpecSays(t *testing.T) {
 	self, err := os.Executable()
 	if err != nil {
 		t.Skip("no executable path:", err)
@@ -34,5 +35,49 @@ func TestLookCommandFindsEnginesAsTheREADMESays(t *testing.T) {
 	}
 	if _, err := LookCommand("no-such-engine-anywhere"); err == nil || !strings.Contains(err.Error(), "not found beside arbiter or on PATH") {
 		t.Errorf("a missing engine: %v", err)
+	}
+}
+
+// A missing engine's hint is a command that makes it: refserve's is a target of the
+// Makefile, and ollama's builds the version CI builds (.ci/run), so following the hint
+// gives the engine the tests ran against.
+func TestMissingEngineHintsAreTrue(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	root := filepath.Join("..", "..")
+	makefile, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci, err := os.ReadFile(filepath.Join(root, ".ci", "run"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := regexp.MustCompile(`(?m)^OLLAMA_VERSION=(\S+)$`).FindSubmatch(ci)
+	if version == nil {
+		t.Fatal(".ci/run no longer sets OLLAMA_VERSION")
+	}
+	if !strings.Contains(string(ci), `go install`) || !strings.Contains(string(ci), `"github.com/ollama/ollama@$OLLAMA_VERSION"`) {
+		t.Fatal(".ci/run no longer builds ollama with go install")
+	}
+
+	_, err = LookCommand("ollama")
+	if err == nil {
+		t.Skip("an ollama is beside the test binary")
+	}
+	if want := "go install github.com/ollama/ollama@" + string(version[1]); !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "make build") {
+		t.Errorf("missing ollama: %v; want the hint %q and no make build", err, want)
+	}
+
+	_, err = LookCommand("refserve")
+	if err == nil {
+		t.Skip("a refserve is beside the test binary")
+	}
+	if !strings.Contains(err.Error(), "make build") || !regexp.MustCompile(`(?m)^build:[^\n]*\n(?:\t[^\n]*\n)*\t[^\n]*-o \$\(BIN\)/refserve \./cmd/refserve`).Match(makefile) {
+		t.Errorf("missing refserve: %v; want make build, whose recipe builds bin/refserve", err)
+	}
+
+	_, err = LookCommand("no-such-engine-anywhere")
+	if err == nil || strings.Contains(err.Error(), "make build") || strings.Contains(err.Error(), "go install") {
+		t.Errorf("an engine arbiter does not build: %v; want no build command", err)
 	}
 }

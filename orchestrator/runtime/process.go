@@ -217,9 +217,21 @@ func LookCommand(name string) (string, error) {
 	}
 	p, err := exec.LookPath(name)
 	if err != nil {
-		return "", fmt.Errorf("%s: not found beside arbiter or on PATH (build it with make build): %w", name, err)
+		hint, ok := installHints[name]
+		if !ok {
+			hint = "install it, or give engine.command its path"
+		}
+		return "", fmt.Errorf("%s: not found beside arbiter or on PATH (%s): %w", name, hint, err)
 	}
 	return p, nil
+}
+
+// installHints say how to get an engine binary that is missing, for the engines whose
+// build arbiter's repository knows: refserve is its own; ollama is built from source the
+// way CI builds it (.ci/run), at the version arbiter is tested against.
+var installHints = map[string]string{
+	"refserve": "make build puts it in bin/, beside bin/arbiter",
+	"ollama":   "GOBIN=DIR go install github.com/ollama/ollama@v0.6.5 builds it, with cgo and a C++ compiler; then put DIR on PATH",
 }
 
 // Grouped is an Instance whose engine runs in a local process group. Group names the

@@ -44,7 +44,7 @@ func v3Token(sep string) string {
 	return `tool` + sep + `(?:calls?` + sep + `(?:begin|end)|sep|outputs?` + sep + `(?:begin|end))`
 }
 
-// leakFormats are the tool-call formats the README's dsml-leak row lists. Each pattern needs a token that does not
+// leakFormats are the tool-call formats the dsml-leak row of docs/workloads-and-engines.md lists. Each pattern needs a token that does not
 // occur in prose; a bare word like "invoke" or "tool_call" never matches on its own.
 // Every pattern tolerates the garbled spellings corrupted replies show: a space after '<'
 // and one or two bars wherever the format has bars.

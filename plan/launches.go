@@ -1,0 +1,65 @@
+package plan
+
+import (
+	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/stats"
+)
+
+// LaunchClaims says what a spec's launches per arm (blocks) let a verdict attribute to the
+// arms: the level each claim on the primary outcome is tested at, the smallest p the
+// launch test can give with these launches, and the launches per arm it needs to reach
+// that level at all. arbiter validate prints it.
+type LaunchClaims struct {
+	PerArm       int     `json:"per_arm"`
+	PrimaryLevel float64 `json:"primary_level"`
+	// Test is the test of the primary claims: randomization, Welch, noise floor, or ""
+	// (none can be made).
+	Test       string  `json:"test"`
+	NoiseFloor string  `json:"noise_floor,omitempty"`
+	MinP       float64 `json:"min_p"`
+	CanClaim   bool    `json:"can_claim"`
+	Needed     int     `json:"needed_per_arm"`
+}
+
+// SpecLaunches is what the launches of spec s, expanded to nArms arms, can claim: for a
+// sequential design, at the last look's level; otherwise at the level stats.AllotAlpha
+// gives each primary claim beside the four speed claims of every arm.
+func SpecLaunches(s *arms.Spec, nArms int) LaunchClaims {
+	b, looks := s.Blocks, s.Analysis.Sequential.Looks
+	binary := s.Workload.Kind == arms.WorkloadAbortCascade
+	floor := s.Analysis.NoiseFloor != ""
+	if looks > 1 {
+		levels := stats.SequentialLookLevels(s.Analysis.Alpha, nArms-1, looks)
+		minP := stats.MinAttainableP(looks, looks)
+		return LaunchClaims{PerArm: b, PrimaryLevel: levels[looks-1], Test: string(stats.TestRandomization), MinP: minP,
+			CanClaim: levels[looks-1] > 0, Needed: stats.LaunchesNeeded(stats.SequentialShare(s.Analysis.Alpha, nArms-1))}
+	}
+	kind := stats.RateTestFor(b, b, floor, binary, false)
+	minP := kind.MinP(b, b)
+	// The speed claims beside them (four metrics per arm) can be tested from two launches
+	// per arm, or one against a floor: they then take their share of alpha.
+	speedMinP := 1.0
+	if b >= 2 || floor {
+		speedMinP = 0
+	}
+	var reach []stats.Reach
+	for range nArms - 1 {
+		reach = append(reach, stats.FixedReach(true, minP))
+		for range 4 {
+			reach = append(reach, stats.FixedReach(false, speedMinP))
+		}
+	}
+	level := stats.AllotAlpha(s.Analysis.Alpha, reach)[0].Level()
+	if level == 0 {
+		level = stats.PrimaryLevel(s.Analysis.Alpha, nArms-1)
+	}
+	needed := 2
+	if binary {
+		needed = stats.LaunchesNeeded(level)
+	}
+	l := LaunchClaims{PerArm: b, PrimaryLevel: level, Test: string(kind), MinP: minP, CanClaim: kind != stats.TestNone && stats.Reject(minP, level), Needed: needed}
+	if kind == stats.TestFloor {
+		l.NoiseFloor = s.Analysis.NoiseFloor
+	}
+	return l
+}

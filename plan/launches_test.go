@@ -1,0 +1,50 @@
+package plan
+
+import (
+	"math"
+	"path/filepath"
+	"testing"
+
+	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/stats"
+)
+
+// SpecLaunches on the examples: four launches per arm reach the corruption claim's 0.03
+// with the randomization test's smallest p 2/70 (what make demo prints); one launch per
+// arm reaches nothing; of eight looks, only the last three (six launches per arm and more)
+// can reach a level, so 0.03 is spread over them: 0.01 each.
+func TestSpecLaunchesOfTheExamples(t *testing.T) {
+	load := func(name string) (*arms.Spec, int) {
+		t.Helper()
+		s, err := arms.Load(filepath.Join("..", "examples", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := s.Expand()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, len(a)
+	}
+	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+	s, n := load("quickstart-launches.yaml")
+	l := SpecLaunches(s, n)
+	if l.PerArm != 4 || l.Test != string(stats.TestRandomization) || !near(l.MinP, 2.0/70) || !near(l.PrimaryLevel, 0.03) || !l.CanClaim {
+		t.Errorf("quickstart-launches: %+v; want 4 per arm, randomization, min p 2/70, level 0.03, a claim", l)
+	}
+
+	s, n = load("quickstart.yaml")
+	if l := SpecLaunches(s, n); l.PerArm != 1 || l.Test != string(stats.TestNone) || l.CanClaim {
+		t.Errorf("quickstart: %+v; want one launch per arm and no test", l)
+	}
+
+	s, n = load("sequential.yaml")
+	l = SpecLaunches(s, n)
+	if l.PerArm != 8 || l.Test != string(stats.TestRandomization) || !near(l.PrimaryLevel, 0.01) || !l.CanClaim {
+		t.Errorf("sequential: %+v; want 8 per arm, randomization at 0.01 on the last look, a claim", l)
+	}
+	if levels := stats.SequentialLookLevels(0.05, 1, 8); levels[4] != 0 || !near(levels[5], 0.01) {
+		t.Errorf("sequential.yaml's looks: levels %v; want none before look 6, 0.01 from it", levels)
+	}
+}
