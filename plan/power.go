@@ -109,7 +109,12 @@ func (m *powerModel) simulate(n int) PowerRow {
 	r := PowerRow{Launches: n, Test: string(kind), Level: claimLevel(m.alpha, m.comparisons, n, kind),
 		FloorLevel: claimLevel(m.alpha, m.comparisons, n, stats.TestFloor)}
 	plain := r.Level > 0
-	floor := r.FloorLevel > 0
+	// From FloorMaxLaunches on the verdict tests the arms on their own launches, floor or
+	// not: the floor's column is the plain one.
+	floor := r.FloorLevel > 0 && stats.FloorWeighs(n, n)
+	if !stats.FloorWeighs(n, n) {
+		r.FloorLevel = r.Level
+	}
 	if !plain && !floor {
 		return r
 	}
@@ -164,6 +169,9 @@ func (m *powerModel) simulate(n int) PowerRow {
 	r.Reps = reps
 	r.Power = float64(hits) / float64(reps)
 	r.FloorPower = float64(floorHits) / float64(reps)
+	if !stats.FloorWeighs(n, n) {
+		r.FloorPower = r.Power
+	}
 	return r
 }
 

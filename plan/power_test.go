@@ -135,6 +135,24 @@ func TestPlanWithAFloorDecidesWithOneLaunch(t *testing.T) {
 	}
 }
 
+// From three launches per arm the verdict tests the arms on their own launches, floor or
+// not, so the plan's floor column is the plain one there.
+func TestPlanFloorColumnFromThreeLaunchesIsThePlainOne(t *testing.T) {
+	s := spec(t, "sessions: 60, rounds: 4, seed: 1", "plan: {p0: 0, p1: 0.12}", "")
+	p, err := Compute(Options{Spec: s, NoiseFloorICC: 0.1, NoiseFloorBasis: "the 90% upper bound measured by A/A experiment 3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range p.PowerByLaunches {
+		if r.Launches >= 3 && (r.FloorPower != r.Power || r.FloorLevel != r.Level) {
+			t.Errorf("%d launches: floor power %g at %g, plain %g at %g; want the same", r.Launches, r.FloorPower, r.FloorLevel, r.Power, r.Level)
+		}
+		if r.Launches == 1 && (r.FloorLevel == 0 || r.Level != 0) {
+			t.Errorf("1 launch: the floor's level %g, plain %g; only the floor can test one launch", r.FloorLevel, r.Level)
+		}
+	}
+}
+
 // countsP is the launch randomization test itself: on counts of equal launches it gives
 // stats.LaunchPermutation's p exactly, ties, empty launches and unequal arms included.
 func TestCountsPIsTheLaunchTest(t *testing.T) {

@@ -211,8 +211,20 @@ const (
 // randomization test: with four a side its smallest p is 2/70.
 const RandomizationLaunches = 4
 
+// FloorMaxLaunches is the most launches per arm a noise floor stands in for. From three
+// launches a side the arms' own launches test a claim with more power than the floor's
+// conservative bound does (docs/calibration/launches.md, power by launches per arm: 0%
+// against 12% at an intra-launch correlation of 0.02 is found 0.98 of the time by four
+// launches per arm on their own, 0.64 against the floor), so the floor weighs only the
+// claims of arms with one or two.
+const FloorMaxLaunches = 2
+
+// FloorWeighs reports whether a noise floor weighs a claim whose arms have na and nb
+// launches: when either has at most FloorMaxLaunches.
+func FloorWeighs(na, nb int) bool { return min(na, nb) <= FloorMaxLaunches }
+
 // RateTestFor picks the test of a claim on rates with na and nb launches: the floor's when
-// one is given, else the randomization test from RandomizationLaunches launches per arm,
+// one is given and FloorWeighs, else the randomization test from RandomizationLaunches launches per arm,
 // Welch's from two (not for a per-launch yes or no, such as a wedge, whose launch values
 // have no spread Welch can use), none below. A sequential look uses the randomization
 // test or the floor's only (sequential true): Welch's test with two or three launches
@@ -221,7 +233,7 @@ func RateTestFor(na, nb int, floor, binary, sequential bool) LaunchTestKind {
 	switch {
 	case na < 1 || nb < 1:
 		return TestNone
-	case floor && !binary:
+	case floor && !binary && FloorWeighs(na, nb):
 		return TestFloor
 	case min(na, nb) >= RandomizationLaunches || binary || sequential:
 		if MinAttainableP(na, nb) < 1 {

@@ -357,7 +357,7 @@ func claimMinP(c *LaunchClaim, in familyInput, na, nb int, sequential bool) floa
 		}
 		return 1
 	}
-	if na >= 1 && nb >= 1 && floorSD(c, in) > 0 {
+	if na >= 1 && nb >= 1 && floorSD(c, in, na, nb) > 0 {
 		return 0
 	}
 	if na >= 2 && nb >= 2 {
@@ -375,9 +375,10 @@ func rateKind(c *LaunchClaim, in familyInput, na, nb int, sequential bool) stats
 }
 
 // floorSD is the noise floor's bound on the launch-to-launch standard deviation of the
-// claim's metric (its log); 0 when there is no floor for it.
-func floorSD(c *LaunchClaim, in familyInput) float64 {
-	if in.Floor == nil {
+// claim's metric (its log); 0 when there is no floor for it, or when its arms' na and nb
+// launches test it better on their own (stats.FloorWeighs).
+func floorSD(c *LaunchClaim, in familyInput, na, nb int) float64 {
+	if in.Floor == nil || !stats.FloorWeighs(na, nb) {
 		return 0
 	}
 	metric := c.Outcome
@@ -520,7 +521,7 @@ func decideClaim(c *LaunchClaim, in familyInput) {
 		}
 		var r stats.LaunchTest
 		var err error
-		if sd := floorSD(c, in); sd > 0 {
+		if sd := floorSD(c, in, len(a), len(b)); sd > 0 {
 			c.Test = fmt.Sprintf("z test against noise floor #%d", in.Floor.Experiment)
 			r, err = stats.FloorMeans(a, b, sd, conf)
 		} else {

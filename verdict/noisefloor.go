@@ -361,13 +361,42 @@ func (v *Verdict) floorCaveat(add func(CaveatKind, string, ...any)) {
 		add(CaveatDesign, "Noise floor not used: %s. The claims rest on this experiment's own launches.", f.Refused)
 		return
 	}
+	weighed, beyond := v.floorWeighs()
+	if weighed == 0 && beyond > 0 {
+		add(CaveatDesign, "Noise floor of A/A experiment %d not needed: every claim's arms have %d launches or more, which test it on their own with more power than the floor's bound.",
+			f.Experiment, stats.FloorMaxLaunches+1)
+		return
+	}
 	add(CaveatDesign, "%s", f.Sentence())
+	if beyond > 0 {
+		add(CaveatDesign, "Noise floor not used for the claims whose arms have %d launches or more: their own launches test them, with more power than the floor's bound.",
+			stats.FloorMaxLaunches+1)
+	}
 	for _, w := range f.Warnings {
 		add(CaveatDesign, "Noise floor: %s.", w)
 	}
 	for _, u := range f.Unused {
 		add(CaveatDesign, "Noise floor not used for %s.", u)
 	}
+}
+
+// floorWeighs counts the claims on rates and speeds a noise floor weighs and those whose
+// arms have launches enough to be tested on their own (stats.FloorWeighs).
+func (v *Verdict) floorWeighs() (weighed, beyond int) {
+	if v.Claims == nil {
+		return 0, 0
+	}
+	for _, c := range v.Claims.Claims {
+		if c.Outcome == OutcomeWedge || c.Outcome == OutcomeStability {
+			continue
+		}
+		if stats.FloorWeighs(c.LaunchesArm, c.LaunchesBase) {
+			weighed++
+		} else {
+			beyond++
+		}
+	}
+	return weighed, beyond
 }
 
 // Sentence says what the floor measured and lends, in one sentence.
