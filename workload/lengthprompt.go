@@ -209,14 +209,15 @@ func runLengthTrace(ctx context.Context, cfg Config, base string, rec Recorder, 
 		var wg sync.WaitGroup
 		start := time.Now()
 		var first, last time.Duration
+		read := false // first is the first request read
 		for k := range n {
 			req, err := index.Request(k)
 			if err != nil {
 				fail(k, err)
 				continue
 			}
-			if k == 0 {
-				first = req.At
+			if !read {
+				first, read = req.At, true
 			}
 			last = req.At
 			due := start.Add(time.Duration(float64(req.At-first) / speed))
