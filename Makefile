@@ -90,6 +90,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzChunkDecoder$$' -fuzztime $(FUZZTIME) ./workload
 	$(GO) test -run '^$$' -fuzz '^FuzzTokenTimes$$' -fuzztime $(FUZZTIME) ./store
 	$(GO) test -run '^$$' -fuzz '^FuzzTraceReader$$' -fuzztime $(FUZZTIME) ./workload
+	$(GO) test -run '^$$' -fuzz '^FuzzMooncakeReader$$' -fuzztime $(FUZZTIME) ./workload
+	$(GO) test -run '^$$' -fuzz '^FuzzBurstGPTReader$$' -fuzztime $(FUZZTIME) ./workload
 	$(GO) test -run '^$$' -fuzz '^FuzzRedactRaw$$' -fuzztime $(FUZZTIME) ./workload
 	$(GO) test -run '^$$' -fuzz '^FuzzDSMLLeak$$' -fuzztime $(FUZZTIME) ./plugins/detectors
 	$(GO) test -run '^$$' -fuzz '^FuzzText$$' -fuzztime $(FUZZTIME) ./internal/inert

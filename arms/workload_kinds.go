@@ -35,6 +35,28 @@ const (
 	WorkloadTrace = "trace"
 )
 
+// Formats of a trace workload's file (workload.format).
+const (
+	// TraceArbiter is arbiter's own JSONL of recorded conversations, the default.
+	TraceArbiter = "arbiter"
+	// TraceMooncake is Mooncake's JSONL of request lengths and arrival times, with
+	// hash_ids naming the 512-token blocks requests share.
+	TraceMooncake = "mooncake"
+	// TraceBurstGPT is BurstGPT's CSV of arrival times and token counts.
+	TraceBurstGPT = "burstgpt"
+)
+
+// TraceFormats are the formats a trace may have, the default first.
+var TraceFormats = []string{TraceArbiter, TraceMooncake, TraceBurstGPT}
+
+// Arrivals of a length trace (mooncake, burstgpt).
+const (
+	// ArrivalsRecorded sends each request at its recorded time (open loop), the default.
+	ArrivalsRecorded = "recorded"
+	// ArrivalsClosed sends the requests in order, Concurrency in flight at once.
+	ArrivalsClosed = "closed"
+)
+
 // Abort modes of an abort cascade.
 var abortModes = []string{"abort_all", "abort_request", "disconnect"}
 
@@ -93,13 +115,28 @@ type LongContextSpec struct {
 }
 
 // TraceSpec is workload kind trace: the conversations of a JSONL file, replayed as
-// recorded.
+// recorded, or the requests of a length trace (mooncake, burstgpt), whose prompts
+// arbiter writes to the recorded lengths.
 type TraceSpec struct {
 	// Path is the trace file as written in the spec; Resolved is where it is, a relative
 	// path taken from the spec's folder.
 	Path, Resolved string
-	// Conversations is how many the file holds (its non-blank lines).
+	// Format is TraceArbiter (the default), TraceMooncake or TraceBurstGPT.
+	Format string
+	// Conversations is how many the file holds (its non-blank lines; a burstgpt file's
+	// header is not one): each is a session.
 	Conversations int
+	// Arrivals of a length trace: ArrivalsRecorded (the default) or ArrivalsClosed.
+	Arrivals string
+	// Speed compresses a length trace's recorded time: 2 sends it in half the time.
+	// 0 is 1.
+	Speed float64
+}
+
+// LengthTrace says whether the trace gives lengths and arrival times rather than
+// conversations (mooncake, burstgpt).
+func (t *TraceSpec) LengthTrace() bool {
+	return t != nil && (t.Format == TraceMooncake || t.Format == TraceBurstGPT)
 }
 
 // Defaults the decoder writes into a kind's fields, the same as the workload's.
@@ -110,6 +147,8 @@ const (
 	defaultLongRounds     = 8
 	defaultLongSessions   = 8
 	maxCascades           = 1000
+	// maxTraceSpeed bounds how much a length trace's time is compressed.
+	maxTraceSpeed = 1_000_000
 )
 
 // workloadKind finds the kind a workload mapping declares (the default when it declares
@@ -135,7 +174,7 @@ var kindFields = map[string][]string{
 	WorkloadAbortCascade: {"sessions", "cascades", "abort", "abort_when", "cascade_tokens", "canary_tokens", "abort_after",
 		"recovery_timeout", "throughput_at", "throughput_requests", "prompt_tokens"},
 	WorkloadLongContext: {"sessions", "rounds", "concurrency", "start_tokens", "ceiling_tokens", "shared_prefix_tokens"},
-	WorkloadTrace:       {"path", "sessions", "concurrency"},
+	WorkloadTrace:       {"path", "sessions", "concurrency", "format", "arrivals", "speed"},
 }
 
 // decodeKindWorkload reads a workload of a kind other than the tool-call agent: the
@@ -180,6 +219,21 @@ func (d *decoder) decodeKindWorkload(e entry, kind string) {
 			tp.KeepEOS = !v
 		case "path":
 			tr.Path, _ = d.str(f)
+			d.spec.pos[f.path] = posOf(f.val)
+		case "format":
+			tr.Format, _ = d.oneOf(f, "format", TraceFormats)
+			d.spec.pos[f.path] = posOf(f.val)
+		case "arrivals":
+			tr.Arrivals, _ = d.oneOf(f, "arrivals", []string{ArrivalsRecorded, ArrivalsClosed})
+			d.spec.pos[f.path] = posOf(f.val)
+		case "speed":
+			if v, ok := d.number(f); ok {
+				if !(v > 0 && v <= maxTraceSpeed) {
+					d.add(f.val, f.path, "speed compresses the recorded time: a number above 0, at most %d", maxTraceSpeed)
+				} else {
+					tr.Speed = v
+				}
+			}
 			d.spec.pos[f.path] = posOf(f.val)
 		case "shared_prefix_tokens":
 			counts[f.key], _ = d.bounded(f, 0, MaxMaxTokens, "tokens of a prompt")
@@ -249,6 +303,26 @@ func (d *decoder) decodeKindWorkload(e entry, kind string) {
 		}
 	case WorkloadTrace:
 		d.require(seen, e.keyNode, e.path, "path")
+		if tr.Format == "" {
+			tr.Format = TraceArbiter
+		}
+		if !tr.LengthTrace() {
+			for _, k := range []string{"arrivals", "speed"} {
+				if _, ok := seen[k]; ok {
+					d.addAt(at(k), joinPath(e.path, k), "%s is a field of a length trace (format: mooncake or burstgpt); a conversation trace replays conversations, %s at once", k, "concurrency")
+				}
+			}
+		} else {
+			if tr.Arrivals == "" {
+				tr.Arrivals = ArrivalsRecorded
+			}
+			if tr.Speed == 0 {
+				tr.Speed = 1
+			}
+			if _, ok := seen["speed"]; ok && tr.Arrivals == ArrivalsClosed {
+				d.addAt(at("speed"), joinPath(e.path, "speed"), "speed compresses recorded arrival times, which arrivals: closed does not follow")
+			}
+		}
 		if tr.Path != "" {
 			d.readTraceFile(tr, joinPath(e.path, "path"))
 		}
@@ -367,9 +441,16 @@ func (d *decoder) readTraceFile(tr *TraceSpec, path string) {
 	}
 	defer f.Close()
 	n, err := countConversations(tr.Resolved, f)
+	if err == nil && tr.Format == TraceBurstGPT && n > 0 {
+		n-- // the header
+	}
 	switch {
 	case err != nil:
 		d.addAt(d.spec.pos[path], path, "%v", err)
+	case n == 0 && tr.Format == TraceBurstGPT:
+		d.addAt(d.spec.pos[path], path, "%s holds no request (a header line, then one CSV row per request)", tr.Resolved)
+	case n == 0 && tr.Format == TraceMooncake:
+		d.addAt(d.spec.pos[path], path, "%s holds no request (one JSON object per line)", tr.Resolved)
 	case n == 0:
 		d.addAt(d.spec.pos[path], path, "%s holds no conversation (one JSON object per line)", tr.Resolved)
 	}
@@ -445,7 +526,18 @@ func (w Workload) Describe() string {
 		return fmt.Sprintf("long context: %d agent sessions of %d rounds, %d at once, the context growing from %d to %d tokens",
 			w.Sessions, w.Rounds, w.Concurrency, orDefault(l.StartTokens, 2000), orDefault(l.CeilingTokens, 80000))
 	case WorkloadTrace:
-		return fmt.Sprintf("trace %s: %d recorded conversations replayed as recorded, %d at once", w.Trace.Path, w.Sessions, w.Concurrency)
+		t := w.Trace
+		if !t.LengthTrace() {
+			return fmt.Sprintf("trace %s: %d recorded conversations replayed as recorded, %d at once", t.Path, w.Sessions, w.Concurrency)
+		}
+		s := fmt.Sprintf("%s trace %s: %d requests, prompts written to the recorded lengths in the engine's tokens", t.Format, t.Path, w.Sessions)
+		if t.Arrivals == ArrivalsClosed {
+			return s + fmt.Sprintf(", %d at once", w.Concurrency)
+		}
+		if t.Speed != 1 {
+			return s + fmt.Sprintf(", at the recorded arrival times %gx faster", t.Speed)
+		}
+		return s + ", at the recorded arrival times"
 	}
 	return ""
 }

@@ -203,3 +203,54 @@ func (xs) Read(p []byte) (int, error) {
 	n := copy(p, xBlock)
 	return n, nil
 }
+
+// TestLengthTraceDecode: a mooncake or burstgpt trace counts its requests (a BurstGPT
+// header is not one), takes recorded arrivals at speed 1 by default, and refuses the
+// fields of a length trace on a conversation trace, and a speed with closed arrivals.
+func TestLengthTraceDecode(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("m.jsonl", `{"timestamp": 0, "input_length": 600, "output_length": 8, "hash_ids": [1, 2]}`+"\n"+
+		`{"timestamp": 10, "input_length": 700, "output_length": 8, "hash_ids": [1, 3]}`+"\n")
+	write("b.csv", "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n0,ChatGPT,10,5,15,API log\n")
+	write("c.jsonl", `{"messages":[{"role":"user","content":"a"}]}`+"\n")
+	parse := func(yaml string) (*Spec, error) {
+		return Parse(filepath.Join(dir, "spec.yaml"), []byte(kindsHead+yaml))
+	}
+	s, err := parse(`workload: {kind: trace, format: mooncake, path: m.jsonl}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr := s.Workload.Trace; tr.Format != TraceMooncake || tr.Arrivals != ArrivalsRecorded || tr.Speed != 1 || tr.Conversations != 2 || s.Workload.Sessions != 2 {
+		t.Errorf("mooncake decoded %+v, %d sessions", tr, s.Workload.Sessions)
+	}
+	if !strings.Contains(s.Workload.Describe(), "mooncake trace m.jsonl: 2 requests") {
+		t.Errorf("described as %q", s.Workload.Describe())
+	}
+	s, err = parse(`workload: {kind: trace, format: burstgpt, path: b.csv, arrivals: closed, concurrency: 4}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr := s.Workload.Trace; tr.Format != TraceBurstGPT || tr.Arrivals != ArrivalsClosed || tr.Conversations != 1 || s.Workload.Concurrency != 4 {
+		t.Errorf("burstgpt decoded %+v, concurrency %d", tr, s.Workload.Concurrency)
+	}
+	s, err = parse(`workload: {kind: trace, path: c.jsonl}`)
+	if err != nil || s.Workload.Trace.Format != TraceArbiter || s.Workload.Trace.LengthTrace() {
+		t.Errorf("a trace without a format: %v, %+v", err, s.Workload.Trace)
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{`workload: {kind: trace, path: c.jsonl, speed: 2}`, "workload.speed: speed is a field of a length trace"},
+		{`workload: {kind: trace, format: sharegpt, path: c.jsonl}`, `workload.format: unknown format "sharegpt"`},
+		{`workload: {kind: trace, format: mooncake, path: m.jsonl, speed: 0}`, "workload.speed: speed compresses the recorded time"},
+		{`workload: {kind: trace, format: mooncake, path: m.jsonl, arrivals: closed, speed: 2}`, "workload.speed: speed compresses recorded arrival times, which arrivals: closed does not follow"},
+		{`workload: {kind: trace, format: burstgpt, path: c.jsonl, sessions: 1}`, "holds no request"},
+	} {
+		if _, err := parse(tc.yaml); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s:\n  error %v\n  want %q", tc.yaml, err, tc.want)
+		}
+	}
+}

@@ -45,7 +45,8 @@ func kindConfig(spec *arms.Spec, trace *workload.TraceIndex) workload.Config {
 		l := *ws.LongContext
 		cfg.LongContext = &l
 	case ws.Trace != nil:
-		cfg.Trace = &workload.TraceConfig{Path: ws.Trace.Resolved, Index: trace}
+		cfg.Trace = &workload.TraceConfig{Path: ws.Trace.Resolved, Index: trace, Format: ws.Trace.Format,
+			Arrivals: ws.Trace.Arrivals, Speed: ws.Trace.Speed}
 	}
 	return cfg
 }
@@ -58,7 +59,7 @@ func LoadTrace(spec *arms.Spec) (*workload.TraceIndex, error) {
 	if spec.Workload.Trace == nil {
 		return nil, nil
 	}
-	index, err := workload.ReadTrace(spec.Workload.Trace.Resolved)
+	index, err := workload.ReadTraceFormat(spec.Workload.Trace.Resolved, spec.Workload.Trace.Format)
 	if err != nil {
 		return nil, err
 	}
@@ -69,6 +70,22 @@ func LoadTrace(spec *arms.Spec) (*workload.TraceIndex, error) {
 		return nil, fmt.Errorf("trace %s: %d conversations to replay, but the spec counted %d (did the file change?)", spec.Workload.Trace.Resolved, planned, spec.Workload.Sessions)
 	}
 	return index, nil
+}
+
+// Calibration records what a length trace's probes measured of the engine.
+func (t *sessionTracker) Calibration(c workload.TraceCalibration) {
+	row := store.TraceCalibration{ExperimentID: t.e.id, RunID: t.runID, ArmID: t.armID, ShortBytes: c.ShortBytes,
+		ShortTokens: c.ShortTokens, LongBytes: c.LongBytes, LongTokens: c.LongTokens, BytesPerToken: c.BytesPerToken,
+		TemplateTokens: c.TemplateTokens, Note: c.Note}
+	if err := t.e.store.AddTraceCalibration(context.Background(), row); err != nil {
+		t.e.log.Error("trace calibration not recorded", "arm", t.arm, "err", err)
+	}
+	attrs := []any{"arm", t.arm, "block", t.block, "bytes_per_token", c.BytesPerToken, "template_tokens", c.TemplateTokens}
+	if c.Note != "" {
+		t.e.log.Warn("trace calibration", append(attrs, "note", c.Note)...)
+		return
+	}
+	t.e.log.Info("trace calibration", attrs...)
 }
 
 // Phase records what the workload measured over one of its phases.

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/openai"
 )
 
@@ -75,9 +76,16 @@ type TraceConfig struct {
 	// Path is the trace file (the orchestrator resolves a relative path against the
 	// spec's folder).
 	Path string
-	// Index, when set, is the trace already checked (ReadTrace); otherwise Run reads
-	// and checks Path first.
+	// Index, when set, is the trace already checked (ReadTraceFormat); otherwise Run
+	// reads and checks Path first.
 	Index *TraceIndex
+	// Format is the file's: arms.TraceArbiter ("" too), TraceMooncake or TraceBurstGPT.
+	Format string
+	// Arrivals and Speed drive a length trace: arms.ArrivalsRecorded ("" too) sends each
+	// request at its recorded time divided by Speed (0 is 1); arms.ArrivalsClosed sends
+	// them in order, Config.Concurrency at once.
+	Arrivals string
+	Speed    float64
 }
 
 // TraceIndex is a checked trace: where each conversation's line is in the file, and a
@@ -86,8 +94,9 @@ type TraceConfig struct {
 // conversation, whatever their size.
 type TraceIndex struct {
 	// Path is the file.
-	Path  string
-	lines []traceLine
+	Path   string
+	format string // "" (arbiter's own), or a length trace's (lengthtrace.go)
+	lines  []traceLine
 }
 
 type traceLine struct {
@@ -394,9 +403,12 @@ func runTrace(ctx context.Context, cfg Config, base string, rec Recorder) error 
 	index := cfg.Trace.Index
 	if index == nil {
 		var err error
-		if index, err = ReadTrace(cfg.Trace.Path); err != nil {
+		if index, err = ReadTraceFormat(cfg.Trace.Path, cfg.Trace.Format); err != nil {
 			return fmt.Errorf("workload: %w", err)
 		}
+	}
+	if index.Format() != arms.TraceArbiter {
+		return runLengthTrace(ctx, cfg, base, rec, index)
 	}
 	n := index.Len()
 	if cfg.Sessions > 0 {

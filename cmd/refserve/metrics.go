@@ -106,6 +106,7 @@ func newSchedCollector(s *server) *schedCollector {
 	add("refserve:scheduler_wedged", g, "1 once a mass abort wedged the overlap scheduler (refserve only).")
 	add("refserve:kv_transfer_loop_dead", g, "1 once an abort of an in-flight KV transfer killed the transfer loop (refserve only).")
 	add("refserve:kv_transfer_aborts_total", n, "Aborts of requests whose KV transfer was in flight (refserve only).")
+	add("refserve:hicache_host_hit_tokens_total", n, "Cached prompt tokens found in HiCache's host tier and restored to the device (refserve only).")
 	return c
 }
 
@@ -126,6 +127,7 @@ func (c *schedCollector) Collect(ch chan<- prometheus.Metric) {
 	gen := sc.genTokens.Load()
 	rate := sc.tp.rate(time.Now(), gen)
 	hitRate := sc.hitRate
+	hostHits := sc.cache.hostHits
 	wedged, dead := sc.wedged, sc.transferDead
 	ttft, e2e, itl := sc.ttft.clone(), sc.e2e.clone(), sc.itl.clone()
 	sc.mu.Unlock()
@@ -136,22 +138,23 @@ func (c *schedCollector) Collect(ch chan<- prometheus.Metric) {
 		return 0
 	}
 	values := map[string]float64{
-		"sglang:num_running_reqs":            float64(running),
-		"sglang:num_queue_reqs":              float64(queued),
-		"sglang:num_used_tokens":             float64(used),
-		"sglang:token_usage":                 float64(used) / float64(c.s.cfg.MaxTotalTokens),
-		"sglang:gen_throughput":              rate,
-		"sglang:cache_hit_rate":              hitRate,
-		"sglang:prompt_tokens_total":         float64(sc.promptTokens.Load()),
-		"sglang:generation_tokens_total":     float64(gen),
-		"sglang:cached_tokens_total":         float64(sc.cachedTokens.Load()),
-		"sglang:num_requests_total":          float64(sc.requests.Load()),
-		"sglang:num_aborted_requests_total":  float64(sc.aborted.Load()),
-		"refserve:cohort_sessions":           float64(cohort),
-		"refserve:stale_index_k_steps_total": float64(sc.staleSteps.Load()),
-		"refserve:scheduler_wedged":          flag(wedged),
-		"refserve:kv_transfer_loop_dead":     flag(dead),
-		"refserve:kv_transfer_aborts_total":  float64(sc.transferAborts.Load()),
+		"sglang:num_running_reqs":                float64(running),
+		"sglang:num_queue_reqs":                  float64(queued),
+		"sglang:num_used_tokens":                 float64(used),
+		"sglang:token_usage":                     float64(used) / float64(c.s.cfg.MaxTotalTokens),
+		"sglang:gen_throughput":                  rate,
+		"sglang:cache_hit_rate":                  hitRate,
+		"sglang:prompt_tokens_total":             float64(sc.promptTokens.Load()),
+		"sglang:generation_tokens_total":         float64(gen),
+		"sglang:cached_tokens_total":             float64(sc.cachedTokens.Load()),
+		"sglang:num_requests_total":              float64(sc.requests.Load()),
+		"sglang:num_aborted_requests_total":      float64(sc.aborted.Load()),
+		"refserve:cohort_sessions":               float64(cohort),
+		"refserve:stale_index_k_steps_total":     float64(sc.staleSteps.Load()),
+		"refserve:scheduler_wedged":              flag(wedged),
+		"refserve:kv_transfer_loop_dead":         flag(dead),
+		"refserve:kv_transfer_aborts_total":      float64(sc.transferAborts.Load()),
+		"refserve:hicache_host_hit_tokens_total": float64(hostHits),
 	}
 	hists := map[string]histogram{
 		"sglang:time_to_first_token_seconds":   ttft,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"container/list"
+	"hash"
 	"hash/fnv"
 
 	"github.com/arbiterlab/arbiter/openai"
@@ -9,15 +10,25 @@ import (
 
 // The prefix cache stands in for SGLang's radix cache: a prompt whose beginning was
 // prefilled before (the same tools and the same first messages, as every turn of a
-// conversation resends, or a system prompt that sessions share) prefills only the rest.
-// It matches whole messages rather than tokens: a prefix is the tools plus the first k
-// messages, named by a chained hash, and its length in tokens is counted as promptTokens
-// counts (four bytes a token). A finished reply is cached with the prompt it answered,
-// so the next turn, which resends it, finds it. Entries are evicted least recently used
-// first once they hold more tokens than the KV cache has left beside the running
-// requests; with HiCache the host pool (--hicache-ratio times the device pool) holds
-// evicted prefixes too, and a hit there costs nothing extra (refserve models no restore
-// time). Only timing reads the cache: no fault depends on it.
+// conversation resends, a system prompt that sessions share, or the first blocks of
+// a long message that other requests begin with, as a Mooncake trace's prompts do)
+// prefills only the rest. It matches pages of cachePageBytes bytes of a message's
+// content and whole messages rather than tokens: a prefix is the tools plus the first k
+// messages (and, inside a message, its first pages), named by a chained hash, and its
+// length in tokens is counted as promptTokens counts (four bytes a token). A finished
+// reply is cached with the prompt it answered, so the next turn, which resends it, finds
+// it.
+//
+// The device tier holds --max-total-tokens tokens; least recently used prefixes are
+// evicted from it first. Without HiCache an evicted prefix is gone; with HiCache
+// (--enable-hierarchical-cache) it moves to the host tier (--hicache-ratio times the
+// device tier), which still hits: a host hit is restored to the device tier, at a small
+// cost per token (timing.go's restore), and the host tier evicts its own least recently
+// used prefixes when full. Only timing and the hit rate read the cache: no fault
+// depends on it.
+
+// cachePageBytes is the page a message's content is matched by: 64 tokens.
+const cachePageBytes = 256
 
 // prefixKey is one prefix of a prompt: its chained hash and its length in tokens.
 type prefixKey struct {
@@ -26,8 +37,9 @@ type prefixKey struct {
 }
 
 // promptPrefixes lists the prefixes of a request's prompt, shortest first: the tools,
-// then each message added in turn, and the bytes promptTokens counts of the whole. The
-// last prefix is the whole prompt less the token promptTokens adds.
+// then each page of each message and each message whole in turn, and the bytes
+// promptTokens counts of the whole. The last prefix is the whole prompt less the token
+// promptTokens adds.
 func promptPrefixes(req *openai.ChatRequest) ([]prefixKey, int) {
 	h := fnv.New64a()
 	bytes := 0
@@ -44,27 +56,43 @@ func promptPrefixes(req *openai.ChatRequest) ([]prefixKey, int) {
 	chain := h.Sum64()
 	keys = append(keys, prefixKey{hash: chain, tokens: bytes / 4})
 	for _, m := range req.Messages {
-		var k prefixKey
-		k, bytes = extendPrefix(chain, bytes, m)
-		chain = k.hash
-		keys = append(keys, k)
+		keys, bytes = extendPrefix(keys, chain, bytes, m)
+		chain = keys[len(keys)-1].hash
 	}
 	return keys, bytes
 }
 
-// extendPrefix is the prefix that follows one of bytes bytes and hash chain by message m.
-func extendPrefix(chain uint64, bytes int, m openai.Message) (prefixKey, int) {
+// chained is a hash that goes on from the prefix of hash chain.
+func chained(chain uint64) hash.Hash64 {
 	h := fnv.New64a()
 	var b [8]byte
 	for i := range b {
 		b[i] = byte(chain >> (8 * i))
 	}
 	h.Write(b[:])
-	for _, s := range []string{m.Role, m.Content, m.ToolCallID} {
+	return h
+}
+
+// extendPrefix appends to keys the prefixes that follow one of bytes bytes and hash
+// chain by message m: one for each page of its content but the last, then m whole.
+func extendPrefix(keys []prefixKey, chain uint64, bytes int, m openai.Message) ([]prefixKey, int) {
+	h := chained(chain)
+	h.Write([]byte(m.Role))
+	h.Write([]byte{0})
+	bytes += len(m.Role)
+	content := m.Content
+	for len(content) > cachePageBytes {
+		h.Write([]byte(content[:cachePageBytes]))
+		bytes += cachePageBytes
+		content = content[cachePageBytes:]
+		keys = append(keys, prefixKey{hash: h.Sum64(), tokens: bytes / 4})
+		h = chained(keys[len(keys)-1].hash)
+	}
+	for _, s := range []string{content, m.ToolCallID} {
 		h.Write([]byte(s))
 		h.Write([]byte{0})
 	}
-	bytes += len(m.Role) + len(m.Content) + len(m.ToolCallID)
+	bytes += len(content) + len(m.ToolCallID)
 	for _, tc := range m.ToolCalls {
 		for _, s := range []string{tc.ID, tc.Function.Name, tc.Function.Arguments} {
 			h.Write([]byte(s))
@@ -72,28 +100,41 @@ func extendPrefix(chain uint64, bytes int, m openai.Message) (prefixKey, int) {
 		}
 		bytes += len(tc.Function.Name) + len(tc.Function.Arguments)
 	}
-	return prefixKey{hash: h.Sum64(), tokens: bytes / 4}, bytes
+	return append(keys, prefixKey{hash: h.Sum64(), tokens: bytes / 4}), bytes
 }
+
+// Cache tiers.
+const (
+	tierDevice = iota
+	tierHost
+)
 
 // prefixCache is the cache; it is guarded by the scheduler's mutex.
 type prefixCache struct {
-	off     bool
-	entries map[uint64]*list.Element // of *cacheEntry
-	lru     list.List                // front: most recently used
-	held    int                      // tokens held: the sum of the entries' own tokens
+	off bool
+	// device and host are the tiers' capacities in tokens; host is 0 without HiCache.
+	device, host int
+	entries      map[uint64]*list.Element // of *cacheEntry, in either tier's list
+	lru          [2]list.List             // per tier; front: most recently used
+	held         [2]int                   // tokens held per tier: the sum of the entries' own tokens
+	// hostHits counts the tokens found in the host tier and restored.
+	hostHits int64
 }
 
 type cacheEntry struct {
 	hash uint64
 	own  int // tokens this prefix adds to its parent
+	tier int
 }
 
 // match is how many tokens of a prompt of prompt tokens, with the given prefixes, the
-// cache holds: the longest run of cached prefixes from the shortest. At least one token
-// is always computed, as SGLang recomputes a prompt's last token to sample from it.
-func (c *prefixCache) match(keys []prefixKey, prompt int) int {
+// cache holds, and how many of them were restored from the host tier: the longest run
+// of cached prefixes from the shortest. At least one token is always computed, as SGLang
+// recomputes a prompt's last token to sample from it. Host entries found move to the
+// device tier.
+func (c *prefixCache) match(keys []prefixKey, prompt int) (cached, restored int) {
 	if c.off {
-		return 0
+		return 0, 0
 	}
 	n := 0
 	for i, k := range keys {
@@ -105,16 +146,37 @@ func (c *prefixCache) match(keys []prefixKey, prompt int) int {
 	// Touch the deepest first so that parents stay more recent than their children and
 	// eviction takes leaves before the prefixes they hang from.
 	for i := n - 1; i >= 0; i-- {
-		c.lru.MoveToFront(c.entries[keys[i].hash])
+		e := c.entries[keys[i].hash]
+		if ent := e.Value.(*cacheEntry); ent.tier == tierHost {
+			restored += ent.own
+			c.move(e, tierDevice)
+		} else {
+			c.lru[tierDevice].MoveToFront(e)
+		}
 	}
 	if n == 0 {
-		return 0
+		return 0, 0
 	}
-	return min(keys[n-1].tokens, prompt-1)
+	cached = min(keys[n-1].tokens, prompt-1)
+	restored = min(restored, cached)
+	c.hostHits += int64(restored)
+	if restored > 0 {
+		c.evict()
+	}
+	return cached, restored
 }
 
-// insert caches the prefixes, then evicts down to capacity tokens.
-func (c *prefixCache) insert(keys []prefixKey, capacity int) {
+// move takes entry e to the front of tier t.
+func (c *prefixCache) move(e *list.Element, t int) {
+	ent := c.lru[e.Value.(*cacheEntry).tier].Remove(e).(*cacheEntry)
+	c.held[ent.tier] -= ent.own
+	ent.tier = t
+	c.held[t] += ent.own
+	c.entries[ent.hash] = c.lru[t].PushFront(ent)
+}
+
+// insert caches the prefixes in the device tier, then evicts down to the capacities.
+func (c *prefixCache) insert(keys []prefixKey) {
 	if c.off {
 		return
 	}
@@ -124,25 +186,40 @@ func (c *prefixCache) insert(keys []prefixKey, capacity int) {
 	for i := len(keys) - 1; i >= 0; i-- {
 		k := keys[i]
 		if e, ok := c.entries[k.hash]; ok {
-			c.lru.MoveToFront(e)
+			if e.Value.(*cacheEntry).tier == tierHost {
+				c.move(e, tierDevice)
+			} else {
+				c.lru[tierDevice].MoveToFront(e)
+			}
 			continue
 		}
 		own := k.tokens
 		if i > 0 {
 			own -= keys[i-1].tokens
 		}
-		c.entries[k.hash] = c.lru.PushFront(&cacheEntry{hash: k.hash, own: own})
-		c.held += own
+		c.entries[k.hash] = c.lru[tierDevice].PushFront(&cacheEntry{hash: k.hash, own: own, tier: tierDevice})
+		c.held[tierDevice] += own
 	}
-	c.evict(capacity)
+	c.evict()
 }
 
-// evict drops least recently used prefixes until the cache holds at most capacity tokens.
-func (c *prefixCache) evict(capacity int) {
-	for c.held > max(capacity, 0) && c.lru.Len() > 0 {
-		e := c.lru.Back()
-		ent := c.lru.Remove(e).(*cacheEntry)
+// evict moves least recently used prefixes of the device tier to the host tier (or
+// drops them, without one) until the device tier holds at most its capacity, then drops
+// the host tier's until it does.
+func (c *prefixCache) evict() {
+	for c.held[tierDevice] > max(c.device, 0) && c.lru[tierDevice].Len() > 0 {
+		e := c.lru[tierDevice].Back()
+		if c.host > 0 {
+			c.move(e, tierHost)
+			continue
+		}
+		ent := c.lru[tierDevice].Remove(e).(*cacheEntry)
 		delete(c.entries, ent.hash)
-		c.held -= ent.own
+		c.held[tierDevice] -= ent.own
+	}
+	for c.held[tierHost] > max(c.host, 0) && c.lru[tierHost].Len() > 0 {
+		ent := c.lru[tierHost].Remove(c.lru[tierHost].Back()).(*cacheEntry)
+		delete(c.entries, ent.hash)
+		c.held[tierHost] -= ent.own
 	}
 }

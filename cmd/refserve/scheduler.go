@@ -37,6 +37,7 @@ type request struct {
 	admitted  bool      // in the running batch
 	admitTick uint64    // the logical clock at admission
 	computed  int       // prompt tokens in the KV cache: found cached at admission, then prefilled
+	restored  int       // of those found cached, the tokens restored from the host tier, not yet paid for
 	firstAt   time.Time // when its first token was decoded
 	// caught says another request was aborted while this one's KV transfer was in
 	// flight: an abort of this one belongs to the same cascade (faults.go).
@@ -93,7 +94,8 @@ type schedulerConfig struct {
 	chunk        int // most prompt tokens prefilled per iteration; 0 or less: no limit
 	maxRunning   int // 0: unlimited
 	maxTotal     int // KV capacity in tokens of the running requests
-	cacheTokens  int // capacity of the prefix cache in tokens
+	cacheTokens  int // capacity of the prefix cache's device tier in tokens
+	hostTokens   int // capacity of its host tier (HiCache); 0 for none
 	noRadixCache bool
 
 	// The faults (faults.go).
@@ -104,16 +106,17 @@ type schedulerConfig struct {
 
 // schedulerConfig is the scheduler's part of the configuration.
 func (c config) schedulerConfig() schedulerConfig {
-	cacheTokens := c.MaxTotalTokens
+	hostTokens := 0
 	if c.EnableHierarchicalCache { // the host pool keeps what the device pool evicts
-		cacheTokens += int(float64(c.MaxTotalTokens) * c.HiCacheRatio)
+		hostTokens = max(int(float64(c.MaxTotalTokens)*c.HiCacheRatio), 1)
 	}
 	return schedulerConfig{
 		cost:               c.costModel(),
 		chunk:              c.ChunkedPrefillSize,
 		maxRunning:         c.MaxRunningRequests,
 		maxTotal:           c.MaxTotalTokens,
-		cacheTokens:        cacheTokens,
+		cacheTokens:        c.MaxTotalTokens,
+		hostTokens:         hostTokens,
 		noRadixCache:       c.DisableRadixCache,
 		wedgeOnMassAbort:   c.massAbortArmed(),
 		disaggregated:      c.DisaggregationMode != "null",
@@ -169,6 +172,7 @@ type scheduler struct {
 func newScheduler(b Backend, cfg schedulerConfig, log *slog.Logger) *scheduler {
 	s := &scheduler{backend: b, cfg: cfg, log: log, wake: make(chan struct{}, 1)}
 	s.cache.off = cfg.noRadixCache
+	s.cache.device, s.cache.host = cfg.cacheTokens, cfg.hostTokens
 	s.ttft = newHistogram(ttftBuckets)
 	s.e2e = newHistogram(e2eBuckets)
 	s.itl = newHistogram(itlBuckets)
@@ -346,8 +350,8 @@ func (s *scheduler) finishLocked(r *request, reason string) {
 		s.itl.observe(now.Sub(r.firstAt).Seconds() / float64(r.gen.n-1))
 	}
 	if r.prefix != nil && !s.cache.off { // the next turn resends this reply: cache it too
-		k, _ := extendPrefix(r.prefix[len(r.prefix)-1].hash, r.promptBytes, r.gen.message())
-		s.cache.insert(append(r.prefix[:len(r.prefix):len(r.prefix)], k), s.cfg.cacheTokens)
+		keys, _ := extendPrefix(r.prefix[:len(r.prefix):len(r.prefix)], r.prefix[len(r.prefix)-1].hash, r.promptBytes, r.gen.message())
+		s.cache.insert(keys)
 	}
 }
 
@@ -412,7 +416,7 @@ func (s *scheduler) admitLocked() {
 		r.admitted, r.admitTick = true, s.clock
 		s.running = append(s.running, r)
 		if !r.probe {
-			r.computed = s.cache.match(r.prefix, r.prompt)
+			r.computed, r.restored = s.cache.match(r.prefix, r.prompt)
 			s.promptTokens.Add(int64(r.prompt))
 			s.cachedTokens.Add(int64(r.computed))
 			hit, total = hit+r.computed, total+r.prompt
@@ -455,7 +459,8 @@ func (s *scheduler) planLocked(it *iteration) {
 				n = min(n, left)
 				left -= n
 			}
-			it.took += s.cfg.cost.prefill(r.computed, n)
+			it.took += s.cfg.cost.prefill(r.computed, n) + s.cfg.cost.restore(r.restored)
+			r.restored = 0 // the first pass that prefills it loads them
 			it.prefill = append(it.prefill, prefillChunk{r, n})
 			if r.computed+n < r.prompt {
 				continue
@@ -480,7 +485,7 @@ func (s *scheduler) applyLocked(it *iteration, decodeErr error) {
 		}
 		c.r.computed += c.tokens
 		if c.r.computed == c.r.prompt && c.r.prefix != nil {
-			s.cache.insert(c.r.prefix, s.cfg.cacheTokens)
+			s.cache.insert(c.r.prefix)
 		}
 	}
 	if len(it.batch) == 0 {

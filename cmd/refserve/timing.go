@@ -53,6 +53,19 @@ func (c costModel) decode(n int) time.Duration {
 	return time.Duration(float64(c.interToken) * (1 + float64(n-1)*c.batchCost) * c.speedFactor())
 }
 
+// restoreShare is the cost of restoring a token from HiCache's host tier, as a share of
+// prefilling it at the start of a context: a host-to-device copy is much cheaper than
+// the forward pass it spares, but not free.
+const restoreShare = 0.1
+
+// restore is the time to restore n tokens from the host tier to the device.
+func (c costModel) restore(n int) time.Duration {
+	if n <= 0 {
+		return 0
+	}
+	return time.Duration(float64(n) * restoreShare * float64(c.prefillPerToken) * c.speedFactor())
+}
+
 // prefill is the time to prefill n prompt tokens at positions from, from+1, ...
 func (c costModel) prefill(from, n int) time.Duration {
 	if n <= 0 {
