@@ -1,4 +1,4 @@
--- Schema version 16 (trace_calibrations; renumber freely if another change takes 16):
+-- Schema version 16 (trace_calibrations):
 -- what a length trace's probes (mooncake, burstgpt) measured of each launch's engine
 -- before the trace started. The short and long probes are prose of short_bytes and
 -- long_bytes bytes, for which the engine reported short_tokens and long_tokens prompt
