@@ -115,3 +115,9 @@ func pEq(p float64) string {
 	}
 	return "= " + pval(p)
 }
+
+// plainText is a sentence of the verdict without its markdown (bold marks, code spans),
+// for readers that are not markdown: the JSON summary.
+func plainText(s string) string {
+	return strings.NewReplacer("**", "", "`", "").Replace(s)
+}

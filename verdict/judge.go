@@ -264,13 +264,14 @@ const (
 	CaveatStatus                         // the experiment did not finish
 	CaveatLoss                           // lost sessions and what they could change
 	CaveatDesign                         // the design's own warnings
+	CaveatUntested                       // claims the launches could not test, and what would
 	CaveatDetector                       // a detector that did not judge every response
 	CaveatPower                          // not significant, but not ruled out either
 	CaveatBound                          // no corrupted session: a bound, not a zero
 	CaveatMultiplicity                   // how several comparisons were adjusted
 )
 
-var caveatKinds = [...]string{"problem", "status", "loss", "design", "detector", "power", "bound", "multiplicity"}
+var caveatKinds = [...]string{"problem", "status", "loss", "design", "untested", "detector", "power", "bound", "multiplicity"}
 
 func (k CaveatKind) String() string {
 	if k < 0 || int(k) >= len(caveatKinds) {

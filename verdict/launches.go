@@ -867,11 +867,11 @@ func (v *Verdict) launchCaveat(add func(CaveatKind, string, ...any)) {
 		if floorWould {
 			floor = " (or one launch per arm, for the rates and speeds, weighed against an A/A noise floor: `--noise-floor`)"
 		}
-		add(CaveatDesign, "Not attributable to the arms with these launches: %s. A difference seen there may be a difference between launches of one configuration; %d launches per arm can test each of them%s.",
+		add(CaveatUntested, "Not attributable to the arms with these launches: %s. A difference seen there may be a difference between launches of one configuration; %d launches per arm can test each of them%s.",
 			joinAnd(dedupe(untestable)), most, floor)
 	}
 	if len(flat) > 0 {
-		add(CaveatDesign, "Not tested: %s, whose launches agreed exactly within each arm; a spread of zero between launches is no evidence either way.", joinAnd(dedupe(flat)))
+		add(CaveatUntested, "Not tested: %s, whose launches agreed exactly within each arm; a spread of zero between launches is no evidence either way.", joinAnd(dedupe(flat)))
 	}
 	if m := len(f.Claims); m > 1 && tested > 0 {
 		untested := ""

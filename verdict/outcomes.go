@@ -201,7 +201,7 @@ func (v *Verdict) loadOutcomes(ctx context.Context, db *sqlx.DB) error {
 			engine[p.Name][i] = append(engine[p.Name][i], p.TokensPerSecond.Float64)
 		}
 	}
-	const all = "all sessions"
+	const all = allSessions
 	analysedSet := map[key]bool{}
 	for _, s := range v.sessions {
 		if analysed(s) {

@@ -405,7 +405,7 @@ func TestThroughputVerdictComparesLatencyAndThroughputByRanks(t *testing.T) {
 		}
 	}
 	md := markdown(t, v)
-	for _, want := range []string{"## Latency and throughput", "## Throughput non-inferiority (margin 5%)", "| poisson 16/s |"} {
+	for _, want := range []string{"<summary>Latency and throughput</summary>", "<summary>Throughput non-inferiority (margin 5%)</summary>", "| poisson 16/s |"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q", want)
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"html"
 	"io"
 	"math"
 	"path/filepath"
@@ -107,24 +108,32 @@ func (v markdownWriter) write(w io.Writer, charts []chartRef) error {
 	e := v.Experiment
 	b := v.b
 	fmt.Fprintf(b, "# Verdict: %s (experiment %d)\n\n", e.Name, e.ID)
-	fmt.Fprintf(b, "%s\n\n", v.headline("**"))
+	fmt.Fprintf(b, "%s\n", v.headline("**"))
 	if v.Refused() {
 		// Nothing was judged: what the engines reported, what was asked of them, and
-		// how their launches ended.
+		// how their launches ended, folded below the headline.
+		first := b.Len()
 		v.pinsSection()
 		v.comparedSection()
 		v.runsSection()
 		if u := v.unverifiedPins(); u != "" {
 			fmt.Fprintf(b, "\n## Caveats\n\n- Pins not verified: no report of the engines confirmed %s.\n", u)
 		}
+		v.fold(first)
 		b.WriteString(footer(e.ID, v.DB))
 		_, err := io.WriteString(w, b.String())
 		return err
 	}
 
-	// The evidence first, the method and the details after: a reader who stops after
-	// one screen has the decision, the counts and the claims.
-	fmt.Fprintf(b, "## Results by arm\n\n")
+	// One screen first: the decision and its evidence, the claims that were decided and
+	// what would decide the rest. Everything after it is folded, each section in a
+	// <details> block that GitHub and GitLab render closed.
+	v.claimsSection()
+	first := b.Len()
+	v.caveatsSection()
+	v.claimsMethodSection()
+
+	fmt.Fprintf(b, "\n## Results by arm\n\n")
 	fmt.Fprintf(b, "| arm | analysed | corrupted | rate | 95%% CI (Wilson) | 95%% CI (exact) | lost | corrupted, then lost |\n|---|---:|---:|---:|---|---|---:|---:|\n")
 	for _, a := range v.Arms {
 		lost := fmt.Sprintf("%d of %d", a.Lost, a.Planned)
@@ -143,14 +152,12 @@ func (v markdownWriter) write(w io.Writer, charts []chartRef) error {
 		}
 	}
 
-	v.claimsSection()
-
 	v.comparedSection()
 	v.pinsSection()
 
 	if len(v.Arms) > 1 {
 		fmt.Fprintf(b, "\n## Against the baseline (%s)\n\n", v.Arms[v.Baseline].Name)
-		fmt.Fprintf(b, "Each arm's launches are compared with %s's: every launch counts once, with its share of corrupted sessions, and the randomization test on the launches decides, at the claim's share of alpha (see Claims below). The sessions' own difference, interval and Fisher p describe these launches only: they would call a difference between two launches a finding.\n\n", v.Arms[v.Baseline].Name)
+		fmt.Fprintf(b, "Each arm's launches are compared with %s's: every launch counts once, with its share of corrupted sessions, and the randomization test on the launches decides, at the claim's share of alpha (the claims above). The sessions' own difference, interval and Fisher p describe these launches only: they would call a difference between two launches a finding.\n\n", v.Arms[v.Baseline].Name)
 		fmt.Fprintf(b, "| arm | launches | difference | 95%% CI (sessions, Newcombe) | Fisher p (sessions) | launch p | tested at | decision |\n|---|---:|---:|---|---:|---:|---:|---|\n")
 		for i, a := range v.Arms {
 			c := a.Compare
@@ -238,7 +245,7 @@ func (v markdownWriter) write(w io.Writer, charts []chartRef) error {
 	v.conditionsSection()
 
 	v.runsSection()
-	v.caveatsSection()
+	v.fold(first)
 	b.WriteString(footer(e.ID, v.DB))
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -448,13 +455,60 @@ func (v markdownWriter) runsSection() {
 // caveatsSection lists the caveats.
 func (v markdownWriter) caveatsSection() {
 	b := v.b
-	fmt.Fprintf(b, "\n## Caveats\n\n")
-	if len(v.Caveats) == 0 {
+	var cs []Caveat
+	for _, c := range v.Caveats {
+		// What the launches could not test is said under the claims, on the first screen.
+		if c.Kind != CaveatUntested || v.Claims == nil {
+			cs = append(cs, c)
+		}
+	}
+	fmt.Fprintf(b, "\n## Caveats (%d)\n\n", len(cs))
+	if len(cs) == 0 {
 		fmt.Fprintf(b, "None found.\n")
 	}
-	for _, c := range v.Caveats {
+	for _, c := range cs {
 		fmt.Fprintf(b, "- %s\n", c.Text)
 	}
+}
+
+// fold wraps every section written from offset first on (each opens with a "## " title)
+// in a <details> block, closed, whose summary is the section's title. The blank lines
+// after the summary and before </details> let GitHub and GitLab render the markdown inside.
+func (v markdownWriter) fold(first int) {
+	b := v.b
+	all := b.String()
+	rest := all[first:]
+	b.Reset()
+	b.WriteString(all[:first])
+	open := false
+	var body []string
+	flush := func() {
+		if !open {
+			return
+		}
+		for len(body) > 0 && strings.TrimSpace(body[0]) == "" {
+			body = body[1:]
+		}
+		for len(body) > 0 && strings.TrimSpace(body[len(body)-1]) == "" {
+			body = body[:len(body)-1]
+		}
+		fmt.Fprintf(b, "%s\n\n</details>\n", strings.Join(body, "\n"))
+		body = body[:0]
+	}
+	for _, line := range strings.Split(rest, "\n") {
+		if title, ok := strings.CutPrefix(line, "## "); ok {
+			flush()
+			fmt.Fprintf(b, "\n<details><summary>%s</summary>\n\n", html.EscapeString(title))
+			open = true
+			continue
+		}
+		if open {
+			body = append(body, line)
+		} else if line != "" {
+			b.WriteString(line + "\n")
+		}
+	}
+	flush()
 }
 
 // armColumns writes the header of a table with a column per arm (right-aligned, for

@@ -19,7 +19,7 @@ func (v *Verdict) Summary() map[string]any {
 			"clopper_pearson95": []any{nanNil(a.Exact.Lo), nanNil(a.Exact.Hi)}, "baseline": a.Name == v.Arms[v.Baseline].Name,
 			"launches": map[string]int{"total": a.Launches.Total, "done": a.Launches.Done, "crashed": a.Launches.Crashed,
 				"wedged": a.Launches.Wedged, "erroring": a.Launches.Erroring, "timed_out": a.Launches.TimedOut, "failed": a.Launches.Failed, "interrupted": a.Launches.Interrupted, "lost": a.Launches.NodeLost},
-			"problems": append([]string{}, a.Problems...)}
+			"problems": plainTexts(a.Problems)}
 		if a.Levels != nil {
 			m["levels"] = a.Levels
 		}
@@ -29,7 +29,7 @@ func (v *Verdict) Summary() map[string]any {
 				"direction": c.Direction, "decision": c.Decision(), "launch_faults_p": nanNil(c.Faults.FisherP)}
 			if c.Inconclusive {
 				cm["direction"] = ""
-				cm["why_inconclusive"] = c.Why
+				cm["why_inconclusive"] = plainText(c.Why)
 			}
 			if t := c.Tipping; t != nil {
 				cm["tipping_point"] = map[string]any{"lost_arm": t.LostArm, "lost_baseline": t.LostBase, "from": t.From,
@@ -52,7 +52,7 @@ func (v *Verdict) Summary() map[string]any {
 		arms = append(arms, m)
 	}
 	out := map[string]any{"experiment_id": v.Experiment.ID, "name": v.Experiment.Name, "status": v.Experiment.State(),
-		"unit": v.Unit, "alpha": v.Alpha, "max_loss": v.MaxLoss, "min_effect": v.MinEffect, "arms": arms, "headline": v.headline(""),
+		"unit": v.Unit, "alpha": v.Alpha, "max_loss": v.MaxLoss, "min_effect": v.MinEffect, "arms": arms, "headline": plainText(v.headline("")),
 		"caveats": caveatTexts(v.Caveats)}
 	if aa, outcome := v.aaOutcome(); aa {
 		out["aa_passed"] = outcome == aaPassed
@@ -188,7 +188,15 @@ func (v *Verdict) outcomeSummary() map[string]any {
 func caveatTexts(cs []Caveat) []string {
 	out := make([]string, len(cs))
 	for i, c := range cs {
-		out[i] = c.Text
+		out[i] = plainText(c.Text)
+	}
+	return out
+}
+
+func plainTexts(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = plainText(s)
 	}
 	return out
 }
