@@ -315,7 +315,7 @@ func TestDeadlockHeadlineSaysWhichArmWedgedWithTheExactTestOnLaunches(t *testing
 	// One decision, said alike everywhere: show's column and the JSON give the wedge
 	// decision the headline gives, and the regression gate, whose question is wedging,
 	// passes an arm whose only fault is the baseline's wedging.
-	if got := v.DecisionWords(1); got != "wedges lower (launch p = 0.029 ≤ 0.030)" {
+	if got := v.DecisionWords(1); got != "wedges lower (launch p = 0.029 ≤ 0.03)" {
 		t.Errorf("show's decision for overlap-off: %q", got)
 	}
 	arms := v.Summary()["arms"].([]map[string]any)
@@ -378,7 +378,7 @@ func TestThroughputVerdictComparesLatencyAndThroughputByRanks(t *testing.T) {
 	head := v.Headline()[0]
 	// The headline answers the question the margin asks, with the bound that decides it,
 	// and quotes no figure that no test stands behind.
-	if !strings.HasPrefix(head, "Decision: hicache=on's throughput is non-inferior to hicache=off's within the 5% margin at c=1, c=32 and poisson 16/s: it costs at most 2.2% (one-sided 99% bound over 2 and 2 launches, lowest at poisson 16/s).") ||
+	if !strings.HasPrefix(head, "Decision: hicache=on's throughput is non-inferior to hicache=off's within the 5% margin at c=1, c=32 and poisson 16/s: it costs at most 2.2% (one-sided 99% bound, over 2 and 2 launches, lowest at poisson 16/s).") ||
 		strings.Contains(head, "differ by") {
 		t.Errorf("headline:\n%s", head)
 	}

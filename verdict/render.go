@@ -178,7 +178,7 @@ func (v markdownWriter) write(w io.Writer, charts []chartRef) error {
 				}
 			}
 			fmt.Fprintf(b, "| %s | %s | %+.1f pts | %s | %s | %s | %s | %s |\n", a.Name, launches, 100*c.Difference,
-				fmt.Sprintf("%+.1f to %+.1f pts", 100*c.DiffCI.Lo, 100*c.DiffCI.Hi), pval(c.FisherP), lp, level, v.decision(a))
+				pointsInterval(c.DiffCI.Lo, c.DiffCI.Hi), pval(c.FisherP), lp, level, v.decision(a))
 		}
 		fmt.Fprintf(b, "\n`~`: no difference between the arms' launches shown; not attributable: too few launches per arm for the test to reach its level at all.\n")
 	}

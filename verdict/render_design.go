@@ -68,8 +68,8 @@ func (v markdownWriter) designSections() {
 		fmt.Fprintf(b, "| arm | strata | CMH p | MH risk difference | %.0f%% CI | MH odds ratio | Breslow-Day p |\n|---|---:|---:|---:|---|---:|---:|\n", 100*(1-v.Alpha))
 		for _, s := range v.Strata {
 			r := s.Result
-			fmt.Fprintf(b, "| %s | %d | %s | %+.1f pts | %+.1f to %+.1f pts | %s | %s |\n", s.Arm, r.Strata, pval(r.CMHP),
-				100*r.RiskDifference, 100*r.RiskDifferenceCI.Lo, 100*r.RiskDifferenceCI.Hi, num(r.OddsRatio), pval(r.BreslowDayP))
+			fmt.Fprintf(b, "| %s | %d | %s | %+.1f pts | %s | %s | %s |\n", s.Arm, r.Strata, pval(r.CMHP),
+				100*r.RiskDifference, pointsInterval(r.RiskDifferenceCI.Lo, r.RiskDifferenceCI.Hi), num(r.OddsRatio), pval(r.BreslowDayP))
 		}
 	}
 
@@ -163,7 +163,7 @@ func (v markdownWriter) factorialSection() {
 			if ai, ok := additive[t.Factors[0]+"\x00"+t.Factors[1]]; ok {
 				r := ai.Result
 				rd = fmt.Sprintf("%+.1f pts", 100*r.Estimate)
-				rdCI = fmt.Sprintf("%+.1f to %+.1f pts", 100*r.CI.Lo, 100*r.CI.Hi)
+				rdCI = pointsInterval(r.CI.Lo, r.CI.Hi)
 				if ai.A != t.Factors[0] {
 					// The model names a pair in name order; the interaction table in
 					// factor order. Same interaction, same number.
@@ -181,8 +181,8 @@ func (v markdownWriter) factorialSection() {
 		} else if ai, ok := additive[t.Factors[0]+"\x00"+t.Factors[1]]; ok {
 			adj = pval(ai.AdjustedP)
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s – %s | %s | %s |\n", factorLabel(t), dash(rd), dash(rdCI), or,
-			num(math.Exp(t.CI.Lo)), num(math.Exp(t.CI.Hi)), pval(t.P), adj)
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s |\n", factorLabel(t), dash(rd), dash(rdCI), or,
+			ratioInterval(math.Exp(t.CI.Lo), math.Exp(t.CI.Hi)), pval(t.P), adj)
 	}
 	if note := sharedPNote(f.Result.Terms); note != "" {
 		fmt.Fprintf(b, "\n%s\n", note)

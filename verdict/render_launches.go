@@ -258,27 +258,13 @@ func claimInterval(c *LaunchClaim) string {
 	}
 	switch c.Outcome {
 	case OutcomeCorruption, OutcomeWedge:
-		return fmt.Sprintf("%s to %s pts", signedNum(100*c.CI.Lo), signedNum(100*c.CI.Hi))
+		return pointsInterval(c.CI.Lo, c.CI.Hi)
 	case OutcomeCorruptionNI:
-		return "≤ " + signedNum(100*c.CI.Hi) + " pts"
+		return pointsBound(c.CI.Hi)
 	case OutcomeNonInferiority, OutcomeStability:
-		return "≥ " + signedPct(c.CI.Lo-1)
+		return changeBound(c.CI.Lo)
 	}
-	return signedPct(c.CI.Lo-1) + " to " + signedPct(c.CI.Hi-1)
-}
-
-// signedNum is a signed figure with one decimal, or ±∞.
-func signedNum(x float64) string {
-	switch {
-	case math.IsInf(x, 1):
-		return "+∞"
-	case math.IsInf(x, -1):
-		return "−∞"
-	}
-	if math.Abs(x) < 0.05 {
-		x = 0 // no "-0.0"
-	}
-	return fmt.Sprintf("%+.1f", x)
+	return changeInterval(c.CI.Lo, c.CI.Hi)
 }
 
 func claimSpread(c *LaunchClaim) string {
