@@ -78,6 +78,7 @@ func (v *Verdict) judge() {
 			continue
 		}
 		c.Inconclusive, c.Why = v.inconclusive(i)
+		c.NoBaseline = c.Inconclusive && len(v.Arms[i].Problems) == 0
 		c.Tipping = v.tipping(i)
 		c.Faults = v.launchComparison(i)
 	}
@@ -643,6 +644,8 @@ func (v *Verdict) inconclusiveWhy() string {
 		case c == nil:
 			return fmt.Sprintf("%s could not be compared with %s (%d and %d analysed sessions)",
 				a.Name, v.Arms[v.Baseline].Name, a.Sessions, v.Arms[v.Baseline].Sessions)
+		case c.Inconclusive && c.NoBaseline:
+			return fmt.Sprintf("%s's corruption is not compared: the baseline has no fair sample (%s)", a.Name, c.Why)
 		case c.Inconclusive:
 			return fmt.Sprintf("%s's corruption is inconclusive (%s)", a.Name, c.Why)
 		}

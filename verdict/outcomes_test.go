@@ -490,3 +490,43 @@ func TestMinEffectIsAnIntervalRule(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadlockCallsNothingAboutTheFixInconclusive: in the deadlock example the baseline
+// (overlap on) wedged in all 4 of its launches. The fix is not in doubt, it has nothing
+// fair to be compared with: its corruption is "not compared", never "inconclusive", and
+// no claim against the wedged baseline is given a launch count, which more launches that
+// wedge alike could never meet (the verdict once advised "7 launches per arm can test
+// each of them" for comparisons 4 against 0 launches).
+func TestDeadlockCallsNothingAboutTheFixInconclusive(t *testing.T) {
+	v := buildOutcomes(t, "deadlock")
+	fix := v.Arms[1]
+	if c := fix.Compare; c == nil || !c.Inconclusive || !c.NoBaseline || c.Decision() != "not compared" {
+		t.Fatalf("the fix's comparison: %+v", fix.Compare)
+	}
+	md := markdown(t, v)
+	for _, line := range strings.Split(md, "\n") {
+		// The one sentence that defines the word, in "What was compared", may use it.
+		if strings.Contains(line, "inconclusive") && !strings.HasPrefix(line, "- A session is analysed") {
+			t.Errorf("the deadlock verdict calls something inconclusive: %q", line)
+		}
+	}
+	for _, c := range v.Claims.Claims {
+		if c.Against == v.Arms[v.Baseline].Name && (c.LaunchesBase == 0 || c.Outcome == OutcomeCorruption) {
+			if c.Testable || c.Needed != 0 || c.Faulted != "overlap-on" || claimDecision(c) != "not compared: overlap-on faulted" {
+				t.Errorf("claim %s at %q against the wedged baseline: %+v", c.Outcome, c.Group, c)
+			}
+		}
+	}
+	for _, advice := range []string{"To decide them", "launches per arm can test", "can test it"} {
+		if strings.Contains(md, advice) || strings.Contains(strings.Join(caveatTexts(v.Caveats), " "), advice) {
+			t.Errorf("the deadlock verdict gives advice it cannot follow (%q):\n%s", advice, md)
+		}
+	}
+	if !strings.Contains(md, "Not compared, because overlap-on wedged in every launch (4 of 4) and leaves nothing fair to compare: corruption;") {
+		t.Errorf("the first screen does not say why the rest is not compared:\n%s", md)
+	}
+	arms := v.Summary()["arms"].([]map[string]any)
+	if d := arms[1]["vs_baseline"].(map[string]any)["decision"]; d != "not compared" {
+		t.Errorf("JSON decision %v, want not compared", d)
+	}
+}

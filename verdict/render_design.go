@@ -96,7 +96,7 @@ func (v markdownWriter) designSections() {
 				d = "**non-inferior**"
 			}
 			if c := v.Arms[v.armIndex(ni.Arm)].Compare; c != nil && c.Inconclusive {
-				d = "**inconclusive**"
+				d = c.Decision()
 			}
 			fmt.Fprintf(b, "| %s | %+.1f pts | %+.1f pts (%g%%) | %.1f pts | %s |\n", ni.Arm, 100*r.Difference, 100*r.Upper, 100*(1-r.Alpha), 100*r.Margin, d)
 		}

@@ -135,7 +135,7 @@ func (v *Verdict) claimSummary() map[string]any {
 		claims = append(claims, map[string]any{"outcome": c.Outcome, "arm": c.Arm, "against": c.Against, "group": c.Group,
 			"primary": c.Primary, "level": c.Level, "launches_arm": c.LaunchesArm, "launches_against": c.LaunchesBase,
 			"test": c.Test, "estimate": nanNil(c.Estimate), "interval": []any{nanNil(c.CI.Lo), nanNil(c.CI.Hi)},
-			"p": nanNil(c.P), "testable": c.Testable, "launches_needed": c.Needed, "launch_spread": nanNil(c.Spread),
+			"p": nanNil(c.P), "testable": c.Testable, "launches_needed": c.Needed, "faulted_side": c.Faulted, "launch_spread": nanNil(c.Spread),
 			"claimed": c.Claimed, "decision": c.Decision})
 	}
 	return map[string]any{"alpha": f.Alpha, "primary": f.Primary, "claims": claims}

@@ -20,10 +20,17 @@ func (v markdownWriter) claimsSection() {
 	}
 	fmt.Fprintf(b, "\n## Claims, tested on launches\n")
 	var tested, flat, untestable []*LaunchClaim
+	faulted := map[string][]*LaunchClaim{}
+	var faultedArms []string
 	for _, c := range f.Claims {
 		switch {
 		case c.Testable:
 			tested = append(tested, c)
+		case c.Faulted != "":
+			if faulted[c.Faulted] == nil {
+				faultedArms = append(faultedArms, c.Faulted)
+			}
+			faulted[c.Faulted] = append(faulted[c.Faulted], c)
 		case c.Needed == 0:
 			flat = append(flat, c)
 		default:
@@ -58,6 +65,9 @@ func (v markdownWriter) claimsSection() {
 		}
 		fmt.Fprintf(b, "\n")
 	}
+	for _, arm := range faultedArms {
+		fmt.Fprintf(b, "\nNot compared, because %s %s and leaves nothing fair to compare: %s.\n", arm, v.faultWords(arm), claimList(faulted[arm], len(arms)))
+	}
 	if len(flat) > 0 {
 		fmt.Fprintf(b, "\nNot tested, no spread between launches (they agreed exactly within each arm, which is no evidence either way): %s.\n", claimList(flat, len(arms)))
 	}
@@ -73,6 +83,30 @@ func (v markdownWriter) claimsSection() {
 		}
 		fmt.Fprintf(b, ".\n")
 	}
+}
+
+// faultWords says how an arm's launches faulted, every one of them: "wedged in every
+// launch (4 of 4)".
+func (v markdownWriter) faultWords(arm string) string {
+	i := v.armIndex(arm)
+	if i < 0 {
+		return "faulted in every launch"
+	}
+	l := v.Arms[i].Launches
+	n := l.Crashed + l.Wedged + l.Erroring + l.TimedOut
+	how := "crashed, wedged or kept failing"
+	switch n {
+	case l.Wedged:
+		how = "wedged"
+	case l.Crashed:
+		how = "crashed"
+	case l.Erroring + l.TimedOut:
+		how = "kept failing its requests"
+	}
+	if n == 1 {
+		return how + " in its one launch"
+	}
+	return fmt.Sprintf("%s in every launch (%d of %d)", how, n, n)
 }
 
 // allSessions is the group of a workload without phases: every session.
@@ -282,6 +316,8 @@ func claimSpread(c *LaunchClaim) string {
 
 func claimDecision(c *LaunchClaim) string {
 	switch {
+	case c.Faulted != "":
+		return "not compared: " + c.Faulted + " faulted"
 	case !c.Testable && c.Needed == 0:
 		return "not tested: no spread"
 	case !c.Testable:

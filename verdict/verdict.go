@@ -143,6 +143,10 @@ type Comparison struct {
 	// the arms and what happened to them.
 	Inconclusive bool
 	Why          string
+	// NoBaseline is true when the comparison is inconclusive only through the baseline
+	// (it crashed, wedged or lost too much) while the arm itself ran clean: the arm is not
+	// in doubt, it has nothing fair to be compared with.
+	NoBaseline bool
 	// Tipping is how many lost sessions, labelled against the decision, would change it;
 	// nil when no session was lost on either side.
 	Tipping *TippingPoint
@@ -154,9 +158,11 @@ type Comparison struct {
 }
 
 // Decision is the comparison's outcome in one word: "higher", "lower", "none" (no
-// difference shown) or "inconclusive".
+// difference shown), "inconclusive", or "not compared" (NoBaseline).
 func (c *Comparison) Decision() string {
 	switch {
+	case c.Inconclusive && c.NoBaseline:
+		return "not compared"
 	case c.Inconclusive:
 		return "inconclusive"
 	case c.Significant:

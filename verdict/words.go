@@ -59,8 +59,8 @@ func (v *Verdict) decision(a ArmResult) string {
 		return "no comparison"
 	}
 	switch c.Decision() {
-	case "inconclusive":
-		return "**inconclusive**"
+	case "inconclusive", "not compared":
+		return c.Decision()
 	case "higher", "lower":
 		return fmt.Sprintf("**%s**", c.Direction)
 	}
@@ -433,7 +433,7 @@ func (v *Verdict) inconclusiveSentence(arms []int) string {
 		names = append(names, v.Arms[i].Name)
 	}
 	if len(v.Arms[v.Baseline].Problems) > 0 {
-		return fmt.Sprintf("The corruption of %s against the baseline %s is inconclusive: the baseline's surviving sessions are not a fair sample of its sessions.",
+		return fmt.Sprintf("The corruption of %s is not compared with the baseline %s: the baseline's surviving sessions are not a fair sample of its sessions.",
 			joinAnd(names), v.Arms[v.Baseline].Name)
 	}
 	if len(names) == 1 {
@@ -548,7 +548,7 @@ func (v *Verdict) multiDecision(mark string) string {
 			higher = append(higher, i)
 		case "lower":
 			lower = append(lower, i)
-		case "inconclusive":
+		case "inconclusive", "not compared":
 			inconclusive = append(inconclusive, i)
 		default:
 			none = append(none, i)
