@@ -162,11 +162,17 @@ func informativeChange(r float64) bool {
 
 // pointsInterval is the interval of a difference of rates in percentage points,
 // "-1.2 to +18.3 pts", or tooWide.
-func pointsInterval(lo, hi float64) string {
+func pointsInterval(lo, hi float64) string { return pointsWithin(lo, hi, 1) }
+
+// interactionInterval is the interval of a difference of two differences of rates (an
+// interaction), which can reach ±200 points, or tooWide.
+func interactionInterval(lo, hi float64) string { return pointsWithin(lo, hi, 2) }
+
+func pointsWithin(lo, hi, widest float64) string {
 	if math.IsNaN(lo) || math.IsNaN(hi) {
 		return "–"
 	}
-	if !informativePoints(lo) || !informativePoints(hi) {
+	if !(math.Abs(lo) < widest+5e-4 && math.Abs(hi) < widest+5e-4) {
 		return tooWide
 	}
 	return signedNum(100*lo) + " to " + signedNum(100*hi) + " pts"
@@ -187,9 +193,20 @@ func pointsBound(hi float64) string {
 // have (to the tenth of a point printed).
 func informativePoints(d float64) bool { return math.Abs(d) < 1.0005 }
 
-// signedNum is a signed figure with one decimal, or ±∞.
+// points is a difference of rates in percentage points, "+14.6 pts", or "–" where there
+// is none.
+func points(d float64) string {
+	if math.IsNaN(d) {
+		return "–"
+	}
+	return signedNum(100*d) + " pts"
+}
+
+// signedNum is a signed figure with one decimal, or ±∞; "–" where there is none.
 func signedNum(x float64) string {
 	switch {
+	case math.IsNaN(x):
+		return "–"
 	case math.IsInf(x, 1):
 		return "+∞"
 	case math.IsInf(x, -1):
@@ -261,4 +278,13 @@ func ratioInterval(lo, hi float64) string {
 		}
 	}
 	return num(lo) + " – " + num(hi)
+}
+
+// lowerBy says how much lower a one-sided lower bound of a ratio lets a speed be: "up to
+// 6.9% lower", or, where the launches gave no bound, that they cannot bound it.
+func lowerBy(bound float64) string {
+	if math.IsNaN(bound) || !informativeChange(math.Max(bound, 1e-300)) {
+		return "lower by more than these launches can bound"
+	}
+	return "up to " + pctShort(math.Max(0, 1-bound)) + " lower"
 }

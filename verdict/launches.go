@@ -57,10 +57,21 @@ func rateTestName(kind stats.LaunchTestKind, floor *familyFloor) string {
 // rateNeeded is how many launches per arm would let a rate claim be tested: with a floor,
 // one; two for Welch's test (not for wedges or sequential looks); else as many as the
 // randomization test needs to reach the claim's share (or its share of a family in which
-// every claim could be tested: alpha's weighted Bonferroni split). 0 when the launches
-// agreed exactly within each arm, which more of the same would not change.
+// every claim could be tested: alpha's weighted Bonferroni split), which needs no spread
+// between launches. 0 when the launches agreed exactly within each arm and either showed
+// no difference or already are as many as that.
 func rateNeeded(c *LaunchClaim, in familyInput, kind stats.LaunchTestKind, r stats.LaunchRateTest) int {
 	if kind == stats.TestWelch && r.LaunchesA >= 2 && r.LaunchesB >= 2 {
+		// Launches that agreed exactly within each arm give Welch's test no spread; the
+		// randomization test needs none, from the launches its level takes.
+		share := c.Share
+		if !(share > 0) {
+			share = c.nominal
+		}
+		// Launches alike across the arms too show no difference to test.
+		if n := stats.LaunchesNeeded(share); n > min(r.LaunchesA, r.LaunchesB) && r.Difference != 0 {
+			return n
+		}
 		return 0
 	}
 	if kind == stats.TestFloor {
@@ -68,6 +79,19 @@ func rateNeeded(c *LaunchClaim, in familyInput, kind stats.LaunchTestKind, r sta
 	}
 	if c.Outcome != OutcomeWedge && armLooks(in, c.Arm) <= 1 && min(r.LaunchesA, r.LaunchesB) < 2 {
 		return 2
+	}
+	if looks := armLooks(in, c.Arm); looks > 1 && c.Share > 0 {
+		// A sequential arm's share is spread over its looks: the launches needed are
+		// those of the first later look charged a level its test can reach, not the
+		// fixed design's count, which the looks before may already have had.
+		have := min(r.LaunchesA, r.LaunchesB)
+		levels, _ := stats.LookLevels(c.Share, claimReach(c, in, looks))
+		for k := have + 1; k <= len(levels); k++ {
+			if levels[k-1] > 0 {
+				return k
+			}
+		}
+		return max(have+1, stats.LaunchesNeeded(c.Share/float64(looks)))
 	}
 	share := c.Share
 	if !(share > 0) {
@@ -867,6 +891,12 @@ func (v *Verdict) applyLaunchFamily(f *LaunchFamily) {
 func attributionSentence(c *LaunchClaim) string {
 	if c == nil || c.Testable {
 		return ""
+	}
+	switch {
+	case c.Faulted != "":
+		return fmt.Sprintf("It is not compared: %s crashed or wedged in every launch and leaves nothing fair to compare.", c.Faulted)
+	case c.Needed == 0:
+		return "The launches agreed exactly within each arm: there is no spread between them to weigh the difference against, which is no evidence either way."
 	}
 	n := min(c.LaunchesArm, c.LaunchesBase)
 	s := fmt.Sprintf("With %d launch%s per arm this cannot be told apart from a difference between launches of one configuration: %d launches per arm (`launches: %d`) can test it",

@@ -630,7 +630,7 @@ func (v *Verdict) stabilityClause(st []ThroughputNI) string {
 		if s.Result.NonInferior {
 			ni = append(ni, fmt.Sprintf("%s %s", load, signedPct(s.Result.Ratio-1)))
 		} else {
-			not = append(not, fmt.Sprintf("%s (it may be up to %s lower)", load, pctShort(math.Max(0, 1-s.Result.Bound))))
+			not = append(not, fmt.Sprintf("%s (it may be %s)", load, lowerBy(s.Result.Bound)))
 		}
 	}
 	margin := pctShort(v.Outcomes.Margin)
@@ -713,8 +713,8 @@ func (v *Verdict) niClauses(mark string) string {
 			clauses = append(clauses, fmt.Sprintf("with one launch per arm, %s's throughput cannot be judged against %s's within the %s margin: 2 launches per arm can",
 				bold(a, mark), bold(worst.Against, mark), pctShort(o.Margin)))
 		default:
-			clauses = append(clauses, fmt.Sprintf("%s's throughput is not shown to cost less than the %s margin against %s's: at %s its tok/s per request may be up to %s lower (one-sided %s%% bound%s); more launches per arm (`blocks`) narrow the bound",
-				bold(a, mark), pctShort(o.Margin), bold(worst.Against, mark), worst.Group, pctShort(math.Max(0, 1-worst.Result.Bound)), level, launches))
+			clauses = append(clauses, fmt.Sprintf("%s's throughput is not shown to cost less than the %s margin against %s's: at %s its tok/s per request may be %s (%s%s); more launches per arm (`blocks`) narrow the bound",
+				bold(a, mark), pctShort(o.Margin), bold(worst.Against, mark), worst.Group, lowerBy(worst.Result.Bound), level, launches))
 		}
 	}
 	return strings.Join(clauses, "; ")

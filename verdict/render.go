@@ -177,7 +177,7 @@ func (v markdownWriter) write(w io.Writer, charts []chartRef) error {
 					lp = pval(lc.P)
 				}
 			}
-			fmt.Fprintf(b, "| %s | %s | %+.1f pts | %s | %s | %s | %s | %s |\n", a.Name, launches, 100*c.Difference,
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", a.Name, launches, points(c.Difference),
 				pointsInterval(c.DiffCI.Lo, c.DiffCI.Hi), pval(c.FisherP), lp, level, v.decision(a))
 		}
 		fmt.Fprintf(b, "\n`~`: no difference between the arms' launches shown; not attributable: too few launches per arm for the test to reach its level at all.\n")

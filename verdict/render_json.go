@@ -46,7 +46,7 @@ func (v *Verdict) Summary() map[string]any {
 			case w.Claimed:
 				decision = w.Decision
 			}
-			m["wedges_vs_baseline"] = map[string]any{"decision": decision, "difference": w.Estimate, "launch_p": nanNil(w.P),
+			m["wedges_vs_baseline"] = map[string]any{"decision": decision, "difference": nanNil(w.Estimate), "launch_p": nanNil(w.P),
 				"level": w.Level, "launches": []int{w.LaunchesArm, w.LaunchesBase}}
 		}
 		arms = append(arms, m)

@@ -281,7 +281,7 @@ func claimEstimate(c *LaunchClaim) string {
 	}
 	switch c.Outcome {
 	case OutcomeCorruption, OutcomeWedge, OutcomeCorruptionNI:
-		return fmt.Sprintf("%+.1f pts", 100*c.Estimate)
+		return points(c.Estimate)
 	}
 	return signedPct(c.Estimate - 1)
 }
