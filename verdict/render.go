@@ -180,7 +180,27 @@ func (v markdownWriter) write(w io.Writer, charts []chartRef) error {
 			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", a.Name, launches, points(c.Difference),
 				pointsInterval(c.DiffCI.Lo, c.DiffCI.Hi), pval(c.FisherP), lp, level, v.decision(a))
 		}
-		fmt.Fprintf(b, "\n`~`: no difference between the arms' launches shown; not attributable: too few launches per arm for the test to reach its level at all.\n")
+		// The legend explains the words the table used, and no other.
+		used := map[string]bool{}
+		for i, a := range v.Arms {
+			if i != v.Baseline && a.Compare != nil {
+				used[v.decision(a)] = true
+			}
+		}
+		var legend []string
+		for _, l := range []struct{ word, means string }{
+			{"~", "no difference between the arms' launches shown"},
+			{"not attributable", "too few launches per arm for the test to reach its level at all"},
+			{"inconclusive", "the arm crashed, wedged or lost too many sessions, so what survived is not a fair sample"},
+			{"not compared", "the baseline crashed, wedged or lost too many sessions, so it has no fair sample to compare with"},
+		} {
+			if used[l.word] {
+				legend = append(legend, fmt.Sprintf("%s: %s", map[bool]string{true: "`~`", false: l.word}[l.word == "~"], l.means))
+			}
+		}
+		if len(legend) > 0 {
+			fmt.Fprintf(b, "\n%s.\n", capitalize(strings.Join(legend, "; ")))
+		}
 	}
 
 	v.designSections()
