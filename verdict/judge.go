@@ -245,6 +245,7 @@ func (v *Verdict) responseView() {
 		Responses: []int{nb, no}, Corrupted: []int{base.CorruptedTurns, other.CorruptedTurns},
 		FisherP: f.PTwoSided, ICC: don.ICC, DesignEffect: don.DesignEffect, DonnerP: don.P,
 		Available: base.CorruptedTurns+other.CorruptedTurns > 0 && !math.IsNaN(don.ICC),
+		Clustered: don.DesignEffect > clusteredDesignEffect,
 	}
 }
 

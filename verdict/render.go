@@ -241,7 +241,7 @@ func (v markdownWriter) write(w io.Writer, charts []chartRef) error {
 		fmt.Fprintf(b, "\n## Why sessions, not responses\n\n")
 		fmt.Fprintf(b, "Counted as independent responses (%d of %d against %d of %d), the same data would give Fisher p %s. ",
 			rv.Corrupted[1], rv.Responses[1], rv.Corrupted[0], rv.Responses[0], pEq(rv.FisherP))
-		if rv.DesignEffect > 1.05 {
+		if rv.Clustered {
 			fmt.Fprintf(b, "But the responses of a session are correlated (intra-session correlation %.2f, design effect %.2f): ", rv.ICC, rv.DesignEffect)
 			fmt.Fprintf(b, "adjusted for that clustering (Donner's adjusted chi-square), p %s. Responses are not independent evidence; the session-level test above is the honest one.\n", pEq(rv.DonnerP))
 		} else {

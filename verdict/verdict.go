@@ -253,7 +253,15 @@ type ResponseView struct {
 	DesignEffect float64
 	DonnerP      float64
 	Available    bool
+	// Clustered is true when the responses of a session were correlated enough (a
+	// design effect above clusteredDesignEffect) that counting them as independent
+	// would overstate the evidence; false when the two views agree.
+	Clustered bool
 }
+
+// clusteredDesignEffect is the design effect above which responses are judged too
+// correlated to count as independent evidence.
+const clusteredDesignEffect = 1.05
 
 // Build judges experiment id from a read-only database.
 func Build(ctx context.Context, db *sqlx.DB, id int64) (*Verdict, error) {

@@ -1102,3 +1102,20 @@ func TestInterruptedVerdictNamesResume(t *testing.T) {
 		t.Errorf("the interrupted launch's unfinished sessions count against the engine: lost %d, problems %v\n%s", tr.Lost, tr.Problems, head)
 	}
 }
+
+// TestTheJudgeDecidesWhetherResponsesAreClustered: whether responses may count as
+// independent is the judge's decision, a field the writers read.
+func TestTheJudgeDecidesWhetherResponsesAreClustered(t *testing.T) {
+	v := buildExample(t, "quickstart4")
+	rv := v.Responses
+	if rv == nil || !rv.Available || !rv.Clustered || !(rv.DesignEffect > clusteredDesignEffect) {
+		t.Fatalf("responses: %+v", rv)
+	}
+	if md := markdown(t, v); !strings.Contains(md, "But the responses of a session are correlated") {
+		t.Errorf("the markdown does not say the responses are correlated:\n%s", md)
+	}
+	rv.Clustered = false
+	if md := markdown(t, v); !strings.Contains(md, "so the two views agree") {
+		t.Errorf("the markdown decides clustering itself, not from the judge's field:\n%s", md)
+	}
+}
