@@ -426,7 +426,7 @@ func (v markdownWriter) comparedSection() {
 		fmt.Fprintf(b, "- Arms differ only in their pins; everything else in the engine's command and environment was identical.\n")
 	}
 	fmt.Fprintf(b, "- Unit of analysis: **%s**; a session counts as corrupted when any detector flagged any of its responses. Baseline: **%s**; alpha = %g, two-sided.\n", v.Unit, v.Arms[v.Baseline].Name, v.Alpha)
-	fmt.Fprintf(b, "- A session is analysed when it finished every round; lost sessions are counted beside the analysis. An arm whose engine crashed or wedged, or that lost more than %s of its sessions (`analysis.max_loss`), gets no corruption decision: it is inconclusive.\n", pct(v.MaxLoss))
+	fmt.Fprintf(b, "- A session is analysed when it finished every round; lost sessions are counted beside the analysis. An arm whose engine crashed or wedged, or that lost more than %s of its sessions (`analysis.max_loss`), gets no corruption decision: it is inconclusive; when that arm is the baseline, the others are not compared with it.\n", pct(v.MaxLoss))
 	fmt.Fprintf(b, "- Workload seed %d: every arm received the same sessions", e.Seed)
 	if d := v.Design; d.Workload != "" {
 		fmt.Fprintf(b, " (%s; %d sessions per arm and block; %d block(s))", d.Workload, d.Sessions, d.Blocks)
