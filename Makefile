@@ -72,7 +72,8 @@ calibrate:
 	$(GO) test -count=1 -timeout 60m -run '^TestLaunchFamilyCalibration$$' -v ./verdict -calibrate $(CURDIR)/docs/calibration/launches.md
 	$(GO) test -count=1 -timeout 60m -run '^TestBisectCalibration$$' -v ./bisect -calibrate $(CURDIR)/docs/calibration/bisect.md
 
-## fuzz: a short fuzzing pass over each parser and detector (FUZZTIME each)
+## fuzz: a short fuzzing pass over each parser and detector, and over simulated records
+## for the verdict's invariants (FUZZTIME each)
 FUZZTIME ?= 20s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./arms
@@ -83,6 +84,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzServerInfoSettings$$' -fuzztime $(FUZZTIME) ./arms
 	$(GO) test -run '^$$' -fuzz '^FuzzGrammarParse$$' -fuzztime $(FUZZTIME) ./arms
 	$(GO) test -run '^$$' -fuzz '^FuzzComparePins$$' -fuzztime $(FUZZTIME) ./orchestrator
+	$(GO) test -run '^$$' -fuzz '^FuzzVerdictInvariants$$' -fuzztime $(FUZZTIME) ./verdict
 	$(GO) test -run '^$$' -fuzz '^FuzzAttest$$' -fuzztime $(FUZZTIME) ./orchestrator
 	$(GO) test -run '^$$' -fuzz '^FuzzMetadataString$$' -fuzztime $(FUZZTIME) ./gguf
 	$(GO) test -run '^$$' -fuzz '^FuzzParseToolChoice$$' -fuzztime $(FUZZTIME) ./openai

@@ -178,7 +178,7 @@ func TestACrashedDetectorIsNamedAndGated(t *testing.T) {
 	if err := v.Markdown(&buf); err != nil {
 		t.Fatal(err)
 	}
-	if md := buf.String(); !strings.Contains(md, "## Detectors that failed") || !strings.Contains(md, "hostile-crashes") || !strings.Contains(md, "hostile-crashes") {
+	if md := buf.String(); !strings.Contains(md, "<summary>Detectors that failed</summary>") || !strings.Contains(md, "hostile-crashes") || !strings.Contains(md, "hostile-crashes") {
 		t.Errorf("the verdict does not name the crashed detector:\n%s", md)
 	}
 	sum, ok := v.Summary()["detectors"].([]map[string]any)

@@ -324,7 +324,9 @@ func (d StepDesign) sentence(r StepResult) string {
 	last := r.Looks[len(r.Looks)-1]
 	c := last.Counts
 	counts := fmt.Sprintf("%d/%d against %d/%d over %d and %d launches", c.EventsB, c.SessionsB, c.EventsA, c.SessionsA, last.LaunchesB, last.LaunchesA)
-	level := fmt.Sprintf("%.4g%%", 100*(1-d.CleanLevel))
+	// The bound's level is the look's share of the step's alpha, seldom a round
+	// percentage ("99.94%"): it is named as a level.
+	level := fmt.Sprintf("at level %.3g", d.CleanLevel)
 	reach := fmt.Sprintf("launch p = %s above the look's level %.3g", pText(last.P), last.Level)
 	if last.Level == 0 {
 		reach = fmt.Sprintf("no launch p can reach the step's alpha before look %d", d.FirstLook)
@@ -337,10 +339,10 @@ func (d StepDesign) sentence(r StepResult) string {
 		return fmt.Sprintf("corrupts less than good: %s at look %d of %d, launch p = %s reaches the look's level %.3g",
 			counts, last.Look, d.Looks, pText(last.P), last.Level)
 	case StepClean:
-		return fmt.Sprintf("clean: %s at look %d of %d; the excess is at most %+.1f points (one-sided %s bound, launches allowed to differ up to ICC %.2g), below the effect of %.1f points",
+		return fmt.Sprintf("clean: %s at look %d of %d; the excess is at most %+.1f points (one-sided bound %s, launches allowed to differ up to ICC %.2g), below the effect of %.1f points",
 			counts, last.Look, d.Looks, 100*last.Upper, level, d.LaunchICC, 100*d.Effect)
 	case StepInconclusive:
-		return fmt.Sprintf("inconclusive after all %d looks: %s, %s, and the excess may be up to %+.1f points (one-sided %s bound), not below the effect of %.1f points",
+		return fmt.Sprintf("inconclusive after all %d looks: %s, %s, and the excess may be up to %+.1f points (one-sided bound %s), not below the effect of %.1f points",
 			d.Looks, counts, reach, 100*last.Upper, level, 100*d.Effect)
 	}
 	return fmt.Sprintf("undecided at look %d of %d: %s (%s), excess up to %+.1f points",

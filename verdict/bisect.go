@@ -529,8 +529,8 @@ func (r *BisectionReport) uncertain() []string {
 			conf := 1 - r.Design.Alpha
 			a, b := blockRates(j.Blocks[:len(j.Result.Looks)])
 			if t, err := stats.LaunchPermutation(a, b, conf); err == nil && !math.IsInf(t.CI.Lo, 0) && !math.IsInf(t.CI.Hi, 0) {
-				out = append(out, fmt.Sprintf("How much it corrupts: the confirmation's launches put the excess at %+.1f points, %s %+.1f to %+.1f (the launch test inverted at the step's alpha); the decision, not this estimate, is what the error budget covers.",
-					100*t.Difference, coreConfLabelPct(conf), 100*t.CI.Lo, 100*t.CI.Hi))
+				out = append(out, fmt.Sprintf("How much it corrupts: the confirmation's launches put the excess at %+.1f points, %s (the launch test inverted at the step's alpha, %s); the decision, not this estimate, is what the error budget covers.",
+					100*t.Difference, pointsInterval(t.CI.Lo, t.CI.Hi), levelText(r.Design.Alpha)))
 			}
 		}
 		if clean := r.largestClean(); clean != nil {
@@ -621,10 +621,6 @@ func (r *BisectionReport) largestClean() *StepReport {
 		}
 	}
 	return best
-}
-
-func coreConfLabelPct(conf float64) string {
-	return strconv.FormatFloat(math.Round(conf*1e4)/1e2, 'f', -1, 64) + "%"
 }
 
 // Summary is the report as JSON for --json.

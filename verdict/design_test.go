@@ -128,7 +128,7 @@ func TestFactorialVerdictDescribesTheInteraction(t *testing.T) {
 	if strings.Contains(head, "interaction") || !strings.Contains(head, "bf16_index_k=1,hicache=on's: 14 of 60") || !strings.Contains(head, "cannot be told apart") {
 		t.Errorf("headline:\n%s", head)
 	}
-	if !strings.Contains(md, "## Factorial model") || !strings.Contains(md, "bf16_index_k x hicache") {
+	if !strings.Contains(md, "<summary>Factorial model</summary>") || !strings.Contains(md, "bf16_index_k x hicache") {
 		t.Errorf("markdown lacks the factorial section")
 	}
 }
@@ -156,7 +156,7 @@ func TestSequentialVerdictJudgesOnLaunches(t *testing.T) {
 	if !c.Sequential || c.Significant || c.Launch == nil || c.Launch.Level != 0 || math.Abs(c.Launch.Share-0.03) > 1e-12 || c.Launch.Testable {
 		t.Errorf("comparison %+v, claim %+v", c, c.Launch)
 	}
-	if !strings.Contains(md, "## Sequential design") || !strings.Contains(md, "| 1 | 1 vs 1 | 1.000 |") {
+	if !strings.Contains(md, "<summary>Sequential design</summary>") || !strings.Contains(md, "| 1 | 1 vs 1 | 1.000 |") {
 		t.Errorf("markdown lacks the look table:\n%s", md)
 	}
 	var runs []fixtureRun
@@ -191,7 +191,7 @@ func TestBlocksAreStratifiedAndSessionsPaired(t *testing.T) {
 	if len(v.Pairs) != 1 || v.Pairs[0].Pairs != 60 || v.Pairs[0].Result.BOnly != 10 || v.Pairs[0].Result.AOnly != 0 {
 		t.Fatalf("pairs = %+v", v.Pairs)
 	}
-	for _, want := range []string{"## Stratified by block", "## Paired sessions"} {
+	for _, want := range []string{"<summary>Stratified by block</summary>", "<summary>Paired sessions</summary>"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q", want)
 		}
@@ -213,7 +213,7 @@ func TestNonInferiorityAndLosses(t *testing.T) {
 	if len(v.Losses) != 1 || v.Losses[0].Result.LossP >= 0.05 {
 		t.Fatalf("losses = %+v", v.Losses)
 	}
-	if !strings.Contains(md, "## Lost sessions") || !strings.Contains(md, "not compared on equal footing") {
+	if !strings.Contains(md, "<summary>Lost sessions</summary>") || !strings.Contains(md, "not compared on equal footing") {
 		t.Errorf("markdown does not warn about unequal losses")
 	}
 }
@@ -234,7 +234,7 @@ func TestResponseUnitShowsTheClusteredTest(t *testing.T) {
 	if !(uv.NaiveP[1] < 1e-5) || !(uv.P[1] > uv.NaiveP[1]*100) || math.IsNaN(uv.DE[1]) || uv.DE[1] < 2 {
 		t.Fatalf("response unit: %+v, naive p %g, Donner p %g, DE %g", c, uv.NaiveP[1], uv.P[1], uv.DE[1])
 	}
-	if !strings.Contains(md, "## Unit of analysis: response") || uv.Test != "Donner's adjusted chi-square" {
+	if !strings.Contains(md, "<summary>Unit of analysis: response</summary>") || uv.Test != "Donner's adjusted chi-square" {
 		t.Errorf("markdown lacks the response-unit section")
 	}
 }

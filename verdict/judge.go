@@ -78,6 +78,7 @@ func (v *Verdict) judge() {
 			continue
 		}
 		c.Inconclusive, c.Why = v.inconclusive(i)
+		c.NoBaseline = c.Inconclusive && len(v.Arms[i].Problems) == 0
 		c.Tipping = v.tipping(i)
 		c.Faults = v.launchComparison(i)
 	}
@@ -244,6 +245,7 @@ func (v *Verdict) responseView() {
 		Responses: []int{nb, no}, Corrupted: []int{base.CorruptedTurns, other.CorruptedTurns},
 		FisherP: f.PTwoSided, ICC: don.ICC, DesignEffect: don.DesignEffect, DonnerP: don.P,
 		Available: base.CorruptedTurns+other.CorruptedTurns > 0 && !math.IsNaN(don.ICC),
+		Clustered: don.DesignEffect > clusteredDesignEffect,
 	}
 }
 
@@ -264,13 +266,14 @@ const (
 	CaveatStatus                         // the experiment did not finish
 	CaveatLoss                           // lost sessions and what they could change
 	CaveatDesign                         // the design's own warnings
+	CaveatUntested                       // claims the launches could not test, and what would
 	CaveatDetector                       // a detector that did not judge every response
 	CaveatPower                          // not significant, but not ruled out either
 	CaveatBound                          // no corrupted session: a bound, not a zero
 	CaveatMultiplicity                   // how several comparisons were adjusted
 )
 
-var caveatKinds = [...]string{"problem", "status", "loss", "design", "detector", "power", "bound", "multiplicity"}
+var caveatKinds = [...]string{"problem", "status", "loss", "design", "untested", "detector", "power", "bound", "multiplicity"}
 
 func (k CaveatKind) String() string {
 	if k < 0 || int(k) >= len(caveatKinds) {
@@ -503,7 +506,7 @@ func (v *Verdict) wedgeGate(name string) (GateResult, string) {
 		bad := w.Estimate > 0 || (name == "difference" && w.Estimate != 0)
 		switch {
 		case w.Claimed && bad:
-			return GateFail, fmt.Sprintf("%s wedged more often than %s (%+.0f points of their launches), launch p = %s ≤ %s.", a.Name, base, 100*w.Estimate, FormatP(w.P), FormatP(w.Level))
+			return GateFail, fmt.Sprintf("%s wedged more often than %s (%+.0f points of their launches), launch p %s ≤ %s.", a.Name, base, 100*w.Estimate, pEq(w.P), levelText(w.Level))
 		}
 		if c := a.Compare; c != nil && !c.Inconclusive && c.Significant && (name == "difference" || c.Direction == "higher") {
 			return GateFail, v.evidence(a, "") + " " + v.decisionSentence(a, "")
@@ -642,6 +645,8 @@ func (v *Verdict) inconclusiveWhy() string {
 		case c == nil:
 			return fmt.Sprintf("%s could not be compared with %s (%d and %d analysed sessions)",
 				a.Name, v.Arms[v.Baseline].Name, a.Sessions, v.Arms[v.Baseline].Sessions)
+		case c.Inconclusive && c.NoBaseline:
+			return fmt.Sprintf("%s's corruption is not compared: the baseline has no fair sample (%s)", a.Name, c.Why)
 		case c.Inconclusive:
 			return fmt.Sprintf("%s's corruption is inconclusive (%s)", a.Name, c.Why)
 		}

@@ -3,6 +3,7 @@ package verdict
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 
@@ -56,10 +57,21 @@ func rateTestName(kind stats.LaunchTestKind, floor *familyFloor) string {
 // rateNeeded is how many launches per arm would let a rate claim be tested: with a floor,
 // one; two for Welch's test (not for wedges or sequential looks); else as many as the
 // randomization test needs to reach the claim's share (or its share of a family in which
-// every claim could be tested: alpha's weighted Bonferroni split). 0 when the launches
-// agreed exactly within each arm, which more of the same would not change.
+// every claim could be tested: alpha's weighted Bonferroni split), which needs no spread
+// between launches. 0 when the launches agreed exactly within each arm and either showed
+// no difference or already are as many as that.
 func rateNeeded(c *LaunchClaim, in familyInput, kind stats.LaunchTestKind, r stats.LaunchRateTest) int {
 	if kind == stats.TestWelch && r.LaunchesA >= 2 && r.LaunchesB >= 2 {
+		// Launches that agreed exactly within each arm give Welch's test no spread; the
+		// randomization test needs none, from the launches its level takes.
+		share := c.Share
+		if !(share > 0) {
+			share = c.nominal
+		}
+		// Launches alike across the arms too show no difference to test.
+		if n := stats.LaunchesNeeded(share); n > min(r.LaunchesA, r.LaunchesB) && r.Difference != 0 {
+			return n
+		}
 		return 0
 	}
 	if kind == stats.TestFloor {
@@ -67,6 +79,19 @@ func rateNeeded(c *LaunchClaim, in familyInput, kind stats.LaunchTestKind, r sta
 	}
 	if c.Outcome != OutcomeWedge && armLooks(in, c.Arm) <= 1 && min(r.LaunchesA, r.LaunchesB) < 2 {
 		return 2
+	}
+	if looks := armLooks(in, c.Arm); looks > 1 && c.Share > 0 {
+		// A sequential arm's share is spread over its looks: the launches needed are
+		// those of the first later look charged a level its test can reach, not the
+		// fixed design's count, which the looks before may already have had.
+		have := min(r.LaunchesA, r.LaunchesB)
+		levels, _ := stats.LookLevels(c.Share, claimReach(c, in, looks))
+		for k := have + 1; k <= len(levels); k++ {
+			if levels[k-1] > 0 {
+				return k
+			}
+		}
+		return max(have+1, stats.LaunchesNeeded(c.Share/float64(looks)))
 	}
 	share := c.Share
 	if !(share > 0) {
@@ -112,6 +137,13 @@ type LaunchClaim struct {
 	// launches per arm that could.
 	Testable bool
 	Needed   int
+	// Faulted names the side whose every launch crashed or wedged, so that it leaves
+	// nothing fair to compare: for corruption the baseline (the sessions that survived a
+	// fault are not a fair sample), for speed either side that no launch reached the
+	// group of. Such a
+	// claim is not tested, and needs no launch count: more launches of a configuration
+	// that faults every time would not supply it.
+	Faulted string
 	// FloorWouldTest is true when a noise floor would let one launch per arm test the
 	// claim (rates but wedges, and speed, on a fixed design judged without a floor).
 	FloorWouldTest bool
@@ -331,10 +363,51 @@ func claimLaunches(c *LaunchClaim, in familyInput) (arm, base int) {
 	return len(logMedians(in.Samples[ai], c.Group, metric)), len(logMedians(in.Samples[bi], c.Group, metric))
 }
 
+// faultedSide is the side of a claim whose every launch crashed or wedged and that
+// leaves nothing fair to compare (LaunchClaim.Faulted); "" when neither does, and for
+// wedges, whose outcome the faults are.
+func faultedSide(c *LaunchClaim, in familyInput) string {
+	if c.Outcome == OutcomeWedge {
+		return ""
+	}
+	na, nb := claimLaunches(c, in)
+	for _, side := range []struct {
+		arm      string
+		launches int
+	}{{c.Arm, na}, {c.Against, nb}} {
+		samples := in.Samples[armIndexOf(in.Arms, side.arm)]
+		all := len(samples) > 0
+		for _, s := range samples {
+			all = all && s.faulted
+		}
+		if !all {
+			continue
+		}
+		switch c.Outcome {
+		case OutcomeCorruption, OutcomeCorruptionNI:
+			// An arm whose own launches all faulted keeps its claim (the judge leaves its
+			// comparison inconclusive); a baseline that did leaves every arm nothing to
+			// be compared with.
+			if side.arm == c.Against {
+				return side.arm
+			}
+		default:
+			if side.launches == 0 {
+				return side.arm
+			}
+		}
+	}
+	return ""
+}
+
 // claimReach is the smallest p the claim's test can give at each of looks looks (one
 // launch per arm added per look), or, for a fixed design (looks 1), with the launches
-// it has: what the design fixes before any outcome is seen.
+// it has: what the design fixes before any outcome is seen. A claim with a faulted side
+// can reach nothing, and passes its share on.
 func claimReach(c *LaunchClaim, in familyInput, looks int) []float64 {
+	if faultedSide(c, in) != "" {
+		return slices.Repeat([]float64{1}, max(looks, 1))
+	}
 	na, nb := claimLaunches(c, in)
 	if looks <= 1 {
 		return []float64{claimMinP(c, in, na, nb, false)}
@@ -440,6 +513,11 @@ func decideClaim(c *LaunchClaim, in familyInput) {
 	c.FloorWouldTest = in.Floor == nil && c.Outcome != OutcomeWedge && c.Outcome != OutcomeStability && armLooks(in, c.Arm) <= 1
 	c.P, c.Estimate, c.Spread = math.NaN(), math.NaN(), math.NaN()
 	c.CI = stats.Interval{Lo: math.NaN(), Hi: math.NaN()}
+	if c.Faulted = faultedSide(c, in); c.Faulted != "" {
+		c.LaunchesArm, c.LaunchesBase = claimLaunches(c, in)
+		c.FloorWouldTest = false
+		return
+	}
 	ai, bi := armIndexOf(in.Arms, c.Arm), armIndexOf(in.Arms, c.Against)
 	switch c.Outcome {
 	case OutcomeCorruption, OutcomeWedge, OutcomeCorruptionNI:
@@ -815,6 +893,12 @@ func attributionSentence(c *LaunchClaim) string {
 	if c == nil || c.Testable {
 		return ""
 	}
+	switch {
+	case c.Faulted != "":
+		return fmt.Sprintf("It is not compared: %s crashed or wedged in every launch and leaves nothing fair to compare.", c.Faulted)
+	case c.Needed == 0:
+		return "The launches agreed exactly within each arm: there is no spread between them to weigh the difference against, which is no evidence either way."
+	}
 	n := min(c.LaunchesArm, c.LaunchesBase)
 	s := fmt.Sprintf("With %d launch%s per arm this cannot be told apart from a difference between launches of one configuration: %d launches per arm (`launches: %d`) can test it",
 		n, pluralEs(n), c.Needed, c.Needed)
@@ -848,6 +932,8 @@ func (v *Verdict) launchCaveat(add func(CaveatKind, string, ...any)) {
 		return
 	}
 	var untestable, flat []string
+	faulted := map[string][]string{}
+	var faultedArms []string
 	most, floorWould, tested := 0, false, 0
 	for _, c := range f.Claims {
 		if c.Share > 0 {
@@ -855,6 +941,11 @@ func (v *Verdict) launchCaveat(add func(CaveatKind, string, ...any)) {
 		}
 		switch {
 		case c.Testable:
+		case c.Faulted != "":
+			if faulted[c.Faulted] == nil {
+				faultedArms = append(faultedArms, c.Faulted)
+			}
+			faulted[c.Faulted] = append(faulted[c.Faulted], c.Outcome)
 		case c.Needed == 0:
 			flat = append(flat, c.Outcome)
 		default:
@@ -868,11 +959,15 @@ func (v *Verdict) launchCaveat(add func(CaveatKind, string, ...any)) {
 		if floorWould {
 			floor = " (or one launch per arm, for the rates and speeds, weighed against an A/A noise floor: `--noise-floor`)"
 		}
-		add(CaveatDesign, "Not attributable to the arms with these launches: %s. A difference seen there may be a difference between launches of one configuration; %d launches per arm can test each of them%s.",
+		add(CaveatUntested, "Not attributable to the arms with these launches: %s. A difference seen there may be a difference between launches of one configuration; %d launches per arm can test each of them%s.",
 			joinAnd(dedupe(untestable)), most, floor)
 	}
+	for _, arm := range faultedArms {
+		add(CaveatUntested, "Not compared: %s, because %s crashed or wedged in every launch and leaves nothing fair to compare; more launches that fault alike would not change that.",
+			joinAnd(dedupe(faulted[arm])), arm)
+	}
 	if len(flat) > 0 {
-		add(CaveatDesign, "Not tested: %s, whose launches agreed exactly within each arm; a spread of zero between launches is no evidence either way.", joinAnd(dedupe(flat)))
+		add(CaveatUntested, "Not tested: %s, whose launches agreed exactly within each arm; a spread of zero between launches is no evidence either way.", joinAnd(dedupe(flat)))
 	}
 	if m := len(f.Claims); m > 1 && tested > 0 {
 		untested := ""

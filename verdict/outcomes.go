@@ -201,7 +201,7 @@ func (v *Verdict) loadOutcomes(ctx context.Context, db *sqlx.DB) error {
 			engine[p.Name][i] = append(engine[p.Name][i], p.TokensPerSecond.Float64)
 		}
 	}
-	const all = "all sessions"
+	const all = allSessions
 	analysedSet := map[key]bool{}
 	for _, s := range v.sessions {
 		if analysed(s) {
@@ -630,7 +630,7 @@ func (v *Verdict) stabilityClause(st []ThroughputNI) string {
 		if s.Result.NonInferior {
 			ni = append(ni, fmt.Sprintf("%s %s", load, signedPct(s.Result.Ratio-1)))
 		} else {
-			not = append(not, fmt.Sprintf("%s (it may be up to %s lower)", load, pctShort(math.Max(0, 1-s.Result.Bound))))
+			not = append(not, fmt.Sprintf("%s (it may be %s)", load, lowerBy(s.Result.Bound)))
 		}
 	}
 	margin := pctShort(v.Outcomes.Margin)
@@ -693,13 +693,13 @@ func (v *Verdict) niClauses(mark string) string {
 				worst = t
 			}
 		}
-		level := "–"
+		level := "one-sided bound"
 		if worst.Launch != nil {
-			level = confText(1 - worst.Launch.Level)
+			level = boundLabel(worst.Launch.Level)
 		}
 		launches := ""
 		if worst.Launch != nil {
-			launches = fmt.Sprintf(" over %d and %d launches", worst.Launch.LaunchesArm, worst.Launch.LaunchesBase)
+			launches = fmt.Sprintf(", over %d and %d launches", worst.Launch.LaunchesArm, worst.Launch.LaunchesBase)
 		}
 		switch {
 		case all:
@@ -707,14 +707,14 @@ func (v *Verdict) niClauses(mark string) string {
 			if worst.Result.Bound >= 1 {
 				cost = "it is no slower"
 			}
-			clauses = append(clauses, fmt.Sprintf("%s's throughput is non-inferior to %s's within the %s margin at %s: %s (one-sided %s%% bound%s, lowest at %s)",
+			clauses = append(clauses, fmt.Sprintf("%s's throughput is non-inferior to %s's within the %s margin at %s: %s (%s%s, lowest at %s)",
 				bold(a, mark), bold(worst.Against, mark), pctShort(o.Margin), groupsOf(ts), cost, level, launches, worst.Group))
 		case worst.Launch != nil && !worst.Launch.Testable && worst.Launch.Needed > 0:
 			clauses = append(clauses, fmt.Sprintf("with one launch per arm, %s's throughput cannot be judged against %s's within the %s margin: 2 launches per arm can",
 				bold(a, mark), bold(worst.Against, mark), pctShort(o.Margin)))
 		default:
-			clauses = append(clauses, fmt.Sprintf("%s's throughput is not shown to cost less than the %s margin against %s's: at %s its tok/s per request may be up to %s lower (one-sided %s%% bound%s); more launches per arm (`blocks`) narrow the bound",
-				bold(a, mark), pctShort(o.Margin), bold(worst.Against, mark), worst.Group, pctShort(math.Max(0, 1-worst.Result.Bound)), level, launches))
+			clauses = append(clauses, fmt.Sprintf("%s's throughput is not shown to cost less than the %s margin against %s's: at %s its tok/s per request may be %s (%s%s); more launches per arm (`blocks`) narrow the bound",
+				bold(a, mark), pctShort(o.Margin), bold(worst.Against, mark), worst.Group, lowerBy(worst.Result.Bound), level, launches))
 		}
 	}
 	return strings.Join(clauses, "; ")
@@ -761,7 +761,7 @@ func (v *Verdict) throughputHeadline(mark string) []string {
 				heavy.Name, bold(a.Name, mark), tps(heavy.EngineTPS[i]), tps(heavy.EngineTPS[v.Baseline]), bold(v.Arms[v.Baseline].Name, mark),
 				lc.LaunchesArm, lc.LaunchesBase, signedPct(lc.Estimate-1))
 			if lc.Testable {
-				evidence += fmt.Sprintf(" (%s%% CI %s)", confText(1-lc.Level), claimInterval(lc))
+				evidence += fmt.Sprintf(" (%s)", labelled(intervalLabel(lc.Level), claimInterval(lc)))
 			}
 			evidence += "."
 			break
@@ -801,8 +801,8 @@ func (v *Verdict) significanceSentence(mark string) string {
 		}
 		switch {
 		case r.Decisive():
-			sig = append(sig, fmt.Sprintf("%s's %s at %s is %s (%s, %s%% CI %s)", bold(r.Arm, mark), r.Metric, r.Group,
-				r.Decision, signedPct(lc.Estimate-1), confText(1-lc.Level), claimInterval(lc)))
+			sig = append(sig, fmt.Sprintf("%s's %s at %s is %s (%s, %s)", bold(r.Arm, mark), r.Metric, r.Group,
+				r.Decision, signedPct(lc.Estimate-1), labelled(intervalLabel(lc.Level), claimInterval(lc))))
 		case r.Decision == "negligible":
 			small = append(small, fmt.Sprintf("%s's %s at %s, %s", r.Arm, r.Metric, r.Group, signedPct(lc.Estimate-1)))
 		}

@@ -2,6 +2,7 @@ package verdict
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -65,5 +66,28 @@ func TestCompleteKnowsACutVerdict(t *testing.T) {
 	want := fmt.Sprintf("re-judge with `arbiter verdict %d --db 'runs/it'\\''s here.db'`.\n", id)
 	if !bytes.HasSuffix(buf.Bytes(), []byte(want)) || !Complete(buf.Bytes(), id) {
 		t.Errorf("footer of a named database, complete %v:\n%s", Complete(buf.Bytes(), id), buf.Bytes()[max(0, buf.Len()-300):])
+	}
+}
+
+// TestSummaryCarriesNoMarkdown: the JSON summary is read by programs and terminals, so
+// its sentences carry no bold marks, code spans or folded sections of the markdown.
+func TestSummaryCarriesNoMarkdown(t *testing.T) {
+	var vs []*Verdict
+	for _, name := range []string{"quickstart", "quickstart4", "aa", "factorial", "sequential", "crash", "nodes"} {
+		vs = append(vs, buildExample(t, name))
+	}
+	for _, name := range []string{"deadlock", "abort-wedge", "throughput"} {
+		vs = append(vs, buildOutcomes(t, name))
+	}
+	for _, v := range vs {
+		js, err := json.Marshal(v.Summary())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mark := range []string{"**", "`", "<details>", "\\n|"} {
+			if bytes.Contains(js, []byte(mark)) {
+				t.Errorf("%s: the JSON summary carries %q:\n%s", v.Experiment.Name, mark, js)
+			}
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"html"
 	"io"
 	"math"
 	"path/filepath"
@@ -107,24 +108,32 @@ func (v markdownWriter) write(w io.Writer, charts []chartRef) error {
 	e := v.Experiment
 	b := v.b
 	fmt.Fprintf(b, "# Verdict: %s (experiment %d)\n\n", e.Name, e.ID)
-	fmt.Fprintf(b, "%s\n\n", v.headline("**"))
+	fmt.Fprintf(b, "%s\n", v.headline("**"))
 	if v.Refused() {
 		// Nothing was judged: what the engines reported, what was asked of them, and
-		// how their launches ended.
+		// how their launches ended, folded below the headline.
+		first := b.Len()
 		v.pinsSection()
 		v.comparedSection()
 		v.runsSection()
 		if u := v.unverifiedPins(); u != "" {
 			fmt.Fprintf(b, "\n## Caveats\n\n- Pins not verified: no report of the engines confirmed %s.\n", u)
 		}
+		v.fold(first)
 		b.WriteString(footer(e.ID, v.DB))
 		_, err := io.WriteString(w, b.String())
 		return err
 	}
 
-	// The evidence first, the method and the details after: a reader who stops after
-	// one screen has the decision, the counts and the claims.
-	fmt.Fprintf(b, "## Results by arm\n\n")
+	// One screen first: the decision and its evidence, the claims that were decided and
+	// what would decide the rest. Everything after it is folded, each section in a
+	// <details> block that GitHub and GitLab render closed.
+	v.claimsSection()
+	first := b.Len()
+	v.caveatsSection()
+	v.claimsMethodSection()
+
+	fmt.Fprintf(b, "\n## Results by arm\n\n")
 	fmt.Fprintf(b, "| arm | analysed | corrupted | rate | 95%% CI (Wilson) | 95%% CI (exact) | lost | corrupted, then lost |\n|---|---:|---:|---:|---|---|---:|---:|\n")
 	for _, a := range v.Arms {
 		lost := fmt.Sprintf("%d of %d", a.Lost, a.Planned)
@@ -143,14 +152,12 @@ func (v markdownWriter) write(w io.Writer, charts []chartRef) error {
 		}
 	}
 
-	v.claimsSection()
-
 	v.comparedSection()
 	v.pinsSection()
 
 	if len(v.Arms) > 1 {
 		fmt.Fprintf(b, "\n## Against the baseline (%s)\n\n", v.Arms[v.Baseline].Name)
-		fmt.Fprintf(b, "Each arm's launches are compared with %s's: every launch counts once, with its share of corrupted sessions, and the randomization test on the launches decides, at the claim's share of alpha (see Claims below). The sessions' own difference, interval and Fisher p describe these launches only: they would call a difference between two launches a finding.\n\n", v.Arms[v.Baseline].Name)
+		fmt.Fprintf(b, "Each arm's launches are compared with %s's: every launch counts once, with its share of corrupted sessions, and the randomization test on the launches decides, at the claim's share of alpha (the claims above). The sessions' own difference, interval and Fisher p describe these launches only: they would call a difference between two launches a finding.\n\n", v.Arms[v.Baseline].Name)
 		fmt.Fprintf(b, "| arm | launches | difference | 95%% CI (sessions, Newcombe) | Fisher p (sessions) | launch p | tested at | decision |\n|---|---:|---:|---|---:|---:|---:|---|\n")
 		for i, a := range v.Arms {
 			c := a.Compare
@@ -170,10 +177,30 @@ func (v markdownWriter) write(w io.Writer, charts []chartRef) error {
 					lp = pval(lc.P)
 				}
 			}
-			fmt.Fprintf(b, "| %s | %s | %+.1f pts | %s | %s | %s | %s | %s |\n", a.Name, launches, 100*c.Difference,
-				fmt.Sprintf("%+.1f to %+.1f pts", 100*c.DiffCI.Lo, 100*c.DiffCI.Hi), pval(c.FisherP), lp, level, v.decision(a))
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", a.Name, launches, points(c.Difference),
+				pointsInterval(c.DiffCI.Lo, c.DiffCI.Hi), pval(c.FisherP), lp, level, v.decision(a))
 		}
-		fmt.Fprintf(b, "\n`~`: no difference between the arms' launches shown; not attributable: too few launches per arm for the test to reach its level at all.\n")
+		// The legend explains the words the table used, and no other.
+		used := map[string]bool{}
+		for i, a := range v.Arms {
+			if i != v.Baseline && a.Compare != nil {
+				used[v.decision(a)] = true
+			}
+		}
+		var legend []string
+		for _, l := range []struct{ word, means string }{
+			{"~", "no difference between the arms' launches shown"},
+			{"not attributable", "too few launches per arm for the test to reach its level at all"},
+			{"inconclusive", "the arm crashed, wedged or lost too many sessions, so what survived is not a fair sample"},
+			{"not compared", "the baseline crashed, wedged or lost too many sessions, so it has no fair sample to compare with"},
+		} {
+			if used[l.word] {
+				legend = append(legend, fmt.Sprintf("%s: %s", map[bool]string{true: "`~`", false: l.word}[l.word == "~"], l.means))
+			}
+		}
+		if len(legend) > 0 {
+			fmt.Fprintf(b, "\n%s.\n", capitalize(strings.Join(legend, "; ")))
+		}
 	}
 
 	v.designSections()
@@ -214,7 +241,7 @@ func (v markdownWriter) write(w io.Writer, charts []chartRef) error {
 		fmt.Fprintf(b, "\n## Why sessions, not responses\n\n")
 		fmt.Fprintf(b, "Counted as independent responses (%d of %d against %d of %d), the same data would give Fisher p %s. ",
 			rv.Corrupted[1], rv.Responses[1], rv.Corrupted[0], rv.Responses[0], pEq(rv.FisherP))
-		if rv.DesignEffect > 1.05 {
+		if rv.Clustered {
 			fmt.Fprintf(b, "But the responses of a session are correlated (intra-session correlation %.2f, design effect %.2f): ", rv.ICC, rv.DesignEffect)
 			fmt.Fprintf(b, "adjusted for that clustering (Donner's adjusted chi-square), p %s. Responses are not independent evidence; the session-level test above is the honest one.\n", pEq(rv.DonnerP))
 		} else {
@@ -238,7 +265,7 @@ func (v markdownWriter) write(w io.Writer, charts []chartRef) error {
 	v.conditionsSection()
 
 	v.runsSection()
-	v.caveatsSection()
+	v.fold(first)
 	b.WriteString(footer(e.ID, v.DB))
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -399,7 +426,7 @@ func (v markdownWriter) comparedSection() {
 		fmt.Fprintf(b, "- Arms differ only in their pins; everything else in the engine's command and environment was identical.\n")
 	}
 	fmt.Fprintf(b, "- Unit of analysis: **%s**; a session counts as corrupted when any detector flagged any of its responses. Baseline: **%s**; alpha = %g, two-sided.\n", v.Unit, v.Arms[v.Baseline].Name, v.Alpha)
-	fmt.Fprintf(b, "- A session is analysed when it finished every round; lost sessions are counted beside the analysis. An arm whose engine crashed or wedged, or that lost more than %s of its sessions (`analysis.max_loss`), gets no corruption decision: it is inconclusive.\n", pct(v.MaxLoss))
+	fmt.Fprintf(b, "- A session is analysed when it finished every round; lost sessions are counted beside the analysis. An arm whose engine crashed or wedged, or that lost more than %s of its sessions (`analysis.max_loss`), gets no corruption decision: it is inconclusive; when that arm is the baseline, the others are not compared with it.\n", pct(v.MaxLoss))
 	fmt.Fprintf(b, "- Workload seed %d: every arm received the same sessions", e.Seed)
 	if d := v.Design; d.Workload != "" {
 		fmt.Fprintf(b, " (%s; %d sessions per arm and block; %d block(s))", d.Workload, d.Sessions, d.Blocks)
@@ -448,13 +475,60 @@ func (v markdownWriter) runsSection() {
 // caveatsSection lists the caveats.
 func (v markdownWriter) caveatsSection() {
 	b := v.b
-	fmt.Fprintf(b, "\n## Caveats\n\n")
-	if len(v.Caveats) == 0 {
+	var cs []Caveat
+	for _, c := range v.Caveats {
+		// What the launches could not test is said under the claims, on the first screen.
+		if c.Kind != CaveatUntested || v.Claims == nil {
+			cs = append(cs, c)
+		}
+	}
+	fmt.Fprintf(b, "\n## Caveats (%d)\n\n", len(cs))
+	if len(cs) == 0 {
 		fmt.Fprintf(b, "None found.\n")
 	}
-	for _, c := range v.Caveats {
+	for _, c := range cs {
 		fmt.Fprintf(b, "- %s\n", c.Text)
 	}
+}
+
+// fold wraps every section written from offset first on (each opens with a "## " title)
+// in a <details> block, closed, whose summary is the section's title. The blank lines
+// after the summary and before </details> let GitHub and GitLab render the markdown inside.
+func (v markdownWriter) fold(first int) {
+	b := v.b
+	all := b.String()
+	rest := all[first:]
+	b.Reset()
+	b.WriteString(all[:first])
+	open := false
+	var body []string
+	flush := func() {
+		if !open {
+			return
+		}
+		for len(body) > 0 && strings.TrimSpace(body[0]) == "" {
+			body = body[1:]
+		}
+		for len(body) > 0 && strings.TrimSpace(body[len(body)-1]) == "" {
+			body = body[:len(body)-1]
+		}
+		fmt.Fprintf(b, "%s\n\n</details>\n", strings.Join(body, "\n"))
+		body = body[:0]
+	}
+	for _, line := range strings.Split(rest, "\n") {
+		if title, ok := strings.CutPrefix(line, "## "); ok {
+			flush()
+			fmt.Fprintf(b, "\n<details><summary>%s</summary>\n\n", html.EscapeString(title))
+			open = true
+			continue
+		}
+		if open {
+			body = append(body, line)
+		} else if line != "" {
+			b.WriteString(line + "\n")
+		}
+	}
+	flush()
 }
 
 // armColumns writes the header of a table with a column per arm (right-aligned, for

@@ -68,8 +68,8 @@ func (v markdownWriter) designSections() {
 		fmt.Fprintf(b, "| arm | strata | CMH p | MH risk difference | %.0f%% CI | MH odds ratio | Breslow-Day p |\n|---|---:|---:|---:|---|---:|---:|\n", 100*(1-v.Alpha))
 		for _, s := range v.Strata {
 			r := s.Result
-			fmt.Fprintf(b, "| %s | %d | %s | %+.1f pts | %+.1f to %+.1f pts | %s | %s |\n", s.Arm, r.Strata, pval(r.CMHP),
-				100*r.RiskDifference, 100*r.RiskDifferenceCI.Lo, 100*r.RiskDifferenceCI.Hi, num(r.OddsRatio), pval(r.BreslowDayP))
+			fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s |\n", s.Arm, r.Strata, pval(r.CMHP),
+				points(r.RiskDifference), pointsInterval(r.RiskDifferenceCI.Lo, r.RiskDifferenceCI.Hi), num(r.OddsRatio), pval(r.BreslowDayP))
 		}
 	}
 
@@ -96,9 +96,9 @@ func (v markdownWriter) designSections() {
 				d = "**non-inferior**"
 			}
 			if c := v.Arms[v.armIndex(ni.Arm)].Compare; c != nil && c.Inconclusive {
-				d = "**inconclusive**"
+				d = c.Decision()
 			}
-			fmt.Fprintf(b, "| %s | %+.1f pts | %+.1f pts (%g%%) | %.1f pts | %s |\n", ni.Arm, 100*r.Difference, 100*r.Upper, 100*(1-r.Alpha), 100*r.Margin, d)
+			fmt.Fprintf(b, "| %s | %s | %s (%g%%) | %.1f pts | %s |\n", ni.Arm, points(r.Difference), points(r.Upper), 100*(1-r.Alpha), 100*r.Margin, d)
 		}
 	}
 
@@ -125,7 +125,7 @@ func (v markdownWriter) lossSection() {
 		if c := a.Compare; c != nil && c.Tipping != nil {
 			t := c.Tipping
 			lossP = pval(t.LossP)
-			bounds = fmt.Sprintf("%+.1f to %+.1f pts", 100*t.Bounds.Lo, 100*t.Bounds.Hi)
+			bounds = pointsInterval(t.Bounds.Lo, t.Bounds.Hi)
 			tip = t.Sentence(a.Name)
 		}
 		name := a.Name
@@ -162,8 +162,8 @@ func (v markdownWriter) factorialSection() {
 		if len(t.Factors) == 2 {
 			if ai, ok := additive[t.Factors[0]+"\x00"+t.Factors[1]]; ok {
 				r := ai.Result
-				rd = fmt.Sprintf("%+.1f pts", 100*r.Estimate)
-				rdCI = fmt.Sprintf("%+.1f to %+.1f pts", 100*r.CI.Lo, 100*r.CI.Hi)
+				rd = points(r.Estimate)
+				rdCI = interactionInterval(r.CI.Lo, r.CI.Hi)
 				if ai.A != t.Factors[0] {
 					// The model names a pair in name order; the interaction table in
 					// factor order. Same interaction, same number.
@@ -181,8 +181,8 @@ func (v markdownWriter) factorialSection() {
 		} else if ai, ok := additive[t.Factors[0]+"\x00"+t.Factors[1]]; ok {
 			adj = pval(ai.AdjustedP)
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s – %s | %s | %s |\n", factorLabel(t), dash(rd), dash(rdCI), or,
-			num(math.Exp(t.CI.Lo)), num(math.Exp(t.CI.Hi)), pval(t.P), adj)
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s |\n", factorLabel(t), dash(rd), dash(rdCI), or,
+			ratioInterval(math.Exp(t.CI.Lo), math.Exp(t.CI.Hi)), pval(t.P), adj)
 	}
 	if note := sharedPNote(f.Result.Terms); note != "" {
 		fmt.Fprintf(b, "\n%s\n", note)

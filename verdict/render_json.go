@@ -19,7 +19,7 @@ func (v *Verdict) Summary() map[string]any {
 			"clopper_pearson95": []any{nanNil(a.Exact.Lo), nanNil(a.Exact.Hi)}, "baseline": a.Name == v.Arms[v.Baseline].Name,
 			"launches": map[string]int{"total": a.Launches.Total, "done": a.Launches.Done, "crashed": a.Launches.Crashed,
 				"wedged": a.Launches.Wedged, "erroring": a.Launches.Erroring, "timed_out": a.Launches.TimedOut, "failed": a.Launches.Failed, "interrupted": a.Launches.Interrupted, "lost": a.Launches.NodeLost},
-			"problems": append([]string{}, a.Problems...)}
+			"problems": plainTexts(a.Problems)}
 		if a.Levels != nil {
 			m["levels"] = a.Levels
 		}
@@ -29,7 +29,7 @@ func (v *Verdict) Summary() map[string]any {
 				"direction": c.Direction, "decision": c.Decision(), "launch_faults_p": nanNil(c.Faults.FisherP)}
 			if c.Inconclusive {
 				cm["direction"] = ""
-				cm["why_inconclusive"] = c.Why
+				cm["why_inconclusive"] = plainText(c.Why)
 			}
 			if t := c.Tipping; t != nil {
 				cm["tipping_point"] = map[string]any{"lost_arm": t.LostArm, "lost_baseline": t.LostBase, "from": t.From,
@@ -46,13 +46,13 @@ func (v *Verdict) Summary() map[string]any {
 			case w.Claimed:
 				decision = w.Decision
 			}
-			m["wedges_vs_baseline"] = map[string]any{"decision": decision, "difference": w.Estimate, "launch_p": nanNil(w.P),
+			m["wedges_vs_baseline"] = map[string]any{"decision": decision, "difference": nanNil(w.Estimate), "launch_p": nanNil(w.P),
 				"level": w.Level, "launches": []int{w.LaunchesArm, w.LaunchesBase}}
 		}
 		arms = append(arms, m)
 	}
 	out := map[string]any{"experiment_id": v.Experiment.ID, "name": v.Experiment.Name, "status": v.Experiment.State(),
-		"unit": v.Unit, "alpha": v.Alpha, "max_loss": v.MaxLoss, "min_effect": v.MinEffect, "arms": arms, "headline": v.headline(""),
+		"unit": v.Unit, "alpha": v.Alpha, "max_loss": v.MaxLoss, "min_effect": v.MinEffect, "arms": arms, "headline": plainText(v.headline("")),
 		"caveats": caveatTexts(v.Caveats)}
 	if aa, outcome := v.aaOutcome(); aa {
 		out["aa_passed"] = outcome == aaPassed
@@ -135,7 +135,7 @@ func (v *Verdict) claimSummary() map[string]any {
 		claims = append(claims, map[string]any{"outcome": c.Outcome, "arm": c.Arm, "against": c.Against, "group": c.Group,
 			"primary": c.Primary, "level": c.Level, "launches_arm": c.LaunchesArm, "launches_against": c.LaunchesBase,
 			"test": c.Test, "estimate": nanNil(c.Estimate), "interval": []any{nanNil(c.CI.Lo), nanNil(c.CI.Hi)},
-			"p": nanNil(c.P), "testable": c.Testable, "launches_needed": c.Needed, "launch_spread": nanNil(c.Spread),
+			"p": nanNil(c.P), "testable": c.Testable, "launches_needed": c.Needed, "faulted_side": c.Faulted, "launch_spread": nanNil(c.Spread),
 			"claimed": c.Claimed, "decision": c.Decision})
 	}
 	return map[string]any{"alpha": f.Alpha, "primary": f.Primary, "claims": claims}
@@ -188,7 +188,15 @@ func (v *Verdict) outcomeSummary() map[string]any {
 func caveatTexts(cs []Caveat) []string {
 	out := make([]string, len(cs))
 	for i, c := range cs {
-		out[i] = c.Text
+		out[i] = plainText(c.Text)
+	}
+	return out
+}
+
+func plainTexts(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = plainText(s)
 	}
 	return out
 }

@@ -3,19 +3,205 @@ package verdict
 import (
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 
 	"github.com/arbiterlab/arbiter/stats"
 )
 
-// claimsSection lists every claim of the verdict as tested on launches: what each
-// compared, at which level, and what it decided.
+// claimsSection lists, on the verdict's first screen, the claims its launches could
+// test, then one sentence for each reason the others could not be, with what would
+// decide them.
 func (v markdownWriter) claimsSection() {
 	b := v.b
 	f := v.Claims
 	if f == nil || len(f.Claims) == 0 {
 		return
 	}
-	fmt.Fprintf(b, "\n## Claims, tested on launches\n\n")
+	fmt.Fprintf(b, "\n## Claims, tested on launches\n")
+	var tested, flat, untestable []*LaunchClaim
+	faulted := map[string][]*LaunchClaim{}
+	var faultedArms []string
+	for _, c := range f.Claims {
+		switch {
+		case c.Testable:
+			tested = append(tested, c)
+		case c.Faulted != "":
+			if faulted[c.Faulted] == nil {
+				faultedArms = append(faultedArms, c.Faulted)
+			}
+			faulted[c.Faulted] = append(faulted[c.Faulted], c)
+		case c.Needed == 0:
+			flat = append(flat, c)
+		default:
+			untestable = append(untestable, c)
+		}
+	}
+	arms := map[string]bool{}
+	for _, c := range f.Claims {
+		arms[c.Arm+" vs "+c.Against] = true
+	}
+	if len(tested) > 0 {
+		fmt.Fprintf(b, "\n| outcome | arm | against | launches | estimate | interval | p | tested at | launch spread | decision |\n|---|---|---|---:|---:|---|---:|---:|---:|---|\n")
+		for _, c := range tested {
+			against := c.Against
+			if c.Group != "" {
+				against += " at " + c.Group
+			}
+			fmt.Fprintf(b, "| %s | %s | %s | %d vs %d | %s | %s | %s | %s | %s | %s |\n", c.Outcome, c.Arm, against, c.LaunchesArm, c.LaunchesBase,
+				claimEstimate(c), claimInterval(c), pval(c.P), levelText(c.Level), claimSpread(c), claimDecision(c))
+		}
+		fmt.Fprintf(b, "\nEach interval is at the level its claim is tested at (non-inferiority: a one-sided bound), so it excludes no change exactly when the claim is made.")
+		speed, undecided := false, false
+		for _, c := range tested {
+			speed = speed || !slices.Contains([]string{OutcomeCorruption, OutcomeWedge, OutcomeCorruptionNI}, c.Outcome)
+			undecided = undecided || claimDecision(c) == "~"
+		}
+		if undecided {
+			fmt.Fprintf(b, " `~`: tested, and neither a difference nor its absence is shown.")
+		}
+		if speed {
+			fmt.Fprintf(b, " Speed is called better or worse only when its whole interval lies beyond %s of no change (`analysis.min_effect`), negligible only when it lies within it.", pctShort(v.MinEffect))
+		}
+		fmt.Fprintf(b, "\n")
+	}
+	for _, arm := range faultedArms {
+		fmt.Fprintf(b, "\nNot compared, because %s %s and leaves nothing fair to compare: %s.\n", arm, v.faultWords(arm), claimList(faulted[arm], len(arms)))
+	}
+	if len(flat) > 0 {
+		fmt.Fprintf(b, "\nNot tested, no spread between launches (they agreed exactly within each arm, which is no evidence either way): %s.\n", claimList(flat, len(arms)))
+	}
+	if len(untestable) > 0 {
+		most, floor := 0, false
+		for _, c := range untestable {
+			most = max(most, c.Needed)
+			floor = floor || c.FloorWouldTest
+		}
+		fmt.Fprintf(b, "\nNot attributable with these launches, too few per arm for the test to reach its level: %s. To decide them, run %d launches per arm", claimList(untestable, len(arms)), most)
+		if floor {
+			fmt.Fprintf(b, ", or one per arm weighed against an A/A noise floor (`--noise-floor`)")
+		}
+		fmt.Fprintf(b, ".\n")
+	}
+}
+
+// faultWords says how an arm's launches faulted, every one of them: "wedged in every
+// launch (4 of 4)".
+func (v markdownWriter) faultWords(arm string) string {
+	i := v.armIndex(arm)
+	if i < 0 {
+		return "faulted in every launch"
+	}
+	l := v.Arms[i].Launches
+	n := l.Crashed + l.Wedged + l.Erroring + l.TimedOut
+	how := "crashed, wedged or kept failing"
+	switch n {
+	case l.Wedged:
+		how = "wedged"
+	case l.Crashed:
+		how = "crashed"
+	case l.Erroring + l.TimedOut:
+		how = "kept failing its requests"
+	}
+	if n == 1 {
+		return how + " in its one launch"
+	}
+	return fmt.Sprintf("%s in every launch (%d of %d)", how, n, n)
+}
+
+// allSessions is the group of a workload without phases: every session.
+const allSessions = "all sessions"
+
+// claimList names claims in a sentence: their outcomes, and where they were compared
+// when that says something (the pairs of arms, when not all allPairs of the family) ("TTFT and end-to-end latency (at c=1 after and c=32 after)").
+func claimList(cs []*LaunchClaim, allPairs int) string {
+	withArm := allPairs > 1
+	// Claims of the same outcomes are named together: first the groups of one pair of
+	// arms, then the pairs that share those groups.
+	type kind struct {
+		outcomes, groups, pairs []string
+	}
+	var kinds []*kind
+	add := func(outcomes, groups []string, pair string) {
+		for _, k := range kinds {
+			if slices.Equal(k.outcomes, outcomes) && slices.Equal(k.groups, groups) {
+				if pair != "" {
+					k.pairs = append(k.pairs, pair)
+				}
+				return
+			}
+		}
+		k := &kind{outcomes: outcomes, groups: groups}
+		if pair != "" {
+			k.pairs = []string{pair}
+		}
+		kinds = append(kinds, k)
+	}
+	var pairs []string
+	byPair := map[string]map[string][]string{} // pair, group: outcomes
+	var groups = map[string][]string{}         // pair: its groups in order
+	for _, c := range cs {
+		pair, group := "", ""
+		if withArm {
+			pair = c.Arm + " against " + c.Against
+		}
+		if c.Group != allSessions {
+			group = c.Group
+		}
+		if byPair[pair] == nil {
+			pairs = append(pairs, pair)
+			byPair[pair] = map[string][]string{}
+		}
+		if _, ok := byPair[pair][group]; !ok {
+			groups[pair] = append(groups[pair], group)
+		}
+		byPair[pair][group] = append(byPair[pair][group], c.Outcome)
+	}
+	for _, pair := range pairs {
+		type set struct{ outcomes, groups []string }
+		var sets []*set
+		for _, g := range groups[pair] {
+			os := dedupe(byPair[pair][g])
+			i := slices.IndexFunc(sets, func(s *set) bool { return slices.Equal(s.outcomes, os) })
+			if i < 0 {
+				sets = append(sets, &set{outcomes: os})
+				i = len(sets) - 1
+			}
+			if g != "" {
+				sets[i].groups = append(sets[i].groups, g)
+			}
+		}
+		for _, st := range sets {
+			add(st.outcomes, st.groups, pair)
+		}
+	}
+	var parts []string
+	for _, k := range kinds {
+		var place []string
+		if len(k.pairs) > 0 && len(k.pairs) < allPairs {
+			place = append(place, joinAnd(k.pairs))
+		}
+		if len(k.groups) > 0 {
+			place = append(place, "at "+joinAnd(k.groups))
+		}
+		part := joinAnd(k.outcomes)
+		if len(place) > 0 {
+			part += " (" + strings.Join(place, " ") + ")"
+		}
+		parts = append(parts, part)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// claimsMethodSection says how the claims were tested: the tests, how alpha was shared,
+// and what an A/A's launches measured of the noise floor.
+func (v markdownWriter) claimsMethodSection() {
+	b := v.b
+	f := v.Claims
+	if f == nil || len(f.Claims) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\n## How the claims were tested\n\n")
 	fmt.Fprintf(b, "Launches of one configuration differ (clocks, memory layout, warm-up, the host's other load), so every claim is tested on launches, one number per launch: ")
 	fmt.Fprintf(b, "for rates the randomization test from %d launches per arm (exact; it cannot go below the smallest p its launches allow), Welch's t test on the launches' rates with 2 or 3 (where the randomization test cannot reach a useful level)", stats.RandomizationLaunches)
 	if v.Floor.Used() {
@@ -30,25 +216,7 @@ func (v markdownWriter) claimsSection() {
 	if v.Design.Looks > 1 {
 		fmt.Fprintf(b, " An arm judged at sequential looks tests its corruption claim at every look, its share spread over the %d looks that its launches can reach it at.", v.Design.Looks)
 	}
-	fmt.Fprintf(b, "\n\n| outcome | arm | against | launches | estimate | interval | p | tested at | launch spread | decision |\n|---|---|---|---:|---:|---|---:|---:|---:|---|\n")
-	for _, c := range f.Claims {
-		against := c.Against
-		if c.Group != "" {
-			against += " at " + c.Group
-		}
-		outcome := c.Outcome
-		if c.Primary {
-			outcome = "**" + outcome + "**"
-		}
-		p := "–"
-		if c.Testable {
-			p = pval(c.P)
-		}
-		fmt.Fprintf(b, "| %s | %s | %s | %d vs %d | %s | %s | %s | %s | %s | %s |\n", outcome, c.Arm, against, c.LaunchesArm, c.LaunchesBase,
-			claimEstimate(c), claimInterval(c), p, levelText(c.Level), claimSpread(c), claimDecision(c))
-	}
-	fmt.Fprintf(b, "\nThe interval is at 1 − the level the claim is tested at (non-inferiority: its one-sided lower bound), so it excludes no change exactly when the claim is made. Launch spread: the intra-launch correlation of corruption (the share of its variance between launches of one arm), or the launches' coefficient of variation for speed. ")
-	fmt.Fprintf(b, "Speed is called better or worse only when its whole interval lies beyond %s of no change (`analysis.min_effect`), negligible only when it lies within it. Not attributable: too few launches per arm for the test to reach its level at all; the number in brackets can.\n", pctShort(v.MinEffect))
+	fmt.Fprintf(b, "\n\nLaunch spread: the intra-launch correlation of corruption (the share of its variance between launches of one arm), or the launches' coefficient of variation for speed.\n")
 	if n := v.NoiseFloor(); v.Design.AA && n.Launches >= 2 {
 		var groups []string
 		if o := v.Outcomes; o != nil {
@@ -113,7 +281,7 @@ func claimEstimate(c *LaunchClaim) string {
 	}
 	switch c.Outcome {
 	case OutcomeCorruption, OutcomeWedge, OutcomeCorruptionNI:
-		return fmt.Sprintf("%+.1f pts", 100*c.Estimate)
+		return points(c.Estimate)
 	}
 	return signedPct(c.Estimate - 1)
 }
@@ -124,27 +292,13 @@ func claimInterval(c *LaunchClaim) string {
 	}
 	switch c.Outcome {
 	case OutcomeCorruption, OutcomeWedge:
-		return fmt.Sprintf("%s to %s pts", signedNum(100*c.CI.Lo), signedNum(100*c.CI.Hi))
+		return pointsInterval(c.CI.Lo, c.CI.Hi)
 	case OutcomeCorruptionNI:
-		return "≤ " + signedNum(100*c.CI.Hi) + " pts"
+		return pointsBound(c.CI.Hi)
 	case OutcomeNonInferiority, OutcomeStability:
-		return "≥ " + signedPct(c.CI.Lo-1)
+		return changeBound(c.CI.Lo)
 	}
-	return signedPct(c.CI.Lo-1) + " to " + signedPct(c.CI.Hi-1)
-}
-
-// signedNum is a signed figure with one decimal, or ±∞.
-func signedNum(x float64) string {
-	switch {
-	case math.IsInf(x, 1):
-		return "+∞"
-	case math.IsInf(x, -1):
-		return "−∞"
-	}
-	if math.Abs(x) < 0.05 {
-		x = 0 // no "-0.0"
-	}
-	return fmt.Sprintf("%+.1f", x)
+	return changeInterval(c.CI.Lo, c.CI.Hi)
 }
 
 func claimSpread(c *LaunchClaim) string {
@@ -162,6 +316,8 @@ func claimSpread(c *LaunchClaim) string {
 
 func claimDecision(c *LaunchClaim) string {
 	switch {
+	case c.Faulted != "":
+		return "not compared: " + c.Faulted + " faulted"
 	case !c.Testable && c.Needed == 0:
 		return "not tested: no spread"
 	case !c.Testable:

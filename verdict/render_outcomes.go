@@ -105,7 +105,7 @@ func (v markdownWriter) outcomeSections(charts []chartRef) bool {
 				}
 				bound := "–"
 				if lc.Testable {
-					bound = signedPct(lc.CI.Lo - 1)
+					bound = changeBound(lc.CI.Lo)
 				}
 				fmt.Fprintf(b, "| %s | %s | %s | %d vs %d | %s | %s | %s | %s |\n", t.Arm, t.Group, against, lc.LaunchesArm, lc.LaunchesBase,
 					claimEstimate(lc), bound, levelText(lc.Level), d)
@@ -178,8 +178,8 @@ func (v markdownWriter) cascadeSection() {
 	}
 	for _, c := range o.Cascades {
 		if r := c.Recovery; r != nil {
-			fmt.Fprintf(b, "\n%s's recovery against %s's: %s (95%% CI %s to %s), Mann-Whitney p %s.\n", c.Arm, base.Arm,
-				signedPct(r.Ratio-1), signedPct(r.RatioCI.Lo-1), signedPct(r.RatioCI.Hi-1), pEq(r.P))
+			fmt.Fprintf(b, "\n%s's recovery against %s's: %s (95%% CI %s), Mann-Whitney p %s.\n", c.Arm, base.Arm,
+				signedPct(r.Ratio-1), changeInterval(r.RatioCI.Lo, r.RatioCI.Hi), pEq(r.P))
 		}
 	}
 }

@@ -143,6 +143,10 @@ type Comparison struct {
 	// the arms and what happened to them.
 	Inconclusive bool
 	Why          string
+	// NoBaseline is true when the comparison is inconclusive only through the baseline
+	// (it crashed, wedged or lost too much) while the arm itself ran clean: the arm is not
+	// in doubt, it has nothing fair to be compared with.
+	NoBaseline bool
 	// Tipping is how many lost sessions, labelled against the decision, would change it;
 	// nil when no session was lost on either side.
 	Tipping *TippingPoint
@@ -154,9 +158,11 @@ type Comparison struct {
 }
 
 // Decision is the comparison's outcome in one word: "higher", "lower", "none" (no
-// difference shown) or "inconclusive".
+// difference shown), "inconclusive", or "not compared" (NoBaseline).
 func (c *Comparison) Decision() string {
 	switch {
+	case c.Inconclusive && c.NoBaseline:
+		return "not compared"
 	case c.Inconclusive:
 		return "inconclusive"
 	case c.Significant:
@@ -247,7 +253,15 @@ type ResponseView struct {
 	DesignEffect float64
 	DonnerP      float64
 	Available    bool
+	// Clustered is true when the responses of a session were correlated enough (a
+	// design effect above clusteredDesignEffect) that counting them as independent
+	// would overstate the evidence; false when the two views agree.
+	Clustered bool
 }
+
+// clusteredDesignEffect is the design effect above which responses are judged too
+// correlated to count as independent evidence.
+const clusteredDesignEffect = 1.05
 
 // Build judges experiment id from a read-only database.
 func Build(ctx context.Context, db *sqlx.DB, id int64) (*Verdict, error) {

@@ -476,10 +476,65 @@ func checkStructure(t *testing.T, md string) {
 			t.Errorf("headline sentence repeated in the body:\n%s", s)
 		}
 	}
+	checkFolds(t, md)
 	for _, banned := range []string{"explains", "explained by chance"} {
 		if strings.Contains(md, banned) {
 			t.Errorf("verdict says chance %q a difference", banned)
 		}
+	}
+}
+
+// firstScreen is the most lines a verdict may show before its first folded section.
+const firstScreen = 40
+
+// checkFolds checks that a verdict's decision fits one screen and the rest is folded:
+// at most firstScreen lines before the first <details>, every section after it inside a
+// <details> block with a blank line after its summary and before its end (without them
+// GitHub and GitLab show the markdown inside as text), none left open.
+func checkFolds(t *testing.T, md string) {
+	t.Helper()
+	lines := strings.Split(md, "\n")
+	first := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "<details>") })
+	if first < 0 {
+		t.Fatalf("nothing is folded:\n%s", md)
+	}
+	if first > firstScreen {
+		t.Errorf("%d lines before the first folded section, want at most %d:\n%s", first, firstScreen, strings.Join(lines[:first], "\n"))
+	}
+	open := false
+	for i, l := range lines[first:] {
+		i += first
+		switch {
+		case strings.HasPrefix(l, "<details>"):
+			if open || !strings.HasPrefix(l, "<details><summary>") || !strings.HasSuffix(l, "</summary>") || lines[i+1] != "" {
+				t.Errorf("line %d: a folded section opens badly: %q", i+1, l)
+			}
+			open = true
+		case l == "</details>":
+			if !open || lines[i-1] != "" {
+				t.Errorf("line %d: a folded section closes badly", i+1)
+			}
+			open = false
+		case strings.HasPrefix(l, "## ") || !open && l != "" && l != "---" && !strings.HasPrefix(l, "Query the raw data"):
+			t.Errorf("line %d is outside every folded section: %q", i+1, l)
+		}
+	}
+	if open {
+		t.Errorf("a folded section is never closed")
+	}
+}
+
+// TestFirstScreen holds the verdicts a new user reads first, as committed, to one screen
+// before their first folded section.
+func TestFirstScreen(t *testing.T) {
+	for _, name := range []string{"quickstart4", "throughput", "deadlock"} {
+		t.Run(name, func(t *testing.T) {
+			md, err := os.ReadFile(filepath.Join("testdata", name+".golden.md"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkFolds(t, string(md))
+		})
 	}
 }
 
@@ -731,11 +786,11 @@ func TestFactorialHeadlineSaysWhatTheLaunchesAllow(t *testing.T) {
 		t.Errorf("headline: %q", head)
 	}
 	md := markdown(t, v)
-	if strings.Count(md, "## Factorial model") != 1 || strings.Count(md, "| term |") != 1 {
+	if strings.Count(md, "<summary>Factorial model</summary>") != 1 || strings.Count(md, "| term |") != 1 {
 		t.Errorf("the factorial model is not one table:\n%s", md)
 	}
 	// One launch per cell: no claim can be tested, and none is charged a share of alpha.
-	if strings.Contains(md, "This verdict tests") || !strings.Contains(md, "Not attributable to the arms with these launches") {
+	if strings.Contains(md, "This verdict tests") || !strings.Contains(md, "Not attributable with these launches") {
 		t.Errorf("the caveats misstate what was tested:\n%s", md)
 	}
 }
@@ -761,10 +816,11 @@ func TestCaveatsAreMergedAndRanked(t *testing.T) {
 	if last := f.Caveats[len(f.Caveats)-1]; last.Kind != CaveatBound && last.Kind != CaveatMultiplicity {
 		t.Errorf("caveats not ranked (bounds and multiplicity last): %+v", f.Caveats)
 	}
+	// What the launches could not test is said under the claims instead, once.
 	md := markdown(t, f)
 	for _, c := range f.Caveats {
-		if !strings.Contains(md, "- "+c.Text+"\n") {
-			t.Errorf("the markdown lacks the %s caveat %q", c.Kind, c.Text)
+		if listed := strings.Contains(md, "- "+c.Text+"\n"); listed != (c.Kind != CaveatUntested) {
+			t.Errorf("the markdown lists the %s caveat %v: %q", c.Kind, listed, c.Text)
 		}
 	}
 }
@@ -916,7 +972,7 @@ func TestConditionsFlagAnArmThatCarriedAnotherLoad(t *testing.T) {
 		t.Errorf("control's throughput %v; want %v", got, 45*58)
 	}
 	md := markdown(t, same)
-	if !strings.Contains(md, "## Conditions") || !strings.Contains(md, "| treatment | 9 | 57.0 | 57.0 | 0.0 | 28.5% | 40.0% | 2565 tok/s | same as control |") {
+	if !strings.Contains(md, "<summary>Conditions</summary>") || !strings.Contains(md, "| treatment | 9 | 57.0 | 57.0 | 0.0 | 28.5% | 40.0% | 2565 tok/s | same as control |") {
 		t.Errorf("the Conditions section does not show the arms' load:\n%s", md)
 	}
 
@@ -994,8 +1050,8 @@ func TestRoundsNumberedAsInTheDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	md := markdown(t, v)
-	section := md[strings.Index(md, "## Corruption by round"):]
-	section = section[:strings.Index(section[3:], "\n## ")+3]
+	section := md[strings.Index(md, "<summary>Corruption by round</summary>"):]
+	section = section[:strings.Index(section, "</details>")]
 	rows := regexp.MustCompile(`(?m)^\| (\d+) \|`).FindAllStringSubmatch(section, -1)
 	var shown []int
 	for _, r := range rows {
@@ -1044,5 +1100,22 @@ func TestInterruptedVerdictNamesResume(t *testing.T) {
 	tr := v.Arms[1]
 	if tr.Lost != 0 || len(tr.Problems) != 0 || strings.Contains(head, "inconclusive") {
 		t.Errorf("the interrupted launch's unfinished sessions count against the engine: lost %d, problems %v\n%s", tr.Lost, tr.Problems, head)
+	}
+}
+
+// TestTheJudgeDecidesWhetherResponsesAreClustered: whether responses may count as
+// independent is the judge's decision, a field the writers read.
+func TestTheJudgeDecidesWhetherResponsesAreClustered(t *testing.T) {
+	v := buildExample(t, "quickstart4")
+	rv := v.Responses
+	if rv == nil || !rv.Available || !rv.Clustered || !(rv.DesignEffect > clusteredDesignEffect) {
+		t.Fatalf("responses: %+v", rv)
+	}
+	if md := markdown(t, v); !strings.Contains(md, "But the responses of a session are correlated") {
+		t.Errorf("the markdown does not say the responses are correlated:\n%s", md)
+	}
+	rv.Clustered = false
+	if md := markdown(t, v); !strings.Contains(md, "so the two views agree") {
+		t.Errorf("the markdown decides clustering itself, not from the judge's field:\n%s", md)
 	}
 }

@@ -59,8 +59,8 @@ func (v *Verdict) decision(a ArmResult) string {
 		return "no comparison"
 	}
 	switch c.Decision() {
-	case "inconclusive":
-		return "**inconclusive**"
+	case "inconclusive", "not compared":
+		return c.Decision()
 	case "higher", "lower":
 		return fmt.Sprintf("**%s**", c.Direction)
 	}
@@ -125,8 +125,8 @@ func (v *Verdict) evidence(a ArmResult, mark string) string {
 		pct(base.Rate), bold(base.Name, mark))
 	if lc := c.Launch; lc != nil && lc.Testable {
 		lo, hi, label := v.diffInterval(a)
-		return fmt.Sprintf("%s, over %d and %d launches: the launches' rates differ by %s points (%s %s to %s).",
-			lead, lc.LaunchesArm, lc.LaunchesBase, signedNum(100*lc.Estimate), label, signedNum(100*lo), signedNum(100*hi))
+		return fmt.Sprintf("%s, over %d and %d launches: the launches' rates differ by %s points (%s).",
+			lead, lc.LaunchesArm, lc.LaunchesBase, signedNum(100*lc.Estimate), labelled(label, pointsInterval(lo, hi)))
 	}
 	return fmt.Sprintf("%s: a difference of %+.1f points (Fisher's exact test on these sessions: p %s).", lead, 100*c.Difference, pEq(c.FisherP))
 }
@@ -138,14 +138,9 @@ func (v *Verdict) evidence(a ArmResult, mark string) string {
 func (v *Verdict) diffInterval(a ArmResult) (lo, hi float64, label string) {
 	c := a.Compare
 	if lc := c.Launch; lc != nil && lc.Testable {
-		return lc.CI.Lo, lc.CI.Hi, fmt.Sprintf("%s%% CI", confText(1-lc.Level))
+		return lc.CI.Lo, lc.CI.Hi, intervalLabel(lc.Level)
 	}
 	return c.DiffCI.Lo, c.DiffCI.Hi, "95% CI"
-}
-
-// confText is a confidence level in percent, short: "97", "99.4".
-func confText(conf float64) string {
-	return strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.2f", 100*conf), "0"), ".")
 }
 
 // decisionSentence says how one comparison was decided, ending with the decision.
@@ -438,7 +433,7 @@ func (v *Verdict) inconclusiveSentence(arms []int) string {
 		names = append(names, v.Arms[i].Name)
 	}
 	if len(v.Arms[v.Baseline].Problems) > 0 {
-		return fmt.Sprintf("The corruption of %s against the baseline %s is inconclusive: the baseline's surviving sessions are not a fair sample of its sessions.",
+		return fmt.Sprintf("The corruption of %s is not compared with the baseline %s: the baseline's surviving sessions are not a fair sample of its sessions.",
 			joinAnd(names), v.Arms[v.Baseline].Name)
 	}
 	if len(names) == 1 {
@@ -490,9 +485,9 @@ func (v *Verdict) multiEvidence(mark string) string {
 	a := v.Arms[best]
 	c := a.Compare
 	lo, hi, label := v.diffInterval(a)
-	return fmt.Sprintf("The largest difference from the baseline %s (%d of %d, %s) is %s's: %s, a difference of %+.1f points (%s %+.1f to %+.1f; %s).",
+	return fmt.Sprintf("The largest difference from the baseline %s (%d of %d, %s) is %s's: %s, a difference of %s points (%s; %s).",
 		bold(v.Arms[v.Baseline].Name, mark), v.Arms[v.Baseline].Corrupted, v.Arms[v.Baseline].Sessions, pct(v.Arms[v.Baseline].Rate),
-		bold(a.Name, mark), counted(a), 100*c.Difference, label, 100*lo, 100*hi, v.shortP(c))
+		bold(a.Name, mark), counted(a), signedNum(100*c.Difference), labelled(label, pointsInterval(lo, hi)), v.shortP(c))
 }
 
 // DecisionWords is arm i's corruption decision against the baseline for a table cell,
@@ -507,9 +502,9 @@ func (v *Verdict) DecisionWords(i int) string {
 			n := min(w.LaunchesArm, w.LaunchesBase)
 			return fmt.Sprintf("wedges: not attributable (%d launch%s per arm; %d can test it)", n, pluralEs(n), w.Needed)
 		case w.Claimed:
-			return fmt.Sprintf("wedges %s (launch p = %s ≤ %s)", w.Decision, FormatP(w.P), FormatP(w.Level))
+			return fmt.Sprintf("wedges %s (launch p %s ≤ %s)", w.Decision, pEq(w.P), levelText(w.Level))
 		}
-		return fmt.Sprintf("wedges: no difference shown (launch p = %s > %s)", FormatP(w.P), FormatP(w.Level))
+		return fmt.Sprintf("wedges: no difference shown (launch p %s > %s)", pEq(w.P), levelText(w.Level))
 	}
 	c := v.Arms[i].Compare
 	if c == nil {
@@ -553,7 +548,7 @@ func (v *Verdict) multiDecision(mark string) string {
 			higher = append(higher, i)
 		case "lower":
 			lower = append(lower, i)
-		case "inconclusive":
+		case "inconclusive", "not compared":
 			inconclusive = append(inconclusive, i)
 		default:
 			none = append(none, i)

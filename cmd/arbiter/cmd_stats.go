@@ -122,17 +122,18 @@ func statsPWords(p, alpha float64) string {
 		return "undefined for these counts"
 	}
 	if stats.Reject(p, alpha) {
-		return fmt.Sprintf("p = %s: significant at alpha %g; a difference at least this large would arise by chance about %s if the arms were the same",
-			verdict.FormatP(p), alpha, statsOneIn(p))
+		return fmt.Sprintf("p %s: significant at alpha %g; a difference at least this large would arise by chance about %s if the arms were the same",
+			verdict.FormatPEq(p), alpha, statsOneIn(p))
 	}
-	return fmt.Sprintf("p = %s: not significant at alpha %g; chance alone could produce a difference this large, which is not evidence that the arms are equal (see the interval)",
-		verdict.FormatP(p), alpha)
+	return fmt.Sprintf("p %s: not significant at alpha %g; chance alone could produce a difference this large, which is not evidence that the arms are equal (see the interval)",
+		verdict.FormatPEq(p), alpha)
 }
 
 // statsOneIn writes a probability as "once in N experiments".
 func statsOneIn(p float64) string {
-	if p <= 0 {
-		return "never"
+	if p < 1e-300 {
+		// Below what a float carries: a bound, as FormatPEq says it.
+		return "less than once in 1e+300 experiments"
 	}
 	n := 1 / p
 	if n >= 1e6 {
@@ -214,10 +215,10 @@ func statsCompare(g *globals, o statsOptions, a, b statsCount) error {
 	if !c.Fisher.MidPDefined() {
 		mid = "no mid-p (these margins allow a single table)"
 	}
-	fmt.Fprintf(w, "                  %s; one-sided: B higher p = %s, B lower p = %s\n",
-		mid, verdict.FormatP(c.Fisher.PLess), verdict.FormatP(c.Fisher.PGreater))
+	fmt.Fprintf(w, "                  %s; one-sided: B higher p %s, B lower p %s\n",
+		mid, verdict.FormatPEq(c.Fisher.PLess), verdict.FormatPEq(c.Fisher.PGreater))
 	if c.Boschloo != nil {
-		fmt.Fprintf(w, "Boschloo exact    p = %s (two-sided, unconditional)\n", verdict.FormatP(c.Boschloo.PTwoSided))
+		fmt.Fprintf(w, "Boschloo exact    p %s (two-sided, unconditional)\n", verdict.FormatPEq(c.Boschloo.PTwoSided))
 	}
 	statsWarnings(w, c.Warnings)
 	return nil
@@ -397,14 +398,14 @@ func statsCMH(g *globals, o statsOptions, strata []stats.Stratum) error {
 	lvl := fmt.Sprintf("%g%%", 100*r.Conf)
 	fmt.Fprintf(w, "strata used       %d\n", r.Strata)
 	fmt.Fprintf(w, "CMH test          %s\n", statsPWords(r.CMHP, o.alpha))
-	fmt.Fprintf(w, "                  with continuity correction p = %s\n", verdict.FormatP(r.CMHCorrectedP))
+	fmt.Fprintf(w, "                  with continuity correction p %s\n", verdict.FormatPEq(r.CMHCorrectedP))
 	fmt.Fprintf(w, "odds ratio B/A    %s, %s interval %s to %s (Mantel-Haenszel, Robins-Breslow-Greenland)\n",
 		statsNum(r.OddsRatio), lvl, statsNum(r.OddsRatioCI.Lo), statsNum(r.OddsRatioCI.Hi))
 	fmt.Fprintf(w, "difference B-A    %+.3g points, %s interval %+.3g to %+.3g (Mantel-Haenszel, Sato variance)\n",
 		100*r.RiskDifference, lvl, 100*r.RiskDifferenceCI.Lo, 100*r.RiskDifferenceCI.Hi)
 	if !math.IsNaN(r.BreslowDayP) {
-		fmt.Fprintf(w, "same odds ratio in every stratum? Breslow-Day p = %s, Tarone p = %s (%d df); a small p means the strata disagree\n",
-			verdict.FormatP(r.BreslowDayP), verdict.FormatP(r.TaroneP), r.DF)
+		fmt.Fprintf(w, "same odds ratio in every stratum? Breslow-Day p %s, Tarone p %s (%d df); a small p means the strata disagree\n",
+			verdict.FormatPEq(r.BreslowDayP), verdict.FormatPEq(r.TaroneP), r.DF)
 	}
 	statsWarnings(w, r.Warnings)
 	return nil

@@ -216,3 +216,12 @@ func FuzzParseStatsCount(f *testing.F) {
 		}
 	})
 }
+
+// TestStatsNeverPrintsEqualsBeforeABound: a p below what a float carries reads
+// "p < 1e-300", never "p = < 1e-300".
+func TestStatsNeverPrintsEqualsBeforeABound(t *testing.T) {
+	code, out, _ := statsRun(t, "stats", "compare", "0/5000", "5000/5000")
+	if code != 0 || strings.Contains(out, "= <") || !strings.Contains(out, "p < 1e-300") || strings.Contains(out, "about never") {
+		t.Errorf("exit %d: %s", code, out)
+	}
+}

@@ -137,7 +137,7 @@ func TestEndToEndExperimentThroughRealProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"# Verdict: e2e-small", "| control |", "| treatment |", "Fisher", "## Corruption by round", "## Caveats"} {
+	for _, want := range []string{"# Verdict: e2e-small", "| control |", "| treatment |", "Fisher", "<summary>Corruption by round</summary>", "<summary>Caveats"} {
 		if !bytes.Contains(v, []byte(want)) {
 			t.Errorf("verdict lacks %q", want)
 		}
@@ -162,7 +162,7 @@ func TestEndToEndExperimentThroughRealProcesses(t *testing.T) {
 		}
 	}
 	conditions := regexp.MustCompile(`(?m)^\| (control|treatment) \| [1-9]\d* \| \d+\.\d \| [1-9]\d*\.\d \| \d+\.\d \| [\d.]+% \| [\d.]+% \| [1-9]\d* tok/s \| (baseline|same as control|\*\*differ\*\*: [a-z ,]+) \|$`)
-	if i := bytes.Index(v, []byte("## Conditions")); i < 0 || len(conditions.FindAll(v[i:], -1)) != 2 {
+	if i := bytes.Index(v, []byte("<summary>Conditions</summary>")); i < 0 || len(conditions.FindAll(v[i:], -1)) != 2 {
 		t.Errorf("the verdict's Conditions do not show both arms' running requests and throughput:\n%s", v)
 	}
 

@@ -55,12 +55,12 @@ func TestOllamaKVCacheExampleRefusedOnCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"**Not judged: pins did not take effect.**", "Arm **q4_0** pinned `OLLAMA_KV_CACHE_TYPE=q4_0`, and its engine reported `f16`",
-		"type_k = 'f16'", "`OLLAMA_FLASH_ATTENTION=1`", "## Pins as the engines reported them", "| q8_0 | b0 | `OLLAMA_KV_CACHE_TYPE=q8_0` | f16 | not in effect |"} {
+		"type_k = 'f16'", "`OLLAMA_FLASH_ATTENTION=1`", "<summary>Pins as the engines reported them</summary>", "| q8_0 | b0 | `OLLAMA_KV_CACHE_TYPE=q8_0` | f16 | not in effect |"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("the verdict does not say %q:\n%s", want, md)
 		}
 	}
-	if strings.Contains(string(md), "## Results by arm") {
+	if strings.Contains(string(md), "<summary>Results by arm</summary>") {
 		t.Errorf("a refused experiment's verdict shows results:\n%s", md)
 	}
 	st, err := store.OpenReadOnly(db)
