@@ -125,8 +125,10 @@ func (v *Verdict) evidence(a ArmResult, mark string) string {
 		pct(base.Rate), bold(base.Name, mark))
 	if lc := c.Launch; lc != nil && lc.Testable {
 		lo, hi, label := v.diffInterval(a)
+		// The unit is said once, after the estimate: "+18.3 points (97% CI +15.0 to +21.7)".
+		interval := strings.TrimSuffix(pointsInterval(lo, hi), " pts")
 		return fmt.Sprintf("%s, over %d and %d launches: the launches' rates differ by %s points (%s).",
-			lead, lc.LaunchesArm, lc.LaunchesBase, signedNum(100*lc.Estimate), labelled(label, pointsInterval(lo, hi)))
+			lead, lc.LaunchesArm, lc.LaunchesBase, signedNum(100*lc.Estimate), labelled(label, interval))
 	}
 	return fmt.Sprintf("%s: a difference of %+.1f points (Fisher's exact test on these sessions: p %s).", lead, 100*c.Difference, pEq(c.FisherP))
 }
