@@ -164,6 +164,10 @@ func informativeChange(r float64) bool {
 // "-1.2 to +18.3 pts", or tooWide.
 func pointsInterval(lo, hi float64) string { return pointsWithin(lo, hi, 1) }
 
+// pointsAfter is pointsInterval in prose that has just said "points": the unit is said
+// once, "+18.3 points (97% CI +15.0 to +21.7)".
+func pointsAfter(lo, hi float64) string { return strings.TrimSuffix(pointsInterval(lo, hi), " pts") }
+
 // interactionInterval is the interval of a difference of two differences of rates (an
 // interaction), which can reach ±200 points, or tooWide.
 func interactionInterval(lo, hi float64) string { return pointsWithin(lo, hi, 2) }

@@ -125,10 +125,8 @@ func (v *Verdict) evidence(a ArmResult, mark string) string {
 		pct(base.Rate), bold(base.Name, mark))
 	if lc := c.Launch; lc != nil && lc.Testable {
 		lo, hi, label := v.diffInterval(a)
-		// The unit is said once, after the estimate: "+18.3 points (97% CI +15.0 to +21.7)".
-		interval := strings.TrimSuffix(pointsInterval(lo, hi), " pts")
 		return fmt.Sprintf("%s, over %d and %d launches: the launches' rates differ by %s points (%s).",
-			lead, lc.LaunchesArm, lc.LaunchesBase, signedNum(100*lc.Estimate), labelled(label, interval))
+			lead, lc.LaunchesArm, lc.LaunchesBase, signedNum(100*lc.Estimate), labelled(label, pointsAfter(lo, hi)))
 	}
 	return fmt.Sprintf("%s: a difference of %+.1f points (Fisher's exact test on these sessions: p %s).", lead, 100*c.Difference, pEq(c.FisherP))
 }
@@ -489,7 +487,7 @@ func (v *Verdict) multiEvidence(mark string) string {
 	lo, hi, label := v.diffInterval(a)
 	return fmt.Sprintf("The largest difference from the baseline %s (%d of %d, %s) is %s's: %s, a difference of %s points (%s; %s).",
 		bold(v.Arms[v.Baseline].Name, mark), v.Arms[v.Baseline].Corrupted, v.Arms[v.Baseline].Sessions, pct(v.Arms[v.Baseline].Rate),
-		bold(a.Name, mark), counted(a), signedNum(100*c.Difference), labelled(label, pointsInterval(lo, hi)), v.shortP(c))
+		bold(a.Name, mark), counted(a), signedNum(100*c.Difference), labelled(label, pointsAfter(lo, hi)), v.shortP(c))
 }
 
 // DecisionWords is arm i's corruption decision against the baseline for a table cell,
