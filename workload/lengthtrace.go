@@ -1,11 +1,9 @@
 package workload
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/csv"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -137,58 +135,37 @@ func ScanLengthTrace(name, format string, r io.Reader, fn func(TraceRequest, Tra
 		return fmt.Errorf("trace %s: format %q is not a length trace (mooncake or burstgpt)", name, format)
 	}
 	lim := traceLimits
-	br := bufio.NewReaderSize(io.LimitReader(r, lim.bytes+1), 64<<10)
-	var offset int64
 	n := 0
 	header := format == arms.TraceBurstGPT
 	last, lastLine := time.Duration(-1), 0
-	var buf []byte
-	for line := 1; ; line++ {
-		text, size, err := readLine(br, buf[:0], lim.line)
-		buf = text
-		if offset+size > lim.bytes {
-			return &TraceError{File: name, Line: line, Msg: fmt.Sprintf("the trace runs past %d bytes, the most a trace may hold; split it", lim.bytes)}
-		}
-		if size > int64(lim.line) {
-			return &TraceError{File: name, Line: line, Msg: fmt.Sprintf("line longer than %d bytes", lim.line)}
-		}
-		if err != nil && !errors.Is(err, io.EOF) {
-			return fmt.Errorf("trace %s:%d: %w", name, line, err)
-		}
-		if t := bytes.TrimSpace(text); len(t) > 0 {
-			switch {
-			case header:
-				header = false
-				if terr := checkBurstGPTHeader(t); terr != nil {
-					terr.File, terr.Line = name, line
-					return terr
-				}
-			default:
-				if n++; n > lim.conversations {
-					return &TraceError{File: name, Line: line, Msg: fmt.Sprintf("more than %d requests, the most a trace may hold (one a session, and a launch runs at most %d sessions); split it",
-						lim.conversations, MaxTraceConversations)}
-				}
-				req, terr := parse(t)
-				if terr != nil {
-					terr.File, terr.Line = name, line
-					return terr
-				}
-				req.Line = line
-				if req.At < last {
-					return &TraceError{File: name, Line: line, Field: timestampField(format),
-						Msg: fmt.Sprintf("%s is before line %d's %s: a trace lists requests in the order they arrived", req.At, lastLine, last)}
-				}
-				last, lastLine = req.At, line
-				if err := fn(req, TraceLine{Text: text, Offset: offset}); err != nil {
-					return err
-				}
+	err := scanTraceLines(name, r, func(line int, t []byte, tl TraceLine) error {
+		if header {
+			header = false
+			if terr := checkBurstGPTHeader(t); terr != nil {
+				terr.File, terr.Line = name, line
+				return terr
 			}
+			return nil
 		}
-		offset += size
-		if errors.Is(err, io.EOF) {
-			break
+		if n++; n > lim.conversations {
+			return &TraceError{File: name, Line: line, Msg: fmt.Sprintf("more than %d requests, the most a trace may hold (one a session, and a launch runs at most %d sessions); split it",
+				lim.conversations, MaxTraceConversations)}
 		}
-		offset++ // the newline
+		req, terr := parse(t)
+		if terr != nil {
+			terr.File, terr.Line = name, line
+			return terr
+		}
+		req.Line = line
+		if req.At < last {
+			return &TraceError{File: name, Line: line, Field: timestampField(format),
+				Msg: fmt.Sprintf("%s is before line %d's %s: a trace lists requests in the order they arrived", req.At, lastLine, last)}
+		}
+		last, lastLine = req.At, line
+		return fn(req, tl)
+	})
+	if err != nil {
+		return err
 	}
 	if n == 0 {
 		msg := "the trace has no request: write one JSON object per line"

@@ -193,11 +193,46 @@ type TraceLine struct {
 // or at an error fn returns. Only the line being read is held.
 func ScanTrace(name string, r io.Reader, fn func(TraceConversation, TraceLine) error) error {
 	lim := traceLimits
+	seen := map[[16]byte]int{} // digests of the ids, to the line of each
+	n := 0
+	err := scanTraceLines(name, r, func(line int, t []byte, tl TraceLine) error {
+		if n++; n > lim.conversations {
+			return &TraceError{File: name, Line: line, Msg: fmt.Sprintf("more than %d conversations, the most a trace may hold (one a session, and a launch runs at most %d sessions); split it",
+				lim.conversations, MaxTraceConversations)}
+		}
+		c, terr := parseConversation(t)
+		if terr != nil {
+			terr.File, terr.Line = name, line
+			return terr
+		}
+		c.Line = line
+		if c.ID == "" {
+			c.ID = fmt.Sprintf("line %d", line)
+		}
+		id := lineDigest([]byte(c.ID))
+		if first, dup := seen[id]; dup {
+			return &TraceError{File: name, Line: line, Field: "id", Msg: fmt.Sprintf("%q is also the id of line %d", c.ID, first)}
+		}
+		seen[id] = line
+		return fn(c, tl)
+	})
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return &TraceError{File: name, Line: 1, Msg: "the trace has no conversation: write one JSON object per line"}
+	}
+	return nil
+}
+
+// scanTraceLines reads a trace file of any format line by line, holding only the line
+// being read, checks the limits every format shares (MaxTraceBytes, MaxTraceLine) as it
+// goes, and calls fn with each line that is not blank (trimmed) and where it lies.
+func scanTraceLines(name string, r io.Reader, fn func(line int, text []byte, at TraceLine) error) error {
+	lim := traceLimits
 	// One byte past the limit is read, so that a trace of exactly the limit passes.
 	br := bufio.NewReaderSize(io.LimitReader(r, lim.bytes+1), 64<<10)
-	seen := map[[16]byte]int{} // digests of the ids, to the line of each
 	var offset int64
-	n := 0
 	var buf []byte
 	for line := 1; ; line++ {
 		text, size, err := readLine(br, buf[:0], lim.line)
@@ -212,38 +247,16 @@ func ScanTrace(name string, r io.Reader, fn func(TraceConversation, TraceLine) e
 			return fmt.Errorf("trace %s:%d: %w", name, line, err)
 		}
 		if t := bytes.TrimSpace(text); len(t) > 0 {
-			if n++; n > lim.conversations {
-				return &TraceError{File: name, Line: line, Msg: fmt.Sprintf("more than %d conversations, the most a trace may hold (one a session, and a launch runs at most %d sessions); split it",
-					lim.conversations, MaxTraceConversations)}
-			}
-			c, terr := parseConversation(t)
-			if terr != nil {
-				terr.File, terr.Line = name, line
-				return terr
-			}
-			c.Line = line
-			if c.ID == "" {
-				c.ID = fmt.Sprintf("line %d", line)
-			}
-			id := lineDigest([]byte(c.ID))
-			if first, dup := seen[id]; dup {
-				return &TraceError{File: name, Line: line, Field: "id", Msg: fmt.Sprintf("%q is also the id of line %d", c.ID, first)}
-			}
-			seen[id] = line
-			if err := fn(c, TraceLine{Text: text, Offset: offset}); err != nil {
-				return err
+			if ferr := fn(line, t, TraceLine{Text: text, Offset: offset}); ferr != nil {
+				return ferr
 			}
 		}
 		offset += size
 		if errors.Is(err, io.EOF) {
-			break
+			return nil
 		}
 		offset++ // the newline
 	}
-	if n == 0 {
-		return &TraceError{File: name, Line: 1, Msg: "the trace has no conversation: write one JSON object per line"}
-	}
-	return nil
 }
 
 // readLine reads one line into buf, without its newline, and returns it with the line's
