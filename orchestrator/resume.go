@@ -106,8 +106,8 @@ func resumable(ctx context.Context, st *store.Store, id int64, spec *arms.Spec, 
 			if r.Error.Valid {
 				why = " (" + r.Error.String + ")"
 			}
-			return nil, nil, fmt.Errorf("experiment %d was refused: launch %s/b%d's engine did not run as pinned%s; fix the engine or the pins and start a new experiment with arbiter run: %w",
-				id, rows[index[r.ArmID]].Name, r.Block, why, ErrPinsNotHeld)
+			return nil, nil, fmt.Errorf("experiment %d was refused: launch %s's engine did not run as pinned%s; fix the engine or the pins and start a new experiment with arbiter run: %w",
+				id, store.LaunchName(rows[index[r.ArmID]].Name, r.Block), why, ErrPinsNotHeld)
 		}
 		p := priorRun{id: r.ID, done: r.Status == store.RunDone}
 		if p.done {

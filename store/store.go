@@ -365,6 +365,9 @@ func (s *Store) AddArm(ctx context.Context, a Arm) (int64, error) {
 	return res.LastInsertId()
 }
 
+// LaunchName names launch block of arm as every report does: "treatment/b2".
+func LaunchName(arm string, block int) string { return arm + "/b" + strconv.Itoa(block) }
+
 // Run is one launch of one arm. The orchestrator creates it when the launch starts and
 // updates it as the launch progresses.
 type Run struct {

@@ -316,7 +316,7 @@ func (v *Verdict) caveats() {
 			continue
 		}
 		if r.Status.EngineFault() || r.Status == store.RunFailed {
-			faulted = append(faulted, fmt.Sprintf("%s/b%d %s (%s)", r.Arm, r.Block, r.Status, dash(r.Error)))
+			faulted = append(faulted, fmt.Sprintf("%s %s (%s)", store.LaunchName(r.Arm, r.Block), r.Status, dash(r.Error)))
 		}
 	}
 	v.refusedCaveat(add)
@@ -666,7 +666,7 @@ func (v *Verdict) countGate(name string) (bool, string) {
 	case "loss":
 		for _, r := range v.Runs {
 			if r.Status != store.RunDone && !r.Superseded {
-				return true, fmt.Sprintf("run %s/b%d %s", r.Arm, r.Block, r.Status)
+				return true, fmt.Sprintf("run %s %s", store.LaunchName(r.Arm, r.Block), r.Status)
 			}
 		}
 		for _, a := range v.Arms {

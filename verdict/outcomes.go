@@ -873,7 +873,7 @@ func (v *Verdict) outcomeGate(name string) (fail bool, why string, ok bool) {
 	case "wedge":
 		for _, r := range v.Runs {
 			if !r.Superseded && (r.Status == store.RunWedged || r.Status == store.RunCrashed) {
-				return true, fmt.Sprintf("run %s/b%d %s: %s", r.Arm, r.Block, r.Status, r.Error), true
+				return true, fmt.Sprintf("run %s %s: %s", store.LaunchName(r.Arm, r.Block), r.Status, r.Error), true
 			}
 		}
 		return false, "", true

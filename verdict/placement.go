@@ -150,7 +150,7 @@ func (v *Verdict) placementCaveats(add func(CaveatKind, string, ...any)) {
 		if _, ok := lost[r.Node]; !ok {
 			lostNodes = append(lostNodes, r.Node)
 		}
-		lost[r.Node] = append(lost[r.Node], fmt.Sprintf("%s/b%d", r.Arm, r.Block))
+		lost[r.Node] = append(lost[r.Node], store.LaunchName(r.Arm, r.Block))
 	}
 	for _, n := range lostNodes {
 		why := ""

@@ -14,7 +14,7 @@ func (v *Verdict) refusedCaveat(add func(CaveatKind, string, ...any)) {
 	var refused []string
 	for _, r := range v.Runs {
 		if r.Status == store.RunRefused && !r.Superseded {
-			refused = append(refused, fmt.Sprintf("%s/b%d (%s)", r.Arm, r.Block, dash(r.Error)))
+			refused = append(refused, fmt.Sprintf("%s (%s)", store.LaunchName(r.Arm, r.Block), dash(r.Error)))
 		}
 	}
 	if len(refused) > 0 {

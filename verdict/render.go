@@ -14,6 +14,7 @@ import (
 
 	"github.com/arbiterlab/arbiter/internal/inert"
 	"github.com/arbiterlab/arbiter/internal/outfile"
+	"github.com/arbiterlab/arbiter/store"
 )
 
 // Files are the files WriteFiles may write for path: the markdown, then its charts
@@ -398,7 +399,7 @@ func (v *Verdict) serverFacts() string {
 		if infos[i] == nil {
 			continue
 		}
-		fmt.Fprintf(b, "| %s/b%d |", r.Arm, r.Block)
+		fmt.Fprintf(b, "| %s |", store.LaunchName(r.Arm, r.Block))
 		for _, k := range differing {
 			fmt.Fprintf(b, " %s |", mdCell(infoValue(infos[i][k])))
 		}

@@ -45,7 +45,7 @@ type launchState struct {
 }
 
 // key names a launch: its arm and block.
-func key(arm string, block int) string { return fmt.Sprintf("%s/b%d", arm, block) }
+func key(arm string, block int) string { return store.LaunchName(arm, block) }
 
 // name is how a launch is shown: control/b0 (arm 1 of 2).
 func (l *launchState) name() string {
