@@ -98,6 +98,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDSMLLeak$$' -fuzztime $(FUZZTIME) ./plugins/detectors
 	$(GO) test -run '^$$' -fuzz '^FuzzText$$' -fuzztime $(FUZZTIME) ./internal/inert
 	$(GO) test -run '^$$' -fuzz '^FuzzMarkdown$$' -fuzztime $(FUZZTIME) ./internal/inert
+	$(GO) test -run '^$$' -fuzz '^FuzzByteSize$$' -fuzztime $(FUZZTIME) ./internal/bytesize
 	$(GO) test -run '^$$' -fuzz '^FuzzToolcallSchema$$' -fuzztime $(FUZZTIME) ./plugins/detectors
 	$(GO) test -run '^$$' -fuzz '^FuzzParseStatsCount$$' -fuzztime $(FUZZTIME) ./cmd/arbiter
 	$(GO) test -run '^$$' -fuzz '^FuzzTerminalSafe$$' -fuzztime $(FUZZTIME) ./cmd/arbiter

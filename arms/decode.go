@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/arbiterlab/arbiter/internal/bytesize"
 	"math"
 	"regexp"
 	"slices"
@@ -1198,7 +1199,7 @@ func (d *decoder) byteSize(e entry, least, most int64) (int64, bool) {
 		}
 	case *ast.StringNode:
 		var ok bool
-		if n, ok = parseByteSize(v.Value); !ok {
+		if n, ok = bytesize.Parse(v.Value); !ok {
 			d.add(e.val, e.path, "bad size %q: write bytes as a number, or with a unit such as 512KiB, 8MiB or 1GiB", v.Value)
 			return 0, false
 		}
@@ -1211,26 +1212,6 @@ func (d *decoder) byteSize(e entry, least, most int64) (int64, bool) {
 		return 0, false
 	}
 	return n, true
-}
-
-// parseByteSize reads "8MiB", "512 KiB", "16MB" or "1048576".
-func parseByteSize(s string) (int64, bool) {
-	s = strings.TrimSpace(s)
-	i := len(s)
-	for i > 0 && (s[i-1] < '0' || s[i-1] > '9') {
-		i--
-	}
-	num, unit := s[:i], strings.ToLower(strings.TrimSpace(s[i:]))
-	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || n < 0 {
-		return 0, false
-	}
-	mult := map[string]int64{"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30,
-		"kb": 1000, "mb": 1000 * 1000, "gb": 1000 * 1000 * 1000}[unit]
-	if mult == 0 || n > math.MaxInt64/mult {
-		return 0, false
-	}
-	return n * mult, true
 }
 
 // isPluginRef reports whether s names an external detector: plugin:PATH (any path with

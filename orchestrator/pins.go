@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/arbiterlab/arbiter/internal/bytesize"
 	"io"
 	"net/http"
 	"net/url"
@@ -95,7 +96,7 @@ func fetchServerInfoAt(ctx context.Context, u string) ([]byte, error) {
 		return nil, fmt.Errorf("HTTP %d", resp.StatusCode)
 	}
 	if resp.ContentLength > MaxServerInfoBytes {
-		return nil, fmt.Errorf("server info is %s, over the 1 MiB limit", byteSize(resp.ContentLength, false))
+		return nil, fmt.Errorf("server info is %s, over the 1 MiB limit", bytesize.Approx(resp.ContentLength, false))
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxServerInfoBytes+1))
 	if err != nil {
@@ -103,19 +104,9 @@ func fetchServerInfoAt(ctx context.Context, u string) ([]byte, error) {
 	}
 	if len(b) > MaxServerInfoBytes {
 		more, _ := io.Copy(io.Discard, io.LimitReader(resp.Body, serverInfoMeasure))
-		return nil, fmt.Errorf("server info is %s, over the 1 MiB limit", byteSize(int64(len(b))+more, more == serverInfoMeasure))
+		return nil, fmt.Errorf("server info is %s, over the 1 MiB limit", bytesize.Approx(int64(len(b))+more, more == serverInfoMeasure))
 	}
 	return b, nil
-}
-
-// byteSize says how large an answer is: 1.4 MiB (1468006 bytes), or "more than" that
-// when only so much of it was read.
-func byteSize(n int64, atLeast bool) string {
-	s := fmt.Sprintf("%.1f MiB (%d bytes)", float64(n)/(1<<20), n)
-	if atLeast {
-		return "more than " + s
-	}
-	return s
 }
 
 // parseServerInfo reads server info as a JSON object, numbers as written.

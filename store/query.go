@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"github.com/arbiterlab/arbiter/internal/bytesize"
 	"io"
 	"math"
 	"reflect"
@@ -314,7 +315,7 @@ func (q *queryRun) statement(ctx context.Context, s preparedStatement) error {
 		}
 		if q.lim.MaxBytes > 0 && q.bytes > q.lim.MaxBytes {
 			return &QueryLimitError{Limit: LimitBytes, Statement: s.text,
-				What: fmt.Sprintf("its rows hold more than %s of text and blobs", byteCount(q.lim.MaxBytes))}
+				What: fmt.Sprintf("its rows hold more than %s of text and blobs", bytesize.String(q.lim.MaxBytes))}
 		}
 		if err := q.w.Row(row); err != nil {
 			return err
@@ -330,25 +331,12 @@ func (q *queryRun) failed(ctx context.Context, stmt string, err error) error {
 	}
 	if se, ok := errors.AsType[sqlite3.Error](err); ok && se.Code == sqlite3.ErrTooBig {
 		return &QueryLimitError{Limit: LimitBytes, Statement: stmt,
-			What: fmt.Sprintf("a value longer than %s (SQLite: %v)", byteCount(q.lim.MaxBytes), err)}
+			What: fmt.Sprintf("a value longer than %s (SQLite: %v)", bytesize.String(q.lim.MaxBytes), err)}
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
 	return fmt.Errorf("query: %s: %w", stmt, err)
-}
-
-// byteCount writes a size as a person reads it: 256 MiB, 512 KiB, 1000 bytes.
-func byteCount(n int64) string {
-	switch {
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return fmt.Sprintf("%d GiB", n>>30)
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%d MiB", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%d KiB", n>>10)
-	}
-	return fmt.Sprintf("%d bytes", n)
 }
 
 // firstStatement is the start of text, for messages about a statement SQLite could not

@@ -7,9 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/arbiterlab/arbiter/internal/bytesize"
 	"io"
-	"math"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -267,30 +266,14 @@ func (t *tableRowWriter) finish(complete bool) error { return t.endStatement(com
 // 64MiB, 1GiB (or KB, MB, GB in powers of 1000).
 type sizeFlag int64
 
-func (b *sizeFlag) String() string {
-	n := int64(*b)
-	switch {
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return fmt.Sprintf("%dGiB", n>>30)
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%dMiB", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%dKiB", n>>10)
-	}
-	return strconv.FormatInt(n, 10)
-}
+func (b *sizeFlag) String() string { return bytesize.Compact(int64(*b)) }
 
 func (b *sizeFlag) Set(s string) error {
-	s = strings.TrimSpace(s)
-	num := strings.TrimRightFunc(s, func(r rune) bool { return r < '0' || r > '9' })
-	unit := strings.ToLower(strings.TrimSpace(s[len(num):]))
-	mult, ok := map[string]int64{"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30,
-		"kb": 1000, "mb": 1000 * 1000, "gb": 1000 * 1000 * 1000}[unit]
-	n, err := strconv.ParseInt(num, 10, 64)
-	if !ok || err != nil || n < 0 || n > math.MaxInt64/mult {
+	n, ok := bytesize.Parse(s)
+	if !ok {
 		return fmt.Errorf("want bytes as a number, or with a unit such as 64MiB or 1GiB")
 	}
-	*b = sizeFlag(n * mult)
+	*b = sizeFlag(n)
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/arbiterlab/arbiter/internal/bytesize"
 	"io"
 	"maps"
 	"os"
@@ -310,7 +311,7 @@ func (s specSummary) write(w io.Writer) error {
 	if w8.MaxTokens > 0 {
 		tokens = fmt.Sprintf(", at most %d tokens", w8.MaxTokens)
 	}
-	fmt.Fprintf(&b, "responses  %s, at most %s each%s\n", streamed, byteSize(w8.MaxResponseBytes), tokens)
+	fmt.Fprintf(&b, "responses  %s, at most %s each%s\n", streamed, bytesize.String(w8.MaxResponseBytes), tokens)
 	fmt.Fprintf(&b, "detectors  %s\n", strings.Join(s.Detectors, ", "))
 	aa := ""
 	if s.Analysis.AA {
@@ -340,15 +341,4 @@ func (s specSummary) write(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
-}
-
-// byteSize writes a size as a person would: 8 MiB, 512 KiB, 100000 bytes.
-func byteSize(n int64) string {
-	switch {
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%d MiB", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%d KiB", n>>10)
-	}
-	return fmt.Sprintf("%d bytes", n)
 }
