@@ -196,7 +196,7 @@ func ExcessUpperBound(a, n1, b, n2 int, level, de float64) float64 {
 	return hiB - loA
 }
 
-// spreadUpperBound is the one-sided (1 − level) upper t bound of mean(b) − mean(a)
+// spreadUpperBound is the one-sided (1 − level) upper t bound of Mean(b) − Mean(a)
 // from the launches' own spread (pooled variance, launches − 2 degrees of freedom): the
 // bound that holds when launches differ more than a design's LaunchICC allows for. 1
 // with fewer than two launches a side, whose spread cannot be seen; with launches that
@@ -254,7 +254,7 @@ func (d StepDesign) Look(blocks []LookCounts) (StepLook, StepOutcome) {
 		spreadUpperBound(a, b, d.CleanLevel))
 	sl.Clean = sl.Upper < d.Effect
 	switch {
-	case sl.Crossed && mean(b) > mean(a):
+	case sl.Crossed && Mean(b) > Mean(a):
 		return sl, StepCorrupts
 	case sl.Crossed:
 		return sl, StepLower
@@ -317,7 +317,7 @@ func launchDifference(blocks []LookCounts) float64 {
 	if len(a) == 0 || len(b) == 0 {
 		return math.NaN()
 	}
-	return mean(b) - mean(a)
+	return Mean(b) - Mean(a)
 }
 
 func (d StepDesign) sentence(r StepResult) string {

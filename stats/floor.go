@@ -125,7 +125,7 @@ func SpreadBound(groups [][]float64, conf float64) (sd, upper float64, df int) {
 		if len(g) < 2 {
 			continue
 		}
-		m := mean(g)
+		m := Mean(g)
 		for _, x := range g {
 			ss += (x - m) * (x - m)
 		}
@@ -288,7 +288,7 @@ func CompareLaunchRates(kind LaunchTestKind, a, b []ClusterCounts, icc, conf flo
 		out.MinP = 1
 		return out, nil
 	}
-	out.Difference = mean(rb) - mean(ra)
+	out.Difference = Mean(rb) - Mean(ra)
 	switch kind {
 	case TestRandomization:
 		r, err := LaunchPermutation(ra, rb, conf)
@@ -356,7 +356,7 @@ func LaunchWelch(a, b []float64, conf float64) (LaunchTest, error) {
 	out := LaunchTest{LaunchesA: len(a), LaunchesB: len(b), Conf: conf, MeanA: nan, MeanB: nan, Difference: nan,
 		SE: nan, T: nan, P: nan, DF: nan, CI: Interval{nan, nan}}
 	if len(a) > 0 && len(b) > 0 {
-		out.MeanA, out.MeanB = mean(a), mean(b)
+		out.MeanA, out.MeanB = Mean(a), Mean(b)
 		out.Difference = out.MeanB - out.MeanA
 	}
 	if len(a) < 2 || len(b) < 2 {
@@ -374,7 +374,7 @@ func LaunchWelch(a, b []float64, conf float64) (LaunchTest, error) {
 
 // variance is the sample variance (n − 1 in the denominator).
 func variance(xs []float64) float64 {
-	m := mean(xs)
+	m := Mean(xs)
 	ss := 0.0
 	for _, x := range xs {
 		ss += (x - m) * (x - m)
@@ -403,7 +403,7 @@ func FloorMeans(a, b []float64, sd, conf float64) (LaunchTest, error) {
 	if len(a) == 0 || len(b) == 0 {
 		return out, nil
 	}
-	out.MeanA, out.MeanB = mean(a), mean(b)
+	out.MeanA, out.MeanB = Mean(a), Mean(b)
 	out.Difference = out.MeanB - out.MeanA
 	out.SE = sd * math.Sqrt(1/float64(len(a))+1/float64(len(b)))
 	out.finish()

@@ -128,21 +128,13 @@ func LaunchPermutation(a, b []float64, conf float64) (LaunchPermutationTest, err
 	if len(a) == 0 || len(b) == 0 {
 		return out, nil
 	}
-	out.MeanA, out.MeanB = mean(a), mean(b)
+	out.MeanA, out.MeanB = Mean(a), Mean(b)
 	out.Difference = out.MeanB - out.MeanA
 	out.P, out.Exact, out.Draws = permutationP(a, b, 0)
 	if conf > 0 && conf < 1 {
 		out.CI = shiftInterval(a, b, out.Difference, 1-conf, out.MinP)
 	}
 	return out, nil
-}
-
-func mean(xs []float64) float64 {
-	s := 0.0
-	for _, x := range xs {
-		s += x
-	}
-	return s / float64(len(xs))
 }
 
 // permutationP is the two-sided randomization p-value of b − delta against a.
@@ -348,7 +340,7 @@ func LaunchMeans(a, b []float64, conf float64) (LaunchTest, error) {
 	out := LaunchTest{LaunchesA: len(a), LaunchesB: len(b), Conf: conf, MeanA: nan, MeanB: nan, Difference: nan,
 		SE: nan, T: nan, P: nan, CI: Interval{nan, nan}}
 	if len(a) > 0 && len(b) > 0 {
-		out.MeanA, out.MeanB = mean(a), mean(b)
+		out.MeanA, out.MeanB = Mean(a), Mean(b)
 		out.Difference = out.MeanB - out.MeanA
 	}
 	if len(a) < 2 || len(b) < 2 {
@@ -413,7 +405,7 @@ func LaunchMean(x []float64, conf float64) (LaunchTest, error) {
 	if len(x) == 0 {
 		return out, nil
 	}
-	out.MeanB = mean(x)
+	out.MeanB = Mean(x)
 	out.Difference = out.MeanB
 	if len(x) < 2 {
 		return out, nil

@@ -149,9 +149,9 @@ func TestLaunchPermutationDrawnKeepsSize(t *testing.T) {
 	}
 	// Where both apply, the drawn p is the enumerated one within its Monte Carlo error.
 	x := []float64{0.1, 0.2, 0.15, 0.3, 0.05, 0.12, 0.3, 0.25, 0.4, 0.2, 0.35, 0.33}
-	obs := mean(x[6:]) - mean(x[:6])
+	obs := Mean(x[6:]) - Mean(x[:6])
 	extreme := func(sumB float64) bool {
-		d := sumB/6 - (mean(x)*12-sumB)/6
+		d := sumB/6 - (Mean(x)*12-sumB)/6
 		return math.Abs(d) >= math.Abs(obs)-1e-12
 	}
 	exact, drawn := enumeratedP(x, 6, extreme), drawnP(x, 6, extreme)

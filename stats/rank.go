@@ -66,7 +66,7 @@ func RankCompare(a, b []float64, conf float64) (RankResult, error) {
 	if r.N1 == 0 || r.N2 == 0 {
 		return r, fmt.Errorf("stats: rank comparison needs values on both sides (got %d and %d)", r.N1, r.N2)
 	}
-	r.MedianA, r.MedianB = median(a), median(b)
+	r.MedianA, r.MedianB = Median(a), Median(b)
 	var ties bool
 	r.U, ties = mannWhitneyU(a, b)
 	m, n := float64(r.N1), float64(r.N2)
@@ -272,22 +272,8 @@ func positive(xs []float64) bool {
 	return true
 }
 
-func median(xs []float64) float64 {
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	return sortedMedian(s)
-}
-
-func sortedMedian(s []float64) float64 {
-	n := len(s)
-	switch {
-	case n == 0:
-		return math.NaN()
-	case n%2 == 1:
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
-}
+// sortedMedian is the median of values already sorted.
+func sortedMedian(s []float64) float64 { return sortedQuantile(s, 0.5) }
 
 // RatioNonInferiority judges whether B is at most margin worse than A as a ratio of
 // typical values (the Hodges-Lehmann ratio on the log scale): for a metric where higher

@@ -337,7 +337,7 @@ func (v *Verdict) throughputChart() *chart {
 			for _, x := range xs {
 				lo, top = math.Min(lo, x), math.Max(top, x)
 			}
-			row := armRow{name: g.Name + " · " + a.Name, colour: col, glyph: glyph, rate: meanOrNaN(xs), lo: lo, hi: top}
+			row := armRow{name: g.Name + " · " + a.Name, colour: col, glyph: glyph, rate: stats.Mean(xs), lo: lo, hi: top}
 			row.note = fmt.Sprintf("%s tok/s, %d launch%s", tps(row.rate), len(xs), pluralEs(len(xs)))
 			if len(xs) > 1 {
 				row.note += fmt.Sprintf(" from %s to %s", tps(lo), tps(top))
@@ -377,7 +377,7 @@ func (v *Verdict) wedgesChart() *chart {
 		}
 		row.note = fmt.Sprintf("%d of %d launches wedged", c.Wedged, c.Launches)
 		if len(c.Recoveries) > 0 {
-			row.note += fmt.Sprintf("; served again %s after the abort (median of %d of %d cascades)", ms(quantile(c.Recoveries, 0.5)), c.Recovered, c.Cascades)
+			row.note += fmt.Sprintf("; served again %s after the abort (median of %d of %d cascades)", ms(stats.Quantile(c.Recoveries, 0.5)), c.Recovered, c.Cascades)
 		} else if c.Cascades > 0 {
 			row.note += fmt.Sprintf("; served again after none of %d cascades", c.Cascades)
 		}

@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strings"
 
-	"gonum.org/v1/gonum/stat"
-
 	"github.com/jmoiron/sqlx"
 
 	"github.com/arbiterlab/arbiter/stats"
@@ -120,7 +118,7 @@ func (v *Verdict) loadDivergence(ctx context.Context, db *sqlx.DB, index map[int
 		}
 		if len(depths) > 0 {
 			slices.Sort(depths)
-			row.Depth = stat.Quantile(0.5, stat.Empirical, depths, nil)
+			row.Depth = stats.Median(depths)
 			row.depths = depths
 		}
 		v.Divergence = append(v.Divergence, row)

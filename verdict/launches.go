@@ -684,7 +684,7 @@ func pooledICC(arms ...[]launchSample) float64 {
 			xs = append(xs, icc)
 		}
 	}
-	return meanOrNaN(xs)
+	return stats.Mean(xs)
 }
 
 // pooledCV is the launch-to-launch coefficient of variation within the arms, from the
@@ -695,7 +695,7 @@ func pooledCV(arms ...[]float64) float64 {
 		if len(xs) < 2 {
 			continue
 		}
-		m := meanOrNaN(xs)
+		m := stats.Mean(xs)
 		for _, x := range xs {
 			ss += (x - m) * (x - m)
 		}
@@ -799,7 +799,7 @@ func (v *Verdict) launchSamples() [][]launchSample {
 					s := get(run, arm, blockOf[run])
 					s.metrics[g.Name] = map[string]float64{}
 					for m, xs := range ms {
-						s.metrics[g.Name][m] = medianOrNaN(xs)
+						s.metrics[g.Name][m] = stats.Median(xs)
 					}
 				}
 			}

@@ -91,7 +91,7 @@ func gapQuantiles(xs []float64) GapQuantiles {
 		return GapQuantiles{P50: math.NaN(), P90: math.NaN(), P99: math.NaN(), Max: math.NaN()}
 	}
 	sort.Float64s(xs)
-	return GapQuantiles{N: len(xs), P50: quantile(xs, 0.5), P90: quantile(xs, 0.9), P99: quantile(xs, 0.99), Max: xs[len(xs)-1]}
+	return GapQuantiles{N: len(xs), P50: stats.Quantile(xs, 0.5), P90: stats.Quantile(xs, 0.9), P99: stats.Quantile(xs, 0.99), Max: xs[len(xs)-1]}
 }
 
 // sessionSummary is one session reduced to one number per metric (NaN: not measurable),
@@ -271,7 +271,7 @@ func (v *Verdict) loadOutcomes(ctx context.Context, db *sqlx.DB) error {
 			gaps[a.group] = make([][]float64, n)
 		}
 		gaps[a.group][a.arm] = append(gaps[a.group][a.arm], a.gaps...)
-		s := sessionSummary{MetricTTFT: medianOrNaN(a.ttft), MetricITL: medianOrNaN(a.itl), MetricLatency: medianOrNaN(a.lat),
+		s := sessionSummary{MetricTTFT: stats.Median(a.ttft), MetricITL: stats.Median(a.itl), MetricLatency: stats.Median(a.lat),
 			MetricThroughput: math.NaN(), blockKey: float64(a.block), runKey: float64(k.run)}
 		if a.seconds > 0 && a.tokens > 0 {
 			s[MetricThroughput] = a.tokens / a.seconds
@@ -291,7 +291,7 @@ func (v *Verdict) loadOutcomes(ctx context.Context, db *sqlx.DB) error {
 		if e, ok := engine[name]; ok {
 			g.engine = e
 			for i := range g.EngineTPS {
-				g.EngineTPS[i] = meanOrNaN(e[i])
+				g.EngineTPS[i] = stats.Mean(e[i])
 			}
 		}
 		o.Groups = append(o.Groups, *g)
@@ -307,24 +307,6 @@ func (v *Verdict) loadOutcomes(ctx context.Context, db *sqlx.DB) error {
 	v.judgeThroughput()
 	v.judgeCascades(phases)
 	return nil
-}
-
-func medianOrNaN(xs []float64) float64 {
-	if len(xs) == 0 {
-		return math.NaN()
-	}
-	return quantile(xs, 0.5)
-}
-
-func meanOrNaN(xs []float64) float64 {
-	if len(xs) == 0 {
-		return math.NaN()
-	}
-	s := 0.0
-	for _, x := range xs {
-		s += x
-	}
-	return s / float64(len(xs))
 }
 
 // values are one metric of a group's sessions of arm i, leaving out unmeasurable ones.
@@ -351,7 +333,7 @@ func (g OutcomeGroup) blockRatios(base, i int) (blocks []int, ratios []float64) 
 		}
 		out := map[int]float64{}
 		for b, xs := range by {
-			out[b] = medianOrNaN(xs)
+			out[b] = stats.Median(xs)
 		}
 		return out
 	}
@@ -578,7 +560,7 @@ func (v *Verdict) cascadeHeadline(mark string) []string {
 			continue
 		}
 		second = fmt.Sprintf("%s served a canary within %s of every abort (%d cascades, median %s)",
-			bold(c.Arm, mark), ms(maxOf(c.Recoveries)), c.Recovered, ms(quantile(c.Recoveries, 0.5)))
+			bold(c.Arm, mark), ms(maxOf(c.Recoveries)), c.Recovered, ms(stats.Quantile(c.Recoveries, 0.5)))
 		if st := v.stabilityOf(c.Arm); len(st) > 0 {
 			second += ", and " + v.stabilityClause(st)
 		}

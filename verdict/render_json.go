@@ -150,10 +150,10 @@ func (v *Verdict) outcomeSummary() map[string]any {
 		arms := map[string]any{}
 		for i, a := range v.Arms {
 			arms[a.Name] = map[string]any{"sessions": g.Sessions[i], "engine_tokens_per_second": nanNil(g.EngineTPS[i]),
-				"median_tokens_per_second": nanNil(medianOrNaN(g.values(i, MetricThroughput))),
-				"median_ttft_ms":           nanNil(medianOrNaN(g.values(i, MetricTTFT))),
-				"median_itl_ms":            nanNil(medianOrNaN(g.values(i, MetricITL))),
-				"median_latency_ms":        nanNil(medianOrNaN(g.values(i, MetricLatency)))}
+				"median_tokens_per_second": nanNil(stats.Median(g.values(i, MetricThroughput))),
+				"median_ttft_ms":           nanNil(stats.Median(g.values(i, MetricTTFT))),
+				"median_itl_ms":            nanNil(stats.Median(g.values(i, MetricITL))),
+				"median_latency_ms":        nanNil(stats.Median(g.values(i, MetricLatency)))}
 			if q := g.Gaps[i]; q.N > 0 {
 				arms[a.Name].(map[string]any)["token_gaps"] = map[string]any{"n": q.N, "p50_ms": q.P50, "p90_ms": q.P90,
 					"p99_ms": q.P99, "max_ms": q.Max}

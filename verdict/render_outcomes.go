@@ -3,6 +3,8 @@ package verdict
 import (
 	"fmt"
 	"math"
+
+	"github.com/arbiterlab/arbiter/stats"
 )
 
 // outcomeSections writes the latency and throughput section (and the abort cascades'),
@@ -35,7 +37,7 @@ func (v markdownWriter) outcomeSections(charts []chartRef) bool {
 			for i := range v.Arms {
 				cell := tps(g.EngineTPS[i])
 				if i < len(g.engine) && len(g.engine[i]) > 1 {
-					cell += fmt.Sprintf(" (%s – %s)", tps(quantile(g.engine[i], 0)), tps(maxOf(g.engine[i])))
+					cell += fmt.Sprintf(" (%s – %s)", tps(stats.Quantile(g.engine[i], 0)), tps(maxOf(g.engine[i])))
 				}
 				fmt.Fprintf(b, " %s |", cell)
 			}
@@ -48,8 +50,8 @@ func (v markdownWriter) outcomeSections(charts []chartRef) bool {
 	for _, g := range o.Groups {
 		for i, a := range v.Arms {
 			fmt.Fprintf(b, "| %s | %s | %d | %s | %s | %s | %s |\n", g.Name, a.Name, g.Sessions[i],
-				tps(medianOrNaN(g.values(i, MetricThroughput))), ms(medianOrNaN(g.values(i, MetricTTFT))),
-				msFine(medianOrNaN(g.values(i, MetricITL))), ms(medianOrNaN(g.values(i, MetricLatency))))
+				tps(stats.Median(g.values(i, MetricThroughput))), ms(stats.Median(g.values(i, MetricTTFT))),
+				msFine(stats.Median(g.values(i, MetricITL))), ms(stats.Median(g.values(i, MetricLatency))))
 		}
 	}
 
@@ -166,10 +168,10 @@ func (v markdownWriter) cascadeSection() {
 		}
 		med, longest, wedged := "–", "–", "–"
 		if len(c.Recoveries) > 0 {
-			med, longest = ms(quantile(c.Recoveries, 0.5)), ms(maxOf(c.Recoveries))
+			med, longest = ms(stats.Quantile(c.Recoveries, 0.5)), ms(maxOf(c.Recoveries))
 		}
 		if len(c.WedgedAfter) > 0 {
-			wedged = ms(quantile(c.WedgedAfter, 0))
+			wedged = ms(stats.Quantile(c.WedgedAfter, 0))
 			if hi := ms(maxOf(c.WedgedAfter)); hi != wedged {
 				wedged += " – " + hi
 			}

@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"sort"
 	"strings"
 	"time"
@@ -532,26 +531,11 @@ func (v *Verdict) loadTimings(ctx context.Context, db *sqlx.DB, index map[int64]
 	}
 	for i := range v.Arms {
 		a := &v.Arms[i]
-		a.TTFTp50, a.TTFTp95 = quantile(ttft[i], 0.5), quantile(ttft[i], 0.95)
-		a.Latencyp50, a.Latencyp95 = quantile(lat[i], 0.5), quantile(lat[i], 0.95)
-		a.TokensPerSecond = quantile(tps[i], 0.5)
+		a.TTFTp50, a.TTFTp95 = stats.Quantile(ttft[i], 0.5), stats.Quantile(ttft[i], 0.95)
+		a.Latencyp50, a.Latencyp95 = stats.Quantile(lat[i], 0.5), stats.Quantile(lat[i], 0.95)
+		a.TokensPerSecond = stats.Quantile(tps[i], 0.5)
 	}
 	return nil
-}
-
-// quantile is the empirical quantile (type 7, as numpy's default); NaN for no data.
-func quantile(xs []float64, q float64) float64 {
-	if len(xs) == 0 {
-		return math.NaN()
-	}
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	h := q * float64(len(s)-1)
-	lo := int(math.Floor(h))
-	if lo+1 >= len(s) {
-		return s[len(s)-1]
-	}
-	return s[lo] + (h-float64(lo))*(s[lo+1]-s[lo])
 }
 
 func (v *Verdict) loadRounds(ctx context.Context, db *sqlx.DB, index map[int64]int) error {
