@@ -108,18 +108,14 @@ func execute(ctx context.Context, g *globals, spec *arms.Spec, resume int64, o r
 			return err
 		}
 	}
-	level, err := g.level(slog.LevelInfo)
+	// The progress display (bars on a terminal, else a line per launch event) says what
+	// the log's info lines say: unless asked otherwise (--log-level info), only warnings
+	// and errors get through beside it, so that no event is printed twice.
+	level, err := g.level(slog.LevelWarn)
 	if err != nil {
 		return err
 	}
 	progress := newProgress(g.stderr, g.json)
-	if progress.bars != nil {
-		// Bars own the terminal: unless asked otherwise, only warnings get through,
-		// written above the bars.
-		if level, err = g.level(slog.LevelWarn); err != nil {
-			return err
-		}
-	}
 	// Logs go through the display's writer, which keeps its lines and theirs whole.
 	logger := slog.New(slog.NewTextHandler(progress.Writer(), &slog.HandlerOptions{Level: level}))
 	opts := orchestrator.Options{Spec: spec, DBPath: g.dbPath(), LogDir: o.logDir, Logger: logger, Resume: resume, Progress: progress}

@@ -577,7 +577,7 @@ func TestQuickstartWithInterTokenDelayResumesWithoutSpec(t *testing.T) {
 	}
 
 	// Interrupt once the first launch has ended: the second is then cut short.
-	cmd := exec.Command(arbiter, "run", spec, "--db", db)
+	cmd := exec.Command(arbiter, "run", spec, "--db", db, "--log-level", "info")
 	log := &lineWatch{want: `msg="run ended"`, seen: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {

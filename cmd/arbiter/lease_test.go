@@ -81,7 +81,7 @@ func (g gatedExperiment) command(args ...string) *exec.Cmd {
 // experiment is recorded and its lease taken); the rest of its stderr is kept.
 func (g gatedExperiment) startRun(t *testing.T) (*exec.Cmd, *strings.Builder) {
 	t.Helper()
-	c := g.command("run", g.spec)
+	c := g.command("run", g.spec, "--log-level", "info")
 	stderr, err := c.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

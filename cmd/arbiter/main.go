@@ -87,8 +87,8 @@ type globals struct {
 }
 
 // level is the level of the log lines a command writes: --log-level where given, else
-// the command's own default (info for run, whose progress lines say what its log says
-// in other words, warn where a display owns the terminal).
+// the command's own default (warn for run, resume and bisect, whose progress display says
+// what the info lines would).
 func (g *globals) level(def slog.Level) (slog.Level, error) {
 	if g.logLevel == "" {
 		return def, nil
@@ -227,7 +227,7 @@ func newRoot(g *globals) *cobra.Command {
 	root.SetOut(g.stdout)
 	root.SetErr(g.stderr)
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print results as JSON")
-	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "", "log lines on stderr from this level up: debug, info, warn or error (default: info for run and resume, warn for bisect and under progress bars)")
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "", "log lines on stderr from this level up: debug, info, warn or error (default: warn: run, resume and bisect show their progress instead of the info lines)")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return &flagError{withFlagSuggestion(cmd, err)} })
 	for _, newCmd := range subcommands {
 		root.AddCommand(newCmd(g))
