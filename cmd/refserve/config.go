@@ -15,22 +15,22 @@ import (
 // config is refserve's resolved configuration: SGLang's flag names, and the env pins it
 // reads. /get_server_info reports it as SGLang reports its server args.
 type config struct {
-	Host                    string        `json:"host"`
-	Port                    int           `json:"port"`
-	ServedModelName         string        `json:"served_model_name"`
-	ModelPath               string        `json:"model_path"`
-	EnableHierarchicalCache bool          `json:"enable_hierarchical_cache"`
-	HiCacheRatio            float64       `json:"hicache_ratio"`
-	DisableOverlapSchedule  bool          `json:"disable_overlap_schedule"`
-	MaxRunningRequests      int           `json:"max_running_requests"`
-	ToolCallParser          string        `json:"tool_call_parser"`
+	Host                    string  `json:"host"`
+	Port                    int     `json:"port"`
+	ServedModelName         string  `json:"served_model_name"`
+	ModelPath               string  `json:"model_path"`
+	EnableHierarchicalCache bool    `json:"enable_hierarchical_cache"`
+	HiCacheRatio            float64 `json:"hicache_ratio"`
+	DisableOverlapSchedule  bool    `json:"disable_overlap_schedule"`
+	MaxRunningRequests      int     `json:"max_running_requests"`
+	ToolCallParser          string  `json:"tool_call_parser"`
 	// ModelToolFormat is the markup the scripted model writes its calls in (refserve's
 	// own); empty is the parser's. Another than the parser's is the field's mismatched
 	// parser: no call parses, and each reaches the client as content.
-	ModelToolFormat string `json:"model_tool_format"`
-	Seed                    int64         `json:"random_seed"`
-	InterTokenDelay         time.Duration `json:"-"`
-	Backend                 string        `json:"backend"`
+	ModelToolFormat string        `json:"model_tool_format"`
+	Seed            int64         `json:"random_seed"`
+	InterTokenDelay time.Duration `json:"-"`
+	Backend         string        `json:"backend"`
 
 	// The cost model (timing.go): refserve's own flags, as SGLang's pace is its hardware's.
 	// PrefillDelayPerToken is the time to prefill one prompt token at the start of a
