@@ -188,6 +188,14 @@ func (v *Verdict) loadVerify(ctx context.Context, db *sqlx.DB) error {
 	if err != nil {
 		return err
 	}
+	// A block's sessions are offset (block k runs the requests as sessions from k times
+	// their number): a request is its session's place from the block's first.
+	first := map[int]int{}
+	for _, t := range turns {
+		if f, ok := first[t.Block]; !ok || t.Session < f {
+			first[t.Block] = t.Session
+		}
+	}
 	// answers[arm][block][request]; a failed turn is no answer.
 	answers := map[int64]map[int]map[int]VerifyAnswer{}
 	for _, t := range turns {
@@ -209,7 +217,7 @@ func (v *Verdict) loadVerify(ctx context.Context, db *sqlx.DB) error {
 		if answers[t.ArmID][t.Block] == nil {
 			answers[t.ArmID][t.Block] = map[int]VerifyAnswer{}
 		}
-		answers[t.ArmID][t.Block][t.Session] = a
+		answers[t.ArmID][t.Block][t.Session-first[t.Block]] = a
 	}
 	ref := armRows[v.Baseline]
 	view := &VerifyView{Reference: ref.Name, Bar: arms.VerifyBar{F1Min: sp.Verify.F1Min, SchemaMin: sp.Verify.SchemaMin}}
