@@ -59,7 +59,7 @@ var KnownDetectors = []string{"dsml-leak", "toolcall-schema", "repetition", "fin
 
 // KnownWorkloads are the workload kinds this arbiter can drive. A spec naming another is
 // refused here rather than failing after the engines have started.
-var KnownWorkloads = []string{WorkloadAgent, WorkloadThroughput, WorkloadAbortCascade, WorkloadLongContext, WorkloadTrace}
+var KnownWorkloads = []string{WorkloadAgent, WorkloadThroughput, WorkloadAbortCascade, WorkloadLongContext, WorkloadTrace, WorkloadVerify}
 
 var (
 	runtimes = []string{"process", "docker", "external", "slurm"}
@@ -692,7 +692,7 @@ func (d *decoder) decodeSpec(root ast.Node) {
 			return
 		}
 	}
-	known := []string{"version", "name", "engine", "runtime", "arms", "factors", "design", "workload", "detectors", "analysis", "launches", "blocks", "timeouts"}
+	known := []string{"version", "name", "engine", "runtime", "arms", "factors", "design", "workload", "detectors", "analysis", "launches", "blocks", "timeouts", "verify"}
 	seen := d.fields(root, "", known, func(e entry) {
 		switch e.key {
 		case "version":
@@ -729,6 +729,8 @@ func (d *decoder) decodeSpec(root ast.Node) {
 			}
 		case "timeouts":
 			d.decodeTimeouts(e)
+		case "verify":
+			d.decodeVerify(e)
 		}
 	})
 	d.requireTop(seen, "version", "name", "engine", "workload")
@@ -1387,6 +1389,12 @@ func (d *decoder) decodeTimeouts(e entry) {
 // crossCheck applies defaults and the rules that involve more than one field.
 func (d *decoder) crossCheck(seen map[string]entry) {
 	s := d.spec
+	if e, ok := seen["verify"]; ok && s.Workload.Kind != WorkloadVerify {
+		d.add(e.keyNode, "verify", "verify sets the pass bar of a verify workload, but workload.kind is %s", s.Workload.Kind)
+	}
+	if e, ok := seen["detectors"]; ok && s.Workload.Kind == WorkloadVerify && !slices.Contains(s.Detectors, "toolcall-schema") {
+		d.add(e.keyNode, "detectors", "a verify workload scores schema accuracy from toolcall-schema's labels: list toolcall-schema")
+	}
 	armsE, hasArms := seen["arms"]
 	factorsE, hasFactors := seen["factors"]
 	switch {

@@ -159,7 +159,7 @@ var refserveGrammar = Grammar{
 		"--decode-batch-cost", "--chunked-prefill-size", "--max-total-tokens", "--context-length", "--disaggregation-mode",
 		"--disaggregation-transfer-backend", "--disaggregation-bootstrap-port", "--tp", "--tp-size", "--dp", "--dp-size",
 		"--page-size", "--hicache-size", "--hicache-write-policy", "--hicache-io-backend", "--hicache-mem-layout",
-		"--mem-fraction-static", "--log-level"},
+		"--mem-fraction-static", "--log-level", "--model-tool-format"},
 }
 
 // sglangGrammar is a part of SGLang's launch_server arguments (python/sglang/srt/

@@ -30,6 +30,9 @@ type Spec struct {
 	// `blocks` in the spec), each block in a fresh random order (default 1).
 	Blocks   int
 	Timeouts Timeouts
+	// Verify is the fixed bar of a verify workload (`verify:`); its zero value has none,
+	// and the arms are judged against the reference arm's own launches.
+	Verify VerifyBar
 
 	// pos maps a dotted field path (arms.control, factors.hicache.on, engine.env.X) to
 	// where it was written, so that checks after decoding (Expand) can still point at

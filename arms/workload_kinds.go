@@ -33,6 +33,10 @@ const (
 	WorkloadLongContext = "long-context"
 	// WorkloadTrace replays recorded conversations from a JSONL file.
 	WorkloadTrace = "trace"
+	// WorkloadVerify sends every request of a verifier's request file (OpenAI chat
+	// requests with tools, one per line) to every arm, once per launch, and scores each
+	// arm's tool calls against the reference arm's.
+	WorkloadVerify = "verify"
 )
 
 // Formats of a trace workload's file (workload.format).
@@ -44,6 +48,10 @@ const (
 	TraceMooncake = "mooncake"
 	// TraceBurstGPT is BurstGPT's CSV of arrival times and token counts.
 	TraceBurstGPT = "burstgpt"
+	// TraceVerify is a verifier's request file: arbiter's own line format, each line one
+	// request (its messages do not end with an assistant message). Only the verify
+	// workload reads it; a trace workload cannot name it.
+	TraceVerify = "verify"
 )
 
 // TraceFormats are the formats a trace may have, the default first.
@@ -175,6 +183,7 @@ var kindFields = map[string][]string{
 		"recovery_timeout", "throughput_at", "throughput_requests", "prompt_tokens"},
 	WorkloadLongContext: {"sessions", "rounds", "concurrency", "start_tokens", "ceiling_tokens", "shared_prefix_tokens"},
 	WorkloadTrace:       {"path", "sessions", "concurrency", "format", "arrivals", "speed"},
+	WorkloadVerify:      {"path", "concurrency"},
 }
 
 // decodeKindWorkload reads a workload of a kind other than the tool-call agent: the
@@ -300,6 +309,17 @@ func (d *decoder) decodeKindWorkload(e entry, kind string) {
 		w.Rounds = orDefault(counts["rounds"], defaultLongRounds)
 		if _, ok := seen["concurrency"]; !ok {
 			w.Concurrency = w.Sessions
+		}
+	case WorkloadVerify:
+		d.require(seen, e.keyNode, e.path, "path")
+		tr.Format = TraceVerify
+		if tr.Path != "" {
+			d.readTraceFile(tr, joinPath(e.path, "path"))
+		}
+		w.Trace = tr
+		w.Sessions, w.Rounds = tr.Conversations, 1
+		if _, ok := seen["concurrency"]; !ok {
+			w.Concurrency = min(max(w.Sessions, 1), MaxConcurrency)
 		}
 	case WorkloadTrace:
 		d.require(seen, e.keyNode, e.path, "path")
@@ -525,6 +545,8 @@ func (w Workload) Describe() string {
 		l := w.LongContext
 		return fmt.Sprintf("long context: %d agent sessions of %d rounds, %d at once, the context growing from %d to %d tokens",
 			w.Sessions, w.Rounds, w.Concurrency, orDefault(l.StartTokens, 2000), orDefault(l.CeilingTokens, 80000))
+	case WorkloadVerify:
+		return fmt.Sprintf("verification: the %d requests of %s sent to every arm, %d at once, tool calls scored against the reference arm's", w.Sessions, w.Trace.Path, w.Concurrency)
 	case WorkloadTrace:
 		t := w.Trace
 		if !t.LengthTrace() {

@@ -130,6 +130,7 @@ func (v markdownWriter) write(w io.Writer, charts []chartRef) error {
 	// what would decide the rest. Everything after it is folded, each section in a
 	// <details> block that GitHub and GitLab render closed.
 	v.claimsSection()
+	v.verifySection()
 	first := b.Len()
 	v.caveatsSection()
 	v.claimsMethodSection()

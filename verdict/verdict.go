@@ -76,6 +76,8 @@ type Verdict struct {
 	// Pins are what every launch's engine reported about its pins once it was ready;
 	// empty for experiments recorded before engines were attested.
 	Pins []PinView
+	// Verify is a verify workload's scores against the reference arm; nil for others.
+	Verify *VerifyView
 
 	sessions []store.SessionOutcome
 	index    map[int64]int
@@ -353,6 +355,9 @@ func BuildWith(ctx context.Context, db *sqlx.DB, id int64, o Options) (*Verdict,
 		return nil, err
 	}
 	if err := v.loadFloor(ctx, db, o); err != nil {
+		return nil, err
+	}
+	if err := v.loadVerify(ctx, db); err != nil {
 		return nil, err
 	}
 	v.judge()

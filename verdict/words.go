@@ -265,6 +265,14 @@ func (v *Verdict) interruptedLaunches() int {
 
 // uninterruptedHeadline is the headline of what was recorded.
 func (v *Verdict) uninterruptedHeadline(mark string) string {
+	if s := v.verifyHeadline(mark); s != "" {
+		return s + " " + v.otherHeadline(mark)
+	}
+	return v.otherHeadline(mark)
+}
+
+// otherHeadline is the headline of every claim but verification's.
+func (v *Verdict) otherHeadline(mark string) string {
 	if s := v.floorHeadline(mark); s != "" {
 		if rest := v.corruptionHeadline(mark); rest != "" {
 			return s + " " + rest

@@ -36,7 +36,7 @@ func Run(ctx context.Context, cfg Config, baseURL string, rec Recorder) error {
 		return runAbortCascade(ctx, cfg, baseURL, rec)
 	case arms.WorkloadLongContext:
 		return runLongContext(ctx, cfg, baseURL, rec)
-	case arms.WorkloadTrace:
+	case arms.WorkloadTrace, arms.WorkloadVerify:
 		return runTrace(ctx, cfg, baseURL, rec)
 	default:
 		return fmt.Errorf("workload: kind %q: %w", cfg.Kind, ErrUnknownKind)

@@ -64,6 +64,9 @@ func ReadTraceFormat(path, format string) (*TraceIndex, error) {
 	if format == "" || format == arms.TraceArbiter {
 		return ReadTrace(path)
 	}
+	if format == arms.TraceVerify {
+		return ReadVerifyRequests(path)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("trace: %w", err)

@@ -67,7 +67,7 @@ func Planned(cfg Config) int {
 	case arms.WorkloadAbortCascade:
 		a := derefAbort(cfg.AbortCascade)
 		return 2*len(a.ThroughputAt)*cascadeThroughputRequests(a) + cascadeCount(a)*(cascadeSessions(a)+1)
-	case arms.WorkloadTrace:
+	case arms.WorkloadTrace, arms.WorkloadVerify:
 		if cfg.Trace != nil && cfg.Trace.Index != nil && cfg.Sessions == 0 {
 			return cfg.Trace.Index.Len()
 		}

@@ -15,18 +15,22 @@ import (
 // config is refserve's resolved configuration: SGLang's flag names, and the env pins it
 // reads. /get_server_info reports it as SGLang reports its server args.
 type config struct {
-	Host                    string        `json:"host"`
-	Port                    int           `json:"port"`
-	ServedModelName         string        `json:"served_model_name"`
-	ModelPath               string        `json:"model_path"`
-	EnableHierarchicalCache bool          `json:"enable_hierarchical_cache"`
-	HiCacheRatio            float64       `json:"hicache_ratio"`
-	DisableOverlapSchedule  bool          `json:"disable_overlap_schedule"`
-	MaxRunningRequests      int           `json:"max_running_requests"`
-	ToolCallParser          string        `json:"tool_call_parser"`
-	Seed                    int64         `json:"random_seed"`
-	InterTokenDelay         time.Duration `json:"-"`
-	Backend                 string        `json:"backend"`
+	Host                    string  `json:"host"`
+	Port                    int     `json:"port"`
+	ServedModelName         string  `json:"served_model_name"`
+	ModelPath               string  `json:"model_path"`
+	EnableHierarchicalCache bool    `json:"enable_hierarchical_cache"`
+	HiCacheRatio            float64 `json:"hicache_ratio"`
+	DisableOverlapSchedule  bool    `json:"disable_overlap_schedule"`
+	MaxRunningRequests      int     `json:"max_running_requests"`
+	ToolCallParser          string  `json:"tool_call_parser"`
+	// ModelToolFormat is the markup the scripted model writes its calls in (refserve's
+	// own); empty is the parser's. Another than the parser's is the field's mismatched
+	// parser: no call parses, and each reaches the client as content.
+	ModelToolFormat string        `json:"model_tool_format"`
+	Seed            int64         `json:"random_seed"`
+	InterTokenDelay time.Duration `json:"-"`
+	Backend         string        `json:"backend"`
 
 	// The cost model (timing.go): refserve's own flags, as SGLang's pace is its hardware's.
 	// PrefillDelayPerToken is the time to prefill one prompt token at the start of a
@@ -137,6 +141,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.BoolVar(&c.DisableOverlapSchedule, "disable-overlap-schedule", false, "turn the overlap scheduler off")
 	fs.IntVar(&c.MaxRunningRequests, "max-running-requests", 0, "largest decode batch; 0 is unlimited, beyond it requests queue")
 	fs.StringVar(&c.ToolCallParser, "tool-call-parser", "deepseekv4", "tool-call markup format: "+strings.Join(toolCallParsers, ", "))
+	fs.StringVar(&c.ModelToolFormat, "model-tool-format", "", "(refserve's own) the markup the model writes its tool calls in; empty: the --tool-call-parser's. Another makes every call reach the client as content, as a mismatched parser does")
 	fs.Int64Var(&c.Seed, "seed", 0, "seed of the scripted agent and of the fault model")
 	fs.Int64Var(&c.Seed, "random-seed", 0, "SGLang's name for --seed")
 	fs.DurationVar(&c.InterTokenDelay, "inter-token-delay", 2*time.Millisecond,
@@ -196,6 +201,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	check(c.HiCacheRatio > 0, "--hicache-ratio %g: must be positive", c.HiCacheRatio)
 	check(c.MaxRunningRequests >= 0, "--max-running-requests %d: must be 0 (unlimited) or more", c.MaxRunningRequests)
 	check(slices.Contains(toolCallParsers, c.ToolCallParser), "--tool-call-parser %q: want one of %s", c.ToolCallParser, strings.Join(toolCallParsers, ", "))
+	check(c.ModelToolFormat == "" || slices.Contains(toolCallParsers, c.ModelToolFormat), "--model-tool-format %q: want one of %s", c.ModelToolFormat, strings.Join(toolCallParsers, ", "))
 	check(c.InterTokenDelay >= 0, "--inter-token-delay %s: must not be negative", c.InterTokenDelay)
 	check(slices.Contains(knownBackends, c.Backend), "--backend %q: want sim or cuda", c.Backend)
 	check(slices.Contains(disaggregationModes, c.DisaggregationMode), "--disaggregation-mode %q: want null, prefill or decode", c.DisaggregationMode)

@@ -157,6 +157,10 @@ func (s *server) chat(w http.ResponseWriter, hr *http.Request) {
 		return
 	}
 	rep, session, err := s.agent.next(req)
+	if f := s.cfg.ModelToolFormat; err == nil && rep.Call != nil && f != "" && f != s.cfg.ToolCallParser {
+		// The parser does not read the model's markup: the call is text.
+		rep.Text, rep.Call = strings.Join(callMarkup(f, *rep.Call), ""), nil
+	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "BadRequestError", "%v", err)
 		return
