@@ -528,6 +528,7 @@ var gates = map[string]string{
 	"wedge":      "any launch of any arm crashed or wedged (an abort cascade's canary never completed)",
 	"throughput": "an arm's throughput is not shown non-inferior within analysis.throughput_margin (without a margin: significantly lower)",
 	"detector":   "a detector left responses unjudged: it failed, crashed, or ran past timeouts.detector",
+	"verify":     "an arm failed verification against the reference (tool-call F1 or schema accuracy below the reference's own spread, or the spec's verify bar) (exit 3); an arm its launches could not decide, or an experiment with no verify workload, is undecided (exit 6)",
 }
 
 // Gates lists the names --fail-on accepts.
@@ -589,6 +590,9 @@ func (v *Verdict) CheckGate(name string, o GateOptions) (GateResult, string) {
 			return GateFail, why
 		}
 		return GatePass, ""
+	}
+	if name == "verify" {
+		return v.verifyGate()
 	}
 	switch name {
 	case "regression", "difference":

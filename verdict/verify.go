@@ -162,6 +162,25 @@ func (v *VerifyView) Failing() []string {
 	return out
 }
 
+// verifyGate decides the verify gate: it fails on an arm that failed verification, and
+// cannot decide where an arm was not decided or the experiment verified nothing.
+func (v *Verdict) verifyGate() (GateResult, string) {
+	if v.Verify == nil {
+		return GateUndecided, "the experiment has no verify workload: nothing was verified against a reference"
+	}
+	for _, a := range v.Verify.Arms {
+		if a.Decision == "FAIL" {
+			return GateFail, fmt.Sprintf("%s failed verification against %s: %s", a.Name, v.Verify.Reference, a.Why)
+		}
+	}
+	for _, a := range v.Verify.Arms {
+		if a.Decision == "not decided" {
+			return GateUndecided, fmt.Sprintf("%s's verification against %s was not decided: %s", a.Name, v.Verify.Reference, a.Why)
+		}
+	}
+	return GatePass, ""
+}
+
 // verifySpec is what the verify view reads of the stored spec: read on its own, so a
 // request file moved since the run does not stop the verdict.
 type verifySpec struct {

@@ -1,6 +1,7 @@
 package verdict
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -84,5 +85,35 @@ func TestVerifyDecide(t *testing.T) {
 	}
 	if d, _ := aa.decide([]VerifyScore{lowF1}, nil); d != "not decided" {
 		t.Errorf("one reference launch: %s", d)
+	}
+}
+
+// The verify gate fails on a failed arm, cannot decide an undecided one or an experiment
+// that verified nothing, and passes when every arm passed.
+func TestVerifyGate(t *testing.T) {
+	view := func(decisions ...string) *Verdict {
+		v := &Verdict{Verify: &VerifyView{Reference: "reference"}}
+		for i, d := range decisions {
+			v.Verify.Arms = append(v.Verify.Arms, VerifyArm{Name: fmt.Sprintf("arm%d", i), Decision: d, Why: "F1 0.50"})
+		}
+		return v
+	}
+	for _, c := range []struct {
+		v    *Verdict
+		want GateResult
+		why  string
+	}{
+		{&Verdict{}, GateUndecided, "no verify workload"},
+		{view("reference", "pass"), GatePass, ""},
+		{view("reference", "not decided", "FAIL"), GateFail, "arm2 failed verification against reference: F1 0.50"},
+		{view("reference", "pass", "not decided"), GateUndecided, "arm2's verification against reference was not decided"},
+	} {
+		got, why := c.v.CheckGate("verify", GateOptions{})
+		if got != c.want || !strings.Contains(why, c.why) {
+			t.Errorf("verify gate: %v %q; want %v with %q", got, why, c.want, c.why)
+		}
+	}
+	if !IsGate("verify") {
+		t.Error("--fail-on does not know verify")
 	}
 }

@@ -23,9 +23,10 @@ func TestVendorVerifyExample(t *testing.T) {
 	buildRefserve(t)
 	db := filepath.Join(t.TempDir(), "results.db")
 	out := filepath.Join(t.TempDir(), "verdict.md")
-	code, stdout, stderr := runCLI(t, "run", filepath.Join("..", "..", "examples", "vendor-verify.yaml"), "--db", db, "-o", out)
-	if code != 0 {
-		t.Fatalf("arbiter run exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	// --fail-on verify fails CI on the arm that failed verification (exit 3).
+	code, stdout, stderr := runCLI(t, "run", filepath.Join("..", "..", "examples", "vendor-verify.yaml"), "--db", db, "-o", out, "--fail-on", "verify")
+	if code != exitGateFailed || !strings.Contains(stderr, "misparsed failed verification against reference") {
+		t.Fatalf("arbiter run --fail-on verify exited %d; want %d naming misparsed\nstdout:\n%s\nstderr:\n%s", code, exitGateFailed, stdout, stderr)
 	}
 	ro, err := store.OpenReadOnly(db)
 	if err != nil {
