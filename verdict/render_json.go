@@ -101,6 +101,9 @@ func (v *Verdict) Summary() map[string]any {
 	if lines := v.placementLines(); len(lines) > 0 {
 		out["placement"] = lines
 	}
+	if v.Verify != nil {
+		out["verify"] = v.Verify.summary()
+	}
 	return out
 }
 

@@ -162,6 +162,29 @@ func (v *VerifyView) Failing() []string {
 	return out
 }
 
+// summary is the verify view for --json: the reference, the bar, and each arm's pooled
+// scores (null where there was nothing to score) and decision.
+func (vv *VerifyView) summary() map[string]any {
+	var out []map[string]any
+	for _, a := range vv.Arms {
+		p := a.Pooled
+		decision := a.Decision
+		if a.Reference {
+			decision = "reference"
+		}
+		out = append(out, map[string]any{"arm": a.Name, "reference": a.Reference, "launches": len(a.Launches), "requests": p.Compared,
+			"f1": nanNil(p.F1()), "precision": nanNil(p.Precision()), "recall": nanNil(p.Recall()),
+			"schema_accuracy": nanNil(p.SchemaAccuracy()), "tool_name_accuracy": nanNil(p.NameAccuracy()),
+			"finish_reason_agreement": nanNil(p.FinishAgreement()), "prompt_tokens_match": nanNil(p.PromptMatch()),
+			"decision": decision, "why": a.Why})
+	}
+	s := map[string]any{"reference": vv.Reference, "level": nanNil(vv.Level), "arms": out}
+	if vv.Bar.F1Min > 0 || vv.Bar.SchemaMin > 0 {
+		s["bar"] = map[string]any{"f1_min": vv.Bar.F1Min, "schema_min": vv.Bar.SchemaMin}
+	}
+	return s
+}
+
 // verifyGate decides the verify gate: it fails on an arm that failed verification, and
 // cannot decide where an arm was not decided or the experiment verified nothing.
 func (v *Verdict) verifyGate() (GateResult, string) {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -64,6 +66,26 @@ func TestVendorVerifyExample(t *testing.T) {
 	}
 	if bad.Decision != "FAIL" || !strings.Contains(bad.Why, "F1 0.00 against the reference's A/A 1.00: below its spread (randomization test on launches, two-sided p 0.008, level 0.025)") {
 		t.Errorf("misparsed decision: %s, %s", bad.Decision, bad.Why)
+	}
+	// --json carries the same scores and decisions.
+	code, stdout, _ = runCLI(t, "verdict", fmt.Sprint(exp.ID), "--db", db, "--json")
+	var sum struct {
+		Verify struct {
+			Reference string
+			Arms      []struct {
+				Arm      string
+				F1       *float64
+				Schema   *float64 `json:"schema_accuracy"`
+				Decision string
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(stdout), &sum); err != nil || code != 0 {
+		t.Fatalf("verdict --json: exit %d, %v\n%s", code, err, stdout)
+	}
+	if a := sum.Verify.Arms; sum.Verify.Reference != "reference" || len(a) != 2 || a[1].Arm != "misparsed" || a[1].F1 == nil || *a[1].F1 != 0 ||
+		a[1].Schema != nil || a[1].Decision != "FAIL" || a[0].Decision != "reference" {
+		t.Errorf("verdict --json verify: %s", stdout)
 	}
 	b, err := os.ReadFile(out)
 	if err != nil {
