@@ -172,11 +172,14 @@ func vegetaCount(tb testing.TB, bases [2]string, stream bool, n, workers int) ti
 }
 
 // BenchmarkFullPathVsVegeta: requests per second of a whole arbiter run (orchestrator.Run:
-// preflight, the database, readiness and attestation of both arms, the tool-calling
-// sessions of both arms at once, every response labelled by the built-in detectors,
-// turns, labels and token times into SQLite, metrics scrapes) and of vegeta sending the
-// same number of requests over as many connections (both arms' concurrency) to the same
-// server, in one run. The order alternates from one iteration to the next (run an even
+// preflight, the database, readiness and attestation of each arm, its tool-calling
+// sessions, every response labelled by the built-in detectors, turns, labels and token
+// times into SQLite, metrics scrapes, the divergence pass) and of vegeta sending the same
+// number of requests over as many connections to the same engines, in one run. Arms that
+// already run share one slot, so arbiter drives them one after the other: at most
+// -fullpath.concurrency sessions are in flight, and vegeta gets as many connections.
+// Vegeta sends one small request again and again; arbiter's requests carry the tools and
+// grow with the session's history, as an agent's do. The order alternates from one iteration to the next (run an even
 // -benchtime, e.g. 2x), each side on a freshly collected heap. The CPU profile of the
 // last iteration's arbiter side is written beside the figures (its path is logged).
 func BenchmarkFullPathVsVegeta(b *testing.B) {
@@ -215,7 +218,7 @@ func BenchmarkFullPathVsVegeta(b *testing.B) {
 					last = n
 				}
 				// Vegeta sends what arbiter's last run sent (before the first, what the
-				// sessions send), over as many connections as both arms' sessions hold at
+				// sessions send), over as many connections as one arm's sessions hold at
 				// once.
 				peer := func() {
 					runtime.GC()
@@ -223,7 +226,7 @@ func BenchmarkFullPathVsVegeta(b *testing.B) {
 					if n == 0 {
 						n = 2 * *fullpathSessions * *fullpathRounds
 					}
-					vegT += vegetaCount(b, bases, c.stream, n, 2**fullpathConcurrency)
+					vegT += vegetaCount(b, bases, c.stream, n, *fullpathConcurrency)
 					vegN += int64(n)
 				}
 				if i%2 == 0 {
