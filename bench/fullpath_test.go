@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -171,6 +172,14 @@ func vegetaCount(tb testing.TB, bases [2]string, stream bool, n, workers int) ti
 	return elapsed
 }
 
+// cpuTime is the process's user and system CPU time so far: the engines' included, which
+// serve both sides alike.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // BenchmarkFullPathVsVegeta: requests per second of a whole arbiter run (orchestrator.Run:
 // preflight, the database, readiness and attestation of each arm, its tool-calling
 // sessions, every response labelled by the built-in detectors, turns, labels and token
@@ -182,6 +191,9 @@ func vegetaCount(tb testing.TB, bases [2]string, stream bool, n, workers int) ti
 // grow with the session's history, as an agent's do. The order alternates from one iteration to the next (run an even
 // -benchtime, e.g. 2x), each side on a freshly collected heap. The CPU profile of the
 // last iteration's arbiter side is written beside the figures (its path is logged).
+// On a shared machine the wall-clock rates swing with the neighbours' load; the CPU
+// time each side spends per request (the engines' time included in both) swings less,
+// and cpu-ratio compares those.
 func BenchmarkFullPathVsVegeta(b *testing.B) {
 	for _, c := range []struct {
 		name   string
@@ -204,7 +216,7 @@ func BenchmarkFullPathVsVegeta(b *testing.B) {
 			}
 			profile := filepath.Join(dir, "arbiter-fullpath-"+c.name+".pprof")
 			var arbN, vegN, last int64
-			var arbT, vegT time.Duration
+			var arbT, vegT, arbCPU, vegCPU time.Duration
 			for i := range b.N {
 				prof := ""
 				if i == b.N-1 {
@@ -212,7 +224,9 @@ func BenchmarkFullPathVsVegeta(b *testing.B) {
 				}
 				arbiter := func() {
 					runtime.GC()
+					c0 := cpuTime()
 					n, d := arbiterFullPath(b, spec, &served, prof)
+					arbCPU += cpuTime() - c0
 					arbN += n
 					arbT += d
 					last = n
@@ -226,7 +240,9 @@ func BenchmarkFullPathVsVegeta(b *testing.B) {
 					if n == 0 {
 						n = 2 * *fullpathSessions * *fullpathRounds
 					}
+					c0 := cpuTime()
 					vegT += vegetaCount(b, bases, c.stream, n, *fullpathConcurrency)
+					vegCPU += cpuTime() - c0
 					vegN += int64(n)
 				}
 				if i%2 == 0 {
@@ -242,6 +258,11 @@ func BenchmarkFullPathVsVegeta(b *testing.B) {
 			b.ReportMetric(arbRate, "arbiter-req/s")
 			b.ReportMetric(vegRate, "vegeta-req/s")
 			b.ReportMetric(arbRate/vegRate, "ratio")
+			arbPer := arbCPU.Seconds() * 1e6 / float64(arbN)
+			vegPer := vegCPU.Seconds() * 1e6 / float64(vegN)
+			b.ReportMetric(arbPer, "arbiter-cpu-µs/req")
+			b.ReportMetric(vegPer, "vegeta-cpu-µs/req")
+			b.ReportMetric(vegPer/arbPer, "cpu-ratio")
 			b.ReportMetric(c.target, "target-ratio")
 			b.Logf("CPU profile of arbiter's side: %s", profile)
 		})
