@@ -101,7 +101,7 @@ type Writer struct {
 	turnStmt, sessionStmt *sqlx.Stmt
 	prepErr               error
 	// labelStmts insert n labels in one statement, by n (1 to labelsPerInsert): a turn's
-	// labels go in one statement, not one each, which was a twelfth of a run's CPU. They
+	// labels go in one statement, not one each, which was 7% of a run's CPU. They
 	// are prepared when a batch first needs them, outside its transaction (the store
 	// has one connection), and used by the writer goroutine only.
 	labelStmts map[int]*sqlx.Stmt
