@@ -57,11 +57,13 @@ lint:
 	$(BIN)/lint/staticcheck ./...
 	@out=$$($(BIN)/lint/deadcode -test ./...); if [ -n "$$out" ]; then echo "$$out"; echo "deadcode: the functions above are reached by nothing"; exit 1; fi
 
-## bench: every benchmark (speed and memory targets live here), and the driver against
-## its peer, vegeta, in the module of its own under bench/
+## bench: every benchmark (speed and memory targets live here), and the driver and the
+## whole arbiter run against their peer, vegeta, in the module of its own under bench/ (the
+## whole run in two iterations, one in each order; its CPU profile goes to $TMPDIR)
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
-	cd bench && $(GO) test -run '^$$' -bench . -benchmem .
+	cd bench && $(GO) test -run '^$$' -bench 'DriverVsVegeta' -benchmem .
+	cd bench && $(GO) test -run '^$$' -bench 'FullPathVsVegeta' -benchtime 2x -benchmem .
 
 ## calibrate: simulate the verdict's claims under nulls whose launches differ (every cell of
 ## launches per arm, intra-launch correlation, base rate and speed CV; 2,000 verdicts each)

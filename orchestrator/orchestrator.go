@@ -5,6 +5,7 @@
 package orchestrator
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +26,7 @@ import (
 	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/internal/inert"
 	"github.com/arbiterlab/arbiter/internal/version"
+	"github.com/arbiterlab/arbiter/openai"
 	"github.com/arbiterlab/arbiter/orchestrator/runtime"
 	"github.com/arbiterlab/arbiter/plugins"
 	"github.com/arbiterlab/arbiter/plugins/detectors"
@@ -755,6 +758,50 @@ type sessionTracker struct {
 	// ran past their time in it (guarded by mu).
 	health  map[string]*store.DetectorRun
 	givenUp map[string]bool
+	// tools is the JSON of the tools each running session offers (guarded by mu): a
+	// session offers the same tools every turn, and encoding them for every turn was
+	// a twentieth of a run's CPU.
+	tools map[int]toolsText
+}
+
+// toolsText is a session's tools, copied, and their JSON.
+type toolsText struct {
+	tools []openai.Tool
+	text  string
+}
+
+// toolsJSON is the JSON of the tools a turn of session offered: the session's last one
+// when the tools are the same, so that a session encodes its tools once.
+func (t *sessionTracker) toolsJSON(session int, tools []openai.Tool) string {
+	t.mu.Lock()
+	c, ok := t.tools[session]
+	t.mu.Unlock()
+	if ok && sameTools(c.tools, tools) {
+		return c.text
+	}
+	b, _ := json.Marshal(tools)
+	// A copy that shares no bytes with the turn's, so that the comparison above holds
+	// whatever becomes of the workload's slice.
+	own := make([]openai.Tool, len(tools))
+	for i, tl := range tools {
+		own[i] = tl
+		own[i].Function.Parameters = bytes.Clone(tl.Function.Parameters)
+	}
+	t.mu.Lock()
+	if t.tools == nil {
+		t.tools = map[int]toolsText{}
+	}
+	t.tools[session] = toolsText{own, string(b)}
+	t.mu.Unlock()
+	return string(b)
+}
+
+// sameTools says whether a and b encode to the same JSON: every field of every tool equal.
+func sameTools(a, b []openai.Tool) bool {
+	return slices.EqualFunc(a, b, func(x, y openai.Tool) bool {
+		return x.Type == y.Type && x.Function.Name == y.Function.Name && x.Function.Description == y.Function.Description &&
+			bytes.Equal(x.Function.Parameters, y.Function.Parameters)
+	})
 }
 
 // labelQueue is how many turns may wait for their labels before a session waits.
@@ -943,8 +990,7 @@ func (t *sessionTracker) label(turn workload.Turn) {
 		row.Response = string(b)
 	}
 	if len(turn.Tools) > 0 {
-		b, _ := json.Marshal(turn.Tools)
-		row.Tools = string(b)
+		row.Tools = t.toolsJSON(turn.Session, turn.Tools)
 	}
 	for _, l := range labels {
 		row.Labels = append(row.Labels, store.Label{Detector: l.Detector, Corrupted: l.Corrupted, Reason: l.Reason})
@@ -972,6 +1018,7 @@ func (t *sessionTracker) SessionDone(s workload.SessionResult) {
 		t.held(-1)
 	}
 	t.mu.Lock()
+	delete(t.tools, s.Session)
 	first, corrupted := t.firstBad[s.Session]
 	t.sessions++
 	if corrupted {

@@ -1,0 +1,270 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+
+	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/openai"
+	"github.com/arbiterlab/arbiter/orchestrator"
+	"github.com/arbiterlab/arbiter/store"
+)
+
+// The size of one whole-path iteration: per arm, as in the field reproducer of issue 41
+// (two arms of 600 tool-calling sessions x 4 rounds at 64 concurrent).
+var (
+	fullpathSessions    = flag.Int("fullpath.sessions", 600, "sessions per arm in BenchmarkFullPathVsVegeta")
+	fullpathRounds      = flag.Int("fullpath.rounds", 4, "rounds per session in BenchmarkFullPathVsVegeta")
+	fullpathConcurrency = flag.Int("fullpath.concurrency", 64, "concurrent sessions per arm in BenchmarkFullPathVsVegeta")
+	fullpathProfileDir  = flag.String("fullpath.profiledir", "", "where BenchmarkFullPathVsVegeta writes the CPU profile of arbiter's side (default $TMPDIR)")
+)
+
+// engineServer is a fast OpenAI-compatible engine on loopback, as the custom preset
+// describes one: /health, /v1/models, /metrics, and chat completions answered at once
+// with the stream body or the whole body, as the request asks. It counts the chat
+// completions it answers, which is what both sides' rates are counted in.
+func engineServer(tb testing.TB, stream, whole []byte, served *atomic.Int64) *httptest.Server {
+	metrics := []byte("# TYPE num_requests_running gauge\nnum_requests_running 0\n# TYPE num_requests_waiting gauge\nnum_requests_waiting 0\n")
+	models, _ := json.Marshal(openai.ModelList{Object: "list", Data: []openai.Model{{ID: "bench", Object: "model"}}})
+	mux := http.NewServeMux()
+	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {})
+	mux.HandleFunc("/v1/models", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(models)
+	})
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		w.Write(metrics)
+	})
+	mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
+		req, _ := io.ReadAll(r.Body)
+		body, ct := whole, "application/json"
+		// A byte search, not a decode, so that the server's own cost stays small and the
+		// same for both clients.
+		if bytes.Contains(req, []byte(`"stream":true`)) {
+			body, ct = stream, "text/event-stream"
+		}
+		w.Header().Set("Content-Type", ct)
+		w.Header().Set("Content-Length", fmt.Sprint(len(body)))
+		w.Write(body)
+		served.Add(1)
+	})
+	srv := httptest.NewServer(mux)
+	tb.Cleanup(srv.Close)
+	return srv
+}
+
+// fullpathSpec is a whole experiment: two arms, each on its engine (a deployment that
+// already runs, so that nothing is launched but the experiment's own work is all there),
+// tool-calling sessions, the built-in response detectors.
+func fullpathSpec(tb testing.TB, bases [2]string, stream bool) *arms.Spec {
+	src := fmt.Sprintf(`version: 1
+name: fullpath-bench
+engine: {preset: custom, command: [bench-engine]}
+runtime: {kind: external}
+arms:
+  control:   {env: {BENCH_ARM: "a"}, base_url: %q}
+  treatment: {env: {BENCH_ARM: "b"}, base_url: %q}
+workload: {kind: toolcall-agent, sessions: %d, rounds: %d, concurrency: %d, seed: 7, temperature: 0, model: bench, stream: %t}
+detectors: [dsml-leak, toolcall-schema, repetition, finish-anomaly]
+timeouts: {startup: 30s, request: 30s, stall: 20s}
+`, bases[0], bases[1], *fullpathSessions, *fullpathRounds, *fullpathConcurrency, stream)
+	s, err := arms.Parse("fullpath.yaml", []byte(src))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+// arbiterFullPath runs one whole experiment into a fresh database and returns the chat
+// completions the engine answered during it and how long Run took, with the CPU profile
+// of the run written to profile when it is not empty.
+func arbiterFullPath(tb testing.TB, spec *arms.Spec, served *atomic.Int64, profile string) (int64, time.Duration) {
+	dir := tb.TempDir()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if profile != "" {
+		f, err := os.Create(profile)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			tb.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	n0 := served.Load()
+	start := time.Now()
+	res, err := orchestrator.Run(context.Background(), orchestrator.Options{Spec: spec, DBPath: filepath.Join(dir, "bench.db"),
+		Logger: quiet, GPULockDir: dir, LogDir: filepath.Join(dir, "logs")})
+	elapsed := time.Since(start)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	n := served.Load() - n0
+	for _, r := range res.Runs {
+		if r.Status != store.RunDone || r.Sessions != *fullpathSessions {
+			tb.Fatalf("run %+v: want done with %d sessions", r, *fullpathSessions)
+		}
+	}
+	return n, elapsed
+}
+
+// vegetaCount sends n requests with vegeta at its maximum rate over workers connections,
+// to the two engines in turn, and returns how long they took.
+func vegetaCount(tb testing.TB, bases [2]string, stream bool, n, workers int) time.Duration {
+	req := benchRequest()
+	req.Model = "bench"
+	req.Stream = stream
+	if stream {
+		req.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
+	}
+	body, _ := json.Marshal(req)
+	var targets [2]vegeta.Target
+	for i, base := range bases {
+		targets[i] = vegeta.Target{Method: http.MethodPost, URL: base + "/v1/chat/completions", Body: body,
+			Header: http.Header{"Content-Type": {"application/json"}}}
+	}
+	var sent atomic.Int64
+	targeter := func(t *vegeta.Target) error {
+		k := sent.Add(1)
+		if k > int64(n) {
+			return vegeta.ErrNoTargets
+		}
+		*t = targets[k%2]
+		return nil
+	}
+	atk := vegeta.NewAttacker(vegeta.Workers(uint64(workers)), vegeta.MaxWorkers(uint64(workers)),
+		vegeta.Connections(workers), vegeta.KeepAlive(true))
+	start := time.Now()
+	got := 0
+	for r := range atk.Attack(targeter, vegeta.Rate{}, 0, "bench") {
+		// A worker that finds the targets spent says so in a result of its own.
+		if r.Error == vegeta.ErrNoTargets.Error() {
+			continue
+		}
+		if r.Code != 200 {
+			tb.Fatalf("vegeta: %d %s", r.Code, r.Error)
+		}
+		got++
+	}
+	elapsed := time.Since(start)
+	if got != n {
+		tb.Fatalf("vegeta answered %d of %d requests", got, n)
+	}
+	return elapsed
+}
+
+// cpuTime is the process's user and system CPU time so far: the engines' included, which
+// serve both sides alike.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkFullPathVsVegeta: requests per second of a whole arbiter run (orchestrator.Run:
+// preflight, the database, readiness and attestation of each arm, its tool-calling
+// sessions, every response labelled by the built-in detectors, turns, labels and token
+// times into SQLite, metrics scrapes, the divergence pass) and of vegeta sending the same
+// number of requests over as many connections to the same engines, in one run. Arms that
+// already run share one slot, so arbiter drives them one after the other: at most
+// -fullpath.concurrency sessions are in flight, and vegeta gets as many connections.
+// Vegeta sends one small request again and again; arbiter's requests carry the tools and
+// grow with the session's history, as an agent's do. The order alternates from one iteration to the next (run an even
+// -benchtime, e.g. 2x), each side on a freshly collected heap. The CPU profile of the
+// last iteration's arbiter side is written beside the figures (its path is logged).
+// On a shared machine the wall-clock rates swing with the neighbours' load; the CPU
+// time each side spends per request (the engines' time included in both) swings less,
+// and cpu-ratio compares those.
+func BenchmarkFullPathVsVegeta(b *testing.B) {
+	for _, c := range []struct {
+		name   string
+		chunks int
+		stream bool
+		target float64
+	}{
+		{"nonstream-64tok", 64, false, 1.0},
+		{"stream-64", 64, true, 0.8},
+		{"stream-512", 512, true, 0.5},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var served atomic.Int64
+			sb, wb := streamBody(c.chunks), renderWhole(c.chunks)
+			bases := [2]string{engineServer(b, sb, wb, &served).URL, engineServer(b, sb, wb, &served).URL}
+			spec := fullpathSpec(b, bases, c.stream)
+			dir := *fullpathProfileDir
+			if dir == "" {
+				dir = os.TempDir()
+			}
+			profile := filepath.Join(dir, "arbiter-fullpath-"+c.name+".pprof")
+			var arbN, vegN, last int64
+			var arbT, vegT, arbCPU, vegCPU time.Duration
+			for i := range b.N {
+				prof := ""
+				if i == b.N-1 {
+					prof = profile
+				}
+				arbiter := func() {
+					runtime.GC()
+					c0 := cpuTime()
+					n, d := arbiterFullPath(b, spec, &served, prof)
+					arbCPU += cpuTime() - c0
+					arbN += n
+					arbT += d
+					last = n
+				}
+				// Vegeta sends what arbiter's last run sent (before the first, what the
+				// sessions send), over as many connections as one arm's sessions hold at
+				// once.
+				peer := func() {
+					runtime.GC()
+					n := int(last)
+					if n == 0 {
+						n = 2 * *fullpathSessions * *fullpathRounds
+					}
+					c0 := cpuTime()
+					vegT += vegetaCount(b, bases, c.stream, n, *fullpathConcurrency)
+					vegCPU += cpuTime() - c0
+					vegN += int64(n)
+				}
+				if i%2 == 0 {
+					arbiter()
+					peer()
+				} else {
+					peer()
+					arbiter()
+				}
+			}
+			arbRate := float64(arbN) / arbT.Seconds()
+			vegRate := float64(vegN) / vegT.Seconds()
+			b.ReportMetric(arbRate, "arbiter-req/s")
+			b.ReportMetric(vegRate, "vegeta-req/s")
+			b.ReportMetric(arbRate/vegRate, "ratio")
+			arbPer := arbCPU.Seconds() * 1e6 / float64(arbN)
+			vegPer := vegCPU.Seconds() * 1e6 / float64(vegN)
+			b.ReportMetric(arbPer, "arbiter-cpu-µs/req")
+			b.ReportMetric(vegPer, "vegeta-cpu-µs/req")
+			b.ReportMetric(vegPer/arbPer, "cpu-ratio")
+			b.ReportMetric(c.target, "target-ratio")
+			b.Logf("CPU profile of arbiter's side: %s", profile)
+		})
+	}
+}
