@@ -20,7 +20,7 @@ import (
 
 // Defaults written into a Spec when the file leaves a field out.
 const (
-	DefaultRuntime        = "process"
+	DefaultRuntime        = RuntimeProcess
 	DefaultWorkload       = WorkloadAgent
 	DefaultUnit           = "session"
 	DefaultAlpha          = 0.05
@@ -62,7 +62,7 @@ var KnownDetectors = []string{"dsml-leak", "toolcall-schema", "repetition", "fin
 var KnownWorkloads = []string{WorkloadAgent, WorkloadThroughput, WorkloadAbortCascade, WorkloadLongContext, WorkloadTrace, WorkloadVerify}
 
 var (
-	runtimes = []string{"process", "docker", "external", "slurm"}
+	runtimes = []string{string(RuntimeProcess), string(RuntimeDocker), string(RuntimeExternal), string(RuntimeSlurm)}
 	designs  = []string{DesignExplicit, DesignFullFactorial, DesignOneAtATime}
 	units    = []string{"session", "response", "launch"}
 
@@ -846,7 +846,7 @@ func (d *decoder) decodeRuntime(e entry) {
 		switch f.key {
 		case "kind":
 			if v, ok := d.oneOf(f, "runtime", runtimes); ok {
-				rt.Kind = v
+				rt.Kind = RuntimeKind(v)
 			}
 		case "partition", "account", "qos", "time", "host_flag", "rest":
 			slurmFields[f.key] = f
@@ -927,7 +927,7 @@ func (d *decoder) decodeRuntime(e entry) {
 			})
 		}
 	})
-	if rt.Kind != "slurm" {
+	if rt.Kind != RuntimeSlurm {
 		for _, k := range []string{"partition", "account", "qos", "time", "sbatch", "host_flag", "rest"} {
 			f, ok := slurmFields[k]
 			if !ok {
@@ -943,7 +943,7 @@ func (d *decoder) decodeRuntime(e entry) {
 	}
 }
 
-func kindOrDefault(k string) string {
+func kindOrDefault(k RuntimeKind) RuntimeKind {
 	if k == "" {
 		return DefaultRuntime
 	}
@@ -1420,7 +1420,7 @@ func (d *decoder) crossCheck(seen map[string]entry) {
 	d.checkSlots()
 	d.checkRuntimeKind()
 	d.checkEngineAddress()
-	if s.Runtime.Kind == "docker" && s.Engine.Image == "" {
+	if s.Runtime.Kind == RuntimeDocker && s.Engine.Image == "" {
 		if e, ok := seen["engine"]; ok {
 			d.add(e.keyNode, "engine.image", "the docker runtime needs an engine image")
 		}

@@ -73,7 +73,7 @@ func checkBaseURL(v string) string {
 // ignore: base_url outside the external runtime, docker settings outside docker.
 func (d *decoder) checkRuntimeKind() {
 	s := d.spec
-	external := s.Runtime.Kind == "external"
+	external := s.Runtime.Kind == RuntimeExternal
 	urls := map[string]string{}
 	for _, a := range s.Arms {
 		path := "arms." + a.Name
@@ -109,7 +109,7 @@ func (d *decoder) checkRuntimeKind() {
 		tls := n.CA != "" || n.Cert != "" || n.Key != ""
 		docker := tls || n.Publish != "" || n.Network != ""
 		switch {
-		case docker && s.Runtime.Kind != "docker":
+		case docker && s.Runtime.Kind != RuntimeDocker:
 			d.addAt(s.pos[path], path, "node %s: ca, cert, key, publish and network are settings of a Docker node (runtime kind docker)", n.Name)
 		case tls && (n.CA == "" || n.Cert == "" || n.Key == ""):
 			d.addAt(at("ca"), path, "node %s: TLS needs all three files: ca, cert and key", n.Name)

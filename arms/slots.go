@@ -41,7 +41,7 @@ const SlurmNode = "slurm"
 // Nodes are the spec's nodes; a spec that lists none runs on LocalNode, this machine,
 // with one slot.
 func (s *Spec) Nodes() []Node {
-	if s.Runtime.Kind == "slurm" {
+	if s.Runtime.Kind == RuntimeSlurm {
 		return []Node{{Name: SlurmNode}}
 	}
 	if len(s.Runtime.Nodes) == 0 {
@@ -62,7 +62,7 @@ func (s *Spec) Slots() ([]Slot, error) { return s.SlotsOn(nil) }
 // count is at least engine.gpus is cut as if it listed devices 0..count-1. count may be
 // nil, and returns 0 for a node it cannot count.
 func (s *Spec) SlotsOn(count func(Node) int) ([]Slot, error) {
-	if s.Runtime.Kind == "slurm" {
+	if s.Runtime.Kind == RuntimeSlurm {
 		// Slurm gives each job its node and GPUs: the slots pin nothing, and there is
 		// one per arm, so that a block's arms are all submitted at once.
 		n, over := s.armCount()

@@ -81,11 +81,25 @@ func (s *Spec) Grammar() Grammar {
 	return g
 }
 
+// RuntimeKind is where a spec's arms run.
+type RuntimeKind string
+
+// The runtime kinds.
+const (
+	// RuntimeProcess: each arm a local process (the default).
+	RuntimeProcess RuntimeKind = "process"
+	// RuntimeDocker: each arm a container, through the Docker Engine API.
+	RuntimeDocker RuntimeKind = "docker"
+	// RuntimeExternal: arms already running at their base_url.
+	RuntimeExternal RuntimeKind = "external"
+	// RuntimeSlurm: each arm a Slurm batch job.
+	RuntimeSlurm RuntimeKind = "slurm"
+)
+
 // Runtime says where arms run.
 type Runtime struct {
-	// Kind is "process" (default), "docker", "external" (arms already running at their
-	// base_url) or "slurm".
-	Kind string
+	// Kind is where the arms run; RuntimeProcess when the spec says nothing.
+	Kind RuntimeKind
 	// Nodes are the machines arms run on; empty runs on this machine (LocalNode) with
 	// one slot, or, for the slurm runtime, on SlurmNode. Spec.Slots cuts them into slots.
 	Nodes []Node

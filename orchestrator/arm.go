@@ -66,7 +66,7 @@ func (e *experiment) runArm(ctx context.Context, ai, b int, at placement, bar *b
 	finish := func(status store.RunStatus, errText string) (RunResult, error) {
 		run.Status, run.Error, run.Ended = status, errText, time.Now()
 		rr.Status, rr.Err, rr.Instance = status, errText, run.Instance
-		if status == store.RunLost && e.spec.Runtime.Kind != "slurm" {
+		if status == store.RunLost && e.spec.Runtime.Kind != arms.RuntimeSlurm {
 			// A Slurm job lost (cancelled, its node failed) takes no node out: the
 			// cluster places the next job on a node that works.
 			e.nodeLost(at.slot.Node, errText)
@@ -428,7 +428,7 @@ func (e *experiment) serverInfo(ctx context.Context, base string, preset arms.Pr
 
 func runtimeName(s *arms.Spec) string {
 	if s.Runtime.Kind == "" {
-		return "process"
+		return string(arms.RuntimeProcess)
 	}
-	return s.Runtime.Kind
+	return string(s.Runtime.Kind)
 }

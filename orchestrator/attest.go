@@ -436,7 +436,7 @@ var errEndedUnderCheck = errors.New("the engine ended while its pins were checke
 func (e *experiment) attestRun(ctx context.Context, inst runtime.Instance, preset arms.Preset, ai int, run store.Run, log *slog.Logger) error {
 	arm := e.arms[ai]
 	logPath, common := run.LogPath, arms.Pins{Env: e.spec.Engine.Env, Args: e.spec.Engine.Args}
-	if e.spec.Runtime.Kind == "external" {
+	if e.spec.Runtime.Kind == arms.RuntimeExternal {
 		// arbiter neither started the engine nor reads its log.
 		logPath, common = "", arms.Pins{}
 	}

@@ -67,7 +67,7 @@ type GCNode struct {
 
 // GCNodes are the daemons of the docker nodes of spec.
 func GCNodes(spec *arms.Spec) ([]GCNode, error) {
-	if spec.Runtime.Kind != "docker" {
+	if spec.Runtime.Kind != arms.RuntimeDocker {
 		return nil, fmt.Errorf("%s runs on the %s runtime, which has no containers", spec.Path, spec.Runtime.Kind)
 	}
 	var out []GCNode
@@ -149,7 +149,7 @@ func GC(ctx context.Context, dbPath string, o GCOptions) (GCResult, error) {
 		case o.Ambient && client.IsErrConnectionFailed(err):
 			// Unless this database's experiments used the docker runtime, nothing of it
 			// can be left on a daemon nobody named.
-			used, uerr := store.RanOn(ctx, db, "docker")
+			used, uerr := store.RanOn(ctx, db, string(arms.RuntimeDocker))
 			if uerr != nil || used {
 				res.Unchecked = append(res.Unchecked, fmt.Sprintf("node %s: its Docker daemon (this database's experiments used the docker runtime): %v", n.label(), err))
 			} else {

@@ -35,8 +35,8 @@ func gpuLockDir(opt string) string {
 // gpuScope names the machine whose GPUs a node's arms run on, as a lock file prefix:
 // "local" for the process runtime and for a Docker daemon on this machine, the daemon's
 // host for a remote one (whose lock files only arbiters of this machine see).
-func gpuScope(kind, host string) string {
-	if kind != "docker" || arms.IsLocalHost(host) {
+func gpuScope(kind arms.RuntimeKind, host string) string {
+	if kind != arms.RuntimeDocker || arms.IsLocalHost(host) {
 		return "local"
 	}
 	u, err := url.Parse(host)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/internal/testkit/lockedbuf"
 )
 
@@ -95,7 +96,7 @@ func TestGPUScope(t *testing.T) {
 		{"docker", "tcp://127.0.0.1:2375", "local"},
 		{"docker", "tcp://gpu-node-7:2375", "gpu-node-7"},
 	} {
-		if got := gpuScope(c.kind, c.host); got != c.want {
+		if got := gpuScope(arms.RuntimeKind(c.kind), c.host); got != c.want {
 			t.Errorf("%s on %q: scope %q, want %q", c.kind, c.host, got, c.want)
 		}
 	}

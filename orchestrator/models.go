@@ -101,7 +101,7 @@ func fileDigest(path string) (string, error) {
 // the launch uses the engine's store.
 func (e *experiment) modelStore(launch string) ([]string, string) {
 	m := e.spec.Engine.Model
-	if m == nil || (m.File == "" && m.Random == nil) || e.spec.Preset().Models != arms.ModelsOllama || e.spec.Runtime.Kind != "process" {
+	if m == nil || (m.File == "" && m.Random == nil) || e.spec.Preset().Models != arms.ModelsOllama || e.spec.Runtime.Kind != arms.RuntimeProcess {
 		return nil, ""
 	}
 	if _, given := e.spec.Engine.Env["OLLAMA_MODELS"]; given {

@@ -206,7 +206,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	countGPUs := opts.CountGPUs
 	if countGPUs == nil {
 		countGPUs = func(spec *arms.Spec, n arms.Node) int {
-			if spec.Runtime.Kind == "process" && arms.IsLocalHost(n.Host) {
+			if spec.Runtime.Kind == arms.RuntimeProcess && arms.IsLocalHost(n.Host) {
 				return LocalGPUs()
 			}
 			return 0
@@ -276,7 +276,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		// Engines an earlier arbiter left running hold ports and GPUs the resumed
 		// launches need.
 		reapOrphans(ctx, st, log)
-		if spec.Runtime.Kind == "slurm" {
+		if spec.Runtime.Kind == arms.RuntimeSlurm {
 			cancelSlurmLeftovers(ctx, dbID, opts.Resume, log)
 		}
 	}
@@ -392,13 +392,13 @@ func Version() string { return version.String() }
 // the local daemon when empty or "local").
 func RuntimeFor(spec *arms.Spec, node arms.Node) (runtime.Runtime, error) {
 	switch spec.Runtime.Kind {
-	case "", "process":
+	case "", arms.RuntimeProcess:
 		return runtime.Process{}, nil
-	case "docker":
+	case arms.RuntimeDocker:
 		return DockerFor(spec, node), nil
-	case "external":
+	case arms.RuntimeExternal:
 		return runtime.External{}, nil
-	case "slurm":
+	case arms.RuntimeSlurm:
 		sl := spec.Runtime.Slurm
 		// A job still queued when the startup timeout ends is given up, with Slurm's reason.
 		rt := runtime.Slurm{Partition: sl.Partition, Account: sl.Account, QOS: sl.QOS, TimeLimit: sl.Time,
@@ -506,8 +506,8 @@ func DesignOf(spec *arms.Spec) store.Design {
 	if spec.Workload.Kind != arms.DefaultWorkload {
 		d.Kind = spec.Workload.Kind
 	}
-	if spec.Runtime.Kind == "external" {
-		d.Runtime = spec.Runtime.Kind
+	if spec.Runtime.Kind == arms.RuntimeExternal {
+		d.Runtime = string(spec.Runtime.Kind)
 	}
 	if p := spec.Analysis.Plan; p.P0 != p.P1 {
 		d.Plan = &store.DesignPlan{P0: p.P0, P1: p.P1, Power: p.Power}

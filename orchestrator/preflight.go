@@ -89,7 +89,7 @@ func RunPreflight(ctx context.Context, spec *arms.Spec) (Preflight, error) {
 	if err != nil {
 		return p, err
 	}
-	if spec.Runtime.Kind == "external" {
+	if spec.Runtime.Kind == arms.RuntimeExternal {
 		p.external(ctx, spec, armList)
 		return p, nil
 	}
@@ -108,10 +108,10 @@ func RunPreflight(ctx context.Context, spec *arms.Spec) (Preflight, error) {
 			}
 		}
 		gpus = gpus || n.GPUs == "all"
-		sharedNet := spec.Runtime.Kind != "docker" || n.Network == "host"
-		local := spec.Runtime.Kind != "docker" || (arms.IsLocalHost(n.Host) && os.Getenv("DOCKER_HOST") == "") || strings.HasPrefix(n.Host, "unix://")
+		sharedNet := spec.Runtime.Kind != arms.RuntimeDocker || n.Network == "host"
+		local := spec.Runtime.Kind != arms.RuntimeDocker || (arms.IsLocalHost(n.Host) && os.Getenv("DOCKER_HOST") == "") || strings.HasPrefix(n.Host, "unix://")
 		switch spec.Runtime.Kind {
-		case "docker":
+		case arms.RuntimeDocker:
 			p.docker(ctx, spec, n, gpus)
 		default:
 			p.processGPUs(n.Name, nodeSlots)

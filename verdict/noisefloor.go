@@ -217,7 +217,7 @@ func engineText(s *arms.Spec) string {
 func runtimeText(s *arms.Spec) string {
 	kind := s.Runtime.Kind
 	if kind == "" {
-		kind = "process"
+		kind = arms.RuntimeProcess
 	}
 	return fmt.Sprintf("%s, %d node(s)", kind, max(len(s.Runtime.Nodes), 1))
 }

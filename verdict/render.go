@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/internal/inert"
 	"github.com/arbiterlab/arbiter/internal/outfile"
 	"github.com/arbiterlab/arbiter/store"
@@ -419,7 +420,7 @@ func (v markdownWriter) comparedSection() {
 		fmt.Fprintf(b, ", finished %s (%s)", When(e.FinishedAt.String), span(elapsed(e.CreatedAt, e.FinishedAt.String)))
 	}
 	fmt.Fprintf(b, ".\n")
-	if v.Design.Runtime == "external" {
+	if v.Design.Runtime == string(arms.RuntimeExternal) {
 		fmt.Fprintf(b, "%s", v.externalNote())
 	}
 	if v.Design.AA {

@@ -107,7 +107,7 @@ func imageBuild(ctx context.Context, g *globals, o imageBuildOptions) error {
 		if err != nil {
 			return withCode(exitUsage, err)
 		}
-		if spec.Runtime.Kind != "docker" {
+		if spec.Runtime.Kind != arms.RuntimeDocker {
 			return withCode(exitUsage, fmt.Errorf("image build: %s runs on the %s runtime, not docker", o.spec, spec.Runtime.Kind))
 		}
 		for _, n := range spec.Nodes() {

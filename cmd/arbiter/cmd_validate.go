@@ -222,7 +222,7 @@ type analysisSummary struct {
 
 func summarize(s *arms.Spec, expanded []arms.Arm, r *arms.Redactor) specSummary {
 	sum := specSummary{
-		Spec: s.Path, Name: s.Name, Preset: s.Engine.Preset, Runtime: s.Runtime.Kind, Design: s.Design,
+		Spec: s.Path, Name: s.Name, Preset: s.Engine.Preset, Runtime: string(s.Runtime.Kind), Design: s.Design,
 		Baseline:  s.Analysis.Baseline,
 		Detectors: s.Detectors,
 		Workload: workloadSummary{Kind: s.Workload.Kind, Sessions: s.Workload.Sessions, Rounds: s.Workload.Rounds,
@@ -238,7 +238,7 @@ func summarize(s *arms.Spec, expanded []arms.Arm, r *arms.Redactor) specSummary 
 	// Decoding checked that every node can be cut; "all" is counted on this machine,
 	// as a run counts it.
 	slots, _ := s.SlotsOn(func(n arms.Node) int {
-		if s.Runtime.Kind == "process" && arms.IsLocalHost(n.Host) {
+		if s.Runtime.Kind == arms.RuntimeProcess && arms.IsLocalHost(n.Host) {
 			return orchestrator.LocalGPUs()
 		}
 		return 0
