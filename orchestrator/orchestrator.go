@@ -14,8 +14,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	goruntime "runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -796,13 +796,9 @@ func (t *sessionTracker) toolsJSON(session int, tools []openai.Tool) string {
 	return string(b)
 }
 
-// sameTools says whether a and b encode to the same JSON: every field of every tool equal.
-func sameTools(a, b []openai.Tool) bool {
-	return slices.EqualFunc(a, b, func(x, y openai.Tool) bool {
-		return x.Type == y.Type && x.Function.Name == y.Function.Name && x.Function.Description == y.Function.Description &&
-			bytes.Equal(x.Function.Parameters, y.Function.Parameters)
-	})
-}
+// sameTools says whether a and b encode to the same JSON: every field of every tool equal,
+// whatever fields openai.Tool comes to have.
+func sameTools(a, b []openai.Tool) bool { return reflect.DeepEqual(a, b) }
 
 // labelQueue is how many turns may wait for their labels before a session waits.
 func labelQueue(w arms.Workload) int {
