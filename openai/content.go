@@ -48,3 +48,21 @@ func (m *Message) UnmarshalJSON(b []byte) error {
 	}
 	return nil
 }
+
+// MarshalJSON writes the content as a string, except that an assistant message that
+// only calls tools has content null, as OpenAI's own clients send it: some engines
+// (ollama 0.6.5) drop the calls of a message whose content is the empty string, and
+// the conversation they render loses them.
+func (m Message) MarshalJSON() ([]byte, error) {
+	type plain Message // no methods: no recursion
+	if m.Content != "" || len(m.ToolCalls) == 0 {
+		return json.Marshal(plain(m))
+	}
+	return json.Marshal(struct {
+		Role       string     `json:"role"`
+		Content    *string    `json:"content"`
+		Name       string     `json:"name,omitempty"`
+		ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
+		ToolCallID string     `json:"tool_call_id,omitempty"`
+	}{m.Role, nil, m.Name, m.ToolCalls, m.ToolCallID})
+}

@@ -2,6 +2,7 @@ package openai
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -58,4 +59,27 @@ func FuzzMessageUnmarshal(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestToolCallingMessageHasNullContent(t *testing.T) {
+	m := Message{Role: "assistant", ToolCalls: []ToolCall{{ID: "c1", Type: "function", Function: FunctionCall{Name: "f", Arguments: "{}"}}}}
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]}`
+	if string(b) != want {
+		t.Errorf("marshal = %s\nwant      %s", b, want)
+	}
+	var back Message
+	if err := json.Unmarshal(b, &back); err != nil || back.Content != "" || len(back.ToolCalls) != 1 {
+		t.Errorf("round trip: %v, %+v", err, back)
+	}
+	// With content, or without calls, content stays a string.
+	for _, m := range []Message{{Role: "assistant", Content: "x", ToolCalls: m.ToolCalls}, {Role: "assistant"}} {
+		b, _ := json.Marshal(m)
+		if !strings.Contains(string(b), `"content":"`) {
+			t.Errorf("marshal = %s, want string content", b)
+		}
+	}
 }
