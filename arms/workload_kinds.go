@@ -120,6 +120,10 @@ type LongContextSpec struct {
 	// SharedPrefixTokens: 0 means the workload's default, capped at half of StartTokens;
 	// a negative value shares nothing.
 	SharedPrefixTokens int
+	// AskFirst puts each round's request before its part of the case file instead of
+	// after it (ask_first: true), so that a call's arguments are copied from the far
+	// end of a long message.
+	AskFirst bool
 }
 
 // TraceSpec is workload kind trace: the conversations of a JSONL file, replayed as
@@ -181,7 +185,7 @@ var kindFields = map[string][]string{
 	WorkloadThroughput: {"concurrency", "rate", "requests", "prompt_tokens", "shared_prefix_tokens", "ignore_eos"},
 	WorkloadAbortCascade: {"sessions", "cascades", "abort", "abort_when", "cascade_tokens", "canary_tokens", "abort_after",
 		"recovery_timeout", "throughput_at", "throughput_requests", "prompt_tokens"},
-	WorkloadLongContext: {"sessions", "rounds", "concurrency", "start_tokens", "ceiling_tokens", "shared_prefix_tokens"},
+	WorkloadLongContext: {"sessions", "rounds", "concurrency", "start_tokens", "ceiling_tokens", "shared_prefix_tokens", "ask_first"},
 	WorkloadTrace:       {"path", "sessions", "concurrency", "format", "arrivals", "speed"},
 	WorkloadVerify:      {"path", "concurrency"},
 }
@@ -226,6 +230,8 @@ func (d *decoder) decodeKindWorkload(e entry, kind string) {
 		case "ignore_eos":
 			v, _ := d.boolean(f)
 			tp.KeepEOS = !v
+		case "ask_first":
+			lc.AskFirst, _ = d.boolean(f)
 		case "path":
 			tr.Path, _ = d.str(f)
 			d.spec.pos[f.path] = posOf(f.val)

@@ -69,6 +69,9 @@ type Script struct {
 	System  string
 	Users   []string // the user message of each round
 	Tools   []openai.Tool
+	// Calls is the call a faithful model makes for each round's request: the asked-for
+	// tool with the request's own words as its arguments.
+	Calls []openai.FunctionCall
 }
 
 // NewScript builds the script of session (SessionOffset included) for rounds rounds.
@@ -102,7 +105,9 @@ func NewScript(seed int64, session, rounds int) Script {
 	for round := range rounds {
 		rr := newScriptRand(seed, session, round)
 		t := offered[rr.intn(len(offered))]
-		ask := askFor(t, rr)
+		ask, args := askFor(t, rr)
+		argText, _ := json.Marshal(args) // strings, numbers and booleans always encode
+		s.Calls = append(s.Calls, openai.FunctionCall{Name: t.Name, Arguments: string(argText)})
 		if round == 0 {
 			ask = fmt.Sprintf("Ticket %s: %s", s.Ticket, ask)
 		} else {
@@ -123,27 +128,40 @@ var (
 	tables = []string{"orders", "sessions", "gpu_hours", "tickets"}
 )
 
-// askFor writes a user request that a model would answer with a call to t.
-func askFor(t toolDef, r *scriptRand) string {
+// askFor writes a user request that a model would answer with a call to t, and the
+// arguments a faithful call carries (the words of the request, in the schema's types).
+func askFor(t toolDef, r *scriptRand) (string, map[string]any) {
 	switch t.Name {
 	case "get_weather":
 		unit := []string{"celsius", "fahrenheit"}[r.intn(2)]
-		return fmt.Sprintf("What is the weather in %s right now, in %s?", cities[r.intn(len(cities))], unit)
+		city := cities[r.intn(len(cities))]
+		return fmt.Sprintf("What is the weather in %s right now, in %s?", city, unit),
+			map[string]any{"city": city, "unit": unit}
 	case "search_docs":
-		return fmt.Sprintf("Find the top %d documentation pages about %q.", 1+r.intn(5), topics[r.intn(len(topics))])
+		k := 1 + r.intn(5)
+		topic := topics[r.intn(len(topics))]
+		return fmt.Sprintf("Find the top %d documentation pages about %q.", k, topic),
+			map[string]any{"query": topic, "top_k": k}
 	case "get_order_status":
-		return fmt.Sprintf("Where is order ORD-%05d?", r.intn(100000))
+		id := fmt.Sprintf("ORD-%05d", r.intn(100000))
+		return fmt.Sprintf("Where is order %s?", id), map[string]any{"order_id": id}
 	case "run_sql":
-		return fmt.Sprintf("How many rows in %s were created in the last %d days? Read-only, please.",
-			tables[r.intn(len(tables))], 1+r.intn(30))
+		table := tables[r.intn(len(tables))]
+		days := 1 + r.intn(30)
+		return fmt.Sprintf("How many rows in %s were created in the last %d days? Read-only, please.", table, days),
+			map[string]any{"query": fmt.Sprintf("SELECT COUNT(*) FROM %s WHERE age_days <= %d", table, days), "read_only": true}
 	case "convert_currency":
-		return fmt.Sprintf("Convert %d %s to %s.", 10+r.intn(990), currencies[r.intn(len(currencies))],
-			currencies[r.intn(len(currencies))])
+		amount := 10 + r.intn(990)
+		from, to := currencies[r.intn(len(currencies))], currencies[r.intn(len(currencies))]
+		return fmt.Sprintf("Convert %d %s to %s.", amount, from, to),
+			map[string]any{"amount": amount, "from": from, "to": to}
 	case "create_ticket":
-		return fmt.Sprintf("Open a %s priority ticket: %q.", []string{"low", "medium", "high"}[r.intn(3)],
-			topics[r.intn(len(topics))]+" fails")
+		priority := []string{"low", "medium", "high"}[r.intn(3)]
+		title := topics[r.intn(len(topics))] + " fails"
+		return fmt.Sprintf("Open a %s priority ticket: %q.", priority, title),
+			map[string]any{"title": title, "priority": priority}
 	}
-	return "Summarize where we are."
+	return "Summarize where we are.", nil
 }
 
 // scriptRand is splitmix64: tiny, and fixed forever, so a script written today is the

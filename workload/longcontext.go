@@ -105,15 +105,29 @@ func runGrowing(ctx context.Context, s *agentSession, lc LongContextConfig, roun
 		return s.end(res, SessionError, err)
 	}
 	for round, ask := range s.script.Users {
-		user := openai.Message{Role: "user", Content: ask}
-		need := TargetTokens(lc, round, rounds) - estimateTokens(append(s.msgs, user), s.script.Tools)
-		if need > 16 {
-			user.Content = fmt.Sprintf("Part %d of the case file:\n\n%s\n\n%s", round+1, filler(file, need-16), ask)
-		}
+		user := growingUser(s.msgs, s.script.Tools, lc, round, rounds, file, ask)
 		var over bool
 		if res, over = s.round(ctx, res, round, user, maxSteps); over {
 			return res
 		}
 	}
 	return res
+}
+
+// growingUser is the user message of round r of a long-context session whose
+// conversation so far is msgs: the round's request padded by the next part of the case
+// file up to the round's context target, after the request when lc.AskFirst (so that a
+// call's arguments must be copied from far back), before it otherwise.
+func growingUser(msgs []openai.Message, tools []openai.Tool, lc LongContextConfig, r, rounds int, file *scriptRand, ask string) openai.Message {
+	user := openai.Message{Role: "user", Content: ask}
+	need := TargetTokens(lc, r, rounds) - estimateTokens(append(msgs, user), tools)
+	if need <= 16 {
+		return user
+	}
+	if lc.AskFirst {
+		user.Content = fmt.Sprintf("Part %d of the case file opens with a request: %s\n\n%s\n\nAct on the request at the top of this part.", r+1, ask, filler(file, need-24))
+	} else {
+		user.Content = fmt.Sprintf("Part %d of the case file:\n\n%s\n\n%s", r+1, filler(file, need-16), ask)
+	}
+	return user
 }
