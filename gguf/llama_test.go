@@ -150,12 +150,12 @@ func TestTinyLlamaVocab(t *testing.T) {
 	if v.tokens[unkID] != "<unk>" || v.tokens[bosID] != "<s>" || v.tokens[eosID] != "</s>" {
 		t.Errorf("special tokens %q", v.tokens[:3])
 	}
-	if v.types[unkID] != tokenUnknown || v.types[bosID] != tokenControl || v.types[eosID] != tokenControl {
+	if v.types[unkID] != TokenUnknown || v.types[bosID] != TokenControl || v.types[eosID] != TokenControl {
 		t.Errorf("special token types %v", v.types[:3])
 	}
 	for i := range 256 {
 		id := 3 + i
-		if want := fmt.Sprintf("<0x%02X>", i); v.tokens[id] != want || v.types[id] != tokenByte {
+		if want := fmt.Sprintf("<0x%02X>", i); v.tokens[id] != want || v.types[id] != TokenByte {
 			t.Errorf("token %d = %q type %d, want %q type 6", id, v.tokens[id], v.types[id], want)
 		}
 	}
@@ -166,7 +166,7 @@ func TestTinyLlamaVocab(t *testing.T) {
 			t.Errorf("duplicate token %q", tok)
 		}
 		seen[tok] = true
-		if i >= 259 && v.types[i] != tokenNormal {
+		if i >= 259 && v.types[i] != TokenNormal {
 			t.Errorf("token %q has type %d, want normal", tok, v.types[i])
 		}
 		if v.emit[i] {

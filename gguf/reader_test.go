@@ -81,30 +81,10 @@ func (f *parsedFile) tensorData(t parsedTensor) []float32 {
 	case TensorF16:
 		out = make([]float32, len(raw)/2)
 		for i := range out {
-			out[i] = float16ToFloat32(binary.LittleEndian.Uint16(raw[2*i:]))
+			out[i] = Float32From16(binary.LittleEndian.Uint16(raw[2*i:]))
 		}
 	}
 	return out
-}
-
-// float16ToFloat32 decodes IEEE 754 binary16 bits exactly.
-func float16ToFloat32(h uint16) float32 {
-	sign := float32(1)
-	if h&0x8000 != 0 {
-		sign = -1
-	}
-	exp := int(h>>10) & 0x1f
-	mant := float32(h & 0x3ff)
-	switch exp {
-	case 0:
-		return sign * mant * float32(math.Ldexp(1, -24))
-	case 0x1f:
-		if mant != 0 {
-			return float32(math.NaN())
-		}
-		return sign * float32(math.Inf(1))
-	}
-	return sign * (1 + mant/1024) * float32(math.Ldexp(1, exp-15))
 }
 
 type byteReader struct {

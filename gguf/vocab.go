@@ -6,14 +6,6 @@ import (
 	"unicode/utf8"
 )
 
-// SentencePiece token types, as stored in tokenizer.ggml.token_type.
-const (
-	tokenNormal  int32 = 1
-	tokenUnknown int32 = 2
-	tokenControl int32 = 3
-	tokenByte    int32 = 6
-)
-
 // Special token ids of the vocabulary built by buildVocab.
 const (
 	unkID = 0 // <unk>, also used as the padding token
@@ -93,11 +85,11 @@ func buildVocab() vocab {
 		v.scores = append(v.scores, score)
 		v.emit = append(v.emit, emit)
 	}
-	add("<unk>", tokenUnknown, 0, false)
-	add("<s>", tokenControl, 0, false)
-	add("</s>", tokenControl, 0, false)
+	add("<unk>", TokenUnknown, 0, false)
+	add("<s>", TokenControl, 0, false)
+	add("</s>", TokenControl, 0, false)
 	for i := range 256 {
-		add(fmt.Sprintf("<0x%02X>", i), tokenByte, 0, false)
+		add(fmt.Sprintf("<0x%02X>", i), TokenByte, 0, false)
 	}
 
 	// Multi-character pieces: words first (highest scores), then subwords,
@@ -133,14 +125,14 @@ func buildVocab() vocab {
 	}
 
 	score := float32(-1)
-	add(spaceMark, tokenNormal, score, false)
+	add(spaceMark, TokenNormal, score, false)
 	for _, p := range pieces {
 		score--
-		add(p, tokenNormal, score, emit[p])
+		add(p, TokenNormal, score, emit[p])
 	}
 	for c := byte('!'); c <= '~'; c++ {
 		score--
-		add(string(c), tokenNormal, score, emit[string(c)])
+		add(string(c), TokenNormal, score, emit[string(c)])
 	}
 	return v
 }

@@ -470,3 +470,24 @@ func Float16(f float32) uint16 {
 	}
 	return sign | uint16(h)
 }
+
+// Float32From16 decodes IEEE 754 binary16 bits exactly: the inverse of [Float16] on
+// every value float16 holds.
+func Float32From16(h uint16) float32 {
+	sign := float32(1)
+	if h&0x8000 != 0 {
+		sign = -1
+	}
+	exp := int(h>>10) & 0x1f
+	mant := float32(h & 0x3ff)
+	switch exp {
+	case 0:
+		return sign * mant * float32(math.Ldexp(1, -24))
+	case 0x1f:
+		if mant != 0 {
+			return float32(math.NaN())
+		}
+		return sign * float32(math.Inf(1))
+	}
+	return sign * (1 + mant/1024) * float32(math.Ldexp(1, exp-15))
+}

@@ -232,7 +232,7 @@ func TestFloat16(t *testing.T) {
 		if h&0x7c00 == 0x7c00 && h&0x3ff != 0 {
 			continue // NaN
 		}
-		f := float16ToFloat32(uint16(h))
+		f := Float32From16(uint16(h))
 		if got := Float16(f); got != uint16(h) {
 			t.Fatalf("Float16(%g) = %#04x, want %#04x", f, got, h)
 		}
