@@ -6,7 +6,7 @@ DB      ?= arbiter.db
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS := -X github.com/arbiterlab/arbiter/internal/version.version=$(VERSION)
 
-.PHONY: all build image demo demo-docker test lint bench calibrate kernels fuzz docs clean
+.PHONY: all build image demo demo-docker test lint bench calibrate kernels model fuzz docs clean
 
 all: build
 
@@ -135,6 +135,17 @@ fuzz:
 ## kernels: the CUDA testbed (needs nvcc; see kernels/)
 kernels:
 	bash kernels/build.sh
+
+## model: arbiter's tool-calling model, on a GPU machine with torch (toolmodel/README.md):
+## the corpus (bin/arbiter, built where Go is), MODEL_MINUTES of training, the GGUF file
+MODEL_DIR     ?= build/model
+MODEL_MINUTES ?= 6
+model:
+	$(BIN)/arbiter model corpus --out $(MODEL_DIR)/corpus
+	python3 toolmodel/train.py --corpus $(MODEL_DIR)/corpus --out $(MODEL_DIR)/toolcall.safetensors \
+		--log $(MODEL_DIR)/train-log.json --minutes $(MODEL_MINUTES)
+	$(BIN)/arbiter model gguf --checkpoint $(MODEL_DIR)/toolcall.safetensors --corpus $(MODEL_DIR)/corpus \
+		--out $(MODEL_DIR)/toolcall.gguf
 
 clean:
 	rm -rf $(BIN)

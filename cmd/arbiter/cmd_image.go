@@ -33,24 +33,7 @@ type imageBuildOptions struct {
 }
 
 func newImageCmd(g *globals) *cobra.Command {
-	img := &cobra.Command{
-		Use:   "image",
-		Short: "Build the images the docker runtime runs",
-		// Without a subcommand image prints its help; with a word it does not know it
-		// is bad usage, not help with exit 0.
-		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return nil
-			}
-			msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
-			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
-				msg += "; did you mean " + strings.Join(s, " or ") + "?"
-			}
-			return withCode(exitUsage, errors.New(msg))
-		},
-		RunE:                       func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
-		SuggestionsMinimumDistance: 2,
-	}
+	img := commandGroup("image", "Build the images the docker runtime runs")
 	var o imageBuildOptions
 	build := &cobra.Command{
 		Use:   "build",

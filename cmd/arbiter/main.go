@@ -236,6 +236,27 @@ func newRoot(g *globals) *cobra.Command {
 	return root
 }
 
+// commandGroup is a command that only holds subcommands: without one it prints its
+// help; with a word it does not know it is bad usage, not help with exit 0.
+func commandGroup(use, short string) *cobra.Command {
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return nil
+			}
+			msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+				msg += "; did you mean " + strings.Join(s, " or ") + "?"
+			}
+			return withCode(exitUsage, errors.New(msg))
+		},
+		RunE:                       func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+		SuggestionsMinimumDistance: 2,
+	}
+}
+
 // markArgErrors makes every command's argument-count errors usage errors (exit 2).
 func markArgErrors(c *cobra.Command) {
 	if orig := c.Args; orig != nil {
