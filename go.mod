@@ -3,6 +3,7 @@ module github.com/arbiterlab/arbiter
 go 1.26.8
 
 require (
+	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/containerd/errdefs v1.0.0
 	github.com/ebitengine/purego v0.9.1
 	github.com/goccy/go-yaml v1.19.0

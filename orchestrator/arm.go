@@ -193,9 +193,11 @@ func (e *experiment) runArm(ctx context.Context, ai, b int, at placement, bar *b
 		return finish(store.RunFailed, "not driven: "+*why)
 	}
 	run.WorkloadStarted = time.Now()
+	stopGPUs := e.sampleGPUs(ctx, at, run.ID, e.armIDs[ai], run.WorkloadStarted, log)
 	var completed armCounts
 	status, errText, werr := e.drive(ctx, inst, preset, arm, ai, b, run.ID, model, &rr, &completed)
 	run.WorkloadEnded = time.Now()
+	stopGPUs()
 	rr.WorkloadStarted, rr.WorkloadEnded = run.WorkloadStarted, run.WorkloadEnded
 	stop()
 	if lost := inst.Exit().Lost; lost != "" && status != store.RunDone && status != store.RunInterrupted {

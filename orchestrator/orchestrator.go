@@ -67,6 +67,13 @@ type Options struct {
 	// while a workload runs (default 2s; the first gaps are shorter, see
 	// firstScrapeInterval); negative turns scraping off.
 	MetricsInterval time.Duration
+	// GPUProbe reads the GPUs a launch runs on while its workload runs (default: NVML,
+	// through the driver's libnvidia-ml.so.1, loaded when a launch starts; where there is
+	// none the launch's telemetry is recorded as unavailable, and the experiment goes on).
+	GPUProbe GPUProbe
+	// GPUInterval is the time between two samples of a launch's GPUs (default
+	// DefaultGPUInterval); negative turns GPU telemetry off.
+	GPUInterval time.Duration
 	// Resume, when not 0, continues that recorded experiment instead of starting a new
 	// one: launches that finished are kept, the others run again (see Resume).
 	Resume int64

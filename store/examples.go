@@ -5,8 +5,8 @@ import "fmt"
 // Tables are the results database's tables as users query them, in the order the manual
 // describes them; a test holds the list to the schema the migrations make.
 var Tables = []string{"experiments", "arms", "runs", "pin_checks", "sessions", "turns", "labels",
-	"detector_runs", "divergences", "phases", "server_metrics", "trace_calibrations", "leases", "engine_processes",
-	"bisections", "bisection_steps", "database_info"}
+	"detector_runs", "divergences", "phases", "server_metrics", "gpu_telemetry", "gpu_samples", "trace_calibrations", "leases",
+	"engine_processes", "bisections", "bisection_steps", "database_info"}
 
 // ExampleQuery is a read-only statement that shows what the results database answers, for
 // arbiter query's help and its hints; a test runs each against a database of this schema.

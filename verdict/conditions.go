@@ -336,10 +336,11 @@ func conditionValue(c string, x float64) string {
 }
 
 // conditionsSection writes the Conditions section: always, so that a reader knows
-// whether the load was seen at all.
+// whether the load was seen at all; the launches' GPUs follow it.
 func (v markdownWriter) conditionsSection() {
 	b := v.b
 	fmt.Fprintf(b, "\n## Conditions\n\n")
+	defer v.telemetryText() // the GPUs, after the load
 	if len(v.Conditions) == 0 {
 		fmt.Fprintf(b, "No server metrics were recorded, so the load each arm's engine carried is unknown. arbiter scrapes the engine's `/metrics` while the workload runs; SGLang and refserve serve it with `--enable-metrics`, vLLM always.\n")
 		return

@@ -292,3 +292,11 @@ func lowerBy(bound float64) string {
 	}
 	return "up to " + pctShort(math.Max(0, 1-bound)) + " lower"
 }
+
+// number formats x, or "–" where it was not measured.
+func number(x float64, format string) string {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return "–"
+	}
+	return fmt.Sprintf(format, x)
+}

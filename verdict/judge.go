@@ -361,6 +361,7 @@ func (v *Verdict) caveats() {
 	v.boundCaveat(add)
 	v.outcomeCaveats(add)
 	v.conditionsCaveat(add)
+	v.telemetryCaveat(add)
 	v.launchCaveat(add)
 	sort.SliceStable(cs, func(i, j int) bool { return cs[i].Kind < cs[j].Kind })
 	seen := map[string]bool{}

@@ -110,11 +110,18 @@ func (v *Verdict) Summary() map[string]any {
 // runSummary is every launch with its placement and times, for `arbiter show --json`.
 func (v *Verdict) runSummary() []map[string]any {
 	out := []map[string]any{}
+	gpus := map[int64]LaunchTelemetry{}
+	for _, l := range v.Telemetry {
+		gpus[l.RunID] = l
+	}
 	for _, r := range v.Runs {
 		m := map[string]any{"id": r.ID, "arm": r.Arm, "block": r.Block, "status": r.Status, "node": r.Node, "slot": r.Slot,
 			"gpus": r.GPUs, "wave": r.Wave, "instance": r.Instance, "superseded": r.Superseded}
 		if !r.WorkloadStart.IsZero() {
 			m["workload_started_at"], m["workload_ended_at"] = r.WorkloadStart, r.WorkloadEnd
+		}
+		if l, ok := gpus[r.ID]; ok {
+			m["gpu_telemetry"] = l.summary()
 		}
 		out = append(out, m)
 	}

@@ -73,6 +73,9 @@ type Verdict struct {
 	// Conditions are, per arm, the load its engine carried (from its scraped /metrics);
 	// empty when no metrics were recorded.
 	Conditions []ArmConditions
+	// Telemetry is, per launch, what its GPUs did while its workload ran (or why that
+	// is unknown), in block order; empty when nothing was recorded.
+	Telemetry []LaunchTelemetry
 	// Pins are what every launch's engine reported about its pins once it was ready;
 	// empty for experiments recorded before engines were attested.
 	Pins []PinView
@@ -352,6 +355,9 @@ func BuildWith(ctx context.Context, db *sqlx.DB, id int64, o Options) (*Verdict,
 		return nil, err
 	}
 	if err := v.loadConditions(ctx, db); err != nil {
+		return nil, err
+	}
+	if err := v.loadTelemetry(ctx, db); err != nil {
 		return nil, err
 	}
 	if err := v.loadFloor(ctx, db, o); err != nil {

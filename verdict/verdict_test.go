@@ -87,6 +87,8 @@ type launch struct {
 	// its block); wave is its wave within the block.
 	node       string
 	slot, wave int
+	// gpu, when set, records the launch's GPU telemetry (see recordGPUs).
+	gpu *gpuRun
 }
 
 // fixture is an example's recorded experiment.
@@ -201,6 +203,9 @@ func recordFixture(t *testing.T, f fixture) (*sqlx.DB, int64) {
 		}
 		if r.running > 0 {
 			recordLoad(t, s, exp, runID, armID, r.running)
+		}
+		if r.gpu != nil {
+			recordGPUs(t, s, exp, runID, armID, *r.gpu)
 		}
 		for si, o := range r.sessions {
 			index := r.block*spec.Workload.Sessions + si
