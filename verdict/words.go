@@ -7,6 +7,7 @@ package verdict
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/arbiterlab/arbiter/stats"
@@ -274,12 +275,51 @@ func (v *Verdict) uninterruptedHeadline(mark string) string {
 // otherHeadline is the headline of every claim but verification's.
 func (v *Verdict) otherHeadline(mark string) string {
 	if s := v.floorHeadline(mark); s != "" {
-		if rest := v.corruptionHeadline(mark); rest != "" {
-			return s + " " + rest
-		}
-		return s
+		return v.divergenceHeadline(s, mark)
 	}
 	return v.corruptionHeadline(mark)
+}
+
+// divergenceHeadline is the headline of an experiment judged against an A/A floor of
+// divergence, in at most three sentences that lead with what got worse: the arms that
+// crashed, wedged or lost too much, then divergence beyond the floor, or corruption
+// decided higher when no arm diverged beyond it; then the rest of corruption. Corruption
+// keeps two sentences (its evidence and its decision), one beside a sentence of
+// problems, where the decision stays when it claims a difference.
+func (v *Verdict) divergenceHeadline(floor, mark string) string {
+	if s := v.outcomeHeadline(mark); s != "" {
+		return floor + " " + s
+	}
+	problems := v.problemSentence(mark)
+	evidence := v.multiEvidence("in corrupted sessions ", mark)
+	decision := v.multiDecision(mark)
+	corruption := []string{evidence, decision}
+	decided := func(decisions ...string) bool {
+		return slices.ContainsFunc(v.others(), func(i int) bool { return slices.Contains(decisions, v.Arms[i].Compare.Decision()) })
+	}
+	claimed := decided("higher", "lower")
+	if problems != "" || evidence == "" {
+		corruption = []string{decision}
+		if !claimed && evidence != "" {
+			corruption = []string{evidence}
+		}
+	}
+	sentences := append([]string{problems, floor}, corruption...)
+	if !v.divergesBeyondFloor() && decided("higher") {
+		sentences = append(append([]string{problems}, corruption...), floor)
+	}
+	var out []string
+	for _, s := range sentences {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+// divergesBeyondFloor says whether any arm diverges beyond the A/A floor.
+func (v *Verdict) divergesBeyondFloor() bool {
+	return slices.ContainsFunc(v.Divergence, func(d DivergenceRow) bool { return d.Floor != nil && d.Floor.Beyond })
 }
 
 // corruptionHeadline is the headline of what the workload's detectors found.
@@ -327,7 +367,7 @@ func (v *Verdict) corruptionHeadline(mark string) string {
 			sentences = append(sentences, v.nextStep(a, mark))
 		}
 	default:
-		sentences = append(sentences, problems, v.multiEvidence(mark), v.multiDecision(mark))
+		sentences = append(sentences, problems, v.multiEvidence("", mark), v.multiDecision(mark))
 	}
 	var out []string
 	for _, s := range sentences {
@@ -451,8 +491,9 @@ func (v *Verdict) inconclusiveSentence(arms []int) string {
 }
 
 // multiEvidence is the evidence sentence of a design with several arms: the interaction
-// the factorial analysis shows, else the comparison closest to a decision.
-func (v *Verdict) multiEvidence(mark string) string {
+// the factorial analysis shows, else the comparison closest to a decision. what names
+// the outcome ("in corrupted sessions "), where the headline has spoken of another.
+func (v *Verdict) multiEvidence(what, mark string) string {
 	if f := v.Factorial; f != nil {
 		var shown []AdditiveInteraction
 		for _, ai := range f.Additive {
@@ -493,8 +534,8 @@ func (v *Verdict) multiEvidence(mark string) string {
 	a := v.Arms[best]
 	c := a.Compare
 	lo, hi, label := v.diffInterval(a)
-	return fmt.Sprintf("The largest difference from the baseline %s (%d of %d, %s) is %s's: %s, a difference of %s points (%s; %s).",
-		bold(v.Arms[v.Baseline].Name, mark), v.Arms[v.Baseline].Corrupted, v.Arms[v.Baseline].Sessions, pct(v.Arms[v.Baseline].Rate),
+	return fmt.Sprintf("The largest difference %sfrom the baseline %s (%d of %d, %s) is %s's: %s, a difference of %s points (%s; %s).",
+		what, bold(v.Arms[v.Baseline].Name, mark), v.Arms[v.Baseline].Corrupted, v.Arms[v.Baseline].Sessions, pct(v.Arms[v.Baseline].Rate),
 		bold(a.Name, mark), counted(a), signedNum(100*c.Difference), labelled(label, pointsAfter(lo, hi)), v.shortP(c))
 }
 
