@@ -2,9 +2,12 @@ package verdict
 
 import (
 	"context"
+	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/stats"
 	"github.com/arbiterlab/arbiter/store"
 )
@@ -144,5 +147,31 @@ func TestDivergenceHeadlineLeadsWithTheLosses(t *testing.T) {
 				t.Errorf("the terminal's headline is not the markdown's:\n%s\n%s", v.Headline(), head)
 			}
 		})
+	}
+}
+
+// ResolveFloor: a database or an experiment that is not there is store.ErrNotFound; an
+// experiment that is not an A/A check is refused as a floor, with the reason.
+func TestResolveFloorRefusesWhatCannotServe(t *testing.T) {
+	ctx := context.Background()
+	spec, err := arms.Load("../examples/quickstart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ResolveFloor(ctx, filepath.Join(t.TempDir(), "none.db"), "aa", spec, "h"); !errors.Is(err, store.ErrNotFound) || !strings.Contains(err.Error(), "no results database at") {
+		t.Errorf("no database: %v", err)
+	}
+	db, _ := recordFixture(t, examples["quickstart"])
+	var seq int
+	var name, path string
+	if err := db.QueryRowx("PRAGMA database_list").Scan(&seq, &name, &path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ResolveFloor(ctx, path, "no-such", spec, "h"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("no such experiment: %v", err)
+	}
+	_, err = ResolveFloor(ctx, path, "1", spec, "h")
+	if !errors.Is(err, ErrFloorRefused) || !strings.Contains(err.Error(), "noise floor 1 refused: experiment 1 (bf16-index-k-decisive) is not an A/A check") {
+		t.Errorf("an A/B experiment as a floor: %v", err)
 	}
 }

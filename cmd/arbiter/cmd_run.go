@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -89,13 +90,27 @@ func runExperiment(ctx context.Context, g *globals, specPath string, o runOption
 		spec.Analysis.NoiseFloor = o.noiseFloor
 	}
 	if ref := spec.Analysis.NoiseFloor; ref != "" {
-		f, err := resolveNoiseFloor(ctx, g.dbPath(), ref, spec, g.stderr)
+		f, err := noiseFloor(ctx, g, ref, spec)
 		if err != nil {
 			return err
 		}
 		spec.Analysis.NoiseFloorID = f.Experiment
 	}
 	return execute(ctx, g, spec, 0, o)
+}
+
+// noiseFloor is the A/A experiment ref as the noise floor of spec (verdict.ResolveFloor),
+// its warnings printed.
+func noiseFloor(ctx context.Context, g *globals, ref string, spec *arms.Spec) (*verdict.Floor, error) {
+	host, _ := os.Hostname()
+	f, err := verdict.ResolveFloor(ctx, g.dbPath(), ref, spec, host)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range f.Warnings {
+		fmt.Fprintf(g.stderr, "noise floor %s: %s\n", ref, w)
+	}
+	return f, nil
 }
 
 // execute runs (or, with resume set, resumes) the experiment of spec, writes its verdict

@@ -23,6 +23,7 @@ import (
 	"github.com/arbiterlab/arbiter/internal/version"
 	"github.com/arbiterlab/arbiter/orchestrator"
 	"github.com/arbiterlab/arbiter/store"
+	"github.com/arbiterlab/arbiter/verdict"
 )
 
 // Exit codes of the CLI contract, the same for every command (docs/commands.md lists them).
@@ -197,6 +198,9 @@ func exitCodeFor(ctx context.Context, err error) int {
 	case errors.Is(err, orchestrator.ErrPinsNotHeld), errors.Is(err, orchestrator.ErrPinsUncheckable):
 		// The engine is not what the arm says it is: nothing was judged.
 		return exitPinRefused
+	case errors.Is(err, verdict.ErrFloorRefused):
+		// The noise floor named is not one for this experiment: the user's choice.
+		return exitUsage
 	case errors.Is(err, store.ErrNotArbiterDatabase):
 		// --db named a file that is not a results database: the user's mistake.
 		return exitUsage
