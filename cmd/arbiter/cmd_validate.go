@@ -235,14 +235,8 @@ func summarize(s *arms.Spec, expanded []arms.Arm, r *arms.Redactor) specSummary 
 		Timeouts: map[string]string{"startup": s.Timeouts.Startup.String(), "request": s.Timeouts.Request.String(), "stall": s.Timeouts.Stall.String(), "detector": s.Timeouts.Detector.String()},
 		Secrets:  s.Engine.Secrets,
 	}
-	// Decoding checked that every node can be cut; "all" is counted on this machine,
-	// as a run counts it.
-	slots, _ := s.SlotsOn(func(n arms.Node) int {
-		if s.Runtime.Kind == arms.RuntimeProcess && arms.IsLocalHost(n.Host) {
-			return orchestrator.LocalGPUs()
-		}
-		return 0
-	})
+	// Decoding checked that every node can be cut.
+	slots, _ := orchestrator.Slots(s)
 	for _, sl := range slots {
 		sum.Slots = append(sum.Slots, sl.String())
 	}
@@ -273,7 +267,7 @@ func (s specSummary) write(w io.Writer) error {
 	fmt.Fprintf(&b, "name       %s\n", s.Name)
 	fmt.Fprintf(&b, "engine     %s, runtime %s\n", s.Preset, s.Runtime)
 	if len(s.Slots) > 0 {
-		waves := (len(s.Arms) + len(s.Slots) - 1) / len(s.Slots)
+		waves := orchestrator.Waves(len(s.Arms), len(s.Slots))
 		how := "every arm of a block at once"
 		if waves > 1 {
 			how = fmt.Sprintf("%d waves per block", waves)
