@@ -3,6 +3,7 @@ package plan
 import (
 	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/stats"
+	"github.com/arbiterlab/arbiter/verdict"
 )
 
 // LaunchClaims says what a spec's launches per arm (blocks) let a verdict attribute to the
@@ -22,8 +23,9 @@ type LaunchClaims struct {
 }
 
 // SpecLaunches is what the launches of spec s, expanded to nArms arms, can claim: for a
-// sequential design, at the last look's level; otherwise at the level stats.AllotAlpha
-// gives each primary claim beside the four speed claims of every arm.
+// sequential design, at the last look's level; otherwise at the level the verdict gives
+// each primary claim beside every other claim it makes (verdict.PlannedLevel), as the
+// power table's row of as many launches does.
 func SpecLaunches(s *arms.Spec, nArms int) LaunchClaims {
 	b, looks := s.Blocks, s.Analysis.Sequential.Looks
 	binary := s.Workload.Kind == arms.WorkloadAbortCascade
@@ -36,20 +38,7 @@ func SpecLaunches(s *arms.Spec, nArms int) LaunchClaims {
 	}
 	kind := stats.RateTestFor(b, b, floor, binary, false)
 	minP := kind.MinP(b, b)
-	// The speed claims beside them (four metrics per arm) can be tested from two launches
-	// per arm, or one against a floor: they then take their share of alpha.
-	speedMinP := 1.0
-	if b >= 2 || floor {
-		speedMinP = 0
-	}
-	var reach []stats.Reach
-	for range nArms - 1 {
-		reach = append(reach, stats.FixedReach(true, minP))
-		for range 4 {
-			reach = append(reach, stats.FixedReach(false, speedMinP))
-		}
-	}
-	level := stats.AllotAlpha(s.Analysis.Alpha, reach)[0].Level()
+	level := verdict.PlannedLevel(s, nArms, b, floor)
 	if level == 0 {
 		level = stats.PrimaryLevel(s.Analysis.Alpha, nArms-1)
 	}

@@ -39,6 +39,13 @@ func TestSpecLaunchesOfTheExamples(t *testing.T) {
 		t.Errorf("quickstart: %+v; want one launch per arm and no test", l)
 	}
 
+	// A throughput run's primary claims are tok/s, one per phase (three here), which
+	// share the primary part of alpha as the verdict shares it.
+	s, n = load("throughput.yaml")
+	if l := SpecLaunches(s, n); l.PerArm != 2 || !near(l.PrimaryLevel, 0.01) {
+		t.Errorf("throughput: %+v; want 2 per arm, each primary claim at 0.03 / 3 phases", l)
+	}
+
 	s, n = load("sequential.yaml")
 	l = SpecLaunches(s, n)
 	if l.PerArm != 8 || l.Test != string(stats.TestRandomization) || !near(l.PrimaryLevel, 0.01) || !l.CanClaim {
@@ -46,5 +53,31 @@ func TestSpecLaunchesOfTheExamples(t *testing.T) {
 	}
 	if levels := stats.SequentialLookLevels(0.05, 1, 8); levels[4] != 0 || !near(levels[5], 0.01) {
 		t.Errorf("sequential.yaml's looks: levels %v; want none before look 6, 0.01 from it", levels)
+	}
+}
+
+// What the spec's launches can claim (validate's and plan's line) and the power table's
+// row of as many launches test the primary claim at one level: both count the claims the
+// verdict makes (four speed claims per arm and group beside each rate claim), with a
+// floor and without, for every example.
+func TestSpecLaunchesAndThePowerTableAgree(t *testing.T) {
+	for _, name := range []string{"quickstart.yaml", "quickstart-launches.yaml", "factorial.yaml", "throughput.yaml", "abort-wedge.yaml", "noise-floor.yaml"} {
+		s, err := arms.Load(filepath.Join("..", "examples", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := s.Expand()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, launches := range []int{1, 2, 4, 8} {
+			s.Blocks = launches
+			l := SpecLaunches(s, len(a))
+			m := newPowerModel(s, len(a), 0.01, 0.2, 0.02, 0.02, 60, 1)
+			want := m.level(launches, s.Analysis.NoiseFloor != "")
+			if want > 0 && math.Abs(l.PrimaryLevel-want) > 1e-12 {
+				t.Errorf("%s, %d launches per arm: validate tests the primary claim at %g, the power table at %g", name, launches, l.PrimaryLevel, want)
+			}
+		}
 	}
 }
