@@ -131,7 +131,7 @@ whose arbiter was killed continues with --resume from the steps it recorded.`,
 	f.StringVarP(&o.reportPath, "output", "o", "", "report file (default verdicts/NAME-DB-bID.md beside the database; with --verdict, stdout)")
 	f.StringVar(&o.logDir, "log-dir", "", "engine logs, under DIR/DB/exp-ID (default arbiter-logs beside the database)")
 	f.StringVar(&o.failOn, "fail-on", "", "exit 3 when the bisection shows: culprit (a culprit was named) or uncertain (it ended without a conclusion)")
-	return addDBFlag(cmd, g)
+	return experimentFlag(addDBFlag(cmd, g), g, "noise-floor")
 }
 
 // stepLines prints every step as it starts and ends, on stderr.

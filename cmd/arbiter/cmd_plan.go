@@ -50,7 +50,7 @@ power and launches used at the plan's rates.`,
 	cmd.Flags().IntVar(&o.reps, "reps", 10000, "simulated experiments per scenario")
 	cmd.Flags().Uint64Var(&o.seed, "seed", 1, "seed of the simulation")
 	cmd.Flags().StringVar(&o.noiseFloor, "noise-floor", "", "plan with the launch-to-launch variation an A/A experiment (id or name, in --db) measured")
-	return addDBFlag(cmd, g)
+	return experimentFlag(addDBFlag(cmd, g), g, "noise-floor")
 }
 
 func runPlan(ctx context.Context, g *globals, path string, o planOptions) error {

@@ -75,7 +75,7 @@ recorded; a second exits at once.`,
 	cmd.Flags().StringVar(&o.logDir, "log-dir", "", "engine logs, under DIR/DB/exp-ID (default arbiter-logs beside the database)")
 	addGateFlags(cmd, &o.failOn, &o.allowInconclusive)
 	cmd.Flags().StringVar(&o.noiseFloor, "noise-floor", "", "weigh the arms against the launch spread an A/A experiment (id or name, in --db) measured on the same engine, workload and hardware: one launch per arm can then decide (overrides analysis.noise_floor)")
-	return addDBFlag(cmd, g)
+	return experimentFlag(addDBFlag(cmd, g), g, "noise-floor")
 }
 
 func runExperiment(ctx context.Context, g *globals, specPath string, o runOptions) error {

@@ -58,11 +58,11 @@ experiment. Without -o the markdown goes to stdout; with -o it is written with i
 	cmd.Flags().StringVarP(&out, "output", "o", "", "write the verdict (and its SVG charts) to this file")
 	cmd.Flags().StringVar(&floor, "noise-floor", "", "judge against the launch spread this A/A experiment (id or name) measured, in place of the one the experiment recorded")
 	addGateFlags(cmd, &failOn, &allowInconclusive)
-	return addDBFlag(cmd, g)
+	return experimentFlag(experimentArg(addDBFlag(cmd, g), g), g, "noise-floor")
 }
 
 func newShowCmd(g *globals) *cobra.Command {
-	return addDBFlag(&cobra.Command{
+	return experimentArg(addDBFlag(&cobra.Command{
 		Use:   "show [EXP]",
 		Short: "Summarise an experiment: its status, each arm's launches, sessions, corrupted and lost, the decisions",
 		Long: `Summarise a recorded experiment (default: the newest): its status and arbiter version, one
@@ -84,7 +84,7 @@ the whole verdict.`,
 			}
 			return writeShow(g.stdout, v)
 		},
-	}, g)
+	}, g), g)
 }
 
 // showSummary is the verdict's JSON summary with each arm's pins as data, {"env": {...},
