@@ -17,6 +17,7 @@ import (
 	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/bisect"
 	"github.com/arbiterlab/arbiter/internal/outfile"
+	"github.com/arbiterlab/arbiter/internal/ui"
 	"github.com/arbiterlab/arbiter/orchestrator"
 	"github.com/arbiterlab/arbiter/store"
 	"github.com/arbiterlab/arbiter/verdict"
@@ -206,7 +207,7 @@ func runBisection(ctx context.Context, g *globals, spec *arms.BisectSpec, resume
 		}
 		fmt.Fprintf(g.stdout, "bisection %d (%s): %s in %s, %s\n", res.BisectionID, res.Name, res.Status, res.Elapsed.Round(1e8), steps)
 		for _, line := range r.Headline() {
-			fmt.Fprint(g.stdout, wrap(line, "  ", 100))
+			fmt.Fprint(g.stdout, ui.Wrap(line, "  ", 100))
 		}
 		fmt.Fprintf(g.stdout, "report: %s\n", path)
 	}

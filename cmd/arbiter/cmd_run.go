@@ -15,6 +15,7 @@ import (
 
 	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/internal/outfile"
+	"github.com/arbiterlab/arbiter/internal/ui"
 	"github.com/arbiterlab/arbiter/orchestrator"
 	"github.com/arbiterlab/arbiter/store"
 	"github.com/arbiterlab/arbiter/verdict"
@@ -162,7 +163,7 @@ func execute(ctx context.Context, g *globals, spec *arms.Spec, resume int64, o r
 	} else {
 		fmt.Fprintf(g.stdout, "experiment %d (%s): %s in %s\n", res.ExperimentID, res.Name, res.Status, res.Elapsed.Round(1e8))
 		for _, line := range v.Headline() {
-			fmt.Fprint(g.stdout, wrap(line, "  ", 100))
+			fmt.Fprint(g.stdout, ui.Wrap(line, "  ", 100))
 		}
 		fmt.Fprintf(g.stdout, "verdict: %s\n", path)
 	}
@@ -277,25 +278,4 @@ func writeVerdict(ctx context.Context, g *globals, id int64, path string, keep o
 		return nil, err
 	}
 	return v, nil
-}
-
-// wrap breaks text into lines of at most width columns (a longer word stays whole), each
-// starting with indent.
-func wrap(text, indent string, width int) string {
-	var b strings.Builder
-	line := indent
-	for _, w := range strings.Fields(text) {
-		if len(line) > len(indent) && len(line)+1+len(w) > width {
-			b.WriteString(line + "\n")
-			line = indent
-		}
-		if len(line) > len(indent) {
-			line += " "
-		}
-		line += w
-	}
-	if len(line) > len(indent) {
-		b.WriteString(line + "\n")
-	}
-	return b.String()
 }

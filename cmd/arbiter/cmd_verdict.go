@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -82,7 +79,7 @@ the whole verdict.`,
 				}
 				return json.NewEncoder(g.stdout).Encode(sum)
 			}
-			return writeShow(g.stdout, v)
+			return v.WriteSummary(g.stdout)
 		},
 	}, g), g)
 }
@@ -116,63 +113,6 @@ func showSummary(ctx context.Context, g *globals, v *verdict.Verdict) (map[strin
 		a["pins"] = p
 	}
 	return sum, nil
-}
-
-// writeShow prints an experiment's summary: what show's help promises.
-func writeShow(w io.Writer, v *verdict.Verdict) error {
-	e := v.Experiment
-	fmt.Fprintf(w, "experiment %d (%s): %s, started %s by arbiter %s\n", e.ID, e.Name, e.State(), verdict.When(e.CreatedAt), e.Version)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ARM\tPINS\tLAUNCHES\tSESSIONS\tCORRUPTED\tLOST\tDECISION")
-	for i, a := range v.Arms {
-		decision := "baseline"
-		if i != v.Baseline {
-			decision = v.DecisionWords(i)
-		}
-		corrupted := fmt.Sprint(a.Corrupted)
-		if a.Sessions > 0 {
-			corrupted += fmt.Sprintf(" (%.1f%%)", 100*float64(a.Corrupted)/float64(a.Sessions))
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%s\n", a.Name, dashIfEmpty(a.Pins), launches(a.Launches), a.Sessions, corrupted, a.Lost, decision)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintln(w)
-	for _, line := range v.Headline() {
-		fmt.Fprint(w, wrap(line, "", 100))
-	}
-	if lines := v.Placement(); len(lines) > 0 {
-		fmt.Fprintf(w, "\nWhere the arms ran (%s):\n%s\n",
-			verdict.Command(fmt.Sprintf("query %q", store.PlacementQuery(e.ID)), v.DB),
-			strings.Join(lines, "\n"))
-	}
-	return nil
-}
-
-// launches writes an arm's launches by how they ended: "2 done, 1 crashed".
-func launches(l verdict.LaunchCounts) string {
-	var parts []string
-	for _, c := range []struct {
-		n    int
-		word string
-	}{{l.Done, "done"}, {l.Crashed, "crashed"}, {l.Wedged, "wedged"}, {l.Erroring, "erroring"}, {l.TimedOut, "timed out"},
-		{l.Failed, "failed"}, {l.Interrupted, "interrupted"}} {
-		if c.n > 0 {
-			parts = append(parts, fmt.Sprintf("%d %s", c.n, c.word))
-		}
-	}
-	if len(parts) == 0 {
-		return "none"
-	}
-	return strings.Join(parts, ", ")
-}
-
-func dashIfEmpty(s string) string {
-	if s == "" {
-		return "–"
-	}
-	return s
 }
 
 // loadVerdict judges the experiment the optional argument names, else the newest.

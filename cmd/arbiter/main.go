@@ -20,6 +20,7 @@ import (
 
 	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/internal/outfile"
+	"github.com/arbiterlab/arbiter/internal/ui"
 	"github.com/arbiterlab/arbiter/internal/version"
 	"github.com/arbiterlab/arbiter/orchestrator"
 	"github.com/arbiterlab/arbiter/store"
@@ -163,7 +164,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitInterrupted
 	}
 	// An error can quote an engine (its answer, its log): nothing in it may drive the terminal.
-	fmt.Fprintln(stderr, "arbiter:", terminalSafe(err.Error()))
+	fmt.Fprintln(stderr, "arbiter:", ui.Safe(err.Error()))
 	code := exitCodeFor(ctx, err)
 	if g.json && out.n == 0 {
 		// A script that asked for JSON reads JSON on stdout, failures included; a
