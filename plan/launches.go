@@ -1,6 +1,8 @@
 package plan
 
 import (
+	"fmt"
+
 	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/stats"
 	"github.com/arbiterlab/arbiter/verdict"
@@ -51,4 +53,26 @@ func SpecLaunches(s *arms.Spec, nArms int) LaunchClaims {
 		l.NoiseFloor = s.Analysis.NoiseFloor
 	}
 	return l
+}
+
+// Sentence says what the launches can claim, as validate prints it: "4 per arm (one per
+// block); each primary claim is tested at 0.03 by the randomization test on launches,
+// which can reach it (smallest p 0.0286)", or why they cannot and what would.
+func (l LaunchClaims) Sentence() string {
+	var claim string
+	switch {
+	case l.CanClaim && l.Test == string(stats.TestFloor):
+		claim = fmt.Sprintf("against the noise floor of %s (its launches' spread, at its %g%% upper bound)", l.NoiseFloor, 100*stats.FloorConf)
+	case l.CanClaim && l.Test == string(stats.TestWelch):
+		claim = "by Welch's t test on the launches' rates"
+	case l.CanClaim:
+		claim = fmt.Sprintf("by the randomization test on launches, which can reach it (smallest p %.3g)", l.MinP)
+	default:
+		claim = fmt.Sprintf("but these launches cannot reach it (smallest p %.3g), so the verdict can report differences but not attribute them to the arms: %d launches per arm can, or one per arm against a noise floor (`analysis.noise_floor`)", l.MinP, l.Needed)
+	}
+	tested := "is tested"
+	if !l.CanClaim {
+		tested = "would be tested"
+	}
+	return fmt.Sprintf("%d per arm (one per block); each primary claim %s at %.3g %s", l.PerArm, tested, l.PrimaryLevel, claim)
 }

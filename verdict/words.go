@@ -203,6 +203,20 @@ func (v *Verdict) interactionEvidence(shown []AdditiveInteraction, mark string) 
 	return fmt.Sprintf("The factorial analysis finds %d interactions: %s.", len(shown), joinAnd(parts))
 }
 
+// PValueWords says what a p-value means at level alpha, without claiming equality when
+// the test does not reject: `arbiter stats`' reading of a test on counts typed by hand.
+func PValueWords(p, alpha float64) string {
+	if math.IsNaN(p) {
+		return "undefined for these counts"
+	}
+	if stats.Reject(p, alpha) {
+		return fmt.Sprintf("p %s: significant at alpha %g; a difference at least this large would arise by chance about %s if the arms were the same",
+			FormatPEq(p), alpha, OnceIn(p))
+	}
+	return fmt.Sprintf("p %s: not significant at alpha %g; chance alone could produce a difference this large, which is not evidence that the arms are equal (see the interval)",
+		FormatPEq(p), alpha)
+}
+
 // Headline is the verdict in at most three sentences, for the terminal: what went wrong
 // with an arm (if anything) first, then the evidence, then the decision.
 func (v *Verdict) Headline() []string { return []string{v.headline("")} }
