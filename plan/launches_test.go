@@ -9,7 +9,7 @@ import (
 	"github.com/arbiterlab/arbiter/stats"
 )
 
-// loadExample loads examples/name and counts its arms.
+// loadExample loads the example spec of that name and counts its arms.
 func loadExample(t *testing.T, name string) (*arms.Spec, int) {
 	t.Helper()
 	s, err := arms.Load(filepath.Join("..", "examples", name))
