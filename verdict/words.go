@@ -318,6 +318,11 @@ func (v *Verdict) divergenceHeadline(floor, mark string) string {
 			corruption = []string{evidence}
 		}
 	}
+	// A decision said without its evidence says what it decides: after divergence,
+	// "inconclusive: q8_0" would read as divergence's.
+	if len(corruption) == 1 && corruption[0] == decision && decision != "" && !strings.Contains(decision, "corrupt") {
+		corruption[0] = "In corrupted sessions, " + lowerFirst(decision, mark)
+	}
 	sentences := append([]string{problems, floor}, corruption...)
 	if !v.divergesBeyondFloor() && decided("higher") {
 		sentences = append(append([]string{problems}, corruption...), floor)
