@@ -21,8 +21,9 @@ import (
 // fractionVerb is a formatting verb of a floating-point number; "%%" is a percent sign.
 var fractionVerb = regexp.MustCompile(`(?:^|[^%])(?:%%)*%[-+# 0]*(?:\d+|\*)?(?:\.(?:\d+|\*)?)?[fFgGeE]`)
 
-// fractionVerbsIn lists the string literals of the Go file at path that format a fraction.
-func fractionVerbsIn(t *testing.T, path string) []string {
+// literalsMatching lists the string literals of the Go file at path that re matches, each
+// with its position.
+func literalsMatching(t *testing.T, path string, re *regexp.Regexp) []string {
 	t.Helper()
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
@@ -32,7 +33,7 @@ func fractionVerbsIn(t *testing.T, path string) []string {
 	var found []string
 	ast.Inspect(f, func(n ast.Node) bool {
 		if lit, ok := n.(*ast.BasicLit); ok && lit.Kind == token.STRING {
-			if s, err := strconv.Unquote(lit.Value); err == nil && fractionVerb.MatchString(s) {
+			if s, err := strconv.Unquote(lit.Value); err == nil && re.MatchString(s) {
 				found = append(found, fset.Position(lit.Pos()).String()+": "+s)
 			}
 		}
@@ -42,7 +43,7 @@ func fractionVerbsIn(t *testing.T, path string) []string {
 }
 
 func TestTheJudgeFormatsNoFraction(t *testing.T) {
-	for _, hit := range fractionVerbsIn(t, filepath.Join(repoRoot(t), "verdict", "judge.go")) {
+	for _, hit := range literalsMatching(t, filepath.Join(repoRoot(t), "verdict", "judge.go"), fractionVerb) {
 		t.Errorf("the judge formats a number of its own (write it with a formatter of verdict/format.go): %s", hit)
 	}
 }
@@ -56,7 +57,7 @@ func TestFractionCheckSeesFractions(t *testing.T) {
 	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if got := fractionVerbsIn(t, path); len(got) != 5 {
+	if got := literalsMatching(t, path, fractionVerb); len(got) != 5 {
 		t.Errorf("found %q; want a, b, c, d and g", got)
 	}
 }
