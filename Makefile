@@ -104,7 +104,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzByteSize$$' -fuzztime $(FUZZTIME) ./internal/bytesize
 	$(GO) test -run '^$$' -fuzz '^FuzzToolcallSchema$$' -fuzztime $(FUZZTIME) ./plugins/detectors
 	$(GO) test -run '^$$' -fuzz '^FuzzParseStatsCount$$' -fuzztime $(FUZZTIME) ./cmd/arbiter
-	$(GO) test -run '^$$' -fuzz '^FuzzTerminalSafe$$' -fuzztime $(FUZZTIME) ./cmd/arbiter
+	$(GO) test -run '^$$' -fuzz '^FuzzSafe$$' -fuzztime $(FUZZTIME) ./internal/ui
 	$(GO) test -run '^$$' -fuzz '^FuzzFindWord$$' -fuzztime $(FUZZTIME) ./cmd/arbiter-detector-example
 	$(GO) test -run '^$$' -fuzz '^FuzzReadCUDASettings$$' -fuzztime $(FUZZTIME) ./cmd/refserve
 	$(GO) test -run '^$$' -fuzz '^FuzzToolCallFragments$$' -fuzztime $(FUZZTIME) ./cmd/refserve

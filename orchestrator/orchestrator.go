@@ -45,7 +45,7 @@ type Options struct {
 	Runtime runtime.Runtime
 	// CountGPUs says how many GPUs a node whose gpus is "all" has, so that engine.gpus
 	// can cut it into slots; 0 when unknown, which leaves it one slot (default
-	// LocalGPUs for the process runtime's nodes, 0 for others).
+	// NodeGPUs).
 	CountGPUs func(spec *arms.Spec, node arms.Node) int
 	// NodeRuntime builds the runtime that launches the arms of one node of
 	// spec.Nodes(); it is called once per node before anything is recorded, and an
@@ -212,12 +212,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	}
 	countGPUs := opts.CountGPUs
 	if countGPUs == nil {
-		countGPUs = func(spec *arms.Spec, n arms.Node) int {
-			if spec.Runtime.Kind == arms.RuntimeProcess && arms.IsLocalHost(n.Host) {
-				return LocalGPUs()
-			}
-			return 0
-		}
+		countGPUs = NodeGPUs
 	}
 	slots, err := spec.SlotsOn(func(n arms.Node) int { return countGPUs(spec, n) })
 	if err != nil {
@@ -422,6 +417,22 @@ func RuntimeFor(spec *arms.Spec, node arms.Node) (runtime.Runtime, error) {
 		return rt, nil
 	}
 	return nil, fmt.Errorf("orchestrator: runtime %q needs Options.Runtime or Options.NodeRuntime", spec.Runtime.Kind)
+}
+
+// NodeGPUs is how many GPUs node n of spec has when its gpus is "all": this machine's
+// (LocalGPUs) for the process runtime on this machine; 0, unknown, for any other node,
+// whose runtime is not asked before a run.
+func NodeGPUs(spec *arms.Spec, n arms.Node) int {
+	if spec.Runtime.Kind == arms.RuntimeProcess && arms.IsLocalHost(n.Host) {
+		return LocalGPUs()
+	}
+	return 0
+}
+
+// Slots are the slots the arms of spec run on, a node's "all" GPUs counted as a run
+// counts them (NodeGPUs).
+func Slots(spec *arms.Spec) ([]arms.Slot, error) {
+	return spec.SlotsOn(func(n arms.Node) int { return NodeGPUs(spec, n) })
 }
 
 // LocalGPUs counts this machine's NVIDIA GPUs by their device files (/dev/nvidia0,

@@ -82,6 +82,15 @@ func (e *experiment) nodeLost(node, why string) {
 	e.log.Error("node lost: its runs are recorded lost and it gets no further arms", "node", node, "why", why)
 }
 
+// Waves is how many waves a block of arms takes on slots: as many arms at once as there
+// are slots, the waves one after the other; 0 without a slot.
+func Waves(arms, slots int) int {
+	if slots <= 0 {
+		return 0
+	}
+	return (arms + slots - 1) / slots
+}
+
 // runBlock runs the arms of block b, in the block's order, on the live slots: as many at
 // once as there are slots, in waves when there are fewer slots than arms. Within a wave
 // the arms start together, wait for each other to be ready, and then get the workload
@@ -97,7 +106,7 @@ func (e *experiment) runBlock(ctx context.Context, b int, pending []int, res *Re
 	}
 	// Said when the number of waves changes, not again for every block that runs in as
 	// many as the one before.
-	if waves := (len(pending) + len(live) - 1) / len(live); waves > 1 && waves != e.wavesSaid {
+	if waves := Waves(len(pending), len(live)); waves > 1 && waves != e.wavesSaid {
 		e.wavesSaid = waves
 		e.log.Warn(fmt.Sprintf("block %d: %d arms on %d slot%s: running in %d waves; arms of different waves run at different times (list more slots under runtime.nodes to run them at once)",
 			b, len(pending), len(live), map[bool]string{true: "s"}[len(live) > 1], waves))

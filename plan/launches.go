@@ -1,8 +1,11 @@
 package plan
 
 import (
+	"fmt"
+
 	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/stats"
+	"github.com/arbiterlab/arbiter/verdict"
 )
 
 // LaunchClaims says what a spec's launches per arm (blocks) let a verdict attribute to the
@@ -22,8 +25,9 @@ type LaunchClaims struct {
 }
 
 // SpecLaunches is what the launches of spec s, expanded to nArms arms, can claim: for a
-// sequential design, at the last look's level; otherwise at the level stats.AllotAlpha
-// gives each primary claim beside the four speed claims of every arm.
+// sequential design, at the last look's level; otherwise at the level the verdict gives
+// each primary claim beside every other claim it makes (verdict.PlannedLevel), as the
+// power table's row of as many launches does.
 func SpecLaunches(s *arms.Spec, nArms int) LaunchClaims {
 	b, looks := s.Blocks, s.Analysis.Sequential.Looks
 	binary := s.Workload.Kind == arms.WorkloadAbortCascade
@@ -36,20 +40,7 @@ func SpecLaunches(s *arms.Spec, nArms int) LaunchClaims {
 	}
 	kind := stats.RateTestFor(b, b, floor, binary, false)
 	minP := kind.MinP(b, b)
-	// The speed claims beside them (four metrics per arm) can be tested from two launches
-	// per arm, or one against a floor: they then take their share of alpha.
-	speedMinP := 1.0
-	if b >= 2 || floor {
-		speedMinP = 0
-	}
-	var reach []stats.Reach
-	for range nArms - 1 {
-		reach = append(reach, stats.FixedReach(true, minP))
-		for range 4 {
-			reach = append(reach, stats.FixedReach(false, speedMinP))
-		}
-	}
-	level := stats.AllotAlpha(s.Analysis.Alpha, reach)[0].Level()
+	level := verdict.PlannedLevel(s, nArms, b, floor)
 	if level == 0 {
 		level = stats.PrimaryLevel(s.Analysis.Alpha, nArms-1)
 	}
@@ -62,4 +53,26 @@ func SpecLaunches(s *arms.Spec, nArms int) LaunchClaims {
 		l.NoiseFloor = s.Analysis.NoiseFloor
 	}
 	return l
+}
+
+// Sentence says what the launches can claim, as validate prints it: "4 per arm (one per
+// block); each primary claim is tested at 0.03 by the randomization test on launches,
+// which can reach it (smallest p 0.0286)", or why they cannot and what would.
+func (l LaunchClaims) Sentence() string {
+	var claim string
+	switch {
+	case l.CanClaim && l.Test == string(stats.TestFloor):
+		claim = fmt.Sprintf("against the noise floor of %s (its launches' spread, at its %g%% upper bound)", l.NoiseFloor, 100*stats.FloorConf)
+	case l.CanClaim && l.Test == string(stats.TestWelch):
+		claim = "by Welch's t test on the launches' rates"
+	case l.CanClaim:
+		claim = fmt.Sprintf("by the randomization test on launches, which can reach it (smallest p %.3g)", l.MinP)
+	default:
+		claim = fmt.Sprintf("but these launches cannot reach it (smallest p %.3g), so the verdict can report differences but not attribute them to the arms: %d launches per arm can, or one per arm against a noise floor (`analysis.noise_floor`)", l.MinP, l.Needed)
+	}
+	tested := "is tested"
+	if !l.CanClaim {
+		tested = "would be tested"
+	}
+	return fmt.Sprintf("%d per arm (one per block); each primary claim %s at %.3g %s", l.PerArm, tested, l.PrimaryLevel, claim)
 }

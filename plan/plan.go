@@ -156,7 +156,7 @@ func (p *Plan) planLaunches(spec *arms.Spec, blocks int, o Options) {
 	}
 	m := max(spec.Workload.Sessions, 1)
 	p.LaunchDesignEffect = stats.DesignEffect(float64(m), p.LaunchICC)
-	model := newPowerModel(pl.P0, pl.P1, p.LaunchICC, p.FloorICC, m, p.Alpha, p.Comparisons, o.Seed)
+	model := newPowerModel(spec, p.Arms, pl.P0, pl.P1, p.LaunchICC, p.FloorICC, m, o.Seed)
 	p.PowerByLaunches = model.table()
 	p.LaunchesNeeded = model.needed(p.TargetPower, false)
 	p.LaunchesNeededFloor = model.needed(p.TargetPower, true)

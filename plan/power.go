@@ -6,7 +6,9 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/stats"
+	"github.com/arbiterlab/arbiter/verdict"
 )
 
 // A plan's first question is how many launches per arm the experiment needs: the launch
@@ -54,43 +56,27 @@ const (
 // powerModel estimates power rows for one plan, each row once (a plan asks for some rows
 // several times: the table, the spec's own launches, the search for the target power).
 type powerModel struct {
-	p0, p1      float64
-	icc         float64 // the launches' intra-launch correlation in the simulation
-	floorICC    float64 // the upper bound the floor's test weighs launches with
-	sessions    int     // per launch
-	alpha       float64
-	comparisons int
-	seed        uint64
-	rows        map[int]PowerRow
+	spec     *arms.Spec
+	arms     int     // the spec's arms, the baseline among them
+	p0, p1   float64 // the baseline's and the other arms' corruption rates
+	icc      float64 // the launches' intra-launch correlation in the simulation
+	floorICC float64 // the upper bound the floor's test weighs launches with
+	sessions int     // per launch
+	seed     uint64
+	rows     map[int]PowerRow
 }
 
-func newPowerModel(p0, p1, icc, floorICC float64, sessions int, alpha float64, comparisons int, seed uint64) *powerModel {
-	return &powerModel{p0: p0, p1: p1, icc: icc, floorICC: floorICC, sessions: max(sessions, 1), alpha: alpha,
-		comparisons: max(comparisons, 1), seed: seed, rows: map[int]PowerRow{}}
+func newPowerModel(spec *arms.Spec, nArms int, p0, p1, icc, floorICC float64, sessions int, seed uint64) *powerModel {
+	return &powerModel{spec: spec, arms: max(nArms, 2), p0: p0, p1: p1, icc: icc, floorICC: floorICC, sessions: max(sessions, 1),
+		seed: seed, rows: map[int]PowerRow{}}
 }
 
-// claimLevel is the level the verdict tests every primary claim at with n launches per
-// arm and the test kind: stats.AllotAlpha over the primary claims (one per comparison
-// with the baseline) and the speed claims beside them, which Welch's test (two launches
-// per arm) or a floor can test. 0 when some primary claim gets no level: AllotAlpha then
-// tests some arms and not others, which no plan should count on.
-func claimLevel(alpha float64, comparisons, n int, kind stats.LaunchTestKind) float64 {
-	speed := 1.0
-	if n >= 2 || kind == stats.TestFloor {
-		speed = 0
-	}
-	claims := make([]stats.Reach, 0, 2*comparisons)
-	for range comparisons {
-		claims = append(claims, stats.FixedReach(true, kind.MinP(n, n)))
-	}
-	for range comparisons {
-		claims = append(claims, stats.FixedReach(false, speed))
-	}
-	level := 1.0
-	for _, a := range stats.AllotAlpha(alpha, claims)[:comparisons] {
-		level = min(level, a.Level())
-	}
-	return level
+// level is the level the verdict tests every primary claim at with n launches per arm,
+// with a noise floor or without (verdict.PlannedLevel: the verdict's own claims share
+// alpha). 0 when some primary claim gets no level: the verdict then tests some arms and
+// not others, which no plan should count on.
+func (m *powerModel) level(n int, floor bool) float64 {
+	return verdict.PlannedLevel(m.spec, m.arms, n, floor)
 }
 
 // row is the power of both tests with n launches per arm.
@@ -106,8 +92,7 @@ func (m *powerModel) row(n int) PowerRow {
 // simulate estimates the row of n launches per arm.
 func (m *powerModel) simulate(n int) PowerRow {
 	kind := stats.RateTestFor(n, n, false, false, false)
-	r := PowerRow{Launches: n, Test: string(kind), Level: claimLevel(m.alpha, m.comparisons, n, kind),
-		FloorLevel: claimLevel(m.alpha, m.comparisons, n, stats.TestFloor)}
+	r := PowerRow{Launches: n, Test: string(kind), Level: m.level(n, false), FloorLevel: m.level(n, true)}
 	plain := r.Level > 0
 	// From FloorMaxLaunches on the verdict tests the arms on their own launches, floor or
 	// not: the floor's column is the plain one.

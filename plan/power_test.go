@@ -104,7 +104,7 @@ func TestPowerMatchesAnIndependentSimulation(t *testing.T) {
 	if n := p.LaunchesNeeded; n <= 8 || n > 24 {
 		t.Errorf("launches needed %d, want between 9 and 24", n)
 	} else {
-		model := newPowerModel(0.05, 0.15, icc, icc, m, 0.05, 1, 1)
+		model := newPowerModel(s, 2, 0.05, 0.15, icc, icc, m, 1)
 		if model.row(n).Power < 0.8 || model.row(n-1).Power >= 0.8 {
 			t.Errorf("launches needed %d: power %g there, %g at one fewer", n, model.row(n).Power, model.row(n-1).Power)
 		}

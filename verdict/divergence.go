@@ -155,7 +155,11 @@ func (v markdownWriter) divergenceSection() {
 	}
 	fmt.Fprintf(b, "Only what the workload made comparable is compared: a reply aborted on purpose (an abort cascade's), cut off or failed, and what follows it in its session, is left out, and a session left with no turn to compare is counted beside.\n\n")
 	if floor := v.Design.DivergenceFloor; floor != "" {
-		fmt.Fprintf(b, "Arm %s repeats the baseline's pins: how often it departs from the baseline is the A/A floor, the engine's own nondeterminism under this load, and every other arm is tested against it (one-sided: does it diverge more often?), on launches when both sides have enough of them to reach the level, else on sessions.\n\n", floor)
+		fmt.Fprintf(b, "Arm %s repeats the baseline's pins: how often it departs from the baseline is the A/A floor, the engine's own nondeterminism under this load, and every other arm is tested against it (one-sided: does it diverge more often?), on launches when both sides have enough of them to reach the level, else on sessions.", floor)
+		if t := v.floorTest(); t != "" {
+			fmt.Fprintf(b, " %s", t)
+		}
+		fmt.Fprintf(b, "\n\n")
 	}
 	floorColumn := v.Design.DivergenceFloor != ""
 	if floorColumn {

@@ -70,8 +70,10 @@ func (v *Verdict) judgeFloor() {
 	}
 }
 
-// floorHeadline says which arms diverge beyond the A/A floor, first in the headline of
-// an experiment that declared one.
+// floorHeadline is the one sentence of the headline about divergence against the A/A
+// floor: the arms beyond it first (what got worse), each with its rate, p and depth, and
+// the floor's own rate beside them; the arms within it last. How the floor was tested,
+// and which arm beyond it departs later, are the divergence section's.
 func (v *Verdict) floorHeadline(mark string) string {
 	var beyond, within []DivergenceRow
 	for _, d := range v.Divergence {
@@ -87,47 +89,94 @@ func (v *Verdict) floorHeadline(mark string) string {
 		return ""
 	}
 	base := v.Arms[v.Baseline].Name
-	rate := func(d DivergenceRow) string {
-		return fmt.Sprintf("%d of %d sessions (%s)", d.Diverged, d.Compared, pct(float64(d.Diverged)/float64(d.Compared)))
-	}
-	f := beyond
-	if len(f) == 0 {
-		f = within
-	}
-	fl := f[0].Floor
-	var s []string
-	for _, group := range []struct {
-		rows []DivergenceRow
-		what string
-	}{{beyond, "beyond"}, {within, "within"}} {
-		if len(group.rows) == 0 {
-			continue
-		}
-		slices.SortFunc(group.rows, func(a, b DivergenceRow) int { return b.Diverged*a.Compared - a.Diverged*b.Compared })
-		var names, parts []string
-		for _, d := range group.rows {
-			names = append(names, d.Arm)
-			part := fmt.Sprintf("%s %s, p %s", d.Arm, rate(d), pEq(d.Floor.P))
-			part += departing(d)
+	byRate := func(a, b DivergenceRow) int { return b.Diverged*a.Compared - a.Diverged*b.Compared }
+	slices.SortStableFunc(beyond, byRate)
+	slices.SortStableFunc(within, byRate)
+	// An arm's name leads its figures only where the sentence names several.
+	arms := func(rows []DivergenceRow, named bool) string {
+		var parts []string
+		for _, d := range rows {
+			part := fmt.Sprintf("%s, p %s%s", divergedRate(d), pEq(d.Floor.P), departing(d))
+			if named || len(rows) > 1 {
+				part = d.Arm + " " + part
+			}
 			parts = append(parts, part)
 		}
-		verb := map[bool]string{true: "diverges from %s beyond the A/A floor", false: "does not diverge from %s more than the A/A floor"}[group.what == "beyond"]
-		if len(names) > 1 {
-			verb = map[bool]string{true: "diverge from %s beyond the A/A floor", false: "do not diverge from %s more than the A/A floor"}[group.what == "beyond"]
-		}
-		s = append(s, fmt.Sprintf("%s %s: %s.", bold(joinAnd(names), mark), fmt.Sprintf(verb, base), strings.Join(parts, "; ")))
+		return strings.Join(parts, "; ")
 	}
+	names := func(rows []DivergenceRow) string {
+		var out []string
+		for _, d := range rows {
+			out = append(out, d.Arm)
+		}
+		return joinAnd(out)
+	}
+	fl := append(beyond, within...)[0].Floor
+	floor := fmt.Sprintf("the floor, %s, which repeats %s's pins, departed in %s", fl.Floor, base,
+		divergedRate(DivergenceRow{Diverged: fl.FloorDiverged, Compared: fl.FloorCompared}))
+	if len(beyond) == 0 {
+		verb := "does not diverge"
+		if len(within) > 1 {
+			verb = "do not diverge"
+		}
+		return fmt.Sprintf("%s %s from %s more than the A/A floor: %s; %s.", bold(names(within), mark), verb, base, arms(within, false), floor)
+	}
+	verb := "diverges"
+	if len(beyond) > 1 {
+		verb = "diverge"
+	}
+	s := fmt.Sprintf("%s %s from %s beyond the A/A floor: %s; %s", bold(names(beyond), mark), verb, base, arms(beyond, false), floor)
+	if len(within) > 0 {
+		s += fmt.Sprintf("; within it: %s", arms(within, true))
+	}
+	return s + "."
+}
+
+// divergedRate is an arm's diverged sessions: "7 of 40 sessions (17.5%)".
+func divergedRate(d DivergenceRow) string {
+	return fmt.Sprintf("%d of %d sessions (%s)", d.Diverged, d.Compared, pct(float64(d.Diverged)/float64(max(d.Compared, 1))))
+}
+
+// floorTest says how far the floor's departing sessions stayed alike, how the arms were
+// tested against it and, of two or more beyond it, which departs later: the divergence
+// section's paragraph under the floor's.
+func (v *Verdict) floorTest() string {
+	var beyond []DivergenceRow
+	var onLaunches, onSessions []string
+	var fl *FloorComparison
+	for _, d := range v.Divergence {
+		if d.Floor == nil {
+			continue
+		}
+		fl = d.Floor
+		if d.Floor.OnLaunches {
+			onLaunches = append(onLaunches, d.Arm)
+		} else {
+			onSessions = append(onSessions, d.Arm)
+		}
+		if d.Floor.Beyond {
+			beyond = append(beyond, d)
+		}
+	}
+	if fl == nil {
+		return ""
+	}
+	var s []string
+	if i := slices.IndexFunc(v.Divergence, func(d DivergenceRow) bool { return d.Arm == fl.Floor }); i >= 0 && v.Divergence[i].Diverged > 0 {
+		s = append(s, fmt.Sprintf("The floor's sessions departed%s.", strings.TrimPrefix(departing(v.Divergence[i]), ", departing")))
+	}
+	var tests []string
+	if len(onLaunches) > 0 {
+		tests = append(tests, fmt.Sprintf("on launches by a one-sided randomization test (%s)", joinAnd(onLaunches)))
+	}
+	if len(onSessions) > 0 {
+		tests = append(tests, fmt.Sprintf("on sessions by how soon they depart, a one-sided log-rank permutation test (%s)", joinAnd(onSessions)))
+	}
+	s = append(s, fmt.Sprintf("Each arm was tested against it at %s, %s.", levelText(fl.Level), strings.Join(tests, "; ")))
 	if len(beyond) >= 2 {
 		s = append(s, v.depthSentence(beyond))
 	}
-	unit := "sessions, by how soon they depart: a one-sided log-rank permutation test"
-	if fl.OnLaunches {
-		unit = "launches, one-sided randomization test"
-	}
-	floorRow := v.Divergence[slices.IndexFunc(v.Divergence, func(d DivergenceRow) bool { return d.Arm == fl.Floor })]
-	s = append(s, fmt.Sprintf("The floor is %s, which repeats %s's pins: %d of %d sessions (%s) departed from %s's%s (tested on %s at %s each).",
-		fl.Floor, base, fl.FloorDiverged, fl.FloorCompared, pct(float64(fl.FloorDiverged)/float64(fl.FloorCompared)), base, strings.Replace(departing(floorRow), ", departing", ",", 1), unit, levelText(fl.Level)))
-	return strings.Join(s, " ")
+	return strings.TrimSpace(strings.Join(s, " "))
 }
 
 // departing says how far into its turn the median departing session stayed alike:

@@ -1,9 +1,13 @@
 package verdict
 
 import (
+	"context"
+	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/stats"
 	"github.com/arbiterlab/arbiter/store"
 )
@@ -51,11 +55,20 @@ func TestDivergenceJudgedAgainstTheFloor(t *testing.T) {
 		t.Errorf("an arm that departs as the floor does: %+v", c)
 	}
 	h := v.floorHeadline("**")
-	for _, want := range []string{"**q4** diverges from base beyond the A/A floor: q4 8 of 8 sessions (100.0%), p = ",
-		"departing a median 2 characters into the turn", "do not diverge from base more than the A/A floor",
-		"The floor is again, which repeats base's pins: 6 of 8 sessions (75.0%) departed from base's, a median 40 characters into the turn"} {
+	for _, want := range []string{"**q4** diverges from base beyond the A/A floor: 8 of 8 sessions (100.0%), p = ",
+		"departing a median 2 characters into the turn", "; the floor, again, which repeats base's pins, departed in 6 of 8 sessions (75.0%); within it: q8 8 of 8 sessions (100.0%), p = "} {
 		if !strings.Contains(h, want) {
 			t.Errorf("headline lacks %q:\n%s", want, h)
+		}
+	}
+	if n := len(sentences(h)); n != 1 {
+		t.Errorf("the floor's headline takes %d sentences, want 1:\n%s", n, h)
+	}
+	test := v.floorTest()
+	for _, want := range []string{"The floor's sessions departed a median 40 characters into the turn.",
+		"Each arm was tested against it at 0.0167, on sessions by how soon they depart, a one-sided log-rank permutation test (q8, q4 and same)."} {
+		if !strings.Contains(test, want) {
+			t.Errorf("the divergence section lacks %q:\n%s", want, test)
 		}
 	}
 	// Of two arms beyond the floor, the one whose departing turns stay alike longer is
@@ -73,5 +86,92 @@ func TestGrowthClause(t *testing.T) {
 	}
 	if got := growthClause(DivergenceRow{Arm: "q4", ByTurn: [][2]int{{8, 8}}}); got != "" {
 		t.Errorf("one turn: %q", got)
+	}
+}
+
+// rounds is n sessions corrupted (and so departing) from round r.
+func rounds(n, r int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = r
+	}
+	return out
+}
+
+// A headline about divergence against the A/A floor leads with what got worse (the arms
+// beyond the floor, with the floor's own rate beside them) and keeps to three sentences:
+// the corruption that follows says it is corruption, and how the floor was tested is
+// left to the divergence section.
+func TestDivergenceHeadlineLeadsWithTheLosses(t *testing.T) {
+	for name, c := range map[string]struct {
+		f     fixture
+		first string
+	}{
+		"beyond": {fixture{example: "ollama-kv-cache", divergence: true, runs: []launch{
+			{arm: "f16", sessions: finished(48)},
+			{arm: "f16-again", sessions: finished(48, rounds(6, 1)...)},
+			{arm: "q8_0", sessions: finished(48, rounds(30, 0)...)},
+			{arm: "q4_0", sessions: finished(48, rounds(48, 0)...)},
+		}}, "**q4_0 and q8_0** diverge from f16 beyond the A/A floor: q4_0 48 of 48 sessions (100.0%)"},
+		"crashed": {fixture{example: "ollama-kv-cache", divergence: true, runs: []launch{
+			{arm: "f16", sessions: finished(48)},
+			{arm: "f16-again", sessions: finished(48, rounds(6, 1)...)},
+			{arm: "q8_0", sessions: finished(48, rounds(30, 0)...)},
+			{arm: "q4_0", status: "crashed", err: "engine exited on its own during the workload (exit code 139)", sessions: join(finished(20, rounds(20, 0)...), lostAt("aborted", 28, 0, 1))},
+		}}, "The engine of **q4_0** crashed"},
+		"within": {fixture{example: "ollama-parallel", divergence: true, runs: []launch{
+			{arm: "p16", sessions: finished(32)}, {arm: "p16-again", sessions: finished(32)}, {arm: "p1", sessions: finished(32)},
+		}}, "**p1** does not diverge from p16 more than the A/A floor: 0 of 32 sessions (0.0%), p = 1.000; the floor, p16-again, which repeats p16's pins, departed in 0 of 32 sessions (0.0%)."},
+	} {
+		t.Run(name, func(t *testing.T) {
+			db, ref := recordFixture(t, c.f)
+			v, err := Build(context.Background(), db, ref)
+			if err != nil {
+				t.Fatal(err)
+			}
+			md := markdown(t, v)
+			checkStructure(t, md)
+			head := headlineOf(md)
+			if !strings.HasPrefix(head, c.first) {
+				t.Errorf("the headline does not lead with %q:\n%s", c.first, head)
+			}
+			if !strings.Contains(head, "which repeats") || !strings.Contains(head, "corrupted sessions") {
+				t.Errorf("the headline does not say what the floor is and what corruption was:\n%s", head)
+			}
+			for _, body := range []string{"a one-sided log-rank permutation test"} {
+				if strings.Contains(head, body) || !strings.Contains(md, body) {
+					t.Errorf("%q belongs to the divergence section, not the headline:\n%s", body, md)
+				}
+			}
+			if strings.Join(v.Headline(), " ") != strings.ReplaceAll(head, "**", "") {
+				t.Errorf("the terminal's headline is not the markdown's:\n%s\n%s", v.Headline(), head)
+			}
+		})
+	}
+}
+
+// ResolveFloor: a database or an experiment that is not there is store.ErrNotFound; an
+// experiment that is not an A/A check is refused as a floor, with the reason.
+func TestResolveFloorRefusesWhatCannotServe(t *testing.T) {
+	ctx := context.Background()
+	spec, err := arms.Load("../examples/quickstart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ResolveFloor(ctx, filepath.Join(t.TempDir(), "none.db"), "aa", spec, "h"); !errors.Is(err, store.ErrNotFound) || !strings.Contains(err.Error(), "no results database at") {
+		t.Errorf("no database: %v", err)
+	}
+	db, _ := recordFixture(t, examples["quickstart"])
+	var seq int
+	var name, path string
+	if err := db.QueryRowx("PRAGMA database_list").Scan(&seq, &name, &path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ResolveFloor(ctx, path, "no-such", spec, "h"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("no such experiment: %v", err)
+	}
+	_, err = ResolveFloor(ctx, path, "1", spec, "h")
+	if !errors.Is(err, ErrFloorRefused) || !strings.Contains(err.Error(), "noise floor 1 refused: experiment 1 (bf16-index-k-decisive) is not an A/A check") {
+		t.Errorf("an A/B experiment as a floor: %v", err)
 	}
 }

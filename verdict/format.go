@@ -6,6 +6,7 @@ package verdict
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -299,4 +300,45 @@ func number(x float64, format string) string {
 		return "–"
 	}
 	return fmt.Sprintf(format, x)
+}
+
+// FormatRate writes a rate as a percentage with enough digits for rare events ("0.312%");
+// "+inf" and "n/a" where it is infinite or undefined.
+func FormatRate(v float64) string {
+	switch {
+	case math.IsInf(v, 1):
+		return "+inf"
+	case math.IsNaN(v):
+		return "n/a"
+	case v == 0 || v == 1:
+		return fmt.Sprintf("%.0f%%", 100*v)
+	}
+	return fmt.Sprintf("%.3g%%", 100*v)
+}
+
+// FormatNumber writes a statistic to three significant digits; "+inf", "-inf" and
+// "n/a" where it is infinite or undefined.
+func FormatNumber(v float64) string {
+	switch {
+	case math.IsInf(v, 1):
+		return "+inf"
+	case math.IsInf(v, -1):
+		return "-inf"
+	case math.IsNaN(v):
+		return "n/a"
+	}
+	return fmt.Sprintf("%.3g", v)
+}
+
+// OnceIn writes a probability as "once in N experiments".
+func OnceIn(p float64) string {
+	if p < 1e-300 {
+		// Below what a float carries: a bound, as FormatPEq says it.
+		return "less than once in 1e+300 experiments"
+	}
+	n := 1 / p
+	if n >= 1e6 {
+		return fmt.Sprintf("once in %.1e experiments", n)
+	}
+	return fmt.Sprintf("once in %s experiments", strconv.FormatFloat(math.Round(n), 'f', 0, 64))
 }

@@ -94,3 +94,25 @@ func TestLevelsAreWrittenAsAReaderExpects(t *testing.T) {
 		}
 	}
 }
+
+// The numbers `arbiter stats` prints: rates with the digits a rare event needs, statistics
+// to three digits, a p-value as how often chance alone would give it, and what it means
+// at the level, never that the arms are equal.
+func TestStatsNumbers(t *testing.T) {
+	for _, c := range []struct{ got, want string }{
+		{FormatRate(0.003125), "0.312%"}, {FormatRate(0), "0%"}, {FormatRate(1), "100%"}, {FormatRate(math.NaN()), "n/a"}, {FormatRate(math.Inf(1)), "+inf"},
+		{FormatNumber(2.71828), "2.72"}, {FormatNumber(math.Inf(-1)), "-inf"}, {FormatNumber(math.NaN()), "n/a"},
+		{OnceIn(0.002), "once in 500 experiments"}, {OnceIn(2e-7), "once in 5.0e+06 experiments"}, {OnceIn(0), "less than once in 1e+300 experiments"},
+		{PValueWords(math.NaN(), 0.05), "undefined for these counts"},
+	} {
+		if c.got != c.want {
+			t.Errorf("%q, want %q", c.got, c.want)
+		}
+	}
+	if s := PValueWords(0.002, 0.05); !strings.HasPrefix(s, "p = 0.002: significant at alpha 0.05; ") || !strings.Contains(s, "once in 500 experiments") {
+		t.Errorf("significant: %q", s)
+	}
+	if s := PValueWords(0.2, 0.05); !strings.Contains(s, "not significant at alpha 0.05") || !strings.Contains(s, "not evidence that the arms are equal") {
+		t.Errorf("not significant: %q", s)
+	}
+}

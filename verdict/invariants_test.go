@@ -23,7 +23,8 @@ import (
 // The invariants every verdict keeps, whatever was recorded, checked over simulated
 // records of every shape a verdict judges: crashed, wedged, erroring and interrupted
 // launches, lost sessions, launches that agree exactly, one launch per arm, factorial and
-// sequential designs, abort cascades and throughput phases. TestVerdictInvariants runs a
+// sequential designs, divergence against an A/A floor, abort cascades and throughput
+// phases. TestVerdictInvariants runs a
 // short pass in `make test`; FuzzVerdictInvariants searches further in `make fuzz`.
 
 // invariantRecords is how many simulated records the short pass judges.
@@ -55,7 +56,8 @@ var spreads = []float64{0, 0, 0.01, 0.05, 0.5, 3}
 // simulatedAgent is an agent workload's record: an example's arms over 1 to 5 blocks,
 // each arm with its own corruption rate, each launch ending as launches do.
 func simulatedAgent(t *testing.T, rng *rand.Rand) (*sqlx.DB, int64, string) {
-	example := []string{"quickstart-launches", "quickstart", "aa", "factorial", "sequential"}[rng.IntN(5)]
+	examples := []string{"quickstart-launches", "quickstart", "aa", "factorial", "sequential", "ollama-kv-cache", "ollama-parallel"}
+	example := examples[rng.IntN(len(examples))]
 	spec, err := arms.Load(filepath.Join("..", "examples", example+".yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +75,8 @@ func simulatedAgent(t *testing.T, rng *rand.Rand) (*sqlx.DB, int64, string) {
 		flat[a.Name] = rng.IntN(3) == 0
 	}
 	statuses := []string{"done", "done", "done", "done", "done", "done", "crashed", "wedged", "erroring", "timed-out", "interrupted", "failed"}
-	f := fixture{example: example}
+	// The examples with an A/A floor of divergence record their divergence pass too.
+	f := fixture{example: example, divergence: strings.HasPrefix(example, "ollama-")}
 	interrupted := false
 	for b := range blocks {
 		order := rng.Perm(len(list))
@@ -282,6 +285,18 @@ func invariantProblems(v *Verdict, md, js string) []string {
 
 	// The headline decides only what a claim decided at its level.
 	head := strings.Join(v.Headline(), " ")
+
+	// A headline judged against an A/A floor of divergence leads with it, in at most three
+	// sentences (an interrupted experiment's says so before them).
+	if floor := v.floorHeadline(""); floor != "" {
+		judged := strings.TrimPrefix(head, strings.TrimSuffix(head, v.uninterruptedHeadline("")))
+		if n := len(sentences(judged)); n > 3 {
+			bad("the divergence headline has %d sentences: %s", n, judged)
+		}
+		if lead := sentences(floor)[0]; !strings.Contains(judged, lead) {
+			bad("the divergence headline lacks the floor's sentence: %s", judged)
+		}
+	}
 	for word, decisions := range map[string][]string{
 		"significantly higher": {"higher"}, "significantly lower": {"lower"},
 		"significantly less often": {"lower"}, "significantly more often": {"higher"},

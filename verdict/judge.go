@@ -507,7 +507,7 @@ func (v *Verdict) wedgeGate(name string) (GateResult, string) {
 		bad := w.Estimate > 0 || (name == "difference" && w.Estimate != 0)
 		switch {
 		case w.Claimed && bad:
-			return GateFail, fmt.Sprintf("%s wedged more often than %s (%+.0f points of their launches), launch p %s ≤ %s.", a.Name, base, 100*w.Estimate, pEq(w.P), levelText(w.Level))
+			return GateFail, fmt.Sprintf("%s wedged more often than %s (%s points of their launches), launch p %s ≤ %s.", a.Name, base, signedNum(100*w.Estimate), pEq(w.P), levelText(w.Level))
 		}
 		if c := a.Compare; c != nil && !c.Inconclusive && c.Significant && (name == "difference" || c.Direction == "higher") {
 			return GateFail, v.evidence(a, "") + " " + v.decisionSentence(a, "")

@@ -237,8 +237,25 @@ type familyInput struct {
 
 // decideFamily builds and decides every launch claim of a verdict.
 func decideFamily(in familyInput) *LaunchFamily {
-	f := &LaunchFamily{Alpha: in.Alpha, Primary: in.Primary}
-	add := func(c *LaunchClaim) { f.Claims = append(f.Claims, c) }
+	f := &LaunchFamily{Alpha: in.Alpha, Primary: in.Primary, Claims: familyClaims(in)}
+	nPrimary := 0
+	for _, c := range f.Claims {
+		if c.Primary {
+			nPrimary++
+		}
+	}
+	allotFamily(f, in, nPrimary)
+	return f
+}
+
+// familyClaims are the claims a verdict makes, undecided, the primary ones marked: for
+// every arm against the baseline its rates (corruption, and its non-inferiority or wedges
+// where the design has them) and each speed metric of each group (and its
+// non-inferiority under a throughput margin); under a throughput margin, each arm's
+// stability from before to after.
+func familyClaims(in familyInput) []*LaunchClaim {
+	var claims []*LaunchClaim
+	add := func(c *LaunchClaim) { claims = append(claims, c) }
 	base := in.Arms[in.Baseline]
 	for i, arm := range in.Arms {
 		if i == in.Baseline {
@@ -280,15 +297,10 @@ func decideFamily(in familyInput) *LaunchFamily {
 		}
 		return c.Outcome == in.Primary
 	}
-	nPrimary := 0
-	for _, c := range f.Claims {
+	for _, c := range claims {
 		c.Primary = primary(c)
-		if c.Primary {
-			nPrimary++
-		}
 	}
-	allotFamily(f, in, nPrimary)
-	return f
+	return claims
 }
 
 // allotFamily gives every claim its level (stats.AllotAlpha: a claim whose test cannot
@@ -718,13 +730,7 @@ func (v *Verdict) judgeLaunches() {
 			in.Looks[i] = max(1, v.Design.Looks)
 		}
 	}
-	in.CorruptionMargin = v.Design.Margin
-	switch v.Design.Kind {
-	case arms.WorkloadAbortCascade:
-		in.Primary, in.Wedges = OutcomeWedge, true
-	case arms.WorkloadThroughput:
-		in.Primary = MetricThroughput
-	}
+	in.design(v.Design.Kind, v.Design.Margin)
 	if o := v.Outcomes; o != nil {
 		in.Margin = o.Margin
 		for _, g := range o.Groups {
@@ -742,6 +748,18 @@ func (v *Verdict) judgeLaunches() {
 	f := decideFamily(in)
 	v.Claims = f
 	v.applyLaunchFamily(f)
+}
+
+// design sets what the workload's kind and the corruption margin make of the claims: the
+// primary outcome, whether wedges are claimed on, corruption's non-inferiority.
+func (in *familyInput) design(kind string, corruptionMargin float64) {
+	in.Primary, in.CorruptionMargin = OutcomeCorruption, corruptionMargin
+	switch kind {
+	case arms.WorkloadAbortCascade:
+		in.Primary, in.Wedges = OutcomeWedge, true
+	case arms.WorkloadThroughput:
+		in.Primary = MetricThroughput
+	}
 }
 
 // launchSamples reduces the verdict's sessions, runs and session summaries to one

@@ -2,9 +2,11 @@ package verdict
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
+	"os"
 	"slices"
 	"strings"
 
@@ -418,4 +420,60 @@ func (f *Floor) Sentence() string {
 	}
 	return fmt.Sprintf("Claims rest on the noise floor of A/A experiment %d (%s): over %d launches it measured %s; a difference between launches of one configuration is taken to be no larger.",
 		f.Experiment, f.Name, f.Launches, joinAnd(parts))
+}
+
+// ErrFloorRefused marks a noise floor that cannot serve the experiment it was named for:
+// another engine, workload or pins, too few launches, or no spread measured.
+var ErrFloorRefused = errors.New("noise floor refused")
+
+// floorMissing says that no results database holds a floor, and floorRefused why a floor
+// cannot serve, each in its own words; underneath they are store.ErrNotFound and
+// ErrFloorRefused.
+type (
+	floorMissing string
+	floorRefused string
+)
+
+func (e floorMissing) Error() string { return string(e) }
+func (e floorMissing) Unwrap() error { return store.ErrNotFound }
+func (e floorRefused) Error() string { return string(e) }
+func (e floorRefused) Unwrap() error { return ErrFloorRefused }
+
+// ResolveFloor finds the A/A experiment ref (an id or a name) in the results database at
+// dbPath, measures it, and checks that it can be the noise floor of an experiment of spec
+// run on host: one that ran another engine, workload or pins is refused (ErrFloorRefused)
+// before anything is launched, and what only warns (another host, other session counts)
+// is in the floor's Warnings. A missing database or experiment is store.ErrNotFound.
+func ResolveFloor(ctx context.Context, dbPath, ref string, spec *arms.Spec, host string) (*Floor, error) {
+	if _, err := os.Stat(dbPath); errors.Is(err, os.ErrNotExist) {
+		return nil, floorMissing(fmt.Sprintf("noise floor %s: no results database at %s holds it (run the A/A experiment there first, or give --db)", ref, dbPath))
+	}
+	db, err := store.OpenReadOnly(dbPath)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	e, err := store.FindExperiment(ctx, db, ref)
+	if err != nil {
+		return nil, fmt.Errorf("noise floor %s: %w", ref, err)
+	}
+	f, err := MeasureFloor(ctx, db, e.ID)
+	if err != nil {
+		return nil, err
+	}
+	CheckFloor(f, e, store.ExperimentRow{Name: spec.Name, SpecPath: spec.Path, Spec: string(spec.Source), Host: host})
+	if !f.Used() {
+		return nil, floorRefused(fmt.Sprintf("noise floor %s refused: %s", ref, f.Refused))
+	}
+	return f, nil
+}
+
+// CorruptionBound is the intra-launch correlation of corruption the floor lends a plan
+// or a bisection (its upper bound, as the verdict weighs launches with it) and where it
+// comes from; ErrFloorRefused when the floor had no corrupted session to measure it by.
+func (f *Floor) CorruptionBound(ref string) (icc float64, basis string, err error) {
+	if math.IsNaN(f.ICCUpper) {
+		return 0, "", floorRefused(fmt.Sprintf("--noise-floor %s: experiment %d had %d corrupted sessions of %d, so how launches differ in corruption was not measured", ref, f.Experiment, f.Corrupted, f.Sessions))
+	}
+	return f.ICCUpper, fmt.Sprintf("the %g%% upper bound measured by A/A experiment %d over %d launches (estimate %.3g)", 100*f.Conf, f.Experiment, f.Launches, f.ICC), nil
 }

@@ -7,6 +7,7 @@ package verdict
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/arbiterlab/arbiter/stats"
@@ -202,6 +203,20 @@ func (v *Verdict) interactionEvidence(shown []AdditiveInteraction, mark string) 
 	return fmt.Sprintf("The factorial analysis finds %d interactions: %s.", len(shown), joinAnd(parts))
 }
 
+// PValueWords says what a p-value means at level alpha, without claiming equality when
+// the test does not reject: `arbiter stats`' reading of a test on counts typed by hand.
+func PValueWords(p, alpha float64) string {
+	if math.IsNaN(p) {
+		return "undefined for these counts"
+	}
+	if stats.Reject(p, alpha) {
+		return fmt.Sprintf("p %s: significant at alpha %g; a difference at least this large would arise by chance about %s if the arms were the same",
+			FormatPEq(p), alpha, OnceIn(p))
+	}
+	return fmt.Sprintf("p %s: not significant at alpha %g; chance alone could produce a difference this large, which is not evidence that the arms are equal (see the interval)",
+		FormatPEq(p), alpha)
+}
+
 // Headline is the verdict in at most three sentences, for the terminal: what went wrong
 // with an arm (if anything) first, then the evidence, then the decision.
 func (v *Verdict) Headline() []string { return []string{v.headline("")} }
@@ -274,12 +289,56 @@ func (v *Verdict) uninterruptedHeadline(mark string) string {
 // otherHeadline is the headline of every claim but verification's.
 func (v *Verdict) otherHeadline(mark string) string {
 	if s := v.floorHeadline(mark); s != "" {
-		if rest := v.corruptionHeadline(mark); rest != "" {
-			return s + " " + rest
-		}
-		return s
+		return v.divergenceHeadline(s, mark)
 	}
 	return v.corruptionHeadline(mark)
+}
+
+// divergenceHeadline is the headline of an experiment judged against an A/A floor of
+// divergence, in at most three sentences that lead with what got worse: the arms that
+// crashed, wedged or lost too much, then divergence beyond the floor, or corruption
+// decided higher when no arm diverged beyond it; then the rest of corruption. Corruption
+// keeps two sentences (its evidence and its decision), one beside a sentence of
+// problems, where the decision stays when it claims a difference.
+func (v *Verdict) divergenceHeadline(floor, mark string) string {
+	if s := v.outcomeHeadline(mark); s != "" {
+		return floor + " " + s
+	}
+	problems := v.problemSentence(mark)
+	evidence := v.multiEvidence("in corrupted sessions ", mark)
+	decision := v.multiDecision(mark)
+	corruption := []string{evidence, decision}
+	decided := func(decisions ...string) bool {
+		return slices.ContainsFunc(v.others(), func(i int) bool { return slices.Contains(decisions, v.Arms[i].Compare.Decision()) })
+	}
+	claimed := decided("higher", "lower")
+	if problems != "" || evidence == "" {
+		corruption = []string{decision}
+		if !claimed && evidence != "" {
+			corruption = []string{evidence}
+		}
+	}
+	// A decision said without its evidence says what it decides: after divergence,
+	// "inconclusive: q8_0" would read as divergence's.
+	if len(corruption) == 1 && corruption[0] == decision && decision != "" && !strings.Contains(decision, "corrupt") {
+		corruption[0] = "In corrupted sessions, " + lowerFirst(decision, mark)
+	}
+	sentences := append([]string{problems, floor}, corruption...)
+	if !v.divergesBeyondFloor() && decided("higher") {
+		sentences = append(append([]string{problems}, corruption...), floor)
+	}
+	var out []string
+	for _, s := range sentences {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+// divergesBeyondFloor says whether any arm diverges beyond the A/A floor.
+func (v *Verdict) divergesBeyondFloor() bool {
+	return slices.ContainsFunc(v.Divergence, func(d DivergenceRow) bool { return d.Floor != nil && d.Floor.Beyond })
 }
 
 // corruptionHeadline is the headline of what the workload's detectors found.
@@ -327,7 +386,7 @@ func (v *Verdict) corruptionHeadline(mark string) string {
 			sentences = append(sentences, v.nextStep(a, mark))
 		}
 	default:
-		sentences = append(sentences, problems, v.multiEvidence(mark), v.multiDecision(mark))
+		sentences = append(sentences, problems, v.multiEvidence("", mark), v.multiDecision(mark))
 	}
 	var out []string
 	for _, s := range sentences {
@@ -451,8 +510,9 @@ func (v *Verdict) inconclusiveSentence(arms []int) string {
 }
 
 // multiEvidence is the evidence sentence of a design with several arms: the interaction
-// the factorial analysis shows, else the comparison closest to a decision.
-func (v *Verdict) multiEvidence(mark string) string {
+// the factorial analysis shows, else the comparison closest to a decision. what names
+// the outcome ("in corrupted sessions "), where the headline has spoken of another.
+func (v *Verdict) multiEvidence(what, mark string) string {
 	if f := v.Factorial; f != nil {
 		var shown []AdditiveInteraction
 		for _, ai := range f.Additive {
@@ -493,8 +553,8 @@ func (v *Verdict) multiEvidence(mark string) string {
 	a := v.Arms[best]
 	c := a.Compare
 	lo, hi, label := v.diffInterval(a)
-	return fmt.Sprintf("The largest difference from the baseline %s (%d of %d, %s) is %s's: %s, a difference of %s points (%s; %s).",
-		bold(v.Arms[v.Baseline].Name, mark), v.Arms[v.Baseline].Corrupted, v.Arms[v.Baseline].Sessions, pct(v.Arms[v.Baseline].Rate),
+	return fmt.Sprintf("The largest difference %sfrom the baseline %s (%d of %d, %s) is %s's: %s, a difference of %s points (%s; %s).",
+		what, bold(v.Arms[v.Baseline].Name, mark), v.Arms[v.Baseline].Corrupted, v.Arms[v.Baseline].Sessions, pct(v.Arms[v.Baseline].Rate),
 		bold(a.Name, mark), counted(a), signedNum(100*c.Difference), labelled(label, pointsAfter(lo, hi)), v.shortP(c))
 }
 

@@ -17,8 +17,8 @@ import (
 	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/bisect"
 	"github.com/arbiterlab/arbiter/internal/outfile"
+	"github.com/arbiterlab/arbiter/internal/ui"
 	"github.com/arbiterlab/arbiter/orchestrator"
-	"github.com/arbiterlab/arbiter/stats"
 	"github.com/arbiterlab/arbiter/store"
 	"github.com/arbiterlab/arbiter/verdict"
 )
@@ -132,7 +132,7 @@ whose arbiter was killed continues with --resume from the steps it recorded.`,
 	f.StringVarP(&o.reportPath, "output", "o", "", "report file (default verdicts/NAME-DB-bID.md beside the database; with --verdict, stdout)")
 	f.StringVar(&o.logDir, "log-dir", "", "engine logs, under DIR/DB/exp-ID (default arbiter-logs beside the database)")
 	f.StringVar(&o.failOn, "fail-on", "", "exit 3 when the bisection shows: culprit (a culprit was named) or uncertain (it ended without a conclusion)")
-	return addDBFlag(cmd, g)
+	return experimentFlag(addDBFlag(cmd, g), g, "noise-floor")
 }
 
 // stepLines prints every step as it starts and ends, on stderr.
@@ -207,7 +207,7 @@ func runBisection(ctx context.Context, g *globals, spec *arms.BisectSpec, resume
 		}
 		fmt.Fprintf(g.stdout, "bisection %d (%s): %s in %s, %s\n", res.BisectionID, res.Name, res.Status, res.Elapsed.Round(1e8), steps)
 		for _, line := range r.Headline() {
-			fmt.Fprint(g.stdout, wrap(line, "  ", 100))
+			fmt.Fprint(g.stdout, ui.Wrap(line, "  ", 100))
 		}
 		fmt.Fprintf(g.stdout, "report: %s\n", path)
 	}
@@ -417,16 +417,14 @@ func dash(s string) string {
 	return s
 }
 
-// planBisection checks a spec and says what its search will do, running nothing: the
-// changes, the step design, what one step decides at the effect, and a simulation of
-// whole bisections at a clean good and a culprit at the effect, launches differing as
-// much as the design allows for.
+// planBisection checks a spec and says what its search will do, running nothing
+// (bisect.NewForecast).
 func planBisection(g *globals, path string, o bisectOptions) error {
 	spec, err := arms.LoadBisect(path)
 	if err != nil {
 		return withCode(exitUsage, err)
 	}
-	iccBasis, err := applyBisectFloor(context.Background(), g, spec, o.noiseFloor)
+	basis, err := applyBisectFloor(context.Background(), g, spec, o.noiseFloor)
 	if err != nil {
 		return err
 	}
@@ -434,104 +432,34 @@ func planBisection(g *globals, path string, o bisectOptions) error {
 	if err != nil {
 		return withCode(exitUsage, err)
 	}
-	n := d.Sessions
-	rate := spec.Search.Effect
-	if o.rate != 0 {
-		if !(o.rate > 0 && o.rate <= 1) {
-			return withCode(exitUsage, fmt.Errorf("--rate %g: a corruption rate in (0, 1]", o.rate))
-		}
-		rate = o.rate
+	if o.rate != 0 && !(o.rate > 0 && o.rate <= 1) {
+		return withCode(exitUsage, fmt.Errorf("--rate %g: a corruption rate in (0, 1]", o.rate))
 	}
-	// Steps and bisections are simulated with launches that differ as much as the
-	// design allows for: its clean bound's intra-launch correlation.
-	icc := d.Step.LaunchICC
-	reps := max(o.simulations, 1)
-	atEffect, err := stats.SimulateStep(0, rate, icc, n, d.Step, reps, 1)
-	if err != nil {
-		return err
-	}
-	clean, err := stats.SimulateStep(0, 0, icc, n, d.Step, reps, 2)
-	if err != nil {
-		return err
-	}
-	sizes := []int{1}
-	if len(spec.Changes) > 1 {
-		sizes = append(sizes, 2)
-	}
-	sim, err := bisect.Simulate(bisect.SimOptions{Changes: len(spec.Changes), CulpritSizes: sizes, RateGood: 0, RateCulprit: rate,
-		SessionsPerLook: n, LaunchICC: icc, Design: d.Step, MaxSteps: d.MaxSteps, CheckRevert: spec.Search.CheckRevert, Reps: reps, Seed: 1})
+	f, err := bisect.NewForecast(spec, d, bisect.ForecastOptions{Rate: o.rate, Simulations: o.simulations, LaunchICCBasis: basis})
 	if err != nil {
 		return err
 	}
 	if g.json {
-		changes := make([]string, len(spec.Changes))
-		for i, c := range spec.Changes {
-			changes[i] = c.Label()
-		}
-		return json.NewEncoder(g.stdout).Encode(map[string]any{
-			"changes": changes, "max_steps": d.MaxSteps, "step_alpha": d.Step.Alpha, "looks": d.Step.Looks,
-			"sessions_per_look": n, "effect": d.Step.Effect, "rate": rate, "launch_icc": icc, "launch_icc_basis": iccBasis, "first_look": d.Step.FirstLook,
-			"earliest_clean":  d.Step.EarliestClean(n),
-			"step_at_effect":  map[string]float64{"corrupts": atEffect.Corrupts, "clean": atEffect.Clean, "inconclusive": atEffect.Inconclusive, "mean_launches": atEffect.MeanLaunches, "mean_sessions": atEffect.MeanSessions},
-			"step_when_clean": map[string]float64{"clean": clean.Clean, "corrupts": clean.Corrupts, "inconclusive": clean.Inconclusive, "mean_launches": clean.MeanLaunches, "mean_sessions": clean.MeanSessions},
-			"simulation": map[string]any{"bisections": sim.Reps, "right": float64(sim.Right) / float64(sim.Reps), "wrong": sim.WrongRate(),
-				"uncertain": float64(sim.Uncertain) / float64(sim.Reps), "mean_steps": sim.MeanSteps, "most_steps": sim.MostSteps,
-				"mean_launches": sim.MeanLaunches, "mean_sessions": sim.MeanSessions},
-		})
+		return json.NewEncoder(g.stdout).Encode(f)
 	}
-	w := g.stdout
-	fmt.Fprintf(w, "%s: %d changes from good to bad, in search order\n", spec.Name, len(spec.Changes))
-	for i, c := range spec.Changes {
-		fmt.Fprintf(w, "  %2d  %s\n", i+1, c.Label())
-	}
-	fmt.Fprintf(w, "search: at most %d steps (a culprit of one change takes at most %d, of two %d), each at alpha %.3g = error budget %g / %d\n",
-		d.MaxSteps, bisect.MaxSteps(len(spec.Changes), 1), bisect.MaxSteps(len(spec.Changes), 2), d.Step.Alpha, spec.Search.ErrorBudget, d.MaxSteps)
-	fmt.Fprintf(w, "a step: up to %d looks, each one launch a side of %d sessions; corrupts when the launches' randomization test reaches %.3g (looks %d to %d: fewer launches cannot reach it), "+
-		"clean when the excess is bounded below %.1f points (one-sided level %.3g per look, launches differing up to ICC %.2g)\n",
-		d.Step.Looks, n, d.Step.Levels[d.Step.Looks-1], d.Step.FirstLook, d.Step.Looks, 100*d.Step.Effect, d.Step.CleanLevel, icc)
-	fmt.Fprintf(w, "launch ICC %.3g: %s\n", icc, iccBasis)
-	if k := d.Step.EarliestClean(n); k > 0 {
-		fmt.Fprintf(w, "a step can call a subset clean from look %d (when neither side corrupts a session)\n", k)
-	} else {
-		fmt.Fprintf(w, "warning: no step can call a subset clean within %d looks of %d sessions, launches differing up to ICC %.3g: every subset that does not corrupt ends inconclusive; give search.looks more launches, or measure the launch ICC with an A/A experiment of the good configuration (--noise-floor)\n",
-			d.Step.Looks, n, icc)
-	}
-	fmt.Fprintf(w, "a step holding the culprit, good at 0%% and the culprit at %.1f%%: corrupts %.3f, clean %.5f, inconclusive %.3f; %.1f launches a side on average\n",
-		100*rate, atEffect.Corrupts, atEffect.Clean, atEffect.Inconclusive, atEffect.MeanLaunches)
-	fmt.Fprintf(w, "a clean step, both at 0%%: clean %.3f, inconclusive %.3f; %.1f launches a side on average\n", clean.Clean, clean.Inconclusive, clean.MeanLaunches)
-	fmt.Fprintf(w, "%d simulated bisections (a culprit of %s changes at %.1f%%, launches at ICC %.2g): right %.3f, wrong %.4f, uncertain %.3f; %.1f steps and %.0f launches on average, at most %d steps\n",
-		sim.Reps, strings.Trim(strings.Join(strings.Fields(fmt.Sprint(sizes)), " or "), "[]"), 100*rate, icc, float64(sim.Right)/float64(sim.Reps), sim.WrongRate(),
-		float64(sim.Uncertain)/float64(sim.Reps), sim.MeanSteps, sim.MeanLaunches, sim.MostSteps)
+	f.WriteText(g.stdout)
 	return nil
 }
 
-// applyBisectFloor replaces the spec's search.launch_icc with the upper bound of the
-// intra-launch correlation that the A/A experiment ref (of the good configuration, on
-// the same engine and workload) measured, when ref is given, and says where the ICC a
-// bisection allows for comes from.
+// applyBisectFloor replaces the spec's search.launch_icc with the bound the A/A
+// experiment ref measured, when ref is given (bisect.ApplyFloor), and says where the ICC
+// a bisection allows for comes from.
 func applyBisectFloor(ctx context.Context, g *globals, spec *arms.BisectSpec, ref string) (string, error) {
 	if ref == "" {
-		if spec.Search.LaunchICC == arms.DefaultLaunchICC {
-			return "assumed (search.launch_icc's default; an A/A experiment of the good configuration measures it: --noise-floor)", nil
-		}
-		return "search.launch_icc", nil
+		return bisect.LaunchICCBasis(spec), nil
 	}
-	all := make([]int, len(spec.Changes))
-	for i := range all {
-		all[i] = i
-	}
-	// The floor must match a step's experiment in everything but the changes.
-	step, err := spec.StepSpec(arms.StepOptions{Name: spec.Name, Applied: all, Alpha: spec.Search.ErrorBudget})
+	step, err := bisect.FloorSpec(spec)
 	if err != nil {
 		return "", err
 	}
-	icc, basis, err := noiseFloor(ctx, g.dbPath(), ref, step, g.stderr)
+	f, err := noiseFloor(ctx, g, ref, step)
 	if err != nil {
 		return "", err
 	}
-	if !(icc < 1) {
-		return "", withCode(exitUsage, fmt.Errorf("--noise-floor %s: its launches differ so much (ICC bound %.3g) that no step could bound a subset's excess", ref, icc))
-	}
-	spec.Search.LaunchICC = icc
-	return basis, nil
+	return bisect.ApplyFloor(spec, f, ref)
 }

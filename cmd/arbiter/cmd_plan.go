@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"math"
 
 	"github.com/spf13/cobra"
 
@@ -52,7 +50,7 @@ power and launches used at the plan's rates.`,
 	cmd.Flags().IntVar(&o.reps, "reps", 10000, "simulated experiments per scenario")
 	cmd.Flags().Uint64Var(&o.seed, "seed", 1, "seed of the simulation")
 	cmd.Flags().StringVar(&o.noiseFloor, "noise-floor", "", "plan with the launch-to-launch variation an A/A experiment (id or name, in --db) measured")
-	return addDBFlag(cmd, g)
+	return experimentFlag(addDBFlag(cmd, g), g, "noise-floor")
 }
 
 func runPlan(ctx context.Context, g *globals, path string, o planOptions) error {
@@ -67,13 +65,13 @@ func runPlan(ctx context.Context, g *globals, path string, o planOptions) error 
 		History: plan.LastRecorded(ctx, g.dbPath(), spec.Name)}
 	switch {
 	case o.noiseFloor != "":
-		if po.NoiseFloorICC, po.NoiseFloorBasis, err = noiseFloor(ctx, g.dbPath(), o.noiseFloor, spec, g.stderr); err != nil {
+		if po.NoiseFloorICC, po.NoiseFloorBasis, err = floorBound(ctx, g, o.noiseFloor, spec); err != nil {
 			return err
 		}
 	case spec.Analysis.NoiseFloor != "":
 		// A floor the spec names may not have been measured yet: the plan then says what
 		// one would give, and the run is where a missing floor stops.
-		icc, basis, err := noiseFloor(ctx, g.dbPath(), spec.Analysis.NoiseFloor, spec, g.stderr)
+		icc, basis, err := floorBound(ctx, g, spec.Analysis.NoiseFloor, spec)
 		if err != nil {
 			fmt.Fprintf(g.stderr, "analysis.noise_floor: %v; planned without it\n", err)
 		} else {
@@ -94,16 +92,12 @@ func runPlan(ctx context.Context, g *globals, path string, o planOptions) error 
 	return nil
 }
 
-// noiseFloor reads the intra-launch correlation an A/A experiment measured, as the
-// upper bound the verdict will weigh launches with, after the same checks as run's
-// --noise-floor (same engine, workload and pins as spec).
-func noiseFloor(ctx context.Context, dbPath, ref string, spec *arms.Spec, warn io.Writer) (float64, string, error) {
-	f, err := resolveNoiseFloor(ctx, dbPath, ref, spec, warn)
+// floorBound is the bound of how launches differ in corruption that the A/A experiment
+// ref lends an experiment of spec.
+func floorBound(ctx context.Context, g *globals, ref string, spec *arms.Spec) (float64, string, error) {
+	f, err := noiseFloor(ctx, g, ref, spec)
 	if err != nil {
 		return 0, "", err
 	}
-	if math.IsNaN(f.ICCUpper) {
-		return 0, "", withCode(exitUsage, fmt.Errorf("--noise-floor %s: experiment %d had %d corrupted sessions of %d, so how launches differ in corruption was not measured", ref, f.Experiment, f.Corrupted, f.Sessions))
-	}
-	return f.ICCUpper, fmt.Sprintf("the %g%% upper bound measured by A/A experiment %d over %d launches (estimate %.3g)", 100*f.Conf, f.Experiment, f.Launches, f.ICC), nil
+	return f.CorruptionBound(ref)
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/arbiterlab/arbiter/internal/bytesize"
+	"github.com/arbiterlab/arbiter/internal/ui"
 	"io"
 	"strings"
 	"text/tabwriter"
@@ -41,7 +42,7 @@ The database is opened read-only, and SQLite itself refuses, before anything run
 statement that would write: INSERT, UPDATE, DELETE, schema changes, ATTACH, VACUUM (INTO),
 transactions, pragmas that set a value, load_extension. A query with one refused statement runs
 none of them, and nothing is changed.
-` + wrap("Tables: "+strings.Join(store.Tables, ", ")+".", "", 96) + `
+` + ui.Wrap("Tables: "+strings.Join(store.Tables, ", ")+".", "", 96) + `
 A query is bounded: it is interrupted after --timeout, stops past --max-rows rows (all its
 statements together), and --max-bytes bounds every single value (SQLite refuses to make a longer
 one: zeroblob(1e9) fails at once) and the text and blobs of all its rows together. Rows are

@@ -90,7 +90,7 @@ built-in detectors.`,
 	cmd.Flags().IntVar(&concurrency, "concurrency", 0, "with --replay: requests at once (default the experiment's)")
 	cmd.Flags().IntVar(&rounds, "rounds", 2, "with --replay: how many times each of those sends a case")
 	cmd.Flags().DurationVar(&timeout, "timeout", repro.DefaultReplayTimeout, "with --replay: the longest one request may take, and the longest silence within its answer")
-	return addDBFlag(cmd, g)
+	return experimentArg(addDBFlag(cmd, g), g)
 }
 
 // replayBundle sends a bundle's failing requests again and prints which reproduce. It

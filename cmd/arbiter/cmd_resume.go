@@ -55,7 +55,7 @@ while writing it, or the disk was full) gets its verdict written.`,
 	addOutputFlag(cmd, &o.run.verdictPath)
 	cmd.Flags().StringVar(&o.run.logDir, "log-dir", "", "engine logs, under DIR/DB/exp-ID (default arbiter-logs beside the database)")
 	addGateFlags(cmd, &o.run.failOn, &o.run.allowInconclusive)
-	return addDBFlag(cmd, g)
+	return experimentArg(addDBFlag(cmd, g), g)
 }
 
 func resume(ctx context.Context, g *globals, ref string, o resumeOptions) error {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/internal/outfile"
+	"github.com/arbiterlab/arbiter/internal/ui"
 	"github.com/arbiterlab/arbiter/orchestrator"
 	"github.com/arbiterlab/arbiter/store"
 	"github.com/arbiterlab/arbiter/verdict"
@@ -74,7 +76,7 @@ recorded; a second exits at once.`,
 	cmd.Flags().StringVar(&o.logDir, "log-dir", "", "engine logs, under DIR/DB/exp-ID (default arbiter-logs beside the database)")
 	addGateFlags(cmd, &o.failOn, &o.allowInconclusive)
 	cmd.Flags().StringVar(&o.noiseFloor, "noise-floor", "", "weigh the arms against the launch spread an A/A experiment (id or name, in --db) measured on the same engine, workload and hardware: one launch per arm can then decide (overrides analysis.noise_floor)")
-	return addDBFlag(cmd, g)
+	return experimentFlag(addDBFlag(cmd, g), g, "noise-floor")
 }
 
 func runExperiment(ctx context.Context, g *globals, specPath string, o runOptions) error {
@@ -89,13 +91,27 @@ func runExperiment(ctx context.Context, g *globals, specPath string, o runOption
 		spec.Analysis.NoiseFloor = o.noiseFloor
 	}
 	if ref := spec.Analysis.NoiseFloor; ref != "" {
-		f, err := resolveNoiseFloor(ctx, g.dbPath(), ref, spec, g.stderr)
+		f, err := noiseFloor(ctx, g, ref, spec)
 		if err != nil {
 			return err
 		}
 		spec.Analysis.NoiseFloorID = f.Experiment
 	}
 	return execute(ctx, g, spec, 0, o)
+}
+
+// noiseFloor is the A/A experiment ref as the noise floor of spec (verdict.ResolveFloor),
+// its warnings printed.
+func noiseFloor(ctx context.Context, g *globals, ref string, spec *arms.Spec) (*verdict.Floor, error) {
+	host, _ := os.Hostname()
+	f, err := verdict.ResolveFloor(ctx, g.dbPath(), ref, spec, host)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range f.Warnings {
+		fmt.Fprintf(g.stderr, "noise floor %s: %s\n", ref, w)
+	}
+	return f, nil
 }
 
 // execute runs (or, with resume set, resumes) the experiment of spec, writes its verdict
@@ -147,7 +163,7 @@ func execute(ctx context.Context, g *globals, spec *arms.Spec, resume int64, o r
 	} else {
 		fmt.Fprintf(g.stdout, "experiment %d (%s): %s in %s\n", res.ExperimentID, res.Name, res.Status, res.Elapsed.Round(1e8))
 		for _, line := range v.Headline() {
-			fmt.Fprint(g.stdout, wrap(line, "  ", 100))
+			fmt.Fprint(g.stdout, ui.Wrap(line, "  ", 100))
 		}
 		fmt.Fprintf(g.stdout, "verdict: %s\n", path)
 	}
@@ -262,25 +278,4 @@ func writeVerdict(ctx context.Context, g *globals, id int64, path string, keep o
 		return nil, err
 	}
 	return v, nil
-}
-
-// wrap breaks text into lines of at most width columns (a longer word stays whole), each
-// starting with indent.
-func wrap(text, indent string, width int) string {
-	var b strings.Builder
-	line := indent
-	for _, w := range strings.Fields(text) {
-		if len(line) > len(indent) && len(line)+1+len(w) > width {
-			b.WriteString(line + "\n")
-			line = indent
-		}
-		if len(line) > len(indent) {
-			line += " "
-		}
-		line += w
-	}
-	if len(line) > len(indent) {
-		b.WriteString(line + "\n")
-	}
-	return b.String()
 }

@@ -90,58 +90,6 @@ func statsWriteJSON(w io.Writer, v any) error {
 	return nil
 }
 
-// statsPct formats a rate as a percentage with enough digits for rare events.
-func statsPct(v float64) string {
-	switch {
-	case math.IsInf(v, 1):
-		return "+inf"
-	case math.IsNaN(v):
-		return "n/a"
-	case v == 0 || v == 1:
-		return fmt.Sprintf("%.0f%%", 100*v)
-	}
-	return fmt.Sprintf("%.3g%%", 100*v)
-}
-
-func statsNum(v float64) string {
-	switch {
-	case math.IsInf(v, 1):
-		return "+inf"
-	case math.IsInf(v, -1):
-		return "-inf"
-	case math.IsNaN(v):
-		return "n/a"
-	}
-	return fmt.Sprintf("%.3g", v)
-}
-
-// statsPWords says what a p-value means at level alpha, without claiming equality when
-// the test does not reject.
-func statsPWords(p, alpha float64) string {
-	if math.IsNaN(p) {
-		return "undefined for these counts"
-	}
-	if stats.Reject(p, alpha) {
-		return fmt.Sprintf("p %s: significant at alpha %g; a difference at least this large would arise by chance about %s if the arms were the same",
-			verdict.FormatPEq(p), alpha, statsOneIn(p))
-	}
-	return fmt.Sprintf("p %s: not significant at alpha %g; chance alone could produce a difference this large, which is not evidence that the arms are equal (see the interval)",
-		verdict.FormatPEq(p), alpha)
-}
-
-// statsOneIn writes a probability as "once in N experiments".
-func statsOneIn(p float64) string {
-	if p < 1e-300 {
-		// Below what a float carries: a bound, as FormatPEq says it.
-		return "less than once in 1e+300 experiments"
-	}
-	n := 1 / p
-	if n >= 1e6 {
-		return fmt.Sprintf("once in %.1e experiments", n)
-	}
-	return fmt.Sprintf("once in %s experiments", strconv.FormatFloat(math.Round(n), 'f', 0, 64))
-}
-
 func statsWarnings(w io.Writer, ws []stats.Warning) {
 	for _, x := range ws {
 		fmt.Fprintf(w, "warning: %s\n", x)
@@ -201,16 +149,16 @@ func statsCompare(g *globals, o statsOptions, a, b statsCount) error {
 		est  stats.RateEstimate
 	}{{"A (baseline)", c.A}, {"B", c.B}} {
 		fmt.Fprintf(w, "arm %-13s %d/%d = %s, %s interval %s-%s (Clopper-Pearson), %s-%s (Wilson)\n",
-			r.name, r.est.Events, r.est.N, statsPct(r.est.Rate), lvl,
-			statsPct(r.est.ClopperPearson.Lo), statsPct(r.est.ClopperPearson.Hi),
-			statsPct(r.est.Wilson.Lo), statsPct(r.est.Wilson.Hi))
+			r.name, r.est.Events, r.est.N, verdict.FormatRate(r.est.Rate), lvl,
+			verdict.FormatRate(r.est.ClopperPearson.Lo), verdict.FormatRate(r.est.ClopperPearson.Hi),
+			verdict.FormatRate(r.est.Wilson.Lo), verdict.FormatRate(r.est.Wilson.Hi))
 	}
 	d := c.Difference
 	fmt.Fprintf(w, "difference B-A    %+.3g points, %s interval %+.3g to %+.3g (Newcombe)\n",
 		100*d.Estimate, lvl, 100*d.Newcombe.Lo, 100*d.Newcombe.Hi)
 	fmt.Fprintf(w, "ratio B/A         %s, %s interval %s to %s (%s)\n",
-		statsNum(c.Ratio.Estimate), lvl, statsNum(c.Ratio.CI.Lo), statsNum(c.Ratio.CI.Hi), c.Ratio.Method)
-	fmt.Fprintf(w, "Fisher exact      %s\n", statsPWords(c.Fisher.PTwoSided, o.alpha))
+		verdict.FormatNumber(c.Ratio.Estimate), lvl, verdict.FormatNumber(c.Ratio.CI.Lo), verdict.FormatNumber(c.Ratio.CI.Hi), c.Ratio.Method)
+	fmt.Fprintf(w, "Fisher exact      %s\n", verdict.PValueWords(c.Fisher.PTwoSided, o.alpha))
 	mid := "mid-p " + verdict.FormatP(c.Fisher.MidP) + " (Fay)"
 	if !c.Fisher.MidPDefined() {
 		mid = "no mid-p (these margins allow a single table)"
@@ -330,16 +278,16 @@ func statsPower(g *globals, q statsPowerQuery) error {
 	w := g.stdout
 	if q.hasN {
 		fmt.Fprintf(w, "power %.3f: with %d vs %d sessions, rates %s vs %s, the two-sided Fisher test at alpha %g finds the difference %.0f times in 100\n",
-			*q.Power, q.N1, q.N2, statsPct(q.P0), statsPct(q.P1), q.Alpha, 100*(*q.Power))
+			*q.Power, q.N1, q.N2, verdict.FormatRate(q.P0), verdict.FormatRate(q.P1), q.Alpha, 100*(*q.Power))
 	}
 	if q.SessionsPerArm != nil {
 		if *q.SessionsPerArm == 0 {
 			fmt.Fprintf(w, "power %.2f cannot be reached for rates %s vs %s (equal rates, or more than %d per arm needed)\n",
-				q.Target, statsPct(q.P0), statsPct(q.P1), stats.SessionsCap)
+				q.Target, verdict.FormatRate(q.P0), verdict.FormatRate(q.P1), stats.SessionsCap)
 			return nil
 		}
 		fmt.Fprintf(w, "%d sessions per arm reach power %.2f for rates %s vs %s at alpha %g (exact power there: %.3f)\n",
-			*q.SessionsPerArm, q.Target, statsPct(q.P0), statsPct(q.P1), q.Alpha, q.AchievedPower)
+			*q.SessionsPerArm, q.Target, verdict.FormatRate(q.P0), verdict.FormatRate(q.P1), q.Alpha, q.AchievedPower)
 		if q.ResponsesPerArm > 0 {
 			fmt.Fprintf(w, "%d responses per arm when responses are the unit (design effect %g)\n", q.ResponsesPerArm, q.DesignEffect)
 		}
@@ -397,10 +345,10 @@ func statsCMH(g *globals, o statsOptions, strata []stats.Stratum) error {
 	w := g.stdout
 	lvl := fmt.Sprintf("%g%%", 100*r.Conf)
 	fmt.Fprintf(w, "strata used       %d\n", r.Strata)
-	fmt.Fprintf(w, "CMH test          %s\n", statsPWords(r.CMHP, o.alpha))
+	fmt.Fprintf(w, "CMH test          %s\n", verdict.PValueWords(r.CMHP, o.alpha))
 	fmt.Fprintf(w, "                  with continuity correction p %s\n", verdict.FormatPEq(r.CMHCorrectedP))
 	fmt.Fprintf(w, "odds ratio B/A    %s, %s interval %s to %s (Mantel-Haenszel, Robins-Breslow-Greenland)\n",
-		statsNum(r.OddsRatio), lvl, statsNum(r.OddsRatioCI.Lo), statsNum(r.OddsRatioCI.Hi))
+		verdict.FormatNumber(r.OddsRatio), lvl, verdict.FormatNumber(r.OddsRatioCI.Lo), verdict.FormatNumber(r.OddsRatioCI.Hi))
 	fmt.Fprintf(w, "difference B-A    %+.3g points, %s interval %+.3g to %+.3g (Mantel-Haenszel, Sato variance)\n",
 		100*r.RiskDifference, lvl, 100*r.RiskDifferenceCI.Lo, 100*r.RiskDifferenceCI.Hi)
 	if !math.IsNaN(r.BreslowDayP) {
@@ -442,9 +390,9 @@ func newStatsMcNemarCmd(g *globals) *cobra.Command {
 			}
 			w := g.stdout
 			fmt.Fprintf(w, "discordant pairs  %d only in arm A, %d only in arm B\n", r.AOnly, r.BOnly)
-			fmt.Fprintf(w, "McNemar exact     %s\n", statsPWords(r.P, o.alpha))
+			fmt.Fprintf(w, "McNemar exact     %s\n", verdict.PValueWords(r.P, o.alpha))
 			fmt.Fprintf(w, "odds ratio B/A    %s, %g%% interval %s to %s (conditional, exact)\n",
-				statsNum(r.OddsRatio), 100*r.Conf, statsNum(r.OddsRatioCI.Lo), statsNum(r.OddsRatioCI.Hi))
+				verdict.FormatNumber(r.OddsRatio), 100*r.Conf, verdict.FormatNumber(r.OddsRatioCI.Lo), verdict.FormatNumber(r.OddsRatioCI.Hi))
 			statsWarnings(w, r.Warnings)
 			return nil
 		},

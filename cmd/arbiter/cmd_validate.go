@@ -16,7 +16,6 @@ import (
 	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/orchestrator"
 	"github.com/arbiterlab/arbiter/plan"
-	"github.com/arbiterlab/arbiter/stats"
 )
 
 func init() { subcommands = append(subcommands, newValidateCmd) }
@@ -235,14 +234,8 @@ func summarize(s *arms.Spec, expanded []arms.Arm, r *arms.Redactor) specSummary 
 		Timeouts: map[string]string{"startup": s.Timeouts.Startup.String(), "request": s.Timeouts.Request.String(), "stall": s.Timeouts.Stall.String(), "detector": s.Timeouts.Detector.String()},
 		Secrets:  s.Engine.Secrets,
 	}
-	// Decoding checked that every node can be cut; "all" is counted on this machine,
-	// as a run counts it.
-	slots, _ := s.SlotsOn(func(n arms.Node) int {
-		if s.Runtime.Kind == arms.RuntimeProcess && arms.IsLocalHost(n.Host) {
-			return orchestrator.LocalGPUs()
-		}
-		return 0
-	})
+	// Decoding checked that every node can be cut.
+	slots, _ := orchestrator.Slots(s)
 	for _, sl := range slots {
 		sum.Slots = append(sum.Slots, sl.String())
 	}
@@ -273,7 +266,7 @@ func (s specSummary) write(w io.Writer) error {
 	fmt.Fprintf(&b, "name       %s\n", s.Name)
 	fmt.Fprintf(&b, "engine     %s, runtime %s\n", s.Preset, s.Runtime)
 	if len(s.Slots) > 0 {
-		waves := (len(s.Arms) + len(s.Slots) - 1) / len(s.Slots)
+		waves := orchestrator.Waves(len(s.Arms), len(s.Slots))
 		how := "every arm of a block at once"
 		if waves > 1 {
 			how = fmt.Sprintf("%d waves per block", waves)
@@ -318,23 +311,7 @@ func (s specSummary) write(w io.Writer) error {
 		aa = ", A/A check"
 	}
 	fmt.Fprintf(&b, "analysis   unit %s, alpha %g, %d %s%s\n", s.Analysis.Unit, s.Analysis.Alpha, s.Blocks, pluralize(s.Blocks, "block"), aa)
-	l := s.Launches
-	var claim string
-	switch {
-	case l.CanClaim && l.Test == string(stats.TestFloor):
-		claim = fmt.Sprintf("against the noise floor of %s (its launches' spread, at its %g%% upper bound)", l.NoiseFloor, 100*stats.FloorConf)
-	case l.CanClaim && l.Test == string(stats.TestWelch):
-		claim = "by Welch's t test on the launches' rates"
-	case l.CanClaim:
-		claim = fmt.Sprintf("by the randomization test on launches, which can reach it (smallest p %.3g)", l.MinP)
-	default:
-		claim = fmt.Sprintf("but these launches cannot reach it (smallest p %.3g), so the verdict can report differences but not attribute them to the arms: %d launches per arm can, or one per arm against a noise floor (`analysis.noise_floor`)", l.MinP, l.Needed)
-	}
-	tested := "is tested"
-	if !l.CanClaim {
-		tested = "would be tested"
-	}
-	fmt.Fprintf(&b, "launches   %d per arm (one per block); each primary claim %s at %.3g %s\n", l.PerArm, tested, l.PrimaryLevel, claim)
+	fmt.Fprintf(&b, "launches   %s\n", s.Launches.Sentence())
 	fmt.Fprintf(&b, "timeouts   startup %s, request %s, stall %s, detector %s\n", s.Timeouts["startup"], s.Timeouts["request"], s.Timeouts["stall"], s.Timeouts["detector"])
 	if len(s.Secrets) > 0 {
 		fmt.Fprintf(&b, "secrets    %s (from arbiter's environment)\n", strings.Join(s.Secrets, ", "))

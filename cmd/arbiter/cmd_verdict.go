@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -58,11 +55,11 @@ experiment. Without -o the markdown goes to stdout; with -o it is written with i
 	cmd.Flags().StringVarP(&out, "output", "o", "", "write the verdict (and its SVG charts) to this file")
 	cmd.Flags().StringVar(&floor, "noise-floor", "", "judge against the launch spread this A/A experiment (id or name) measured, in place of the one the experiment recorded")
 	addGateFlags(cmd, &failOn, &allowInconclusive)
-	return addDBFlag(cmd, g)
+	return experimentFlag(experimentArg(addDBFlag(cmd, g), g), g, "noise-floor")
 }
 
 func newShowCmd(g *globals) *cobra.Command {
-	return addDBFlag(&cobra.Command{
+	return experimentArg(addDBFlag(&cobra.Command{
 		Use:   "show [EXP]",
 		Short: "Summarise an experiment: its status, each arm's launches, sessions, corrupted and lost, the decisions",
 		Long: `Summarise a recorded experiment (default: the newest): its status and arbiter version, one
@@ -82,9 +79,9 @@ the whole verdict.`,
 				}
 				return json.NewEncoder(g.stdout).Encode(sum)
 			}
-			return writeShow(g.stdout, v)
+			return v.WriteSummary(g.stdout)
 		},
-	}, g)
+	}, g), g)
 }
 
 // showSummary is the verdict's JSON summary with each arm's pins as data, {"env": {...},
@@ -116,63 +113,6 @@ func showSummary(ctx context.Context, g *globals, v *verdict.Verdict) (map[strin
 		a["pins"] = p
 	}
 	return sum, nil
-}
-
-// writeShow prints an experiment's summary: what show's help promises.
-func writeShow(w io.Writer, v *verdict.Verdict) error {
-	e := v.Experiment
-	fmt.Fprintf(w, "experiment %d (%s): %s, started %s by arbiter %s\n", e.ID, e.Name, e.State(), verdict.When(e.CreatedAt), e.Version)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ARM\tPINS\tLAUNCHES\tSESSIONS\tCORRUPTED\tLOST\tDECISION")
-	for i, a := range v.Arms {
-		decision := "baseline"
-		if i != v.Baseline {
-			decision = v.DecisionWords(i)
-		}
-		corrupted := fmt.Sprint(a.Corrupted)
-		if a.Sessions > 0 {
-			corrupted += fmt.Sprintf(" (%.1f%%)", 100*float64(a.Corrupted)/float64(a.Sessions))
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%s\n", a.Name, dashIfEmpty(a.Pins), launches(a.Launches), a.Sessions, corrupted, a.Lost, decision)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintln(w)
-	for _, line := range v.Headline() {
-		fmt.Fprint(w, wrap(line, "", 100))
-	}
-	if lines := v.Placement(); len(lines) > 0 {
-		fmt.Fprintf(w, "\nWhere the arms ran (%s):\n%s\n",
-			verdict.Command(fmt.Sprintf("query %q", store.PlacementQuery(e.ID)), v.DB),
-			strings.Join(lines, "\n"))
-	}
-	return nil
-}
-
-// launches writes an arm's launches by how they ended: "2 done, 1 crashed".
-func launches(l verdict.LaunchCounts) string {
-	var parts []string
-	for _, c := range []struct {
-		n    int
-		word string
-	}{{l.Done, "done"}, {l.Crashed, "crashed"}, {l.Wedged, "wedged"}, {l.Erroring, "erroring"}, {l.TimedOut, "timed out"},
-		{l.Failed, "failed"}, {l.Interrupted, "interrupted"}} {
-		if c.n > 0 {
-			parts = append(parts, fmt.Sprintf("%d %s", c.n, c.word))
-		}
-	}
-	if len(parts) == 0 {
-		return "none"
-	}
-	return strings.Join(parts, ", ")
-}
-
-func dashIfEmpty(s string) string {
-	if s == "" {
-		return "–"
-	}
-	return s
 }
 
 // loadVerdict judges the experiment the optional argument names, else the newest.

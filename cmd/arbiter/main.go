@@ -20,9 +20,11 @@ import (
 
 	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/internal/outfile"
+	"github.com/arbiterlab/arbiter/internal/ui"
 	"github.com/arbiterlab/arbiter/internal/version"
 	"github.com/arbiterlab/arbiter/orchestrator"
 	"github.com/arbiterlab/arbiter/store"
+	"github.com/arbiterlab/arbiter/verdict"
 )
 
 // Exit codes of the CLI contract, the same for every command (docs/commands.md lists them).
@@ -162,7 +164,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitInterrupted
 	}
 	// An error can quote an engine (its answer, its log): nothing in it may drive the terminal.
-	fmt.Fprintln(stderr, "arbiter:", terminalSafe(err.Error()))
+	fmt.Fprintln(stderr, "arbiter:", ui.Safe(err.Error()))
 	code := exitCodeFor(ctx, err)
 	if g.json && out.n == 0 {
 		// A script that asked for JSON reads JSON on stdout, failures included; a
@@ -197,6 +199,9 @@ func exitCodeFor(ctx context.Context, err error) int {
 	case errors.Is(err, orchestrator.ErrPinsNotHeld), errors.Is(err, orchestrator.ErrPinsUncheckable):
 		// The engine is not what the arm says it is: nothing was judged.
 		return exitPinRefused
+	case errors.Is(err, verdict.ErrFloorRefused):
+		// The noise floor named is not one for this experiment: the user's choice.
+		return exitUsage
 	case errors.Is(err, store.ErrNotArbiterDatabase):
 		// --db named a file that is not a results database: the user's mistake.
 		return exitUsage

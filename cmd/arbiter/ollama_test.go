@@ -99,7 +99,7 @@ func TestOllamaParallelExampleJudgedAgainstTheFloor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"the A/A floor: p1 ", "The floor is p16-again, which repeats p16's pins: ", "| p16-again | 6 |", "| the floor |",
+	for _, want := range []string{"**p1** ", " from p16 ", "the A/A floor: ", "; the floor, p16-again, which repeats p16's pins, departed in ", "| p16-again | 6 |", "| the floor |",
 		"| p1 | b0 | `OLLAMA_NUM_PARALLEL=1` | 1 | verified |"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("the verdict does not say %q:\n%s", want, md)

@@ -10,8 +10,8 @@ import (
 
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
-	"golang.org/x/term"
 
+	"github.com/arbiterlab/arbiter/internal/ui"
 	"github.com/arbiterlab/arbiter/orchestrator"
 	"github.com/arbiterlab/arbiter/store"
 )
@@ -125,22 +125,10 @@ type progress struct {
 	done chan struct{}
 }
 
-// isTerminal reports whether w is a terminal that bars can be drawn on. A character
-// device is not enough: /dev/null is one too. A terminal of no width (a pseudo-terminal
-// nobody sized) would show bars cut to nothing, so it gets plain lines.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok || !term.IsTerminal(int(f.Fd())) {
-		return false
-	}
-	width, _, err := term.GetSize(int(f.Fd()))
-	return err == nil && width > 0
-}
-
 // newProgress returns the display for w: bars when w is a terminal and results are not
 // JSON, plain lines otherwise.
 func newProgress(w io.Writer, jsonOut bool) *progress {
-	return startProgress(&lockedWriter{w: w}, isTerminal(w) && !jsonOut, plainInterval)
+	return startProgress(&lockedWriter{w: w}, ui.IsTerminal(w) && !jsonOut, plainInterval)
 }
 
 // lockedWriter serialises writes, so that the display's lines and the logs' never
@@ -229,7 +217,7 @@ func (p *progress) printActive() {
 }
 
 // lastLine is the last non-empty line of a log file, made inert on a terminal
-// (terminalSafe) and cut to 100 characters; "" when there is none yet.
+// (ui.Safe) and cut to 100 characters; "" when there is none yet.
 func lastLine(path string) string {
 	f, err := os.Open(path)
 	if err != nil {
@@ -246,7 +234,7 @@ func lastLine(path string) string {
 	if _, err := f.ReadAt(buf, off); err != nil && err != io.EOF {
 		return ""
 	}
-	lines := strings.Split(terminalSafe(string(buf)), "\n")
+	lines := strings.Split(ui.Safe(string(buf)), "\n")
 	for i := len(lines) - 1; i >= 0; i-- {
 		line := strings.TrimSpace(strings.ReplaceAll(lines[i], "\t", " "))
 		if line == "" {
@@ -313,7 +301,7 @@ func (p *progress) EngineRefused(arm string, block int, why string) {
 		return
 	}
 	l.failed, l.refused = why, true
-	fmt.Fprintf(p.w, "arbiter: %s: refused before any traffic: %s\n  its log: %s\n", l.name(), terminalSafe(why), l.info.LogPath)
+	fmt.Fprintf(p.w, "arbiter: %s: refused before any traffic: %s\n  its log: %s\n", l.name(), ui.Safe(why), l.info.LogPath)
 }
 
 // EngineFailed implements orchestrator.LaunchProgress: it prints why, the end of the
@@ -329,12 +317,12 @@ func (p *progress) EngineFailed(arm string, block int, why, logTail string) {
 	var b strings.Builder
 	// Why and the log tail can quote the engine's own output: escape sequences in it
 	// must not reach the terminal (an OSC 52 would write the clipboard).
-	fmt.Fprintf(&b, "arbiter: %s: the engine did not start: %s\n", l.name(), terminalSafe(why))
+	fmt.Fprintf(&b, "arbiter: %s: the engine did not start: %s\n", l.name(), ui.Safe(why))
 	tail := strings.TrimRight(logTail, "\n")
 	if tail == "" {
 		tail = strings.TrimRight(tailOf(l.info.LogPath, 20), "\n")
 	}
-	tail = terminalSafe(tail)
+	tail = ui.Safe(tail)
 	if tail != "" {
 		fmt.Fprintf(&b, "  the end of its log:\n")
 		for _, line := range strings.Split(tail, "\n") {

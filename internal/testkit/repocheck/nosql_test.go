@@ -1,13 +1,9 @@
 package repocheck
 
 import (
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 )
@@ -30,22 +26,7 @@ func sqlInStrings(t *testing.T, dir string) []string {
 		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 			return nil
 		}
-		fset := token.NewFileSet()
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
-		ast.Inspect(f, func(n ast.Node) bool {
-			lit, ok := n.(*ast.BasicLit)
-			if !ok || lit.Kind != token.STRING {
-				return true
-			}
-			s, err := strconv.Unquote(lit.Value)
-			if err == nil && sqlText.MatchString(s) {
-				found = append(found, fset.Position(lit.Pos()).String()+": "+s)
-			}
-			return true
-		})
+		found = append(found, literalsMatching(t, path, sqlText)...)
 		return nil
 	})
 	if err != nil {
