@@ -89,6 +89,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzVerdictInvariants$$' -fuzztime $(FUZZTIME) ./verdict
 	$(GO) test -run '^$$' -fuzz '^FuzzAttest$$' -fuzztime $(FUZZTIME) ./orchestrator
 	$(GO) test -run '^$$' -fuzz '^FuzzMetadataString$$' -fuzztime $(FUZZTIME) ./gguf
+	$(GO) test -run '^$$' -fuzz '^FuzzTokenizerRoundTrip$$' -fuzztime $(FUZZTIME) ./gguf
+	$(GO) test -run '^$$' -fuzz '^FuzzReadSafetensors$$' -fuzztime $(FUZZTIME) ./gguf
 	$(GO) test -run '^$$' -fuzz '^FuzzParseToolChoice$$' -fuzztime $(FUZZTIME) ./openai
 	$(GO) test -run '^$$' -fuzz '^FuzzSSE$$' -fuzztime $(FUZZTIME) ./workload
 	$(GO) test -run '^$$' -fuzz '^FuzzChunkDecoder$$' -fuzztime $(FUZZTIME) ./workload
