@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -8,7 +9,9 @@ import (
 	"testing"
 
 	"github.com/arbiterlab/arbiter/internal/testkit/testbin"
+	"github.com/arbiterlab/arbiter/openai"
 	"github.com/arbiterlab/arbiter/store"
+	"github.com/arbiterlab/arbiter/toolmodel"
 )
 
 // These tests drive ollama, an engine arbiter did not write, built for the CPU (go install
@@ -27,6 +30,12 @@ func withOllama(t *testing.T, path, dir string, r *strings.Replacer) string {
 	if r != nil {
 		text = r.Replace(text)
 	}
+	// The copy reads the examples' models where they are.
+	models, err := filepath.Abs(filepath.Join(filepath.Dir(path), "models"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text = strings.ReplaceAll(text, "file: models/", "file: "+models+"/")
 	pinned := strings.Replace(text, "  preset: ollama\n", fmt.Sprintf("  preset: ollama\n  command: [%q, serve]\n", testbin.Ollama(t)), 1)
 	if pinned == text {
 		t.Fatalf("%s has no ollama engine to run from a path", path)
@@ -104,5 +113,104 @@ func TestOllamaParallelExampleJudgedAgainstTheFloor(t *testing.T) {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("the verdict does not say %q:\n%s", want, md)
 		}
+	}
+}
+
+// The tool-calling model arbiter trains (examples/models/toolcall.gguf) calls tools on
+// ollama: in the example's baseline, the turns that open a round (where the request asks
+// for a tool) carry a call ollama parsed, with arguments the tool's schema accepts; and
+// every prompt ollama counted has exactly the tokens toolmodel renders and tokenizes for
+// the same request, so the model was trained on what the engine feeds it.
+func TestOllamaToolcallsExampleCallsTools(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	spec := withOllama(t, "../../examples/ollama-toolcalls.yaml", dir,
+		strings.NewReplacer("sessions: 16", "sessions: 6", "concurrency: 4", "concurrency: 2"))
+	db := filepath.Join(dir, "r.db")
+	code, stdout, stderr := runCLI(t, "run", spec, "--db", db, "-o", filepath.Join(dir, "v.md"))
+	if code != exitOK {
+		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	st, err := store.OpenReadOnly(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var turns []struct {
+		Arm      string  `db:"arm"`
+		Opens    bool    `db:"opens"`
+		Calls    bool    `db:"calls"`
+		Invalid  bool    `db:"invalid"`
+		Prompt   int     `db:"prompt_tokens"`
+		Request  string  `db:"request"`
+		ErrorMsg *string `db:"error"`
+	}
+	if err := st.Select(&turns, `SELECT a.name AS arm,
+		t.turn_index = (SELECT min(u.turn_index) FROM turns u WHERE u.run_id = t.run_id AND u.session_index = t.session_index AND u.round = t.round) AS opens,
+		t.tool_calls IS NOT NULL AS calls,
+		EXISTS (SELECT 1 FROM labels l WHERE l.run_id = t.run_id AND l.session_index = t.session_index AND l.turn_index = t.turn_index AND l.corrupted) AS invalid,
+		t.prompt_tokens, t.request, t.error
+		FROM turns t JOIN arms a ON a.id = t.arm_id ORDER BY a.name, t.session_index, t.turn_index`); err != nil {
+		t.Fatal(err)
+	}
+	v, err := toolmodel.NewVocab()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := toolmodel.NewTokenizer(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type count struct{ turns, calls, opens, validOpens, counted, matched int }
+	by := map[string]*count{}
+	for _, tr := range turns {
+		c := by[tr.Arm]
+		if c == nil {
+			c = &count{}
+			by[tr.Arm] = c
+		}
+		c.turns++
+		if tr.Calls {
+			c.calls++
+		}
+		if tr.Opens {
+			c.opens++
+			if tr.Calls && !tr.Invalid {
+				c.validOpens++
+			}
+		}
+		if tr.ErrorMsg != nil || tr.Prompt == 0 {
+			continue
+		}
+		var req openai.ChatRequest
+		if err := json.Unmarshal([]byte(tr.Request), &req); err != nil {
+			t.Fatal(err)
+		}
+		text, err := toolmodel.Render(req.Tools, req.Messages)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.counted++
+		if n := len(tok.Encode(text, true, true)); n == tr.Prompt {
+			c.matched++
+		} else if c.counted-c.matched <= 3 {
+			t.Errorf("%s: ollama counted %d prompt tokens, toolmodel %d, for:\n%s", tr.Arm, tr.Prompt, n, text)
+		}
+	}
+	base := by["p1"]
+	if base == nil || base.opens == 0 {
+		t.Fatalf("no turns of the baseline p1 recorded: %v", by)
+	}
+	if 10*base.calls < 3*base.turns {
+		t.Errorf("p1: %d of %d turns carry a parsed tool call, want at least 30%%", base.calls, base.turns)
+	}
+	if 10*base.validOpens < 9*base.opens {
+		t.Errorf("p1: %d of %d turns that open a round carry a schema-valid call, want at least 90%%", base.validOpens, base.opens)
+	}
+	for arm, c := range by {
+		if c.counted == 0 || c.matched != c.counted {
+			t.Errorf("%s: %d of %d prompts have the tokens ollama counted", arm, c.matched, c.counted)
+		}
+		t.Logf("%s: %d turns, %d with a call; %d open a round, %d with a valid call; %d of %d prompt counts match", arm, c.turns, c.calls, c.opens, c.validOpens, c.matched, c.counted)
 	}
 }
