@@ -44,8 +44,10 @@ func SpecLaunches(s *arms.Spec, nArms int) LaunchClaims {
 	if level == 0 {
 		level = stats.PrimaryLevel(s.Analysis.Alpha, nArms-1)
 	}
+	// One launch per arm cannot be tested; two or three are (Welch's test); from four
+	// the randomization test decides, and it needs as many as its level takes.
 	needed := 2
-	if binary {
+	if binary || b >= 4 {
 		needed = stats.LaunchesNeeded(level)
 	}
 	l := LaunchClaims{PerArm: b, PrimaryLevel: level, Test: string(kind), MinP: minP, CanClaim: kind != stats.TestNone && stats.Reject(minP, level), Needed: needed}

@@ -76,3 +76,20 @@ func TestSpecLaunchesAndThePowerTableAgree(t *testing.T) {
 		}
 	}
 }
+
+// Launches that cannot reach their claims' level are told how many can: the KV-cache
+// example's four arms test each claim at 0.01, which four launches per arm cannot reach
+// (smallest p 2/70) and five can (2/252); two launches, where Welch's test would take
+// over, is not the advice for someone who already runs four.
+func TestSpecLaunchesAdviseLaunchesThatReachTheLevel(t *testing.T) {
+	s, n := loadExample(t, "ollama-kv-cache.yaml")
+	s.Blocks = 4
+	l := SpecLaunches(s, n)
+	if l.CanClaim || l.Needed != 5 || l.PrimaryLevel != 0.01 {
+		t.Errorf("four launches of ollama-kv-cache: %+v; want no claim at 0.01 and 5 launches advised", l)
+	}
+	s.Blocks = 5
+	if l := SpecLaunches(s, n); !l.CanClaim {
+		t.Errorf("five launches of ollama-kv-cache: %+v; want a claim", l)
+	}
+}
