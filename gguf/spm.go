@@ -164,9 +164,6 @@ func (t *Tokenizer) ID(s string) (int32, bool) {
 	return id, ok
 }
 
-// Len is the vocabulary's size.
-func (t *Tokenizer) Len() int { return len(t.tokens) }
-
 // fragment is a stretch of text, or a special token cut out of it (token >= 0).
 type fragment struct {
 	text  string

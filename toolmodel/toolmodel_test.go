@@ -50,11 +50,10 @@ func TestTokenizeLearnsTheAssistantsTurns(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := Tokenize(tok, text)
-	var learned, turn []int32
+	var turn []int32
 	var turns []string
 	for i, id := range d.Tokens {
 		if d.Learn[i] {
-			learned = append(learned, id)
 			turn = append(turn, id)
 			if tok.Decode([]int32{id}) == EndOfTurn {
 				turns = append(turns, tok.Decode(turn))
