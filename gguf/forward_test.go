@@ -58,6 +58,7 @@ func loadRefModel(f *parsedFile) (*refModel, error) {
 	m.outputNorm = get("output_norm.weight")
 	heads := u32("llama.attention.head_count")
 	kvHeads := u32("llama.attention.head_count_kv")
+	headDim := u32("llama.attention.key_length")
 	for l := range u32("llama.block_count") {
 		p := fmt.Sprintf("blk.%d.", l)
 		m.layers = append(m.layers, &refLayer{
@@ -66,7 +67,7 @@ func loadRefModel(f *parsedFile) (*refModel, error) {
 			v: get(p + "attn_v.weight"), o: get(p + "attn_output.weight"),
 			gate: get(p + "ffn_gate.weight"), up: get(p + "ffn_up.weight"),
 			down:    get(p + "ffn_down.weight"),
-			headDim: m.d / heads, kvDim: m.d / heads * kvHeads,
+			headDim: headDim, kvDim: headDim * kvHeads,
 			nHeads: heads, nKVHeads: kvHeads, ffn: u32("llama.feed_forward_length"),
 		})
 	}
@@ -125,14 +126,14 @@ func (m *refModel) step(tok, pos int) []float64 {
 	}
 	for _, l := range m.layers {
 		h := rmsNorm(x, l.attnNorm, m.eps)
-		q := matVec(l.q, h, d)
+		q := matVec(l.q, h, l.headDim*l.nHeads)
 		k := matVec(l.k, h, l.kvDim)
 		v := matVec(l.v, h, l.kvDim)
 		rope(q, l.headDim, pos, m.base)
 		rope(k, l.headDim, pos, m.base)
 		l.kCache = append(l.kCache, k)
 		l.vCache = append(l.vCache, v)
-		att := make([]float64, d)
+		att := make([]float64, l.headDim*l.nHeads)
 		group := l.nHeads / l.nKVHeads
 		scores := make([]float64, pos+1)
 		for hd := range l.nHeads {

@@ -2,8 +2,10 @@ package gguf
 
 import (
 	"bytes"
+	"io"
+	"math"
 	"os"
-	"strconv"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -12,45 +14,14 @@ import (
 // written by Trained.Write.
 const committedModel = "../examples/models/toolcall.gguf"
 
-// checkpointOf rebuilds the checkpoint a GGUF file of Trained was written from: its
-// tensors in PyTorch's shapes and the metadata that gives the shape. Matrices stored as
-// F16 came from an F16 checkpoint, so the values are the checkpoint's own.
+// checkpointOf rebuilds the checkpoint a GGUF file of Trained was written from and
+// writes it again.
 func checkpointOf(t *testing.T, f *parsedFile) (Trained, []byte) {
 	t.Helper()
-	st := &Safetensors{Metadata: map[string]string{}, Tensors: map[string]Tensor{}}
-	for _, k := range []string{"block_count", "embedding_length", "head_count", "head_count_kv", "feed_forward_length", "context_length"} {
-		kv, ok := f.kv("llama." + strings.Replace(k, "head_count", "attention.head_count", 1))
-		if !ok {
-			t.Fatalf("no llama metadata for %s", k)
-		}
-		st.Metadata[k] = strconv.FormatUint(uint64(kv.value.(uint32)), 10)
+	tr, err := trainedOf(f)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for k, key := range map[string]string{"rope_freq_base": "llama.rope.freq_base", "rms_epsilon": "llama.attention.layer_norm_rms_epsilon"} {
-		kv, ok := f.kv(key)
-		if !ok {
-			t.Fatalf("no %s", key)
-		}
-		st.Metadata[k] = strconv.FormatFloat(float64(kv.value.(float32)), 'g', -1, 32)
-	}
-	for _, pt := range f.tensors {
-		shape := make([]int, len(pt.dims))
-		for i, d := range pt.dims {
-			shape[len(pt.dims)-1-i] = int(d)
-		}
-		st.Tensors[pt.name] = Tensor{Shape: shape, Data: f.tensorData(pt)}
-	}
-	get := func(key string) any {
-		kv, ok := f.kv(key)
-		if !ok {
-			t.Fatalf("no %s", key)
-		}
-		return kv.value
-	}
-	tr := Trained{Name: get("general.name").(string), Checkpoint: st, Vocab: Vocab{
-		Tokens: get("tokenizer.ggml.tokens").([]string),
-		Scores: get("tokenizer.ggml.scores").([]float32),
-		Types:  get("tokenizer.ggml.token_type").([]int32),
-	}}
 	var b bytes.Buffer
 	if err := tr.Write(&b); err != nil {
 		t.Fatal(err)
@@ -97,5 +68,105 @@ func TestCommittedToolModelIsReproducible(t *testing.T) {
 	}
 	if bytes.Equal(raw, b.Bytes()) {
 		t.Error("a changed weight left the file the same")
+	}
+}
+
+// A model written with its heads padded computes what the checkpoint computes: the
+// reference forward pass generates the same tokens from both, with logits that differ
+// only by the F16 rounding of the scaled query; heads of their own size give the same
+// file; and the padded file is not taken for a checkpoint.
+func TestPaddedHeadsComputeTheSame(t *testing.T) {
+	raw, err := os.ReadFile(committedModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := parseGGUF(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, _ := checkpointOf(t, f)
+	write := func(headDim int) []byte {
+		t.Helper()
+		tr.HeadDim = headDim
+		var b bytes.Buffer
+		if err := tr.Write(&b); err != nil {
+			t.Fatal(err)
+		}
+		return b.Bytes()
+	}
+	if !bytes.Equal(write(64), raw) {
+		t.Error("padding heads of 64 to 64 changed the file")
+	}
+	padded := write(128)
+	pf, err := parseGGUF(padded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]any{"llama.attention.key_length": uint32(128), "llama.attention.value_length": uint32(128),
+		"llama.rope.dimension_count": uint32(128), "llama.rope.freq_base": float32(1e10), "llama.embedding_length": uint32(256)} {
+		if kv, _ := pf.kv(key); kv.value != want {
+			t.Errorf("%s = %v, want %v", key, kv.value, want)
+		}
+	}
+	if q := mustTensor(t, pf, "blk.0.attn_q.weight"); !slices.Equal(q.dims, []uint64{256, 512}) {
+		t.Errorf("attn_q dims %v, want [256 512]", q.dims)
+	}
+	if o := mustTensor(t, pf, "blk.0.attn_output.weight"); !slices.Equal(o.dims, []uint64{512, 256}) {
+		t.Errorf("attn_output dims %v, want [512 256]", o.dims)
+	}
+	if _, err := trainedOf(pf); err == nil || !strings.Contains(err.Error(), "padded") {
+		t.Errorf("reading the padded file as a checkpoint: %v", err)
+	}
+	tr.HeadDim = 48
+	if err := tr.Write(io.Discard); err == nil {
+		t.Error("heads of 64 padded to 48 were written")
+	}
+
+	tok, err := NewTokenizer(tr.Vocab, bosID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := tok.Encode("<|tools|>lookup_order(order_id) \n<|user|>Look up order ORD-03480 for me.\n<|assistant|>", true, true)
+	var ids []int
+	for _, id := range prompt {
+		ids = append(ids, int(id))
+	}
+	ref, err := loadRefModel(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pad, err := loadRefModel(pf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 16
+	var worst float64
+	pos := 0
+	a, b := []float64(nil), []float64(nil)
+	var gen []int
+	for i := 0; i < len(ids)+n; i++ {
+		id := 0
+		if i < len(ids) {
+			id = ids[i]
+		} else {
+			id = argmax(a)
+			if argmax(b) != id {
+				t.Fatalf("token %d: the padded model chose %d, the checkpoint %d", i-len(ids), argmax(b), id)
+			}
+			gen = append(gen, id)
+		}
+		a, b = ref.step(id, pos), pad.step(id, pos)
+		pos++
+		for j := range a {
+			worst = max(worst, math.Abs(a[j]-b[j]))
+		}
+	}
+	var gen32 []int32
+	for _, id := range gen {
+		gen32 = append(gen32, int32(id))
+	}
+	t.Logf("both generated %q; largest logit difference %.2g", tok.Decode(gen32), worst)
+	if worst > 0.05 {
+		t.Errorf("logits differ by up to %.3g between the padded model and the checkpoint", worst)
 	}
 }

@@ -7,9 +7,11 @@ import (
 	"math"
 )
 
-// This file holds a GGUF v3 reader used only by the tests. It is written
-// independently of the Builder's encoding helpers and checks the layout
-// rules as it goes, so that a file it accepts is well formed.
+// This file holds a GGUF v3 reader for the files this package writes (the value and
+// tensor types the Builder uses). It is written independently of the Builder's encoding
+// helpers and checks the layout rules as it goes, so that a file it accepts is well
+// formed: the tests read back what the Builder wrote with it, and ReadTrained turns a
+// trained model's file back into its checkpoint.
 
 // parsedKV is one metadata entry. value holds uint32, int32, float32, bool,
 // string, []string, []float32 or []int32.
