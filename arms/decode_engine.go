@@ -96,7 +96,7 @@ func (d *decoder) decodeEndpoints(f entry) {
 
 func (d *decoder) decodeModel(f entry) {
 	m := &ModelSpec{}
-	seen := d.fields(f.val, f.path, []string{"name", "file", "random", "context", "template"}, func(g entry) {
+	seen := d.fields(f.val, f.path, []string{"name", "file", "random", "context", "template", "head_dim"}, func(g entry) {
 		switch g.key {
 		case "name":
 			if v, ok := d.str(g); ok {
@@ -126,11 +126,21 @@ func (d *decoder) decodeModel(f entry) {
 			if v, ok := d.str(g); ok {
 				m.Template = v
 			}
+		case "head_dim":
+			if v, ok := d.bounded(g, 2, 1024, "dimensions a head"); ok {
+				if v%2 != 0 {
+					d.add(g.val, g.path, "a head's dimensions come in rotated pairs: give an even number, not %d", v)
+				}
+				m.HeadDim = v
+			}
 		}
 	})
 	d.require(seen, f.keyNode, f.path, "name")
 	if _, file := seen["file"]; file && m.Random != nil {
 		d.add(f.keyNode, f.path, "a model comes from a file or is random, not both")
+	}
+	if _, pad := seen["head_dim"]; pad && m.Random != nil {
+		d.add(f.keyNode, f.path, "head_dim pads a trained model's file; a random model has heads of 64")
 	}
 	if p := PresetFor(d.spec.Engine.Preset); d.spec.Engine.Preset != "" && p.Models == "" {
 		d.add(f.keyNode, f.path, "the %s preset loads the model its command names; engine.model is for presets whose engine keeps models that arbiter can create (ollama)", d.spec.Engine.Preset)

@@ -76,6 +76,10 @@ type ModelSpec struct {
 	// Template is the chat template the engine renders messages with (ollama's Go
 	// template); empty for DefaultChatTemplate.
 	Template string
+	// HeadDim, when set, serves File with its attention heads padded to this many
+	// dimensions: the same model (gguf.Trained's HeadDim), for kernels that exist only for
+	// some head sizes; 0 serves the file as it is.
+	HeadDim int
 }
 
 // RandomModel is a llama-architecture model of random weights: the same fields and seed

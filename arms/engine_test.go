@@ -54,6 +54,9 @@ func TestEngineDescription(t *testing.T) {
 	if s.Workload.Model != "tiny" {
 		t.Errorf("workload.model = %q, want the engine's model", s.Workload.Model)
 	}
+	if m := mustParse(t, engineSpec("  preset: ollama\n  model: {name: t, file: a.gguf, head_dim: 128}\n")).Engine.Model; m.HeadDim != 128 || !strings.HasSuffix(m.File, "a.gguf") {
+		t.Errorf("a padded model file: %+v", m)
+	}
 	// A flag form, and the presets' defaults.
 	if p := mustParse(t, engineSpec("  preset: custom\n  command: [srv]\n  port: {flag: --listen-port}\n")).Preset(); p.Listen != (Listen{Flag: "--listen-port"}) {
 		t.Errorf("flag form %+v", p.Listen)
@@ -82,6 +85,9 @@ func TestEngineDescriptionRejections(t *testing.T) {
 		{"model without name", "  preset: ollama\n  model: {random: {}}\n", "engine.model.name", "missing required field"},
 		{"model name with a space", "  preset: ollama\n  model: {name: \"a b\"}\n", "engine.model.name", "not a model name"},
 		{"width not of 64", "  preset: ollama\n  model: {name: t, random: {width: 100}}\n", "engine.model.random.width", "multiple of 64"},
+		{"odd head_dim", "  preset: ollama\n  model: {name: t, file: a.gguf, head_dim: 127}\n", "engine.model.head_dim", "even number"},
+		{"head_dim too large", "  preset: ollama\n  model: {name: t, file: a.gguf, head_dim: 4096}\n", "engine.model.head_dim", "more than 1024"},
+		{"head_dim of a random model", "  preset: ollama\n  model: {name: t, random: {}, head_dim: 128}\n", "engine.model", "pads a trained model's file"},
 		{"attest with two sources", "  preset: custom\n  command: [s]\n  attest: {X: {log: \"(a)\", server_info: x}}\n", "engine.attest.X", "give one place"},
 		{"attest without a group", "  preset: custom\n  command: [s]\n  attest: {X: {log: \"a\"}}\n", "engine.attest.X.log", "needs a group"},
 		{"attest bad expression", "  preset: custom\n  command: [s]\n  attest: {X: {log: \"(a\"}}\n", "engine.attest.X.log", "not a regular expression"},

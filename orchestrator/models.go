@@ -36,18 +36,29 @@ type modelFile struct {
 	err    error
 }
 
-// modelFile returns the path and digest of the spec's model, writing a random model
-// into the experiment's log folder the first time it is asked for.
+// modelFile returns the path and digest of the spec's model, writing a random model,
+// or the file's model with its heads padded, into the experiment's log folder the first
+// time it is asked for.
 func (e *experiment) modelFile() (string, string, error) {
 	m := e.spec.Engine.Model
 	e.model.once.Do(func() {
 		path := m.File
-		if m.Random != nil {
+		switch {
+		case m.Random != nil:
 			path = filepath.Join(e.logDir, "models", modelFileName(m.Name)+".gguf")
-			e.model.err = writeRandomModel(path, m.Random)
-			if e.model.err != nil {
-				return
+			r := m.Random
+			e.model.err = writeModel(path, gguf.TinyLlama{Layers: r.Layers, Width: r.Width, Context: r.Context, Seed: r.Seed}.Write)
+		case m.HeadDim > 0:
+			path = filepath.Join(e.logDir, "models", fmt.Sprintf("%s-hd%d.gguf", modelFileName(m.Name), m.HeadDim))
+			var tr gguf.Trained
+			if tr, e.model.err = gguf.ReadTrained(m.File); e.model.err == nil {
+				tr.HeadDim = m.HeadDim
+				e.model.err = writeModel(path, tr.Write)
 			}
+		}
+		if e.model.err != nil {
+			e.model.err = fmt.Errorf("model %s: %w", m.Name, e.model.err)
+			return
 		}
 		e.model.path = path
 		e.model.digest, e.model.err = fileDigest(path)
@@ -60,24 +71,23 @@ func modelFileName(name string) string {
 	return strings.NewReplacer(":", "_", "/", "_").Replace(name)
 }
 
-// writeRandomModel writes the random-weight model r describes to path, through a
-// temporary file, so that a launch never reads half of it.
-func writeRandomModel(path string, r *arms.RandomModel) error {
+// writeModel writes a model file to path through a temporary file, so that a launch
+// never reads half of it.
+func writeModel(path string, write func(io.Writer) error) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("model: %w", err)
+		return err
 	}
 	f, err := os.CreateTemp(filepath.Dir(path), ".model-*.gguf")
 	if err != nil {
-		return fmt.Errorf("model: %w", err)
+		return err
 	}
 	defer os.Remove(f.Name())
-	m := gguf.TinyLlama{Layers: r.Layers, Width: r.Width, Context: r.Context, Seed: r.Seed}
-	if err := m.Write(f); err != nil {
+	if err := write(f); err != nil {
 		f.Close()
-		return fmt.Errorf("model: writing %s: %w", path, err)
+		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("model: %w", err)
+		return err
 	}
 	return os.Rename(f.Name(), path)
 }

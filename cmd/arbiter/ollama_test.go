@@ -214,3 +214,75 @@ func TestOllamaToolcallsExampleCallsTools(t *testing.T) {
 		t.Logf("%s: %d turns, %d with a call; %d open a round, %d with a valid call; %d of %d prompt counts match", arm, c.turns, c.calls, c.opens, c.validOpens, c.matched, c.counted)
 	}
 }
+
+// engine.model.head_dim serves the same model with its heads padded (as CUDA flash
+// attention needs for a quantized KV cache): on ollama's CPU backend the padded model
+// writes, turn for turn, what the file as it is writes.
+func TestOllamaPaddedHeadsServeTheSameReplies(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	few := []string{"sessions: 16", "sessions: 3", "concurrency: 4", "concurrency: 3"}
+	replies := func(name string, r *strings.Replacer) map[string]string {
+		t.Helper()
+		sub := filepath.Join(dir, name)
+		if err := os.Mkdir(sub, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		spec := withOllama(t, "../../examples/ollama-toolcalls.yaml", sub, r)
+		db := filepath.Join(sub, "r.db")
+		if code, stdout, stderr := runCLI(t, "run", spec, "--db", db, "-o", filepath.Join(sub, "v.md")); code != exitOK {
+			t.Fatalf("%s: exit %d; stdout:\n%s\nstderr:\n%s", name, code, stdout, stderr)
+		}
+		st, err := store.OpenReadOnly(db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		var turns []struct {
+			Key     string  `db:"key"`
+			Content string  `db:"content"`
+			Calls   *string `db:"tool_calls"`
+			Error   *string `db:"error"`
+		}
+		if err := st.Select(&turns, `SELECT a.name || '/' || t.session_index || '/' || t.turn_index AS key,
+			t.content, t.tool_calls, t.error FROM turns t JOIN arms a ON a.id = t.arm_id`); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, tr := range turns {
+			if tr.Error != nil {
+				t.Fatalf("%s: turn %s failed: %s", name, tr.Key, *tr.Error)
+			}
+			reply := tr.Content
+			if tr.Calls != nil { // the calls without their ids, which ollama draws at random
+				var calls []openai.ToolCall
+				if err := json.Unmarshal([]byte(*tr.Calls), &calls); err != nil {
+					t.Fatal(err)
+				}
+				for _, c := range calls {
+					reply += " " + c.Function.Name + c.Function.Arguments
+				}
+			}
+			out[tr.Key] = reply
+		}
+		return out
+	}
+	plain := replies("plain", strings.NewReplacer(few...))
+	padded := replies("padded", strings.NewReplacer(append(few, "    context: 4096\n", "    context: 4096\n    head_dim: 128\n")...))
+	if len(plain) < 18 || len(plain) != len(padded) {
+		t.Fatalf("%d turns as the file is, %d padded", len(plain), len(padded))
+	}
+	calls := 0
+	for key, want := range plain {
+		if got := padded[key]; got != want {
+			t.Errorf("turn %s: padded model wrote %q, the file as it is %q", key, got, want)
+		}
+		if strings.Contains(want, "{") {
+			calls++
+		}
+	}
+	if calls == 0 {
+		t.Error("no turn carried a tool call: the comparison saw no calls")
+	}
+	t.Logf("%d turns, %d with tool calls, the same in both", len(plain), calls)
+}
