@@ -253,6 +253,22 @@ func decideFamily(in familyInput) *LaunchFamily {
 // where the design has them) and each speed metric of each group (and its
 // non-inferiority under a throughput margin); under a throughput margin, each arm's
 // stability from before to after.
+// measured says whether any launch of any arm measured metric in group. One no launch
+// measured (inter-token latency where every reply came in one event) is no claim: more
+// launches would not measure it either. A plan, which has no launches yet, counts every
+// metric.
+func measured(in familyInput, group, metric string) bool {
+	if in.Samples == nil {
+		return true
+	}
+	for _, samples := range in.Samples {
+		if len(logMedians(samples, group, metric)) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 func familyClaims(in familyInput) []*LaunchClaim {
 	var claims []*LaunchClaim
 	add := func(c *LaunchClaim) { claims = append(claims, c) }
@@ -270,7 +286,9 @@ func familyClaims(in familyInput) []*LaunchClaim {
 		}
 		for _, g := range in.Groups {
 			for _, m := range metricOrder {
-				add(&LaunchClaim{Outcome: m, Arm: arm, Against: base, Group: g})
+				if measured(in, g, m) {
+					add(&LaunchClaim{Outcome: m, Arm: arm, Against: base, Group: g})
+				}
 			}
 			if in.Margin > 0 {
 				add(&LaunchClaim{Outcome: OutcomeNonInferiority, Arm: arm, Against: base, Group: g})

@@ -101,6 +101,9 @@ type fixture struct {
 	divergence   bool
 	stoppedEarly string
 	status       string // "done" when empty
+	// oneEvent, when set, records every reply as one event, as a workload that does not
+	// stream leaves it: no inter-token latency.
+	oneEvent bool
 }
 
 // recordFixture writes f into a fresh database and returns it opened read-only.
@@ -225,11 +228,15 @@ func recordFixture(t *testing.T, f fixture) (*sqlx.DB, int64) {
 					if bad {
 						reason = "DeepSeek V4 DSML markup in content (8 markers), first at rune 0: \"<｜DSML｜tool_calls>\""
 					}
+					deltas, decode := 12, time.Duration(80+(si*5+turns*3)%17)*time.Millisecond
+					if f.oneEvent {
+						deltas, decode = 1, 0
+					}
 					// Timings vary with the session and the turn, never with the clock.
 					w.Turn(store.Turn{ExperimentID: exp, RunID: runID, ArmID: armID, Session: index, Index: turns, Round: round,
 						Started: start.Add(time.Duration(turns) * time.Second), StatusCode: 200, FinishReason: "stop",
 						TTFT: time.Duration(20+(si*7+turns)%13) * time.Millisecond, Latency: time.Duration(110+(si*11+turns*3)%37) * time.Millisecond,
-						DecodeTime: time.Duration(80+(si*5+turns*3)%17) * time.Millisecond, Deltas: 12,
+						DecodeTime: decode, Deltas: deltas,
 						CompletionTokens: 40, Content: "ok", Corrupted: bad, Request: "{}", Response: "{}",
 						Labels: []store.Label{{Detector: "dsml-leak", Corrupted: bad, Reason: reason}, {Detector: "toolcall-schema"}}})
 					turns++
@@ -781,6 +788,40 @@ func TestAAVerdictSaysWhetherTheCheckPassed(t *testing.T) {
 		t.Fatal(err)
 	} else if head := v.Headline()[0]; !strings.HasPrefix(head, "A/A check FAILED: the engine of a2 crashed (block 0)") {
 		t.Errorf("A/A with a crash: headline %q", head)
+	}
+}
+
+// A workload that does not stream measures no inter-token latency in any launch: that is
+// no claim to test, and no number of launches is advised for it.
+func TestUnmeasuredMetricIsNoClaim(t *testing.T) {
+	var runs []launch
+	for b := range 3 {
+		for _, arm := range []string{"f16", "f16-again", "q8_0", "q4_0"} {
+			runs = append(runs, launch{arm: arm, block: b, sessions: finished(48)})
+		}
+	}
+	db, ref := recordFixture(t, fixture{example: "ollama-kv-cache", runs: runs, oneEvent: true})
+	v, err := Build(context.Background(), db, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := markdown(t, v)
+	for _, c := range v.Claims.Claims {
+		if c.Outcome == MetricITL {
+			t.Errorf("an inter-token latency claim no launch measured: %+v", c)
+		}
+	}
+	if strings.Contains(md, "inter-token latency. To decide them") || strings.Contains(md, "run 2 launches per arm") {
+		t.Errorf("the verdict advises launches for a metric the workload never measures:\n%s", md)
+	}
+	speed := 0
+	for _, c := range v.Claims.Claims {
+		if c.Outcome == MetricThroughput && c.LaunchesArm == 3 && c.LaunchesBase == 3 {
+			speed++
+		}
+	}
+	if speed != 3 {
+		t.Errorf("%d tok/s claims on 3 launches against 3, want one per arm against f16", speed)
 	}
 }
 
