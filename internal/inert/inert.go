@@ -23,13 +23,13 @@ func Text(s string, limit int) string {
 	b.Grow(min(len(s), max(limit, 0)+64))
 	i := 0
 	for i < len(s) {
-		if s[i] == 0x1b {
-			i += escapeLen(s[i:])
+		if n := EscapeLen(s[i:]); n > 0 {
+			i += n
 			continue
 		}
 		r, n := utf8.DecodeRuneInString(s[i:])
-		if r == 0x9b { // the one-character CSI: its parameters go with it
-			i += n + csiLen(s[i+n:])
+		if r == 0x1b || r == 0x9b {
+			i += n // a lone or unfinished escape: its introducer goes, its text is shown
 			continue
 		}
 		if unsafe(r) {
@@ -71,45 +71,71 @@ func unsafe(r rune) bool {
 	return false
 }
 
-// escapeLen is the length of the escape sequence at the start of s (s[0] is ESC).
-func escapeLen(s string) int {
-	if len(s) < 2 {
-		return len(s)
+// EscapeLen is the length in bytes of the complete escape sequence s starts with, or 0
+// when it starts with none: CSI, OSC, DCS, SOS, PM and APC in their 7-bit (ESC [) and C1
+// (U+009B) forms, strings ended by BEL (OSC), ESC \ or the C1 string terminator, and the
+// two-byte ESC commands. A lone or unfinished ESC is no sequence: what shows text treats it
+// as the control character it is.
+func EscapeLen(s string) int {
+	r, n := utf8.DecodeRuneInString(s)
+	var intro rune // the sequence's kind: '[' for CSI, ']' for OSC, ...
+	switch {
+	case r == 0x1b && len(s) >= 2:
+		intro, n = rune(s[1]), 2
+	case r == 0x9b: // the C1 forms of CSI, OSC, DCS, SOS, PM, APC
+		intro = '['
+	case r == 0x9d:
+		intro = ']'
+	case r == 0x90:
+		intro = 'P'
+	case r == 0x98:
+		intro = 'X'
+	case r == 0x9e:
+		intro = '^'
+	case r == 0x9f:
+		intro = '_'
+	default:
+		return 0
 	}
-	switch s[1] {
+	switch intro {
 	case '[':
-		return 2 + csiLen(s[2:])
+		// Parameters 0x30-0x3f, intermediates 0x20-0x2f, one final byte 0x40-0x7e.
+		for j := n; j < len(s); j++ {
+			switch c := s[j]; {
+			case c >= 0x20 && c <= 0x3f:
+			case c >= 0x40 && c <= 0x7e:
+				return j + 1
+			default:
+				return 0
+			}
+		}
+		return 0
 	case ']', 'P', 'X', '^', '_':
-		// OSC, DCS, SOS, PM, APC: a string up to BEL or ESC \ (ST).
-		for i := 2; i < len(s); i++ {
-			if s[i] == 0x07 {
-				return i + 1
+		// A string, ended by BEL (OSC's usual end), ESC \ or the C1 string terminator.
+		for j := n; j < len(s); {
+			c, m := utf8.DecodeRuneInString(s[j:])
+			switch {
+			case c == 0x07 && intro == ']':
+				return j + 1
+			case c == 0x1b && j+1 < len(s) && s[j+1] == '\\':
+				return j + 2
+			case c == 0x9c:
+				return j + m
 			}
-			if s[i] == 0x1b && i+1 < len(s) && s[i+1] == '\\' {
-				return i + 2
-			}
+			j += m
 		}
-		return len(s)
+		return 0
 	}
-	// ESC followed by intermediates (0x20-0x2f) and one final byte.
-	i := 1
-	for i < len(s) && s[i] >= 0x20 && s[i] <= 0x2f {
-		i++
+	// ESC with intermediates (0x20-0x2f) then a final byte (0x30-0x7e), or ESC and one
+	// byte 0x30-0x7e alone (ESC c resets the terminal, ESC 7 saves the cursor).
+	j := 1
+	for j < len(s) && s[j] >= 0x20 && s[j] <= 0x2f {
+		j++
 	}
-	return min(i+1, len(s))
-}
-
-// csiLen is the length of a control sequence's parameters and final byte.
-func csiLen(s string) int {
-	for i := 0; i < len(s); i++ {
-		if s[i] >= 0x40 && s[i] <= 0x7e {
-			return i + 1
-		}
-		if s[i] < 0x20 || s[i] > 0x3f && s[i] < 0x40 {
-			return i
-		}
+	if j < len(s) && s[j] >= 0x30 && s[j] <= 0x7e {
+		return j + 1
 	}
-	return len(s)
+	return 0
 }
 
 // Markdown returns s as Text does, with every character markdown would act on escaped

@@ -13,6 +13,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/term"
+
+	"github.com/arbiterlab/arbiter/internal/inert"
 )
 
 // Wrap breaks text into lines of at most width columns (a longer word stays whole), each
@@ -59,7 +61,7 @@ func Safe(s string) string {
 	var b strings.Builder
 	b.Grow(len(s))
 	for i := 0; i < len(s); {
-		if n := escapeLen(s[i:]); n > 0 {
+		if n := inert.EscapeLen(s[i:]); n > 0 {
 			i += n
 			continue
 		}
@@ -82,68 +84,4 @@ func Safe(s string) string {
 		}
 	}
 	return b.String()
-}
-
-// escapeLen is the length in bytes of the complete escape sequence s starts with, or 0
-// when it starts with none (a lone or unfinished ESC is then written visibly).
-func escapeLen(s string) int {
-	r, n := utf8.DecodeRuneInString(s)
-	var intro rune // the sequence's kind: '[' for CSI, ']' for OSC, ...
-	switch {
-	case r == 0x1b && len(s) >= 2:
-		intro, n = rune(s[1]), 2
-	case r == 0x9b: // the C1 forms of CSI, OSC, DCS, SOS, PM, APC
-		intro = '['
-	case r == 0x9d:
-		intro = ']'
-	case r == 0x90:
-		intro = 'P'
-	case r == 0x98:
-		intro = 'X'
-	case r == 0x9e:
-		intro = '^'
-	case r == 0x9f:
-		intro = '_'
-	default:
-		return 0
-	}
-	switch intro {
-	case '[':
-		// Parameters 0x30-0x3f, intermediates 0x20-0x2f, one final byte 0x40-0x7e.
-		for j := n; j < len(s); j++ {
-			switch c := s[j]; {
-			case c >= 0x20 && c <= 0x3f:
-			case c >= 0x40 && c <= 0x7e:
-				return j + 1
-			default:
-				return 0
-			}
-		}
-		return 0
-	case ']', 'P', 'X', '^', '_':
-		// A string, ended by BEL (OSC's usual end), ESC \ or the C1 string terminator.
-		for j := n; j < len(s); {
-			c, m := utf8.DecodeRuneInString(s[j:])
-			switch {
-			case c == 0x07 && intro == ']':
-				return j + 1
-			case c == 0x1b && j+1 < len(s) && s[j+1] == '\\':
-				return j + 2
-			case c == 0x9c:
-				return j + m
-			}
-			j += m
-		}
-		return 0
-	}
-	// ESC with intermediates (0x20-0x2f) then a final byte (0x30-0x7e), or ESC and one
-	// byte 0x30-0x7e alone (ESC c resets the terminal, ESC 7 saves the cursor).
-	j := 1
-	for j < len(s) && s[j] >= 0x20 && s[j] <= 0x2f {
-		j++
-	}
-	if j < len(s) && s[j] >= 0x30 && s[j] <= 0x7e {
-		return j + 1
-	}
-	return 0
 }
