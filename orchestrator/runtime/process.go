@@ -231,7 +231,7 @@ func LookCommand(name string) (string, error) {
 // way CI builds it (.ci/run), at the version arbiter is tested against.
 var installHints = map[string]string{
 	"refserve": "make build puts it in bin/, beside bin/arbiter",
-	"ollama":   "GOBIN=DIR go install github.com/ollama/ollama@v0.6.5 builds it, with cgo and a C++ compiler; then put DIR on PATH",
+	"ollama":   "GOBIN=DIR go install github.com/ollama/ollama@v0.6.5 builds it, with cgo, a C++ compiler and the headers its module leaves out (Debian: apt-get install nlohmann-json3-dev libstb-dev); then put DIR on PATH",
 }
 
 // Grouped is an Instance whose engine runs in a local process group. Group names the
