@@ -405,12 +405,16 @@ func faultedSide(c *LaunchClaim, in familyInput) string {
 		arm      string
 		launches int
 	}{{c.Arm, na}, {c.Against, nb}} {
-		samples := in.Samples[armIndexOf(in.Arms, side.arm)]
-		all := len(samples) > 0
-		for _, s := range samples {
-			all = all && s.faulted
+		// Launches the user interrupted or whose node went away are not the engine's
+		// doing: the side faulted when every other launch of it did.
+		judged, all := 0, true
+		for _, s := range in.Samples[armIndexOf(in.Arms, side.arm)] {
+			if s.judged {
+				judged++
+				all = all && s.faulted
+			}
 		}
-		if !all {
+		if judged == 0 || !all {
 			continue
 		}
 		switch c.Outcome {
