@@ -454,6 +454,7 @@ func TestVerdictInvariantRegressions(t *testing.T) {
 		{30, "a sequential arm judged at 4 vs 5 launches was advised \"run 4 launches per arm\""},
 		{54, "the stratified table printed a risk difference of \"+NaN pts\""},
 		{109, "a baseline that crashed in its one launch and was interrupted in the other was advised \"2 launches\" for the corruption claims it cannot supply"},
+		{233, "a factorial arm whose one launch timed out before any session finished was advised \"2 launches\" for its corruption claim"},
 	} {
 		t.Run(fmt.Sprint(c.seed), func(t *testing.T) {
 			t.Log(c.broke)

@@ -419,10 +419,11 @@ func faultedSide(c *LaunchClaim, in familyInput) string {
 		}
 		switch c.Outcome {
 		case OutcomeCorruption, OutcomeCorruptionNI:
-			// An arm whose own launches all faulted keeps its claim (the judge leaves its
-			// comparison inconclusive); a baseline that did leaves every arm nothing to
-			// be compared with.
-			if side.arm == c.Against {
+			// An arm whose own launches all faulted keeps its claim while they left
+			// sessions to count (the judge leaves its comparison inconclusive); one that
+			// left none, or a baseline whose launches all faulted, leaves nothing to be
+			// compared.
+			if side.arm == c.Against || side.launches == 0 {
 				return side.arm
 			}
 		default:
