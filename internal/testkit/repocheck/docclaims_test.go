@@ -140,13 +140,14 @@ var numberWords = map[string]int{"one": 1, "two": 2, "three": 3, "four": 4, "six
 
 // TestExampleFactsMatchTheirSpecs: what the README's examples table says about a spec is
 // what the spec says: the pins it names (`NAME=VALUE`; "both arms pin" means every arm),
-// its launches per arm, and a sequential design's looks.
+// its launches per arm, a sequential design's looks, and its model's padded heads.
 func TestExampleFactsMatchTheirSpecs(t *testing.T) {
 	root := repoRoot(t)
 	rows := exampleRows(t, manual(t, root)["README.md"])
 	pin := regexp.MustCompile("`([A-Z][A-Z0-9_]*)=([^`\\s]*)`")
 	launches := regexp.MustCompile(`\b([0-9]+|one|two|three|four|six|eight) launch(?:es)? per arm\b`)
 	looks := regexp.MustCompile("`looks: ([0-9]+)`")
+	heads := regexp.MustCompile(`heads padded to ([0-9]+)`)
 	checked := 0
 	for file, says := range rows {
 		if strings.HasPrefix(file, "examples/bisect/") {
@@ -187,6 +188,12 @@ func TestExampleFactsMatchTheirSpecs(t *testing.T) {
 			}
 			if spec.Blocks != n {
 				t.Errorf("README.md says %s runs %d launches per arm; the spec runs %d", file, n, spec.Blocks)
+			}
+		}
+		for _, m := range heads.FindAllStringSubmatch(says, -1) {
+			checked++
+			if n, _ := strconv.Atoi(m[1]); spec.Engine.Model == nil || spec.Engine.Model.HeadDim != n {
+				t.Errorf("README.md says %s serves its model with heads padded to %d; the spec's engine.model is %+v", file, n, spec.Engine.Model)
 			}
 		}
 		for _, m := range looks.FindAllStringSubmatch(says, -1) {
