@@ -165,6 +165,10 @@ type LaunchFamily struct {
 	Alpha   float64
 	Primary string // the primary outcome
 	Claims  []*LaunchClaim
+	// Unmeasured names the speed comparisons left out because a side's launches ran
+	// and never measured the metric while other arms' did ("inter-token latency of q4_0
+	// at all sessions").
+	Unmeasured []string
 }
 
 // claim finds the claim about outcome for arm in group; nil if there is none.
@@ -253,20 +257,63 @@ func decideFamily(in familyInput) *LaunchFamily {
 // where the design has them) and each speed metric of each group (and its
 // non-inferiority under a throughput margin); under a throughput margin, each arm's
 // stability from before to after.
-// measured says whether any launch of any arm measured metric in group. One no launch
-// measured (inter-token latency where every reply came in one event) is no claim: more
-// launches would not measure it either. A plan, which has no launches yet, counts every
-// metric.
-func measured(in familyInput, group, metric string) bool {
+// measured says whether a speed claim of arm against the baseline has something to
+// test: a metric that a side's launches ran and did not measure (inter-token latency
+// where every reply came in one event) is no claim, since more launches would not measure
+// it either. A side whose judged launches all faulted keeps the claim, which it leaves
+// uncompared (faultedSide). A plan, which has no launches yet, counts every metric.
+func measured(in familyInput, arm int, group, metric string) bool {
 	if in.Samples == nil {
 		return true
 	}
-	for _, samples := range in.Samples {
-		if len(logMedians(samples, group, metric)) > 0 {
-			return true
+	for _, side := range []int{arm, in.Baseline} {
+		if len(logMedians(in.Samples[side], group, metric)) > 0 {
+			continue
+		}
+		judged, faulted := 0, 0
+		for _, s := range in.Samples[side] {
+			if s.judged {
+				judged++
+				if s.faulted {
+					faulted++
+				}
+			}
+		}
+		if judged == 0 || faulted < judged {
+			return false
 		}
 	}
-	return false
+	return true
+}
+
+// unmeasured lists the speed comparisons measured leaves out where some arm did measure
+// the metric, each as "METRIC of ARM at GROUP" (the side that measured nothing).
+func unmeasured(in familyInput) []string {
+	var out []string
+	for _, g := range in.Groups {
+		for _, m := range metricOrder {
+			some := false
+			for _, samples := range in.Samples {
+				some = some || len(logMedians(samples, g, m)) > 0
+			}
+			if !some {
+				continue
+			}
+			seen := map[int]bool{}
+			for i := range in.Arms {
+				if i == in.Baseline || measured(in, i, g, m) {
+					continue
+				}
+				for _, side := range []int{in.Baseline, i} {
+					if len(logMedians(in.Samples[side], g, m)) == 0 && !seen[side] {
+						seen[side] = true
+						out = append(out, fmt.Sprintf("%s of %s at %s", m, in.Arms[side], g))
+					}
+				}
+			}
+		}
+	}
+	return out
 }
 
 func familyClaims(in familyInput) []*LaunchClaim {
@@ -286,7 +333,7 @@ func familyClaims(in familyInput) []*LaunchClaim {
 		}
 		for _, g := range in.Groups {
 			for _, m := range metricOrder {
-				if measured(in, g, m) {
+				if measured(in, i, g, m) {
 					add(&LaunchClaim{Outcome: m, Arm: arm, Against: base, Group: g})
 				}
 			}
@@ -769,6 +816,7 @@ func (v *Verdict) judgeLaunches() {
 	}
 	in.Floor = v.familyFloor(in.Samples, in.Groups)
 	f := decideFamily(in)
+	f.Unmeasured = unmeasured(in)
 	v.Claims = f
 	v.applyLaunchFamily(f)
 }
@@ -1009,6 +1057,9 @@ func (v *Verdict) launchCaveat(add func(CaveatKind, string, ...any)) {
 	}
 	if len(flat) > 0 {
 		add(CaveatUntested, "Not tested: %s, whose launches agreed exactly within each arm; a spread of zero between launches is no evidence either way.", joinAnd(dedupe(flat)))
+	}
+	if len(f.Unmeasured) > 0 {
+		add(CaveatUntested, "Not compared, because no launch of the arm measured it while other arms' launches did: %s. Inter-token latency needs replies that stream in two events or more.", joinAnd(f.Unmeasured))
 	}
 	if m := len(f.Claims); m > 1 && tested > 0 {
 		untested := ""

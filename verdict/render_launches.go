@@ -71,6 +71,9 @@ func (v markdownWriter) claimsSection() {
 	if len(flat) > 0 {
 		fmt.Fprintf(b, "\nNot tested, no spread between launches (they agreed exactly within each arm, which is no evidence either way): %s.\n", claimList(flat, len(arms)))
 	}
+	if len(f.Unmeasured) > 0 {
+		fmt.Fprintf(b, "\nNot compared, because no launch of the arm measured it while other arms' launches did: %s.\n", joinAnd(f.Unmeasured))
+	}
 	if len(untestable) > 0 {
 		most, floor := 0, false
 		for _, c := range untestable {

@@ -89,6 +89,8 @@ type launch struct {
 	slot, wave int
 	// gpu, when set, records the launch's GPU telemetry (see recordGPUs).
 	gpu *gpuRun
+	// oneEvent records this launch's replies as one event each (see fixture.oneEvent).
+	oneEvent bool
 }
 
 // fixture is an example's recorded experiment.
@@ -229,7 +231,7 @@ func recordFixture(t *testing.T, f fixture) (*sqlx.DB, int64) {
 						reason = "DeepSeek V4 DSML markup in content (8 markers), first at rune 0: \"<｜DSML｜tool_calls>\""
 					}
 					deltas, decode := 12, time.Duration(80+(si*5+turns*3)%17)*time.Millisecond
-					if f.oneEvent {
+					if f.oneEvent || r.oneEvent {
 						deltas, decode = 1, 0
 					}
 					// Timings vary with the session and the turn, never with the clock.
@@ -822,6 +824,32 @@ func TestUnmeasuredMetricIsNoClaim(t *testing.T) {
 	}
 	if speed != 3 {
 		t.Errorf("%d tok/s claims on 3 launches against 3, want one per arm against f16", speed)
+	}
+
+	// One arm whose replies came in one event: its inter-token latency is no claim, the
+	// others' are, and nothing advises launches.
+	for i := range runs {
+		runs[i].oneEvent = runs[i].arm == "q4_0"
+	}
+	db, ref = recordFixture(t, fixture{example: "ollama-kv-cache", runs: runs})
+	if v, err = Build(context.Background(), db, ref); err != nil {
+		t.Fatal(err)
+	}
+	md = markdown(t, v)
+	var itl []string
+	for _, c := range v.Claims.Claims {
+		if c.Outcome == MetricITL {
+			itl = append(itl, c.Arm)
+		}
+	}
+	if !slices.Equal(itl, []string{"f16-again", "q8_0"}) {
+		t.Errorf("inter-token latency claims for %v, want f16-again and q8_0 (q4_0 measured none)", itl)
+	}
+	if strings.Contains(md, "To decide them, run") {
+		t.Errorf("the verdict advises launches for a metric an arm never measured:\n%s", md)
+	}
+	if !strings.Contains(md, "Not compared, because no launch of the arm measured it while other arms' launches did: inter-token latency of q4_0 at all sessions.") {
+		t.Errorf("the verdict does not say q4_0's inter-token latency went unmeasured:\n%s", md)
 	}
 }
 
