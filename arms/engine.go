@@ -82,6 +82,30 @@ type ModelSpec struct {
 	HeadDim int
 }
 
+// Describe is the model in a line, as validate shows it: "toolcall from
+// models/toolcall.gguf, heads padded to 128, context 4096".
+func (m *ModelSpec) Describe() string {
+	if m == nil {
+		return ""
+	}
+	parts := []string{m.Name}
+	switch {
+	case m.File != "":
+		parts[0] += " from " + m.File
+	case m.Random != nil:
+		parts[0] += fmt.Sprintf(" of random weights (%d layers, width %d, seed %d)", m.Random.Layers, m.Random.Width, m.Random.Seed)
+	default:
+		parts[0] += ", kept by the engine"
+	}
+	if m.HeadDim > 0 {
+		parts = append(parts, fmt.Sprintf("heads padded to %d", m.HeadDim))
+	}
+	if m.Context > 0 {
+		parts = append(parts, fmt.Sprintf("context %d", m.Context))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // RandomModel is a llama-architecture model of random weights: the same fields and seed
 // give the same file, so every launch of every arm serves the same model.
 type RandomModel struct {

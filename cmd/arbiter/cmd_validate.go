@@ -174,6 +174,7 @@ type specSummary struct {
 	Name      string          `json:"name"`
 	Preset    string          `json:"preset"`
 	Runtime   string          `json:"runtime"`
+	Model     string          `json:"model,omitempty"`
 	Slots     []string        `json:"slots"`
 	Design    string          `json:"design"`
 	Arms      []armSummary    `json:"arms"`
@@ -222,6 +223,7 @@ type analysisSummary struct {
 func summarize(s *arms.Spec, expanded []arms.Arm, r *arms.Redactor) specSummary {
 	sum := specSummary{
 		Spec: s.Path, Name: s.Name, Preset: s.Engine.Preset, Runtime: string(s.Runtime.Kind), Design: s.Design,
+		Model:     s.Engine.Model.Describe(),
 		Baseline:  s.Analysis.Baseline,
 		Detectors: s.Detectors,
 		Workload: workloadSummary{Kind: s.Workload.Kind, Sessions: s.Workload.Sessions, Rounds: s.Workload.Rounds,
@@ -265,6 +267,9 @@ func (s specSummary) write(w io.Writer) error {
 	fmt.Fprintf(&b, "%s: valid\n", s.Spec)
 	fmt.Fprintf(&b, "name       %s\n", s.Name)
 	fmt.Fprintf(&b, "engine     %s, runtime %s\n", s.Preset, s.Runtime)
+	if s.Model != "" {
+		fmt.Fprintf(&b, "model      %s\n", s.Model)
+	}
 	if len(s.Slots) > 0 {
 		waves := orchestrator.Waves(len(s.Arms), len(s.Slots))
 		how := "every arm of a block at once"

@@ -34,6 +34,14 @@ func TestValidateExample(t *testing.T) {
 	if errs != "" {
 		t.Errorf("stderr not empty: %q", errs)
 	}
+	if strings.Contains(out, "model ") {
+		t.Errorf("a spec without engine.model shows a model:\n%s", out)
+	}
+	// A spec whose engine keeps a model names it, where it comes from and how it is served.
+	code, out, errs = runCLI(t, "validate", "../../examples/ollama-kv-cache.yaml")
+	if want := "model      toolcall from ../../examples/models/toolcall.gguf, heads padded to 128, context 4096\n"; code != exitOK || !strings.Contains(out, want) {
+		t.Errorf("exit %d; stdout lacks %q:\n%s%s", code, want, out, errs)
+	}
 }
 
 func TestValidateJSON(t *testing.T) {
