@@ -270,16 +270,7 @@ func measured(in familyInput, arm int, group, metric string) bool {
 		if len(logMedians(in.Samples[side], group, metric)) > 0 {
 			continue
 		}
-		judged, faulted := 0, 0
-		for _, s := range in.Samples[side] {
-			if s.judged {
-				judged++
-				if s.faulted {
-					faulted++
-				}
-			}
-		}
-		if judged == 0 || faulted < judged {
+		if !everyJudgedFaulted(in.Samples[side]) {
 			return false
 		}
 	}
@@ -440,6 +431,22 @@ func claimLaunches(c *LaunchClaim, in familyInput) (arm, base int) {
 	return len(logMedians(in.Samples[ai], c.Group, metric)), len(logMedians(in.Samples[bi], c.Group, metric))
 }
 
+// everyJudgedFaulted reports whether a side's launches faulted, every one of them that
+// says something of its engine: launches the user interrupted or whose node went away
+// are not the engine's doing.
+func everyJudgedFaulted(samples []launchSample) bool {
+	judged := 0
+	for _, s := range samples {
+		if s.judged {
+			if !s.faulted {
+				return false
+			}
+			judged++
+		}
+	}
+	return judged > 0
+}
+
 // faultedSide is the side of a claim whose every launch crashed or wedged and that
 // leaves nothing fair to compare (LaunchClaim.Faulted); "" when neither does, and for
 // wedges, whose outcome the faults are.
@@ -452,16 +459,7 @@ func faultedSide(c *LaunchClaim, in familyInput) string {
 		arm      string
 		launches int
 	}{{c.Arm, na}, {c.Against, nb}} {
-		// Launches the user interrupted or whose node went away are not the engine's
-		// doing: the side faulted when every other launch of it did.
-		judged, all := 0, true
-		for _, s := range in.Samples[armIndexOf(in.Arms, side.arm)] {
-			if s.judged {
-				judged++
-				all = all && s.faulted
-			}
-		}
-		if judged == 0 || !all {
+		if !everyJudgedFaulted(in.Samples[armIndexOf(in.Arms, side.arm)]) {
 			continue
 		}
 		switch c.Outcome {
