@@ -77,8 +77,10 @@ type token struct {
 
 // tokenize splits content into tokens as the repetition detector defines them.
 func tokenize(s string) []token {
-	var toks []token
-	ids := map[string]int{}
+	// Sized for prose, about a token per five bytes, so that a long reply is not
+	// copied over and over as the slice and the map grow.
+	toks := make([]token, 0, len(s)/5+1)
+	ids := make(map[string]int, min(len(s)/5, maxInternHint))
 	intern := func(t string) int {
 		id, ok := ids[t]
 		if !ok {
@@ -136,8 +138,16 @@ func isWordRune(r rune) bool { return r == '_' || unicode.IsLetter(r) || unicode
 
 // isCJK reports scripts written without spaces, where each character is a token.
 func isCJK(r rune) bool {
-	return unicode.In(r, unicode.Han, unicode.Hiragana, unicode.Katakana, unicode.Hangul)
+	// Below U+1100 (Hangul Jamo, the first of the four) none is: most text stops here.
+	return r >= cjkFirst && unicode.In(r, unicode.Han, unicode.Hiragana, unicode.Katakana, unicode.Hangul)
 }
+
+// maxInternHint bounds the room tokenize makes for distinct tokens before it has seen
+// them: a long reply repeats most of its words.
+const maxInternHint = 4096
+
+// cjkFirst is the lowest rune of the scripts isCJK names.
+const cjkFirst = 0x1100
 
 // loop describes the longest degenerate repeat found.
 type loop struct {
@@ -156,23 +166,35 @@ func findLoop(content string) (loop, bool) {
 	}
 	best, bestCover := loop{}, 0
 	for p := 1; p <= maxUnit && p*2 <= n; p++ {
-		// run counts positions i with toks[i] == toks[i+p]; a run of r such positions is a
-		// stretch of r+p tokens with period p.
-		run := 0
-		for i := 0; i+p <= n; i++ {
-			if i+p < n && ids[i] == ids[i+p] {
-				run++
+		// A stretch of period p is a run of positions i with toks[i] == toks[i+p]; a run
+		// of r such positions is a stretch of r+p tokens. No run shorter than minRun is a
+		// loop (isLoop wants longRepeats units), and every run that long holds a multiple
+		// of minRun: only those positions are probed, and a match is grown both ways. The
+		// pass over all units is then about n/3 * ln(maxUnit) probes, not n * maxUnit.
+		minRun := (longRepeats - 1) * p
+		for i := minRun - 1; i+p < n; i += minRun {
+			if ids[i] != ids[i+p] {
 				continue
 			}
-			if run > 0 {
-				start, cover := i-run, run+p
-				if cover > bestCover && isLoop(toks[start:start+p], cover) {
-					bestCover = cover
-					best = loop{unit: p, repeats: cover / p, rune: utf8.RuneCountInString(content[:toks[start].off])}
-					best.excerpt = excerpt(content[toks[start].off:], excerptRunes)
-				}
+			start, end := i, i+1
+			for start > 0 && ids[start-1] == ids[start-1+p] {
+				start--
 			}
-			run = 0
+			for end+p < n && ids[end] == ids[end+p] {
+				end++
+			}
+			// The next probe is past the run's end: a later run starts beyond it.
+			i = end
+			run := end - start
+			if run < minRun {
+				continue
+			}
+			cover := run + p
+			if cover > bestCover && isLoop(toks[start:start+p], cover) {
+				bestCover = cover
+				best = loop{unit: p, repeats: cover / p, rune: utf8.RuneCountInString(content[:toks[start].off])}
+				best.excerpt = excerpt(content[toks[start].off:], excerptRunes)
+			}
 		}
 	}
 	return best, bestCover > 0

@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 )
 
 const prose = `HiCache keeps KV pages of finished turns in host memory and restores them when a
@@ -174,4 +176,64 @@ func FuzzRepetition(f *testing.F) {
 			t.Fatalf("%d times %q judged clean", times, unit)
 		}
 	})
+}
+
+// scanLoop is findLoop as the definition reads: every unit length against every position.
+// findLoop probes instead; the two must agree on every content.
+func scanLoop(content string) (loop, bool) {
+	toks := unfenced(content, tokenize(content))
+	n := len(toks)
+	best, bestCover := loop{}, 0
+	for p := 1; p <= maxUnit && p*2 <= n; p++ {
+		run := 0
+		for i := 0; i+p <= n; i++ {
+			if i+p < n && toks[i].id == toks[i+p].id {
+				run++
+				continue
+			}
+			if run > 0 {
+				start, cover := i-run, run+p
+				if cover > bestCover && isLoop(toks[start:start+p], cover) {
+					bestCover = cover
+					best = loop{unit: p, repeats: cover / p, rune: utf8.RuneCountInString(content[:toks[start].off])}
+					best.excerpt = excerpt(content[toks[start].off:], excerptRunes)
+				}
+			}
+			run = 0
+		}
+	}
+	return best, bestCover > 0
+}
+
+// FuzzFindLoopMatchesScan: the probing search finds the loop the full scan finds, in
+// content as it comes and in content made of a few pieces said over and over, where
+// loops of every length and overlapping runs are common.
+func FuzzFindLoopMatchesScan(f *testing.F) {
+	for _, s := range []string{"", prose, "a b a b a b a b", "x " + strings.Repeat("the cache was restored and ", 9) + "then",
+		strings.Repeat("| Yes | Yes |\n", 20), identity(12), strings.Repeat("好的", 40)} {
+		f.Add(s, uint8(0), uint8(0))
+		f.Add(s, uint8(7), uint8(3))
+	}
+	f.Fuzz(func(t *testing.T, s string, times, split uint8) {
+		if times > 0 && len(s) > 0 {
+			// Pieces of s repeated: a prefix times times, then the whole once, then the
+			// prefix again, so that runs of two periods touch and overlap.
+			cut := int(split) % (len(s) + 1)
+			s = strings.Repeat(s[:cut]+" ", int(times)) + s + " " + strings.Repeat(s[:cut]+" ", int(times)/2)
+		}
+		got, gotOK := findLoop(s)
+		want, wantOK := scanLoop(s)
+		if got != want || gotOK != wantOK {
+			t.Fatalf("findLoop = %+v %v, full scan = %+v %v", got, gotOK, want, wantOK)
+		}
+	})
+}
+
+// TestIsCJKEveryRune: the shortcut below cjkFirst changes no answer.
+func TestIsCJKEveryRune(t *testing.T) {
+	for r := rune(0); r <= unicode.MaxRune; r++ {
+		if got, want := isCJK(r), unicode.In(r, unicode.Han, unicode.Hiragana, unicode.Katakana, unicode.Hangul); got != want {
+			t.Fatalf("isCJK(%U) = %v, want %v", r, got, want)
+		}
+	}
 }
