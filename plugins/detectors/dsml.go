@@ -180,7 +180,10 @@ type leak struct {
 
 // findLeak returns the first unquoted tool-call marker of content, if any.
 func findLeak(content string) (leak, bool) {
-	if !strings.ContainsAny(content, "<▁｜") && !strings.Contains(content, "DSML") {
+	// One byte search each: ContainsAny decodes content rune by rune once a set holds
+	// more than ASCII.
+	if strings.IndexByte(content, '<') < 0 && !strings.Contains(content, "▁") && !strings.Contains(content, "｜") &&
+		!strings.Contains(content, "DSML") {
 		return leak{}, false // every format needs one of these; most clean prose stops here
 	}
 	var quoted []span
