@@ -120,9 +120,12 @@ type Client struct {
 	// so that concurrent giant replies cost at most concurrency x this in memory.
 	MaxResponseBytes int64
 	// Labels are the launch's labels every chat request carries in LabelsHeader, with its
-	// session and round (labels.go); no header when LabelsHeader is empty.
+	// session and round (labels.go); no header when LabelsHeader is empty. They are
+	// encoded once, at the first request: set them before it.
 	Labels       map[string]string
 	LabelsHeader string
+	labelsOnce   sync.Once
+	labelPairs   []labelPair
 
 	// dialed holds connections opened by Warm, which the transport takes first.
 	dialed chan net.Conn

@@ -43,7 +43,9 @@ func newRequestBuilder(tmpl openai.ChatRequest) (*requestBuilder, error) {
 
 // add encodes a message that joined the conversation.
 func (r *requestBuilder) add(m openai.Message) error {
-	b, err := json.Marshal(m)
+	// The method, not json.Marshal: that would check and compact the method's output
+	// again, which is already compact, and the longest messages are the replies.
+	b, err := m.MarshalJSON()
 	if err != nil {
 		return fmt.Errorf("workload: encode message %d: %w", len(r.msgs), err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 )
 
@@ -25,26 +26,65 @@ func withRequestTag(ctx context.Context, session, round int) context.Context {
 	return context.WithValue(ctx, requestTagKey{}, requestTag{session, round})
 }
 
+// labelPair is one label as its JSON object member, `"key":"value"`.
+type labelPair struct {
+	key    string
+	member []byte
+}
+
+// member encodes one label as json.Marshal writes it in a map.
+func member(key, value string) []byte {
+	k, _ := json.Marshal(key)
+	v, _ := json.Marshal(value)
+	return append(append(k, ':'), v...)
+}
+
 // labelHeader is the request's header with the labels added, or base when the client
-// sends none. base is never changed: it is shared by every request.
+// sends none. base is never changed: it is shared by every request. The text is what
+// json.Marshal writes for the labels as a map, keys sorted (the same labels, the same
+// text), from the launch's labels encoded once.
 func (c *Client) labelHeader(ctx context.Context, base http.Header) http.Header {
 	if c.LabelsHeader == "" {
 		return base
 	}
-	labels := maps.Clone(c.Labels)
-	if labels == nil {
-		labels = map[string]string{}
-	}
+	c.labelsOnce.Do(func() {
+		for _, k := range slices.Sorted(maps.Keys(c.Labels)) {
+			c.labelPairs = append(c.labelPairs, labelPair{k, member(k, c.Labels[k])})
+		}
+	})
+	// The request's own, in key order: they replace the launch's of the same names.
+	var own []labelPair
 	if tag, ok := ctx.Value(requestTagKey{}).(requestTag); ok {
-		labels["session"], labels["round"] = strconv.Itoa(tag.session), strconv.Itoa(tag.round)
+		own = []labelPair{{"round", member("round", strconv.Itoa(tag.round))},
+			{"session", member("session", strconv.Itoa(tag.session))}}
 	}
-	if len(labels) == 0 {
+	if len(c.labelPairs) == 0 && len(own) == 0 {
 		return base
 	}
-	b, err := json.Marshal(labels) // keys sorted: the same labels, the same text
-	if err != nil {
-		return base
+	b := make([]byte, 0, 256)
+	b = append(b, '{')
+	add := func(p labelPair) {
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = append(b, p.member...)
 	}
+	for _, p := range c.labelPairs {
+		for len(own) > 0 && own[0].key <= p.key {
+			add(own[0])
+			if own[0].key == p.key {
+				p.member = nil
+			}
+			own = own[1:]
+		}
+		if p.member != nil {
+			add(p)
+		}
+	}
+	for _, p := range own {
+		add(p)
+	}
+	b = append(b, '}')
 	h := base.Clone()
 	h.Set(c.LabelsHeader, string(b))
 	return h

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -81,4 +83,44 @@ func TestRequestsCarryTheirLabels(t *testing.T) {
 	if err := Run(context.Background(), Config{Sessions: 1, Rounds: 1, Seed: 5, Labels: map[string]string{"arm": "a"}}, e.srv.URL, &memRecorder{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// FuzzLabelHeaderIsTheMapsJSON: the header text is json.Marshal of the launch's labels
+// with the request's session and round put in, whatever the names and values.
+func FuzzLabelHeaderIsTheMapsJSON(f *testing.F) {
+	f.Add("arm", "treatment", "block", "0", 3, 1, true)
+	f.Add("session", "<&>", "rounds", "é\u2028", 0, 0, true)
+	f.Add("round", "x", "", "", 7, 2, false)
+	f.Add("", "", "", "", 1, 1, false)
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2 string, session, round int, tagged bool) {
+		labels := map[string]string{}
+		if k1 != "" {
+			labels[k1] = v1
+		}
+		if k2 != "" {
+			labels[k2] = v2
+		}
+		c := &Client{Labels: labels, LabelsHeader: "X-Labels"}
+		ctx := context.Background()
+		want := maps.Clone(labels)
+		if tagged {
+			ctx = withRequestTag(ctx, session, round)
+			want["session"], want["round"] = strconv.Itoa(session), strconv.Itoa(round)
+		}
+		base := http.Header{"Accept": {"text/event-stream"}}
+		h := c.labelHeader(ctx, base)
+		if len(want) == 0 {
+			if h.Get("X-Labels") != "" {
+				t.Fatalf("header %q for no labels", h.Get("X-Labels"))
+			}
+			return
+		}
+		b, _ := json.Marshal(want)
+		if got := h.Get("X-Labels"); got != string(b) {
+			t.Fatalf("header %s, want %s", got, b)
+		}
+		if base.Get("X-Labels") != "" {
+			t.Fatal("the shared header was changed")
+		}
+	})
 }
