@@ -44,6 +44,12 @@ type Store struct {
 	openedAt int
 }
 
+// PageSize is the page size of a database Open creates. Most of a results file is
+// response bodies, a stream of 512 tokens being about 100 KB: at SQLite's default of
+// 4 KiB every stored body is a chain of overflow pages, each a WAL frame written and
+// later checkpointed on its own, which made the store the slowest part of a run.
+const PageSize = 16384
+
 // Open opens (creating if needed) the database at path, applies pending migrations and
 // switches it to WAL. A SQLite file of another program (tables of its own, or another
 // application id) is refused with ErrNotArbiterDatabase and left as it was.
@@ -68,6 +74,13 @@ func Open(path string, opts Options) (*Store, error) {
 	// The file is identified before anything is written to it: not even the switch to
 	// WAL may touch another program's database.
 	if _, err := identify(context.Background(), db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	// A new file gets pages of PageSize bytes; a file that has pages keeps its size
+	// (SQLite ignores the pragma then). Must come before the switch to WAL, the file's
+	// first write.
+	if _, err := db.Exec(fmt.Sprintf("PRAGMA page_size = %d", PageSize)); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}

@@ -65,6 +65,10 @@ func TestMigrationsSetUserVersionAndReopen(t *testing.T) {
 	if mode != "wal" {
 		t.Errorf("journal_mode = %q, want wal", mode)
 	}
+	var page int
+	if err := s.DB().Get(&page, "PRAGMA page_size"); err != nil || page != PageSize {
+		t.Errorf("page_size = %d (%v), want %d", page, err, PageSize)
+	}
 	s.Close()
 	// Reopening must not re-run migrations (which would fail on existing tables).
 	s2, err := Open(path, Options{})
@@ -266,6 +270,9 @@ func TestFindExperimentByIDAndName(t *testing.T) {
 	}
 }
 
+// BenchmarkWriterTurns writes turns the size of a tool-calling agent's at 64 streamed
+// chunks (the whole-path benchmark's: a raw stream of about 12 KiB, a request of 3 KiB,
+// the tools offered, four labels), each run on a fresh file.
 func BenchmarkWriterTurns(b *testing.B) {
 	s, err := Open(filepath.Join(b.TempDir(), "a.db"), Options{})
 	if err != nil {
@@ -276,15 +283,54 @@ func BenchmarkWriterTurns(b *testing.B) {
 	exp, _ := s.CreateExperiment(ctx, Experiment{Name: "b", Created: time.Now()})
 	arm, _ := s.AddArm(ctx, Arm{ExperimentID: exp, Name: "a", Pins: "{}", Command: "[]", Env: "{}"})
 	run, _ := s.StartRun(ctx, Run{ExperimentID: exp, ArmID: arm, Status: "ready", Started: time.Now()})
-	raw := strings.Repeat("data: {\"choices\":[{\"delta\":{\"content\":\"tok\"}}]}\n\n", 60)
+	var raw strings.Builder
+	for i := range 64 {
+		fmt.Fprintf(&raw, "data: {\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"created\":1733000000,\"model\":\"bench\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok%d \"},\"logprobs\":null,\"finish_reason\":null}]}\n\n", i)
+	}
+	request := `{"model":"bench","messages":[` + strings.Repeat(`{"role":"user","content":"What is the weather in Paris today, and in Berlin?"},`, 40) + `{"role":"user","content":"go"}]}`
+	tools := `[` + strings.Repeat(`{"type":"function","function":{"name":"get_weather","description":"Current weather for a city","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}},`, 10) + `{}]`
+	labels := []Label{{Detector: "dsml-leak"}, {Detector: "toolcall-schema"}, {Detector: "repetition"}, {Detector: "finish-anomaly"}}
 	w := s.NewWriter(WriterOptions{})
+	b.SetBytes(int64(raw.Len() + len(request) + len(tools)))
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		w.Turn(Turn{ExperimentID: exp, RunID: run, ArmID: arm, Session: i / 8, Index: i % 8, Started: time.Now(),
-			Content: "answer", Request: "{}", Response: "{}", Raw: raw, Labels: []Label{{Detector: "dsml-leak"}}})
+		w.Turn(Turn{ExperimentID: exp, RunID: run, ArmID: arm, Session: i / 4, Index: i % 4, Started: time.Now(),
+			Content: "answer", Request: request, Response: `{"choices":[]}`, Tools: tools, Raw: raw.String(), Labels: labels})
 	}
 	if err := w.Close(); err != nil {
 		b.Fatal(err)
+	}
+}
+
+// A database written with SQLite's default pages keeps them: its rows read back and
+// new rows go in beside them.
+func TestOpenKeepsAnOlderFilesPageSize(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "old.db")
+	old, err := sqlx.Open("sqlite3", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.MustExec("PRAGMA page_size = 4096")
+	old.MustExec("PRAGMA journal_mode = WAL")
+	old.Close()
+	ctx := context.Background()
+	for i := range 2 {
+		s, err := Open(path, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var page int
+		if err := s.DB().Get(&page, "PRAGMA page_size"); err != nil || page != 4096 {
+			t.Fatalf("open %d: page_size = %d (%v), want the file's 4096", i, page, err)
+		}
+		if _, err := s.CreateExperiment(ctx, Experiment{Name: fmt.Sprint("e", i), Created: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if err := s.DB().Get(&n, "SELECT count(*) FROM experiments"); err != nil || n != i+1 {
+			t.Fatalf("open %d: %d experiments (%v)", i, n, err)
+		}
+		s.Close()
 	}
 }
 
