@@ -34,6 +34,7 @@ var (
 	fullpathRounds      = flag.Int("fullpath.rounds", 4, "rounds per session in BenchmarkFullPathVsVegeta")
 	fullpathConcurrency = flag.Int("fullpath.concurrency", 64, "concurrent sessions per arm in BenchmarkFullPathVsVegeta")
 	fullpathProfileDir  = flag.String("fullpath.profiledir", "", "where BenchmarkFullPathVsVegeta writes the CPU profile of arbiter's side (default $TMPDIR)")
+	fullpathKeepDB      = flag.String("fullpath.db", "", "where BenchmarkFullPathVsVegeta's last arbiter run leaves its database, to compare what it stored (default: removed)")
 )
 
 // engineServer is a fast OpenAI-compatible engine on loopback, as the custom preset
@@ -110,9 +111,16 @@ func arbiterFullPath(tb testing.TB, spec *arms.Spec, served *atomic.Int64, profi
 		}
 		defer pprof.StopCPUProfile()
 	}
+	db := filepath.Join(dir, "bench.db")
+	if *fullpathKeepDB != "" {
+		db = *fullpathKeepDB
+		for _, suffix := range []string{"", "-wal", "-shm"} {
+			os.Remove(db + suffix)
+		}
+	}
 	n0 := served.Load()
 	start := time.Now()
-	res, err := orchestrator.Run(context.Background(), orchestrator.Options{Spec: spec, DBPath: filepath.Join(dir, "bench.db"),
+	res, err := orchestrator.Run(context.Background(), orchestrator.Options{Spec: spec, DBPath: db,
 		Logger: quiet, GPULockDir: dir, LogDir: filepath.Join(dir, "logs")})
 	elapsed := time.Since(start)
 	if err != nil {
