@@ -100,6 +100,9 @@ timeouts: {startup: 30s, request: 30s, stall: 20s}
 func arbiterFullPath(tb testing.TB, spec *arms.Spec, served *atomic.Int64, profile string) (int64, time.Duration) {
 	dir := tb.TempDir()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if os.Getenv("XLOG") != "" {
+		quiet = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	if profile != "" {
 		f, err := os.Create(profile)
 		if err != nil {

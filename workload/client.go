@@ -398,10 +398,11 @@ func (c *Client) chatBody(ctx context.Context, base string, req openai.ChatReque
 		ex.Err = fmt.Errorf("workload: request %s: %w", req.RID, err)
 		return ex
 	}
-	hreq.Header = c.labelHeader(ctx, wholeHeader)
+	header := wholeHeader
 	if req.Stream {
-		hreq.Header = c.labelHeader(ctx, streamHeader)
+		header = streamHeader
 	}
+	hreq.Header = c.labelHeader(ctx, header)
 
 	ex.Started = time.Now()
 	// The stall clock runs from sending: an engine that never answers a stream has
