@@ -776,23 +776,32 @@ type sessionTracker struct {
 	// ran past their time in it (guarded by mu).
 	health  map[string]*store.DetectorRun
 	givenUp map[string]bool
-	// tools is the JSON of the tools each running session offers (guarded by mu): a
-	// session offers the same tools every turn, and encoding them for every turn was
-	// a twentieth of a run's CPU.
-	tools map[int]toolsText
+	// tools is the JSON of the tool sets the launch's turns offered, by their tools'
+	// names (guarded by mu): a session offers the same tools every turn and sessions
+	// draw theirs from one set, and encoding them for every turn was a twentieth of a
+	// run's CPU.
+	tools map[string]toolsText
 }
 
-// toolsText is a session's tools, copied, and their JSON.
+// toolsText is a set of tools, copied, and their JSON.
 type toolsText struct {
 	tools []openai.Tool
 	text  string
 }
 
-// toolsJSON is the JSON of the tools a turn of session offered: the session's last one
-// when the tools are the same, so that a session encodes its tools once.
-func (t *sessionTracker) toolsJSON(session int, tools []openai.Tool) string {
+// maxToolSets bounds the tool sets a launch keeps encoded; past it they are encoded again.
+const maxToolSets = 1024
+
+// toolsJSON is the JSON of the tools a turn offered: that of an earlier turn that offered
+// the same tools, so that each set is encoded once.
+func (t *sessionTracker) toolsJSON(tools []openai.Tool) string {
+	var key strings.Builder
+	for _, tl := range tools {
+		key.WriteString(tl.Function.Name)
+		key.WriteByte(0)
+	}
 	t.mu.Lock()
-	c, ok := t.tools[session]
+	c, ok := t.tools[key.String()]
 	t.mu.Unlock()
 	if ok && sameTools(c.tools, tools) {
 		return c.text
@@ -806,10 +815,10 @@ func (t *sessionTracker) toolsJSON(session int, tools []openai.Tool) string {
 		own[i].Function.Parameters = bytes.Clone(tl.Function.Parameters)
 	}
 	t.mu.Lock()
-	if t.tools == nil {
-		t.tools = map[int]toolsText{}
+	if t.tools == nil || len(t.tools) >= maxToolSets {
+		t.tools = map[string]toolsText{}
 	}
-	t.tools[session] = toolsText{own, string(b)}
+	t.tools[key.String()] = toolsText{own, string(b)}
 	t.mu.Unlock()
 	return string(b)
 }
@@ -1004,7 +1013,7 @@ func (t *sessionTracker) label(turn workload.Turn) {
 		row.Response = string(b)
 	}
 	if len(turn.Tools) > 0 {
-		row.Tools = t.toolsJSON(turn.Session, turn.Tools)
+		row.Tools = t.toolsJSON(turn.Tools)
 	}
 	for _, l := range labels {
 		row.Labels = append(row.Labels, store.Label{Detector: l.Detector, Corrupted: l.Corrupted, Reason: l.Reason})
@@ -1032,7 +1041,6 @@ func (t *sessionTracker) SessionDone(s workload.SessionResult) {
 		t.held(-1)
 	}
 	t.mu.Lock()
-	delete(t.tools, s.Session)
 	first, corrupted := t.firstBad[s.Session]
 	t.sessions++
 	if corrupted {

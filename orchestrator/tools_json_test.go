@@ -8,8 +8,9 @@ import (
 	"github.com/arbiterlab/arbiter/openai"
 )
 
-// A session's tools are encoded once, and what is stored is always what encoding the
-// turn's own tools gives: after the tools change, even in place, the new ones are.
+// A set of tools is encoded once, whichever sessions offer it, and what is stored is
+// always what encoding the turn's own tools gives: after the tools change, even in
+// place, the new ones are.
 func TestToolsJSONIsTheTurnsOwn(t *testing.T) {
 	t.Parallel()
 	tools := []openai.Tool{
@@ -28,7 +29,7 @@ func TestToolsJSONIsTheTurnsOwn(t *testing.T) {
 	for s := range 4 {
 		wg.Go(func() {
 			for range 3 {
-				if got := tr.toolsJSON(s, tools); got != want() {
+				if got := tr.toolsJSON(tools); got != want() {
 					t.Errorf("session %d: %s, want %s", s, got, want())
 				}
 			}
@@ -36,15 +37,15 @@ func TestToolsJSONIsTheTurnsOwn(t *testing.T) {
 	}
 	wg.Wait()
 	tools[1].Function.Parameters[len(`{"type": "`)] = 'O'
-	if got := tr.toolsJSON(0, tools); got != want() {
+	if got := tr.toolsJSON(tools); got != want() {
 		t.Errorf("after a schema changed in place: %s, want %s", got, want())
 	}
 	tools[0].Function.Description = "find a ticket by id"
-	if got := tr.toolsJSON(0, tools); got != want() {
+	if got := tr.toolsJSON(tools); got != want() {
 		t.Errorf("after a description changed: %s, want %s", got, want())
 	}
 	tools = tools[:1]
-	if got := tr.toolsJSON(0, tools); got != want() {
+	if got := tr.toolsJSON(tools); got != want() {
 		t.Errorf("after a tool was dropped: %s, want %s", got, want())
 	}
 }
