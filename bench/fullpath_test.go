@@ -14,11 +14,13 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/google/pprof/profile"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
 	"github.com/arbiterlab/arbiter/arms"
@@ -276,6 +278,71 @@ func BenchmarkFullPathVsVegeta(b *testing.B) {
 			b.ReportMetric(vegPer/arbPer, "cpu-ratio")
 			b.ReportMetric(c.target, "target-ratio")
 			b.Logf("CPU profile of arbiter's side: %s", profile)
+			if parts, err := cpuParts(profile); err != nil {
+				b.Logf("where the CPU went: %v", err)
+			} else {
+				b.Logf("where arbiter's CPU went (last iteration): %s", parts)
+			}
 		})
 	}
+}
+
+// pathParts are the parts of a run a CPU sample is counted in, by the first of them whose
+// function is on its stack, looked for in this order: a detector's work and a session's
+// requests are their own, whatever goroutine does them.
+var pathParts = []struct{ name, fn string }{
+	{"store", "store.(*Writer).loop"},
+	{"labelling", "orchestrator.(*sessionTracker).label"},
+	{"client", "workload.(*agentSession).run"},
+	{"client", "net/http.(*persistConn)."},
+	{"engines", "net/http.(*conn).serve"},
+	{"collector", "runtime.gcBgMarkWorker"},
+	{"collector", "runtime.bgsweep"},
+	{"collector", "runtime.bgscavenge"},
+}
+
+// cpuParts reads a CPU profile and says what share of its samples each part of the path
+// took: the store's writer (SQLite), the labelling (detectors and the turn's row), the
+// client (sessions, requests, reading the answers), the fake engines, the collector's
+// background work, and the rest (setup, the divergence pass, the scheduler).
+func cpuParts(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	p, err := profile.Parse(f)
+	if err != nil {
+		return "", err
+	}
+	value := len(p.SampleType) - 1 // cpu nanoseconds, after the sample count
+	by := map[string]int64{}
+	var total int64
+	for _, smp := range p.Sample {
+		v := smp.Value[value]
+		total += v
+		by[samplePart(smp)] += v
+	}
+	if total == 0 {
+		return "", fmt.Errorf("no samples in %s", path)
+	}
+	var out []string
+	for _, name := range []string{"store", "labelling", "client", "engines", "collector", "other"} {
+		out = append(out, fmt.Sprintf("%s %.0f%%", name, 100*float64(by[name])/float64(total)))
+	}
+	return fmt.Sprintf("%s of %v", strings.Join(out, ", "), time.Duration(total).Round(time.Millisecond)), nil
+}
+
+// samplePart is the part of the path a sample's stack belongs to.
+func samplePart(smp *profile.Sample) string {
+	for _, part := range pathParts {
+		for _, loc := range smp.Location {
+			for _, line := range loc.Line {
+				if line.Function != nil && strings.Contains(line.Function.Name, part.fn) {
+					return part.name
+				}
+			}
+		}
+	}
+	return "other"
 }

@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/arbiterlab/arbiter v0.0.0-00010101000000-000000000000
+	github.com/google/pprof v0.0.0-20261105003125-4bf881d7fb0b
 	github.com/tsenart/vegeta/v12 v12.13.0
 )
 
