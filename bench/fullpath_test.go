@@ -36,6 +36,7 @@ var (
 	fullpathRounds      = flag.Int("fullpath.rounds", 4, "rounds per session in BenchmarkFullPathVsVegeta")
 	fullpathConcurrency = flag.Int("fullpath.concurrency", 64, "concurrent sessions per arm in BenchmarkFullPathVsVegeta")
 	fullpathProfileDir  = flag.String("fullpath.profiledir", "", "where BenchmarkFullPathVsVegeta writes the CPU profile of arbiter's side (default $TMPDIR)")
+	fullpathLog         = flag.Bool("fullpath.log", false, "log BenchmarkFullPathVsVegeta's arbiter runs to stderr at debug level: when each arm started and ended, the divergence pass")
 	fullpathKeepDB      = flag.String("fullpath.db", "", "where BenchmarkFullPathVsVegeta's last arbiter run leaves its database, to compare what it stored (default: removed)")
 )
 
@@ -102,7 +103,7 @@ timeouts: {startup: 30s, request: 30s, stall: 20s}
 func arbiterFullPath(tb testing.TB, spec *arms.Spec, served *atomic.Int64, profile string) (int64, time.Duration) {
 	dir := tb.TempDir()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if os.Getenv("XLOG") != "" {
+	if *fullpathLog {
 		quiet = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	if profile != "" {
