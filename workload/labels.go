@@ -39,6 +39,13 @@ func member(key, value string) []byte {
 	return append(append(k, ':'), v...)
 }
 
+// numberMember is member(key, strconv.Itoa(n)) for a key JSON writes as it is.
+func numberMember(key string, n int) []byte {
+	b := make([]byte, 0, len(key)+24)
+	b = append(append(append(b, '"'), key...), `":"`...)
+	return append(strconv.AppendInt(b, int64(n), 10), '"')
+}
+
 // labelHeader is the request's header with the labels added, or base when the client
 // sends none. base is never changed: it is shared by every request. The text is what
 // json.Marshal writes for the labels as a map, keys sorted (the same labels, the same
@@ -55,8 +62,7 @@ func (c *Client) labelHeader(ctx context.Context, base http.Header) http.Header 
 	// The request's own, in key order: they replace the launch's of the same names.
 	var own []labelPair
 	if tag, ok := ctx.Value(requestTagKey{}).(requestTag); ok {
-		own = []labelPair{{"round", member("round", strconv.Itoa(tag.round))},
-			{"session", member("session", strconv.Itoa(tag.session))}}
+		own = []labelPair{{"round", numberMember("round", tag.round)}, {"session", numberMember("session", tag.session)}}
 	}
 	if len(c.labelPairs) == 0 && len(own) == 0 {
 		return base

@@ -168,9 +168,10 @@ func findLoop(content string) (loop, bool) {
 	for p := 1; p <= maxUnit && p*2 <= n; p++ {
 		// A stretch of period p is a run of positions i with toks[i] == toks[i+p]; a run
 		// of r such positions is a stretch of r+p tokens. No run shorter than minRun is a
-		// loop (isLoop wants longRepeats units), and every run that long holds a multiple
-		// of minRun: only those positions are probed, and a match is grown both ways. The
-		// pass over all units is then about n/3 * ln(maxUnit) probes, not n * maxUnit.
+		// loop (isLoop wants longRepeats units), and a run that long covers minRun
+		// positions in a row, so it takes in one of every minRun-th: only those are
+		// probed, and a match is grown both ways into its run. The pass over all units is
+		// then about n/3 * ln(maxUnit) probes, not n * maxUnit.
 		minRun := (longRepeats - 1) * p
 		for i := minRun - 1; i+p < n; i += minRun {
 			if ids[i] != ids[i+p] {
