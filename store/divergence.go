@@ -119,20 +119,24 @@ func (s *Store) redactNull(v sql.NullString) sql.NullString {
 
 // syncCorrupted sets every turn's corrupted flag from its labels, and every session's
 // flag and first corrupted turn from its turns: the rule the live labelling follows (a
-// turn is corrupted when any detector says so; a session when any turn is).
+// turn is corrupted when any detector says so; a session when any turn is). Only rows
+// whose values change are written: SQLite rewrites a row whole, stored bodies included,
+// even to set a flag to what it was, and rewriting every turn of a run was most of the
+// divergence pass's time.
 func syncCorrupted(ctx context.Context, tx *sqlx.Tx, experimentID int64) error {
-	if _, err := tx.ExecContext(ctx, `UPDATE turns SET corrupted = EXISTS (
-			SELECT 1 FROM labels l WHERE l.run_id = turns.run_id AND l.session_index = turns.session_index
-				AND l.turn_index = turns.turn_index AND l.corrupted = 1)
-		WHERE experiment_id = ?`, experimentID); err != nil {
+	const turnBad = `EXISTS (SELECT 1 FROM labels l WHERE l.run_id = turns.run_id AND l.session_index = turns.session_index
+			AND l.turn_index = turns.turn_index AND l.corrupted = 1)`
+	if _, err := tx.ExecContext(ctx, `UPDATE turns SET corrupted = `+turnBad+`
+		WHERE experiment_id = ? AND corrupted IS NOT `+turnBad, experimentID); err != nil {
 		return fmt.Errorf("divergence: turn flags: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE sessions SET
-			corrupted = EXISTS (SELECT 1 FROM turns t WHERE t.run_id = sessions.run_id
-				AND t.session_index = sessions.session_index AND t.corrupted = 1),
-			first_corrupted_turn = (SELECT min(t.turn_index) FROM turns t WHERE t.run_id = sessions.run_id
-				AND t.session_index = sessions.session_index AND t.corrupted = 1)
-		WHERE experiment_id = ?`, experimentID); err != nil {
+	const sessionBad = `EXISTS (SELECT 1 FROM turns t WHERE t.run_id = sessions.run_id
+			AND t.session_index = sessions.session_index AND t.corrupted = 1)`
+	const firstBad = `(SELECT min(t.turn_index) FROM turns t WHERE t.run_id = sessions.run_id
+			AND t.session_index = sessions.session_index AND t.corrupted = 1)`
+	if _, err := tx.ExecContext(ctx, `UPDATE sessions SET corrupted = `+sessionBad+`, first_corrupted_turn = `+firstBad+`
+		WHERE experiment_id = ? AND (corrupted IS NOT `+sessionBad+` OR first_corrupted_turn IS NOT `+firstBad+`)`,
+		experimentID); err != nil {
 		return fmt.Errorf("divergence: session flags: %w", err)
 	}
 	return nil

@@ -118,3 +118,55 @@ func TestWriteDivergenceReplacesRowsAndSyncsFlags(t *testing.T) {
 		t.Errorf("corrupted turns = %d, want the one dsml-leak flagged", turnFlags)
 	}
 }
+
+// syncCorrupted writes only the rows whose flags change: a row rewritten is rewritten
+// whole, its stored bodies included.
+func TestSyncCorruptedWritesOnlyWhatChanges(t *testing.T) {
+	s := newStore(t, Options{})
+	ctx := context.Background()
+	exp, _, armRun, _ := seedTwoArms(t, s)
+	changes := func(prepare string) int {
+		t.Helper()
+		tx, err := s.DB().BeginTxx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if prepare != "" {
+			if _, err := tx.Exec(prepare, armRun); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var before, after int
+		if err := tx.Get(&before, `SELECT total_changes()`); err != nil {
+			t.Fatal(err)
+		}
+		if err := syncCorrupted(ctx, tx, exp); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Get(&after, `SELECT total_changes()`); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		return after - before
+	}
+	if n := changes(""); n != 0 {
+		t.Errorf("flags that agree with the labels: %d rows written, want 0", n)
+	}
+	// A second turn of the flagged session turns bad: that turn is written; the session's
+	// flag stands and its first corrupted turn stays 0, so it is not.
+	if n := changes(`UPDATE labels SET corrupted = 1 WHERE run_id = ? AND session_index = 1 AND turn_index = 1`); n != 1 {
+		t.Errorf("one more bad turn in a bad session: %d rows written, want 1", n)
+	}
+	// The first bad turn is cleared: the turn is written, and the session (its first
+	// corrupted turn moves to 1).
+	if n := changes(`UPDATE labels SET corrupted = 0 WHERE run_id = ? AND session_index = 1 AND turn_index = 0`); n != 2 {
+		t.Errorf("the first bad turn cleared: %d rows written, want 2", n)
+	}
+	var first sql.NullInt64
+	if err := s.DB().Get(&first, `SELECT first_corrupted_turn FROM sessions WHERE run_id = ? AND session_index = 1`, armRun); err != nil || first.Int64 != 1 {
+		t.Errorf("first corrupted turn = %v (%v), want 1", first, err)
+	}
+}
