@@ -76,16 +76,14 @@ func (c *Client) labelHeader(ctx context.Context, base http.Header) http.Header 
 		b = append(b, p.member...)
 	}
 	for _, p := range c.labelPairs {
-		for len(own) > 0 && own[0].key <= p.key {
+		for len(own) > 0 && own[0].key < p.key {
 			add(own[0])
-			if own[0].key == p.key {
-				p.member = nil
-			}
 			own = own[1:]
 		}
-		if p.member != nil {
-			add(p)
+		if len(own) > 0 && own[0].key == p.key {
+			continue // the request's own takes its place, next
 		}
+		add(p)
 	}
 	for _, p := range own {
 		add(p)
