@@ -3,12 +3,14 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/jmoiron/sqlx"
+	"github.com/mattn/go-sqlite3"
 )
 
 // Turn is one row of turns with its labels.
@@ -98,32 +100,85 @@ type Writer struct {
 
 	// The statements are prepared once on the store's one connection: preparing per
 	// row was a fifth of a run's CPU.
-	turnStmt, sessionStmt *sqlx.Stmt
-	prepErr               error
-	// labelStmts insert n labels in one statement, by n (1 to labelsPerInsert): a turn's
-	// labels go in one statement, not one each, which was 7% of a run's CPU. They
-	// are prepared when a batch first needs them, outside its transaction (the store
-	// has one connection), and used by the writer goroutine only.
-	labelStmts map[int]*sqlx.Stmt
+	turnStmt, labelStmt, sessionStmt keyedInsert
+	prepErr                          error
 }
 
+// The rows are inserted by key: a row whose key is stored already (a resumed run
+// writing a turn again) replaces it. Each statement inserts one row, and INSERT OR
+// REPLACE runs only when a plain INSERT finds the key taken. A statement that may write
+// several rows or entries and then fail a constraint (INSERT OR REPLACE into an indexed
+// table, an INSERT of several rows) makes SQLite copy, before it writes them, the pages
+// it changes into a statement journal, and with pages of PageSize bytes that journal
+// outgrows memory: a temporary file, written page by page. That copy was about three
+// pages for every turn, more than the turn itself; a plain single-row INSERT checks its
+// constraints before it writes anything and needs none.
 const (
-	insertTurn = `INSERT OR REPLACE INTO turns
+	insertTurn = `INSERT INTO turns
 		(experiment_id, run_id, arm_id, session_index, turn_index, round, started_at, status_code,
 		 finish_reason, ttft_ms, latency_ms, prompt_tokens, completion_tokens, content, tool_calls,
 		 corrupted, error, request, response, tools, raw, decode_ms, deltas, token_times)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	insertLabels = `INSERT OR REPLACE INTO labels
+	insertLabel = `INSERT INTO labels
 		(experiment_id, run_id, session_index, turn_index, detector, corrupted, reason)
-		VALUES `
-	labelValues = `(?, ?, ?, ?, ?, ?, ?)`
-	// labelsPerInsert is the most labels one statement inserts; a turn with more is
-	// inserted in several.
-	labelsPerInsert = 16
-	insertSession   = `INSERT OR REPLACE INTO sessions
+		VALUES (?, ?, ?, ?, ?, ?, ?)`
+	insertSession = `INSERT INTO sessions
 		(experiment_id, run_id, arm_id, session_index, block, status, turns, corrupted, first_corrupted_turn, error)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 )
+
+// keyedInsert is an insert and its INSERT OR REPLACE twin, prepared.
+type keyedInsert struct{ insert, replace *sqlx.Stmt }
+
+func prepareKeyed(db *sqlx.DB, insert string) (keyedInsert, error) {
+	var k keyedInsert
+	var err error
+	if k.insert, err = db.Preparex(insert); err != nil {
+		return k, err
+	}
+	k.replace, err = db.Preparex(strings.Replace(insert, "INSERT INTO", "INSERT OR REPLACE INTO", 1))
+	return k, err
+}
+
+func (k keyedInsert) close() {
+	for _, st := range []*sqlx.Stmt{k.insert, k.replace} {
+		if st != nil {
+			st.Close()
+		}
+	}
+}
+
+// txKeyed is a keyedInsert within one transaction; its replace is bound to the
+// transaction only when a key is found taken.
+type txKeyed struct {
+	tx              *sqlx.Tx
+	k               keyedInsert
+	insert, replace *sqlx.Stmt
+}
+
+func (k keyedInsert) in(tx *sqlx.Tx) *txKeyed {
+	return &txKeyed{tx: tx, k: k, insert: tx.Stmtx(k.insert)}
+}
+
+// exec inserts one row, replacing the row of the same key if there is one.
+func (t *txKeyed) exec(args ...any) error {
+	_, err := t.insert.Exec(args...)
+	if !keyTaken(err) {
+		return err
+	}
+	if t.replace == nil {
+		t.replace = t.tx.Stmtx(t.k.replace)
+	}
+	_, err = t.replace.Exec(args...)
+	return err
+}
+
+// keyTaken reports whether err is an insert's primary key or unique constraint failing:
+// the statement stopped before it wrote anything, and the transaction goes on.
+func keyTaken(err error) bool {
+	var se sqlite3.Error
+	return errors.As(err, &se) && (se.ExtendedCode == sqlite3.ErrConstraintPrimaryKey || se.ExtendedCode == sqlite3.ErrConstraintUnique)
+}
 
 // NewWriter starts the writer goroutine. Close it to flush.
 func (s *Store) NewWriter(opts WriterOptions) *Writer {
@@ -138,10 +193,12 @@ func (s *Store) NewWriter(opts WriterOptions) *Writer {
 	}
 	w := &Writer{s: s, items: make(chan any, 4*opts.MaxBatch), done: make(chan struct{}), opts: opts}
 	w.room = sync.NewCond(&w.queueMu)
-	w.labelStmts = map[int]*sqlx.Stmt{}
-	w.turnStmt, w.prepErr = s.db.Preparex(insertTurn)
+	w.turnStmt, w.prepErr = prepareKeyed(s.db, insertTurn)
 	if w.prepErr == nil {
-		w.sessionStmt, w.prepErr = s.db.Preparex(insertSession)
+		w.labelStmt, w.prepErr = prepareKeyed(s.db, insertLabel)
+	}
+	if w.prepErr == nil {
+		w.sessionStmt, w.prepErr = prepareKeyed(s.db, insertSession)
 	}
 	if w.prepErr != nil {
 		w.prepErr = fmt.Errorf("store writer: prepare: %w", w.prepErr)
@@ -217,13 +274,8 @@ func (w *Writer) Close() error {
 	close(w.items)
 	w.sendMu.Unlock()
 	<-w.done
-	for _, st := range []*sqlx.Stmt{w.turnStmt, w.sessionStmt} {
-		if st != nil {
-			st.Close()
-		}
-	}
-	for _, st := range w.labelStmts {
-		st.Close()
+	for _, k := range []keyedInsert{w.turnStmt, w.labelStmt, w.sessionStmt} {
+		k.close()
 	}
 	return w.Err()
 }
@@ -286,49 +338,21 @@ func (w *Writer) loop() {
 	}
 }
 
-// prepareLabels prepares the label statements that batch needs and has not got.
-func (w *Writer) prepareLabels(batch []any) error {
-	for _, v := range batch {
-		t, ok := v.(Turn)
-		if !ok {
-			continue
-		}
-		for rest := len(t.Labels); rest > 0; rest -= labelsPerInsert {
-			n := min(rest, labelsPerInsert)
-			if w.labelStmts[n] != nil {
-				continue
-			}
-			st, err := w.s.db.Preparex(insertLabels + strings.Repeat(labelValues+", ", n-1) + labelValues)
-			if err != nil {
-				return fmt.Errorf("store writer: prepare: %w", err)
-			}
-			w.labelStmts[n] = st
-		}
-	}
-	return nil
-}
-
 func (w *Writer) write(batch []any) error {
 	s := w.s
 	if w.prepErr != nil {
 		return w.prepErr
-	}
-	if err := w.prepareLabels(batch); err != nil {
-		return err
 	}
 	tx, err := s.db.BeginTxx(context.Background(), nil)
 	if err != nil {
 		return fmt.Errorf("store writer: %w", err)
 	}
 	defer tx.Rollback()
-	turns, sessions := tx.Stmtx(w.turnStmt), tx.Stmtx(w.sessionStmt)
-	labels := map[int]*sqlx.Stmt{}
-	var args []any
+	turns, labels, sessions := w.turnStmt.in(tx), w.labelStmt.in(tx), w.sessionStmt.in(tx)
 	for _, v := range batch {
 		switch r := v.(type) {
 		case Turn:
-			// INSERT OR REPLACE keeps a resumed run from duplicating a turn.
-			_, err = turns.Exec(
+			err = turns.exec(
 				r.ExperimentID, r.RunID, r.ArmID, r.Session, r.Index, r.Round, Timestamp(r.Started), r.StatusCode,
 				r.FinishReason, ms(r.TTFT), ms(r.Latency), r.PromptTokens, r.CompletionTokens, s.redact(r.Content),
 				s.nullText(r.ToolCalls), r.Corrupted, s.nullText(r.Error), s.redact(r.Request), s.redact(r.Response),
@@ -336,26 +360,14 @@ func (w *Writer) write(batch []any) error {
 			if err != nil {
 				return fmt.Errorf("store writer: turn %d/%d of run %d: %w", r.Session, r.Index, r.RunID, err)
 			}
-			// In the turn's order, as one statement each did: a detector named twice keeps
-			// its last label either way.
-			for ls := r.Labels; len(ls) > 0; {
-				n := min(len(ls), labelsPerInsert)
-				args = args[:0]
-				for _, l := range ls[:n] {
-					args = append(args, r.ExperimentID, r.RunID, r.Session, r.Index, l.Detector, l.Corrupted, s.redact(l.Reason))
+			// In the turn's order: a detector named twice keeps its last label.
+			for _, l := range r.Labels {
+				if err = labels.exec(r.ExperimentID, r.RunID, r.Session, r.Index, l.Detector, l.Corrupted, s.redact(l.Reason)); err != nil {
+					return fmt.Errorf("store writer: label %s of turn %d/%d: %w", l.Detector, r.Session, r.Index, err)
 				}
-				st := labels[n]
-				if st == nil {
-					st = tx.Stmtx(w.labelStmts[n])
-					labels[n] = st
-				}
-				if _, err = st.Exec(args...); err != nil {
-					return fmt.Errorf("store writer: labels %s of turn %d/%d: %w", labelNames(ls[:n]), r.Session, r.Index, err)
-				}
-				ls = ls[n:]
 			}
 		case Session:
-			_, err = sessions.Exec(r.ExperimentID, r.RunID, r.ArmID, r.Index, r.Block, r.Status, r.Turns, r.Corrupted,
+			err = sessions.exec(r.ExperimentID, r.RunID, r.ArmID, r.Index, r.Block, r.Status, r.Turns, r.Corrupted,
 				r.FirstCorruptedTurn, s.nullText(r.Error))
 			if err != nil {
 				return fmt.Errorf("store writer: session %d of run %d: %w", r.Index, r.RunID, err)
@@ -368,15 +380,6 @@ func (w *Writer) write(batch []any) error {
 		return fmt.Errorf("store writer: commit: %w", err)
 	}
 	return nil
-}
-
-// labelNames lists the detectors of labels, for an error.
-func labelNames(ls []Label) string {
-	names := make([]string, len(ls))
-	for i, l := range ls {
-		names[i] = l.Detector
-	}
-	return strings.Join(names, ", ")
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
