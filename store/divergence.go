@@ -30,7 +30,12 @@ type OutputTurn struct {
 // resume), by arm, session and turn.
 func (s *Store) OutputTurns(ctx context.Context, experimentID int64) ([]OutputTurn, error) {
 	var out []OutputTurn
-	err := s.db.SelectContext(ctx, &out, `SELECT t.run_id, t.arm_id, t.session_index, t.turn_index,
+	// Without a cancellation the driver reads the rows in this goroutine; with one, each
+	// row costs it a goroutine and a channel (see WriteDivergence).
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("divergence: read turns of experiment %d: %w", experimentID, err)
+	}
+	err := s.db.SelectContext(context.WithoutCancel(ctx), &out, `SELECT t.run_id, t.arm_id, t.session_index, t.turn_index,
 			t.content, t.tool_calls, t.finish_reason, t.status_code, t.error
 		FROM turns t JOIN runs r ON r.id = t.run_id
 		WHERE t.experiment_id = ? AND r.superseded_by IS NULL
@@ -73,36 +78,54 @@ type DivergenceLabel struct {
 // (and each session's first corrupted turn) in line with all of its labels. Running it
 // again, as a resumed experiment does, leaves exactly what the last pass found.
 func (s *Store) WriteDivergence(ctx context.Context, experimentID int64, rows []SessionDivergence, labels []DivergenceLabel) error {
-	tx, err := s.db.BeginTxx(ctx, nil)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("divergence: %w", err)
+	}
+	// A statement run under a context that can be cancelled costs the driver a goroutine
+	// and a channel each time: here, thousands. The pass is one transaction, so a
+	// cancellation is seen before its commit instead, and nothing of it is kept.
+	bg := context.WithoutCancel(ctx)
+	tx, err := s.db.BeginTxx(bg, nil)
 	if err != nil {
 		return fmt.Errorf("divergence: %w", err)
 	}
 	defer tx.Rollback()
 	for _, q := range []string{`DELETE FROM divergences WHERE experiment_id = ?`,
 		`DELETE FROM labels WHERE experiment_id = ? AND detector = '` + DivergenceDetector + `'`} {
-		if _, err := tx.ExecContext(ctx, q, experimentID); err != nil {
+		if _, err := tx.ExecContext(bg, q, experimentID); err != nil {
 			return fmt.Errorf("divergence: clear: %w", err)
 		}
 	}
+	insertRow, err := tx.PreparexContext(bg, `INSERT INTO divergences (experiment_id, run_id, session_index, baseline_run_id,
+			compared_turns, turn_index, field, rune, baseline_excerpt, arm_excerpt) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		return fmt.Errorf("divergence: %w", err)
+	}
+	defer insertRow.Close()
 	for _, r := range rows {
-		_, err := tx.ExecContext(ctx, `INSERT INTO divergences (experiment_id, run_id, session_index, baseline_run_id,
-				compared_turns, turn_index, field, rune, baseline_excerpt, arm_excerpt) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			experimentID, r.RunID, r.Session, r.BaselineRunID, r.Compared, r.Turn, r.Field, r.Rune,
+		_, err := insertRow.Exec(experimentID, r.RunID, r.Session, r.BaselineRunID, r.Compared, r.Turn, r.Field, r.Rune,
 			s.redactNull(r.BaselineExcerpt), s.redactNull(r.ArmExcerpt))
 		if err != nil {
 			return fmt.Errorf("divergence: session %d of run %d: %w", r.Session, r.RunID, err)
 		}
 	}
+	insertLabel, err := tx.PreparexContext(bg, `INSERT OR REPLACE INTO labels
+			(experiment_id, run_id, session_index, turn_index, detector, corrupted, reason) VALUES (?, ?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		return fmt.Errorf("divergence: %w", err)
+	}
+	defer insertLabel.Close()
 	for _, l := range labels {
-		_, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO labels
-			(experiment_id, run_id, session_index, turn_index, detector, corrupted, reason) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-			experimentID, l.RunID, l.Session, l.Turn, DivergenceDetector, l.Corrupted, s.redact(l.Reason))
+		_, err := insertLabel.Exec(experimentID, l.RunID, l.Session, l.Turn, DivergenceDetector, l.Corrupted, s.redact(l.Reason))
 		if err != nil {
 			return fmt.Errorf("divergence: label turn %d/%d of run %d: %w", l.Session, l.Turn, l.RunID, err)
 		}
 	}
-	if err := syncCorrupted(ctx, tx, experimentID); err != nil {
+	if err := syncCorrupted(bg, tx, experimentID); err != nil {
 		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("divergence: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("divergence: commit: %w", err)

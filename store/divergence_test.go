@@ -3,6 +3,9 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -119,6 +122,35 @@ func TestWriteDivergenceReplacesRowsAndSyncsFlags(t *testing.T) {
 	}
 }
 
+// A pass whose context is cancelled (Ctrl-C at a run's end) reads nothing and keeps
+// nothing: the rows of the pass before it stay as they were.
+func TestDivergencePassCancelledKeepsTheRowsBefore(t *testing.T) {
+	s := newStore(t, Options{})
+	exp, baseRun, armRun, _ := seedTwoArms(t, s)
+	rows := []SessionDivergence{{RunID: armRun, Session: 0, BaselineRunID: baseRun, Compared: 2}}
+	if err := s.WriteDivergence(context.Background(), exp, rows, nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.OutputTurns(ctx, exp); !errors.Is(err, context.Canceled) {
+		t.Errorf("OutputTurns after cancel: %v, want context.Canceled", err)
+	}
+	again := []SessionDivergence{{RunID: armRun, Session: 1, BaselineRunID: baseRun, Compared: 2}}
+	if err := s.WriteDivergence(ctx, exp, again, []DivergenceLabel{{RunID: armRun, Session: 1, Turn: 0, Corrupted: true}}); !errors.Is(err, context.Canceled) {
+		t.Errorf("WriteDivergence after cancel: %v, want context.Canceled", err)
+	}
+	var sessions []int
+	if err := s.DB().Select(&sessions, `SELECT session_index FROM divergences WHERE experiment_id = ?`, exp); err != nil {
+		t.Fatal(err)
+	}
+	var labels int
+	s.DB().Get(&labels, `SELECT count(*) FROM labels WHERE detector = ?`, DivergenceDetector)
+	if len(sessions) != 1 || sessions[0] != 0 || labels != 0 {
+		t.Errorf("after a cancelled pass: divergences of sessions %v, %d divergence labels; want session 0's, none", sessions, labels)
+	}
+}
+
 // syncCorrupted writes only the rows whose flags change: a row rewritten is rewritten
 // whole, its stored bodies included.
 func TestSyncCorruptedWritesOnlyWhatChanges(t *testing.T) {
@@ -169,4 +201,59 @@ func TestSyncCorruptedWritesOnlyWhatChanges(t *testing.T) {
 	if err := s.DB().Get(&first, `SELECT first_corrupted_turn FROM sessions WHERE run_id = ? AND session_index = 1`, armRun); err != nil || first.Int64 != 1 {
 		t.Errorf("first corrupted turn = %v (%v), want 1", first, err)
 	}
+}
+
+// BenchmarkDivergencePass is the pass at the end of a run: every output turn of two arms
+// read back, and a divergences row written for each compared session (divergence not
+// counted as corruption, as by default). The rows are the size of a non-streamed tool
+// call's: a 3 KiB request, the tools, a reply and its raw body.
+func BenchmarkDivergencePass(b *testing.B) {
+	const sessions, turns = 1500, 4
+	s, err := Open(filepath.Join(b.TempDir(), "d.db"), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	exp, _ := s.CreateExperiment(ctx, Experiment{Name: "b", Created: time.Now()})
+	request := `{"model":"bench","messages":[` + strings.Repeat(`{"role":"user","content":"What is the weather in Paris today, and in Berlin?"},`, 40) + `{"role":"user","content":"go"}]}`
+	tools := `[` + strings.Repeat(`{"type":"function","function":{"name":"get_weather","description":"Current weather for a city","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}},`, 10) + `{}]`
+	response := `{"id":"chatcmpl-bench","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":` +
+		`"` + strings.Repeat("tok ", 64) + `"},"finish_reason":"stop"}]}`
+	labels := []Label{{Detector: "dsml-leak"}, {Detector: "toolcall-schema"}, {Detector: "repetition"}, {Detector: "finish-anomaly"}}
+	var runs [2]int64
+	w := s.NewWriter(WriterOptions{})
+	for a := range runs {
+		arm, _ := s.AddArm(ctx, Arm{ExperimentID: exp, Name: fmt.Sprint("arm", a), Position: a, Pins: "{}", Command: "[]", Env: "{}"})
+		runs[a], _ = s.StartRun(ctx, Run{ExperimentID: exp, ArmID: arm, Status: "ready", Started: time.Now()})
+		for i := range sessions {
+			for j := range turns {
+				w.Turn(Turn{ExperimentID: exp, RunID: runs[a], ArmID: arm, Session: i, Index: j, Started: time.Now(),
+					StatusCode: 200, FinishReason: "stop", Content: strings.Repeat("tok ", 64), Request: request,
+					Response: response, Tools: tools, Raw: response, Labels: labels})
+			}
+			w.Session(Session{ExperimentID: exp, RunID: runs[a], ArmID: arm, Index: i, Status: "ok", Turns: turns})
+		}
+	}
+	if err := w.Close(); err != nil {
+		b.Fatal(err)
+	}
+	rows := make([]SessionDivergence, sessions)
+	for i := range rows {
+		rows[i] = SessionDivergence{RunID: runs[1], Session: i, BaselineRunID: runs[0], Compared: turns}
+	}
+	// A run's context can be cancelled (Ctrl-C), and the driver works differently then.
+	run, cancel := context.WithCancel(ctx)
+	defer cancel()
+	b.ResetTimer()
+	for b.Loop() {
+		out, err := s.OutputTurns(run, exp)
+		if err != nil || len(out) != 2*sessions*turns {
+			b.Fatalf("%d output turns (%v), want %d", len(out), err, 2*sessions*turns)
+		}
+		if err := s.WriteDivergence(run, exp, rows, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/(2*sessions*turns), "ns/turn")
 }
