@@ -205,7 +205,7 @@ func TestWriterWritesARowOnce(t *testing.T) {
 	exp, arm, run := seedExperiment(t, s)
 	const turns = 240
 	raw := strings.Repeat("data: {\"choices\":[{\"delta\":{\"content\":\"tok \"}}]}\n\n", 400) // 16 KiB
-	before := writtenBytes(t)
+	before := procIO(t, "wchar")
 	w := s.NewWriter(WriterOptions{MaxBatch: 60})
 	for i := range turns {
 		w.Turn(Turn{ExperimentID: exp, RunID: run, ArmID: arm, Session: i / 4, Index: i % 4, Started: time.Now(),
@@ -218,7 +218,7 @@ func TestWriterWritesARowOnce(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	ratio := float64(writtenBytes(t)-before) / float64(turns*len(raw))
+	ratio := float64(procIO(t, "wchar")-before) / float64(turns*len(raw))
 	t.Logf("bytes written / bytes of raw bodies = %.2f", ratio)
 	// Each body takes one overflow page and part of a leaf; the WAL frames, the pages
 	// of the labels and sessions and the partly filled pages make up the rest.
@@ -227,14 +227,54 @@ func TestWriterWritesARowOnce(t *testing.T) {
 	}
 }
 
-// writtenBytes is wchar of /proc/self/io: the bytes this process has passed to write calls.
-func writtenBytes(t *testing.T) int64 {
+// The store reads the pages of its file through a memory map: reading every stored turn
+// back, as the divergence pass does, makes no read call for the pages in the file.
+func TestStoreReadsThroughAMap(t *testing.T) {
+	if _, err := os.Stat("/proc/self/io"); err != nil {
+		t.Skip("no /proc/self/io:", err)
+	}
+	s := newStore(t, Options{})
+	exp, arm, run := seedExperiment(t, s)
+	const turns = 400
+	w := s.NewWriter(WriterOptions{})
+	for i := range turns {
+		w.Turn(Turn{ExperimentID: exp, RunID: run, ArmID: arm, Session: i / 4, Index: i % 4, Started: time.Now(),
+			StatusCode: 200, FinishReason: "stop", Content: fmt.Sprint("answer ", i), Request: strings.Repeat("r", 6000),
+			Response: "{}", Raw: strings.Repeat("x", 6000)})
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The WAL's pages are read with read calls; copied into the file, they are mapped.
+	// Opened again, the store holds none of them in its cache.
+	if _, err := s.DB().Exec("PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+		t.Fatal(err)
+	}
+	again, err := Open(s.Path(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	before := procIO(t, "syscr")
+	out, err := again.OutputTurns(context.Background(), exp)
+	if err != nil || len(out) != turns {
+		t.Fatalf("%d turns read back (%v), want %d", len(out), err, turns)
+	}
+	// A read call a page would be over 400: each turn fills most of a page.
+	if n := procIO(t, "syscr") - before; n > 20 {
+		t.Errorf("reading %d turns back made %d read calls, want the pages read through the map", turns, n)
+	}
+}
+
+// procIO is a field of /proc/self/io: wchar, the bytes this process has passed to write
+// calls; syscr, the read calls it has made.
+func procIO(t *testing.T, field string) int64 {
 	b, err := os.ReadFile("/proc/self/io")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "wchar: "); ok {
+		if v, ok := strings.CutPrefix(line, field+": "); ok {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil {
 				t.Fatal(err)
@@ -242,7 +282,7 @@ func writtenBytes(t *testing.T) int64 {
 			return n
 		}
 	}
-	t.Fatal("no wchar in /proc/self/io")
+	t.Fatalf("no %s in /proc/self/io", field)
 	return 0
 }
 
