@@ -3,8 +3,10 @@ package stats
 import (
 	"encoding/json"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sort"
 	"testing"
 )
 
@@ -148,5 +150,99 @@ func TestNonInferiorRatio(t *testing.T) {
 	}
 	if _, err := NonInferiorRatio(base, []float64{0, 1}, 0.05, 0.05, true); err == nil {
 		t.Error("a zero throughput was accepted for a ratio")
+	}
+}
+
+// sortHodgesLehmann is hodgesLehmann as the definition reads: every difference written
+// out and sorted. The order statistics hodgesLehmann selects must be exactly these.
+func sortHodgesLehmann(a, b []float64, lo, hi int, f func(float64) float64) (float64, Interval) {
+	d := make([]float64, 0, len(a)*len(b))
+	for _, y := range b {
+		for _, x := range a {
+			d = append(d, f(y)-f(x))
+		}
+	}
+	sort.Float64s(d)
+	ci := Interval{math.Inf(-1), math.Inf(1)}
+	if lo >= 1 && lo <= len(d) {
+		ci.Lo = d[lo-1]
+	}
+	if hi >= 1 && hi <= len(d) && lo >= 1 {
+		ci.Hi = d[hi-1]
+	}
+	return sortedMedian(d), ci
+}
+
+// checkHodgesLehmann compares hodgesLehmann with the sort at every rank pair worth trying.
+func checkHodgesLehmann(t *testing.T, a, b []float64) {
+	t.Helper()
+	mn := len(a) * len(b)
+	fs := map[string]func(float64) float64{"shift": func(x float64) float64 { return x }}
+	if positive(a) && positive(b) {
+		fs["log"] = math.Log
+	}
+	for name, f := range fs {
+		for _, r := range [][2]int{{0, mn + 1}, {1, mn}, {1, 1}, {mn, mn}, {(mn + 1) / 2, mn/2 + 1}, {mn / 3, mn - mn/3}, {2, mn - 1}} {
+			gm, gci := hodgesLehmann(a, b, r[0], r[1], f)
+			wm, wci := sortHodgesLehmann(a, b, r[0], r[1], f)
+			if math.Float64bits(gm) != math.Float64bits(wm) || gci != wci {
+				t.Fatalf("%s of %v and %v, ranks %v: median %v %v, want %v %v", name, a, b, r, gm, gci, wm, wci)
+			}
+		}
+	}
+}
+
+func TestHodgesLehmannSelectsWhatTheSortGives(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 400 {
+		a, b := make([]float64, 1+rng.IntN(40)), make([]float64, 1+rng.IntN(40))
+		for _, s := range [][]float64{a, b} {
+			for i := range s {
+				switch rng.IntN(4) {
+				case 0: // ties: a few round values
+					s[i] = float64(rng.IntN(5))
+				case 1: // latencies: positive, skewed
+					s[i] = math.Exp(rng.NormFloat64()) * 120
+				case 2:
+					s[i] = rng.NormFloat64() * 1e-3
+				default:
+					s[i] = rng.Float64()*2e6 - 1e6
+				}
+			}
+		}
+		checkHodgesLehmann(t, a, b)
+	}
+}
+
+func FuzzHodgesLehmannMatchesSort(f *testing.F) {
+	f.Add([]byte{1, 2, 3, 9, 8}, []byte{4, 4, 200, 0})
+	f.Add([]byte{0}, []byte{0})
+	f.Fuzz(func(t *testing.T, x, y []byte) {
+		if len(x) == 0 || len(y) == 0 || len(x) > 64 || len(y) > 64 {
+			return
+		}
+		a, b := make([]float64, len(x)), make([]float64, len(y))
+		for i, v := range x {
+			a[i] = float64(int8(v)) / 4
+		}
+		for i, v := range y {
+			b[i] = float64(v)*1.5 + 0.25
+		}
+		checkHodgesLehmann(t, a, b)
+	})
+}
+
+// BenchmarkRankCompare3000 compares two arms of 3,000 session summaries, as the verdict
+// of a run of 3,000 sessions an arm does for each latency metric.
+func BenchmarkRankCompare3000(b *testing.B) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	x, y := make([]float64, 3000), make([]float64, 3000)
+	for i := range x {
+		x[i], y[i] = math.Exp(rng.NormFloat64())*100, math.Exp(rng.NormFloat64())*105
+	}
+	for b.Loop() {
+		if _, err := RankCompare(x, y, 0.95); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
