@@ -38,6 +38,11 @@ const readOnlyDriver = "sqlite3_arbiter_readonly"
 
 func init() {
 	sql.Register(readOnlyDriver, &sqlite3.SQLiteDriver{ConnectHook: func(c *sqlite3.SQLiteConn) error {
+		// Pages are read through a memory map, as the writing store reads them (see
+		// MmapSize); set before the authorizer, which refuses a PRAGMA that sets a value.
+		if _, err := c.Exec(fmt.Sprintf("PRAGMA mmap_size = %d", MmapSize), nil); err != nil {
+			return err
+		}
 		c.RegisterAuthorizer(func(action int, arg1, arg2, _ string) int {
 			ok, _ := authorizeRead(action, arg1, arg2)
 			return authResult(ok)

@@ -264,6 +264,20 @@ func TestStoreReadsThroughAMap(t *testing.T) {
 	if n := procIO(t, "syscr") - before; n > 20 {
 		t.Errorf("reading %d turns back made %d read calls, want the pages read through the map", turns, n)
 	}
+	// So do the readers: the verdict, query, show.
+	ro, err := OpenReadOnly(s.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	before = procIO(t, "syscr")
+	var n int
+	if err := ro.Get(&n, "SELECT sum(length(raw)) FROM turns"); err != nil || n != turns*6000 {
+		t.Fatalf("read-only: %d bytes of raw bodies (%v), want %d", n, err, turns*6000)
+	}
+	if n := procIO(t, "syscr") - before; n > 20 {
+		t.Errorf("reading %d turns back read-only made %d read calls, want the pages read through the map", turns, n)
+	}
 }
 
 // procIO is a field of /proc/self/io: wchar, the bytes this process has passed to write
