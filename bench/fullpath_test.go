@@ -24,9 +24,11 @@ import (
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
 	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/internal/outfile"
 	"github.com/arbiterlab/arbiter/openai"
 	"github.com/arbiterlab/arbiter/orchestrator"
 	"github.com/arbiterlab/arbiter/store"
+	"github.com/arbiterlab/arbiter/verdict"
 )
 
 // The size of one whole-path iteration: two arms of 600 tool-calling sessions x 4 rounds
@@ -128,10 +130,14 @@ func arbiterFullPath(tb testing.TB, spec *arms.Spec, served *atomic.Int64, profi
 	start := time.Now()
 	res, err := orchestrator.Run(context.Background(), orchestrator.Options{Spec: spec, DBPath: db,
 		Logger: quiet, GPULockDir: dir, LogDir: filepath.Join(dir, "logs")})
-	elapsed := time.Since(start)
 	if err != nil {
 		tb.Fatal(err)
 	}
+	// arbiter run ends with the verdict, its markdown and charts written beside.
+	if err := writeVerdict(db, res.ExperimentID, filepath.Join(dir, "verdict.md")); err != nil {
+		tb.Fatal(err)
+	}
+	elapsed := time.Since(start)
 	n := served.Load() - n0
 	for _, r := range res.Runs {
 		if r.Status != store.RunDone || r.Sessions != *fullpathSessions {
@@ -139,6 +145,21 @@ func arbiterFullPath(tb testing.TB, spec *arms.Spec, served *atomic.Int64, profi
 		}
 	}
 	return n, elapsed
+}
+
+// writeVerdict builds experiment id's verdict from the database at path and writes it
+// to out, as arbiter run does when its experiment ends.
+func writeVerdict(path string, id int64, out string) error {
+	db, err := store.OpenReadOnly(path)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	v, err := verdict.Build(context.Background(), db, id)
+	if err != nil {
+		return err
+	}
+	return v.WriteFiles(out, outfile.Guard{Database: path})
 }
 
 // vegetaCount sends n requests with vegeta at its maximum rate over workers connections,
