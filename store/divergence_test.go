@@ -216,11 +216,9 @@ func BenchmarkDivergencePass(b *testing.B) {
 	defer s.Close()
 	ctx := context.Background()
 	exp, _ := s.CreateExperiment(ctx, Experiment{Name: "b", Created: time.Now()})
-	request := `{"model":"bench","messages":[` + strings.Repeat(`{"role":"user","content":"What is the weather in Paris today, and in Berlin?"},`, 40) + `{"role":"user","content":"go"}]}`
-	tools := `[` + strings.Repeat(`{"type":"function","function":{"name":"get_weather","description":"Current weather for a city","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}},`, 10) + `{}]`
+	request, tools, labels := benchTurnParts()
 	response := `{"id":"chatcmpl-bench","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":` +
 		`"` + strings.Repeat("tok ", 64) + `"},"finish_reason":"stop"}]}`
-	labels := []Label{{Detector: "dsml-leak"}, {Detector: "toolcall-schema"}, {Detector: "repetition"}, {Detector: "finish-anomaly"}}
 	var runs [2]int64
 	w := s.NewWriter(WriterOptions{})
 	for a := range runs {

@@ -402,6 +402,15 @@ func TestFindExperimentByIDAndName(t *testing.T) {
 	}
 }
 
+// benchTurnParts are a tool-calling agent's request of 3 KiB, the tools it offers, and the
+// four labels of the built-in response detectors, for the store's benchmarks.
+func benchTurnParts() (request, tools string, labels []Label) {
+	request = `{"model":"bench","messages":[` + strings.Repeat(`{"role":"user","content":"What is the weather in Paris today, and in Berlin?"},`, 40) + `{"role":"user","content":"go"}]}`
+	tools = `[` + strings.Repeat(`{"type":"function","function":{"name":"get_weather","description":"Current weather for a city","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}},`, 10) + `{}]`
+	labels = []Label{{Detector: "dsml-leak"}, {Detector: "toolcall-schema"}, {Detector: "repetition"}, {Detector: "finish-anomaly"}}
+	return request, tools, labels
+}
+
 // BenchmarkWriterTurns writes turns the size of a tool-calling agent's at 64 streamed
 // chunks (the whole-path benchmark's: a raw stream of about 12 KiB, a request of 3 KiB,
 // the tools offered, four labels), each run on a fresh file.
@@ -419,9 +428,7 @@ func BenchmarkWriterTurns(b *testing.B) {
 	for i := range 64 {
 		fmt.Fprintf(&raw, "data: {\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"created\":1733000000,\"model\":\"bench\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok%d \"},\"logprobs\":null,\"finish_reason\":null}]}\n\n", i)
 	}
-	request := `{"model":"bench","messages":[` + strings.Repeat(`{"role":"user","content":"What is the weather in Paris today, and in Berlin?"},`, 40) + `{"role":"user","content":"go"}]}`
-	tools := `[` + strings.Repeat(`{"type":"function","function":{"name":"get_weather","description":"Current weather for a city","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}},`, 10) + `{}]`
-	labels := []Label{{Detector: "dsml-leak"}, {Detector: "toolcall-schema"}, {Detector: "repetition"}, {Detector: "finish-anomaly"}}
+	request, tools, labels := benchTurnParts()
 	w := s.NewWriter(WriterOptions{})
 	b.SetBytes(int64(raw.Len() + len(request) + len(tools)))
 	b.ResetTimer()
