@@ -109,9 +109,10 @@ type Client struct {
 	// 0: DefaultStallTimeout. SSE comments do not count as events: a keep-alive says
 	// the connection lives, not that the engine makes progress.
 	StallTimeout time.Duration
-	// OnToken, if set, is called whenever generated text arrives: a stream event that
-	// carries content or tool-call bytes, or a whole non-streamed answer that does. A
-	// liveness watchdog counts it as progress, which an empty keep-alive event is not.
+	// OnToken, if set, is called whenever generated text arrives: once for each read of
+	// a stream that brought events carrying content or tool-call bytes, or for a whole
+	// non-streamed answer that does. A liveness watchdog counts it as progress, which an
+	// empty keep-alive event is not.
 	// It is called from the request's goroutine and must be quick.
 	OnToken func()
 	// MaxResponseBytes caps one response body, SSE framing included; 0:
@@ -687,6 +688,10 @@ func readStream(ex *Exchange, body io.Reader, rx receiveClock, limit int64, firs
 		dec sseDecoder
 		asm streamAssembly
 		at  time.Duration // when the current Read's bytes arrived
+		// text says that the current Read's events carried generated text: onToken
+		// hears it once per Read, not once per event (a Read of a fast stream holds
+		// hundreds, all of one arrival).
+		text bool
 	)
 	emit := func(p []byte) error {
 		delta, err := asm.event(p)
@@ -706,9 +711,7 @@ func readStream(ex *Exchange, body io.Reader, rx receiveClock, limit int64, firs
 				ex.hooks.FirstDelta()
 			}
 		}
-		if onToken != nil {
-			onToken()
-		}
+		text = true
 		if overBudget != nil {
 			return overBudget(asm.text, ex.Deltas)
 		}
@@ -728,7 +731,12 @@ func readStream(ex *Exchange, body io.Reader, rx receiveClock, limit int64, firs
 			return
 		}
 		if len(p) > 0 {
-			if err := dec.Feed(p, emit); errors.Is(err, ErrPastMaxTokens) {
+			text = false
+			err := dec.Feed(p, emit)
+			if text && onToken != nil {
+				onToken()
+			}
+			if errors.Is(err, ErrPastMaxTokens) {
 				// Reading stops here; the caller closes the body, and with it the stream.
 				ex.Err = err
 				break

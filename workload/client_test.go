@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -554,4 +555,42 @@ func TestArrivalTakesTheWaitOffTheMonotonicClock(t *testing.T) {
 // ListModels asks base for its models with a default Client.
 func ListModels(ctx context.Context, base string) ([]string, error) {
 	return (&Client{}).ListModels(ctx, base)
+}
+
+// readPieces is a body that hands out one piece a Read.
+type readPieces [][]byte
+
+func (p *readPieces) Read(b []byte) (int, error) {
+	if len(*p) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(b, (*p)[0])
+	if n < len((*p)[0]) {
+		panic("a piece larger than the read")
+	}
+	*p = (*p)[1:]
+	return n, nil
+}
+
+// OnToken hears generated text once for each read that brought some, however many
+// events it held, and not for a read whose events carried none.
+func TestOnTokenOncePerReadThatBroughtText(t *testing.T) {
+	event := func(delta string) string {
+		return `data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":` + delta + `,"finish_reason":null}]}` + "\n\n"
+	}
+	body := readPieces{
+		[]byte(strings.Repeat(event(`{"content":"tok "}`), 12)),
+		[]byte(event(`{"role":"assistant"}`)),
+		[]byte(event(`{"content":"a"}`) + event(`{"content":"b"}`)),
+		[]byte(`data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\ndata: [DONE]\n\n"),
+	}
+	var ex Exchange
+	ex.Started = time.Now()
+	calls := 0
+	watch := newRequestWatch(time.Hour, time.Hour, func(error) {})
+	defer watch.stop()
+	readStream(&ex, &body, nil, DefaultMaxResponseBytes, 0, nil, watch, func() { calls++ }, nil, nil)
+	if ex.Err != nil || ex.Deltas != 14 || calls != 2 {
+		t.Errorf("err %v, %d deltas, OnToken called %d times; want 14 deltas and 2 calls (the first read and the third)", ex.Err, ex.Deltas, calls)
+	}
 }
