@@ -30,12 +30,11 @@ type OutputTurn struct {
 // resume), by arm, session and turn.
 func (s *Store) OutputTurns(ctx context.Context, experimentID int64) ([]OutputTurn, error) {
 	var out []OutputTurn
-	// Without a cancellation the driver reads the rows in this goroutine; with one, each
-	// row costs it a goroutine and a channel (see WriteDivergence).
-	if err := ctx.Err(); err != nil {
+	read, err := Detach(ctx)
+	if err != nil {
 		return nil, fmt.Errorf("divergence: read turns of experiment %d: %w", experimentID, err)
 	}
-	err := s.db.SelectContext(context.WithoutCancel(ctx), &out, `SELECT t.run_id, t.arm_id, t.session_index, t.turn_index,
+	err = s.db.SelectContext(read, &out, `SELECT t.run_id, t.arm_id, t.session_index, t.turn_index,
 			t.content, t.tool_calls, t.finish_reason, t.status_code, t.error
 		FROM turns t JOIN runs r ON r.id = t.run_id
 		WHERE t.experiment_id = ? AND r.superseded_by IS NULL
@@ -78,13 +77,12 @@ type DivergenceLabel struct {
 // (and each session's first corrupted turn) in line with all of its labels. Running it
 // again, as a resumed experiment does, leaves exactly what the last pass found.
 func (s *Store) WriteDivergence(ctx context.Context, experimentID int64, rows []SessionDivergence, labels []DivergenceLabel) error {
-	if err := ctx.Err(); err != nil {
+	// The pass is one transaction: a cancellation is seen before its commit, and
+	// nothing of it is kept.
+	bg, err := Detach(ctx)
+	if err != nil {
 		return fmt.Errorf("divergence: %w", err)
 	}
-	// A statement run under a context that can be cancelled costs the driver a goroutine
-	// and a channel each time: here, thousands. The pass is one transaction, so a
-	// cancellation is seen before its commit instead, and nothing of it is kept.
-	bg := context.WithoutCancel(ctx)
 	tx, err := s.db.BeginTxx(bg, nil)
 	if err != nil {
 		return fmt.Errorf("divergence: %w", err)
