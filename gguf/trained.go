@@ -70,6 +70,28 @@ func (t Trained) shape() (llamaShape, error) {
 	return s, nil
 }
 
+// Heads checks that the model can be written as it is asked for (its shape, and heads
+// that pad to HeadDim) without writing it, and returns the checkpoint's own head size
+// and the size the written heads will have.
+func (t Trained) Heads() (natural, written int, err error) {
+	s, err := t.shape()
+	if err != nil {
+		return 0, 0, err
+	}
+	return t.heads(s)
+}
+
+func (t Trained) heads(s llamaShape) (natural, written int, err error) {
+	natural = s.width / s.heads
+	if t.HeadDim == 0 {
+		return natural, natural, nil
+	}
+	if t.HeadDim < natural || t.HeadDim%2 != 0 || t.HeadDim > 1024 {
+		return natural, 0, fmt.Errorf("gguf: heads of %d cannot be padded to %d: give an even size from %d to 1024", natural, t.HeadDim, natural)
+	}
+	return natural, t.HeadDim, nil
+}
+
 // Write writes the model as a GGUF v3 file: matrices as F16, norms as F32, the
 // vocabulary as a SentencePiece one without a space prefix. The same checkpoint and
 // vocabulary give the same bytes.
@@ -78,15 +100,11 @@ func (t Trained) Write(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	nv, d := len(t.Vocab.Tokens), s.width
-	natural := d / s.heads
-	headDim := natural
-	if t.HeadDim != 0 {
-		if t.HeadDim < natural || t.HeadDim%2 != 0 || t.HeadDim > 1024 {
-			return fmt.Errorf("gguf: heads of %d cannot be padded to %d: give an even size from %d to 1024", natural, t.HeadDim, natural)
-		}
-		headDim = t.HeadDim
+	natural, headDim, err := t.heads(s)
+	if err != nil {
+		return err
 	}
+	nv, d := len(t.Vocab.Tokens), s.width
 	ratio := float64(headDim) / float64(natural)
 	qDim := headDim * s.heads
 	b := NewBuilder()

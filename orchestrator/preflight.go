@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/gguf"
 	"github.com/arbiterlab/arbiter/internal/enginehttp"
 	"github.com/arbiterlab/arbiter/orchestrator/runtime"
 )
@@ -89,6 +90,7 @@ func RunPreflight(ctx context.Context, spec *arms.Spec) (Preflight, error) {
 	if err != nil {
 		return p, err
 	}
+	p.model(spec)
 	if spec.Runtime.Kind == arms.RuntimeExternal {
 		p.external(ctx, spec, armList)
 		return p, nil
@@ -139,6 +141,43 @@ func (p *Preflight) engineCommands(armList []arms.Arm) {
 		path, err := runtime.LookCommand(a.Command[0])
 		p.add("local", "engine", err, a.Command[0]+" is "+path)
 	}
+}
+
+// model checks the file of the spec's model, which arbiter hands to every launch once
+// its engine is ready: it is there and is a GGUF file, and one whose heads head_dim pads
+// is a model arbiter can pad to that size. A file that is not would fail every launch
+// after its engine started.
+func (p *Preflight) model(spec *arms.Spec) {
+	m := spec.Engine.Model
+	if m == nil || m.File == "" || spec.Preset().Models != arms.ModelsOllama {
+		return
+	}
+	what := "model " + m.Name
+	if m.HeadDim > 0 {
+		tr, err := gguf.ReadTrained(m.File)
+		natural := 0
+		if err == nil {
+			tr.HeadDim = m.HeadDim
+			natural, _, err = tr.Heads()
+		}
+		if err != nil {
+			err = fmt.Errorf("engine.model.head_dim %d: %w", m.HeadDim, err)
+		}
+		p.add("local", what, err, fmt.Sprintf("%s: heads of %d padded to %d", m.File, natural, m.HeadDim))
+		return
+	}
+	f, err := os.Open(m.File)
+	if err != nil {
+		p.add("local", what, fmt.Errorf("engine.model.file: %w", err), "")
+		return
+	}
+	defer f.Close()
+	magic := make([]byte, len(gguf.Magic))
+	if _, err := io.ReadFull(f, magic); err != nil || string(magic) != gguf.Magic {
+		p.add("local", what, fmt.Errorf("engine.model.file: %s is not a GGUF file (it does not start with %q)", m.File, gguf.Magic), "")
+		return
+	}
+	p.add("local", what, nil, m.File+" is a GGUF file")
 }
 
 func (p *Preflight) add(node, what string, err error, ok string) {

@@ -43,7 +43,7 @@ func newValidateCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&preflight, "preflight", false, "also run the checks arbiter run makes before it records anything: "+
-		"each Docker daemon answers, holds the image and can give GPUs; GPUs and fixed ports are there and free; external arms answer and report their pins")
+		"each Docker daemon answers, holds the image and can give GPUs; GPUs and fixed ports are there and free; external arms answer and report their pins; the model file is GGUF and pads to head_dim")
 	return cmd
 }
 

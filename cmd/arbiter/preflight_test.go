@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -113,6 +114,48 @@ func TestFailedPreflightLeavesNothing(t *testing.T) {
 		}
 		if _, err := os.Stat(db); !os.IsNotExist(err) {
 			t.Errorf("a database exists after a bisection's failed preflight (%v)", err)
+		}
+	})
+	// The model file is checked before any engine starts: it is handed to every launch
+	// once its engine is ready, so a bad one would fail each launch in turn.
+	modelSpec := func(t *testing.T, model string) string {
+		gguf, err := filepath.Abs("../../examples/models/toolcall.gguf")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return `version: 1
+name: preflight
+engine:
+  preset: ollama
+  model: {name: toolcall, ` + strings.ReplaceAll(model, "@toolcall@", gguf) + `}
+arms:
+  p1: {env: {OLLAMA_NUM_PARALLEL: "1"}}
+  p2: {env: {OLLAMA_NUM_PARALLEL: "2"}}
+workload: {kind: toolcall-agent, sessions: 4, rounds: 2, concurrency: 4, seed: 1, temperature: 0}
+`
+	}
+	t.Run("a model file that is not there", func(t *testing.T) {
+		runRefused(t, modelSpec(t, "file: /nonexistent/toolcall.gguf"), "engine.model.file: open /nonexistent/toolcall.gguf: no such file or directory")
+	})
+	t.Run("a model file that is not GGUF", func(t *testing.T) {
+		notGGUF := filepath.Join(t.TempDir(), "model.gguf")
+		if err := os.WriteFile(notGGUF, []byte("version https://git-lfs.github.com/spec/v1\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		runRefused(t, modelSpec(t, "file: "+notGGUF), "is not a GGUF file")
+	})
+	t.Run("heads that cannot be padded to head_dim", func(t *testing.T) {
+		runRefused(t, modelSpec(t, "file: @toolcall@, head_dim: 48"), "engine.model.head_dim 48: gguf: heads of 64 cannot be padded to 48")
+	})
+	t.Run("a model the preflight passes", func(t *testing.T) {
+		dir := t.TempDir()
+		spec := filepath.Join(dir, "spec.yaml")
+		if err := os.WriteFile(spec, []byte(modelSpec(t, "file: @toolcall@, head_dim: 128")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, stdout, _ := runCLI(t, "validate", "--preflight", spec)
+		if !regexp.MustCompile(`(?m)^  ok   local model toolcall: .*toolcall\.gguf: heads of 64 padded to 128$`).MatchString(stdout) {
+			t.Errorf("validate --preflight does not pass the model:\n%s", stdout)
 		}
 	})
 	t.Run("an image the daemon does not have", func(t *testing.T) {
