@@ -455,8 +455,9 @@ func TestSequentialDesignStopsSchedulingOnceTheLaunchesReject(t *testing.T) {
 	// With 8 looks the share 0.03 is spread over the looks that can reach their part:
 	// looks 6-8 at 0.01 each (5 launches per arm would need 0.03/4 = 0.0075 against
 	// 2/252), so scheduling stops after block 6 (12 launches), however clear the sessions
-	// were from the first block on.
-	spec := testSpec(t, "analysis: {baseline: control, sequential: {looks: 8}}\n")
+	// were from the first block on. Every launch must complete its sessions for that
+	// count, so the timeouts leave room for a loaded machine.
+	spec := testSpec(t, "analysis: {baseline: control, sequential: {looks: 8}}\ntimeouts: {startup: 60s, request: 60s, stall: 30s}\n")
 	res, err := Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quietLogger(),
 		Runtime: engines(func(arm string) *engine {
 			e := newEngine(t, nil)
@@ -467,7 +468,11 @@ func TestSequentialDesignStopsSchedulingOnceTheLaunchesReject(t *testing.T) {
 		t.Fatal(err)
 	}
 	if res.StoppedEarly == "" || len(res.Runs) != 12 {
-		t.Fatalf("stopped early %q after %d runs, want a stop after 6 blocks (12 runs)", res.StoppedEarly, len(res.Runs))
+		var runs []string
+		for _, r := range res.Runs {
+			runs = append(runs, fmt.Sprintf("block %d %s: %s, %d sessions %s", r.Block, r.Arm, r.Status, r.Sessions, r.Err))
+		}
+		t.Fatalf("stopped early %q after %d runs, want a stop after 6 blocks (12 runs); runs:\n%s", res.StoppedEarly, len(res.Runs), strings.Join(runs, "\n"))
 	}
 	ro, _ := store.OpenReadOnly(db)
 	defer ro.Close()
