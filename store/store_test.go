@@ -194,6 +194,55 @@ func TestWriterReplaysWithoutDuplicates(t *testing.T) {
 	}
 }
 
+// The writer hands the bodies to SQLite as bytes; they are stored as the text they
+// were, byte for byte (bytes that are not UTF-8 included), an empty body as the empty
+// text and empty tools as NULL, as a text argument stores them.
+func TestWriterStoresBodiesAsText(t *testing.T) {
+	s := newStore(t, Options{})
+	exp, arm, run := seedExperiment(t, s)
+	bodies := []Turn{
+		{Request: `{"messages":[{"role":"user","content":"é ✓"}]}`, Response: `{"id":"x"}`, Tools: `[{"type":"function"}]`,
+			Raw: "data: {\"a\":1}\n\n\xff\xfe\x00tail"},
+		{Request: "", Response: "", Tools: "", Raw: ""},
+	}
+	w := s.NewWriter(WriterOptions{})
+	for i, b := range bodies {
+		b.ExperimentID, b.RunID, b.ArmID, b.Session, b.Started = exp, run, arm, i, time.Now()
+		w.Turn(b)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range bodies {
+		var got struct {
+			Types                         string
+			Request, Response, Tools, Raw []byte
+		}
+		err := s.DB().QueryRow(`SELECT typeof(request)||' '||typeof(response)||' '||typeof(tools)||' '||typeof(raw),
+			CAST(request AS BLOB), CAST(response AS BLOB), CAST(tools AS BLOB), CAST(raw AS BLOB)
+			FROM turns WHERE session_index = ?`, i).Scan(&got.Types, &got.Request, &got.Response, &got.Tools, &got.Raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantTypes := "text text text text"
+		if want.Tools == "" {
+			wantTypes = "text text null text"
+		}
+		if got.Types != wantTypes {
+			t.Errorf("turn %d: stored as %q, want %q", i, got.Types, wantTypes)
+		}
+		for _, c := range []struct {
+			name      string
+			got, want string
+		}{{"request", string(got.Request), want.Request}, {"response", string(got.Response), want.Response},
+			{"tools", string(got.Tools), want.Tools}, {"raw", string(got.Raw), want.Raw}} {
+			if c.got != c.want {
+				t.Errorf("turn %d: %s stored as %q, want %q", i, c.name, c.got, c.want)
+			}
+		}
+	}
+}
+
 // The writer writes a turn's bytes to the file about once, into the WAL, before the
 // checkpoint: no statement journal copies the pages a row changes into a temporary
 // file first. Measured in the bytes this process hands to write calls (Linux only).
