@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -100,9 +101,9 @@ timeouts: {startup: 30s, request: 30s, stall: 20s}
 }
 
 // arbiterFullPath runs one whole experiment into a fresh database and returns the chat
-// completions the engine answered during it and how long Run took, with the CPU profile
-// of the run written to profile when it is not empty.
-func arbiterFullPath(tb testing.TB, spec *arms.Spec, served *atomic.Int64, profile string) (int64, time.Duration) {
+// completions the engine answered during it, how long Run took and the database, with
+// the CPU profile of the run written to profile when it is not empty.
+func arbiterFullPath(tb testing.TB, spec *arms.Spec, served *atomic.Int64, profile string) (int64, time.Duration, string) {
 	dir := tb.TempDir()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if *fullpathLog {
@@ -144,7 +145,7 @@ func arbiterFullPath(tb testing.TB, spec *arms.Spec, served *atomic.Int64, profi
 			tb.Fatalf("run %+v: want done with %d sessions", r, *fullpathSessions)
 		}
 	}
-	return n, elapsed
+	return n, elapsed, db
 }
 
 // writeVerdict builds experiment id's verdict from the database at path and writes it
@@ -162,9 +163,9 @@ func writeVerdict(path string, id int64, out string) error {
 	return v.WriteFiles(out, outfile.Guard{Database: path})
 }
 
-// vegetaCount sends n requests with vegeta at its maximum rate over workers connections,
-// to the two engines in turn, and returns how long they took.
-func vegetaCount(tb testing.TB, bases [2]string, stream bool, n, workers int) time.Duration {
+// smallRequest is the one request vegeta sends again and again: benchRequest, as a
+// client that does not keep a session's history would send it.
+func smallRequest(stream bool) [][]byte {
 	req := benchRequest()
 	req.Model = "bench"
 	req.Stream = stream
@@ -172,18 +173,59 @@ func vegetaCount(tb testing.TB, bases [2]string, stream bool, n, workers int) ti
 		req.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
 	}
 	body, _ := json.Marshal(req)
-	var targets [2]vegeta.Target
-	for i, base := range bases {
-		targets[i] = vegeta.Target{Method: http.MethodPost, URL: base + "/v1/chat/completions", Body: body,
-			Header: http.Header{"Content-Type": {"application/json"}}}
+	return [][]byte{body}
+}
+
+// storedRequests are the request bodies an arbiter run sent, as its database keeps them,
+// in memory mapped outside the Go heap: tens of megabytes held on the heap would make
+// the collector run less often for every side measured after it, vegeta's most of all.
+func storedRequests(tb testing.TB, path string) [][]byte {
+	db, err := store.OpenReadOnly(path)
+	if err != nil {
+		tb.Fatal(err)
 	}
+	defer db.Close()
+	var total int
+	if err := db.Get(&total, "SELECT coalesce(sum(length(CAST(request AS BLOB))), 0) FROM turns"); err != nil {
+		tb.Fatal(err)
+	}
+	mem, err := syscall.Mmap(-1, 0, max(total, 1), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { syscall.Munmap(mem) })
+	rows, err := db.Query("SELECT CAST(request AS BLOB) FROM turns ORDER BY rowid")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer rows.Close()
+	var bodies [][]byte
+	for rows.Next() {
+		var b sql.RawBytes
+		if err := rows.Scan(&b); err != nil {
+			tb.Fatal(err)
+		}
+		n := copy(mem, b)
+		bodies = append(bodies, mem[:n:n])
+		mem = mem[n:]
+	}
+	if err := rows.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	return bodies
+}
+
+// vegetaCount sends n requests with vegeta at its maximum rate over workers connections,
+// the bodies in turn, to the two engines in turn, and returns how long they took.
+func vegetaCount(tb testing.TB, bases [2]string, bodies [][]byte, n, workers int) time.Duration {
+	hdr := http.Header{"Content-Type": {"application/json"}}
 	var sent atomic.Int64
 	targeter := func(t *vegeta.Target) error {
 		k := sent.Add(1)
 		if k > int64(n) {
 			return vegeta.ErrNoTargets
 		}
-		*t = targets[k%2]
+		*t = vegeta.Target{Method: http.MethodPost, URL: bases[k%2] + "/v1/chat/completions", Body: bodies[int(k-1)%len(bodies)], Header: hdr}
 		return nil
 	}
 	atk := vegeta.NewAttacker(vegeta.Workers(uint64(workers)), vegeta.MaxWorkers(uint64(workers)),
@@ -250,8 +292,10 @@ func BenchmarkFullPathVsVegeta(b *testing.B) {
 				dir = os.TempDir()
 			}
 			profile := filepath.Join(dir, "arbiter-fullpath-"+c.name+".pprof")
-			var arbN, vegN, last int64
-			var arbT, vegT, arbCPU, vegCPU time.Duration
+			var arbN, vegN, sameN, last int64
+			var arbT, vegT, sameT, arbCPU, vegCPU, sameCPU time.Duration
+			small := smallRequest(c.stream)
+			var sent [][]byte
 			for i := range b.N {
 				prof := ""
 				if i == b.N-1 {
@@ -260,25 +304,38 @@ func BenchmarkFullPathVsVegeta(b *testing.B) {
 				arbiter := func() {
 					runtime.GC()
 					c0 := cpuTime()
-					n, d := arbiterFullPath(b, spec, &served, prof)
+					n, d, db := arbiterFullPath(b, spec, &served, prof)
 					arbCPU += cpuTime() - c0
 					arbN += n
 					arbT += d
 					last = n
+					if sent == nil {
+						sent = storedRequests(b, db)
+					}
 				}
-				// Vegeta sends what arbiter's last run sent (before the first, what the
-				// sessions send), over as many connections as one arm's sessions hold at
-				// once.
+				// Vegeta sends as many requests as arbiter's last run sent (before the
+				// first, as many as the sessions send), over as many connections as one
+				// arm's sessions hold at once: the small request again and again, then
+				// the very requests arbiter's first run sent, which cost the engines
+				// what arbiter's cost them.
 				peer := func() {
-					runtime.GC()
 					n := int(last)
 					if n == 0 {
 						n = 2 * *fullpathSessions * *fullpathRounds
 					}
+					runtime.GC()
 					c0 := cpuTime()
-					vegT += vegetaCount(b, bases, c.stream, n, *fullpathConcurrency)
+					vegT += vegetaCount(b, bases, small, n, *fullpathConcurrency)
 					vegCPU += cpuTime() - c0
 					vegN += int64(n)
+					if sent == nil {
+						return
+					}
+					runtime.GC()
+					c0 = cpuTime()
+					sameT += vegetaCount(b, bases, sent, n, *fullpathConcurrency)
+					sameCPU += cpuTime() - c0
+					sameN += int64(n)
 				}
 				if i%2 == 0 {
 					arbiter()
@@ -298,6 +355,13 @@ func BenchmarkFullPathVsVegeta(b *testing.B) {
 			b.ReportMetric(arbPer, "arbiter-cpu-µs/req")
 			b.ReportMetric(vegPer, "vegeta-cpu-µs/req")
 			b.ReportMetric(vegPer/arbPer, "cpu-ratio")
+			if sameN > 0 {
+				// The same comparison with vegeta sending arbiter's own requests: what
+				// is left is arbiter's work beyond sending them and reading the answers.
+				sameRate := float64(sameN) / sameT.Seconds()
+				b.ReportMetric(arbRate/sameRate, "ratio-same-requests")
+				b.ReportMetric(sameCPU.Seconds()*1e6/float64(sameN)/arbPer, "cpu-ratio-same-requests")
+			}
 			b.ReportMetric(c.target, "target-ratio")
 			b.Logf("CPU profile of arbiter's side: %s", profile)
 			if parts, err := cpuParts(profile); err != nil {
