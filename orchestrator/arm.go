@@ -317,7 +317,11 @@ func (e *experiment) waitReady(ctx context.Context, inst runtime.Instance, prese
 		maxInterval = 250 * time.Millisecond
 	}
 	interval := min(2*time.Millisecond, maxInterval)
-	client := enginehttp.Client(30 * time.Second)
+	probeTimeout := e.opts.ProbeTimeout
+	if probeTimeout <= 0 {
+		probeTimeout = 30 * time.Second
+	}
+	client := enginehttp.Client(probeTimeout)
 	base := inst.Endpoint()
 	healthPath := preset.HealthPath
 	if healthPath == "" {
@@ -360,8 +364,13 @@ func (e *experiment) waitReady(ctx context.Context, inst runtime.Instance, prese
 		return "", err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
+	// Bounded by the startup timeout (ctx), not by the probes' own: an engine that loads
+	// the model on its first request answers it only once the model is in memory.
+	resp, err := enginehttp.Client(0).Do(req)
 	if err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return "", fmt.Errorf("%w (%s; the readiness generation was not answered)", ErrNotReady, timeout)
+		}
 		return "", fmt.Errorf("readiness generation: %w", err)
 	}
 	defer resp.Body.Close()
@@ -385,7 +394,7 @@ func probeOK(ctx context.Context, client *http.Client, method, url string, body 
 	if err != nil {
 		return false
 	}
-	resp, err := client.Do(req)
+	resp, err := enginehttp.Client(0).Do(req)
 	if err != nil {
 		return false
 	}
@@ -399,7 +408,7 @@ func firstModel(ctx context.Context, client *http.Client, base string) (string, 
 	if err != nil {
 		return "", err
 	}
-	resp, err := client.Do(req)
+	resp, err := enginehttp.Client(0).Do(req)
 	if err != nil {
 		return "", fmt.Errorf("list models: %w", err)
 	}

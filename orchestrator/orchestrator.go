@@ -63,6 +63,10 @@ type Options struct {
 	// ProbeInterval is the longest wait between readiness polls (default 250ms); the
 	// polls start 2 ms apart and back off to it by a quarter each time.
 	ProbeInterval time.Duration
+	// ProbeTimeout bounds one readiness probe: a health poll or the model list (default
+	// 30s). The readiness generation is bounded by the startup timeout alone: an engine
+	// that loads its model on its first request (ollama) may take minutes to answer it.
+	ProbeTimeout time.Duration
 	// MetricsInterval is the longest gap between two scrapes of the engine's /metrics
 	// while a workload runs (default 2s; the first gaps are shorter, see
 	// firstScrapeInterval); negative turns scraping off.

@@ -410,6 +410,52 @@ func TestEngineThatNeverBecomesReadyFailsItsRun(t *testing.T) {
 	}
 }
 
+// The readiness generation may take as long as the startup timeout allows, longer than
+// one probe may: an engine that loads its model on the first request answers it late.
+// One that never answers it fails its run as not ready, naming the generation.
+func TestReadinessGenerationIsBoundedByTheStartupTimeout(t *testing.T) {
+	t.Parallel()
+	const probeTimeout = 50 * time.Millisecond
+	db := filepath.Join(t.TempDir(), "a.db")
+	spec := testSpec(t, "")
+	spec.Timeouts.Startup = 20 * time.Second
+	res, err := Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quietLogger(), ProbeTimeout: probeTimeout,
+		Runtime: engines(func(arm string) *engine {
+			return newEngine(t, func(n int64, e *engine, r *http.Request) bool {
+				if n == 1 { // the readiness generation: the model loads
+					time.Sleep(6 * probeTimeout)
+				}
+				return false
+			})
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := runStatuses(t, db, res.ExperimentID); st["control"] != store.RunDone || st["treatment"] != store.RunDone {
+		t.Fatalf("a readiness generation slower than a probe failed its run: %v %+v", st, res.Runs)
+	}
+
+	db = filepath.Join(t.TempDir(), "b.db")
+	spec = testSpec(t, "")
+	spec.Timeouts.Startup = 300 * time.Millisecond
+	res, err = Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quietLogger(),
+		Runtime: engines(func(arm string) *engine {
+			return newEngine(t, func(n int64, e *engine, r *http.Request) bool {
+				if n == 1 && arm == "control" {
+					<-r.Context().Done() // never answered
+					return true
+				}
+				return false
+			})
+		})})
+	wantNoData(t, res, err)
+	for _, r := range res.Runs {
+		if r.Arm == "control" && (r.Status != store.RunFailed || !strings.Contains(r.Err, "not ready within the startup timeout (300ms; the readiness generation was not answered)")) {
+			t.Errorf("control: %s, %q", r.Status, r.Err)
+		}
+	}
+}
+
 func TestPlanIsASeededPermutationPerBlock(t *testing.T) {
 	t.Parallel()
 	a, b := plan(3, 4, 42), plan(3, 4, 42)
