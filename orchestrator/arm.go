@@ -366,21 +366,25 @@ func (e *experiment) waitReady(ctx context.Context, inst runtime.Instance, prese
 	req.Header.Set("Content-Type", "application/json")
 	// Bounded by the startup timeout (ctx), not by the probes' own: an engine that loads
 	// the model on its first request answers it only once the model is in memory.
+	// An answer begun and never finished runs out the same deadline.
+	notReady := func(err error) error {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("%w (%s; the readiness generation was not answered)", ErrNotReady, timeout)
+		}
+		return err
+	}
 	resp, err := enginehttp.Client(0).Do(req)
 	if err != nil {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return "", fmt.Errorf("%w (%s; the readiness generation was not answered)", ErrNotReady, timeout)
-		}
-		return "", fmt.Errorf("readiness generation: %w", err)
+		return "", notReady(fmt.Errorf("readiness generation: %w", err))
 	}
 	defer resp.Body.Close()
 	var cc openai.ChatCompletion
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return "", fmt.Errorf("readiness generation: HTTP %d: %s", resp.StatusCode, inert.Text(string(bytes.TrimSpace(b)), 512))
+		return "", notReady(fmt.Errorf("readiness generation: HTTP %d: %s", resp.StatusCode, inert.Text(string(bytes.TrimSpace(b)), 512)))
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, maxProbeAnswer)).Decode(&cc); err != nil || len(cc.Choices) == 0 {
-		return "", fmt.Errorf("readiness generation: no completion in the response (%v)", err)
+		return "", notReady(fmt.Errorf("readiness generation: no completion in the response (%v)", err))
 	}
 	return model, nil
 }

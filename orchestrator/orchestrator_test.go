@@ -39,6 +39,9 @@ type engine struct {
 	// until the client leaves or the engine stops, instead of returning at once.
 	trickle     bool
 	trickleText string
+	// halfAnswer makes a handled request get its headers and the start of a completion,
+	// then nothing more until the client leaves.
+	halfAnswer bool
 	// failChat, when set, answers every chat request with HTTP 500 and this body.
 	failChat string
 	// leak makes every streamed answer carry DSML tool-call markup in content.
@@ -90,6 +93,12 @@ func newEngine(t *testing.T, onChat func(n int64, e *engine, r *http.Request) bo
 		if e.onChat != nil && e.onChat(n, e, r) {
 			if e.trickle {
 				e.streamForever(w, r)
+			}
+			if e.halfAnswer {
+				w.Header().Set("Content-Type", "application/json")
+				io.WriteString(w, `{"id":"x","object":"chat.completion","choices":[`)
+				w.(http.Flusher).Flush()
+				<-r.Context().Done()
 			}
 			return
 		}
@@ -440,18 +449,24 @@ func TestReadinessGenerationIsBoundedByTheStartupTimeout(t *testing.T) {
 	spec.Timeouts.Startup = 300 * time.Millisecond
 	res, err = Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quietLogger(),
 		Runtime: engines(func(arm string) *engine {
-			return newEngine(t, func(n int64, e *engine, r *http.Request) bool {
-				if n == 1 && arm == "control" {
-					<-r.Context().Done() // never answered
-					return true
+			e := newEngine(t, func(n int64, e *engine, r *http.Request) bool {
+				if n != 1 {
+					return false
 				}
-				return false
+				if !e.halfAnswer {
+					<-r.Context().Done() // never answered
+				}
+				return true
 			})
+			e.halfAnswer = arm == "treatment" // begun, never finished
+			return e
 		})})
-	wantNoData(t, res, err)
+	if err == nil || len(res.Runs) != 2 {
+		t.Fatalf("engines that never answer readiness: %v, %+v", err, res.Runs)
+	}
 	for _, r := range res.Runs {
-		if r.Arm == "control" && (r.Status != store.RunFailed || !strings.Contains(r.Err, "not ready within the startup timeout (300ms; the readiness generation was not answered)")) {
-			t.Errorf("control: %s, %q", r.Status, r.Err)
+		if r.Status != store.RunFailed || !strings.Contains(r.Err, "not ready within the startup timeout (300ms; the readiness generation was not answered)") {
+			t.Errorf("%s: %s, %q", r.Arm, r.Status, r.Err)
 		}
 	}
 }
