@@ -102,14 +102,17 @@ func Phases(ctx context.Context, db *sqlx.DB, experimentID int64) ([]PhaseRow, e
 	return out, nil
 }
 
-// TurnMetric is one turn's timing with the session it belongs to, for per-session
-// latency and throughput.
+// TurnMetric is one turn's timing and outcome with the session it belongs to: what the
+// verdict takes from the turns (per-session latency and throughput, the turn timings,
+// corruption by round and the corrupted turns of each session), read in one pass.
 type TurnMetric struct {
 	ArmID            int64   `db:"arm_id"`
 	RunID            int64   `db:"run_id"`
 	Block            int     `db:"block"`
 	Session          int     `db:"session_index"`
 	Turn             int     `db:"turn_index"`
+	Round            int     `db:"round"`
+	Corrupted        bool    `db:"corrupted"`
 	TTFT             float64 `db:"ttft_ms"`
 	Latency          float64 `db:"latency_ms"`
 	PromptTokens     int     `db:"prompt_tokens"`
@@ -129,7 +132,7 @@ type TurnMetric struct {
 // a resume ran again.
 func TurnMetrics(ctx context.Context, db *sqlx.DB, experimentID int64) ([]TurnMetric, error) {
 	var out []TurnMetric
-	err := db.SelectContext(ctx, &out, `SELECT t.arm_id, t.run_id, r.block, t.session_index, t.turn_index, t.ttft_ms,
+	err := db.SelectContext(ctx, &out, `SELECT t.arm_id, t.run_id, r.block, t.session_index, t.turn_index, t.round, t.corrupted, t.ttft_ms,
 			t.latency_ms, t.prompt_tokens, t.completion_tokens, t.status_code, (t.error IS NOT NULL) AS failed, t.finish_reason,
 			t.decode_ms, t.token_times
 		FROM turns t JOIN runs r ON r.id = t.run_id

@@ -293,7 +293,7 @@ func RecordedPace(ctx context.Context, db *sqlx.DB, experimentID int64) (Pace, e
 	return p, nil
 }
 
-// SessionOutcome is one session's result with the turn counts the analyses need.
+// SessionOutcome is one session's result as the analyses need it.
 type SessionOutcome struct {
 	ArmID              int64         `db:"arm_id"`
 	RunID              int64         `db:"run_id"`
@@ -303,39 +303,18 @@ type SessionOutcome struct {
 	Turns              int           `db:"turns"`
 	Corrupted          bool          `db:"corrupted"`
 	FirstCorruptedTurn sql.NullInt64 `db:"first_corrupted_turn"`
-	CorruptedTurns     int           `db:"corrupted_turns"`
 	Node               string        `db:"node"`
 }
 
-// Sessions lists every session of an experiment with its corrupted-turn count.
+// Sessions lists every session of an experiment, leaving out launches a resume ran
+// again. How many of a session's turns were corrupted comes from its turns
+// (TurnMetrics), which the verdict reads once for every figure it takes from them.
 func Sessions(ctx context.Context, db *sqlx.DB, experimentID int64) ([]SessionOutcome, error) {
 	var out []SessionOutcome
 	err := db.SelectContext(ctx, &out, `SELECT s.arm_id, s.run_id, s.block, s.session_index, s.status, s.turns,
-		s.corrupted, s.first_corrupted_turn, r.node,
-		(SELECT count(*) FROM turns t WHERE t.run_id = s.run_id AND t.session_index = s.session_index AND t.corrupted = 1) AS corrupted_turns
+		s.corrupted, s.first_corrupted_turn, r.node
 		FROM sessions s JOIN runs r ON r.id = s.run_id
 		WHERE s.experiment_id = ? AND r.superseded_by IS NULL ORDER BY s.arm_id, s.block, s.session_index`, experimentID)
-	return out, err
-}
-
-// RoundCount counts, per arm and round, the sessions that reached the round and those
-// whose turns in it were corrupted.
-type RoundCount struct {
-	ArmID     int64 `db:"arm_id"`
-	Round     int   `db:"round"`
-	Sessions  int   `db:"sessions"`
-	Corrupted int   `db:"corrupted"`
-	Turns     int   `db:"turns"`
-}
-
-// RoundCounts gives corruption by round.
-func RoundCounts(ctx context.Context, db *sqlx.DB, experimentID int64) ([]RoundCount, error) {
-	var out []RoundCount
-	err := db.SelectContext(ctx, &out, `SELECT arm_id, round, count(*) AS sessions, sum(c) AS corrupted, sum(n) AS turns FROM (
-			SELECT arm_id, run_id, session_index, round, max(corrupted) AS c, count(*) AS n
-			FROM turns WHERE experiment_id = ? AND run_id IN (SELECT id FROM runs WHERE superseded_by IS NULL)
-			GROUP BY arm_id, run_id, session_index, round)
-		GROUP BY arm_id, round ORDER BY arm_id, round`, experimentID)
 	return out, err
 }
 
@@ -350,37 +329,19 @@ type DetectorCount struct {
 	Evaluated int    `db:"evaluated"`
 }
 
-// DetectorCounts gives corruption by detector, with one example reason each.
+// DetectorCounts gives corruption by detector, with one example reason each. A label's
+// arm is its launch's: labels are grouped through runs, not through the turns they
+// label, whose rows carry the bodies and are costly to visit one by one.
 func DetectorCounts(ctx context.Context, db *sqlx.DB, experimentID int64) ([]DetectorCount, error) {
 	var out []DetectorCount
-	err := db.SelectContext(ctx, &out, `SELECT t.arm_id, l.detector,
+	err := db.SelectContext(ctx, &out, `SELECT r.arm_id, l.detector,
 			sum(l.corrupted) AS turns,
 			count(DISTINCT CASE WHEN l.corrupted = 1 THEN l.run_id || ':' || l.session_index END) AS sessions,
 			coalesce(max(CASE WHEN l.corrupted = 1 THEN l.reason END), '') AS example,
 			count(*) AS evaluated
-		FROM labels l JOIN turns t ON t.run_id = l.run_id AND t.session_index = l.session_index AND t.turn_index = l.turn_index
-		WHERE l.experiment_id = ? AND l.run_id IN (SELECT id FROM runs WHERE superseded_by IS NULL)
-		GROUP BY t.arm_id, l.detector ORDER BY t.arm_id, l.detector`, experimentID)
-	return out, err
-}
-
-// TurnTiming is the timing of one completed turn.
-type TurnTiming struct {
-	ArmID            int64   `db:"arm_id"`
-	TTFT             float64 `db:"ttft_ms"`
-	Latency          float64 `db:"latency_ms"`
-	CompletionTokens int     `db:"completion_tokens"`
-	StatusCode       int     `db:"status_code"`
-	Failed           bool    `db:"failed"`
-}
-
-// TurnTimings lists every turn's timing.
-func TurnTimings(ctx context.Context, db *sqlx.DB, experimentID int64) ([]TurnTiming, error) {
-	var out []TurnTiming
-	err := db.SelectContext(ctx, &out, `SELECT arm_id, ttft_ms, latency_ms, completion_tokens, status_code,
-		(error IS NOT NULL) AS failed FROM turns
-		WHERE experiment_id = ? AND run_id IN (SELECT id FROM runs WHERE superseded_by IS NULL)
-		ORDER BY arm_id, started_at`, experimentID)
+		FROM labels l JOIN runs r ON r.id = l.run_id
+		WHERE l.experiment_id = ? AND r.superseded_by IS NULL
+		GROUP BY r.arm_id, l.detector ORDER BY r.arm_id, l.detector`, experimentID)
 	return out, err
 }
 

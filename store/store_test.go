@@ -130,13 +130,25 @@ func TestWriterWritesTurnsLabelsAndSessionsConcurrently(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	metrics, err := TurnMetrics(context.Background(), s.DB(), exp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	corruptedTurns := map[int]int{}
+	for _, m := range metrics {
+		if m.Corrupted {
+			corruptedTurns[m.Session]++
+		}
+	}
 	corrupted := 0
 	for _, o := range outs {
+		want := 0
 		if o.Corrupted {
 			corrupted++
-			if o.CorruptedTurns != 1 {
-				t.Errorf("session %d: corrupted turns = %d, want 1", o.Index, o.CorruptedTurns)
-			}
+			want = 1
+		}
+		if corruptedTurns[o.Index] != want {
+			t.Errorf("session %d: corrupted turns = %d, want %d", o.Index, corruptedTurns[o.Index], want)
 		}
 	}
 	if len(outs) != sessions || corrupted != sessions/4 {

@@ -157,14 +157,10 @@ type CascadeArm struct {
 	Notes    []string
 }
 
-// loadOutcomes reads the per-session metrics and the phases, and judges them. It runs
-// after account, which counts the launches.
-func (v *Verdict) loadOutcomes(ctx context.Context, db *sqlx.DB) error {
+// loadOutcomes summarises every session from its turns' metrics, reads the phases, and
+// judges them. It runs after account, which counts the launches.
+func (v *Verdict) loadOutcomes(ctx context.Context, db *sqlx.DB, metrics []store.TurnMetric) error {
 	phases, err := store.Phases(ctx, db, v.Experiment.ID)
-	if err != nil {
-		return err
-	}
-	metrics, err := store.TurnMetrics(ctx, db, v.Experiment.ID)
 	if err != nil {
 		return err
 	}

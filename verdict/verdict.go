@@ -318,6 +318,18 @@ func BuildWith(ctx context.Context, db *sqlx.DB, id int64, o Options) (*Verdict,
 	if err != nil {
 		return nil, err
 	}
+	// The turns are read once; the timings, the rounds, the per-session outcomes and
+	// each session's corrupted turns all come from this one pass.
+	metrics, err := store.TurnMetrics(ctx, db, exp.ID)
+	if err != nil {
+		return nil, err
+	}
+	corruptedTurns := map[sessionKey]int{}
+	for _, t := range metrics {
+		if t.Corrupted {
+			corruptedTurns[sessionKey{t.RunID, t.Session}]++
+		}
+	}
 	v.sessions, v.index = sessions, index
 	counts := make([]store.SessionCounts, len(v.Arms))
 	for _, s := range sessions {
@@ -327,19 +339,16 @@ func BuildWith(ctx context.Context, db *sqlx.DB, id int64, o Options) (*Verdict,
 			continue
 		}
 		ar := &v.Arms[i]
-		ar.clusters = append(ar.clusters, stats.ClusterCounts{Events: s.CorruptedTurns, Responses: s.Turns})
-		ar.CorruptedTurns += s.CorruptedTurns
+		n := corruptedTurns[sessionKey{s.RunID, s.Index}]
+		ar.clusters = append(ar.clusters, stats.ClusterCounts{Events: n, Responses: s.Turns})
+		ar.CorruptedTurns += n
 	}
 	for i, c := range counts {
 		ar := &v.Arms[i]
 		ar.Started, ar.Sessions, ar.Corrupted, ar.CorruptedThenLost = c.Recorded, c.Analysed, c.Corrupted, c.CorruptedThenLost
 	}
-	if err := v.loadTimings(ctx, db, index); err != nil {
-		return nil, err
-	}
-	if err := v.loadRounds(ctx, db, index); err != nil {
-		return nil, err
-	}
+	v.loadTimings(metrics)
+	v.loadRounds(metrics)
 	if err := v.loadDetectors(ctx, db, index); err != nil {
 		return nil, err
 	}
@@ -356,7 +365,7 @@ func BuildWith(ctx context.Context, db *sqlx.DB, id int64, o Options) (*Verdict,
 		return nil, err
 	}
 	v.account()
-	if err := v.loadOutcomes(ctx, db); err != nil {
+	if err := v.loadOutcomes(ctx, db, metrics); err != nil {
 		return nil, err
 	}
 	if err := v.loadConditions(ctx, db); err != nil {
@@ -522,16 +531,20 @@ func describePins(pinsJSON string) string {
 	return strings.Join(parts, " ")
 }
 
-func (v *Verdict) loadTimings(ctx context.Context, db *sqlx.DB, index map[int64]int) error {
-	timings, err := store.TurnTimings(ctx, db, v.Experiment.ID)
-	if err != nil {
-		return err
-	}
+// sessionKey names a session: its launch and its index there.
+type sessionKey struct {
+	run     int64
+	session int
+}
+
+// loadTimings counts every arm's turns and failed turns and takes the quantiles of the
+// completed turns' timings.
+func (v *Verdict) loadTimings(metrics []store.TurnMetric) {
 	ttft := make([][]float64, len(v.Arms))
 	lat := make([][]float64, len(v.Arms))
 	tps := make([][]float64, len(v.Arms))
-	for _, t := range timings {
-		i := index[t.ArmID]
+	for _, t := range metrics {
+		i := v.index[t.ArmID]
 		v.Arms[i].Turns++
 		if t.Failed || t.StatusCode != 200 {
 			v.Arms[i].FailedTurns++
@@ -551,30 +564,44 @@ func (v *Verdict) loadTimings(ctx context.Context, db *sqlx.DB, index map[int64]
 		a.Latencyp50, a.Latencyp95 = stats.Quantile(lat[i], 0.5), stats.Quantile(lat[i], 0.95)
 		a.TokensPerSecond = stats.Quantile(tps[i], 0.5)
 	}
-	return nil
 }
 
-func (v *Verdict) loadRounds(ctx context.Context, db *sqlx.DB, index map[int64]int) error {
-	counts, err := store.RoundCounts(ctx, db, v.Experiment.ID)
-	if err != nil {
-		return err
+// loadRounds counts, per round and arm, the sessions that reached the round and those
+// with a corrupted turn in it.
+func (v *Verdict) loadRounds(metrics []store.TurnMetric) {
+	type roundKey struct {
+		sessionKey
+		round int
+	}
+	corrupted := map[roundKey]bool{}
+	var order []roundKey
+	arm := map[roundKey]int{}
+	for _, t := range metrics {
+		k := roundKey{sessionKey{t.RunID, t.Session}, t.Round}
+		c, seen := corrupted[k]
+		if !seen {
+			order = append(order, k)
+			arm[k] = v.index[t.ArmID]
+		}
+		corrupted[k] = c || t.Corrupted
 	}
 	byRound := map[int]*RoundRow{}
-	for _, c := range counts {
-		r, ok := byRound[c.Round]
+	for _, k := range order {
+		r, ok := byRound[k.round]
 		if !ok {
-			r = &RoundRow{Round: c.Round, Corrupted: make([]int, len(v.Arms)), Sessions: make([]int, len(v.Arms))}
-			byRound[c.Round] = r
+			r = &RoundRow{Round: k.round, Corrupted: make([]int, len(v.Arms)), Sessions: make([]int, len(v.Arms))}
+			byRound[k.round] = r
 		}
-		i := index[c.ArmID]
-		r.Corrupted[i] += c.Corrupted
-		r.Sessions[i] += c.Sessions
+		i := arm[k]
+		r.Sessions[i]++
+		if corrupted[k] {
+			r.Corrupted[i]++
+		}
 	}
 	for _, r := range byRound {
 		v.Rounds = append(v.Rounds, *r)
 	}
 	sort.Slice(v.Rounds, func(i, j int) bool { return v.Rounds[i].Round < v.Rounds[j].Round })
-	return nil
 }
 
 func (v *Verdict) loadDetectors(ctx context.Context, db *sqlx.DB, index map[int64]int) error {
