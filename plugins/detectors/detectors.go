@@ -102,15 +102,7 @@ func Judge(ctx context.Context, ds []plugins.Detector, r plugins.Response, perCa
 			out = append(out, o)
 			continue
 		}
-		cctx, cancel := ctx, context.CancelFunc(func() {})
-		if perCall > 0 {
-			cctx, cancel = context.WithTimeout(ctx, perCall)
-		}
-		l, err := d.Detect(cctx, r)
-		if err == nil && cctx.Err() != nil {
-			err = fmt.Errorf("answered after its %v: %w", perCall, cctx.Err())
-		}
-		cancel()
+		l, err := judgeOne(ctx, d, r, perCall)
 		if err != nil {
 			o.Err = err
 		} else {
@@ -119,6 +111,36 @@ func Judge(ctx context.Context, ds []plugins.Detector, r plugins.Response, perCa
 		out = append(out, o)
 	}
 	return out
+}
+
+// inProcess is a built-in detector: it runs in arbiter's process, in the caller's
+// goroutine, and looks at its context only as it starts. Nothing can interrupt it, so
+// its bound is its measured time rather than a timer raced against it: the same
+// outcome without a timer made and stopped for every response and detector.
+type inProcess interface{ inProcess() }
+
+// judgeOne runs one detector on r, bounded by perCall (0: only by ctx). An answer that
+// came after its time is a failure like any other.
+func judgeOne(ctx context.Context, d plugins.Detector, r plugins.Response, perCall time.Duration) (plugins.Label, error) {
+	if _, ok := d.(inProcess); ok || perCall <= 0 {
+		start := time.Now()
+		l, err := d.Detect(ctx, r)
+		switch {
+		case err != nil:
+		case perCall > 0 && time.Since(start) > perCall:
+			err = fmt.Errorf("answered after its %v: %w", perCall, context.DeadlineExceeded)
+		case ctx.Err() != nil:
+			err = fmt.Errorf("answered after its %v: %w", perCall, ctx.Err())
+		}
+		return l, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, perCall)
+	defer cancel()
+	l, err := d.Detect(cctx, r)
+	if err == nil && cctx.Err() != nil {
+		err = fmt.Errorf("answered after its %v: %w", perCall, cctx.Err())
+	}
+	return l, err
 }
 
 // Label runs every detector on r and reports their labels and whether any says corrupted.

@@ -148,6 +148,8 @@ type dsmlLeak struct{}
 
 func (dsmlLeak) Name() string { return DSMLLeakName }
 
+func (dsmlLeak) inProcess() {}
+
 func (d dsmlLeak) Detect(ctx context.Context, r plugins.Response) (plugins.Label, error) {
 	if err := ctx.Err(); err != nil {
 		return plugins.Label{}, fmt.Errorf("%s: %w", DSMLLeakName, err)

@@ -36,6 +36,8 @@ type finishAnomaly struct{}
 
 func (finishAnomaly) Name() string { return FinishAnomalyName }
 
+func (finishAnomaly) inProcess() {}
+
 func (finishAnomaly) Detect(ctx context.Context, r plugins.Response) (plugins.Label, error) {
 	if err := ctx.Err(); err != nil {
 		return plugins.Label{}, fmt.Errorf("%s: %w", FinishAnomalyName, err)

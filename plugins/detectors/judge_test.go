@@ -56,6 +56,45 @@ func TestJudgeBoundsEachCall(t *testing.T) {
 	}
 }
 
+// The built-ins run without a timer; one that takes longer than its time still fails
+// as past it, and one within its time, or cancelled after it answered, is judged as
+// the timer would have judged it.
+func TestJudgeBoundsTheBuiltinsByTheirMeasuredTime(t *testing.T) {
+	var ds []plugins.Detector
+	for _, name := range []string{DSMLLeakName, ToolcallSchemaName, RepetitionName, FinishAnomalyName} {
+		d, ok := Builtin(name)
+		if !ok {
+			t.Fatalf("no built-in %s", name)
+		}
+		if _, ok := d.(inProcess); !ok {
+			t.Fatalf("%s is not marked as running in process", name)
+		}
+		ds = append(ds, d)
+	}
+	r := reply(v4Leak)
+	for _, o := range Judge(context.Background(), ds, r, time.Nanosecond) {
+		if !errors.Is(o.Err, context.DeadlineExceeded) || !strings.Contains(o.Err.Error(), "answered after its 1ns") {
+			t.Errorf("%s within 1ns: %v, want past its time", o.Detector, o.Err)
+		}
+	}
+	out := Judge(context.Background(), ds, r, time.Hour)
+	for _, o := range out {
+		if o.Err != nil {
+			t.Errorf("%s within an hour: %v", o.Detector, o.Err)
+		}
+	}
+	if !out[0].Label.Corrupted {
+		t.Errorf("%s within an hour: %+v, want the leak found", out[0].Detector, out[0].Label)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, o := range Judge(ctx, ds, r, time.Hour) {
+		if !errors.Is(o.Err, context.Canceled) {
+			t.Errorf("%s cancelled: %v, want cancelled", o.Detector, o.Err)
+		}
+	}
+}
+
 func TestResolveAllRefusesTwoDetectorsOfOneName(t *testing.T) {
 	if _, _, err := ResolveAll(context.Background(), []string{DSMLLeakName, DSMLLeakName}); err == nil || !strings.Contains(err.Error(), "both call themselves") {
 		t.Fatalf("err = %v", err)

@@ -50,6 +50,8 @@ type repetition struct{}
 
 func (repetition) Name() string { return RepetitionName }
 
+func (repetition) inProcess() {}
+
 func (repetition) Detect(ctx context.Context, r plugins.Response) (plugins.Label, error) {
 	if err := ctx.Err(); err != nil {
 		return plugins.Label{}, fmt.Errorf("%s: %w", RepetitionName, err)

@@ -30,6 +30,8 @@ type toolcallSchema struct{}
 
 func (toolcallSchema) Name() string { return ToolcallSchemaName }
 
+func (toolcallSchema) inProcess() {}
+
 func (toolcallSchema) Detect(ctx context.Context, r plugins.Response) (plugins.Label, error) {
 	if err := ctx.Err(); err != nil {
 		return plugins.Label{}, fmt.Errorf("%s: %w", ToolcallSchemaName, err)
