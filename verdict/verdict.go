@@ -314,23 +314,50 @@ func BuildWith(ctx context.Context, db *sqlx.DB, id int64, o Options) (*Verdict,
 		}
 	}
 
+	// The turns are read once; the timings, the rounds, the per-session outcomes and
+	// each session's corrupted turns all come from this one pass, the verdict's
+	// longest read, which runs on a connection of its own beside the reads that do not
+	// need it.
+	type turnRead struct {
+		metrics []store.TurnMetric
+		err     error
+	}
+	turnsRead := make(chan turnRead, 1)
+	go func() {
+		m, err := store.TurnMetrics(ctx, db, exp.ID)
+		turnsRead <- turnRead{m, err}
+	}()
 	sessions, err := store.Sessions(ctx, db, exp.ID)
 	if err != nil {
 		return nil, err
 	}
-	// The turns are read once; the timings, the rounds, the per-session outcomes and
-	// each session's corrupted turns all come from this one pass.
-	metrics, err := store.TurnMetrics(ctx, db, exp.ID)
-	if err != nil {
+	v.sessions, v.index = sessions, index
+	if err := v.loadDetectors(ctx, db, index); err != nil {
 		return nil, err
 	}
+	if err := v.loadDetectorHealth(ctx, db); err != nil {
+		return nil, err
+	}
+	if err := v.loadRuns(ctx, db, index); err != nil {
+		return nil, err
+	}
+	if err := v.loadPins(ctx, db); err != nil {
+		return nil, err
+	}
+	if err := v.loadDivergence(ctx, db, index); err != nil {
+		return nil, err
+	}
+	read := <-turnsRead
+	if read.err != nil {
+		return nil, read.err
+	}
+	metrics := read.metrics
 	corruptedTurns := map[sessionKey]int{}
 	for _, t := range metrics {
 		if t.Corrupted {
 			corruptedTurns[sessionKey{t.RunID, t.Session}]++
 		}
 	}
-	v.sessions, v.index = sessions, index
 	counts := make([]store.SessionCounts, len(v.Arms))
 	for _, s := range sessions {
 		i := index[s.ArmID]
@@ -349,21 +376,6 @@ func BuildWith(ctx context.Context, db *sqlx.DB, id int64, o Options) (*Verdict,
 	}
 	v.loadTimings(metrics)
 	v.loadRounds(metrics)
-	if err := v.loadDetectors(ctx, db, index); err != nil {
-		return nil, err
-	}
-	if err := v.loadDetectorHealth(ctx, db); err != nil {
-		return nil, err
-	}
-	if err := v.loadRuns(ctx, db, index); err != nil {
-		return nil, err
-	}
-	if err := v.loadPins(ctx, db); err != nil {
-		return nil, err
-	}
-	if err := v.loadDivergence(ctx, db, index); err != nil {
-		return nil, err
-	}
 	v.account()
 	if err := v.loadOutcomes(ctx, db, metrics); err != nil {
 		return nil, err
