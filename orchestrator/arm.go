@@ -346,8 +346,17 @@ func (e *experiment) waitReady(ctx context.Context, inst runtime.Instance, prese
 		case <-tick.C:
 		}
 	}
+	// What follows the polls, the model's creation and the readiness generation, is
+	// bounded by the startup timeout alone: an engine answers them only once the model
+	// is written or loaded, which a probe's timeout says nothing about.
+	notReady := func(what string, err error) error {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("%w (%s; %s)", ErrNotReady, timeout, what)
+		}
+		return err
+	}
 	if err := e.prepareModel(ctx, base, preset); err != nil {
-		return "", err
+		return "", notReady("the model's creation did not finish", err)
 	}
 	model := e.spec.Workload.Model
 	if model == "" {
@@ -364,27 +373,20 @@ func (e *experiment) waitReady(ctx context.Context, inst runtime.Instance, prese
 		return "", err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	// Bounded by the startup timeout (ctx), not by the probes' own: an engine that loads
-	// the model on its first request answers it only once the model is in memory.
-	// An answer begun and never finished runs out the same deadline.
-	notReady := func(err error) error {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return fmt.Errorf("%w (%s; the readiness generation was not answered)", ErrNotReady, timeout)
-		}
-		return err
-	}
+	// An answer begun and never finished runs out the startup deadline too.
+	const unanswered = "the readiness generation was not answered"
 	resp, err := enginehttp.Client(0).Do(req)
 	if err != nil {
-		return "", notReady(fmt.Errorf("readiness generation: %w", err))
+		return "", notReady(unanswered, fmt.Errorf("readiness generation: %w", err))
 	}
 	defer resp.Body.Close()
 	var cc openai.ChatCompletion
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return "", notReady(fmt.Errorf("readiness generation: HTTP %d: %s", resp.StatusCode, inert.Text(string(bytes.TrimSpace(b)), 512)))
+		return "", notReady(unanswered, fmt.Errorf("readiness generation: HTTP %d: %s", resp.StatusCode, inert.Text(string(bytes.TrimSpace(b)), 512)))
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, maxProbeAnswer)).Decode(&cc); err != nil || len(cc.Choices) == 0 {
-		return "", notReady(fmt.Errorf("readiness generation: no completion in the response (%v)", err))
+		return "", notReady(unanswered, fmt.Errorf("readiness generation: no completion in the response (%v)", err))
 	}
 	return model, nil
 }
@@ -398,7 +400,7 @@ func probeOK(ctx context.Context, client *http.Client, method, url string, body 
 	if err != nil {
 		return false
 	}
-	resp, err := enginehttp.Client(0).Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return false
 	}
@@ -412,7 +414,7 @@ func firstModel(ctx context.Context, client *http.Client, base string) (string, 
 	if err != nil {
 		return "", err
 	}
-	resp, err := enginehttp.Client(0).Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return "", fmt.Errorf("list models: %w", err)
 	}

@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/gguf"
@@ -132,7 +131,8 @@ func (e *experiment) prepareModel(ctx context.Context, base string, preset arms.
 	if err != nil {
 		return err
 	}
-	client := enginehttp.Client(10 * time.Minute)
+	// No timeout of its own: waitReady bounds the creation by the startup timeout.
+	client := enginehttp.Client(0)
 	base = strings.TrimRight(base, "/")
 	if err := uploadBlob(ctx, client, base, path, digest); err != nil {
 		return fmt.Errorf("model %s: %w", m.Name, err)

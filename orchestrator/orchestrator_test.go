@@ -3,6 +3,8 @@ package orchestrator
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,6 +37,11 @@ type engine struct {
 	chats  atomic.Int64
 	onChat func(n int64, e *engine, r *http.Request) (handled bool)
 	health atomic.Bool
+	// hungPolls is how many health polls, from the first, are held unanswered until the
+	// client leaves.
+	hungPolls atomic.Int64
+	// mux serves the engine's paths; a test adds an engine's own API to it.
+	mux *http.ServeMux
 	// trickle makes a handled request stream deltas of trickleText (empty by default)
 	// until the client leaves or the engine stops, instead of returning at once.
 	trickle     bool
@@ -62,6 +69,10 @@ func newEngine(t *testing.T, onChat func(n int64, e *engine, r *http.Request) bo
 	e.health.Store(true)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		if e.hungPolls.Add(-1) >= 0 {
+			<-r.Context().Done()
+			return
+		}
 		if !e.health.Load() {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
@@ -120,6 +131,7 @@ func newEngine(t *testing.T, onChat func(n int64, e *engine, r *http.Request) bo
 		}
 		io.WriteString(w, "data: [DONE]\n\n")
 	})
+	e.mux = mux
 	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if at := e.dieAt.Load(); at != nil && *at == r.URL.Path {
 			e.crash()
@@ -468,6 +480,108 @@ func TestReadinessGenerationIsBoundedByTheStartupTimeout(t *testing.T) {
 		if r.Status != store.RunFailed || !strings.Contains(r.Err, "not ready within the startup timeout (300ms; the readiness generation was not answered)") {
 			t.Errorf("%s: %s, %q", r.Arm, r.Status, r.Err)
 		}
+	}
+}
+
+// A health poll is bounded by the probe timeout, not by the startup timeout: an engine
+// that holds its first polls unanswered (a server up before its handlers are) is polled
+// again, and is ready as soon as a poll is answered.
+func TestAHealthPollNeverAnsweredIsMadeAgain(t *testing.T) {
+	t.Parallel()
+	db := filepath.Join(t.TempDir(), "a.db")
+	spec := testSpec(t, "")
+	spec.Timeouts.Startup = 10 * time.Second
+	var held []*engine
+	var mu sync.Mutex
+	res, err := Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quietLogger(), ProbeTimeout: 50 * time.Millisecond,
+		Runtime: engines(func(arm string) *engine {
+			e := newEngine(t, nil)
+			e.hungPolls.Store(2)
+			mu.Lock()
+			held = append(held, e)
+			mu.Unlock()
+			return e
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := runStatuses(t, db, res.ExperimentID); st["control"] != store.RunDone || st["treatment"] != store.RunDone {
+		t.Fatalf("engines whose first health polls hung: %v %+v", st, res.Runs)
+	}
+	for _, e := range held {
+		if n := e.hungPolls.Load(); n >= 0 {
+			t.Errorf("the engine was ready before its held polls were given up (%d left)", n+1)
+		}
+	}
+}
+
+// An engine that keeps models gets the spec's model created before the readiness
+// generation; the creation may take as long as the startup timeout allows, and one that
+// never finishes fails the run as not ready, naming the creation.
+func TestModelCreationIsBoundedByTheStartupTimeout(t *testing.T) {
+	t.Parallel()
+	const startup = 2 * time.Second
+	spec, err := arms.Parse("ollama.yaml", []byte(`version: 1
+name: model-creation
+engine:
+  preset: ollama
+  model: {name: tiny, random: {layers: 1, width: 64, seed: 1}, context: 256}
+arms:
+  control:   {env: {OLLAMA_NUM_PARALLEL: "1"}}
+  treatment: {env: {OLLAMA_NUM_PARALLEL: "2"}}
+workload: {kind: toolcall-agent, sessions: 4, rounds: 1, concurrency: 2, seed: 1}
+timeouts: {startup: 2s, request: 5s, stall: 2s}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	uploaded := map[string]string{} // arm → the digest of the bytes it was sent
+	db := filepath.Join(t.TempDir(), "a.db")
+	res, err := Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quietLogger(), LogDir: t.TempDir(),
+		ProbeTimeout: 50 * time.Millisecond,
+		Runtime: engines(func(arm string) *engine {
+			e := newEngine(t, nil)
+			e.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "Ollama is running") })
+			e.mux.HandleFunc("GET /api/version", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"version":"0.6.5"}`) })
+			e.mux.HandleFunc("HEAD /api/blobs/{digest}", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNotFound) })
+			e.mux.HandleFunc("POST /api/blobs/{digest}", func(w http.ResponseWriter, r *http.Request) {
+				h := sha256.New()
+				io.Copy(h, r.Body)
+				digest := "sha256:" + hex.EncodeToString(h.Sum(nil))
+				mu.Lock()
+				uploaded[arm] = digest
+				mu.Unlock()
+				if r.PathValue("digest") != digest {
+					http.Error(w, `{"error":"digest mismatch"}`, http.StatusBadRequest)
+					return
+				}
+				w.WriteHeader(http.StatusCreated)
+			})
+			e.mux.HandleFunc("POST /api/create", func(w http.ResponseWriter, r *http.Request) {
+				io.ReadAll(r.Body) // so that the server notices a client that hangs up
+				if arm == "control" {
+					<-r.Context().Done() // the creation never finishes
+					return
+				}
+				io.WriteString(w, `{"status":"success"}`)
+			})
+			return e
+		})})
+	if err == nil || len(res.Runs) != 2 {
+		t.Fatalf("an engine whose model is never created: %v, %+v", err, res.Runs)
+	}
+	for _, r := range res.Runs {
+		switch {
+		case r.Arm == "treatment" && r.Status != store.RunDone:
+			t.Errorf("treatment, its model created at once: %s, %q", r.Status, r.Err)
+		case r.Arm == "control" && (r.Status != store.RunFailed ||
+			!strings.Contains(r.Err, fmt.Sprintf("not ready within the startup timeout (%s; the model's creation did not finish)", startup))):
+			t.Errorf("control: %s, %q", r.Status, r.Err)
+		}
+	}
+	if uploaded["control"] == "" || uploaded["control"] != uploaded["treatment"] {
+		t.Errorf("the arms were sent different models: %v", uploaded)
 	}
 }
 
