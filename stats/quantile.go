@@ -19,6 +19,10 @@ func Quantile(xs []float64, q float64) float64 {
 	return sortedQuantile(s, q)
 }
 
+// SortedQuantile is Quantile of values already sorted in increasing order, without the
+// copy and the sort: several quantiles of one large sample sort it once.
+func SortedQuantile(sorted []float64, q float64) float64 { return sortedQuantile(sorted, q) }
+
 // Median is Quantile(xs, 0.5).
 func Median(xs []float64) float64 { return Quantile(xs, 0.5) }
 

@@ -15,6 +15,9 @@ func TestQuantileIsType7(t *testing.T) {
 		if got := Quantile(xs, c.q); math.Abs(got-c.want) > 1e-12 {
 			t.Errorf("Quantile(%v, %g) = %g; want %g", xs, c.q, got, c.want)
 		}
+		if got := SortedQuantile([]float64{1, 3, 4, 7, 9}, c.q); math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("SortedQuantile(1 3 4 7 9, %g) = %g; want %g", c.q, got, c.want)
+		}
 	}
 	if got := Median([]float64{4, 1, 3, 2}); got != 2.5 {
 		t.Errorf("Median of an even count = %g; want 2.5, the mean of the middle two", got)

@@ -37,12 +37,9 @@ func DecodeTokenTimes(b []byte) ([]time.Duration, error) {
 	var out []time.Duration
 	var at uint64
 	for i := 0; len(b) > 0; i++ {
-		gap, n := binary.Uvarint(b)
-		if n <= 0 {
-			return nil, fmt.Errorf("%w: byte %d of event %d", ErrTokenTimes, len(b), i)
-		}
-		if i >= maxTokenTimes || gap > uint64(24*time.Hour/time.Microsecond) || at+gap > uint64(24*time.Hour/time.Microsecond) {
-			return nil, fmt.Errorf("%w: event %d past a day or past %d events", ErrTokenTimes, i, maxTokenTimes)
+		gap, n, err := nextTokenGap(b, i, at)
+		if err != nil {
+			return nil, err
 		}
 		at += gap
 		out = append(out, time.Duration(at)*time.Microsecond)
@@ -51,16 +48,45 @@ func DecodeTokenTimes(b []byte) ([]time.Duration, error) {
 	return out, nil
 }
 
-// TokenGaps are the gaps between consecutive arrivals of a blob, in milliseconds: the
-// inter-token latencies of one streamed reply.
-func TokenGaps(b []byte) ([]float64, error) {
-	at, err := DecodeTokenTimes(b)
-	if err != nil || len(at) < 2 {
-		return nil, err
+// nextTokenGap reads the varint that starts b, event i's gap in microseconds after the
+// arrival at, and its length; an error for one that does not decode, or that would
+// make the stream longer than a day or than maxTokenTimes events.
+func nextTokenGap(b []byte, i int, at uint64) (uint64, int, error) {
+	gap, n := binary.Uvarint(b)
+	if n <= 0 || i >= maxTokenTimes || gap > maxTokenMicros || at+gap > maxTokenMicros {
+		return 0, 0, badTokenGap(len(b), i, n)
 	}
-	gaps := make([]float64, len(at)-1)
-	for i := 1; i < len(at); i++ {
-		gaps[i-1] = float64(at[i]-at[i-1]) / float64(time.Millisecond)
+	return gap, n, nil
+}
+
+// maxTokenMicros is a day, the longest stream a blob may describe.
+const maxTokenMicros = uint64(24 * time.Hour / time.Microsecond)
+
+// badTokenGap says why event i, at len bytes from the blob's end, does not decode.
+func badTokenGap(len, i, n int) error {
+	if n <= 0 {
+		return fmt.Errorf("%w: byte %d of event %d", ErrTokenTimes, len, i)
 	}
-	return gaps, nil
+	return fmt.Errorf("%w: event %d past a day or past %d events", ErrTokenTimes, i, maxTokenTimes)
+}
+
+// AppendTokenGaps appends to dst the gaps between consecutive arrivals of a blob, in
+// milliseconds (the inter-token latencies of one streamed reply), read straight from
+// its varints: the gaps it encodes, after the first arrival's. For a blob that does not
+// decode it returns dst unchanged, with DecodeTokenTimes's error.
+func AppendTokenGaps(dst []float64, b []byte) ([]float64, error) {
+	start := len(dst)
+	var at uint64
+	for i := 0; len(b) > 0; i++ {
+		gap, n, err := nextTokenGap(b, i, at)
+		if err != nil {
+			return dst[:start], err
+		}
+		at += gap
+		if i > 0 {
+			dst = append(dst, float64(time.Duration(gap)*time.Microsecond)/float64(time.Millisecond))
+		}
+		b = b[n:]
+	}
+	return dst, nil
 }

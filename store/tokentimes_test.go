@@ -19,7 +19,7 @@ func TestTokenTimesRoundTrip(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(got, at) {
 		t.Fatalf("round trip: %v %v, want %v", got, err, at)
 	}
-	gaps, err := TokenGaps(b)
+	gaps, err := AppendTokenGaps(nil, b)
 	if err != nil || !reflect.DeepEqual(gaps, []float64{20, 0, 21.5, 9858.5}) {
 		t.Fatalf("gaps %v %v", gaps, err)
 	}
@@ -41,6 +41,20 @@ func FuzzTokenTimes(f *testing.F) {
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		at, err := DecodeTokenTimes(b)
+		// The gaps read straight from the varints are the differences of the decoded
+		// times, appended after what dst held; a blob that does not decode leaves dst.
+		prefix := []float64{-1}
+		gaps, gapErr := AppendTokenGaps(prefix, b)
+		if (err == nil) != (gapErr == nil) {
+			t.Fatalf("decode: %v, gaps: %v", err, gapErr)
+		}
+		want := append([]float64(nil), prefix...)
+		for i := 1; i < len(at); i++ {
+			want = append(want, float64(at[i]-at[i-1])/float64(time.Millisecond))
+		}
+		if !reflect.DeepEqual(gaps, want) {
+			t.Fatalf("gaps %v, want %v (times %v)", gaps, want, at)
+		}
 		if err != nil {
 			return
 		}

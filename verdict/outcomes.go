@@ -91,7 +91,8 @@ func gapQuantiles(xs []float64) GapQuantiles {
 		return GapQuantiles{P50: math.NaN(), P90: math.NaN(), P99: math.NaN(), Max: math.NaN()}
 	}
 	sort.Float64s(xs)
-	return GapQuantiles{N: len(xs), P50: stats.Quantile(xs, 0.5), P90: stats.Quantile(xs, 0.9), P99: stats.Quantile(xs, 0.99), Max: xs[len(xs)-1]}
+	return GapQuantiles{N: len(xs), P50: stats.SortedQuantile(xs, 0.5), P90: stats.SortedQuantile(xs, 0.9),
+		P99: stats.SortedQuantile(xs, 0.99), Max: xs[len(xs)-1]}
 }
 
 // sessionSummary is one session reduced to one number per metric (NaN: not measurable),
@@ -209,11 +210,19 @@ func (v *Verdict) loadOutcomes(ctx context.Context, db *sqlx.DB, metrics []store
 		arm, block      int
 		group           string
 		ttft, itl, lat  []float64
-		gaps            []float64
 		tokens, seconds float64
 	}
 	accs := map[key]*acc{}
 	var order []key
+	// The token times of every analysed text reply, by group and arm, and their bytes:
+	// a blob holds at most one gap a byte, so each arm's gaps are decoded into one
+	// slice made once (growing it turn by turn copied a 512-token run's gaps over and
+	// over). Their quantiles do not depend on the order.
+	type blobs struct {
+		times [][]byte
+		bytes int
+	}
+	tokenTimes := map[string][]blobs{}
 	for _, t := range metrics {
 		k := key{t.RunID, t.Session}
 		if skip[k] || !analysedSet[k] || t.Failed || t.StatusCode != 200 {
@@ -241,10 +250,12 @@ func (v *Verdict) loadOutcomes(ctx context.Context, db *sqlx.DB, metrics []store
 			a.itl = append(a.itl, t.DecodeMS.Float64/float64(t.CompletionTokens-1))
 		}
 		if t.FinishReason != "tool_calls" && len(t.TokenTimes) > 0 {
-			// A blob that does not decode is left out: its turn's other figures stand.
-			if gaps, err := store.TokenGaps(t.TokenTimes); err == nil {
-				a.gaps = append(a.gaps, gaps...)
+			if tokenTimes[a.group] == nil {
+				tokenTimes[a.group] = make([]blobs, n)
 			}
+			b := &tokenTimes[a.group][a.arm]
+			b.times = append(b.times, t.TokenTimes)
+			b.bytes += len(t.TokenTimes)
 		}
 		a.lat = append(a.lat, t.Latency)
 		a.tokens += float64(t.CompletionTokens)
@@ -256,17 +267,12 @@ func (v *Verdict) loadOutcomes(ctx context.Context, db *sqlx.DB, metrics []store
 			groups[all].EngineTPS[i] = math.NaN()
 		}
 	}
-	gaps := map[string][][]float64{}
 	for _, k := range order {
 		a := accs[k]
 		g := groups[a.group]
 		if g == nil {
 			continue
 		}
-		if gaps[a.group] == nil {
-			gaps[a.group] = make([][]float64, n)
-		}
-		gaps[a.group][a.arm] = append(gaps[a.group][a.arm], a.gaps...)
 		s := sessionSummary{MetricTTFT: stats.Median(a.ttft), MetricITL: stats.Median(a.itl), MetricLatency: stats.Median(a.lat),
 			MetricThroughput: math.NaN(), blockKey: float64(a.block), runKey: float64(k.run)}
 		if a.seconds > 0 && a.tokens > 0 {
@@ -279,8 +285,13 @@ func (v *Verdict) loadOutcomes(ctx context.Context, db *sqlx.DB, metrics []store
 		g.Gaps = make([]GapQuantiles, n)
 		for i := range g.Gaps {
 			var xs []float64
-			if gaps[name] != nil {
-				xs = gaps[name][i]
+			if tokenTimes[name] != nil {
+				b := tokenTimes[name][i]
+				xs = make([]float64, 0, b.bytes)
+				for _, times := range b.times {
+					// A blob that does not decode is left out: its turn's other figures stand.
+					xs, _ = store.AppendTokenGaps(xs, times)
+				}
 			}
 			g.Gaps[i] = gapQuantiles(xs)
 		}
