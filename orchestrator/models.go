@@ -29,7 +29,8 @@ import (
 
 // modelFile is the experiment's GGUF file and its digest, made once.
 type modelFile struct {
-	once   sync.Once
+	mu     sync.Mutex
+	done   bool
 	path   string
 	digest string // sha256:HEX
 	err    error
@@ -37,32 +38,47 @@ type modelFile struct {
 
 // modelFile returns the path and digest of the spec's model, writing a random model,
 // or the file's model with its heads padded, into the experiment's log folder the first
-// time it is asked for.
-func (e *experiment) modelFile() (string, string, error) {
-	m := e.spec.Engine.Model
-	e.model.once.Do(func() {
-		path := m.File
-		switch {
-		case m.Random != nil:
-			path = filepath.Join(e.logDir, "models", modelFileName(m.Name)+".gguf")
-			r := m.Random
-			e.model.err = writeModel(path, gguf.TinyLlama{Layers: r.Layers, Width: r.Width, Context: r.Context, Seed: r.Seed}.Write)
-		case m.HeadDim > 0:
-			path = filepath.Join(e.logDir, "models", fmt.Sprintf("%s-hd%d.gguf", modelFileName(m.Name), m.HeadDim))
-			var tr gguf.Trained
-			if tr, e.model.err = gguf.ReadTrained(m.File); e.model.err == nil {
-				tr.HeadDim = m.HeadDim
-				e.model.err = writeModel(path, tr.Write)
-			}
+// time it is asked for. The digest reads the whole file, which may take a minute for a
+// large model: it stops when ctx ends, and a launch that gave up is not remembered, so
+// that the next launch makes the file again.
+func (e *experiment) modelFile(ctx context.Context) (string, string, error) {
+	e.model.mu.Lock()
+	defer e.model.mu.Unlock()
+	if !e.model.done {
+		path, digest, err := e.makeModelFile(ctx)
+		if err != nil && ctx.Err() != nil {
+			return "", "", err
 		}
-		if e.model.err != nil {
-			e.model.err = fmt.Errorf("model %s: %w", m.Name, e.model.err)
-			return
-		}
-		e.model.path = path
-		e.model.digest, e.model.err = fileDigest(path)
-	})
+		e.model.done, e.model.path, e.model.digest, e.model.err = true, path, digest, err
+	}
 	return e.model.path, e.model.digest, e.model.err
+}
+
+func (e *experiment) makeModelFile(ctx context.Context) (string, string, error) {
+	m := e.spec.Engine.Model
+	path := m.File
+	var err error
+	switch {
+	case m.Random != nil:
+		path = filepath.Join(e.logDir, "models", modelFileName(m.Name)+".gguf")
+		r := m.Random
+		err = writeModel(path, gguf.TinyLlama{Layers: r.Layers, Width: r.Width, Context: r.Context, Seed: r.Seed}.Write)
+	case m.HeadDim > 0:
+		path = filepath.Join(e.logDir, "models", fmt.Sprintf("%s-hd%d.gguf", modelFileName(m.Name), m.HeadDim))
+		var tr gguf.Trained
+		if tr, err = gguf.ReadTrained(m.File); err == nil {
+			tr.HeadDim = m.HeadDim
+			err = writeModel(path, tr.Write)
+		}
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("model %s: %w", m.Name, err)
+	}
+	digest, err := fileDigest(ctx, path)
+	if err != nil {
+		return "", "", fmt.Errorf("model %s: %w", m.Name, err)
+	}
+	return path, digest, nil
 }
 
 // modelFileName is a model name as a file name: tiny:latest → tiny_latest.
@@ -91,18 +107,32 @@ func writeModel(path string, write func(io.Writer) error) error {
 	return os.Rename(f.Name(), path)
 }
 
-// fileDigest is a file's sha256 as ollama names blobs: sha256:HEX.
-func fileDigest(path string) (string, error) {
+// fileDigest is a file's sha256 as ollama names blobs: sha256:HEX. It stops when ctx
+// ends.
+func fileDigest(ctx context.Context, path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return "", fmt.Errorf("model: %w", err)
+		return "", err
 	}
 	defer f.Close()
 	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("model: reading %s: %w", path, err)
+	if _, err := io.Copy(h, ctxReader{ctx, f}); err != nil {
+		return "", fmt.Errorf("reading %s: %w", path, err)
 	}
 	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// ctxReader reads r until ctx ends.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }
 
 // modelStore is the environment of a process launch that gets a model store of its own
@@ -127,7 +157,7 @@ func (e *experiment) prepareModel(ctx context.Context, base string, preset arms.
 	if m == nil || preset.Models != arms.ModelsOllama || (m.File == "" && m.Random == nil) {
 		return nil
 	}
-	path, digest, err := e.modelFile()
+	path, digest, err := e.modelFile(ctx)
 	if err != nil {
 		return err
 	}
