@@ -974,9 +974,11 @@ func (v *Verdict) applyLaunchFamily(f *LaunchFamily) {
 	}
 }
 
-// attributionSentence says, for a difference the launches cannot attribute to the arms,
-// what was seen and how many launches per arm would let arbiter test it.
-func attributionSentence(c *LaunchClaim) string {
+// attributionSentence says, for a corruption comparison the launches cannot test, what
+// was seen and how many launches per arm would let arbiter test it. same is true when
+// the arms' sessions show no difference at all: that is said of these sessions only, and
+// the test these launches could not make is still named.
+func attributionSentence(c *LaunchClaim, same bool) string {
 	if c == nil || c.Testable {
 		return ""
 	}
@@ -989,6 +991,10 @@ func attributionSentence(c *LaunchClaim) string {
 	n := min(c.LaunchesArm, c.LaunchesBase)
 	s := fmt.Sprintf("With %d launch%s per arm this cannot be told apart from a difference between launches of one configuration: %d launches per arm (`launches: %d`) can test it",
 		n, pluralEs(n), c.Needed, c.Needed)
+	if same {
+		s = fmt.Sprintf("These sessions show no difference, and with %d launch%s per arm a difference could not have been told apart from one between launches of one configuration: %d launches per arm (`launches: %d`) can test for one",
+			n, pluralEs(n), c.Needed, c.Needed)
+	}
 	if c.FloorWouldTest {
 		s += ", or one per arm weighed against an A/A noise floor (`--noise-floor`)"
 	}

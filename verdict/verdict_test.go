@@ -698,6 +698,55 @@ func TestLossAboveMaxLossIsInconclusive(t *testing.T) {
 	}
 }
 
+// Arms whose sessions show the same share corrupted, on launches too few to test, are
+// said to show no difference, not "this cannot be told apart from a difference"; arms
+// that differ keep that sentence. With several arms the evidence names each arm's counts
+// instead of a largest difference of +0.0 points.
+func TestUntestableArmsThatShowNoDifferenceAreSaidToShowNone(t *testing.T) {
+	const none, untold = "These sessions show no difference, and with 1 launch per arm a difference could not have been told apart", "this cannot be told apart"
+	for _, c := range []struct {
+		name      string
+		f         fixture
+		want, not []string
+	}{
+		{"two arms, none corrupted", fixture{example: "quickstart", runs: []launch{
+			{arm: "control", sessions: finished(60)}, {arm: "treatment", sessions: finished(60)}}},
+			[]string{"a difference of +0.0 points", none}, []string{untold}},
+		{"two arms, as many corrupted", fixture{example: "quickstart", runs: []launch{
+			{arm: "control", sessions: finished(60, 0, 1)}, {arm: "treatment", sessions: finished(60, 2, 3)}}},
+			[]string{"2 of 60 sessions (3.3%) against 2 of 60", none}, []string{untold}},
+		{"two arms that differ", fixture{example: "quickstart", runs: []launch{
+			{arm: "control", sessions: finished(60, 0)}, {arm: "treatment", sessions: finished(60, 2, 3)}}},
+			[]string{untold}, []string{"show no difference"}},
+		{"three arms, none corrupted", fixture{example: "ollama-parallel", runs: []launch{
+			{arm: "p16", sessions: finished(32)}, {arm: "p16-again", sessions: finished(32)}, {arm: "p1", sessions: finished(32)}}},
+			[]string{"Every arm's share of corrupted sessions equals the baseline **p16**'s (0 of 32, 0.0%): **p16-again** 0 of 32 sessions (0.0%) and **p1** 0 of 32 sessions (0.0%).", none},
+			[]string{untold, "The largest difference"}},
+		{"three arms, one differs", fixture{example: "ollama-parallel", runs: []launch{
+			{arm: "p16", sessions: finished(32)}, {arm: "p16-again", sessions: finished(32)}, {arm: "p1", sessions: finished(32, 0)}}},
+			[]string{"The largest difference", untold}, []string{"Every arm's share", "show no difference"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			db, ref := recordFixture(t, c.f)
+			v, err := Build(context.Background(), db, ref)
+			if err != nil {
+				t.Fatal(err)
+			}
+			head := headlineOf(markdown(t, v))
+			for _, w := range c.want {
+				if !strings.Contains(head, w) {
+					t.Errorf("the headline lacks %q:\n%s", w, head)
+				}
+			}
+			for _, w := range c.not {
+				if strings.Contains(head, w) {
+					t.Errorf("the headline says %q:\n%s", w, head)
+				}
+			}
+		})
+	}
+}
+
 // The tipping point re-runs Fisher's exact test with the lost sessions counted. The
 // expected numbers were found by brute force with scipy (testdata/tipping.py).
 func TestTippingPointMatchesABruteForceSearch(t *testing.T) {

@@ -152,7 +152,7 @@ func (v *Verdict) decisionSentence(a ArmResult, mark string) string {
 		return "No launch of one of the arms has an analysed session: nothing can be compared."
 	}
 	if !lc.Testable {
-		return attributionSentence(lc)
+		return attributionSentence(lc, c.Difference == 0)
 	}
 	if c.Significant {
 		return fmt.Sprintf("%s %s: %s's corruption rate is significantly %s.", v.pLabel(c), v.levelClause(lc), a.Name, c.Direction)
@@ -550,12 +550,35 @@ func (v *Verdict) multiEvidence(what, mark string) string {
 	if best < 0 {
 		return ""
 	}
+	if s := v.sameEvidence(mark); s != "" {
+		return s
+	}
 	a := v.Arms[best]
 	c := a.Compare
 	lo, hi, label := v.diffInterval(a)
 	return fmt.Sprintf("The largest difference %sfrom the baseline %s (%d of %d, %s) is %s's: %s, a difference of %s points (%s; %s).",
 		what, bold(v.Arms[v.Baseline].Name, mark), v.Arms[v.Baseline].Corrupted, v.Arms[v.Baseline].Sessions, pct(v.Arms[v.Baseline].Rate),
 		bold(a.Name, mark), counted(a), signedNum(100*c.Difference), labelled(label, pointsAfter(lo, hi)), v.shortP(c))
+}
+
+// sameEvidence is the evidence sentence of several arms that all corrupted the same
+// share of their sessions as the baseline, each named with its counts; "" when any arm's
+// share differs or cannot be judged (then the largest difference is the evidence).
+func (v *Verdict) sameEvidence(mark string) string {
+	var parts []string
+	for _, i := range v.others() {
+		a := v.Arms[i]
+		if a.Compare.Inconclusive || a.Compare.Difference != 0 {
+			return ""
+		}
+		parts = append(parts, bold(a.Name, mark)+" "+counted(a))
+	}
+	if len(parts) < 2 {
+		return ""
+	}
+	base := v.Arms[v.Baseline]
+	return fmt.Sprintf("Every arm's share of corrupted sessions equals the baseline %s's (%d of %d, %s): %s.",
+		bold(base.Name, mark), base.Corrupted, base.Sessions, pct(base.Rate), joinAnd(parts))
 }
 
 // DecisionWords is arm i's corruption decision against the baseline for a table cell,
@@ -659,9 +682,10 @@ func (v *Verdict) multiDecision(mark string) string {
 		if len(none) == 0 {
 			return capitalize(strings.Join(clauses, "; ")) + "."
 		}
-		smallest, tested := 1.0, false
+		smallest, tested, same := 1.0, false, true
 		var untestable *LaunchClaim
 		for _, i := range none {
+			same = same && v.Arms[i].Compare.Difference == 0
 			lc := v.Arms[i].Compare.Launch
 			switch {
 			case lc == nil:
@@ -673,7 +697,7 @@ func (v *Verdict) multiDecision(mark string) string {
 		}
 		s := fmt.Sprintf("No arm's corruption rate differs from %s's beyond what its launches alone could do (smallest launch p %s)", base, pEq(smallest))
 		if !tested && untestable != nil {
-			s = strings.TrimSuffix(attributionSentence(untestable), ".")
+			s = strings.TrimSuffix(attributionSentence(untestable, same), ".")
 		}
 		if len(clauses) > 0 {
 			s = capitalize(strings.Join(clauses, "; ")) + "; of the others, no arm's corruption rate differs significantly from " + base + "'s"
