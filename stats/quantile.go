@@ -16,12 +16,8 @@ func Quantile(xs []float64, q float64) float64 {
 	}
 	s := slices.Clone(xs)
 	slices.Sort(s)
-	return sortedQuantile(s, q)
+	return SortedQuantile(s, q)
 }
-
-// SortedQuantile is Quantile of values already sorted in increasing order, without the
-// copy and the sort: several quantiles of one large sample sort it once.
-func SortedQuantile(sorted []float64, q float64) float64 { return sortedQuantile(sorted, q) }
 
 // Median is Quantile(xs, 0.5).
 func Median(xs []float64) float64 { return Quantile(xs, 0.5) }
@@ -38,8 +34,9 @@ func Mean(xs []float64) float64 {
 	return s / float64(len(xs))
 }
 
-// sortedQuantile is Quantile of values already sorted.
-func sortedQuantile(s []float64, q float64) float64 {
+// SortedQuantile is Quantile of values already sorted in increasing order, without the
+// copy and the sort: several quantiles of one large sample sort it once.
+func SortedQuantile(s []float64, q float64) float64 {
 	if len(s) == 0 {
 		return math.NaN()
 	}

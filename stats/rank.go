@@ -345,7 +345,7 @@ func positive(xs []float64) bool {
 }
 
 // sortedMedian is the median of values already sorted.
-func sortedMedian(s []float64) float64 { return sortedQuantile(s, 0.5) }
+func sortedMedian(s []float64) float64 { return SortedQuantile(s, 0.5) }
 
 // RatioNonInferiority judges whether B is at most margin worse than A as a ratio of
 // typical values (the Hodges-Lehmann ratio on the log scale): for a metric where higher
