@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -156,9 +157,9 @@ func TestWriterWritesTurnsLabelsAndSessionsConcurrently(t *testing.T) {
 	}
 }
 
-// A resumed run writes turns, labels and sessions again: the last row of a key is the
-// one stored, whether the first was written by an earlier writer or earlier in the same
-// batch, and the rows after a replaced one in its batch are written too.
+// A key written again (no run does: a resume starts runs of its own) keeps its last
+// row, whether the first was written by an earlier writer or earlier in the same batch,
+// and the rows after a replaced one in its batch are written too.
 func TestWriterReplaysWithoutDuplicates(t *testing.T) {
 	s := newStore(t, Options{})
 	exp, arm, run := seedExperiment(t, s)
@@ -203,6 +204,50 @@ func TestWriterReplaysWithoutDuplicates(t *testing.T) {
 	}
 	if got.Turns != 4 || got.Labels != 4 || got.Sessions != 1 || got.Stale != 0 || got.After != 1 {
 		t.Errorf("after replays: %+v, want 4 turns, 4 labels, 1 session, 0 stale rows and the turn after them", got)
+	}
+}
+
+// A turn written again keeps only the labels it is written with: a label of the first
+// write that the second lacks would otherwise outlive it and contradict the turn's flag,
+// which the divergence pass leaves as it is when it changes no label.
+func TestATurnWrittenAgainLosesItsOldLabels(t *testing.T) {
+	s := newStore(t, Options{})
+	ctx := context.Background()
+	exp, arm, run := seedExperiment(t, s)
+	turn := func(labels ...Label) Turn {
+		bad := false
+		for _, l := range labels {
+			bad = bad || l.Corrupted
+		}
+		return Turn{ExperimentID: exp, RunID: run, ArmID: arm, Started: time.Now(), Request: "{}", Response: "{}",
+			Corrupted: bad, Labels: labels}
+	}
+	for _, batch := range [][]Turn{
+		{turn(Label{Detector: "dsml-leak", Corrupted: true, Reason: "leak"}), turn(Label{Detector: "repetition"})},
+		{turn(Label{Detector: "dsml-leak", Corrupted: true, Reason: "leak"})},
+		{turn(Label{Detector: "repetition"})},
+	} {
+		w := s.NewWriter(WriterOptions{})
+		for _, t := range batch {
+			w.Turn(t)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.WriteDivergence(ctx, exp, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	var labels []string
+	if err := s.DB().Select(&labels, `SELECT detector || ':' || corrupted FROM labels ORDER BY detector`); err != nil {
+		t.Fatal(err)
+	}
+	var flag bool
+	if err := s.DB().Get(&flag, `SELECT corrupted FROM turns`); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(labels, []string{"repetition:0"}) || flag {
+		t.Errorf("turn written three times: labels %v, corrupted %v; want only the last write's clean label", labels, flag)
 	}
 }
 

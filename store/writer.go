@@ -30,7 +30,7 @@ type Turn struct {
 	CompletionTokens  int
 	Content           string
 	ToolCalls         string // JSON array; empty when none
-	Corrupted         bool
+	Corrupted         bool   // whether any of Labels says so (the divergence pass relies on it)
 	Error             string
 	Request, Response string // JSON
 	Tools             string // JSON array; empty when unknown
@@ -105,9 +105,11 @@ type Writer struct {
 	prepErr                          error
 }
 
-// The rows are inserted by key: a row whose key is stored already (a resumed run
-// writing a turn again) replaces it. Each statement inserts one row, and INSERT OR
-// REPLACE runs only when a plain INSERT finds the key taken. A statement that may write
+// The rows are inserted by key. Every launch is a run of its own (a resume starts new
+// runs and supersedes the old), so a key is not written twice; should one be, the last
+// row replaces the stored one, and a turn written again loses the labels it had, so
+// that its flag and its labels still agree. Each statement inserts one row, and INSERT
+// OR REPLACE runs only when a plain INSERT finds the key taken. A statement that may write
 // several rows or entries and then fail a constraint (INSERT OR REPLACE into an indexed
 // table, an INSERT of several rows) makes SQLite copy, before it writes them, the pages
 // it changes into a statement journal, and with pages of PageSize bytes that journal
@@ -185,17 +187,18 @@ func (k keyedInsert) in(tx *sqlx.Tx) *txKeyed {
 	return &txKeyed{tx: tx, k: k, insert: tx.Stmtx(k.insert)}
 }
 
-// exec inserts one row, replacing the row of the same key if there is one.
-func (t *txKeyed) exec(args ...any) error {
-	_, err := t.insert.Exec(args...)
+// exec inserts one row, replacing the row of the same key if there is one, and says
+// whether it did.
+func (t *txKeyed) exec(args ...any) (replaced bool, err error) {
+	_, err = t.insert.Exec(args...)
 	if !keyTaken(err) {
-		return err
+		return false, err
 	}
 	if t.replace == nil {
 		t.replace = t.tx.Stmtx(t.k.replace)
 	}
 	_, err = t.replace.Exec(args...)
-	return err
+	return err == nil, err
 }
 
 // keyTaken reports whether err is an insert's primary key or unique constraint failing:
@@ -377,7 +380,8 @@ func (w *Writer) write(batch []any) error {
 	for _, v := range batch {
 		switch r := v.(type) {
 		case Turn:
-			err = turns.exec(
+			var again bool
+			again, err = turns.exec(
 				r.ExperimentID, r.RunID, r.ArmID, r.Session, r.Index, r.Round, Timestamp(r.Started), r.StatusCode,
 				r.FinishReason, ms(r.TTFT), ms(r.Latency), r.PromptTokens, r.CompletionTokens, s.redact(r.Content),
 				s.nullText(r.ToolCalls), r.Corrupted, s.nullText(r.Error), bodyBytes(s.redact(r.Request)), bodyBytes(s.redact(r.Response)),
@@ -385,14 +389,20 @@ func (w *Writer) write(batch []any) error {
 			if err != nil {
 				return fmt.Errorf("store writer: turn %d/%d of run %d: %w", r.Session, r.Index, r.RunID, err)
 			}
+			if again {
+				if _, err = tx.Exec(`DELETE FROM labels WHERE run_id = ? AND session_index = ? AND turn_index = ?`,
+					r.RunID, r.Session, r.Index); err != nil {
+					return fmt.Errorf("store writer: labels of turn %d/%d of run %d: %w", r.Session, r.Index, r.RunID, err)
+				}
+			}
 			// In the turn's order: a detector named twice keeps its last label.
 			for _, l := range r.Labels {
-				if err = labels.exec(r.ExperimentID, r.RunID, r.Session, r.Index, l.Detector, l.Corrupted, s.redact(l.Reason)); err != nil {
+				if _, err = labels.exec(r.ExperimentID, r.RunID, r.Session, r.Index, l.Detector, l.Corrupted, s.redact(l.Reason)); err != nil {
 					return fmt.Errorf("store writer: label %s of turn %d/%d: %w", l.Detector, r.Session, r.Index, err)
 				}
 			}
 		case Session:
-			err = sessions.exec(r.ExperimentID, r.RunID, r.ArmID, r.Index, r.Block, r.Status, r.Turns, r.Corrupted,
+			_, err = sessions.exec(r.ExperimentID, r.RunID, r.ArmID, r.Index, r.Block, r.Status, r.Turns, r.Corrupted,
 				r.FirstCorruptedTurn, s.nullText(r.Error))
 			if err != nil {
 				return fmt.Errorf("store writer: session %d of run %d: %w", r.Index, r.RunID, err)
