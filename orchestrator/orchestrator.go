@@ -330,6 +330,14 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 
 	res := Result{ExperimentID: expID, Name: spec.Name}
 	runErr := e.run(runCtx, &res)
+	// What the arms wrote is copied into the database file while the divergence pass
+	// reads it, rather than when the store closes.
+	checkpointed := st.StartCheckpoint()
+	defer func() {
+		if err := checkpointed(); err != nil {
+			log.Debug("checkpoint beside the divergence pass", "err", err)
+		}
+	}()
 	if runErr == nil && runCtx.Err() == nil {
 		runErr = errors.Join(e.checkData(res.Runs), e.labelDivergence(runCtx))
 	}

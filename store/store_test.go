@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -330,6 +331,57 @@ func TestWriterWritesARowOnce(t *testing.T) {
 	// of the labels and sessions and the partly filled pages make up the rest.
 	if ratio > 2 {
 		t.Errorf("the writer wrote %.2f bytes for each byte of the bodies, want at most 2", ratio)
+	}
+}
+
+// StartCheckpoint copies what the WAL holds into the database file while the store
+// goes on reading; it never makes a file where there is none.
+func TestStartCheckpointCopiesTheWALIntoTheFile(t *testing.T) {
+	s := newStore(t, Options{})
+	exp, arm, run := seedExperiment(t, s)
+	const turns = 200 // about 250 pages: under SQLite's automatic checkpoint of 1,000
+	raw := strings.Repeat("data: {\"choices\":[{\"delta\":{\"content\":\"tok \"}}]}\n\n", 400)
+	w := s.NewWriter(WriterOptions{})
+	for i := range turns {
+		w.Turn(Turn{ExperimentID: exp, RunID: run, ArmID: arm, Session: i / 4, Index: i % 4, Started: time.Now(),
+			StatusCode: 200, Content: "answer", Request: "{}", Response: "{}", Raw: fmt.Sprint(i, raw)})
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var pages int64
+	if err := s.DB().Get(&pages, "PRAGMA page_count"); err != nil {
+		t.Fatal(err)
+	}
+	size := func() int64 {
+		t.Helper()
+		fi, err := os.Stat(s.Path())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	if got := size(); got >= pages*PageSize {
+		t.Fatalf("before the checkpoint the file holds %d bytes of %d pages: nothing left in the WAL to test with", got, pages)
+	}
+	wait := s.StartCheckpoint()
+	out, err := s.OutputTurns(context.Background(), exp)
+	if err != nil || len(out) != turns {
+		t.Errorf("read beside the checkpoint: %d turns (%v), want %d", len(out), err, turns)
+	}
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got := size(); got != pages*PageSize {
+		t.Errorf("after the checkpoint the file holds %d bytes, want its %d pages of %d", got, pages, PageSize)
+	}
+
+	missing := filepath.Join(t.TempDir(), "gone.db")
+	if err := checkpoint(missing); err == nil {
+		t.Error("a checkpoint of a file that is not there succeeded")
+	}
+	if _, err := os.Stat(missing); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a checkpoint of a missing file left %s behind (%v)", missing, err)
 	}
 }
 
