@@ -39,8 +39,8 @@ type modelFile struct {
 // modelFile returns the path and digest of the spec's model, writing a random model,
 // or the file's model with its heads padded, into the experiment's log folder the first
 // time it is asked for. The digest reads the whole file, which may take a minute for a
-// large model: it stops when ctx ends, and a launch that gave up is not remembered, so
-// that the next launch makes the file again.
+// large model: the writing and the digest stop when ctx ends, and a launch that gave up
+// is not remembered, so that the next launch makes the file again.
 func (e *experiment) modelFile(ctx context.Context) (string, string, error) {
 	e.model.mu.Lock()
 	defer e.model.mu.Unlock()
@@ -62,13 +62,13 @@ func (e *experiment) makeModelFile(ctx context.Context) (string, string, error) 
 	case m.Random != nil:
 		path = filepath.Join(e.logDir, "models", modelFileName(m.Name)+".gguf")
 		r := m.Random
-		err = writeModel(path, gguf.TinyLlama{Layers: r.Layers, Width: r.Width, Context: r.Context, Seed: r.Seed}.Write)
+		err = writeModel(ctx, path, gguf.TinyLlama{Layers: r.Layers, Width: r.Width, Context: r.Context, Seed: r.Seed}.Write)
 	case m.HeadDim > 0:
 		path = filepath.Join(e.logDir, "models", fmt.Sprintf("%s-hd%d.gguf", modelFileName(m.Name), m.HeadDim))
 		var tr gguf.Trained
 		if tr, err = gguf.ReadTrained(m.File); err == nil {
 			tr.HeadDim = m.HeadDim
-			err = writeModel(path, tr.Write)
+			err = writeModel(ctx, path, tr.Write)
 		}
 	}
 	if err != nil {
@@ -87,8 +87,8 @@ func modelFileName(name string) string {
 }
 
 // writeModel writes a model file to path through a temporary file, so that a launch
-// never reads half of it.
-func writeModel(path string, write func(io.Writer) error) error {
+// never reads half of it. It stops when ctx ends, leaving no file.
+func writeModel(ctx context.Context, path string, write func(io.Writer) error) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
@@ -97,7 +97,7 @@ func writeModel(path string, write func(io.Writer) error) error {
 		return err
 	}
 	defer os.Remove(f.Name())
-	if err := write(f); err != nil {
+	if err := write(ctxWriter{ctx, f}); err != nil {
 		f.Close()
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
@@ -120,6 +120,19 @@ func fileDigest(ctx context.Context, path string) (string, error) {
 		return "", fmt.Errorf("reading %s: %w", path, err)
 	}
 	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// ctxWriter writes to w until ctx ends.
+type ctxWriter struct {
+	ctx context.Context
+	w   io.Writer
+}
+
+func (c ctxWriter) Write(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.w.Write(p)
 }
 
 // ctxReader reads r until ctx ends.

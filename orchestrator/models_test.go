@@ -6,13 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/arbiterlab/arbiter/arms"
 )
 
-// The model file's digest reads the whole file, a minute for a large model: it stops
-// when the launch that asked gives up, and a launch that gave up leaves nothing behind,
+// The model file's digest reads the whole file, a minute for a large model: the
+// writing and the digest stop when the launch that asked gives up, which leaves no file,
 // so that the next one makes the digest again instead of inheriting the cancellation.
 func TestModelDigestStopsWithItsLaunchAndIsNotRememberedThen(t *testing.T) {
 	spec, err := arms.Parse("m.yaml", []byte(`version: 1
@@ -33,6 +34,9 @@ workload: {kind: toolcall-agent, sessions: 1, rounds: 1, concurrency: 1, seed: 1
 	cancel()
 	if _, _, err := e.modelFile(cancelled); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a launch that gave up: %v, want its cancellation", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(e.logDir, "models", "*")); len(left) != 0 {
+		t.Errorf("a launch that gave up left %v", left)
 	}
 	path, digest, err := e.modelFile(context.Background())
 	if err != nil {
