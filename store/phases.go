@@ -5,9 +5,12 @@ import (
 	"database/sql"
 	"fmt"
 	"math"
+	"runtime"
+	"slices"
 	"time"
 
 	"github.com/jmoiron/sqlx"
+	"golang.org/x/sync/errgroup"
 )
 
 // Phase is one row of phases: what a workload measured over one of its phases.
@@ -129,17 +132,30 @@ type TurnMetric struct {
 }
 
 // TurnMetrics lists every turn's timing with its run and session, leaving out launches
-// a resume ran again.
+// a resume ran again, by arm, run, session and turn. Each arm is read on a connection
+// of its own, as many at once as there are cores: the token times sit after a streamed
+// turn's bodies, so the read follows every row's chain of overflow pages, which was
+// most of the verdict of a run of long replies.
 func TurnMetrics(ctx context.Context, db *sqlx.DB, experimentID int64) ([]TurnMetric, error) {
-	var out []TurnMetric
-	err := db.SelectContext(ctx, &out, `SELECT t.arm_id, t.run_id, r.block, t.session_index, t.turn_index, t.round, t.corrupted, t.ttft_ms,
-			t.latency_ms, t.prompt_tokens, t.completion_tokens, t.status_code, (t.error IS NOT NULL) AS failed, t.finish_reason,
-			t.decode_ms, t.token_times
-		FROM turns t JOIN runs r ON r.id = t.run_id
-		WHERE t.experiment_id = ? AND r.superseded_by IS NULL
-		ORDER BY t.arm_id, t.run_id, t.session_index, t.turn_index`, experimentID)
-	if err != nil {
+	var arms []int64
+	if err := db.SelectContext(ctx, &arms, `SELECT id FROM arms WHERE experiment_id = ? ORDER BY id`, experimentID); err != nil {
 		return nil, fmt.Errorf("turn timings of experiment %d: %w", experimentID, err)
 	}
-	return out, nil
+	parts := make([][]TurnMetric, len(arms))
+	var g errgroup.Group
+	g.SetLimit(runtime.GOMAXPROCS(0))
+	for i, arm := range arms {
+		g.Go(func() error {
+			return db.SelectContext(ctx, &parts[i], `SELECT t.arm_id, t.run_id, r.block, t.session_index, t.turn_index, t.round, t.corrupted, t.ttft_ms,
+					t.latency_ms, t.prompt_tokens, t.completion_tokens, t.status_code, (t.error IS NOT NULL) AS failed, t.finish_reason,
+					t.decode_ms, t.token_times
+				FROM turns t JOIN runs r ON r.id = t.run_id
+				WHERE t.experiment_id = ? AND t.arm_id = ? AND r.superseded_by IS NULL
+				ORDER BY t.run_id, t.session_index, t.turn_index`, experimentID, arm)
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, fmt.Errorf("turn timings of experiment %d: %w", experimentID, err)
+	}
+	return slices.Concat(parts...), nil
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"math"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -80,5 +81,62 @@ func TestTurnMetricsCarryTheDecodeTime(t *testing.T) {
 	}
 	if len(ms) != 2 || ms[0].Session != 3 || ms[0].DecodeMS.Float64 != 180 || ms[0].CompletionTokens != 41 || ms[1].DecodeMS.Valid {
 		t.Fatalf("metrics %+v", ms)
+	}
+}
+
+// TurnMetrics reads each arm on its own and joins them: the rows are those of one
+// query over the experiment, in its order (arm, run, session, turn), whatever order
+// they were written in, and a superseded run's are left out.
+func TestTurnMetricsOfSeveralArmsComeInOneOrder(t *testing.T) {
+	s := newStore(t, Options{})
+	ctx := context.Background()
+	exp, first, _ := seedExperiment(t, s)
+	arms := []int64{first}
+	for _, name := range []string{"b", "c"} {
+		arm, err := s.AddArm(ctx, Arm{ExperimentID: exp, Name: name, Position: -len(arms), Pins: "{}", Command: "[]", Env: "{}"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		arms = append(arms, arm)
+	}
+	var runs []Run
+	for _, arm := range arms {
+		for range 2 {
+			r := Run{ExperimentID: exp, ArmID: arm, Runtime: "process", Status: "done", Started: time.Now()}
+			id, err := s.StartRun(ctx, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.ID = id
+			runs = append(runs, r)
+		}
+	}
+	w := s.NewWriter(WriterOptions{})
+	for i := 23; i >= 0; i-- { // backwards: the order read is not the order written
+		r := runs[i%len(runs)]
+		w.Turn(Turn{ExperimentID: exp, RunID: r.ID, ArmID: r.ArmID, Session: i % 5, Index: i / 5, StatusCode: 200,
+			TTFT: time.Duration(i) * time.Millisecond, Request: "{}", Response: "{}", TokenTimes: []time.Duration{time.Duration(i) * time.Millisecond}})
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Supersede(ctx, runs[2].ID, runs[3].ID); err != nil {
+		t.Fatal(err)
+	}
+	var want []TurnMetric
+	if err := s.DB().Select(&want, `SELECT t.arm_id, t.run_id, r.block, t.session_index, t.turn_index, t.round, t.corrupted, t.ttft_ms,
+			t.latency_ms, t.prompt_tokens, t.completion_tokens, t.status_code, (t.error IS NOT NULL) AS failed, t.finish_reason,
+			t.decode_ms, t.token_times
+		FROM turns t JOIN runs r ON r.id = t.run_id
+		WHERE t.experiment_id = ? AND r.superseded_by IS NULL
+		ORDER BY t.arm_id, t.run_id, t.session_index, t.turn_index`, exp); err != nil {
+		t.Fatal(err)
+	}
+	got, err := TurnMetrics(ctx, s.DB(), exp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(want) != 20 || !reflect.DeepEqual(got, want) {
+		t.Errorf("TurnMetrics gave %d rows, one query %d (want 20, the superseded run's 4 left out); equal: %v", len(got), len(want), reflect.DeepEqual(got, want))
 	}
 }
