@@ -59,7 +59,7 @@ type Session struct {
 	Index, Block               int
 	Status                     SessionStatus
 	Turns                      int
-	Corrupted                  bool
+	Corrupted                  bool // whether any of its turns is; FirstCorruptedTurn is the first that is
 	FirstCorruptedTurn         *int
 	Error                      string
 }
