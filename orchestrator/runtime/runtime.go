@@ -90,7 +90,8 @@ type Exit struct {
 	LogTail string // the last lines of its log
 	// Lost, when not empty, says that the runtime lost track of the engine rather than
 	// saw it end: its node stopped answering (a Docker daemon went away). The run is
-	// recorded lost (store.RunLost), not crashed: the engine is not to blame.
+	// recorded lost (store.RunLost), not crashed: the engine is not to blame. It may come
+	// with Stopped, where the node failed before the stop, which found the end unseen.
 	Lost string
 	// Reason is the runtime's own account of the end, when it has one (a Slurm job's
 	// state and why).

@@ -667,7 +667,11 @@ func (i *slurmInstance) record(j slurmJob) {
 		why = "ExitCode=" + j["ExitCode"]
 	}
 	x.Reason = fmt.Sprintf("Slurm job %s %s on %s: %s", i.id, state, i.placement.Node, why)
-	if !i.stopped && (slurmLost[state] || state == "UNKNOWN") {
+	// A job arbiter stopped ends CANCELLED (or UNKNOWN, the controller gone): that end is
+	// arbiter's. Any other end Slurm caused came before the stop, which only found it
+	// not yet polled: a node that failed under a run whose engine's replies then failed
+	// is lost, not the engine's fault.
+	if slurmLost[state] && (!i.stopped || state != "CANCELLED") || state == "UNKNOWN" && !i.stopped {
 		x.Lost = x.Reason
 	}
 	i.exit = x

@@ -224,6 +224,37 @@ func TestSlurmMinutes(t *testing.T) {
 	}
 }
 
+// How a job's end is recorded when arbiter stopped it: its own cancel (or a controller
+// gone) is no loss, but an end Slurm caused before the stop found it (the node failed
+// while the engine's last replies failed, before the next poll) is lost, as it is when
+// the poll sees it first.
+func TestAStoppedJobThatSlurmEndedFirstIsLost(t *testing.T) {
+	for _, c := range []struct {
+		state   string
+		stopped bool
+		lost    bool
+	}{
+		{"NODE_FAIL", true, true},
+		{"NODE_FAIL", false, true},
+		{"PREEMPTED", true, true},
+		{"TIMEOUT", true, true},
+		{"CANCELLED", true, false},
+		{"CANCELLED", false, true},
+		{"UNKNOWN", true, false},
+		{"UNKNOWN", false, true},
+		{"COMPLETED", true, false},
+		{"FAILED", false, false},
+	} {
+		i := &slurmInstance{id: "42", raw: filepath.Join(t.TempDir(), "none"), logPath: filepath.Join(t.TempDir(), "l.log"),
+			done: make(chan struct{}), placement: Placement{Node: "n1"}, stopped: c.stopped}
+		i.record(slurmJob{"JobState": c.state, "Reason": "NodeDown", "ExitCode": "0:0"})
+		x := i.Exit()
+		if (x.Lost != "") != c.lost || x.Stopped != c.stopped || c.lost && !strings.Contains(x.Lost, "Slurm job 42 "+c.state+" on n1") {
+			t.Errorf("%s, stopped %v: exit %+v; want lost %v", c.state, c.stopped, x, c.lost)
+		}
+	}
+}
+
 // A job that Slurm ends before it runs (its node failed, it was cancelled) loses its
 // launch, which is run again; one that fails before it runs is a refusal.
 func TestJobEndedBeforeItRan(t *testing.T) {
