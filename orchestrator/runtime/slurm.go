@@ -671,7 +671,8 @@ func (i *slurmInstance) record(j slurmJob) {
 	// arbiter's. Any other end Slurm caused came before the stop, which only found it
 	// not yet polled: a node that failed under a run whose engine's replies then failed
 	// is lost, not the engine's fault.
-	if slurmLost[state] && (!i.stopped || state != "CANCELLED") || state == "UNKNOWN" && !i.stopped {
+	ownStop := i.stopped && (state == "CANCELLED" || state == "UNKNOWN")
+	if (slurmLost[state] || state == "UNKNOWN") && !ownStop {
 		x.Lost = x.Reason
 	}
 	i.exit = x
