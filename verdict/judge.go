@@ -428,7 +428,15 @@ func (v *Verdict) powerCaveat(add func(CaveatKind, string, ...any)) {
 		if math.Max(math.Abs(lc.CI.Lo), math.Abs(lc.CI.Hi)) < 0.001 {
 			continue // an interval of zero width rules every difference out
 		}
-		parts = append(parts, fmt.Sprintf("%s (%s to %s points)", a.Name, signedNum(100*lc.CI.Lo), signedNum(100*lc.CI.Hi)))
+		// The bounds as the Claims table prints them: an interval past ±100 points, which
+		// no two rates can differ by, is too wide to inform there and here.
+		in := pointsAfter(lc.CI.Lo, lc.CI.Hi)
+		if in == tooWide {
+			in = "any difference: its interval is " + tooWide
+		} else {
+			in += " points"
+		}
+		parts = append(parts, fmt.Sprintf("%s (%s)", a.Name, in))
 	}
 	if len(parts) == 0 {
 		return

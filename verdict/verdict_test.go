@@ -1226,6 +1226,51 @@ func TestInterruptedVerdictNamesResume(t *testing.T) {
 	}
 }
 
+// Two launches an arm are judged by Welch's t test, whose interval on one degree of
+// freedom can pass ±100 points. The caveat that names the differences a claim cannot
+// rule out says what the Claims table says of it (too wide to inform), never a difference
+// of rates no two rates can have.
+func TestThePowerCaveatPrintsNoDifferenceBeyondAHundredPoints(t *testing.T) {
+	db, ref := recordFixture(t, fixture{example: "quickstart-launches", runs: []launch{
+		{arm: "control", sessions: finished(60)},
+		{arm: "treatment", sessions: finished(60)},
+		{arm: "control", block: 1, sessions: finished(60)},
+		{arm: "treatment", block: 1, sessions: finished(60, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)},
+	}})
+	v, err := Build(context.Background(), db, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c *Comparison
+	for _, a := range v.Arms {
+		if a.Name == "treatment" {
+			c = a.Compare
+		}
+	}
+	if c == nil || c.Launch == nil || c.Significant || !(c.Launch.CI.Hi > 1) {
+		t.Fatalf("the fixture does not give a claim without a difference whose interval passes +100 points: %+v", c)
+	}
+	md := markdown(t, v)
+	var caveat string
+	for line := range strings.Lines(md) {
+		if strings.Contains(line, "No difference shown is not the same as no difference") {
+			caveat = line
+		}
+	}
+	if !strings.Contains(caveat, "treatment (any difference: its interval is too wide to inform)") {
+		t.Errorf("the caveat does not say treatment's interval is too wide to inform: %q", caveat)
+	}
+	for _, m := range regexp.MustCompile(`([-+]?[0-9.]+) (to|points)`).FindAllStringSubmatch(caveat, -1) {
+		var x float64
+		if _, err := fmt.Sscan(m[1], &x); err == nil && math.Abs(x) > 100 {
+			t.Errorf("the caveat names a difference of %v points: %q", x, caveat)
+		}
+	}
+	if !strings.Contains(md, "| corruption | treatment | control | 2 vs 2 | +25.0 pts | "+tooWide+" |") {
+		t.Errorf("the Claims table does not call the interval too wide:\n%s", md)
+	}
+}
+
 // TestTheJudgeDecidesWhetherResponsesAreClustered: whether responses may count as
 // independent is the judge's decision, a field the writers read.
 func TestTheJudgeDecidesWhetherResponsesAreClustered(t *testing.T) {
