@@ -329,7 +329,7 @@ func (v *Verdict) caveats() {
 	case store.ExperimentAbandoned:
 		add(CaveatStatus, "The experiment is **abandoned**: the arbiter running it stopped renewing its lease (killed, or its machine went away); the counts cover only what was recorded before that. `%s` finishes it.", Command(fmt.Sprintf("resume %d", v.Experiment.ID), v.DB))
 	default:
-		add(CaveatStatus, "The experiment is **%s**: the counts cover only what was recorded before it stopped.", st)
+		add(CaveatStatus, "The experiment is **%s**: the counts cover only what was recorded before it stopped.%s", st, v.cutShortText())
 	}
 	for _, a := range v.Arms {
 		if a.Sessions == 0 {
@@ -672,8 +672,12 @@ func (v *Verdict) countGate(name string) (bool, string) {
 	switch name {
 	case "corruption":
 		for _, a := range v.Arms {
-			if a.Corrupted+a.CorruptedThenLost > 0 {
-				return true, fmt.Sprintf("%s: %d of %d analysed sessions corrupted, %d more corrupted before they were lost", a.Name, a.Corrupted, a.Sessions, a.CorruptedThenLost)
+			if a.Corrupted+a.CorruptedThenLost+a.CorruptedThenCut > 0 {
+				why := fmt.Sprintf("%s: %d of %d analysed sessions corrupted, %d more corrupted before they were lost", a.Name, a.Corrupted, a.Sessions, a.CorruptedThenLost)
+				if a.CorruptedThenCut > 0 {
+					why += fmt.Sprintf(", %d before their launch was cut short", a.CorruptedThenCut)
+				}
+				return true, why
 			}
 		}
 	case "loss":
@@ -689,4 +693,28 @@ func (v *Verdict) countGate(name string) (bool, string) {
 		}
 	}
 	return false, ""
+}
+
+// cutShortText says, after the caveat of an interrupted experiment, what its launches cut
+// short left: the sessions they finished are the quickest of theirs, and those left
+// unfinished with a corrupted response are counted neither as analysed nor as lost.
+func (v *Verdict) cutShortText() string {
+	cut := 0
+	for _, a := range v.Arms {
+		cut += a.Launches.Interrupted
+	}
+	if cut == 0 {
+		return ""
+	}
+	text := " A launch cut short counts the sessions it finished, the quickest of its sessions and not a fair sample of them: in the tool-call agent workload, a session whose call leaked into its reply ends its round sooner."
+	var parts []string
+	for _, a := range v.Arms {
+		if a.CorruptedThenCut > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", a.Name, a.CorruptedThenCut))
+		}
+	}
+	if len(parts) > 0 {
+		text += fmt.Sprintf(" Sessions left unfinished with a corrupted response, neither analysed nor lost: %s.", joinAnd(parts))
+	}
+	return text
 }

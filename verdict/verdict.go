@@ -104,6 +104,11 @@ type ArmResult struct {
 	// were lost. They are not analysed (that would count only the corrupted ones of the
 	// lost sessions); the verdict reports them beside the analysis.
 	CorruptedThenLost int
+	// CorruptedThenCut are sessions of launches the user interrupted or whose node went
+	// away that had a corrupted response before their launch was cut short: like their
+	// launch's other unfinished sessions they are neither analysed nor lost (the engine
+	// did not lose them), but the response was corrupted, and the corruption gate counts it.
+	CorruptedThenCut int
 	// Launches are the arm's launches (resumed-over ones left out), by how they ended.
 	Launches LaunchCounts
 	// Problems say why the arm's corruption cannot be judged (a crash, a wedge, a failed
@@ -358,11 +363,21 @@ func BuildWith(ctx context.Context, db *sqlx.DB, id int64, o Options) (*Verdict,
 			corruptedTurns[sessionKey{t.RunID, t.Session}]++
 		}
 	}
+	// A launch the user interrupted, or whose node went away, did not lose the sessions
+	// it left unfinished (account): nor the corrupted ones among them.
+	cutShort := map[int64]bool{}
+	for _, r := range v.Runs {
+		cutShort[r.ID] = r.Status == store.RunInterrupted || r.Status == store.RunLost
+	}
 	counts := make([]store.SessionCounts, len(v.Arms))
+	corruptedThenCut := make([]int, len(v.Arms))
 	for _, s := range sessions {
 		i := index[s.ArmID]
 		counts[i].Count(s.Status, s.Corrupted)
 		if !analysed(s) {
+			if s.Corrupted && cutShort[s.RunID] {
+				corruptedThenCut[i]++
+			}
 			continue
 		}
 		ar := &v.Arms[i]
@@ -372,7 +387,8 @@ func BuildWith(ctx context.Context, db *sqlx.DB, id int64, o Options) (*Verdict,
 	}
 	for i, c := range counts {
 		ar := &v.Arms[i]
-		ar.Started, ar.Sessions, ar.Corrupted, ar.CorruptedThenLost = c.Recorded, c.Analysed, c.Corrupted, c.CorruptedThenLost
+		ar.Started, ar.Sessions, ar.Corrupted = c.Recorded, c.Analysed, c.Corrupted
+		ar.CorruptedThenLost, ar.CorruptedThenCut = c.CorruptedThenLost-corruptedThenCut[i], corruptedThenCut[i]
 	}
 	v.loadTimings(metrics)
 	v.loadRounds(metrics)

@@ -1226,6 +1226,39 @@ func TestInterruptedVerdictNamesResume(t *testing.T) {
 	}
 }
 
+// A session that the user's interrupt cut short after a corrupted response is no more
+// lost than its launch's clean unfinished ones: the Results table does not count it as
+// "corrupted, then lost" beside a lost count that leaves it out, the caveat says what it
+// is, and the corruption gate still fails on the corrupted response.
+func TestASessionCutShortAfterACorruptedResponseIsNotLost(t *testing.T) {
+	db, ref := recordFixture(t, fixture{example: "quickstart", status: "interrupted", runs: []launch{
+		{arm: "control", sessions: join(finished(60))},
+		{arm: "treatment", status: "interrupted", sessions: join(finished(20), lostAt("aborted", 40, 3, 1))}}})
+	v, err := Build(context.Background(), db, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := v.Arms[1]
+	if tr.Name != "treatment" || tr.Lost != 0 || tr.CorruptedThenLost != 0 || tr.CorruptedThenCut != 3 {
+		t.Errorf("%s: lost %d, corrupted then lost %d, corrupted then cut short %d; want 0, 0 and 3",
+			tr.Name, tr.Lost, tr.CorruptedThenLost, tr.CorruptedThenCut)
+	}
+	md := markdown(t, v)
+	if !strings.Contains(md, "| treatment | 20 | 0 | 0.0% |") || !strings.Contains(md, "| 0 of 20 | 0 |") {
+		t.Errorf("the Results table does not show treatment's 20 analysed sessions, none lost:\n%s", md)
+	}
+	if !strings.Contains(md, "Sessions left unfinished with a corrupted response, neither analysed nor lost: treatment 3.") ||
+		!strings.Contains(md, "the quickest of its sessions and not a fair sample of them") {
+		t.Errorf("the caveat does not say what the launch cut short left:\n%s", md)
+	}
+	if failed, why := v.Gate("corruption"); !failed || !strings.Contains(why, "3 before their launch was cut short") {
+		t.Errorf("the corruption gate: failed %v, %q", failed, why)
+	}
+	if got := v.Summary()["arms"].([]map[string]any)[1]["corrupted_then_cut_short"]; got != 3 {
+		t.Errorf("--json corrupted_then_cut_short = %v, want 3", got)
+	}
+}
+
 // Two launches an arm are judged by Welch's t test, whose interval on one degree of
 // freedom can pass ±100 points. The caveat that names the differences a claim cannot
 // rule out says what the Claims table says of it (too wide to inform), never a difference
