@@ -673,9 +673,15 @@ func (v *Verdict) countGate(name string) (bool, string) {
 	case "corruption":
 		for _, a := range v.Arms {
 			if a.Corrupted+a.CorruptedThenLost+a.CorruptedThenCut > 0 {
-				why := fmt.Sprintf("%s: %d of %d analysed sessions corrupted, %d more corrupted before they were lost", a.Name, a.Corrupted, a.Sessions, a.CorruptedThenLost)
-				if a.CorruptedThenCut > 0 {
+				why := fmt.Sprintf("%s: %d of %d analysed sessions corrupted", a.Name, a.Corrupted, a.Sessions)
+				if a.CorruptedThenLost > 0 {
+					why += fmt.Sprintf(", %d more corrupted before they were lost", a.CorruptedThenLost)
+				}
+				switch {
+				case a.CorruptedThenCut > 0 && a.CorruptedThenLost > 0:
 					why += fmt.Sprintf(", %d before their launch was cut short", a.CorruptedThenCut)
+				case a.CorruptedThenCut > 0:
+					why += fmt.Sprintf(", %d more corrupted before their launch was cut short", a.CorruptedThenCut)
 				}
 				return true, why
 			}

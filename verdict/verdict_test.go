@@ -1251,7 +1251,7 @@ func TestASessionCutShortAfterACorruptedResponseIsNotLost(t *testing.T) {
 		!strings.Contains(md, "the quickest of its sessions and not a fair sample of them") {
 		t.Errorf("the caveat does not say what the launch cut short left:\n%s", md)
 	}
-	if failed, why := v.Gate("corruption"); !failed || !strings.Contains(why, "3 before their launch was cut short") {
+	if failed, why := v.Gate("corruption"); !failed || !strings.HasSuffix(why, "treatment: 0 of 20 analysed sessions corrupted, 3 more corrupted before their launch was cut short") {
 		t.Errorf("the corruption gate: failed %v, %q", failed, why)
 	}
 	if got := v.Summary()["arms"].([]map[string]any)[1]["corrupted_then_cut_short"]; got != 3 {
