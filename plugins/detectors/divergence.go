@@ -111,7 +111,9 @@ func turnDivergence(b, a TurnOutput) (Divergence, bool) {
 			Baseline: strconv.Itoa(len(b.ToolCalls)) + " calls", Arm: strconv.Itoa(len(a.ToolCalls)) + " calls"}, true
 	}
 	if b.FinishReason != a.FinishReason {
-		return Divergence{Field: "finish_reason", Baseline: b.FinishReason, Arm: a.FinishReason}, true
+		// Cut as the texts' excerpts are: the engine writes the finish reason, and one that
+		// writes a long one would otherwise carry it whole into the label and the verdict.
+		return Divergence{Field: "finish_reason", Baseline: excerpt(b.FinishReason, excerptRunes), Arm: excerpt(a.FinishReason, excerptRunes)}, true
 	}
 	return Divergence{}, false
 }
