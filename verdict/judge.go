@@ -707,7 +707,7 @@ func (v *Verdict) countGate(name string) (bool, string) {
 func (v *Verdict) cutShortText() string {
 	cut := 0
 	for _, a := range v.Arms {
-		cut += a.Launches.Interrupted
+		cut += a.Launches.Interrupted + a.Launches.NodeLost
 	}
 	if cut == 0 {
 		return ""

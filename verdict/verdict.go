@@ -363,11 +363,11 @@ func BuildWith(ctx context.Context, db *sqlx.DB, id int64, o Options) (*Verdict,
 			corruptedTurns[sessionKey{t.RunID, t.Session}]++
 		}
 	}
-	// A launch the user interrupted, or whose node went away, did not lose the sessions
-	// it left unfinished (account): nor the corrupted ones among them.
-	cutShort := map[int64]bool{}
+	// A launch cut short did not lose the sessions it left unfinished (account): nor the
+	// corrupted ones among them.
+	cut := map[int64]bool{}
 	for _, r := range v.Runs {
-		cutShort[r.ID] = r.Status == store.RunInterrupted || r.Status == store.RunLost
+		cut[r.ID] = cutShort(r.Status)
 	}
 	counts := make([]store.SessionCounts, len(v.Arms))
 	corruptedThenCut := make([]int, len(v.Arms))
@@ -375,7 +375,7 @@ func BuildWith(ctx context.Context, db *sqlx.DB, id int64, o Options) (*Verdict,
 		i := index[s.ArmID]
 		counts[i].Count(s.Status, s.Corrupted)
 		if !analysed(s) {
-			if s.Corrupted && cutShort[s.RunID] {
+			if s.Corrupted && cut[s.RunID] {
 				corruptedThenCut[i]++
 			}
 			continue
@@ -462,10 +462,9 @@ func (v *Verdict) account() {
 			// sessions it finished: the rest were never the engine's to lose.
 			a.Planned = 0
 			for _, r := range runsOf[i] {
-				switch r.Status {
-				case store.RunInterrupted, store.RunLost:
+				if cutShort(r.Status) {
 					a.Planned += analysedIn[r.ID]
-				default:
+				} else {
 					a.Planned += max(per, startedIn[r.ID])
 				}
 			}
@@ -712,4 +711,10 @@ func elapsed(from, to string) *time.Duration {
 	}
 	d := b.Sub(a)
 	return &d
+}
+
+// cutShort reports whether a launch that ended with status was cut short by something
+// other than its engine: the user's interrupt, or its node going away.
+func cutShort(status store.RunStatus) bool {
+	return status == store.RunInterrupted || status == store.RunLost
 }
