@@ -258,11 +258,14 @@ func TestSlurmCancelledAndLeftover(t *testing.T) {
 	c := slurmtest.Start(t, slurmtest.Options{})
 	buildRefserve(t)
 	ctx := context.Background()
-	// Slow tokens, so that the workload is still running when its job is cancelled.
+	// Slow tokens, so that the workload is still running when its job is cancelled: about
+	// 16 s a launch. At 5 ms a token (5 s a launch) a loaded CI machine once took longer
+	// than the whole workload from the launch's ready to Slurm's kill, and the launch
+	// finished every session first.
 	slow := "blocks: 1\n"
 	spec := slurmSpec(t, c, slow)
 	b, _ := os.ReadFile(spec)
-	small := strings.NewReplacer("args: [--enable-hierarchical-cache", "args: [--inter-token-delay, 5ms, --enable-hierarchical-cache",
+	small := strings.NewReplacer("args: [--enable-hierarchical-cache", "args: [--inter-token-delay, 15ms, --enable-hierarchical-cache",
 		"sessions: 60", "sessions: 20", "concurrency: 60", "concurrency: 20").Replace(string(b))
 	if err := os.WriteFile(spec, []byte(small), 0o644); err != nil {
 		t.Fatal(err)
