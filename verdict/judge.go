@@ -712,7 +712,7 @@ func (v *Verdict) cutShortText() string {
 	if cut == 0 {
 		return ""
 	}
-	text := " A launch cut short counts the sessions it finished, the quickest of its sessions and not a fair sample of them: in the tool-call agent workload, a session whose call leaked into its reply ends its round sooner."
+	text := " A launch cut short counts the sessions it finished first, which need not be a fair sample of its sessions: whatever makes a session shorter, a fault among them (a tool call leaked into a reply ends its round), is over-represented."
 	var parts []string
 	for _, a := range v.Arms {
 		if a.CorruptedThenCut > 0 {
