@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/jmoiron/sqlx"
 )
@@ -19,8 +20,28 @@ import (
 // turn the crash into a corruption finding. Such sessions are counted on their own
 // (CorruptedThenLost) and reported beside the analysis.
 
+// The same goes for launches. A launch enters the analysis when it ended on its own (done,
+// or by its engine's fault) and no resume ran it again. A launch cut short (the user's
+// interrupt, its node lost, or still starting or running when its arbiter went away) is
+// left out whole, the sessions it finished included: those are the ones that finish
+// first, which need not be a fair sample of its sessions (a fault that ends a session's
+// round early makes a faulty session finish sooner). A resume runs it again.
+
+// InAnalysis reports whether a launch in status, superseded or not by a later launch of
+// a resume, enters the analysis.
+func InAnalysis(status RunStatus, superseded bool) bool { return !superseded && !status.CutShort() }
+
+// inAnalysis is InAnalysis as a condition on the runs table under alias.
+func inAnalysis(alias string) string {
+	quoted := make([]string, len(cutShortStatuses))
+	for i, s := range cutShortStatuses {
+		quoted[i] = "'" + string(s) + "'"
+	}
+	return alias + ".superseded_by IS NULL AND " + alias + ".status NOT IN (" + strings.Join(quoted, ", ") + ")"
+}
+
 // Analysed reports whether a session with this status enters the analysis: only a
-// session that finished (SessionOK) does.
+// session that finished (SessionOK) does, in a launch that enters it (InAnalysis).
 func Analysed(status SessionStatus) bool { return status == SessionOK }
 
 // Analysed reports whether the session enters the analysis (see the package-level
@@ -66,37 +87,59 @@ func (c *SessionCounts) Count(status SessionStatus, corrupted bool) {
 	}
 }
 
+// tallySQL is the columns of a SessionCounts over the sessions table under alias.
+func tallySQL(alias string) string {
+	ok := alias + "." + analysedSQL
+	return `count(*) AS recorded,
+		coalesce(sum(` + ok + `), 0) AS analysed,
+		coalesce(sum(` + ok + ` AND ` + alias + `.corrupted = 1), 0) AS corrupted,
+		coalesce(sum(NOT (` + ok + `)), 0) AS lost,
+		coalesce(sum(NOT (` + ok + `) AND ` + alias + `.corrupted = 1), 0) AS corrupted_then_lost`
+}
+
 // RunSessionCounts tallies the sessions of one launch.
 func RunSessionCounts(ctx context.Context, db *sqlx.DB, runID int64) (SessionCounts, error) {
 	var c SessionCounts
-	err := db.GetContext(ctx, &c, `SELECT count(*) AS recorded,
-			coalesce(sum(`+analysedSQL+`), 0) AS analysed,
-			coalesce(sum(`+analysedSQL+` AND corrupted = 1), 0) AS corrupted,
-			coalesce(sum(NOT (`+analysedSQL+`)), 0) AS lost,
-			coalesce(sum(NOT (`+analysedSQL+`) AND corrupted = 1), 0) AS corrupted_then_lost
-		FROM sessions WHERE run_id = ?`, runID)
+	err := db.GetContext(ctx, &c, `SELECT `+tallySQL("s")+` FROM sessions s WHERE s.run_id = ?`, runID)
 	if err != nil {
 		return c, fmt.Errorf("sessions of run %d: %w", runID, err)
 	}
 	return c, nil
 }
 
-// ArmSessionCounts tallies the sessions of every arm of an experiment, by arm id, leaving
-// out launches that a resume ran again.
+// ArmSessionCounts tallies the sessions of every arm of an experiment, by arm id, over the
+// launches in the analysis (InAnalysis).
 func ArmSessionCounts(ctx context.Context, db *sqlx.DB, experimentID int64) (map[int64]SessionCounts, error) {
+	out, err := armSessionCounts(ctx, db, experimentID, inAnalysis("r"))
+	if err != nil {
+		return nil, fmt.Errorf("sessions of experiment %d: %w", experimentID, err)
+	}
+	return out, nil
+}
+
+// CutShortSessionCounts tallies, by arm id, the sessions of an experiment's launches cut
+// short and not run again: left out of the analysis, but a corrupted response among them
+// was still seen. Analysed counts the sessions they finished.
+func CutShortSessionCounts(ctx context.Context, db *sqlx.DB, experimentID int64) (map[int64]SessionCounts, error) {
+	out, err := armSessionCounts(ctx, db, experimentID, "r.superseded_by IS NULL AND NOT ("+inAnalysis("r")+")")
+	if err != nil {
+		return nil, fmt.Errorf("sessions of launches cut short in experiment %d: %w", experimentID, err)
+	}
+	return out, nil
+}
+
+// armSessionCounts tallies by arm id the sessions of an experiment's launches r that meet
+// the condition launches.
+func armSessionCounts(ctx context.Context, db *sqlx.DB, experimentID int64, launches string) (map[int64]SessionCounts, error) {
 	var rows []struct {
 		ArmID int64 `db:"arm_id"`
 		SessionCounts
 	}
-	err := db.SelectContext(ctx, &rows, `SELECT s.arm_id, count(*) AS recorded,
-			coalesce(sum(s.`+analysedSQL+`), 0) AS analysed,
-			coalesce(sum(s.`+analysedSQL+` AND s.corrupted = 1), 0) AS corrupted,
-			coalesce(sum(NOT (s.`+analysedSQL+`)), 0) AS lost,
-			coalesce(sum(NOT (s.`+analysedSQL+`) AND s.corrupted = 1), 0) AS corrupted_then_lost
+	err := db.SelectContext(ctx, &rows, `SELECT s.arm_id, `+tallySQL("s")+`
 		FROM sessions s JOIN runs r ON r.id = s.run_id
-		WHERE s.experiment_id = ? AND r.superseded_by IS NULL GROUP BY s.arm_id`, experimentID)
+		WHERE s.experiment_id = ? AND `+launches+` GROUP BY s.arm_id`, experimentID)
 	if err != nil {
-		return nil, fmt.Errorf("sessions of experiment %d: %w", experimentID, err)
+		return nil, err
 	}
 	out := make(map[int64]SessionCounts, len(rows))
 	for _, r := range rows {

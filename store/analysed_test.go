@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"testing"
+	"time"
 )
 
 // One rule decides which sessions an analysis counts; the SQL tallies must agree with it
@@ -90,5 +91,65 @@ func TestDesignLossLimitDefaultsForOldExperiments(t *testing.T) {
 	e := ExperimentRow{Design: `{"blocks":1,"max_loss":0.25}`}
 	if got := e.ParsedDesign().LossLimit(); got != 0.25 {
 		t.Errorf("parsed max_loss %g, want 0.25", got)
+	}
+}
+
+// One rule decides which launches an analysis counts: every read the verdict makes keeps
+// the sessions of exactly the launches InAnalysis keeps, and CutShortSessionCounts
+// counts the rest, for every status a launch can have.
+func TestLaunchesInTheAnalysisFollowTheOneRule(t *testing.T) {
+	s := newStore(t, Options{})
+	exp, arm, _ := seedExperiment(t, s)
+	ctx := context.Background()
+	statuses := []RunStatus{RunStarting, RunReady, RunDone, RunCrashed, RunFailed, RunWedged, RunErroring,
+		RunTimedOut, RunInterrupted, RunLost, RunRefused}
+	w := s.NewWriter(WriterOptions{})
+	in := map[int64]bool{}
+	var want, wantCut SessionCounts
+	for _, st := range statuses {
+		run, err := s.StartRun(ctx, Run{ExperimentID: exp, ArmID: arm, Runtime: "process", Status: st, Started: time.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		in[run] = InAnalysis(st, false)
+		// Each launch finished one corrupted session and lost one clean one.
+		for i, x := range []SessionStatus{SessionOK, SessionAborted} {
+			w.Session(Session{ExperimentID: exp, RunID: run, ArmID: arm, Index: i, Status: x, Turns: 1, Corrupted: x == SessionOK})
+			if in[run] {
+				want.Count(x, x == SessionOK)
+			} else {
+				wantCut.Count(x, x == SessionOK)
+			}
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if want.Recorded != 14 || wantCut.Recorded != 8 {
+		t.Fatalf("InAnalysis keeps %d sessions and cuts %d; want the launches of 7 statuses kept and 4 cut short", want.Recorded, wantCut.Recorded)
+	}
+	byArm, err := ArmSessionCounts(ctx, s.DB(), exp)
+	if err != nil || byArm[arm] != want {
+		t.Errorf("ArmSessionCounts = %+v, %v; want %+v", byArm[arm], err, want)
+	}
+	cut, err := CutShortSessionCounts(ctx, s.DB(), exp)
+	if err != nil || cut[arm] != wantCut {
+		t.Errorf("CutShortSessionCounts = %+v, %v; want %+v", cut[arm], err, wantCut)
+	}
+	outcomes, err := Sessions(ctx, s.DB(), exp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range outcomes {
+		if !in[o.RunID] {
+			t.Errorf("Sessions read a session of launch %d, which is cut short", o.RunID)
+		}
+	}
+	if len(outcomes) != want.Recorded {
+		t.Errorf("Sessions read %d sessions, want %d", len(outcomes), want.Recorded)
+	}
+	list, err := ListExperiments(ctx, s.DB())
+	if err != nil || len(list) != 1 || list[0].Sessions != want.Analysed || list[0].Lost != want.Lost {
+		t.Errorf("ListExperiments = %+v, %v; want %d analysed and %d lost", list, err, want.Analysed, want.Lost)
 	}
 }

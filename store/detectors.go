@@ -45,11 +45,11 @@ func (s *Store) RecordDetectorRuns(ctx context.Context, runs []DetectorRun) erro
 }
 
 // DetectorRuns lists how each detector fared in the experiment's launches that count
-// (none superseded by a resume), by run and detector.
+// (InAnalysis), by run and detector.
 func DetectorRuns(ctx context.Context, db *sqlx.DB, experimentID int64) ([]DetectorRun, error) {
 	var out []DetectorRun
 	err := db.SelectContext(ctx, &out, `SELECT experiment_id, run_id, detector, judged, failed, skipped, coalesce(error, '') AS error
-		FROM detector_runs WHERE experiment_id = ? AND run_id IN (SELECT id FROM runs WHERE superseded_by IS NULL)
+		FROM detector_runs WHERE experiment_id = ? AND run_id IN (SELECT r.id FROM runs r WHERE `+inAnalysis("r")+`)
 		ORDER BY run_id, detector`, experimentID)
 	if err != nil {
 		return nil, fmt.Errorf("detector runs: %w", err)

@@ -26,8 +26,8 @@ type OutputTurn struct {
 	Error        sql.NullString `db:"error"`
 }
 
-// OutputTurns lists the turns of an experiment's runs that count (not superseded by a
-// resume), by arm, session and turn.
+// OutputTurns lists the turns of an experiment's launches in the analysis
+// (InAnalysis), by arm, session and turn.
 func (s *Store) OutputTurns(ctx context.Context, experimentID int64) ([]OutputTurn, error) {
 	read, err := Detach(ctx)
 	if err != nil {
@@ -43,7 +43,7 @@ func (s *Store) OutputTurns(ctx context.Context, experimentID int64) ([]OutputTu
 	err = s.db.SelectContext(read, &out, `SELECT t.run_id, t.arm_id, t.session_index, t.turn_index,
 			t.content, t.tool_calls, t.finish_reason, t.status_code, t.error
 		FROM turns t JOIN runs r ON r.id = t.run_id
-		WHERE t.experiment_id = ? AND r.superseded_by IS NULL
+		WHERE t.experiment_id = ? AND `+inAnalysis("r")+`
 		ORDER BY t.arm_id, t.session_index, t.turn_index, t.run_id`, experimentID)
 	if err != nil {
 		return nil, fmt.Errorf("divergence: read turns of experiment %d: %w", experimentID, err)
@@ -199,9 +199,9 @@ func DivergenceCounts(ctx context.Context, db *sqlx.DB, experimentID int64) ([]D
 	var out []DivergenceCount
 	err := db.SelectContext(ctx, &out, `SELECT r.arm_id, count(*) AS compared, count(d.turn_index) AS diverged,
 			(SELECT count(*) FROM (SELECT DISTINCT t.run_id, t.session_index FROM turns t JOIN runs r2 ON r2.id = t.run_id
-				WHERE t.experiment_id = d.experiment_id AND t.arm_id = r.arm_id AND r2.superseded_by IS NULL)) AS sessions
+				WHERE t.experiment_id = d.experiment_id AND t.arm_id = r.arm_id AND `+inAnalysis("r2")+`)) AS sessions
 		FROM divergences d JOIN runs r ON r.id = d.run_id
-		WHERE d.experiment_id = ? AND r.superseded_by IS NULL
+		WHERE d.experiment_id = ? AND `+inAnalysis("r")+`
 		GROUP BY r.arm_id ORDER BY r.arm_id`, experimentID)
 	return out, err
 }
@@ -213,7 +213,7 @@ func Divergences(ctx context.Context, db *sqlx.DB, experimentID int64) ([]Sessio
 	err := db.SelectContext(ctx, &out, `SELECT d.run_id, d.session_index, d.baseline_run_id, d.compared_turns,
 			d.turn_index, d.field, d.rune, d.baseline_excerpt, d.arm_excerpt
 		FROM divergences d JOIN runs r ON r.id = d.run_id
-		WHERE d.experiment_id = ? AND r.superseded_by IS NULL
+		WHERE d.experiment_id = ? AND `+inAnalysis("r")+`
 		ORDER BY d.run_id, d.session_index`, experimentID)
 	return out, err
 }

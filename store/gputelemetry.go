@@ -144,27 +144,27 @@ func (s *Store) AddGPUSamples(ctx context.Context, experimentID, runID, armID in
 }
 
 // GPUTelemetries reads whether each launch of an experiment had its GPUs read
-// (superseded launches left out), in run order.
+// (those in the analysis, InAnalysis), in run order.
 func GPUTelemetries(ctx context.Context, db *sqlx.DB, experimentID int64) ([]GPUTelemetry, error) {
 	var out []GPUTelemetry
 	err := db.SelectContext(ctx, &out, `SELECT g.experiment_id, g.run_id, g.arm_id, g.status, coalesce(g.reason, '') AS reason,
 		g.devices, g.interval_ms
 		FROM gpu_telemetry g JOIN runs r ON r.id = g.run_id
-		WHERE g.experiment_id = ? AND r.superseded_by IS NULL ORDER BY g.run_id`, experimentID)
+		WHERE g.experiment_id = ? AND `+inAnalysis("r")+` ORDER BY g.run_id`, experimentID)
 	if err != nil {
 		return nil, fmt.Errorf("GPU telemetry of experiment %d: %w", experimentID, err)
 	}
 	return out, nil
 }
 
-// GPUSamples reads the GPU samples of an experiment's launches (superseded launches left
-// out), in run, time and device order.
+// GPUSamples reads the GPU samples of an experiment's launches in the analysis
+// (InAnalysis), in run, time and device order.
 func GPUSamples(ctx context.Context, db *sqlx.DB, experimentID int64) ([]GPUSampleRow, error) {
 	var out []GPUSampleRow
 	err := db.SelectContext(ctx, &out, `SELECT g.arm_id, g.run_id, r.block, g.elapsed_ms, g.gpu, g.uuid, g.name,
 		g.sm_clock_mhz, g.mem_clock_mhz, g.power_w, g.temp_c, g.throttle_mask, g.mem_used_bytes, g.util_pct
 		FROM gpu_samples g JOIN runs r ON r.id = g.run_id
-		WHERE g.experiment_id = ? AND r.superseded_by IS NULL ORDER BY g.run_id, g.elapsed_ms, g.gpu`, experimentID)
+		WHERE g.experiment_id = ? AND `+inAnalysis("r")+` ORDER BY g.run_id, g.elapsed_ms, g.gpu`, experimentID)
 	if err != nil {
 		return nil, fmt.Errorf("GPU samples of experiment %d: %w", experimentID, err)
 	}

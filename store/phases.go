@@ -90,15 +90,15 @@ type PhaseRow struct {
 	AbortedAt       sql.NullString  `db:"aborted_at"`
 }
 
-// Phases lists an experiment's phases, leaving out launches a resume ran again, by arm,
-// run and position.
+// Phases lists an experiment's phases over the launches in the analysis (InAnalysis),
+// by arm, run and position.
 func Phases(ctx context.Context, db *sqlx.DB, experimentID int64) ([]PhaseRow, error) {
 	var out []PhaseRow
 	err := db.SelectContext(ctx, &out, `SELECT p.arm_id, p.run_id, r.block, p.name, p.kind, p.position, p.concurrency,
 			p.rate, p.first_session, p.sessions, p.requests, p.completed, p.tokens, p.tokens_per_second, p.abort,
 			p.aborted, p.finished, p.recovered, p.recovery_ms, p.canaries, p.note, p.started_at, p.ended_at, p.aborted_at
 		FROM phases p JOIN runs r ON r.id = p.run_id
-		WHERE p.experiment_id = ? AND r.superseded_by IS NULL ORDER BY p.arm_id, r.id, p.position`, experimentID)
+		WHERE p.experiment_id = ? AND `+inAnalysis("r")+` ORDER BY p.arm_id, r.id, p.position`, experimentID)
 	if err != nil {
 		return nil, fmt.Errorf("phases of experiment %d: %w", experimentID, err)
 	}
@@ -131,8 +131,8 @@ type TurnMetric struct {
 	TokenTimes []byte `db:"token_times"`
 }
 
-// TurnMetrics lists every turn's timing with its run and session, leaving out launches
-// a resume ran again, by arm, run, session and turn. Each arm is read on a connection
+// TurnMetrics lists every turn's timing with its run and session, over the launches
+// in the analysis (InAnalysis), by arm, run, session and turn. Each arm is read on a connection
 // of its own, as many at once as there are cores: the token times sit after a streamed
 // turn's bodies, so the read follows every row's chain of overflow pages, which was
 // most of the verdict of a run of long replies.
@@ -150,7 +150,7 @@ func TurnMetrics(ctx context.Context, db *sqlx.DB, experimentID int64) ([]TurnMe
 					t.latency_ms, t.prompt_tokens, t.completion_tokens, t.status_code, (t.error IS NOT NULL) AS failed, t.finish_reason,
 					t.decode_ms, t.token_times
 				FROM turns t JOIN runs r ON r.id = t.run_id
-				WHERE t.experiment_id = ? AND t.arm_id = ? AND r.superseded_by IS NULL
+				WHERE t.experiment_id = ? AND t.arm_id = ? AND `+inAnalysis("r")+`
 				ORDER BY t.run_id, t.session_index, t.turn_index`, experimentID, arm)
 		})
 	}

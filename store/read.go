@@ -161,11 +161,11 @@ func ListExperiments(ctx context.Context, db *sqlx.DB) ([]ExperimentSummary, err
 	err := db.SelectContext(ctx, &out, `SELECT e.id, e.name, e.status, e.created_at, e.finished_at,
 		(SELECT count(*) FROM arms a WHERE a.experiment_id = e.id) AS arms,
 		(SELECT coalesce(sum(s.`+analysedSQL+`), 0) FROM sessions s JOIN runs r ON r.id = s.run_id
-			WHERE s.experiment_id = e.id AND r.superseded_by IS NULL) AS sessions,
+			WHERE s.experiment_id = e.id AND `+inAnalysis("r")+`) AS sessions,
 		(SELECT coalesce(sum(s.`+analysedSQL+` AND s.corrupted = 1), 0) FROM sessions s JOIN runs r ON r.id = s.run_id
-			WHERE s.experiment_id = e.id AND r.superseded_by IS NULL) AS corrupted,
+			WHERE s.experiment_id = e.id AND `+inAnalysis("r")+`) AS corrupted,
 		(SELECT coalesce(sum(NOT (s.`+analysedSQL+`)), 0) FROM sessions s JOIN runs r ON r.id = s.run_id
-			WHERE s.experiment_id = e.id AND r.superseded_by IS NULL) AS lost
+			WHERE s.experiment_id = e.id AND `+inAnalysis("r")+`) AS lost
 		FROM experiments e ORDER BY e.id DESC`)
 	if err != nil {
 		return nil, err
@@ -306,15 +306,15 @@ type SessionOutcome struct {
 	Node               string        `db:"node"`
 }
 
-// Sessions lists every session of an experiment, leaving out launches a resume ran
-// again. How many of a session's turns were corrupted comes from its turns
+// Sessions lists every session of an experiment's launches in the analysis
+// (InAnalysis). How many of a session's turns were corrupted comes from its turns
 // (TurnMetrics), which the verdict reads once for every figure it takes from them.
 func Sessions(ctx context.Context, db *sqlx.DB, experimentID int64) ([]SessionOutcome, error) {
 	var out []SessionOutcome
 	err := db.SelectContext(ctx, &out, `SELECT s.arm_id, s.run_id, s.block, s.session_index, s.status, s.turns,
 		s.corrupted, s.first_corrupted_turn, r.node
 		FROM sessions s JOIN runs r ON r.id = s.run_id
-		WHERE s.experiment_id = ? AND r.superseded_by IS NULL ORDER BY s.arm_id, s.block, s.session_index`, experimentID)
+		WHERE s.experiment_id = ? AND `+inAnalysis("r")+` ORDER BY s.arm_id, s.block, s.session_index`, experimentID)
 	return out, err
 }
 
@@ -340,7 +340,7 @@ func DetectorCounts(ctx context.Context, db *sqlx.DB, experimentID int64) ([]Det
 			coalesce(max(CASE WHEN l.corrupted = 1 THEN l.reason END), '') AS example,
 			count(*) AS evaluated
 		FROM labels l JOIN runs r ON r.id = l.run_id
-		WHERE l.experiment_id = ? AND r.superseded_by IS NULL
+		WHERE l.experiment_id = ? AND `+inAnalysis("r")+`
 		GROUP BY r.arm_id, l.detector ORDER BY r.arm_id, l.detector`, experimentID)
 	return out, err
 }

@@ -55,13 +55,13 @@ type ServerMetricRow struct {
 	Value     float64 `db:"value"`
 }
 
-// ServerMetrics reads the scraped metrics of an experiment's runs (superseded runs left
-// out), in run and time order.
+// ServerMetrics reads the scraped metrics of an experiment's launches in the analysis
+// (InAnalysis), in run and time order.
 func ServerMetrics(ctx context.Context, db *sqlx.DB, experimentID int64) ([]ServerMetricRow, error) {
 	var out []ServerMetricRow
 	err := db.SelectContext(ctx, &out, `SELECT m.arm_id, m.run_id, r.block, m.elapsed_ms, m.name, m.labels, m.value
 		FROM server_metrics m JOIN runs r ON r.id = m.run_id
-		WHERE m.experiment_id = ? AND r.superseded_by IS NULL ORDER BY m.arm_id, m.run_id, m.elapsed_ms, m.name, m.labels`, experimentID)
+		WHERE m.experiment_id = ? AND `+inAnalysis("r")+` ORDER BY m.arm_id, m.run_id, m.elapsed_ms, m.name, m.labels`, experimentID)
 	if err != nil {
 		return nil, fmt.Errorf("server metrics of experiment %d: %w", experimentID, err)
 	}

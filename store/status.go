@@ -1,5 +1,7 @@
 package store
 
+import "slices"
+
 // The status words the store keeps. Each is the one home of its word: the orchestrator
 // writes them, resume and the verdict read them, and `arbiter query` users see them as
 // they are written here.
@@ -51,9 +53,18 @@ func (s RunStatus) EngineFault() bool {
 	return false
 }
 
+// cutShortStatuses are the states of a launch that something other than its engine
+// stopped: the user's interrupt, the loss of its node, and a launch still starting or
+// running when its arbiter was killed (or a verdict read while it runs).
+var cutShortStatuses = []RunStatus{RunStarting, RunReady, RunInterrupted, RunLost}
+
+// CutShort reports whether a launch in this state was cut short (cutShortStatuses): it
+// did not end on its own, and is left out of the analysis (InAnalysis).
+func (s RunStatus) CutShort() bool { return slices.Contains(cutShortStatuses, s) }
+
 // EngineAnswers reports whether how a launch ended says something about its engine: every
-// ending but the user's interrupt and the loss of its node.
-func (s RunStatus) EngineAnswers() bool { return s != RunInterrupted && s != RunLost }
+// ending but a launch cut short.
+func (s RunStatus) EngineAnswers() bool { return !s.CutShort() }
 
 // SessionStatus is how one session ended (sessions.status).
 type SessionStatus string

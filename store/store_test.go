@@ -29,6 +29,7 @@ func newStore(t *testing.T, opts Options) *Store {
 	return s
 }
 
+// seedExperiment records an experiment with one arm and one launch of it, done.
 func seedExperiment(t *testing.T, s *Store) (exp, arm, run int64) {
 	t.Helper()
 	ctx := context.Background()
@@ -41,7 +42,7 @@ func seedExperiment(t *testing.T, s *Store) (exp, arm, run int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run, err = s.StartRun(ctx, Run{ExperimentID: exp, ArmID: arm, Runtime: "process", Status: "starting", Started: time.Now()})
+	run, err = s.StartRun(ctx, Run{ExperimentID: exp, ArmID: arm, Runtime: "process", Status: "done", Started: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ type VerifyTurn struct {
 	SchemaBroken bool `db:"schema_broken"`
 }
 
-// VerifyTurns lists every turn of an experiment's current launches, for a verify
+// VerifyTurns lists every turn of an experiment's launches in the analysis (InAnalysis), for a verify
 // workload's scoring, by arm, block and session.
 func VerifyTurns(ctx context.Context, db *sqlx.DB, experimentID int64) ([]VerifyTurn, error) {
 	var out []VerifyTurn
@@ -31,7 +31,7 @@ func VerifyTurns(ctx context.Context, db *sqlx.DB, experimentID int64) ([]Verify
 		EXISTS (SELECT 1 FROM labels l WHERE l.run_id = t.run_id AND l.session_index = t.session_index
 			AND l.turn_index = t.turn_index AND l.detector = 'toolcall-schema' AND l.corrupted = 1) AS schema_broken
 		FROM turns t JOIN runs r ON r.id = t.run_id
-		WHERE t.experiment_id = ? AND r.superseded_by IS NULL
+		WHERE t.experiment_id = ? AND `+inAnalysis("r")+`
 		ORDER BY t.arm_id, r.block, t.session_index, t.turn_index`, experimentID)
 	return out, err
 }

@@ -193,11 +193,22 @@ func (v *Verdict) strata(sessions []store.SessionOutcome, index map[int64]int) {
 		return
 	}
 	byNode := v.strataName() != "block"
+	// A block whose launch of an arm was cut short has no sessions of that arm in the
+	// analysis: expected, and said by the caveat on launches cut short.
+	cut := map[[2]int]bool{}
+	for _, r := range v.Runs {
+		if !r.Superseded && r.Status.CutShort() {
+			cut[[2]int{r.Block, v.armIndex(r.Arm)}] = true
+		}
+	}
 	for _, i := range v.others() {
 		var st []stats.Stratum
 		events := 0
 		for _, k := range keys {
 			b, a := counts[k][v.Baseline], counts[k][i]
+			if a.n == 0 && cut[[2]int{k.block, i}] || b.n == 0 && cut[[2]int{k.block, v.Baseline}] {
+				continue
+			}
 			st = append(st, stats.Stratum{A: b.events, N1: b.n, B: a.events, N2: a.n})
 			events += b.events + a.events
 		}

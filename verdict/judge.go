@@ -327,7 +327,7 @@ func (v *Verdict) caveats() {
 	switch st := v.Experiment.State(); st {
 	case store.ExperimentDone:
 	case store.ExperimentAbandoned:
-		add(CaveatStatus, "The experiment is **abandoned**: the arbiter running it stopped renewing its lease (killed, or its machine went away); the counts cover only what was recorded before that. `%s` finishes it.", Command(fmt.Sprintf("resume %d", v.Experiment.ID), v.DB))
+		add(CaveatStatus, "The experiment is **abandoned**: the arbiter running it stopped renewing its lease (killed, or its machine went away); the counts cover only what was recorded before that.%s `%s` finishes it.", v.cutShortText(), Command(fmt.Sprintf("resume %d", v.Experiment.ID), v.DB))
 	default:
 		add(CaveatStatus, "The experiment is **%s**: the counts cover only what was recorded before it stopped.%s", st, v.cutShortText())
 	}
@@ -679,9 +679,9 @@ func (v *Verdict) countGate(name string) (bool, string) {
 				}
 				switch {
 				case a.CorruptedThenCut > 0 && a.CorruptedThenLost > 0:
-					why += fmt.Sprintf(", %d before their launch was cut short", a.CorruptedThenCut)
+					why += fmt.Sprintf(", %d in launches cut short", a.CorruptedThenCut)
 				case a.CorruptedThenCut > 0:
-					why += fmt.Sprintf(", %d more corrupted before their launch was cut short", a.CorruptedThenCut)
+					why += fmt.Sprintf(", %d more corrupted in launches cut short", a.CorruptedThenCut)
 				}
 				return true, why
 			}
@@ -701,26 +701,34 @@ func (v *Verdict) countGate(name string) (bool, string) {
 	return false, ""
 }
 
-// cutShortText says, after the caveat of an interrupted experiment, what its launches cut
-// short left: the sessions they finished are the quickest of theirs, and those left
-// unfinished with a corrupted response are counted neither as analysed nor as lost.
+// cutShortText says, after the caveat of an experiment that stopped before its plan was
+// done, which launches were cut short and what they held: they are left out of the
+// analysis whole, because the sessions a launch finishes first are its shortest.
 func (v *Verdict) cutShortText() string {
-	cut := 0
-	for _, a := range v.Arms {
-		cut += a.Launches.Interrupted + a.Launches.NodeLost
-	}
-	if cut == 0 {
-		return ""
-	}
-	text := " A launch cut short counts the sessions it finished first, which need not be a fair sample of its sessions: whatever makes a session shorter, a fault among them (a tool call leaked into a reply ends its round), is over-represented."
-	var parts []string
-	for _, a := range v.Arms {
-		if a.CorruptedThenCut > 0 {
-			parts = append(parts, fmt.Sprintf("%s %d", a.Name, a.CorruptedThenCut))
+	var names []string
+	for _, r := range v.Runs {
+		if !r.Superseded && r.Status.CutShort() {
+			names = append(names, store.LaunchName(r.Arm, r.Block))
 		}
 	}
-	if len(parts) > 0 {
-		text += fmt.Sprintf(" Sessions left unfinished with a corrupted response, neither analysed nor lost: %s.", joinAnd(parts))
+	if len(names) == 0 {
+		return ""
 	}
-	return text
+	var c store.SessionCounts
+	for _, a := range v.Arms {
+		c = c.Add(a.CutShort)
+	}
+	which, it := "The launch cut short, "+names[0]+", is", "it"
+	if len(names) > 1 {
+		which, it = fmt.Sprintf("The %d launches cut short, %s, are", len(names), joinAnd(names)), "they"
+	}
+	held := fmt.Sprintf("the %d session%s %s finished (%d corrupted)", c.Analysed, plural(c.Analysed), it, c.Corrupted)
+	switch {
+	case c.CorruptedThenLost > 0:
+		held += fmt.Sprintf(" and the %d %s left unfinished (%d with a corrupted response)", c.Lost, it, c.CorruptedThenLost)
+	case c.Lost > 0:
+		held += fmt.Sprintf(" and the %d %s left unfinished", c.Lost, it)
+	}
+	return fmt.Sprintf(" %s left out of the analysis, with %s: the sessions a launch finishes first need not be a fair sample of its sessions, since whatever makes a session shorter, a fault among them (a tool call leaked into a reply ends its round), is over-represented.",
+		which, held)
 }

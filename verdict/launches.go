@@ -9,6 +9,7 @@ import (
 
 	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/stats"
+	"github.com/arbiterlab/arbiter/store"
 )
 
 // The launch is the experimental unit. Two launches of one configuration are not
@@ -848,7 +849,7 @@ func (v *Verdict) launchSamples() [][]launchSample {
 		return s
 	}
 	for _, r := range v.Runs {
-		if r.Superseded {
+		if !store.InAnalysis(r.Status, r.Superseded) {
 			continue
 		}
 		s := get(r.ID, v.armIndex(r.Arm), r.Block)
@@ -978,7 +979,7 @@ func (v *Verdict) applyLaunchFamily(f *LaunchFamily) {
 // was seen and how many launches per arm would let arbiter test it. same is true when
 // the arms' sessions show no difference at all: that is said of these sessions only, and
 // the test these launches could not make is still named.
-func attributionSentence(c *LaunchClaim, same bool) string {
+func (v *Verdict) attributionSentence(c *LaunchClaim, same bool) string {
 	if c == nil || c.Testable {
 		return ""
 	}
@@ -989,16 +990,26 @@ func attributionSentence(c *LaunchClaim, same bool) string {
 		return "The launches agreed exactly within each arm: there is no spread between them to weigh the difference against, which is no evidence either way."
 	}
 	n := min(c.LaunchesArm, c.LaunchesBase)
-	s := fmt.Sprintf("With %d launch%s per arm this cannot be told apart from a difference between launches of one configuration: %d launches per arm (`launches: %d`) can test it",
-		n, pluralEs(n), c.Needed, c.Needed)
+	s := fmt.Sprintf("With %d launch%s per arm this cannot be told apart from a difference between launches of one configuration: %s can test it",
+		n, pluralEs(n), v.moreLaunches(c.Needed))
 	if same {
-		s = fmt.Sprintf("These sessions show no difference, and with %d launch%s per arm a difference could not have been told apart from one between launches of one configuration: %d launches per arm (`launches: %d`) can test for one",
-			n, pluralEs(n), c.Needed, c.Needed)
+		s = fmt.Sprintf("These sessions show no difference, and with %d launch%s per arm a difference could not have been told apart from one between launches of one configuration: %s can test for one",
+			n, pluralEs(n), v.moreLaunches(c.Needed))
 	}
 	if c.FloorWouldTest {
 		s += ", or one per arm weighed against an A/A noise floor (`--noise-floor`)"
 	}
 	return s + "."
+}
+
+// moreLaunches names what gives an arm needed launches in the analysis: the rest of its
+// own plan when the experiment stopped before it was done and planned enough (the
+// headline names the resume that runs it), a larger plan otherwise.
+func (v *Verdict) moreLaunches(needed int) string {
+	if planned := max(v.Design.Blocks, 1); v.Experiment.State() != store.ExperimentDone && v.interruptedLaunches() > 0 && planned >= needed {
+		return fmt.Sprintf("the rest of its plan (%d launches per arm)", planned)
+	}
+	return fmt.Sprintf("%d launches per arm (`launches: %d`)", needed, needed)
 }
 
 func pluralEs(n int) string {

@@ -52,7 +52,7 @@ func (l LaunchCounts) words() string {
 		n    int
 		word string
 	}{{l.Done, "done"}, {l.Crashed, "crashed"}, {l.Wedged, "wedged"}, {l.Erroring, "erroring"}, {l.TimedOut, "timed out"},
-		{l.Failed, "failed"}, {l.Interrupted, "interrupted"}} {
+		{l.Failed, "failed"}, {l.Interrupted, "interrupted"}, {l.NodeLost, "node lost"}, {l.Unfinished, "unfinished"}} {
 		if c.n > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", c.n, c.word))
 		}

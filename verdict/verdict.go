@@ -104,10 +104,13 @@ type ArmResult struct {
 	// were lost. They are not analysed (that would count only the corrupted ones of the
 	// lost sessions); the verdict reports them beside the analysis.
 	CorruptedThenLost int
-	// CorruptedThenCut are sessions of launches the user interrupted or whose node went
-	// away that had a corrupted response before their launch was cut short: like their
-	// launch's other unfinished sessions they are neither analysed nor lost (the engine
-	// did not lose them), but the response was corrupted, and the corruption gate counts it.
+	// CutShort tallies the sessions of the arm's launches cut short (the user's interrupt,
+	// a node lost, an arbiter killed): left out of the analysis whole (store.InAnalysis),
+	// the sessions they finished too, which need not be a fair sample of theirs.
+	CutShort store.SessionCounts
+	// CorruptedThenCut are the sessions of those launches, finished or not, with a
+	// corrupted response: neither analysed nor lost (the engine did not lose them), but a
+	// corrupted response was seen, and the corruption gate counts it.
 	CorruptedThenCut int
 	// Launches are the arm's launches (resumed-over ones left out), by how they ended.
 	Launches LaunchCounts
@@ -186,11 +189,18 @@ type LaunchCounts struct {
 	// NodeLost are launches whose node stopped answering: like an interrupt, not the
 	// engine's doing, so they are left out of the fault comparison.
 	NodeLost int
+	// Unfinished are launches still starting or running when the verdict was built: their
+	// arbiter was killed (an abandoned experiment), or it runs them still.
+	Unfinished int
 }
 
-// Judged are the launches the fault comparison counts: all but those the user
-// interrupted and those lost with their node.
-func (l LaunchCounts) Judged() int { return l.Total - l.Interrupted - l.NodeLost }
+// Judged are the launches the fault comparison counts: all but those cut short (the
+// user's interrupt, a node lost, unfinished).
+func (l LaunchCounts) Judged() int { return l.Total - l.CutShort() }
+
+// CutShort are the launches left out of the analysis for something other than their
+// engine stopping them: interrupted, lost with their node, or unfinished.
+func (l LaunchCounts) CutShort() int { return l.Interrupted + l.NodeLost + l.Unfinished }
 
 // Faulted are the launches whose engine crashed, wedged, kept failing requests or let
 // them time out under the workload: the faults arbiter exists to find, compared between
@@ -363,21 +373,11 @@ func BuildWith(ctx context.Context, db *sqlx.DB, id int64, o Options) (*Verdict,
 			corruptedTurns[sessionKey{t.RunID, t.Session}]++
 		}
 	}
-	// A launch cut short did not lose the sessions it left unfinished (account): nor the
-	// corrupted ones among them.
-	cut := map[int64]bool{}
-	for _, r := range v.Runs {
-		cut[r.ID] = cutShort(r.Status)
-	}
 	counts := make([]store.SessionCounts, len(v.Arms))
-	corruptedThenCut := make([]int, len(v.Arms))
 	for _, s := range sessions {
 		i := index[s.ArmID]
 		counts[i].Count(s.Status, s.Corrupted)
 		if !analysed(s) {
-			if s.Corrupted && cut[s.RunID] {
-				corruptedThenCut[i]++
-			}
 			continue
 		}
 		ar := &v.Arms[i]
@@ -385,10 +385,20 @@ func BuildWith(ctx context.Context, db *sqlx.DB, id int64, o Options) (*Verdict,
 		ar.clusters = append(ar.clusters, stats.ClusterCounts{Events: n, Responses: s.Turns})
 		ar.CorruptedTurns += n
 	}
+	// A launch cut short is left out whole: it did not lose the sessions it left
+	// unfinished, and those it finished first need not be a fair sample of its sessions.
+	cut, err := store.CutShortSessionCounts(ctx, db, exp.ID)
+	if err != nil {
+		return nil, err
+	}
+	for id, c := range cut {
+		ar := &v.Arms[index[id]]
+		ar.CutShort = c
+		ar.CorruptedThenCut = c.Corrupted + c.CorruptedThenLost
+	}
 	for i, c := range counts {
 		ar := &v.Arms[i]
-		ar.Started, ar.Sessions, ar.Corrupted = c.Recorded, c.Analysed, c.Corrupted
-		ar.CorruptedThenLost, ar.CorruptedThenCut = c.CorruptedThenLost-corruptedThenCut[i], corruptedThenCut[i]
+		ar.Started, ar.Sessions, ar.Corrupted, ar.CorruptedThenLost = c.Recorded, c.Analysed, c.Corrupted, c.CorruptedThenLost
 	}
 	v.loadTimings(metrics)
 	v.loadRounds(metrics)
@@ -413,7 +423,8 @@ func BuildWith(ctx context.Context, db *sqlx.DB, id int64, o Options) (*Verdict,
 }
 
 // analysed reports whether a session enters the analysis: store.Analysed is the one rule
-// (it finished), shared with the orchestrator's sequential looks and resume.
+// (it finished), shared with the orchestrator's sequential looks and resume. The verdict
+// reads only the sessions of launches in the analysis (store.InAnalysis).
 func analysed(s store.SessionOutcome) bool { return s.Analysed() }
 
 // account counts every arm's planned and lost sessions and its launches, and says why an
@@ -445,26 +456,22 @@ func (v *Verdict) account() {
 			l.Interrupted++
 		case store.RunLost:
 			l.NodeLost++
+		case store.RunStarting, store.RunReady:
+			l.Unfinished++
 		}
 	}
-	startedIn, analysedIn := map[int64]int{}, map[int64]int{}
+	startedIn := map[int64]int{}
 	for _, s := range v.sessions {
 		startedIn[s.RunID]++
-		if analysed(s) {
-			analysedIn[s.RunID]++
-		}
 	}
 	for i := range v.Arms {
 		a := &v.Arms[i]
 		a.Planned = a.Started
 		if per := v.Design.Sessions; per > 0 {
-			// A launch the user interrupted, or whose node went away, planned only the
-			// sessions it finished: the rest were never the engine's to lose.
+			// A launch cut short planned nothing the analysis counts: it is left out.
 			a.Planned = 0
 			for _, r := range runsOf[i] {
-				if cutShort(r.Status) {
-					a.Planned += analysedIn[r.ID]
-				} else {
+				if !r.Status.CutShort() {
 					a.Planned += max(per, startedIn[r.ID])
 				}
 			}
@@ -711,10 +718,4 @@ func elapsed(from, to string) *time.Duration {
 	}
 	d := b.Sub(a)
 	return &d
-}
-
-// cutShort reports whether a launch that ended with status was cut short by something
-// other than its engine: the user's interrupt, or its node going away.
-func cutShort(status store.RunStatus) bool {
-	return status == store.RunInterrupted || status == store.RunLost
 }

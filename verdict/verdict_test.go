@@ -1226,36 +1226,54 @@ func TestInterruptedVerdictNamesResume(t *testing.T) {
 	}
 }
 
-// A session that the user's interrupt cut short after a corrupted response is no more
-// lost than its launch's clean unfinished ones: the Results table does not count it as
-// "corrupted, then lost" beside a lost count that leaves it out, the caveat says what it
-// is, and the corruption gate still fails on the corrupted response.
-func TestASessionCutShortAfterACorruptedResponseIsNotLost(t *testing.T) {
-	db, ref := recordFixture(t, fixture{example: "quickstart", status: "interrupted", runs: []launch{
-		{arm: "control", sessions: join(finished(60))},
-		{arm: "treatment", status: "interrupted", sessions: join(finished(20), lostAt("aborted", 40, 3, 1))}}})
+// A launch the user's interrupt cut short is left out of the analysis whole: the
+// sessions it finished first are its shortest, and where a fault ends a session's round
+// early they are its faulty ones. Here treatment's cut-short launch finished 20 sessions,
+// 10 of them corrupted, where its full launch corrupted 2 of 60: counted, they would
+// make a difference of identical arms. The verdict analyses the full launches only, says
+// what was left out, and the corruption gate still fails on the corrupted responses seen.
+func TestALaunchCutShortIsLeftOutOfTheAnalysis(t *testing.T) {
+	db, ref := recordFixture(t, fixture{example: "quickstart-launches", status: "interrupted", runs: []launch{
+		{arm: "control", sessions: finished(60)},
+		{arm: "treatment", sessions: finished(60)},
+		{arm: "control", block: 1, sessions: finished(60)},
+		{arm: "treatment", block: 1, status: "interrupted", sessions: join(finished(20, slices.Repeat([]int{1}, 10)...), lostAt("aborted", 40, 3, 1))}}})
 	v, err := Build(context.Background(), db, ref)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tr := v.Arms[1]
-	if tr.Name != "treatment" || tr.Lost != 0 || tr.CorruptedThenLost != 0 || tr.CorruptedThenCut != 3 {
-		t.Errorf("%s: lost %d, corrupted then lost %d, corrupted then cut short %d; want 0, 0 and 3",
-			tr.Name, tr.Lost, tr.CorruptedThenLost, tr.CorruptedThenCut)
+	if tr.Name != "treatment" || tr.Sessions != 60 || tr.Corrupted != 0 || tr.Lost != 0 || tr.CorruptedThenLost != 0 || tr.CorruptedThenCut != 13 {
+		t.Errorf("%s: %d of %d analysed sessions corrupted, lost %d, corrupted then lost %d, corrupted in launches cut short %d; want 0 of 60, 0, 0 and 13",
+			tr.Name, tr.Corrupted, tr.Sessions, tr.Lost, tr.CorruptedThenLost, tr.CorruptedThenCut)
+	}
+	if tr.Launches.Total != 2 || tr.Launches.Interrupted != 1 || tr.Launches.Judged() != 1 {
+		t.Errorf("treatment's launches: %+v, judged %d; want 2, one interrupted, one judged", tr.Launches, tr.Launches.Judged())
+	}
+	if c := tr.Compare; c == nil || c.Significant || c.FisherP != 1 {
+		t.Errorf("treatment against control on the full launches (0/60 against 0/120): %+v", c)
+	}
+	for _, p := range v.Pairs {
+		if p.Pairs != 60 {
+			t.Errorf("paired sessions: %d pairs, want the 60 of block 0 (block 1's treatment launch was cut short)", p.Pairs)
+		}
 	}
 	md := markdown(t, v)
-	if !strings.Contains(md, "| treatment | 20 | 0 | 0.0% |") || !strings.Contains(md, "| 0 of 20 | 0 |") {
-		t.Errorf("the Results table does not show treatment's 20 analysed sessions, none lost:\n%s", md)
+	for _, want := range []string{
+		"| treatment | 60 | 0 | 0.0% |",
+		"The launch cut short, treatment/b1, is left out of the analysis, with the 20 sessions it finished (10 corrupted) and the 40 it left unfinished (3 with a corrupted response): the sessions a launch finishes first need not be a fair sample of its sessions",
+		"this judges the launches that finished",
+		"the rest of its plan (4 launches per arm) can test for one",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the verdict does not say %q:\n%s", want, md)
+		}
 	}
-	if !strings.Contains(md, "Sessions left unfinished with a corrupted response, neither analysed nor lost: treatment 3.") ||
-		!strings.Contains(md, "it finished first, which need not be a fair sample of its sessions") {
-		t.Errorf("the caveat does not say what the launch cut short left:\n%s", md)
-	}
-	if failed, why := v.Gate("corruption"); !failed || !strings.HasSuffix(why, "treatment: 0 of 20 analysed sessions corrupted, 3 more corrupted before their launch was cut short") {
+	if failed, why := v.Gate("corruption"); !failed || !strings.HasSuffix(why, "treatment: 0 of 60 analysed sessions corrupted, 13 more corrupted in launches cut short") {
 		t.Errorf("the corruption gate: failed %v, %q", failed, why)
 	}
-	if got := v.Summary()["arms"].([]map[string]any)[1]["corrupted_then_cut_short"]; got != 3 {
-		t.Errorf("--json corrupted_then_cut_short = %v, want 3", got)
+	if got := v.Summary()["arms"].([]map[string]any)[1]["corrupted_then_cut_short"]; got != 13 {
+		t.Errorf("--json corrupted_then_cut_short = %v, want 13", got)
 	}
 }
 

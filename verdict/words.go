@@ -152,7 +152,7 @@ func (v *Verdict) decisionSentence(a ArmResult, mark string) string {
 		return "No launch of one of the arms has an analysed session: nothing can be compared."
 	}
 	if !lc.Testable {
-		return attributionSentence(lc, c.Difference == 0)
+		return v.attributionSentence(lc, c.Difference == 0)
 	}
 	if c.Significant {
 		return fmt.Sprintf("%s %s: %s's corruption rate is significantly %s.", v.pLabel(c), v.levelClause(lc), a.Name, c.Direction)
@@ -262,18 +262,18 @@ func (v *Verdict) headline(mark string) string {
 		return v.refusedHeadline(mark)
 	}
 	if v.Experiment.Status == store.ExperimentInterrupted {
-		return fmt.Sprintf("Interrupted before its plan was done (%d of its launches were cut short or never ran): this judges what was recorded, and `arbiter resume %d` finishes it. ",
-			v.interruptedLaunches(), v.Experiment.ID) + v.uninterruptedHeadline(mark)
+		return fmt.Sprintf("Interrupted before its plan was done (%d of its launches were cut short or never ran): this judges the launches that finished, and `%s` finishes it. ",
+			v.interruptedLaunches(), Command(fmt.Sprintf("resume %d", v.Experiment.ID), v.DB)) + v.uninterruptedHeadline(mark)
 	}
 	return v.uninterruptedHeadline(mark)
 }
 
-// interruptedLaunches counts the launches the user's interrupt cut short, and those the
+// interruptedLaunches counts the launches cut short, and those the
 // plan had yet to start.
 func (v *Verdict) interruptedLaunches() int {
 	n := 0
 	for _, a := range v.Arms {
-		n += a.Launches.Interrupted + max(0, max(v.Design.Blocks, 1)-a.Launches.Total)
+		n += a.Launches.CutShort() + max(0, max(v.Design.Blocks, 1)-a.Launches.Total)
 	}
 	return n
 }
@@ -697,7 +697,7 @@ func (v *Verdict) multiDecision(mark string) string {
 		}
 		s := fmt.Sprintf("No arm's corruption rate differs from %s's beyond what its launches alone could do (smallest launch p %s)", base, pEq(smallest))
 		if !tested && untestable != nil {
-			s = strings.TrimSuffix(attributionSentence(untestable, same), ".")
+			s = strings.TrimSuffix(v.attributionSentence(untestable, same), ".")
 		}
 		if len(clauses) > 0 {
 			s = capitalize(strings.Join(clauses, "; ")) + "; of the others, no arm's corruption rate differs significantly from " + base + "'s"

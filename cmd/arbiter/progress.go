@@ -21,8 +21,8 @@ import (
 // far, tokens per second). Several launches may run at once; each has its own line. On a
 // terminal it is drawn with bars; anywhere else (a file, a pipe, /dev/null, a CI log) it
 // is plain lines, one per launch every plainInterval. A bar counts only sessions that
-// finished: a session lost to an error, a crash or a Ctrl-C is counted as lost, never
-// as done.
+// finished: a session lost to an error or a crash is counted as lost, never as done, and
+// one a Ctrl-C left unfinished as unfinished.
 
 // plainInterval is how often plain lines report each launch.
 const plainInterval = 10 * time.Second
@@ -79,8 +79,15 @@ func (l *launchState) describe(now time.Time) string {
 		end = l.ended
 	}
 	s := fmt.Sprintf("%d/%d sessions, %d corrupted", l.done, l.info.Sessions, l.bad)
+	// A launch cut short (an interrupt, its node lost) lost nothing: it left sessions
+	// unfinished, and the verdict leaves it out of the analysis.
+	cut := !l.ended.IsZero() && l.status.CutShort()
 	if l.lost > 0 {
-		s += fmt.Sprintf(", %d lost", l.lost)
+		word := "lost"
+		if cut {
+			word = "unfinished"
+		}
+		s += fmt.Sprintf(", %d %s", l.lost, word)
 		if l.badLost > 0 {
 			s += fmt.Sprintf(" (%d corrupted first)", l.badLost)
 		}
@@ -93,6 +100,9 @@ func (l *launchState) describe(now time.Time) string {
 	}
 	if !l.ended.IsZero() {
 		s += ", " + string(l.status)
+	}
+	if cut {
+		s += ", left out of the analysis"
 	}
 	return s
 }

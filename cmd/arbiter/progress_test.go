@@ -95,8 +95,9 @@ func TestBarNeverShowsLostSessionsAsDone(t *testing.T) {
 		t.Errorf("bar at %d, completed %v, aborted %v; want 34 of 60, aborted", bar.Current(), bar.Completed(), bar.Aborted())
 	}
 	l := p.launches["control/b0"]
-	if got := l.describe(l.ended); !strings.HasPrefix(got, "34/60 sessions, 0 corrupted, 26 lost") {
-		t.Errorf("the bar's text says %q; want 34 of 60 done and 26 lost", got)
+	if got := l.describe(l.ended); !strings.HasPrefix(got, "34/60 sessions, 0 corrupted, 26 unfinished") ||
+		!strings.HasSuffix(got, "interrupted, left out of the analysis") {
+		t.Errorf("the bar's text says %q; want 34 of 60 done, 26 unfinished, and the launch left out of the analysis", got)
 	}
 	if got := out.String(); !strings.Contains(got, "34/60") || strings.Contains(got, "60/60") {
 		t.Errorf("the bar drew lost sessions as done:\n%s", got)
