@@ -327,7 +327,7 @@ func (v *Verdict) caveats() {
 	switch st := v.Experiment.State(); st {
 	case store.ExperimentDone:
 	case store.ExperimentAbandoned:
-		add(CaveatStatus, "The experiment is **abandoned**: the arbiter running it stopped renewing its lease (killed, or its machine went away); the counts cover only what was recorded before that.%s `%s` finishes it.", v.cutShortText(), Command(fmt.Sprintf("resume %d", v.Experiment.ID), v.DB))
+		add(CaveatStatus, "The experiment is **abandoned**: the arbiter running it stopped renewing its lease (killed, or its machine went away); the counts cover only what was recorded before that.%s", v.cutShortText())
 	default:
 		add(CaveatStatus, "The experiment is **%s**: the counts cover only what was recorded before it stopped.%s", st, v.cutShortText())
 	}

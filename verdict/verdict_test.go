@@ -1277,6 +1277,36 @@ func TestALaunchCutShortIsLeftOutOfTheAnalysis(t *testing.T) {
 	}
 }
 
+// An experiment whose arbiter was killed mid-launch is judged as an interrupted one: its
+// launch still recorded as running is cut short, left out of the analysis, and the
+// headline says how to finish the experiment, in the database the user named.
+func TestAnAbandonedExperimentLeavesItsUnfinishedLaunchOut(t *testing.T) {
+	db, ref := recordFixture(t, fixture{example: "quickstart", status: "running", runs: []launch{
+		{arm: "control", sessions: finished(60)},
+		{arm: "treatment", status: "ready", sessions: finished(20, slices.Repeat([]int{1}, 10)...)}}})
+	v, err := Build(context.Background(), db, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.DB = "results/ab.db"
+	if st := v.Experiment.State(); st != store.ExperimentAbandoned {
+		t.Fatalf("state %s, want abandoned (no arbiter holds its lease)", st)
+	}
+	tr := v.Arms[1]
+	if tr.Sessions != 0 || tr.Launches.Unfinished != 1 || tr.Launches.Judged() != 0 || tr.CorruptedThenCut != 10 {
+		t.Errorf("treatment: %d analysed, launches %+v (judged %d), %d corrupted in launches cut short; want 0, 1 unfinished, 0 judged, 10",
+			tr.Sessions, tr.Launches, tr.Launches.Judged(), tr.CorruptedThenCut)
+	}
+	head := v.Headline()[0]
+	if !strings.HasPrefix(head, "Abandoned (its arbiter was killed, or its machine went away) before its plan was done") ||
+		!strings.Contains(head, fmt.Sprintf("`arbiter resume %d --db results/ab.db` finishes it", ref)) {
+		t.Errorf("the headline does not say the experiment was abandoned and how to finish it: %q", head)
+	}
+	if md := markdown(t, v); !strings.Contains(md, "The launch cut short, treatment/b0, is left out of the analysis, with the 20 sessions it finished (10 corrupted)") {
+		t.Errorf("the caveat does not name the launch left out:\n%s", md)
+	}
+}
+
 // Two launches an arm are judged by Welch's t test, whose interval on one degree of
 // freedom can pass ±100 points. The caveat that names the differences a claim cannot
 // rule out says what the Claims table says of it (too wide to inform), never a difference

@@ -261,9 +261,11 @@ func (v *Verdict) headline(mark string) string {
 	if v.Refused() {
 		return v.refusedHeadline(mark)
 	}
-	if v.Experiment.Status == store.ExperimentInterrupted {
-		return fmt.Sprintf("Interrupted before its plan was done (%d of its launches were cut short or never ran): this judges the launches that finished, and `%s` finishes it. ",
-			v.interruptedLaunches(), Command(fmt.Sprintf("resume %d", v.Experiment.ID), v.DB)) + v.uninterruptedHeadline(mark)
+	stopped := map[store.ExperimentStatus]string{store.ExperimentInterrupted: "Interrupted",
+		store.ExperimentAbandoned: "Abandoned (its arbiter was killed, or its machine went away)"}[v.Experiment.State()]
+	if stopped != "" {
+		return fmt.Sprintf("%s before its plan was done (%d of its launches were cut short or never ran): this judges the launches that finished, and `%s` finishes it. ",
+			stopped, v.interruptedLaunches(), Command(fmt.Sprintf("resume %d", v.Experiment.ID), v.DB)) + v.uninterruptedHeadline(mark)
 	}
 	return v.uninterruptedHeadline(mark)
 }
