@@ -219,9 +219,19 @@ func (v *Verdict) strata(sessions []store.SessionOutcome, index map[int64]int) {
 			// the caveat on arms without a corrupted session says what there is.
 			continue
 		}
+		baseEvents, armEvents := 0, 0
+		for _, k := range keys {
+			baseEvents += counts[k][v.Baseline].events
+			armEvents += counts[k][i].events
+		}
 		for _, w := range r.Warnings {
 			if byNode && strings.Contains(string(w), "has an empty arm") {
 				continue // expected across nodes, and said where the strata are shown
+			}
+			if (baseEvents == 0 || armEvents == 0) && strings.HasPrefix(string(w), "common odds ratio is") {
+				// An arm with no corrupted session at all: the table's odds ratio says
+				// it (∞ or 0), and the caveat on arms without one bounds the rate.
+				continue
 			}
 			// The statistics name the baseline arm A and the compared arm B.
 			named := strings.NewReplacer("arm A", v.Arms[v.Baseline].Name, "arm B", v.Arms[i].Name).Replace(string(w))
