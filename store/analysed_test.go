@@ -153,3 +153,38 @@ func TestLaunchesInTheAnalysisFollowTheOneRule(t *testing.T) {
 		t.Errorf("ListExperiments = %+v, %v; want %d analysed and %d lost", list, err, want.Analysed, want.Lost)
 	}
 }
+
+// A launch cut short is out of the analysis but not out of reach: its corrupted responses
+// are still the requests `arbiter repro` bundles, with the load they met.
+func TestFailingTurnsIncludeLaunchesCutShort(t *testing.T) {
+	s := newStore(t, Options{})
+	exp, _, _ := seedExperiment(t, s)
+	ctx := context.Background()
+	arm, err := s.AddArm(ctx, Arm{ExperimentID: exp, Name: "treatment", Position: 1, Pins: "{}", Command: "[]", Env: "{}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := s.StartRun(ctx, Run{ExperimentID: exp, ArmID: arm, Runtime: "process", Status: RunInterrupted, Started: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := s.NewWriter(WriterOptions{})
+	first := 0
+	w.Turn(Turn{ExperimentID: exp, RunID: run, ArmID: arm, Started: time.Now(), StatusCode: 200, Corrupted: true,
+		Request: `{"messages":[]}`, Response: `{}`, Labels: []Label{{Detector: "dsml-leak", Corrupted: true, Reason: "markup in content"}}})
+	w.Session(Session{ExperimentID: exp, RunID: run, ArmID: arm, Status: SessionOK, Turns: 1, Corrupted: true, FirstCorruptedTurn: &first})
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	failing, err := FailingTurns(ctx, s.DB(), exp, "control")
+	if err != nil || len(failing) != 1 || failing[0].Arm != "treatment" || failing[0].Reasons != "dsml-leak: markup in content" {
+		t.Fatalf("FailingTurns = %+v, %v; want treatment's corrupted turn from its interrupted launch", failing, err)
+	}
+	load, err := RoundOpenings(ctx, s.DB(), exp, "treatment", 0, 0)
+	if err != nil || len(load) != 1 {
+		t.Errorf("RoundOpenings = %v, %v; want the interrupted launch's one opening", load, err)
+	}
+	if s, err := Sessions(ctx, s.DB(), exp); err != nil || len(s) != 0 {
+		t.Errorf("Sessions = %+v, %v; the interrupted launch is out of the analysis", s, err)
+	}
+}

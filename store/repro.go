@@ -30,8 +30,9 @@ type FailingTurn struct {
 }
 
 // FailingTurns lists the first corrupted turn of every corrupted session of the
-// experiment's arms other than baseline (launches in the analysis, InAnalysis),
-// shortest request first.
+// experiment's arms other than baseline (launches superseded on resume left out),
+// shortest request first. A launch cut short counts here, though the analysis leaves it
+// out (InAnalysis): a corrupted response is worth reproducing wherever it was seen.
 func FailingTurns(ctx context.Context, db *sqlx.DB, experimentID int64, baseline string) ([]FailingTurn, error) {
 	var rows []struct {
 		FailingTurn
@@ -45,14 +46,14 @@ func FailingTurns(ctx context.Context, db *sqlx.DB, experimentID int64, baseline
 			(SELECT group_concat(l.detector || ': ' || l.reason, '; ') FROM labels l WHERE l.run_id = t.run_id
 				AND l.session_index = t.session_index AND l.turn_index = t.turn_index AND l.corrupted = 1) AS reasons,
 			(SELECT b.content FROM turns b JOIN arms ba ON ba.id = b.arm_id JOIN runs br ON br.id = b.run_id
-				WHERE b.experiment_id = t.experiment_id AND ba.name = ? AND `+inAnalysis("br")+`
+				WHERE b.experiment_id = t.experiment_id AND ba.name = ? AND br.superseded_by IS NULL
 				AND b.session_index = t.session_index AND b.turn_index = t.turn_index LIMIT 1) AS baseline_content,
 			(SELECT b.tool_calls FROM turns b JOIN arms ba ON ba.id = b.arm_id JOIN runs br ON br.id = b.run_id
-				WHERE b.experiment_id = t.experiment_id AND ba.name = ? AND `+inAnalysis("br")+`
+				WHERE b.experiment_id = t.experiment_id AND ba.name = ? AND br.superseded_by IS NULL
 				AND b.session_index = t.session_index AND b.turn_index = t.turn_index LIMIT 1) AS baseline_tool_calls
 		FROM sessions s JOIN arms a ON a.id = s.arm_id JOIN runs r ON r.id = s.run_id
 		JOIN turns t ON t.run_id = s.run_id AND t.session_index = s.session_index AND t.turn_index = s.first_corrupted_turn
-		WHERE s.experiment_id = ? AND s.corrupted = 1 AND `+inAnalysis("r")+` AND a.name <> ?
+		WHERE s.experiment_id = ? AND s.corrupted = 1 AND r.superseded_by IS NULL AND a.name <> ?
 		ORDER BY length(t.request), a.position, s.session_index`, baseline, baseline, experimentID, baseline)
 	if err != nil {
 		return nil, fmt.Errorf("failing turns of experiment %d: %w", experimentID, err)
@@ -72,7 +73,7 @@ func FailingTurns(ctx context.Context, db *sqlx.DB, experimentID int64, baseline
 func RoundOpenings(ctx context.Context, db *sqlx.DB, experimentID int64, arm string, block, round int) ([]string, error) {
 	var out []string
 	err := db.SelectContext(ctx, &out, `SELECT t.request FROM turns t JOIN runs r ON r.id = t.run_id JOIN arms a ON a.id = t.arm_id
-		WHERE t.experiment_id = ? AND a.name = ? AND r.block = ? AND `+inAnalysis("r")+` AND t.round = ?
+		WHERE t.experiment_id = ? AND a.name = ? AND r.block = ? AND r.superseded_by IS NULL AND t.round = ?
 			AND t.turn_index = (SELECT min(t2.turn_index) FROM turns t2 WHERE t2.run_id = t.run_id
 				AND t2.session_index = t.session_index AND t2.round = t.round)
 		ORDER BY t.session_index`, experimentID, arm, block, round)
