@@ -1006,10 +1006,26 @@ func (v *Verdict) attributionSentence(c *LaunchClaim, same bool) string {
 // own plan when the experiment stopped before it was done and planned enough (the
 // headline names the resume that runs it), a larger plan otherwise.
 func (v *Verdict) moreLaunches(needed int) string {
-	if planned := max(v.Design.Blocks, 1); v.Experiment.State() != store.ExperimentDone && v.interruptedLaunches() > 0 && planned >= needed {
+	if planned, ok := v.planCovers(needed); ok {
 		return fmt.Sprintf("the rest of its plan (%d launches per arm)", planned)
 	}
 	return fmt.Sprintf("%d launches per arm (`launches: %d`)", needed, needed)
+}
+
+// canTestWords is moreLaunches for a table cell: "4 can test it", "the rest of its plan
+// (4) can test it".
+func (v *Verdict) canTestWords(needed int) string {
+	if planned, ok := v.planCovers(needed); ok {
+		return fmt.Sprintf("the rest of its plan (%d) can test it", planned)
+	}
+	return fmt.Sprintf("%d can test it", needed)
+}
+
+// planCovers reports whether the experiment stopped before its plan was done and its
+// plan holds needed launches per arm, with the launches per arm it planned.
+func (v *Verdict) planCovers(needed int) (int, bool) {
+	planned := max(v.Design.Blocks, 1)
+	return planned, v.Experiment.State() != store.ExperimentDone && v.interruptedLaunches() > 0 && planned >= needed
 }
 
 func pluralEs(n int) string {

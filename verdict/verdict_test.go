@@ -1269,6 +1269,9 @@ func TestALaunchCutShortIsLeftOutOfTheAnalysis(t *testing.T) {
 			t.Errorf("the verdict does not say %q:\n%s", want, md)
 		}
 	}
+	if got := v.DecisionWords(1); got != "not attributable (1 launch per arm; the rest of its plan (4) can test it)" {
+		t.Errorf("show's decision cell: %q", got)
+	}
 	if failed, why := v.Gate("corruption"); !failed || !strings.HasSuffix(why, "treatment: 0 of 60 analysed sessions corrupted, 13 more corrupted in launches cut short") {
 		t.Errorf("the corruption gate: failed %v, %q", failed, why)
 	}

@@ -593,7 +593,7 @@ func (v *Verdict) DecisionWords(i int) string {
 		switch {
 		case !w.Testable:
 			n := min(w.LaunchesArm, w.LaunchesBase)
-			return fmt.Sprintf("wedges: not attributable (%d launch%s per arm; %d can test it)", n, pluralEs(n), w.Needed)
+			return fmt.Sprintf("wedges: not attributable (%d launch%s per arm; %s)", n, pluralEs(n), v.canTestWords(w.Needed))
 		case w.Claimed:
 			return fmt.Sprintf("wedges %s (launch p %s ≤ %s)", w.Decision, pEq(w.P), levelText(w.Level))
 		}
@@ -609,7 +609,7 @@ func (v *Verdict) DecisionWords(i int) string {
 	}
 	if lc := c.Launch; d == "none" && lc != nil && !lc.Testable {
 		n := min(lc.LaunchesArm, lc.LaunchesBase)
-		return fmt.Sprintf("not attributable (%d launch%s per arm; %d can test it)", n, pluralEs(n), lc.Needed)
+		return fmt.Sprintf("not attributable (%d launch%s per arm; %s)", n, pluralEs(n), v.canTestWords(lc.Needed))
 	}
 	return d + " (" + v.shortP(c) + ")"
 }
