@@ -197,32 +197,27 @@ func (v *Verdict) strata(sessions []store.SessionOutcome, index map[int64]int) {
 	// analysis: expected, and said by the caveat on launches cut short.
 	cut := map[[2]int]bool{}
 	for _, r := range v.Runs {
-		if !r.Superseded && r.Status.CutShort() {
+		if r.cutShort() {
 			cut[[2]int{r.Block, v.armIndex(r.Arm)}] = true
 		}
 	}
 	for _, i := range v.others() {
 		var st []stats.Stratum
-		events := 0
+		baseEvents, armEvents := 0, 0
 		for _, k := range keys {
 			b, a := counts[k][v.Baseline], counts[k][i]
 			if a.n == 0 && cut[[2]int{k.block, i}] || b.n == 0 && cut[[2]int{k.block, v.Baseline}] {
 				continue
 			}
 			st = append(st, stats.Stratum{A: b.events, N1: b.n, B: a.events, N2: a.n})
-			events += b.events + a.events
+			baseEvents, armEvents = baseEvents+b.events, armEvents+a.events
 		}
 		r := stats.Stratified(st, 1-v.Alpha)
 		v.Strata = append(v.Strata, StrataView{Arm: v.Arms[i].Name, Result: r})
-		if events == 0 {
+		if baseEvents+armEvents == 0 {
 			// Nothing corrupted on either side: the stratified test has nothing to say, and
 			// the caveat on arms without a corrupted session says what there is.
 			continue
-		}
-		baseEvents, armEvents := 0, 0
-		for _, k := range keys {
-			baseEvents += counts[k][v.Baseline].events
-			armEvents += counts[k][i].events
 		}
 		for _, w := range r.Warnings {
 			if byNode && strings.Contains(string(w), "has an empty arm") {

@@ -672,16 +672,16 @@ func (v *Verdict) countGate(name string) (bool, string) {
 	switch name {
 	case "corruption":
 		for _, a := range v.Arms {
-			if a.Corrupted+a.CorruptedThenLost+a.CorruptedThenCut > 0 {
+			if a.Corrupted+a.CorruptedThenLost+a.CorruptedThenCut() > 0 {
 				why := fmt.Sprintf("%s: %d of %d analysed sessions corrupted", a.Name, a.Corrupted, a.Sessions)
 				if a.CorruptedThenLost > 0 {
 					why += fmt.Sprintf(", %d more corrupted before they were lost", a.CorruptedThenLost)
 				}
 				switch {
-				case a.CorruptedThenCut > 0 && a.CorruptedThenLost > 0:
-					why += fmt.Sprintf(", %d in launches cut short", a.CorruptedThenCut)
-				case a.CorruptedThenCut > 0:
-					why += fmt.Sprintf(", %d more corrupted in launches cut short", a.CorruptedThenCut)
+				case a.CorruptedThenCut() > 0 && a.CorruptedThenLost > 0:
+					why += fmt.Sprintf(", %d in launches cut short", a.CorruptedThenCut())
+				case a.CorruptedThenCut() > 0:
+					why += fmt.Sprintf(", %d more corrupted in launches cut short", a.CorruptedThenCut())
 				}
 				return true, why
 			}
@@ -707,7 +707,7 @@ func (v *Verdict) countGate(name string) (bool, string) {
 func (v *Verdict) cutShortText() string {
 	var names []string
 	for _, r := range v.Runs {
-		if !r.Superseded && r.Status.CutShort() {
+		if r.cutShort() {
 			names = append(names, store.LaunchName(r.Arm, r.Block))
 		}
 	}

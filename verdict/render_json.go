@@ -14,7 +14,7 @@ func (v *Verdict) Summary() map[string]any {
 	arms := []map[string]any{}
 	for i, a := range v.Arms {
 		m := map[string]any{"name": a.Name, "pins": a.Pins, "sessions": a.Sessions, "planned": a.Planned, "lost": a.Lost,
-			"corrupted_then_lost": a.CorruptedThenLost, "corrupted_then_cut_short": a.CorruptedThenCut, "cut_short_finished": a.CutShort.Analysed, "corrupted": a.Corrupted, "rate": nanNil(a.Rate),
+			"corrupted_then_lost": a.CorruptedThenLost, "corrupted_then_cut_short": a.CorruptedThenCut(), "cut_short_finished": a.CutShort.Analysed, "corrupted": a.Corrupted, "rate": nanNil(a.Rate),
 			"wilson95":          []any{nanNil(a.Wilson.Lo), nanNil(a.Wilson.Hi)},
 			"clopper_pearson95": []any{nanNil(a.Exact.Lo), nanNil(a.Exact.Hi)}, "baseline": a.Name == v.Arms[v.Baseline].Name,
 			"launches": map[string]int{"total": a.Launches.Total, "done": a.Launches.Done, "crashed": a.Launches.Crashed,

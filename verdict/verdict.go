@@ -108,10 +108,6 @@ type ArmResult struct {
 	// a node lost, an arbiter killed): left out of the analysis whole (store.InAnalysis),
 	// the sessions they finished too, which need not be a fair sample of theirs.
 	CutShort store.SessionCounts
-	// CorruptedThenCut are the sessions of those launches, finished or not, with a
-	// corrupted response: neither analysed nor lost (the engine did not lose them), but a
-	// corrupted response was seen, and the corruption gate counts it.
-	CorruptedThenCut int
 	// Launches are the arm's launches (resumed-over ones left out), by how they ended.
 	Launches LaunchCounts
 	// Problems say why the arm's corruption cannot be judged (a crash, a wedge, a failed
@@ -182,6 +178,15 @@ func (c *Comparison) Decision() string {
 	}
 	return "none"
 }
+
+// CorruptedThenCut are the sessions of the arm's launches cut short, finished or not,
+// with a corrupted response: neither analysed nor lost (the engine did not lose them),
+// but a corrupted response was seen, and the corruption gate counts it.
+func (a ArmResult) CorruptedThenCut() int { return a.CutShort.Corrupted + a.CutShort.CorruptedThenLost }
+
+// cutShort reports whether the launch was cut short and not run again: left out of the
+// analysis, and named by the caveat that says so.
+func (r RunFact) cutShort() bool { return !r.Superseded && r.Status.CutShort() }
 
 // LaunchCounts tallies an arm's launches by how they ended.
 type LaunchCounts struct {
@@ -392,9 +397,7 @@ func BuildWith(ctx context.Context, db *sqlx.DB, id int64, o Options) (*Verdict,
 		return nil, err
 	}
 	for id, c := range cut {
-		ar := &v.Arms[index[id]]
-		ar.CutShort = c
-		ar.CorruptedThenCut = c.Corrupted + c.CorruptedThenLost
+		v.Arms[index[id]].CutShort = c
 	}
 	for i, c := range counts {
 		ar := &v.Arms[i]

@@ -1243,9 +1243,9 @@ func TestALaunchCutShortIsLeftOutOfTheAnalysis(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr := v.Arms[1]
-	if tr.Name != "treatment" || tr.Sessions != 60 || tr.Corrupted != 0 || tr.Lost != 0 || tr.CorruptedThenLost != 0 || tr.CorruptedThenCut != 13 {
+	if tr.Name != "treatment" || tr.Sessions != 60 || tr.Corrupted != 0 || tr.Lost != 0 || tr.CorruptedThenLost != 0 || tr.CorruptedThenCut() != 13 {
 		t.Errorf("%s: %d of %d analysed sessions corrupted, lost %d, corrupted then lost %d, corrupted in launches cut short %d; want 0 of 60, 0, 0 and 13",
-			tr.Name, tr.Corrupted, tr.Sessions, tr.Lost, tr.CorruptedThenLost, tr.CorruptedThenCut)
+			tr.Name, tr.Corrupted, tr.Sessions, tr.Lost, tr.CorruptedThenLost, tr.CorruptedThenCut())
 	}
 	if tr.Launches.Total != 2 || tr.Launches.Interrupted != 1 || tr.Launches.Judged() != 1 {
 		t.Errorf("treatment's launches: %+v, judged %d; want 2, one interrupted, one judged", tr.Launches, tr.Launches.Judged())
@@ -1296,9 +1296,9 @@ func TestAnAbandonedExperimentLeavesItsUnfinishedLaunchOut(t *testing.T) {
 		t.Fatalf("state %s, want abandoned (no arbiter holds its lease)", st)
 	}
 	tr := v.Arms[1]
-	if tr.Sessions != 0 || tr.Launches.Unfinished != 1 || tr.Launches.Judged() != 0 || tr.CorruptedThenCut != 10 {
+	if tr.Sessions != 0 || tr.Launches.Unfinished != 1 || tr.Launches.Judged() != 0 || tr.CorruptedThenCut() != 10 {
 		t.Errorf("treatment: %d analysed, launches %+v (judged %d), %d corrupted in launches cut short; want 0, 1 unfinished, 0 judged, 10",
-			tr.Sessions, tr.Launches, tr.Launches.Judged(), tr.CorruptedThenCut)
+			tr.Sessions, tr.Launches, tr.Launches.Judged(), tr.CorruptedThenCut())
 	}
 	head := v.Headline()[0]
 	if !strings.HasPrefix(head, "Abandoned (its arbiter was killed, or its machine went away) before its plan was done") ||
