@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/arbiterlab/arbiter/arms"
+	"github.com/arbiterlab/arbiter/stats"
 )
 
 func spec(t *testing.T, workload, analysis, extra string) *arms.Spec {
@@ -109,5 +110,27 @@ func TestPlanForOtherUnits(t *testing.T) {
 	p, _ = Compute(Options{Spec: resp, History: Recorded{ExperimentID: 3, TurnsPerSession: 8, TurnSeconds: 1.5}})
 	if math.Abs(p.DesignEffect-(1+7*0.2)) > 1e-12 || p.WallTimeSeconds == nil || !strings.Contains(p.WallTimeBasis, "experiment 3") {
 		t.Errorf("response unit: design effect %g, wall time %v (%s)", p.DesignEffect, p.WallTimeSeconds, p.WallTimeBasis)
+	}
+}
+
+// A level split three ways reads as a level, not as the float's every digit, and a t
+// test, whose p has no floor, is given none.
+func TestPlanTextRoundsItsLevels(t *testing.T) {
+	p := Plan{Spec: "f.yaml", Alpha: 0.05, Comparisons: 3, AlphaPerComparison: 0.05 / 3, SessionsPerArm: 120,
+		LaunchesPerArm: 2, LaunchTest: string(stats.TestWelch), LaunchLevel: 0.01, TargetPower: 0.8}
+	var text strings.Builder
+	p.WriteText(&text)
+	out := text.String()
+	if !strings.Contains(out, "Fisher's test at 0.0167)") || strings.Contains(out, "0.01666") {
+		t.Errorf("Fisher's level not rounded:\n%s", out)
+	}
+	if !strings.Contains(out, "decided by the Welch test at 0.01: power") || strings.Contains(out, "smallest p") {
+		t.Errorf("a t test given a smallest p:\n%s", out)
+	}
+	p.LaunchTest, p.LaunchesPerArm, p.LaunchMinP = string(stats.TestRandomization), 4, 1.0/35
+	text.Reset()
+	p.WriteText(&text)
+	if !strings.Contains(text.String(), "(its smallest p with these launches 0.0286)") {
+		t.Errorf("the randomization test's smallest p is missing:\n%s", text.String())
 	}
 }

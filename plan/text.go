@@ -45,12 +45,18 @@ func (p Plan) WriteText(w io.Writer) {
 		fixed = " judged once at the end (its sequential looks are below)"
 	}
 	if p.LaunchLevel > 0 {
-		fmt.Fprintf(w, "  this spec (*): %d launch(es) per arm%s, decided by the %s test at %.3g (its smallest p with these launches %.3g): power %.2f\n",
-			p.LaunchesPerArm, fixed, testText(p.LaunchTest), p.LaunchLevel, p.LaunchMinP, p.LaunchPower)
+		// A t test's p has no floor; the randomization test's is the smallest its
+		// launches allow.
+		floorP := ""
+		if p.LaunchMinP > 0 {
+			floorP = fmt.Sprintf(" (its smallest p with these launches %.3g)", p.LaunchMinP)
+		}
+		fmt.Fprintf(w, "  this spec (*): %d launch(es) per arm%s, decided by the %s test at %.3g%s: power %.2f\n",
+			p.LaunchesPerArm, fixed, testText(p.LaunchTest), p.LaunchLevel, floorP, p.LaunchPower)
 	} else {
 		fmt.Fprintf(w, "  this spec (*): %d launch(es) per arm%s, which no test can decide on\n", p.LaunchesPerArm, fixed)
 	}
-	fmt.Fprintf(w, "  if launches were replicas (they are not): %d sessions per arm would have power %.2f (exact, Fisher's test at %g)",
+	fmt.Fprintf(w, "  if launches were replicas (they are not): %d sessions per arm would have power %.2f (exact, Fisher's test at %.3g)",
 		p.SessionsPerArm, p.Power, p.AlphaPerComparison)
 	if p.SessionsNeeded > 0 {
 		fmt.Fprintf(w, ", and %d sessions per arm power %.2f", p.SessionsNeeded, p.TargetPower)
