@@ -1095,7 +1095,7 @@ func (v *Verdict) launchCaveat(add func(CaveatKind, string, ...any)) {
 	if m := len(f.Claims); m > 1 && tested > 0 {
 		untested := ""
 		if tested < m {
-			untested = fmt.Sprintf("; the other %d, which these launches could not test at any share, are not charged", m-tested)
+			untested = fmt.Sprintf("; the other %d, not tested (the Claims section says why), are not charged", m-tested)
 		}
 		add(CaveatMultiplicity, "This verdict tests %d claim%s on launches, sharing alpha %g between them (the Claims section): each is tested at its share, so that the verdict claims anything falsely at most %g of the time%s.", tested, plural(tested), v.Alpha, v.Alpha, untested)
 	}
