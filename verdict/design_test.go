@@ -3,6 +3,7 @@ package verdict
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"path/filepath"
 	"strings"
@@ -130,6 +131,17 @@ func TestFactorialVerdictDescribesTheInteraction(t *testing.T) {
 	}
 	if !strings.Contains(md, "<summary>Factorial model</summary>") || !strings.Contains(md, "bf16_index_k x hicache") {
 		t.Errorf("markdown lacks the factorial section")
+	}
+	// The interaction's claim is on the risk-difference scale: the table shows that p
+	// beside its adjusted one, which Holm can only raise. Shown beside the log-odds p
+	// alone, the adjusted p read as smaller than its own raw p.
+	ai := v.Factorial.Additive[0]
+	row := fmt.Sprintf("| +23.3 pts | %s | %s | ", interactionInterval(ai.Result.CI.Lo, ai.Result.CI.Hi), pval(ai.Result.P))
+	if !strings.Contains(md, row) || !strings.Contains(md, "| p (risk difference) |") || ai.AdjustedP < ai.Result.P {
+		t.Errorf("the interaction's row lacks its own p %q (adjusted %g):\n%s", row, ai.AdjustedP, md)
+	}
+	if strings.Contains(md, "Holm-adjusted as") {
+		t.Errorf("the family's description says Holm-adjusted twice:\n%s", md)
 	}
 }
 

@@ -139,7 +139,7 @@ func (v markdownWriter) lossSection() {
 
 // factorialSection is the factorial model in one table: every main effect and two-way
 // interaction, on the risk-difference scale (interactions) and the log-odds scale
-// (Firth), with `~` where a scale shows nothing.
+// (Firth), each with its p, and `–` where a scale shows nothing.
 func (v markdownWriter) factorialSection() {
 	b := v.b
 	f := v.Factorial
@@ -149,20 +149,22 @@ func (v markdownWriter) factorialSection() {
 		r := f.Reference[name]
 		refs = append(refs, fmt.Sprintf("%s: %s → %s", name, r[0], r[1]))
 	}
-	fmt.Fprintf(b, "Levels compared: %s. Interactions on the risk-difference scale (pooled over any other factor; MOVER-Wilson interval) say how much the first factor's effect on the corruption rate changes with the second; the log-odds scale is a Firth-penalized logistic regression on every main effect and two-way interaction (factors coded -1/2 and +1/2, penalized likelihood-ratio p), which stays finite when a cell has no corrupted session. Every number here counts sessions, as if sessions of one launch were independent: it describes these launches and claims nothing (Holm-adjusted as %s). Claims are made on launches only, each cell against the baseline (the Claims section): a corruption confined to one cell shows there as that cell alone.\n\n", strings.Join(refs, "; "), f.Family.Description)
+	fmt.Fprintf(b, "Levels compared: %s. Interactions on the risk-difference scale (pooled over any other factor; MOVER-Wilson interval) say how much the first factor's effect on the corruption rate changes with the second; the log-odds scale is a Firth-penalized logistic regression on every main effect and two-way interaction (factors coded -1/2 and +1/2, penalized likelihood-ratio p), which stays finite when a cell has no corrupted session. Every number here counts sessions, as if sessions of one launch were independent: it describes these launches and claims nothing (%s). Claims are made on launches only, each cell against the baseline (the Claims section): a corruption confined to one cell shows there as that cell alone.\n\n", strings.Join(refs, "; "), f.Family.Description)
 	conf := fmt.Sprintf("%.0f%% CI", 100*(1-v.Alpha))
-	fmt.Fprintf(b, "| term | change in corruption rate (sessions) | %s | odds ratio | 95%% CI | p (log-odds, sessions) | Holm-adjusted p (sessions) |\n|---|---:|---|---:|---|---:|---:|\n", conf)
+	// Each scale shows its own p; the adjusted one is that of the term's claim, so that
+	// it is never below the p beside it on the same scale.
+	fmt.Fprintf(b, "| term | change in corruption rate (sessions) | %s | p (risk difference) | odds ratio | 95%% CI | p (log-odds) | Holm-adjusted p |\n|---|---:|---|---:|---:|---|---:|---:|\n", conf)
 	additive := map[string]AdditiveInteraction{}
 	for _, ai := range f.Additive {
 		additive[ai.A+"\x00"+ai.B] = ai
 		additive[ai.B+"\x00"+ai.A] = ai
 	}
 	for _, t := range f.Result.Terms {
-		rd, rdCI := "", ""
+		rd, rdCI, rdP := "", "", ""
 		if len(t.Factors) == 2 {
 			if ai, ok := additive[t.Factors[0]+"\x00"+t.Factors[1]]; ok {
 				r := ai.Result
-				rd = points(r.Estimate)
+				rd, rdP = points(r.Estimate), pval(r.P)
 				rdCI = interactionInterval(r.CI.Lo, r.CI.Hi)
 				if ai.A != t.Factors[0] {
 					// The model names a pair in name order; the interaction table in
@@ -181,7 +183,7 @@ func (v markdownWriter) factorialSection() {
 		} else if ai, ok := additive[t.Factors[0]+"\x00"+t.Factors[1]]; ok {
 			adj = pval(ai.AdjustedP)
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s |\n", factorLabel(t), dash(rd), dash(rdCI), or,
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", factorLabel(t), dash(rd), dash(rdCI), dash(rdP), or,
 			ratioInterval(math.Exp(t.CI.Lo), math.Exp(t.CI.Hi)), pval(t.P), adj)
 	}
 	if note := sharedPNote(f.Result.Terms); note != "" {
@@ -216,7 +218,7 @@ func sharedPNote(terms []stats.FactorialTerm) string {
 	if len(parts) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("Equal p-values (%s) are not a fault: with the corrupted sessions in few cells, the data are symmetric in those terms, so the penalized model cannot tell them apart; the corruption by arm above shows where the corruption is.",
+	return fmt.Sprintf("Equal log-odds p-values (%s) are not a fault: with the corrupted sessions in few cells, the data are symmetric in those terms, so the penalized model cannot tell them apart; the corruption by arm above shows where the corruption is.",
 		strings.Join(parts, "; "))
 }
 
