@@ -116,8 +116,10 @@ type LaunchClaim struct {
 	// (MetricThroughput, MetricTTFT, ...), OutcomeNonInferiority or OutcomeStability.
 	Outcome string
 	// Arm is compared with Against (the baseline, or the arm itself before its cascades)
-	// in Group (a phase, or "" for corruption and wedges).
+	// in Group (a phase, or "" for corruption and wedges). AgainstGroup is Against's
+	// phase where it is not Group: the "before" of an arm's tok/s after its cascades.
 	Arm, Against, Group string
+	AgainstGroup        string
 	// Primary is true for the workload's primary outcome.
 	Primary bool
 	// Share is the claim's share of alpha (stats.AllotAlpha), 0 when its test could not
@@ -337,7 +339,7 @@ func familyClaims(in familyInput) []*LaunchClaim {
 	if in.Margin > 0 {
 		for _, arm := range in.Arms {
 			for _, s := range in.Stability {
-				add(&LaunchClaim{Outcome: OutcomeStability, Arm: arm, Against: arm, Group: s[1]})
+				add(&LaunchClaim{Outcome: OutcomeStability, Arm: arm, Against: arm, Group: s[1], AgainstGroup: s[0]})
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package verdict
 
 import (
+	"cmp"
 	"math"
 
 	"github.com/arbiterlab/arbiter/stats"
@@ -143,7 +144,7 @@ func (v *Verdict) claimSummary() map[string]any {
 	f := v.Claims
 	var claims []map[string]any
 	for _, c := range f.Claims {
-		claims = append(claims, map[string]any{"outcome": c.Outcome, "arm": c.Arm, "against": c.Against, "group": c.Group,
+		claims = append(claims, map[string]any{"outcome": c.Outcome, "arm": c.Arm, "against": c.Against, "group": c.Group, "against_group": cmp.Or(c.AgainstGroup, c.Group),
 			"primary": c.Primary, "level": c.Level, "launches_arm": c.LaunchesArm, "launches_against": c.LaunchesBase,
 			"test": c.Test, "estimate": nanNil(c.Estimate), "interval": []any{nanNil(c.CI.Lo), nanNil(c.CI.Hi)},
 			"p": nanNil(c.P), "testable": c.Testable, "launches_needed": c.Needed, "faulted_side": c.Faulted, "launch_spread": nanNil(c.Spread),

@@ -1,6 +1,7 @@
 package verdict
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -45,8 +46,8 @@ func (v markdownWriter) claimsSection() {
 		fmt.Fprintf(b, "\n| outcome | arm | against | launches | estimate | interval | p | tested at | launch spread | decision |\n|---|---|---|---:|---:|---|---:|---:|---:|---|\n")
 		for _, c := range tested {
 			against := c.Against
-			if c.Group != "" {
-				against += " at " + c.Group
+			if g := cmp.Or(c.AgainstGroup, c.Group); g != "" {
+				against += " at " + g
 			}
 			fmt.Fprintf(b, "| %s | %s | %s | %d vs %d | %s | %s | %s | %s | %s | %s |\n", c.Outcome, c.Arm, against, c.LaunchesArm, c.LaunchesBase,
 				claimEstimate(c), claimInterval(c), pval(c.P), levelText(c.Level), claimSpread(c), claimDecision(c))
