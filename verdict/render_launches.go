@@ -148,6 +148,9 @@ func claimList(cs []*LaunchClaim, allPairs int) string {
 		pair, group := "", ""
 		if withArm {
 			pair = c.Arm + " against " + c.Against
+			if c.Against == c.Arm {
+				pair = c.Arm + " against itself" // its tok/s after its cascades, against before them
+			}
 		}
 		if c.Group != allSessions {
 			group = c.Group
