@@ -328,6 +328,12 @@ func (v *Verdict) caveats() {
 	case store.ExperimentDone:
 	case store.ExperimentAbandoned:
 		add(CaveatStatus, "The experiment is **abandoned**: the arbiter running it stopped renewing its lease (killed, or its machine went away); the counts cover only what was recorded before that.%s", v.cutShortText())
+	case store.ExperimentFailed:
+		why := ""
+		if e := v.Experiment.Error; e.Valid && e.String != "" {
+			why = " (" + e.String + ")"
+		}
+		add(CaveatStatus, "The experiment **failed**%s: the counts cover only what was recorded before it stopped.%s", why, v.cutShortText())
 	default:
 		add(CaveatStatus, "The experiment is **%s**: the counts cover only what was recorded before it stopped.%s", st, v.cutShortText())
 	}

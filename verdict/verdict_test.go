@@ -103,6 +103,7 @@ type fixture struct {
 	divergence   bool
 	stoppedEarly string
 	status       string // "done" when empty
+	err          string // the experiment's error, as a failure records it
 	// oneEvent, when set, records every reply as one event, as a workload that does not
 	// stream leaves it: no inter-token latency.
 	oneEvent bool
@@ -280,7 +281,7 @@ func recordFixture(t *testing.T, f fixture) (*sqlx.DB, int64) {
 	if status == "" {
 		status = "done"
 	}
-	s.FinishExperiment(ctx, exp, store.ExperimentStatus(status), "", t0.Add(time.Hour))
+	s.FinishExperiment(ctx, exp, store.ExperimentStatus(status), f.err, t0.Add(time.Hour))
 	s.Close()
 	db, err := store.OpenReadOnly(path)
 	if err != nil {
@@ -1307,6 +1308,43 @@ func TestAnAbandonedExperimentLeavesItsUnfinishedLaunchOut(t *testing.T) {
 	}
 	if md := markdown(t, v); !strings.Contains(md, "The launch cut short, treatment/b0, is left out of the analysis, with the 20 sessions it finished (10 corrupted)") {
 		t.Errorf("the caveat does not name the launch left out:\n%s", md)
+	}
+}
+
+// An experiment that failed in block 1 of 4 (an engine that stopped running as pinned)
+// is judged on block 0, and says so first: that it failed before its plan was done, why,
+// and that its resume runs the rest once the cause is fixed. Before, its headline gave
+// the advice of the rest of its plan as if nothing had stopped it.
+func TestAFailedExperimentSaysItStoppedBeforeItsPlanWasDone(t *testing.T) {
+	why := "arm treatment's engine does not run as pinned (BF16_INDEX_K: the engine reports 0)"
+	db, ref := recordFixture(t, fixture{example: "quickstart-launches", status: "failed", err: why, runs: []launch{
+		{arm: "control", sessions: finished(60)},
+		{arm: "treatment", sessions: finished(60, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9)}}})
+	v, err := Build(context.Background(), db, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.DB = "results/ab.db"
+	head := v.Headline()[0]
+	if !strings.HasPrefix(head, "Failed before its plan was done (6 of its launches were cut short or never ran; the caveats say why)") ||
+		!strings.Contains(head, fmt.Sprintf("`arbiter resume %d --db results/ab.db` runs the rest once the cause is fixed", ref)) {
+		t.Errorf("the headline does not say the experiment failed mid-plan: %q", head)
+	}
+	if md := markdown(t, v); !strings.Contains(md, "The experiment **failed** ("+why+"): the counts cover only") {
+		t.Errorf("the caveat does not say why it failed:\n%s", md)
+	}
+	// A failure after the whole plan ran (an arm without one session) has nothing left
+	// to run: no such headline.
+	var all []launch
+	for b := range 4 {
+		all = append(all, launch{arm: "control", block: b, sessions: finished(60)}, launch{arm: "treatment", block: b, sessions: finished(60, 0, 1)})
+	}
+	db, ref = recordFixture(t, fixture{example: "quickstart-launches", status: "failed", err: why, runs: all})
+	if v, err = Build(context.Background(), db, ref); err != nil {
+		t.Fatal(err)
+	}
+	if head := v.Headline()[0]; strings.HasPrefix(head, "Failed") {
+		t.Errorf("a failure after the whole plan says its plan was not done: %q", head)
 	}
 }
 

@@ -263,9 +263,16 @@ func (v *Verdict) headline(mark string) string {
 	}
 	stopped := map[store.ExperimentStatus]string{store.ExperimentInterrupted: "Interrupted",
 		store.ExperimentAbandoned: "Abandoned (its arbiter was killed, or its machine went away)"}[v.Experiment.State()]
+	resume := Command(fmt.Sprintf("resume %d", v.Experiment.ID), v.DB)
 	if stopped != "" {
 		return fmt.Sprintf("%s before its plan was done (%d of its launches were cut short or never ran): this judges the launches that finished, and `%s` finishes it. ",
-			stopped, v.interruptedLaunches(), Command(fmt.Sprintf("resume %d", v.Experiment.ID), v.DB)) + v.uninterruptedHeadline(mark)
+			stopped, v.interruptedLaunches(), resume) + v.uninterruptedHeadline(mark)
+	}
+	// A failure (the store, a pin the engine did not hold) may stop the plan too; its
+	// resume runs the rest only once the cause is gone, which the caveat names.
+	if n := v.interruptedLaunches(); v.Experiment.State() == store.ExperimentFailed && n > 0 {
+		return fmt.Sprintf("Failed before its plan was done (%d of its launches were cut short or never ran; the caveats say why): this judges the launches that finished, and `%s` runs the rest once the cause is fixed. ",
+			n, resume) + v.uninterruptedHeadline(mark)
 	}
 	return v.uninterruptedHeadline(mark)
 }
