@@ -702,8 +702,37 @@ func (v *Verdict) niClauses(mark string) string {
 			clauses = append(clauses, fmt.Sprintf("with one launch per arm, %s's throughput cannot be judged against %s's within the %s margin: 2 launches per arm can",
 				bold(a, mark), bold(worst.Against, mark), pctShort(o.Margin)))
 		default:
-			clauses = append(clauses, fmt.Sprintf("%s's throughput is not shown to cost less than the %s margin against %s's: at %s its tok/s per request may be %s (%s%s); more launches per arm (`blocks`) narrow the bound",
-				bold(a, mark), pctShort(o.Margin), bold(worst.Against, mark), worst.Group, lowerBy(worst.Result.Bound), level, launches))
+			// The groups it was shown non-inferior in are said first: a loaded phase left
+			// undecided must not hide the ones that were decided.
+			var shown, unshown []ThroughputNI
+			for _, t := range ts {
+				if t.Result.NonInferior {
+					shown = append(shown, t)
+				} else {
+					unshown = append(unshown, t)
+				}
+			}
+			if len(shown) == 0 {
+				clauses = append(clauses, fmt.Sprintf("%s's throughput is not shown to cost less than the %s margin against %s's: at %s its tok/s per request may be %s (%s%s); more launches per arm (`blocks`) narrow the bound",
+					bold(a, mark), pctShort(o.Margin), bold(worst.Against, mark), worst.Group, lowerBy(worst.Result.Bound), level, launches))
+				break
+			}
+			least := shown[0]
+			for _, t := range shown {
+				if t.Result.Bound < least.Result.Bound {
+					least = t
+				}
+			}
+			cost := fmt.Sprintf("it costs at most %s there", pctShort(1-least.Result.Bound))
+			if least.Result.Bound >= 1 {
+				cost = "it is no slower there"
+			}
+			where := fmt.Sprintf("%s, where", worst.Group)
+			if len(unshown) > 1 {
+				where = fmt.Sprintf("%s: at %s", groupsOf(unshown), worst.Group)
+			}
+			clauses = append(clauses, fmt.Sprintf("%s's throughput is non-inferior to %s's within the %s margin at %s (%s), but not shown so at %s its tok/s per request may be %s (%s%s); more launches per arm (`blocks`) narrow the bound",
+				bold(a, mark), bold(worst.Against, mark), pctShort(o.Margin), groupsOf(shown), cost, where, lowerBy(worst.Result.Bound), level, launches))
 		}
 	}
 	return strings.Join(clauses, "; ")

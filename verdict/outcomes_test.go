@@ -382,6 +382,20 @@ func TestThroughputVerdictComparesLatencyAndThroughputByRanks(t *testing.T) {
 		strings.Contains(head, "differ by") {
 		t.Errorf("headline:\n%s", head)
 	}
+	// A load left undecided does not hide the ones decided: they are said first, with
+	// the most they cost, then the one not shown and how much it may cost.
+	mixed, outcomes := *v, *v.Outcomes
+	mixed.Outcomes = &outcomes
+	mixed.Outcomes.Throughput = slices.Clone(v.Outcomes.Throughput)
+	for i := range mixed.Outcomes.Throughput {
+		if ni := &mixed.Outcomes.Throughput[i]; ni.Group == "poisson 16/s" {
+			ni.Result.NonInferior, ni.Result.Bound = false, 0.852
+		}
+	}
+	if got := mixed.niClauses(""); !strings.HasPrefix(got, "hicache=on's throughput is non-inferior to hicache=off's within the 5% margin at c=1 and c=32 (it costs at most") ||
+		!strings.Contains(got, "but not shown so at poisson 16/s, where its tok/s per request may be up to 14.8% lower") {
+		t.Errorf("mixed throughput: %s", got)
+	}
 	// Every group, metric and arm has a row with an interval and a p.
 	if got := len(v.Outcomes.Metrics); got != 3*4 {
 		t.Fatalf("%d comparisons, want 12", got)
