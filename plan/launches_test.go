@@ -44,8 +44,8 @@ func TestSpecLaunchesOfTheExamples(t *testing.T) {
 	// A throughput run's primary claims are tok/s, one per phase (three here), which
 	// share the primary part of alpha as the verdict shares it.
 	s, n = loadExample(t, "throughput.yaml")
-	if l := SpecLaunches(s, n); l.PerArm != 2 || !near(l.PrimaryLevel, 0.01) {
-		t.Errorf("throughput: %+v; want 2 per arm, each primary claim at 0.03 / 3 phases", l)
+	if l := SpecLaunches(s, n); l.PerArm != 4 || !near(l.PrimaryLevel, 0.01) {
+		t.Errorf("throughput: %+v; want 4 per arm, each primary claim at 0.03 / 3 phases", l)
 	}
 
 	s, n = loadExample(t, "sequential.yaml")
