@@ -247,6 +247,10 @@ func invariantProblems(v *Verdict, md, js string) []string {
 		if strings.Contains(text, "= <") {
 			bad("a p-value reads \"= <\"")
 		}
+		// A count of one is said in the singular.
+		if strings.Contains(text, "the other 1,") {
+			bad("\"the other 1\" in the plural")
+		}
 	}
 
 	// The corruption decision is one: the comparison's, the claim's, the JSON's.

@@ -1098,6 +1098,9 @@ func (v *Verdict) launchCaveat(add func(CaveatKind, string, ...any)) {
 		untested := ""
 		if tested < m {
 			untested = fmt.Sprintf("; the other %d, not tested (the Claims section says why), are not charged", m-tested)
+			if m-tested == 1 {
+				untested = "; the other one, not tested (the Claims section says why), is not charged"
+			}
 		}
 		add(CaveatMultiplicity, "This verdict tests %d claim%s on launches, sharing alpha %g between them (the Claims section): each is tested at its share, so that the verdict claims anything falsely at most %g of the time%s.", tested, plural(tested), v.Alpha, v.Alpha, untested)
 	}
