@@ -301,23 +301,48 @@ func meanOf(s *scrape, names ...string) (float64, bool) {
 	return 0, false
 }
 
-// conditionsCaveat notes the arms whose conditions differed from the baseline's.
+// loadConditions are the load an engine carried: the requests it ran and queued, which
+// the workload sets. The other conditions (token usage, cache hit rate, throughput) are
+// what the engine made of that load, which its pins may change: a cache tier raises the
+// hit rate, a KV format changes the memory a token takes.
+func isLoadCondition(c string) bool { return c == CondRunning || c == CondQueued }
+
+// conditionsCaveat notes the arms whose conditions differed from the baseline's: as a
+// confound when the load differed, and as what the engines did under it when only their
+// state did.
 func (v *Verdict) conditionsCaveat(add func(CaveatKind, string, ...any)) {
-	var parts []string
+	var loaded, state []string
+	sameLoad := true // unless a load was not measured
 	for i, c := range v.Conditions {
 		if len(c.Differs) == 0 {
 			continue
 		}
 		base := v.Conditions[v.Baseline]
 		var ds []string
+		load := false
 		for _, d := range c.Differs {
 			ds = append(ds, fmt.Sprintf("%s %s against %s", d, conditionValue(d, c.Values[d]), conditionValue(d, base.Values[d])))
+			load = load || isLoadCondition(d)
 		}
-		parts = append(parts, fmt.Sprintf("%s (%s)", v.Arms[i].Name, strings.Join(ds, "; ")))
+		part := fmt.Sprintf("%s (%s)", v.Arms[i].Name, strings.Join(ds, "; "))
+		if load {
+			loaded = append(loaded, part)
+		} else {
+			state = append(state, part)
+			sameLoad = sameLoad && !math.IsNaN(c.Values[CondRunning]) && !math.IsNaN(base.Values[CondRunning])
+		}
 	}
-	if len(parts) > 0 {
+	if len(loaded) > 0 {
 		add(CaveatDesign, "The engines did not carry the same load: %s for %s, beyond the tolerance (see Conditions). The arms were not compared under identical conditions; a difference between them may come from the load as well as from the pins.",
-			strings.Join(parts, ", "), v.Arms[v.Baseline].Name)
+			strings.Join(loaded, ", "), v.Arms[v.Baseline].Name)
+	}
+	if len(state) > 0 {
+		under := "Under the same load, the engines' state differed"
+		if !sameLoad {
+			under = "The engines' state differed (their load was not measured)"
+		}
+		add(CaveatDesign, "%s: %s against %s, beyond the tolerance (see Conditions). Pins that change the engine's cache or memory (a cache tier, a KV format) do this; where these pins should not, the engines differed in more than their pins.",
+			under, strings.Join(state, ", "), v.Arms[v.Baseline].Name)
 	}
 }
 
@@ -346,6 +371,7 @@ func (v markdownWriter) conditionsSection() {
 		return
 	}
 	fmt.Fprintf(b, "What each arm's engine reported at `/metrics` while its workload ran: time-weighted means over its scrapes, throughput from the generated-token counter. "+
+		"Running and queued requests are the load the workload put on it; token usage, cache hit rate and throughput are what the engine made of that load, which its pins may change. "+
 		"A condition differs from the baseline's when the two are more than %.0f%% of the larger apart and more than a floor (2 requests; 5 points of token usage; 10 points of cache hit rate; 1 tok/s).\n\n", 100*ConditionTolerance)
 	fmt.Fprintf(b, "| arm | scrapes | running | running max | queued | token usage | cache hit rate | throughput | conditions |\n|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for i, c := range v.Conditions {

@@ -2,6 +2,7 @@ package verdict
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -83,6 +84,8 @@ type launch struct {
 	// running, when set, records the engine's /metrics as scraped: this many requests
 	// running at every scrape, an empty queue, and throughput growing with them.
 	running float64
+	// cacheHit, when set, is the cache hit rate its engine reports (0.4 otherwise).
+	cacheHit float64
 	// node and slot place the launch (default: node "local", the launch's position in
 	// its block); wave is its wave within the block.
 	node       string
@@ -208,7 +211,7 @@ func recordFixture(t *testing.T, f fixture) (*sqlx.DB, int64) {
 			t.Fatal(err)
 		}
 		if r.running > 0 {
-			recordLoad(t, s, exp, runID, armID, r.running)
+			recordLoad(t, s, exp, runID, armID, r.running, cmp.Or(r.cacheHit, 0.4))
 		}
 		if r.gpu != nil {
 			recordGPUs(t, s, exp, runID, armID, *r.gpu)
@@ -365,9 +368,9 @@ var examples = map[string]fixture{
 
 // recordLoad records nine scrapes of a run's engine, 250 ms apart: running requests at
 // every scrape but the last (taken as the workload ended, with nothing running), an empty
-// queue, token usage and cache hit rate that follow the load, and 45 generated tokens
-// per second per running request.
-func recordLoad(t *testing.T, s *store.Store, exp, run, arm int64, running float64) {
+// queue, token usage that follows the load, the cache hit rate hit, and 45 generated
+// tokens per second per running request.
+func recordLoad(t *testing.T, s *store.Store, exp, run, arm int64, running, hit float64) {
 	t.Helper()
 	for k := range 9 {
 		at := float64(250 * k)
@@ -379,7 +382,7 @@ func recordLoad(t *testing.T, s *store.Store, exp, run, arm int64, running float
 			{Name: "sglang:num_running_reqs", Labels: `{model_name="refserve"}`, Value: now},
 			{Name: "sglang:num_queue_reqs", Labels: `{model_name="refserve"}`, Value: 0},
 			{Name: "sglang:token_usage", Labels: `{model_name="refserve"}`, Value: now / 200},
-			{Name: "sglang:cache_hit_rate", Labels: `{model_name="refserve"}`, Value: 0.4},
+			{Name: "sglang:cache_hit_rate", Labels: `{model_name="refserve"}`, Value: hit},
 			{Name: "sglang:generation_tokens_total", Labels: `{model_name="refserve"}`, Value: 45 * running * at / 1000},
 		}
 		if err := s.AddServerMetrics(context.Background(), exp, run, arm, at, samples); err != nil {
@@ -1120,6 +1123,30 @@ func TestConditionsFlagAnArmThatCarriedAnotherLoad(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(caveatTexts(v.Caveats), "\n"), "The engines did not carry the same load: treatment (running requests 29.0 against 58.0") {
 		t.Errorf("the caveats do not say the load differed: %+v", v.Caveats)
+	}
+}
+
+// A cache tier raises the cache hit rate at the same load: that is what the pin does to
+// the engine, not a load the arms were compared under, and the verdict says it so. Only
+// running and queued requests are the load.
+func TestConditionsTellTheEnginesStateFromItsLoad(t *testing.T) {
+	f := examples["quickstart"]
+	f.runs = []launch{
+		{arm: "treatment", sessions: finished(60, 0, 1, 1), running: 58, cacheHit: 0.9},
+		{arm: "control", sessions: finished(60), running: 58},
+	}
+	db, ref := recordFixture(t, f)
+	v, err := Build(context.Background(), db, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := v.Conditions[v.armIndex("treatment")].Differs; !slices.Equal(d, []string{CondCacheHit}) {
+		t.Fatalf("treatment differs in %v; want the cache hit rate alone", d)
+	}
+	caveats := strings.Join(caveatTexts(v.Caveats), "\n")
+	if strings.Contains(caveats, "did not carry the same load") ||
+		!strings.Contains(caveats, "Under the same load, the engines' state differed: treatment (cache hit rate 90.0% against 40.0%) against control") {
+		t.Errorf("a cache hit rate the pin raised is called another load:\n%s", caveats)
 	}
 }
 
