@@ -301,8 +301,8 @@ func meanOf(s *scrape, names ...string) (float64, bool) {
 	return 0, false
 }
 
-// loadConditions are the load an engine carried: the requests it ran and queued, which
-// the workload sets. The other conditions (token usage, cache hit rate, throughput) are
+// isLoadCondition says whether c is the load an engine carried: the requests it ran and
+// queued, which the workload sets. The other conditions (token usage, cache hit rate, throughput) are
 // what the engine made of that load, which its pins may change: a cache tier raises the
 // hit rate, a KV format changes the memory a token takes.
 func isLoadCondition(c string) bool { return c == CondRunning || c == CondQueued }

@@ -692,10 +692,7 @@ func (v *Verdict) niClauses(mark string) string {
 		}
 		switch {
 		case all:
-			cost := fmt.Sprintf("it costs at most %s", pctShort(1-worst.Result.Bound))
-			if worst.Result.Bound >= 1 {
-				cost = "it is no slower"
-			}
+			cost := costAtMost(worst.Result.Bound, "")
 			clauses = append(clauses, fmt.Sprintf("%s's throughput is non-inferior to %s's within the %s margin at %s: %s (%s%s, lowest at %s)",
 				bold(a, mark), bold(worst.Against, mark), pctShort(o.Margin), groupsOf(ts), cost, level, launches, worst.Group))
 		case worst.Launch != nil && !worst.Launch.Testable && worst.Launch.Needed > 0:
@@ -723,10 +720,7 @@ func (v *Verdict) niClauses(mark string) string {
 					least = t
 				}
 			}
-			cost := fmt.Sprintf("it costs at most %s there", pctShort(1-least.Result.Bound))
-			if least.Result.Bound >= 1 {
-				cost = "it is no slower there"
-			}
+			cost := costAtMost(least.Result.Bound, " there")
 			where := fmt.Sprintf("%s, where", worst.Group)
 			if len(unshown) > 1 {
 				where = fmt.Sprintf("%s: at %s", groupsOf(unshown), worst.Group)
@@ -736,6 +730,15 @@ func (v *Verdict) niClauses(mark string) string {
 		}
 	}
 	return strings.Join(clauses, "; ")
+}
+
+// costAtMost says what a non-inferiority bound (a ratio to the baseline) allows: "it
+// costs at most 3.3%", or "it is no slower" for a bound at or above 1; where follows.
+func costAtMost(bound float64, where string) string {
+	if bound >= 1 {
+		return "it is no slower" + where
+	}
+	return fmt.Sprintf("it costs at most %s%s", pctShort(1-bound), where)
 }
 
 func groupsOf(ts []ThroughputNI) string {
