@@ -81,7 +81,11 @@ func (v markdownWriter) claimsSection() {
 			most = max(most, c.Needed)
 			floor = floor || c.FloorWouldTest
 		}
-		fmt.Fprintf(b, "\nNot attributable with these launches, too few per arm for the test to reach its level: %s. To decide them, run %s", claimList(untestable, len(arms)), v.moreLaunches(most))
+		them := "them"
+		if len(untestable) == 1 {
+			them = "it"
+		}
+		fmt.Fprintf(b, "\nNot attributable with these launches, too few per arm for the test to reach its level: %s. To decide %s, run %s", claimList(untestable, len(arms)), them, v.moreLaunches(most))
 		if floor {
 			fmt.Fprintf(b, ", or one per arm weighed against an A/A noise floor (`--noise-floor`)")
 		}
