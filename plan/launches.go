@@ -15,8 +15,8 @@ import (
 type LaunchClaims struct {
 	PerArm       int     `json:"per_arm"`
 	PrimaryLevel float64 `json:"primary_level"`
-	// Test is the test of the primary claims: randomization, Welch, noise floor, or ""
-	// (none can be made).
+	// Test is the test of the primary claims: randomization, Welch, noise floor,
+	// TestLaunchMedians (a speed), or "" (none can be made).
 	Test       string  `json:"test"`
 	NoiseFloor string  `json:"noise_floor,omitempty"`
 	MinP       float64 `json:"min_p"`
@@ -38,12 +38,24 @@ func SpecLaunches(s *arms.Spec, nArms int) LaunchClaims {
 		return LaunchClaims{PerArm: b, PrimaryLevel: levels[looks-1], Test: string(stats.TestRandomization), MinP: minP,
 			CanClaim: levels[looks-1] > 0, Needed: stats.LaunchesNeeded(stats.SequentialShare(s.Analysis.Alpha, nArms-1))}
 	}
-	kind := stats.RateTestFor(b, b, floor, binary, false)
-	minP := kind.MinP(b, b)
 	level := verdict.PlannedLevel(s, nArms, b, floor)
 	if level == 0 {
 		level = stats.PrimaryLevel(s.Analysis.Alpha, nArms-1)
 	}
+	if verdict.PlannedSpeedPrimary(s) {
+		// A speed is tested on the logs of the launches' medians, which reach any level
+		// from two launches a side; one is weighed against a floor, or not at all.
+		l := LaunchClaims{PerArm: b, PrimaryLevel: level, Test: TestLaunchMedians, CanClaim: b >= 2, Needed: 2}
+		if b < 2 {
+			l.Test, l.MinP = string(stats.TestNone), 1
+			if floor {
+				l.Test, l.CanClaim, l.NoiseFloor = string(stats.TestFloor), true, s.Analysis.NoiseFloor
+			}
+		}
+		return l
+	}
+	kind := stats.RateTestFor(b, b, floor, binary, false)
+	minP := kind.MinP(b, b)
 	// One launch per arm cannot be tested; two or three are (Welch's test); from four
 	// the randomization test decides, and it needs as many as its level takes.
 	needed := 2
@@ -57,6 +69,10 @@ func SpecLaunches(s *arms.Spec, nArms int) LaunchClaims {
 	return l
 }
 
+// TestLaunchMedians is LaunchClaims.Test for a speed: the t test on the logs of the
+// launches' medians.
+const TestLaunchMedians = "t test on launch medians"
+
 // Sentence says what the launches can claim, as validate prints it: "4 per arm (one per
 // block); each primary claim is tested at 0.03 by the randomization test on launches,
 // which can reach it (smallest p 0.0286)", or why they cannot and what would.
@@ -67,6 +83,10 @@ func (l LaunchClaims) Sentence() string {
 		claim = fmt.Sprintf("against the noise floor of %s (its launches' spread, at its %g%% upper bound)", l.NoiseFloor, 100*stats.FloorConf)
 	case l.CanClaim && l.Test == string(stats.TestWelch):
 		claim = "by Welch's t test on the launches' rates"
+	case l.CanClaim && l.Test == TestLaunchMedians:
+		claim = "by the t test on the logs of the launches' medians, which two launches a side can reach"
+	case l.Test == string(stats.TestNone) && l.MinP >= 1:
+		claim = fmt.Sprintf("but one launch per arm cannot be tested, so the verdict can report differences but not attribute them to the arms: %d launches per arm can, or one per arm against a noise floor (`analysis.noise_floor`)", l.Needed)
 	case l.CanClaim:
 		claim = fmt.Sprintf("by the randomization test on launches, which can reach it (smallest p %.3g)", l.MinP)
 	default:

@@ -3,6 +3,7 @@ package plan
 import (
 	"math"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/arbiterlab/arbiter/arms"
@@ -46,6 +47,23 @@ func TestSpecLaunchesOfTheExamples(t *testing.T) {
 	s, n = loadExample(t, "throughput.yaml")
 	if l := SpecLaunches(s, n); l.PerArm != 4 || !near(l.PrimaryLevel, 0.01) {
 		t.Errorf("throughput: %+v; want 4 per arm, each primary claim at 0.03 / 3 phases", l)
+	}
+	// Those claims are tested on the logs of the launches' medians, which reach any level
+	// from two launches a side: the verdict of four launches per arm tests them at 0.01,
+	// and validate must not say that only five could (the randomization test's count).
+	for _, b := range []int{2, 4} {
+		s.Blocks = b
+		if l := SpecLaunches(s, n); !l.CanClaim || l.Test != TestLaunchMedians || !strings.Contains(l.Sentence(), "by the t test on the logs of the launches' medians") {
+			t.Errorf("throughput, %d launches per arm: %+v (%s); want the t test on launch medians, able to claim", b, l, l.Sentence())
+		}
+	}
+	s.Blocks = 1
+	if l := SpecLaunches(s, n); l.CanClaim || l.Needed != 2 || !strings.Contains(l.Sentence(), "one launch per arm cannot be tested") {
+		t.Errorf("throughput, one launch per arm: %+v (%s)", l, l.Sentence())
+	}
+	s.Analysis.NoiseFloor = "aa"
+	if l := SpecLaunches(s, n); !l.CanClaim || l.Test != string(stats.TestFloor) {
+		t.Errorf("throughput, one launch per arm against a floor: %+v", l)
 	}
 
 	s, n = loadExample(t, "sequential.yaml")

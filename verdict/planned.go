@@ -78,3 +78,13 @@ func plannedInput(spec *arms.Spec, nArms int) familyInput {
 	}
 	return in
 }
+
+// PlannedSpeedPrimary reports whether the primary outcome of an experiment of spec is a
+// speed (a throughput workload's tok/s), which the verdict tests by the t test on the
+// logs of the launches' medians, rather than a rate (corruption, wedges), which it tests
+// by a launch test of rates.
+func PlannedSpeedPrimary(spec *arms.Spec) bool {
+	var in familyInput
+	in.design(spec.Workload.Kind, spec.Analysis.Margin)
+	return in.Primary == MetricThroughput
+}
