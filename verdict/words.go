@@ -437,7 +437,7 @@ func (v *Verdict) nextStep(a ArmResult, mark string) string {
 	case lc.Claimed:
 		return fmt.Sprintf("Next: %s's pins (%s) may be kept; `--fail-on difference` fails CI on any change.", bold(a.Name, mark), pinWords(a.Pins))
 	}
-	return "Next: `arbiter plan` says what difference these launches could find, and how many more would find a smaller one."
+	return "Next: `arbiter plan`, given the rates to tell apart (`analysis.plan`), says how likely these launches were to find such a difference, and how many per arm would."
 }
 
 // pinWords is an arm's pins as a sentence shows them.
