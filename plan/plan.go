@@ -193,7 +193,7 @@ func Compute(o Options) (Plan, error) {
 	}
 	pl := spec.Analysis.Plan
 	if pl.P0 == pl.P1 {
-		return Plan{}, fmt.Errorf("%w: %s: analysis.plan: declare the rates to plan for, e.g. plan: {p0: 0, p1: 0.12, power: 0.8}", ErrInvalid, o.SpecPath)
+		return Plan{}, fmt.Errorf("%w: %s: analysis.plan: declare the rates to plan for, e.g. plan: {p0: 0, p1: 0.12, power: 0.8} (or give them: arbiter plan --p0 0 --p1 0.12)", ErrInvalid, o.SpecPath)
 	}
 	looks := spec.Analysis.Sequential.Looks
 	if o.Simulate && looks <= 1 {

@@ -447,7 +447,7 @@ func (v *Verdict) powerCaveat(add func(CaveatKind, string, ...any)) {
 	if len(parts) == 0 {
 		return
 	}
-	add(CaveatPower, "No difference shown is not the same as no difference: the launch intervals against %s, at each claim's level, still include differences as large as %s. `arbiter plan`, given the rates to tell apart (`analysis.plan`), says how many launches per arm would.",
+	add(CaveatPower, "No difference shown is not the same as no difference: the launch intervals against %s, at each claim's level, still include differences as large as %s. `arbiter plan`, given the rates to tell apart (`--p0`, `--p1`, or `analysis.plan`), says how many launches per arm would.",
 		v.Arms[v.Baseline].Name, joinAnd(parts))
 }
 

@@ -437,7 +437,22 @@ func (v *Verdict) nextStep(a ArmResult, mark string) string {
 	case lc.Claimed:
 		return fmt.Sprintf("Next: %s's pins (%s) may be kept; `--fail-on difference` fails CI on any change.", bold(a.Name, mark), pinWords(a.Pins))
 	}
-	return "Next: `arbiter plan`, given the rates to tell apart (`analysis.plan`), says how likely these launches were to find such a difference, and how many per arm would."
+	return fmt.Sprintf("Next: `%s` says how likely these launches were to find such a difference, and how many per arm would.", v.planCommand(a))
+}
+
+// planCommand is the `arbiter plan` of this experiment's spec at the rates arm a and the
+// baseline showed, or, where they showed none to tell apart, with the rates left to the
+// reader.
+func (v *Verdict) planCommand(a ArmResult) string {
+	base := v.Arms[v.Baseline]
+	spec := v.Experiment.SpecPath
+	if spec == "" {
+		spec = "SPEC"
+	}
+	if base.Rate == a.Rate || math.IsNaN(base.Rate) || math.IsNaN(a.Rate) {
+		return Command(fmt.Sprintf("plan %s --p0 P0 --p1 P1", shellWord(spec)), v.DB)
+	}
+	return Command(fmt.Sprintf("plan %s --p0 %.3g --p1 %.3g", shellWord(spec), base.Rate, a.Rate), v.DB)
 }
 
 // pinWords is an arm's pins as a sentence shows them.

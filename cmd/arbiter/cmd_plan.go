@@ -19,6 +19,8 @@ type planOptions struct {
 	reps       int
 	seed       uint64
 	noiseFloor string
+	// rates are --p0 and --p1, by name, where given: they replace analysis.plan's.
+	rates map[string]float64
 }
 
 func newPlanCmd(g *globals) *cobra.Command {
@@ -40,12 +42,21 @@ would give if launches were replicas (exact Fisher power, sessions needed) and t
 wall time. For a sequential spec it says the earliest look that can stop with a claim; with
 --simulate it checks the design by simulation: its false-claim rate under the null and its
 power and launches used at the plan's rates.`,
-		Example: `  arbiter plan examples/sequential.yaml --simulate`,
-		Args:    cobra.ExactArgs(1),
+		Example: `  arbiter plan examples/sequential.yaml --simulate
+  arbiter plan examples/quickstart.yaml --p0 0 --p1 0.15   # the rates a verdict saw`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			o.rates = map[string]float64{}
+			for _, name := range []string{"p0", "p1"} {
+				if cmd.Flags().Changed(name) {
+					o.rates[name], _ = cmd.Flags().GetFloat64(name)
+				}
+			}
 			return runPlan(cmd.Context(), g, args[0], o)
 		},
 	}
+	cmd.Flags().Float64("p0", 0, "the baseline's corruption rate to plan for, 0 to 1 (replaces analysis.plan.p0)")
+	cmd.Flags().Float64("p1", 0, "the corruption rate the experiment must tell from p0, 0 to 1 (replaces analysis.plan.p1)")
 	cmd.Flags().BoolVar(&o.simulate, "simulate", false, "simulate the sequential design (type I error and sessions used)")
 	cmd.Flags().IntVar(&o.reps, "reps", 10000, "simulated experiments per scenario")
 	cmd.Flags().Uint64Var(&o.seed, "seed", 1, "seed of the simulation")
@@ -60,6 +71,19 @@ func runPlan(ctx context.Context, g *globals, path string, o planOptions) error 
 	spec, err := arms.Load(path)
 	if err != nil {
 		return withCode(exitUsage, err)
+	}
+	for name, rate := range o.rates {
+		if !(rate >= 0 && rate <= 1) {
+			return withCode(exitUsage, fmt.Errorf("--%s: a rate is between 0 and 1, not %g", name, rate))
+		}
+		if name == "p0" {
+			spec.Analysis.Plan.P0 = rate
+		} else {
+			spec.Analysis.Plan.P1 = rate
+		}
+	}
+	if p0, ok := o.rates["p0"]; ok && o.rates["p1"] == p0 && len(o.rates) == 2 {
+		return withCode(exitUsage, fmt.Errorf("--p0 and --p1 are both %g: a plan tells two rates apart", p0))
 	}
 	po := plan.Options{Spec: spec, SpecPath: path, Simulate: o.simulate, Reps: o.reps, Seed: o.seed,
 		History: plan.LastRecorded(ctx, g.dbPath(), spec.Name)}

@@ -49,6 +49,38 @@ analysis: {baseline: control, plan: {p0: 0, p1: 0.12, power: 0.8, turn_seconds: 
 	}
 }
 
+// The rates a verdict saw plan a spec that declares none: --p0 and --p1 replace
+// analysis.plan's, so that the plan a verdict points at is one command. They are rates,
+// and two different ones.
+func TestPlanTakesTheRatesFromTheCommandLine(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "none.db")
+	code, _, stderr := runCLI(t, "plan", "../../examples/factorial.yaml", "--db", db)
+	if code != exitUsage || !strings.Contains(stderr, "arbiter plan --p0 0 --p1 0.12") {
+		t.Errorf("no rates: exit %d, %q", code, stderr)
+	}
+	code, stdout, stderr := runCLI(t, "plan", "../../examples/factorial.yaml", "--p0", "0", "--p1", "0.12", "--json", "--db", db)
+	if code != 0 {
+		t.Fatalf("plan exited %d: %s", code, stderr)
+	}
+	var p plan.Plan
+	if err := json.Unmarshal([]byte(stdout), &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.P0 != 0 || p.P1 != 0.12 || p.LaunchesPerArm != 5 || len(p.PowerByLaunches) == 0 {
+		t.Errorf("plan %+v; want 0 against 0.12 for the example's 5 launches per arm", p)
+	}
+	// --p1 replaces the spec's own p1 and keeps its p0.
+	code, stdout, _ = runCLI(t, "plan", "../../examples/sequential.yaml", "--p1", "0.3", "--json", "--db", db)
+	if err := json.Unmarshal([]byte(stdout), &p); code != 0 || err != nil || p.P0 != 0 || p.P1 != 0.3 {
+		t.Errorf("--p1 over the spec's plan: exit %d, %+v", code, p)
+	}
+	for _, bad := range [][]string{{"--p1", "1.5"}, {"--p0", "-0.1", "--p1", "0.2"}, {"--p0", "0.1", "--p1", "0.1"}} {
+		if code, _, stderr := runCLI(t, append([]string{"plan", "../../examples/factorial.yaml", "--db", db}, bad...)...); code != exitUsage || !strings.Contains(stderr, "--p") {
+			t.Errorf("%v: exit %d, %q", bad, code, stderr)
+		}
+	}
+}
+
 // The sequential example: `arbiter plan` says both what the fixed design at the spec's
 // own power needs and what the sequential design uses on average.
 func TestPlanSimulatesTheSequentialExample(t *testing.T) {
