@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -378,5 +379,108 @@ func TestNodeLostBetweenHealthAndTrafficRunsTheArmAgain(t *testing.T) {
 				t.Errorf("lost run's error = %q", why)
 			}
 		})
+	}
+}
+
+// goneEngine is a polled engine whose job ends under its workload: its first failFast
+// requests after the readiness generation fail fast, the rest hang, and its runtime has not polled its end yet when the
+// watchdog sees the streak of failures.
+type goneEngine struct {
+	*engine
+	gone, seen chan struct{}
+	goneOnce   sync.Once
+	seenOnce   sync.Once
+	stoppedOK  atomic.Bool // stopped before its end was seen
+}
+
+func newGoneEngine(t *testing.T, failFast int64) *goneEngine {
+	g := &goneEngine{gone: make(chan struct{}), seen: make(chan struct{})}
+	g.engine = newEngine(t, func(n int64, e *engine, r *http.Request) bool {
+		if n == 1 {
+			return false // the readiness generation, answered
+		}
+		if n <= 1+failFast {
+			g.goneOnce.Do(func() { close(g.gone) })
+			panic(http.ErrAbortHandler)
+		}
+		<-r.Context().Done()
+		return true
+	})
+	return g
+}
+
+func (g *goneEngine) Done() <-chan struct{} { return g.seen }
+
+func (g *goneEngine) Refresh(context.Context) {
+	select {
+	case <-g.gone:
+		g.seenOnce.Do(func() { close(g.seen) })
+	default:
+	}
+}
+
+func (g *goneEngine) Exit() runtime.Exit {
+	select {
+	case <-g.seen:
+	default:
+		return runtime.Exit{}
+	}
+	if g.stoppedOK.Load() {
+		return runtime.Exit{Stopped: true}
+	}
+	return runtime.Exit{Code: -1, Lost: "Slurm job 9 CANCELLED on n1: cancelled by scancel"}
+}
+
+// Stop before a look has seen the job end is arbiter's own cancel, as Slurm records it:
+// a job cancelled twice ends CANCELLED either way.
+func (g *goneEngine) Stop(ctx context.Context) error {
+	select {
+	case <-g.seen:
+	default:
+		g.stoppedOK.Store(true)
+	}
+	g.engine.Stop(ctx)
+	g.seenOnce.Do(func() { close(g.seen) })
+	return nil
+}
+
+// An engine whose job is cancelled under its running workload fails its requests fast
+// before its runtime's poll has seen the job end. The watchdog's streak of failures is
+// the engine's end, not an erroring engine: the launch is lost and runs again.
+func TestAnEngineGoneUnderItsWorkloadIsLostNotErroring(t *testing.T) {
+	t.Parallel()
+	spec := testSpec(t, "runtime:\n  nodes:\n    - {name: good}\n    - {name: flaky}\n")
+	db := filepath.Join(t.TempDir(), "a.db")
+	good := engines(func(string) *engine { return newEngine(t, nil) })
+	// As many requests fail fast as the streak limit (the concurrency); the sessions
+	// after them hang, so the workload is still running when the watchdog looks.
+	flaky := runtimeFunc(func(context.Context, runtime.Launch) (runtime.Instance, error) {
+		return newGoneEngine(t, int64(spec.Workload.Concurrency)), nil
+	})
+	res, err := Run(context.Background(), Options{Spec: spec, DBPath: db, Logger: quietLogger(),
+		NodeRuntime: oneNodeApart(good, "flaky", flaky)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lost, done int
+	for _, r := range placedRuns(t, db, res.ExperimentID) {
+		switch {
+		case r.Node == "flaky" && r.Status == "lost":
+			lost++
+		case r.Node == "good" && r.Status == "done":
+			done++
+		default:
+			t.Errorf("run %+v", r)
+		}
+	}
+	if lost != 1 || done != 2 {
+		t.Fatalf("%d lost, %d done; want the flaky node's run lost and both arms done on good", lost, done)
+	}
+	ro, _ := store.OpenReadOnly(db)
+	defer ro.Close()
+	var why string
+	ro.Get(&why, `SELECT error FROM runs WHERE status = 'lost'`)
+	if !strings.Contains(why, "node flaky") || !strings.Contains(why, "cancelled by scancel") {
+		t.Errorf("lost run's error = %q", why)
 	}
 }

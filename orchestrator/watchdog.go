@@ -186,7 +186,11 @@ func (e *experiment) watch(ctx context.Context, inst runtime.Instance, d *watchd
 			default:
 			}
 			if c := d.decide(now, false); c != nil {
-				cancel(e.explain(ctx, inst, preset, c))
+				if diedUnder(ctx, inst, c) {
+					cancel(crashedDuringWorkload(inst))
+				} else {
+					cancel(e.explain(ctx, inst, preset, c))
+				}
 				return
 			}
 		}
@@ -200,20 +204,32 @@ func (e *experiment) judgeEnd(ctx context.Context, inst runtime.Instance, d *wat
 	if c == nil {
 		return nil
 	}
-	// Turns that fail fast are also what a dying engine's last requests do; give its
-	// exit a moment to be seen before calling it erroring.
-	wait := time.Duration(0)
-	if c.status == store.RunErroring {
-		wait = 500 * time.Millisecond
+	if diedUnder(ctx, inst, c) {
+		return crashedDuringWorkload(inst)
+	}
+	return e.explain(ctx, inst, preset, c)
+}
+
+// diedUnder says whether the engine ended by itself under the turns that made the
+// watchdog decide c. Turns that fail fast are also what a dying engine's last requests
+// do (a cancelled Slurm job, a node gone, a process killed): its end is looked for now,
+// where its runtime polls for it, and given a moment to be seen before the run is called
+// erroring. An engine that ended so is crashed, or lost with its node, not erroring.
+func diedUnder(ctx context.Context, inst runtime.Instance, c *stopCause) bool {
+	if endedByItself(ctx, inst) {
+		return true
+	}
+	if c.status != store.RunErroring {
+		return false
 	}
 	select {
 	case <-inst.Done():
-		if !inst.Exit().Stopped {
-			return crashedDuringWorkload(inst)
-		}
-	case <-time.After(wait):
+		return !inst.Exit().Stopped
+	case <-ctx.Done():
+		return false
+	case <-time.After(500 * time.Millisecond):
+		return false
 	}
-	return e.explain(ctx, inst, preset, c)
 }
 
 func crashedDuringWorkload(inst runtime.Instance) error {
