@@ -1323,8 +1323,8 @@ func (d *decoder) decodeAnalysis(e entry) {
 	})
 }
 
-// decodePlan reads what `arbiter plan` needs: the rates the experiment expects, the
-// power it wants, the correlation of responses within a session, and a turn's duration.
+// decodePlan reads what `arbiter plan` needs: the rates the experiment expects (none for
+// a speed claim), the power it wants, the correlation of responses within a session, and a turn's duration.
 func (d *decoder) decodePlan(e entry) {
 	p := &d.spec.Analysis.Plan
 	rate := func(f entry, dst *float64) {
@@ -1336,12 +1336,15 @@ func (d *decoder) decodePlan(e entry) {
 			*dst = v
 		}
 	}
+	rates := false
 	d.fields(e.val, e.path, []string{"p0", "p1", "power", "icc", "launch_icc", "turn_seconds"}, func(f entry) {
 		switch f.key {
 		case "p0":
 			rate(f, &p.P0)
+			rates = true
 		case "p1":
 			rate(f, &p.P1)
+			rates = true
 		case "power":
 			if v, ok := d.probability(f, "power is between 0 and 1 (exclusive), e.g. 0.8"); ok {
 				p.Power = v
@@ -1361,7 +1364,8 @@ func (d *decoder) decodePlan(e entry) {
 			}
 		}
 	})
-	if p.P0 == p.P1 && len(d.errs) == 0 {
+	// A plan of a speed claim (a throughput workload) declares no rates, only its power.
+	if rates && p.P0 == p.P1 && len(d.errs) == 0 {
 		d.add(e.val, e.path, "plan needs two different rates p0 and p1 to plan for")
 	}
 }

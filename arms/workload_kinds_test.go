@@ -43,6 +43,13 @@ analysis: {throughput_margin: 5%}`, func(t *testing.T, s *Spec) {
 				t.Errorf("margin %v", s.Analysis.ThroughputMargin)
 			}
 		}},
+		{"throughput plan", `workload: {kind: throughput, concurrency: 4}
+analysis: {throughput_margin: 5%, plan: {power: 0.9}}`, func(t *testing.T, s *Spec) {
+			// A speed claim's plan declares its power alone: there are no rates to plan for.
+			if pl := s.Analysis.Plan; pl.Power != 0.9 || pl.P0 != 0 || pl.P1 != 0 {
+				t.Errorf("plan %+v", pl)
+			}
+		}},
 		{"throughput defaults", `workload: {kind: throughput, concurrency: 4}
 analysis: {throughput_margin: 0.1}`, func(t *testing.T, s *Spec) {
 			if tp := s.Workload.Throughput; tp.Requests != 32 || !reflect.DeepEqual(tp.Concurrency, []int{4}) || s.Workload.Sessions != 32 || s.Analysis.ThroughputMargin != 0.1 {
@@ -121,6 +128,8 @@ func TestWorkloadKindErrors(t *testing.T) {
 		{`workload: {kind: abort-cascade, recovery_timeout: 5}`, "workload.recovery_timeout: value must be a duration"},
 		{"workload: {kind: throughput, concurrency: 1}\nanalysis: {throughput_margin: 5 percent}", `analysis.throughput_margin: write a share such as 0.05 or 5%, not "5 percent"`},
 		{"workload: {kind: throughput, concurrency: 1}\nanalysis: {throughput_margin: 0}", "analysis.throughput_margin: a share is above 0"},
+		{"workload: {kind: toolcall-agent, sessions: 4, rounds: 2}\nanalysis: {plan: {p0: 0.1, p1: 0.1}}", "analysis.plan: plan needs two different rates p0 and p1"},
+		{"workload: {kind: toolcall-agent, sessions: 4, rounds: 2}\nanalysis: {plan: {p1: 0}}", "analysis.plan: plan needs two different rates p0 and p1"},
 	} {
 		_, err := Parse("s.yaml", []byte(kindsHead+tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -2,9 +2,11 @@ package plan
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/arbiterlab/arbiter/store"
+	"github.com/arbiterlab/arbiter/verdict"
 )
 
 // Recorded are figures from the last recorded experiment of the same name, which replace
@@ -48,4 +50,24 @@ func LastRecorded(ctx context.Context, dbPath, name string) Recorded {
 		r.StartupSeconds += s / float64(len(startup))
 	}
 	return r
+}
+
+// RecordedSpeed reads how much the launches of the newest experiment named name in the
+// database at dbPath differed in tok/s per request, phase by phase, and its id. A missing
+// database or experiment is not an error: there is then nothing recorded.
+func RecordedSpeed(ctx context.Context, dbPath, name string) ([]verdict.GroupSpread, int64, error) {
+	db, err := store.OpenReadOnly(dbPath)
+	if err != nil {
+		return nil, 0, nil
+	}
+	defer db.Close()
+	e, err := store.FindExperiment(ctx, db, name)
+	if err != nil {
+		return nil, 0, nil
+	}
+	spreads, err := verdict.SpeedSpreads(ctx, db, e.ID)
+	if err != nil {
+		return nil, 0, fmt.Errorf("experiment %d (%s): %w", e.ID, name, err)
+	}
+	return spreads, e.ID, nil
 }

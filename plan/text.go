@@ -3,6 +3,9 @@ package plan
 import (
 	"fmt"
 	"io"
+	"math"
+	"strconv"
+	"text/tabwriter"
 	"time"
 
 	"github.com/arbiterlab/arbiter/stats"
@@ -108,4 +111,91 @@ func testText(kind string) string {
 		return "noise floor's"
 	}
 	return kind
+}
+
+// WriteText writes the speed plan for a person at a terminal: each phase's spread and
+// the launches its claim needs, then the power table.
+func (p SpeedPlan) WriteText(w io.Writer) {
+	fmt.Fprintf(w, "plan for %s (a speed: tok/s per request, phase by phase)\n", p.Spec)
+	against := "the baseline"
+	if p.Comparisons > 1 {
+		against = fmt.Sprintf("the baseline, %d arms", p.Comparisons)
+	}
+	if p.Margin > 0 {
+		fmt.Fprintf(w, "  claim: non-inferior to %s within the %g%% margin, planned for a true ratio of %.3g (%s)\n",
+			against, 100*p.Margin, p.Ratio, ratioWords(p.Ratio))
+	} else {
+		fmt.Fprintf(w, "  claim: a change against %s beyond analysis.min_effect (%g%%), planned for a true ratio of %.3g (%s)\n",
+			against, 100*p.MinEffect, p.Ratio, ratioWords(p.Ratio))
+	}
+	fmt.Fprintf(w, "  tested on launches: the t test on the logs of the launches' medians")
+	if p.NoiseFloor != "" {
+		fmt.Fprintf(w, ", or with 1 or 2 launches per arm the z test against noise floor %s", p.NoiseFloor)
+	}
+	fmt.Fprintf(w, ", at each claim's share of alpha %g\n", p.Alpha)
+	fmt.Fprintf(w, "  how much launches of one configuration differ (the SD of the logs of their medians), and the launches per arm for power %.2f:\n", p.TargetPower)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "    phase\tlaunch CV\tits %g%% bound\tlaunches per arm\tat the bound\tpower with %d (this spec)\tfrom\n", 100*stats.FloorConf, p.LaunchesPerArm)
+	for _, ph := range p.Phases {
+		bound, atBound := "-", "-"
+		if ph.CVUpper > 0 {
+			bound, atBound = percent(ph.CVUpper), launchesText(ph.NeededUpper)
+		}
+		fmt.Fprintf(tw, "    %s\t%s\t%s\t%s\t%s\t%.2f\t%s\n", ph.Phase, percent(ph.CV), bound, launchesText(ph.Needed), atBound, ph.SpecPower, ph.Basis)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "  power by launches per arm (* this spec's):\n")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "    \tlaunches\tlevel\t")
+	for _, ph := range p.Phases {
+		fmt.Fprintf(tw, "%s\t", ph.Phase)
+	}
+	fmt.Fprintln(tw)
+	for i, k := range TableLaunches {
+		mark := ""
+		if k == p.LaunchesPerArm {
+			mark = "*"
+		}
+		level := "-"
+		if l := p.Phases[0].Power[i].Level; l > 0 {
+			level = fmt.Sprintf("%.3g", l)
+		}
+		fmt.Fprintf(tw, "    %s\t%d\t%s\t", mark, k, level)
+		for _, ph := range p.Phases {
+			r := ph.Power[i]
+			cell := "-"
+			if r.Level > 0 {
+				cell = fmt.Sprintf("%.2f", r.Power)
+				if r.Test == TestFloorZ {
+					cell += " (floor)"
+				}
+			}
+			fmt.Fprintf(tw, "%s\t", cell)
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
+	if p.Phases[0].Power[0].Level == 0 {
+		fmt.Fprintf(w, "    (-: one launch per arm cannot be tested without a noise floor)\n")
+	}
+	for _, n := range p.Notes {
+		fmt.Fprintf(w, "  note: %s\n", n)
+	}
+}
+
+// percent is a share as a percentage of two significant digits: "0.55%", "6.9%".
+func percent(x float64) string {
+	return strconv.FormatFloat(100*x, 'g', 2, 64) + "%"
+}
+
+// ratioWords says what a ratio of tok/s per request means: "no difference", "3% slower".
+func ratioWords(r float64) string {
+	switch {
+	case math.Abs(r-1) < 1e-9:
+		return "the arms truly do not differ; --ratio 0.98 plans for a true cost of 2%"
+	case r < 1:
+		return fmt.Sprintf("%.3g%% slower", 100*(1-r))
+	default:
+		return fmt.Sprintf("%.3g%% faster", 100*(r-1))
+	}
 }

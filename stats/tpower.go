@@ -65,3 +65,16 @@ func LaunchesForTPower(sd, shift, level, power float64, limit int) int {
 	}
 	return 0
 }
+
+// LaunchZPower is the power of the one-sided z test against a noise floor (FloorMeans)
+// on k launches per arm at level: the test weighs the difference with the floor's bound
+// on the launches' standard deviation, while the launches truly differ by sd, and the
+// true difference clears the threshold by shift. NaN for no launch, a level outside
+// (0, 1) or a spread or bound that is not positive.
+func LaunchZPower(k int, sd, bound, shift, level float64) float64 {
+	if k < 1 || !(sd > 0) || !(bound > 0) || !(level > 0 && level < 1) || math.IsNaN(shift) {
+		return math.NaN()
+	}
+	se := math.Sqrt(2 / float64(k))
+	return distuv.UnitNormal.Survival((distuv.UnitNormal.Quantile(1-level)*bound*se - shift) / (sd * se))
+}

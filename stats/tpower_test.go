@@ -14,6 +14,10 @@ type tpowerReference struct {
 		K                       int
 		SD, Shift, Level, Power float64
 	} `json:"power"`
+	ZPower []struct {
+		K                              int
+		SD, Bound, Shift, Level, Power float64
+	} `json:"zpower"`
 	Needed []struct {
 		SD, Shift, Level, Power float64
 		Needed                  int
@@ -66,6 +70,18 @@ func TestLaunchTPowerMatchesScipy(t *testing.T) {
 		if got := LaunchesForTPower(c.SD, c.Shift, c.Level, c.Power, 64); got != c.Needed {
 			t.Errorf("launches for power %g, sd %g, shift %g, level %g = %d; scipy %d", c.Power, c.SD, c.Shift, c.Level, got, c.Needed)
 		}
+	}
+	for _, c := range r.ZPower {
+		got := LaunchZPower(c.K, c.SD, c.Bound, c.Shift, c.Level)
+		if math.Abs(got-c.Power) > 1e-9 {
+			t.Errorf("floor's power at %d launches, sd %g, bound %g, shift %g, level %g = %.10g; scipy %.10g", c.K, c.SD, c.Bound, c.Shift, c.Level, got, c.Power)
+		}
+	}
+	if len(r.ZPower) == 0 {
+		t.Error("no floor reference")
+	}
+	if got := LaunchZPower(0, 0.03, 0.03, 0.05, 0.01); !math.IsNaN(got) {
+		t.Errorf("no launch: floor's power %g; want NaN", got)
 	}
 	for _, k := range []int{0, 1} {
 		if got := LaunchTPower(k, 0.03, 0.05, 0.01); !math.IsNaN(got) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/plan"
+	"github.com/arbiterlab/arbiter/verdict"
 )
 
 func init() { subcommands = append(subcommands, newPlanCmd) }
@@ -21,6 +22,9 @@ type planOptions struct {
 	noiseFloor string
 	// rates are --p0 and --p1, by name, where given: they replace analysis.plan's.
 	rates map[string]float64
+	// cv and ratio plan a speed claim: how much launches differ, and the true ratio of
+	// the arm's tok/s per request to the baseline's.
+	cv, ratio float64
 }
 
 func newPlanCmd(g *globals) *cobra.Command {
@@ -41,9 +45,19 @@ with and without the floor, what the spec's own launches can claim, what the ses
 would give if launches were replicas (exact Fisher power, sessions needed) and the expected
 wall time. For a sequential spec it says the earliest look that can stop with a claim; with
 --simulate it checks the design by simulation: its false-claim rate under the null and its
-power and launches used at the plan's rates.`,
+power and launches used at the plan's rates.
+
+A throughput spec's claim is a speed (tok/s per request, phase by phase, non-inferior within
+analysis.throughput_margin or changed beyond analysis.min_effect), tested by the t test on the
+logs of the launches' medians. Its power depends on how much launches of one configuration
+differ, which plan reads from the newest recorded experiment of the spec's name (in --db),
+from a noise floor's A/A launches, or from --cv; it then gives, phase by phase, that spread
+with its upper bound, the launches per arm that reach the target power (analysis.plan.power,
+default 0.8) at each, and the power by launches per arm. --ratio is the arm's true tok/s over
+the baseline's to plan for (default 1: no cost).`,
 		Example: `  arbiter plan examples/sequential.yaml --simulate
-  arbiter plan examples/quickstart.yaml --p0 0 --p1 0.15   # the rates a verdict saw`,
+  arbiter plan examples/quickstart.yaml --p0 0 --p1 0.15   # the rates a verdict saw
+  arbiter plan examples/throughput.yaml                    # after a run: the launches its spread needs`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.rates = map[string]float64{}
@@ -57,6 +71,8 @@ power and launches used at the plan's rates.`,
 	}
 	cmd.Flags().Float64("p0", 0, "the baseline's corruption rate to plan for, 0 to 1 (replaces analysis.plan.p0)")
 	cmd.Flags().Float64("p1", 0, "the corruption rate the experiment must tell from p0, 0 to 1 (replaces analysis.plan.p1)")
+	cmd.Flags().Float64Var(&o.cv, "cv", 0, "a throughput spec: how much launches of one configuration differ in tok/s per request, as a share (0.03 for 3%; replaces what a recorded run measured)")
+	cmd.Flags().Float64Var(&o.ratio, "ratio", 0, "a throughput spec: the arm's true tok/s per request over the baseline's to plan for (default 1 under a margin: no cost)")
 	cmd.Flags().BoolVar(&o.simulate, "simulate", false, "simulate the sequential design (type I error and sessions used)")
 	cmd.Flags().IntVar(&o.reps, "reps", 10000, "simulated experiments per scenario")
 	cmd.Flags().Uint64Var(&o.seed, "seed", 1, "seed of the simulation")
@@ -84,6 +100,12 @@ func runPlan(ctx context.Context, g *globals, path string, o planOptions) error 
 	}
 	if p0, ok := o.rates["p0"]; ok && o.rates["p1"] == p0 && len(o.rates) == 2 {
 		return withCode(exitUsage, fmt.Errorf("--p0 and --p1 are both %g: a plan tells two rates apart", p0))
+	}
+	if verdict.PlannedSpeedPrimary(spec) && len(o.rates) == 0 {
+		return runSpeedPlan(ctx, g, path, spec, o)
+	}
+	if o.cv != 0 || o.ratio != 0 {
+		return withCode(exitUsage, fmt.Errorf("--cv and --ratio plan a speed claim: %s's primary claim is on corruption rates (--p0, --p1)", path))
 	}
 	po := plan.Options{Spec: spec, SpecPath: path, Simulate: o.simulate, Reps: o.reps, Seed: o.seed,
 		History: plan.LastRecorded(ctx, g.dbPath(), spec.Name)}
@@ -124,4 +146,54 @@ func floorBound(ctx context.Context, g *globals, ref string, spec *arms.Spec) (f
 		return 0, "", err
 	}
 	return f.CorruptionBound(ref)
+}
+
+// runSpeedPlan plans a throughput spec's speed claim from how much its launches differ:
+// given (--cv), recorded by the newest experiment of the spec's name, or measured by a
+// noise floor.
+func runSpeedPlan(ctx context.Context, g *globals, path string, spec *arms.Spec, o planOptions) error {
+	if o.cv < 0 || o.cv >= 1 {
+		return withCode(exitUsage, fmt.Errorf("--cv: a share of a launch's tok/s between 0 and 1 (0.03 for 3%%), not %g", o.cv))
+	}
+	if o.ratio < 0 {
+		return withCode(exitUsage, fmt.Errorf("--ratio: a ratio of tok/s is positive, not %g", o.ratio))
+	}
+	so := plan.SpeedOptions{Spec: spec, SpecPath: path, CV: o.cv, Ratio: o.ratio}
+	if o.cv == 0 {
+		var err error
+		if so.Recorded, so.Experiment, err = plan.RecordedSpeed(ctx, g.dbPath(), spec.Name); err != nil {
+			return err
+		}
+	}
+	ref := o.noiseFloor
+	if ref == "" {
+		ref = spec.Analysis.NoiseFloor
+	}
+	if ref != "" {
+		f, err := noiseFloor(ctx, g, ref, spec)
+		if err == nil && !f.Used() {
+			err = errors.New(f.Refused)
+		}
+		switch {
+		case err != nil && o.noiseFloor != "":
+			return withCode(exitUsage, fmt.Errorf("--noise-floor %s: %w", ref, err))
+		case err != nil:
+			// A floor the spec names may not have been measured yet.
+			fmt.Fprintf(g.stderr, "analysis.noise_floor: %v; planned without it\n", err)
+		default:
+			so.Floor = f
+		}
+	}
+	p, err := plan.ComputeSpeed(so)
+	if errors.Is(err, plan.ErrInvalid) {
+		return withCode(exitUsage, err)
+	}
+	if err != nil {
+		return err
+	}
+	if g.json {
+		return json.NewEncoder(g.stdout).Encode(p)
+	}
+	p.WriteText(g.stdout)
+	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/arbiterlab/arbiter/plan"
+	"github.com/arbiterlab/arbiter/verdict"
 )
 
 func TestPlanGivesExactPowerAndSessionsNeeded(t *testing.T) {
@@ -137,6 +138,95 @@ launches: 4
 	for _, want := range []string{"*       4  0.1", "randomization at 0.03", "Welch at 0.03", "      32  0.9", "launches per arm for power 0.80: 1"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("plan lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
+// throughputSmall is examples/throughput.yaml made small: two phases of 6 requests, two
+// launches per arm, both arms of a block at once.
+const throughputSmall = `version: 1
+name: throughput-small
+engine: {preset: refserve}
+factors:
+  hicache:
+    off: {}
+    on:  {args: [--enable-hierarchical-cache]}
+workload: {kind: throughput, seed: 42, concurrency: [1, 4], requests: 6, max_tokens: 16}
+analysis: {baseline: hicache=off, alpha: 0.05, throughput_margin: 5%}
+blocks: 2
+runtime: {kind: process, nodes: [{name: local, slots: 2}]}
+timeouts: {startup: 60s, request: 60s, stall: 20s}
+`
+
+// A throughput spec's plan is of its speed claim: it reads how much the launches of its
+// newest recorded run differed, phase by phase (the spread the verdict's claims show),
+// or takes it from --cv; with neither it says where one comes from.
+func TestPlanOfAThroughputSpecReadsItsLaunchesSpread(t *testing.T) {
+	t.Parallel()
+	buildRefserve(t)
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "throughput.yaml")
+	if err := os.WriteFile(spec, []byte(throughputSmall), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(dir, "results.db")
+	empty := filepath.Join(dir, "none.db")
+	if code, _, stderr := runCLI(t, "plan", spec, "--db", empty); code != exitUsage || !strings.Contains(stderr, "--cv 0.03") {
+		t.Errorf("nothing recorded: exit %d, %q", code, stderr)
+	}
+	if code, stdout, stderr := runCLI(t, "run", spec, "--db", db); code != 0 {
+		t.Fatalf("run exited %d\n%s\n%s", code, stdout, stderr)
+	}
+	code, stdout, stderr := runCLI(t, "verdict", "1", "--db", db, "--json")
+	if code != 0 {
+		t.Fatalf("verdict exited %d: %s", code, stderr)
+	}
+	var v struct {
+		Claims struct {
+			Claims []struct {
+				Outcome, Group string
+				Spread         *float64 `json:"launch_spread"`
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(stdout), &v); err != nil {
+		t.Fatal(err)
+	}
+	spread := map[string]float64{}
+	for _, c := range v.Claims.Claims {
+		if c.Outcome == verdict.OutcomeNonInferiority && c.Spread != nil {
+			spread[c.Group] = *c.Spread
+		}
+	}
+	code, stdout, stderr = runCLI(t, "plan", spec, "--db", db, "--json")
+	if code != 0 {
+		t.Fatalf("plan exited %d: %s", code, stderr)
+	}
+	var p plan.SpeedPlan
+	if err := json.Unmarshal([]byte(stdout), &p); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Phases) != 2 || p.LaunchesPerArm != 2 || p.Margin != 0.05 {
+		t.Fatalf("plan %+v; want the two phases of 2 launches per arm under the 5%% margin", p)
+	}
+	for _, ph := range p.Phases {
+		want, ok := spread[ph.Phase]
+		if !ok || math.Abs(ph.CV-want) > 1e-12*want || ph.Basis != "experiment 1, 4 launches" || !(ph.CVUpper > ph.CV) || len(ph.Power) == 0 {
+			t.Errorf("%s: %+v; the verdict's launch spread %g (%v)", ph.Phase, ph, want, ok)
+		}
+	}
+	code, stdout, _ = runCLI(t, "plan", spec, "--db", db)
+	if code != 0 || !strings.Contains(stdout, "launches per arm") || !strings.Contains(stdout, "experiment 1, 4 launches") {
+		t.Errorf("plan's text (exit %d):\n%s", code, stdout)
+	}
+	// --cv replaces what was recorded; it and --ratio are for speed claims only.
+	code, stdout, _ = runCLI(t, "plan", spec, "--db", empty, "--cv", "0.02", "--ratio", "0.99", "--json")
+	if err := json.Unmarshal([]byte(stdout), &p); code != 0 || err != nil || p.Phases[0].CV != 0.02 || p.Ratio != 0.99 {
+		t.Errorf("--cv 0.02 --ratio 0.99: exit %d, %+v", code, p)
+	}
+	for _, bad := range [][]string{{spec, "--cv", "1.5"}, {spec, "--ratio", "-1"}, {"../../examples/quickstart.yaml", "--cv", "0.03"}} {
+		if code, _, stderr := runCLI(t, append([]string{"plan", "--db", empty}, bad...)...); code != exitUsage || !strings.Contains(stderr, "--") {
+			t.Errorf("%v: exit %d, %q", bad, code, stderr)
 		}
 	}
 }

@@ -6,6 +6,9 @@
   power     the one-sided pooled t test on k launches per arm at a level, launches' logs
             of standard deviation sd, the true difference clearing the threshold by
             shift: nct.sf(t.ppf(1 - level, 2k - 2), 2k - 2, shift / (sd * sqrt(2 / k)))
+  zpower    the one-sided z test against a noise floor on k launches per arm: the
+            difference weighed with the floor's bound b, the launches truly of sd:
+            norm.sf((norm.ppf(1 - level) * b * sqrt(2 / k) - shift) / (sd * sqrt(2 / k)))
   needed    the fewest k from 2 up to 64 whose power reaches the target (0: none)
 
 Regenerate with Debian's python (apt-get install python3-scipy):
@@ -41,6 +44,15 @@ for k in [2, 3, 4, 6, 10, 25]:
             for level in [0.01, 0.025, 0.05]:
                 pw.append({"k": k, "sd": sd, "shift": shift, "level": level, "power": power(k, sd, shift, level)})
 
+zpower = []
+for k in [1, 2, 3]:
+    for sd, b in [(0.01, 0.02), (0.03, 0.03), (0.075, 0.05)]:
+        for shift in [0.0, -math.log(0.95), -math.log(0.9)]:
+            for level in [0.01, 0.05]:
+                se = math.sqrt(2 / k)
+                p = float(stats.norm.sf((stats.norm.ppf(1 - level) * b * se - shift) / (sd * se)))
+                zpower.append({"k": k, "sd": sd, "bound": b, "shift": shift, "level": level, "power": p})
+
 needed = []
 for sd in [0.005, 0.012, 0.03, 0.075, 0.2]:
     for shift in [-math.log(0.95), -math.log(0.9)]:
@@ -52,4 +64,4 @@ for sd in [0.005, 0.012, 0.03, 0.075, 0.2]:
                     break
             needed.append({"sd": sd, "shift": shift, "level": level, "power": target, "needed": n})
 
-json.dump({"survival": survival, "power": pw, "needed": needed}, __import__("sys").stdout, indent=1)
+json.dump({"survival": survival, "power": pw, "zpower": zpower, "needed": needed}, __import__("sys").stdout, indent=1)

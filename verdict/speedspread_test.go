@@ -1,0 +1,44 @@
+package verdict
+
+import (
+	"context"
+	"math"
+	"testing"
+)
+
+// SpeedSpreads pools, phase by phase, the spread of the logs of the launches' medians
+// within each arm: the arms' own difference is not in it.
+func TestSpeedSpreadsPoolWithinTheArms(t *testing.T) {
+	db, id := outcomeExamples["throughput"](t)
+	spreads, err := SpeedSpreads(context.Background(), db, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := Build(context.Background(), db, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	samples := v.launchSamples()
+	// The pooled within-arm standard deviation of the logs of each launch's median, by
+	// hand: two arms of two launches, two degrees of freedom.
+	within := func(group string) float64 {
+		ss := 0.0
+		for _, arm := range samples {
+			if len(arm) != 2 {
+				t.Fatalf("an arm of %d launches; the fixture has two", len(arm))
+			}
+			d := math.Log(arm[0].metrics[group][MetricThroughput]) - math.Log(arm[1].metrics[group][MetricThroughput])
+			ss += d * d / 2
+		}
+		return math.Sqrt(ss / 2)
+	}
+	if len(spreads) != 3 {
+		t.Fatalf("spreads %+v; want the three phases", spreads)
+	}
+	for i, name := range []string{"c=1", "c=32", "poisson 16/s"} {
+		s, want := spreads[i], within(name)
+		if !(want > 0) || s.Group != name || s.Launches != 4 || s.Spread.DF != 2 || math.Abs(s.Spread.SD-want) > 1e-9*want || !(s.Spread.Upper > s.Spread.SD) {
+			t.Errorf("phase %d: %+v; want %s, 4 launches, SD %.6g on 2 degrees of freedom, its bound above", i, s, name, want)
+		}
+	}
+}
