@@ -89,6 +89,33 @@ type ThroughputSpec struct {
 	KeepEOS bool
 }
 
+// PhaseNames names the phases in the order they run: the closed loops, then the open ones.
+// The verdict groups its results by these names.
+func (t ThroughputSpec) PhaseNames() []string {
+	var out []string
+	for _, c := range t.Concurrency {
+		out = append(out, ClosedPhaseName(c, ""))
+	}
+	for _, r := range t.Rates {
+		out = append(out, OpenPhaseName(r))
+	}
+	return out
+}
+
+// ClosedPhaseName names a closed-loop phase at concurrency c, with a stage ("before",
+// "after") when it has one.
+func ClosedPhaseName(c int, stage string) string {
+	if stage == "" {
+		return fmt.Sprintf("c=%d", c)
+	}
+	return fmt.Sprintf("c=%d %s", c, stage)
+}
+
+// OpenPhaseName names an open-loop phase at rate requests per second.
+func OpenPhaseName(rate float64) string {
+	return "poisson " + strconv.FormatFloat(rate, 'g', -1, 64) + "/s"
+}
+
 // AbortCascadeSpec is workload kind abort-cascade: throughput at ThroughputAt before,
 // Cascades abort cascades of Sessions sessions each with a canary after each, and
 // throughput at ThroughputAt after.

@@ -52,22 +52,29 @@ func LastRecorded(ctx context.Context, dbPath, name string) Recorded {
 	return r
 }
 
-// RecordedSpeed reads how much the launches of the newest experiment named name in the
-// database at dbPath differed in tok/s per request, phase by phase, and its id. A missing
-// database or experiment is not an error: there is then nothing recorded.
-func RecordedSpeed(ctx context.Context, dbPath, name string) ([]verdict.GroupSpread, int64, error) {
+// RecordedSpeed reads how much the launches of experiment ref (an id, or the newest of a
+// name) in the database at dbPath differed in tok/s per request, phase by phase, and its
+// id. A missing database or experiment is nothing recorded unless must is set, when it is
+// an error.
+func RecordedSpeed(ctx context.Context, dbPath, ref string, must bool) ([]verdict.GroupSpread, int64, error) {
 	db, err := store.OpenReadOnly(dbPath)
 	if err != nil {
+		if must {
+			return nil, 0, err
+		}
 		return nil, 0, nil
 	}
 	defer db.Close()
-	e, err := store.FindExperiment(ctx, db, name)
+	e, err := store.FindExperiment(ctx, db, ref)
 	if err != nil {
+		if must {
+			return nil, 0, err
+		}
 		return nil, 0, nil
 	}
 	spreads, err := verdict.SpeedSpreads(ctx, db, e.ID)
 	if err != nil {
-		return nil, 0, fmt.Errorf("experiment %d (%s): %w", e.ID, name, err)
+		return nil, 0, fmt.Errorf("experiment %d (%s): %w", e.ID, e.Name, err)
 	}
 	return spreads, e.ID, nil
 }

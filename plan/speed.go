@@ -7,7 +7,6 @@ import (
 	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/stats"
 	"github.com/arbiterlab/arbiter/verdict"
-	"github.com/arbiterlab/arbiter/workload"
 )
 
 // A throughput spec's primary claim is a speed: each arm's tok/s per request against the
@@ -126,16 +125,8 @@ func ComputeSpeed(o SpeedOptions) (SpeedPlan, error) {
 			p.Notes = append(p.Notes, fmt.Sprintf("a true ratio of %.3g is within analysis.min_effect (%g%%), which the verdict calls negligible, never better or worse: no number of launches finds it", p.Ratio, 100*p.MinEffect))
 		}
 	}
-	t := spec.Workload.Throughput
-	var phases []string
-	for _, c := range t.Concurrency {
-		phases = append(phases, workload.ClosedPhaseName(c, ""))
-	}
-	for _, r := range t.Rates {
-		phases = append(phases, workload.OpenPhaseName(r))
-	}
 	var missing []string
-	for _, name := range phases {
+	for _, name := range spec.Workload.Throughput.PhaseNames() {
 		ph := SpeedPhase{Phase: name}
 		var floorSpread verdict.Spread
 		hasFloor := false

@@ -672,6 +672,7 @@ func (v *Verdict) niClauses(mark string) string {
 	}
 	arms, byArm := groupInOrder(o.Throughput, func(t ThroughputNI) string { return t.Arm })
 	var clauses []string
+	undecided := false // some arm was not shown non-inferior somewhere
 	for _, a := range arms {
 		ts := byArm[a]
 		worst := ts[0]
@@ -710,8 +711,9 @@ func (v *Verdict) niClauses(mark string) string {
 				}
 			}
 			if len(shown) == 0 {
-				clauses = append(clauses, fmt.Sprintf("%s's throughput is not shown to cost less than the %s margin against %s's: at %s its tok/s per request may be %s (%s%s); more launches per arm (`blocks`) narrow the bound",
+				clauses = append(clauses, fmt.Sprintf("%s's throughput is not shown to cost less than the %s margin against %s's: at %s its tok/s per request may be %s (%s%s)",
 					bold(a, mark), pctShort(o.Margin), bold(worst.Against, mark), worst.Group, lowerBy(worst.Result.Bound), level, launches))
+				undecided = true
 				break
 			}
 			least := shown[0]
@@ -725,11 +727,25 @@ func (v *Verdict) niClauses(mark string) string {
 			if len(unshown) > 1 {
 				where = fmt.Sprintf("%s: at %s", groupsOf(unshown), worst.Group)
 			}
-			clauses = append(clauses, fmt.Sprintf("%s's throughput is non-inferior to %s's within the %s margin at %s (%s), but not shown so at %s its tok/s per request may be %s (%s%s); more launches per arm (`blocks`) narrow the bound",
+			clauses = append(clauses, fmt.Sprintf("%s's throughput is non-inferior to %s's within the %s margin at %s (%s), but not shown so at %s its tok/s per request may be %s (%s%s)",
 				bold(a, mark), bold(worst.Against, mark), pctShort(o.Margin), groupsOf(shown), cost, where, lowerBy(worst.Result.Bound), level, launches))
+			undecided = true
 		}
 	}
+	if undecided {
+		clauses = append(clauses, fmt.Sprintf("more launches per arm (`blocks`) narrow the bound, and `%s` says how many, from how much these launches differed", v.speedPlanCommand()))
+	}
 	return strings.Join(clauses, "; ")
+}
+
+// speedPlanCommand is the `arbiter plan` of this experiment's spec from the spread of its
+// own launches.
+func (v *Verdict) speedPlanCommand() string {
+	spec := v.Experiment.SpecPath
+	if spec == "" {
+		spec = "SPEC"
+	}
+	return Command(fmt.Sprintf("plan %s --from %d", shellWord(spec), v.Experiment.ID), v.DB)
 }
 
 // costAtMost says what a non-inferiority bound (a ratio to the baseline) allows: "it

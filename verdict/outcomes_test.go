@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -395,6 +396,15 @@ func TestThroughputVerdictComparesLatencyAndThroughputByRanks(t *testing.T) {
 	if got := mixed.niClauses(""); !strings.HasPrefix(got, "hicache=on's throughput is non-inferior to hicache=off's within the 5% margin at c=1 and c=32 (it costs at most") ||
 		!strings.Contains(got, "but not shown so at poisson 16/s, where its tok/s per request may be up to 14.8% lower") {
 		t.Errorf("mixed throughput: %s", got)
+	}
+	// It ends with the command that says how many launches would show it, once.
+	mixed.Experiment.SpecPath, mixed.DB = "examples/throughput.yaml", "/tmp/r.db"
+	plan := "`arbiter plan examples/throughput.yaml --from " + strconv.FormatInt(v.Experiment.ID, 10) + " --db /tmp/r.db` says how many"
+	if got := mixed.niClauses(""); strings.Count(got, plan) != 1 || !strings.HasSuffix(got, "from how much these launches differed") {
+		t.Errorf("mixed throughput does not say, once, how to plan the launches that would decide it: %s", got)
+	}
+	if strings.Contains(head, "arbiter plan") {
+		t.Errorf("a throughput verdict that decided every load sends its reader to plan: %s", head)
 	}
 	// Every group, metric and arm has a row with an interval and a p.
 	if got := len(v.Outcomes.Metrics); got != 3*4 {

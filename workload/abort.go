@@ -101,7 +101,7 @@ func runAbortCascade(ctx context.Context, cfg Config, base string, rec Recorder)
 	next, pos := cfg.SessionOffset, 0
 	stage := func(name string) {
 		for _, c := range a.ThroughputAt {
-			next = r.throughputPhase(ctx, t, Phase{Name: ClosedPhaseName(c, name), Kind: PhaseClosed, Position: pos, Concurrency: c}, next)
+			next = r.throughputPhase(ctx, t, Phase{Name: arms.ClosedPhaseName(c, name), Kind: PhaseClosed, Position: pos, Concurrency: c}, next)
 			pos++
 		}
 	}

@@ -3,7 +3,6 @@ package workload
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	"github.com/arbiterlab/arbiter/arms"
 )
@@ -41,20 +40,6 @@ func generation(cfg Config, def int) int {
 		return cfg.MaxTokens
 	}
 	return def
-}
-
-// ClosedPhaseName names a closed-loop phase at concurrency c, with a stage ("before",
-// "after") when it has one.
-func ClosedPhaseName(c int, stage string) string {
-	if stage == "" {
-		return fmt.Sprintf("c=%d", c)
-	}
-	return fmt.Sprintf("c=%d %s", c, stage)
-}
-
-// OpenPhaseName names an open-loop phase at rate requests per second.
-func OpenPhaseName(rate float64) string {
-	return "poisson " + strconv.FormatFloat(rate, 'g', -1, 64) + "/s"
 }
 
 // Planned is how many sessions one run of cfg reports: what the verdict counts as
@@ -108,11 +93,11 @@ func runThroughput(ctx context.Context, cfg Config, base string, rec Recorder) e
 	defer r.client.CloseIdleConnections()
 	next, pos := cfg.SessionOffset, 0
 	for _, c := range t.Concurrency {
-		next = r.throughputPhase(ctx, t, Phase{Name: ClosedPhaseName(c, ""), Kind: PhaseClosed, Position: pos, Concurrency: c}, next)
+		next = r.throughputPhase(ctx, t, Phase{Name: arms.ClosedPhaseName(c, ""), Kind: PhaseClosed, Position: pos, Concurrency: c}, next)
 		pos++
 	}
 	for _, rate := range t.Rates {
-		next = r.throughputPhase(ctx, t, Phase{Name: OpenPhaseName(rate), Kind: PhaseOpen, Position: pos, Rate: rate}, next)
+		next = r.throughputPhase(ctx, t, Phase{Name: arms.OpenPhaseName(rate), Kind: PhaseOpen, Position: pos, Rate: rate}, next)
 		pos++
 	}
 	return ctx.Err()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,6 +26,9 @@ type planOptions struct {
 	// cv and ratio plan a speed claim: how much launches differ, and the true ratio of
 	// the arm's tok/s per request to the baseline's.
 	cv, ratio float64
+	// from is the recorded experiment whose figures replace the plan's assumptions
+	// (default: the newest of the spec's name).
+	from string
 }
 
 func newPlanCmd(g *globals) *cobra.Command {
@@ -73,11 +77,12 @@ the baseline's to plan for (default 1: no cost).`,
 	cmd.Flags().Float64("p1", 0, "the corruption rate the experiment must tell from p0, 0 to 1 (replaces analysis.plan.p1)")
 	cmd.Flags().Float64Var(&o.cv, "cv", 0, "a throughput spec: how much launches of one configuration differ in tok/s per request, as a share (0.03 for 3%; replaces what a recorded run measured)")
 	cmd.Flags().Float64Var(&o.ratio, "ratio", 0, "a throughput spec: the arm's true tok/s per request over the baseline's to plan for (default 1 under a margin: no cost)")
+	cmd.Flags().StringVar(&o.from, "from", "", "the recorded experiment (id or name, in --db) whose launches and pace to plan from (default: the newest of the spec's name)")
 	cmd.Flags().BoolVar(&o.simulate, "simulate", false, "simulate the sequential design (type I error and sessions used)")
 	cmd.Flags().IntVar(&o.reps, "reps", 10000, "simulated experiments per scenario")
 	cmd.Flags().Uint64Var(&o.seed, "seed", 1, "seed of the simulation")
 	cmd.Flags().StringVar(&o.noiseFloor, "noise-floor", "", "plan with the launch-to-launch variation an A/A experiment (id or name, in --db) measured")
-	return experimentFlag(addDBFlag(cmd, g), g, "noise-floor")
+	return experimentFlag(experimentFlag(addDBFlag(cmd, g), g, "noise-floor"), g, "from")
 }
 
 func runPlan(ctx context.Context, g *globals, path string, o planOptions) error {
@@ -108,7 +113,7 @@ func runPlan(ctx context.Context, g *globals, path string, o planOptions) error 
 		return withCode(exitUsage, fmt.Errorf("--cv and --ratio plan a speed claim: %s's primary claim is on corruption rates (--p0, --p1)", path))
 	}
 	po := plan.Options{Spec: spec, SpecPath: path, Simulate: o.simulate, Reps: o.reps, Seed: o.seed,
-		History: plan.LastRecorded(ctx, g.dbPath(), spec.Name)}
+		History: plan.LastRecorded(ctx, g.dbPath(), cmp.Or(o.from, spec.Name))}
 	switch {
 	case o.noiseFloor != "":
 		if po.NoiseFloorICC, po.NoiseFloorBasis, err = floorBound(ctx, g, o.noiseFloor, spec); err != nil {
@@ -161,7 +166,10 @@ func runSpeedPlan(ctx context.Context, g *globals, path string, spec *arms.Spec,
 	so := plan.SpeedOptions{Spec: spec, SpecPath: path, CV: o.cv, Ratio: o.ratio}
 	if o.cv == 0 {
 		var err error
-		if so.Recorded, so.Experiment, err = plan.RecordedSpeed(ctx, g.dbPath(), spec.Name); err != nil {
+		if so.Recorded, so.Experiment, err = plan.RecordedSpeed(ctx, g.dbPath(), cmp.Or(o.from, spec.Name), o.from != ""); err != nil {
+			if o.from != "" {
+				return withCode(exitUsage, fmt.Errorf("--from %s: %w", o.from, err))
+			}
 			return err
 		}
 	}

@@ -219,6 +219,15 @@ func TestPlanOfAThroughputSpecReadsItsLaunchesSpread(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, "launches per arm") || !strings.Contains(stdout, "experiment 1, 4 launches") {
 		t.Errorf("plan's text (exit %d):\n%s", code, stdout)
 	}
+	// --from names the experiment to read; one that is not there is said.
+	code, stdout, _ = runCLI(t, "plan", spec, "--db", db, "--from", "1", "--json")
+	var from plan.SpeedPlan
+	if err := json.Unmarshal([]byte(stdout), &from); code != 0 || err != nil || len(from.Phases) != 2 || from.Phases[0].CV != p.Phases[0].CV {
+		t.Errorf("--from 1: exit %d, %+v", code, from)
+	}
+	if code, _, stderr := runCLI(t, "plan", spec, "--db", db, "--from", "7"); code != exitNotFound || !strings.Contains(stderr, "--from 7") {
+		t.Errorf("--from 7: exit %d, %q", code, stderr)
+	}
 	// --cv replaces what was recorded; it and --ratio are for speed claims only.
 	code, stdout, _ = runCLI(t, "plan", spec, "--db", empty, "--cv", "0.02", "--ratio", "0.99", "--json")
 	if err := json.Unmarshal([]byte(stdout), &p); code != 0 || err != nil || p.Phases[0].CV != 0.02 || p.Ratio != 0.99 {
