@@ -3,6 +3,7 @@ package plan
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/stats"
@@ -170,7 +171,7 @@ func ComputeSpeed(o SpeedOptions) (SpeedPlan, error) {
 			ErrInvalid, o.SpecPath, spec.Name)
 	}
 	if len(missing) > 0 {
-		p.Notes = append(p.Notes, fmt.Sprintf("not planned, since nothing measured how its launches differ: %s", joinWords(missing)))
+		p.Notes = append(p.Notes, fmt.Sprintf("not planned, since nothing measured how its launches differ: %s", strings.Join(missing, ", ")))
 	}
 	if len(armList) > 2 {
 		p.Notes = append(p.Notes, "each arm against the baseline is its own claim; the power is each claim's")
@@ -233,19 +234,4 @@ func recordedSpread(rs []verdict.GroupSpread, group string) *verdict.GroupSpread
 		}
 	}
 	return nil
-}
-
-// joinWords joins names with commas and a final "and".
-func joinWords(ws []string) string {
-	switch len(ws) {
-	case 0:
-		return ""
-	case 1:
-		return ws[0]
-	}
-	out := ws[0]
-	for _, w := range ws[1 : len(ws)-1] {
-		out += ", " + w
-	}
-	return out + " and " + ws[len(ws)-1]
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 
@@ -130,6 +131,12 @@ func runPlan(ctx context.Context, g *globals, path string, o planOptions) error 
 		}
 	}
 	p, err := plan.Compute(po)
+	return printPlan(g, p, err)
+}
+
+// printPlan prints a plan as JSON or text; a plan that cannot be made as asked is a
+// usage error.
+func printPlan(g *globals, p interface{ WriteText(io.Writer) }, err error) error {
 	if errors.Is(err, plan.ErrInvalid) {
 		return withCode(exitUsage, err)
 	}
@@ -193,15 +200,5 @@ func runSpeedPlan(ctx context.Context, g *globals, path string, spec *arms.Spec,
 		}
 	}
 	p, err := plan.ComputeSpeed(so)
-	if errors.Is(err, plan.ErrInvalid) {
-		return withCode(exitUsage, err)
-	}
-	if err != nil {
-		return err
-	}
-	if g.json {
-		return json.NewEncoder(g.stdout).Encode(p)
-	}
-	p.WriteText(g.stdout)
-	return nil
+	return printPlan(g, p, err)
 }
