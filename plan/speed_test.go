@@ -139,6 +139,13 @@ func TestSpeedPlanFromRecordedSpreadsAndAFloor(t *testing.T) {
 			t.Errorf("c=1, %d launches against the floor: %+v", r.Launches, r)
 		}
 	}
+	var text strings.Builder
+	p.WriteText(&text)
+	for _, want := range []string{"the floor's bound", "1.8%", "0.83 (floor)", "experiment 7, 8 launches", "not planned, since nothing measured how its launches differ: poisson 16/s"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("the plan's text lacks %q:\n%s", want, text.String())
+		}
+	}
 	if r := c1.Power[2]; r.Test != TestLaunchMedians {
 		t.Errorf("c=1, 3 launches: %+v; the floor weighs only one or two", r)
 	}

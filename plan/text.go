@@ -135,13 +135,24 @@ func (p SpeedPlan) WriteText(w io.Writer) {
 	fmt.Fprintf(w, ", at each claim's share of alpha %g\n", p.Alpha)
 	fmt.Fprintf(w, "  how much launches of one configuration differ (the SD of the logs of their medians), and the launches per arm for power %.2f:\n", p.TargetPower)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "    phase\tlaunch CV\tits %g%% bound\tlaunches per arm\tat the bound\tpower with %d (this spec)\tfrom\n", 100*stats.FloorConf, p.LaunchesPerArm)
+	floorHead := ""
+	if p.NoiseFloor != "" {
+		floorHead = "\tthe floor's bound"
+	}
+	fmt.Fprintf(tw, "    phase\tlaunch CV\tits %g%% bound%s\tlaunches per arm\tat the bound\tpower with %d (this spec)\tfrom\n",
+		100*stats.FloorConf, floorHead, p.LaunchesPerArm)
 	for _, ph := range p.Phases {
-		bound, atBound := "-", "-"
+		bound, atBound, floor := "-", "-", ""
 		if ph.CVUpper > 0 {
 			bound, atBound = percent(ph.CVUpper), launchesText(ph.NeededUpper)
 		}
-		fmt.Fprintf(tw, "    %s\t%s\t%s\t%s\t%s\t%.2f\t%s\n", ph.Phase, percent(ph.CV), bound, launchesText(ph.Needed), atBound, ph.SpecPower, ph.Basis)
+		if p.NoiseFloor != "" {
+			floor = "\t-"
+			if ph.FloorBound > 0 {
+				floor = "\t" + percent(ph.FloorBound)
+			}
+		}
+		fmt.Fprintf(tw, "    %s\t%s\t%s%s\t%s\t%s\t%.2f\t%s\n", ph.Phase, percent(ph.CV), bound, floor, launchesText(ph.Needed), atBound, ph.SpecPower, ph.Basis)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "  power by launches per arm (* this spec's):\n")
