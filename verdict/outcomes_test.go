@@ -554,3 +554,38 @@ func TestDeadlockCallsNothingAboutTheFixInconclusive(t *testing.T) {
 		t.Errorf("JSON decision %v, want not compared", d)
 	}
 }
+
+// An A/A check of a throughput workload says first how the check ended, as one of
+// corruption does: passed when no difference is claimed between its identical arms,
+// FAILED when one is.
+func TestAnAAThroughputHeadlineSaysHowTheCheckEnded(t *testing.T) {
+	v := buildOutcomes(t, "throughput")
+	v.Design.AA = true
+	diffs := v.Claims.Differences()
+	head := v.Headline()[0]
+	switch {
+	case len(diffs) == 0 && !strings.HasPrefix(head, "A/A check passed: no difference is claimed between the identical arms. Decision: hicache=on's throughput is non-inferior"):
+		t.Errorf("no difference claimed, headline:\n%s", head)
+	case len(diffs) > 0 && !strings.HasPrefix(head, "A/A check FAILED: "):
+		t.Errorf("%d differences claimed, headline:\n%s", len(diffs), head)
+	}
+	// A claimed difference fails it.
+	claims := *v.Claims
+	claims.Claims = slices.Clone(claims.Claims)
+	for i, c := range claims.Claims {
+		if c.Outcome == MetricTTFT && !c.Claimed {
+			d := *c
+			d.Claimed, d.Decision = true, "worse"
+			claims.Claims[i] = &d
+			break
+		}
+	}
+	failed := *v
+	failed.Claims = &claims
+	if len(failed.Claims.Differences()) == 0 {
+		t.Fatal("no TTFT claim to make a difference of")
+	}
+	if head := failed.Headline()[0]; !strings.HasPrefix(head, "A/A check FAILED: the pipeline claims a difference between identical arms (hicache=on's TTFT worse). Decision: ") {
+		t.Errorf("a claimed difference, headline:\n%s", head)
+	}
+}

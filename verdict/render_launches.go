@@ -240,11 +240,20 @@ func (v markdownWriter) claimsMethodSection() {
 		if !math.IsNaN(f.ICCUpper) {
 			icc = fmt.Sprintf("%.3f (%s%% upper bound %.3f)", f.ICC, confText(f.Conf), f.ICCUpper)
 		}
+		// Phase by phase where there are several: a closed loop's launches may agree
+		// within 0.1% while an open loop's differ by several percent.
+		var cvs []string
 		for _, g := range groups {
 			if sp, ok := f.Speed[g][MetricThroughput]; ok {
-				cv = fmt.Sprintf("%s (upper bound %s)", pctShort(sp.SD), pctShort(sp.Upper))
-				break
+				at := ""
+				if len(groups) > 1 {
+					at = " at " + g
+				}
+				cvs = append(cvs, fmt.Sprintf("%s%s (upper bound %s)", spreadPct(sp.SD), at, spreadPct(sp.Upper)))
 			}
+		}
+		if len(cvs) > 0 {
+			cv = strings.Join(cvs, ", ")
 		}
 		fmt.Fprintf(b, "\nThe noise floor this A/A measured over its %d launches: intra-launch correlation of corruption %s, launch-to-launch variation of tok/s %s. `arbiter run SPEC --noise-floor %d` weighs an experiment on the same engine, workload and hardware against the upper bounds, so that one launch per arm can decide; `arbiter plan SPEC --noise-floor %d` plans with them.\n",
 			f.Launches, icc, cv, v.Experiment.ID, v.Experiment.ID)
@@ -322,7 +331,16 @@ func claimSpread(c *LaunchClaim) string {
 	case OutcomeWedge, OutcomeStability:
 		return "–"
 	}
-	return "CV " + pctShort(c.Spread)
+	return "CV " + spreadPct(c.Spread)
+}
+
+// spreadPct is a launch spread as a percentage: "0.6%", or "under 0.1%" for one that is
+// there but rounds to none (launches that agree that closely still differ).
+func spreadPct(x float64) string {
+	if x > 0 && math.Round(1000*x) == 0 {
+		return "under 0.1%"
+	}
+	return pctShort(x)
 }
 
 func claimDecision(c *LaunchClaim) string {

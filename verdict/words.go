@@ -277,6 +277,39 @@ func (v *Verdict) headline(mark string) string {
 	return v.uninterruptedHeadline(mark)
 }
 
+// aaOutcomeHeadline leads an outcome headline (throughput, cascades) of an A/A check with
+// how the check ended, as a corruption headline's is: an A/A check answers whether the
+// pipeline claims a difference between identical arms before anything else.
+func (v *Verdict) aaOutcomeHeadline(s string) string {
+	aa, outcome := v.aaOutcome()
+	if !aa {
+		return s
+	}
+	switch outcome {
+	case aaPassed:
+		return "A/A check passed: no difference is claimed between the identical arms. " + s
+	case aaUntested:
+		return "A/A check not decided: these launches are too few to test the identical arms. " + s
+	}
+	if d := v.aaDifferences(); d != "" {
+		return "A/A check FAILED: " + d + " " + s
+	}
+	return "A/A check FAILED: " + s
+}
+
+// aaDifferences names the differences claimed between an A/A check's identical arms: "the
+// pipeline claims a difference between identical arms (a2's TTFT worse)."; empty for none.
+func (v *Verdict) aaDifferences() string {
+	var named []string
+	for _, c := range v.Claims.Differences() {
+		named = append(named, fmt.Sprintf("%s's %s %s", c.Arm, outcomeWords(c.Outcome), c.Decision))
+	}
+	if len(named) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("the pipeline claims a difference between identical arms (%s).", joinAnd(named))
+}
+
 // interruptedLaunches counts the launches cut short, and those the
 // plan had yet to start.
 func (v *Verdict) interruptedLaunches() int {
@@ -353,7 +386,7 @@ func (v *Verdict) divergesBeyondFloor() bool {
 // corruptionHeadline is the headline of what the workload's detectors found.
 func (v *Verdict) corruptionHeadline(mark string) string {
 	if s := v.outcomeHeadline(mark); s != "" {
-		return s
+		return v.aaOutcomeHeadline(s)
 	}
 	var sentences []string
 	problems := v.problemSentence(mark)
@@ -411,11 +444,7 @@ func (v *Verdict) corruptionHeadline(mark string) string {
 		case outcome == aaUntested:
 			return "A/A check not decided: " + lowerFirst(text, mark)
 		case problems == "":
-			var named []string
-			for _, c := range v.Claims.Differences() {
-				named = append(named, fmt.Sprintf("%s's %s %s", c.Arm, outcomeWords(c.Outcome), c.Decision))
-			}
-			return fmt.Sprintf("A/A check FAILED: the pipeline claims a difference between identical arms (%s). %s", joinAnd(named), text)
+			return "A/A check FAILED: " + v.aaDifferences() + " " + text
 		}
 		return "A/A check FAILED: " + lowerFirst(text, mark)
 	}
