@@ -68,6 +68,12 @@ func recordOutcomes(t *testing.T, example string, launches []outcomeLaunch) (*sq
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The example with as many blocks as the fixture records launches of an arm.
+	blocks := 0
+	for _, l := range launches {
+		blocks = max(blocks, l.block+1)
+	}
+	spec.Blocks = min(max(spec.Blocks, 1), blocks)
 	ctx := context.Background()
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	dj, _ := json.Marshal(orchestrator.DesignOf(spec))

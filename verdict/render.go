@@ -432,9 +432,9 @@ func (v markdownWriter) comparedSection() {
 	fmt.Fprintf(b, "- A session is analysed when it finished every round; lost sessions are counted beside the analysis. An arm whose engine crashed or wedged, or that lost more than %s of its sessions (`analysis.max_loss`), gets no corruption decision: it is inconclusive; when that arm is the baseline, the others are not compared with it.\n", pct(v.MaxLoss))
 	fmt.Fprintf(b, "- Workload seed %d: every arm received the same sessions", e.Seed)
 	if d := v.Design; d.Workload != "" {
-		fmt.Fprintf(b, " (%s; %d sessions per arm and block; %d block(s))", d.Workload, d.Sessions, d.Blocks)
+		fmt.Fprintf(b, " (%s; %d sessions per arm and block; %d block%s)", d.Workload, d.Sessions, d.Blocks, plural(d.Blocks))
 	} else if d.Sessions > 0 {
-		fmt.Fprintf(b, " (%d sessions x %d rounds per arm and block, %d at once; %d block(s))", d.Sessions, d.Rounds, d.Concurrency, d.Blocks)
+		fmt.Fprintf(b, " (%d sessions x %d rounds per arm and block, %d at once; %d block%s)", d.Sessions, d.Rounds, d.Concurrency, d.Blocks, plural(d.Blocks))
 	}
 	fmt.Fprintf(b, ".\n")
 	if e.Error.Valid {
