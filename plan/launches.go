@@ -84,7 +84,7 @@ func (l LaunchClaims) Sentence() string {
 	case l.CanClaim && l.Test == string(stats.TestWelch):
 		claim = "by Welch's t test on the launches' rates"
 	case l.CanClaim && l.Test == TestLaunchMedians:
-		claim = "by the t test on the logs of the launches' medians, which two launches a side can reach"
+		claim = "by the t test on the logs of the launches' medians, which two launches a side can reach; with what power depends on how much its launches differ, which `arbiter plan` reads from a recorded run (or --cv)"
 	case l.Test == string(stats.TestNone) && l.MinP >= 1:
 		claim = fmt.Sprintf("but one launch per arm cannot be tested, so the verdict can report differences but not attribute them to the arms: %d launches per arm can, or one per arm against a noise floor (`analysis.noise_floor`)", l.Needed)
 	case l.CanClaim:

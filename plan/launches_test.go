@@ -53,7 +53,7 @@ func TestSpecLaunchesOfTheExamples(t *testing.T) {
 	// and validate must not say that only five could (the randomization test's count).
 	for _, b := range []int{2, 4} {
 		s.Blocks = b
-		if l := SpecLaunches(s, n); !l.CanClaim || l.Test != TestLaunchMedians || !strings.Contains(l.Sentence(), "by the t test on the logs of the launches' medians") {
+		if l := SpecLaunches(s, n); !l.CanClaim || l.Test != TestLaunchMedians || !strings.Contains(l.Sentence(), "by the t test on the logs of the launches' medians") || !strings.Contains(l.Sentence(), "`arbiter plan` reads from a recorded run") {
 			t.Errorf("throughput, %d launches per arm: %+v (%s); want the t test on launch medians, able to claim", b, l, l.Sentence())
 		}
 	}
