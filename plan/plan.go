@@ -50,7 +50,11 @@ type Options struct {
 
 // Plan is what `arbiter plan --json` prints.
 type Plan struct {
-	Spec               string  `json:"spec"`
+	Spec string `json:"spec"`
+	// Outcome is what the primary claim is on: "corruption" (sessions that corrupted),
+	// or "wedges" (launches that wedged, one yes or no per launch, for an abort cascade),
+	// where P0 and P1 are shares of launches and the sessions' figures do not apply.
+	Outcome            string  `json:"outcome"`
 	Unit               string  `json:"unit"`
 	Arms               int     `json:"arms"`
 	Comparisons        int     `json:"comparisons"`
@@ -172,6 +176,29 @@ func (p *Plan) planLaunches(spec *arms.Spec, blocks int, o Options) {
 	}
 }
 
+// planWedges plans an abort cascade's claim, on wedges: each launch wedges or not, so the
+// launch is the whole sample, its sessions count for nothing, and no floor weighs it.
+func (p *Plan) planWedges(spec *arms.Spec, blocks int) {
+	p.Outcome, p.LaunchesPerArm = "wedges", blocks
+	p.LaunchICCBasis = "a launch wedges or not: one yes or no per launch, whatever its sessions"
+	p.FloorICCBasis = "a noise floor does not weigh wedges"
+	p.LaunchDesignEffect, p.DesignEffect = 1, 1
+	// The sessions' figures describe corruption, which is not this plan's claim.
+	p.Power, p.SessionsNeeded = 0, 0
+	model := newPowerModel(spec, p.Arms, p.P0, p.P1, 0, 0, 1, 1)
+	model.wedges = true
+	p.PowerByLaunches = model.table()
+	p.LaunchesNeeded = model.needed(p.TargetPower, false)
+	p.LaunchesNeededFloor = p.LaunchesNeeded
+	own := model.row(blocks)
+	kind := stats.RateTestFor(blocks, blocks, false, true, false)
+	p.LaunchTest, p.LaunchMinP = string(kind), kind.MinP(blocks, blocks)
+	p.LaunchLevel, p.LaunchPower = own.Level, own.Power
+	if !(p.LaunchLevel > 0) {
+		p.Notes = append(p.Notes, fmt.Sprintf("with %d launch(es) per arm no test on wedges can reach a level: %d per arm can", blocks, stats.LaunchesNeeded(stats.PrimaryLevel(p.Alpha, p.Comparisons))))
+	}
+}
+
 // Compute plans the spec in o.
 func Compute(o Options) (Plan, error) {
 	if o.Spec == nil {
@@ -193,13 +220,16 @@ func Compute(o Options) (Plan, error) {
 	}
 	pl := spec.Analysis.Plan
 	if pl.P0 == pl.P1 {
+		if spec.Workload.Kind == arms.WorkloadAbortCascade {
+			return Plan{}, fmt.Errorf("%w: %s: analysis.plan: declare the shares of launches that wedge to plan for, e.g. plan: {p0: 0, p1: 0.9, power: 0.8} (or give them: arbiter plan --p0 0 --p1 0.9)", ErrInvalid, o.SpecPath)
+		}
 		return Plan{}, fmt.Errorf("%w: %s: analysis.plan: declare the rates to plan for, e.g. plan: {p0: 0, p1: 0.12, power: 0.8} (or give them: arbiter plan --p0 0 --p1 0.12)", ErrInvalid, o.SpecPath)
 	}
 	looks := spec.Analysis.Sequential.Looks
 	if o.Simulate && looks <= 1 {
 		return Plan{}, fmt.Errorf("%w: --simulate checks a sequential design: the spec has no analysis.sequential.looks", ErrInvalid)
 	}
-	p := Plan{Spec: o.SpecPath, Unit: spec.Analysis.Unit, Arms: len(armList), Comparisons: max(len(armList)-1, 1),
+	p := Plan{Spec: o.SpecPath, Outcome: "corruption", Unit: spec.Analysis.Unit, Arms: len(armList), Comparisons: max(len(armList)-1, 1),
 		Alpha: spec.Analysis.Alpha, P0: pl.P0, P1: pl.P1, TargetPower: pl.Power}
 	if p.TargetPower == 0 {
 		p.TargetPower = DefaultPower
@@ -241,7 +271,11 @@ func Compute(o Options) (Plan, error) {
 	if need == 0 {
 		p.Notes = append(p.Notes, "no feasible number of sessions reaches the target power for these rates")
 	}
-	p.planLaunches(spec, blocks, o)
+	if spec.Workload.Kind == arms.WorkloadAbortCascade {
+		p.planWedges(spec, blocks)
+	} else {
+		p.planLaunches(spec, blocks, o)
+	}
 
 	turn := pl.TurnSeconds
 	p.WallTimeBasis = "analysis.plan.turn_seconds"

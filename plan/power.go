@@ -64,6 +64,9 @@ type powerModel struct {
 	sessions int     // per launch
 	seed     uint64
 	rows     map[int]PowerRow
+	// wedges, when set, plans a claim on a yes or no per launch (an abort cascade's
+	// wedges): p0 and p1 are the shares of launches that wedge, and the power is exact.
+	wedges bool
 }
 
 func newPowerModel(spec *arms.Spec, nArms int, p0, p1, icc, floorICC float64, sessions int, seed uint64) *powerModel {
@@ -91,6 +94,9 @@ func (m *powerModel) row(n int) PowerRow {
 
 // simulate estimates the row of n launches per arm.
 func (m *powerModel) simulate(n int) PowerRow {
+	if m.wedges {
+		return m.wedgeRow(n)
+	}
 	kind := stats.RateTestFor(n, n, false, false, false)
 	r := PowerRow{Launches: n, Test: string(kind), Level: m.level(n, false), FloorLevel: m.level(n, true)}
 	plain := r.Level > 0
@@ -157,6 +163,23 @@ func (m *powerModel) simulate(n int) PowerRow {
 	if !stats.FloorWeighs(n, n) {
 		r.FloorPower = r.Power
 	}
+	return r
+}
+
+// wedgeRow is the exact power of the wedge claim with n launches per arm: the
+// randomization test on launches that each wedged (1) or not (0), which with as many
+// launches a side is Fisher's exact test on the wedged launches (the hypergeometric of
+// a wedged count is then symmetric, so ordering the tables by their distance from the
+// middle, as the randomization test does, orders them by probability, as Fisher's does).
+// A noise floor does not weigh wedges: its column is the plain one.
+func (m *powerModel) wedgeRow(n int) PowerRow {
+	r := PowerRow{Launches: n, Test: string(stats.RateTestFor(n, n, false, true, false)), Level: m.level(n, false)}
+	if r.Level > 0 && r.Test != string(stats.TestNone) {
+		r.Power = stats.FisherPower(m.p0, m.p1, n, n, r.Level)
+	} else {
+		r.Level = 0
+	}
+	r.FloorLevel, r.FloorPower = r.Level, r.Power
 	return r
 }
 

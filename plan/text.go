@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -14,6 +15,10 @@ import (
 // WriteText writes the plan for a person at a terminal: launches first, since the
 // launch is the unit every claim is tested on.
 func (p Plan) WriteText(w io.Writer) {
+	if p.Outcome == "wedges" {
+		p.writeWedges(w)
+		return
+	}
 	fmt.Fprintf(w, "plan for %s\n", p.Spec)
 	fmt.Fprintf(w, "  detect %.1f%% against %.1f%% at alpha %g", 100*p.P1, 100*p.P0, p.Alpha)
 	if p.Comparisons > 1 {
@@ -92,6 +97,45 @@ func (p Plan) WriteText(w io.Writer) {
 		}
 	}
 	for _, n := range p.Notes {
+		fmt.Fprintf(w, "  note: %s\n", n)
+	}
+}
+
+// writeWedges writes the plan of an abort cascade's claim on wedges: launches alone.
+func (p Plan) writeWedges(w io.Writer) {
+	fmt.Fprintf(w, "plan for %s (wedges: each launch wedges or not, whatever its sessions)\n", p.Spec)
+	fmt.Fprintf(w, "  detect launches that wedge %.0f%% of the time against %.0f%% at alpha %g", 100*p.P1, 100*p.P0, p.Alpha)
+	if p.Comparisons > 1 {
+		fmt.Fprintf(w, ", %d arms against the baseline", p.Comparisons)
+	}
+	fmt.Fprintf(w, "\n  power by launches per arm (exact: the randomization test on the launches' yes or no, Fisher's test with as many a side; the level is each claim's share of alpha):\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "    \tlaunches\tpower\t\n")
+	for _, r := range p.PowerByLaunches {
+		mark, cell := "", "cannot test"
+		if r.Launches == p.LaunchesPerArm {
+			mark = "*"
+		}
+		if r.Level > 0 {
+			cell = fmt.Sprintf("%.2f at %.3g", r.Power, r.Level)
+		}
+		fmt.Fprintf(tw, "    %s\t%d\t%s\t\n", mark, r.Launches, cell)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "  launches per arm for power %.2f: %s\n", p.TargetPower, launchesText(p.LaunchesNeeded))
+	if p.LaunchLevel > 0 {
+		fmt.Fprintf(w, "  this spec (*): %d launch(es) per arm, decided by the randomization test at %.3g (its smallest p with these launches %.3g): power %.2f\n",
+			p.LaunchesPerArm, p.LaunchLevel, p.LaunchMinP, p.LaunchPower)
+	} else {
+		fmt.Fprintf(w, "  this spec (*): %d launch(es) per arm, which no test can decide on\n", p.LaunchesPerArm)
+	}
+	if p.WallTimeSeconds != nil {
+		fmt.Fprintf(w, "  expected wall time: %s (%s)\n", (time.Duration(*p.WallTimeSeconds * float64(time.Second))).Round(time.Second), p.WallTimeBasis)
+	}
+	for _, n := range p.Notes {
+		if strings.HasPrefix(n, "turns per session assumed") {
+			continue // the sessions' pace is not this claim's
+		}
 		fmt.Fprintf(w, "  note: %s\n", n)
 	}
 }

@@ -650,8 +650,9 @@ func (v *Verdict) cascadeDecision(mark string) string {
 			clauses = append(clauses, fmt.Sprintf("with %d and %d launches, how often %s and %s wedge cannot be told apart from chance; %d launches per arm can",
 				c.Launches, base.Launches, bold(c.Arm, mark), bold(base.Arm, mark), c.Launch.Needed))
 		case c.Wedged+base.Wedged > 0:
-			clauses = append(clauses, fmt.Sprintf("%s and %s do not differ significantly in how often they wedge (%d of %d against %d of %d launches; more launches, as blocks, would tell)",
-				bold(c.Arm, mark), bold(base.Arm, mark), c.Wedged, c.Launches, base.Wedged, base.Launches))
+			share := func(a CascadeArm) float64 { return float64(a.Wedged) / float64(max(a.Launches, 1)) }
+			clauses = append(clauses, fmt.Sprintf("%s and %s do not differ significantly in how often they wedge (%d of %d against %d of %d launches; more launches, as blocks, would tell, and `%s` says how many)",
+				bold(c.Arm, mark), bold(base.Arm, mark), c.Wedged, c.Launches, base.Wedged, base.Launches, v.planCommandAt(share(base), share(c))))
 		}
 	}
 	if ni := v.niClauses(mark); ni != "" {

@@ -595,3 +595,20 @@ func TestAnAAThroughputHeadlineSaysHowTheCheckEnded(t *testing.T) {
 		t.Errorf("a claimed difference, headline:\n%s", head)
 	}
 }
+
+// Wedges the launches could not tell apart end with the plan that says how many would,
+// at the shares of launches that wedged.
+func TestUndecidedWedgesSayHowToPlanTheLaunches(t *testing.T) {
+	v := buildOutcomes(t, "deadlock")
+	c := &v.Outcomes.Cascades[1]
+	if v.Baseline != 0 || c.Launch == nil || c.Launches != 4 {
+		t.Fatalf("cascades %+v, baseline %d", v.Outcomes.Cascades, v.Baseline)
+	}
+	undecided := *c.Launch
+	undecided.Claimed, undecided.Testable, undecided.Decision = false, true, ""
+	c.Launch, c.Wedged = &undecided, 3
+	want := "(3 of 4 against 4 of 4 launches; more launches, as blocks, would tell, and `arbiter plan examples/deadlock.yaml --p0 1 --p1 0.75` says how many)"
+	if got := v.cascadeDecision(""); !strings.Contains(got, want) {
+		t.Errorf("undecided wedges:\n%s\nwant %q", got, want)
+	}
+}

@@ -473,15 +473,20 @@ func (v *Verdict) nextStep(a ArmResult, mark string) string {
 // baseline showed, or, where they showed none to tell apart, with the rates left to the
 // reader.
 func (v *Verdict) planCommand(a ArmResult) string {
-	base := v.Arms[v.Baseline]
+	return v.planCommandAt(v.Arms[v.Baseline].Rate, a.Rate)
+}
+
+// planCommandAt is the `arbiter plan` of this experiment's spec at rates p0 (the
+// baseline's) and p1, or with the rates left to the reader where they do not differ.
+func (v *Verdict) planCommandAt(p0, p1 float64) string {
 	spec := v.Experiment.SpecPath
 	if spec == "" {
 		spec = "SPEC"
 	}
-	if base.Rate == a.Rate || math.IsNaN(base.Rate) || math.IsNaN(a.Rate) {
+	if p0 == p1 || math.IsNaN(p0) || math.IsNaN(p1) {
 		return Command(fmt.Sprintf("plan %s --p0 P0 --p1 P1", shellWord(spec)), v.DB)
 	}
-	return Command(fmt.Sprintf("plan %s --p0 %.3g --p1 %.3g", shellWord(spec), base.Rate, a.Rate), v.DB)
+	return Command(fmt.Sprintf("plan %s --p0 %.3g --p1 %.3g", shellWord(spec), p0, p1), v.DB)
 }
 
 // pinWords is an arm's pins as a sentence shows them.

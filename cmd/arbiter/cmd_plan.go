@@ -52,6 +52,10 @@ wall time. For a sequential spec it says the earliest look that can stop with a 
 --simulate it checks the design by simulation: its false-claim rate under the null and its
 power and launches used at the plan's rates.
 
+An abort cascade's claim is on wedges, one yes or no per launch: p0 and p1 are then the
+shares of launches that wedge, and the power by launches per arm is exact (the randomization
+test on the launches' yes or no).
+
 A throughput spec's claim is a speed (tok/s per request, phase by phase, non-inferior within
 analysis.throughput_margin or changed beyond analysis.min_effect), tested by the t test on the
 logs of the launches' medians. Its power depends on how much launches of one configuration
@@ -74,8 +78,8 @@ the baseline's to plan for (default 1: no cost).`,
 			return runPlan(cmd.Context(), g, args[0], o)
 		},
 	}
-	cmd.Flags().Float64("p0", 0, "the baseline's corruption rate to plan for, 0 to 1 (replaces analysis.plan.p0)")
-	cmd.Flags().Float64("p1", 0, "the corruption rate the experiment must tell from p0, 0 to 1 (replaces analysis.plan.p1)")
+	cmd.Flags().Float64("p0", 0, "the baseline's corruption rate (an abort cascade: its share of launches that wedge) to plan for, 0 to 1 (replaces analysis.plan.p0)")
+	cmd.Flags().Float64("p1", 0, "the rate (or share of launches that wedge) the experiment must tell from p0, 0 to 1 (replaces analysis.plan.p1)")
 	cmd.Flags().Float64Var(&o.cv, "cv", 0, "a throughput spec: how much launches of one configuration differ in tok/s per request, as a share (0.03 for 3%; replaces what a recorded run measured)")
 	cmd.Flags().Float64Var(&o.ratio, "ratio", 0, "a throughput spec: the arm's true tok/s per request over the baseline's to plan for (default 1 under a margin: no cost)")
 	cmd.Flags().StringVar(&o.from, "from", "", "the recorded experiment (id or name, in --db) whose launches and pace to plan from (default: the newest of the spec's name)")
