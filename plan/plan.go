@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"time"
 
 	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/stats"
@@ -277,20 +278,7 @@ func Compute(o Options) (Plan, error) {
 		p.planLaunches(spec, blocks, o)
 	}
 
-	turn := pl.TurnSeconds
-	p.WallTimeBasis = "analysis.plan.turn_seconds"
-	if turn == 0 && h.TurnSeconds > 0 {
-		turn, p.WallTimeBasis = h.TurnSeconds, fmt.Sprintf("median turn of experiment %d", h.ExperimentID)
-	}
-	if turn > 0 {
-		conc := max(spec.Workload.Concurrency, 1)
-		waves := math.Ceil(float64(spec.Workload.Sessions) / float64(conc))
-		perRun := waves*p.TurnsPerSession*turn + h.StartupSeconds
-		w := perRun * float64(len(armList)*blocks)
-		p.WallTimeSeconds = &w
-	} else {
-		p.WallTimeBasis = "unknown: declare analysis.plan.turn_seconds or run the spec once"
-	}
+	p.wallTime(spec, blocks, len(armList), h)
 
 	if looks > 1 {
 		s, err := sequential(p, spec.Workload.Sessions, looks, o)
@@ -300,6 +288,39 @@ func Compute(o Options) (Plan, error) {
 		p.Sequential = s
 	}
 	return p, nil
+}
+
+// wallTime is the expected wall time: for a cascade the recorded experiment's, scaled
+// by the launches; otherwise the turns' pace, from analysis.plan.turn_seconds or the
+// recorded median turn.
+func (p *Plan) wallTime(spec *arms.Spec, blocks, nArms int, h Recorded) {
+	if p.Outcome == "wedges" {
+		// A cascade's time is its stalls and recoveries, not its turns: scale the
+		// recorded experiment's wall time by the launches.
+		if h.WallSeconds > 0 && h.LaunchesPerArm > 0 {
+			w := h.WallSeconds * float64(blocks) / float64(h.LaunchesPerArm)
+			p.WallTimeSeconds = &w
+			p.WallTimeBasis = fmt.Sprintf("experiment %d took %s for %d launch(es) per arm", h.ExperimentID,
+				time.Duration(h.WallSeconds*float64(time.Second)).Round(time.Second), h.LaunchesPerArm)
+		} else {
+			p.WallTimeBasis = "unknown: run the spec once"
+		}
+		return
+	}
+	turn := spec.Analysis.Plan.TurnSeconds
+	p.WallTimeBasis = "analysis.plan.turn_seconds"
+	if turn == 0 && h.TurnSeconds > 0 {
+		turn, p.WallTimeBasis = h.TurnSeconds, fmt.Sprintf("median turn of experiment %d", h.ExperimentID)
+	}
+	if turn > 0 {
+		conc := max(spec.Workload.Concurrency, 1)
+		waves := math.Ceil(float64(spec.Workload.Sessions) / float64(conc))
+		perRun := waves*p.TurnsPerSession*turn + h.StartupSeconds
+		w := perRun * float64(nArms*blocks)
+		p.WallTimeSeconds = &w
+	} else {
+		p.WallTimeBasis = "unknown: declare analysis.plan.turn_seconds or run the spec once"
+	}
 }
 
 // sequential plans a group-sequential spec: its looks' levels and earliest stop, and

@@ -16,6 +16,10 @@ type Recorded struct {
 	TurnsPerSession float64 // mean turns of a completed session
 	TurnSeconds     float64 // median latency of a turn
 	StartupSeconds  float64 // mean time from launch to ready
+	// WallSeconds is how long the experiment took from its creation to its end, and
+	// LaunchesPerArm the most launches an arm ran in it (0 when it did not finish).
+	WallSeconds    float64
+	LaunchesPerArm int
 }
 
 // LastRecorded reads the figures of the newest experiment named name in the database at
@@ -36,6 +40,22 @@ func LastRecorded(ctx context.Context, dbPath, name string) Recorded {
 		r.TurnsPerSession, r.TurnSeconds = pace.TurnsPerSession, pace.MedianTurn.Seconds()
 	}
 	runs, _ := store.Runs(ctx, db, e.ID)
+	if e.FinishedAt.Valid {
+		a, err1 := time.Parse(time.RFC3339Nano, e.CreatedAt)
+		b, err2 := time.Parse(time.RFC3339Nano, e.FinishedAt.String)
+		if err1 == nil && err2 == nil && b.After(a) {
+			r.WallSeconds = b.Sub(a).Seconds()
+		}
+		perArm := map[int64]int{}
+		for _, run := range runs {
+			if !run.SupersededBy.Valid {
+				perArm[run.ArmID]++
+			}
+		}
+		for _, n := range perArm {
+			r.LaunchesPerArm = max(r.LaunchesPerArm, n)
+		}
+	}
 	var startup []float64
 	for _, run := range runs {
 		if run.ReadyAt.Valid {

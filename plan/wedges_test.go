@@ -41,6 +41,14 @@ func TestPlanOfAnAbortCascadeIsOnWedgedLaunches(t *testing.T) {
 		t.Errorf("the plan's text:\n%s", out)
 	}
 
+	// Its time is the recorded experiment's, scaled by the launches: a cascade waits out
+	// stalls, which no turn's pace predicts.
+	s.Blocks = 8
+	p, err = Compute(Options{Spec: s, SpecPath: "deadlock.yaml", History: Recorded{ExperimentID: 5, WallSeconds: 60, LaunchesPerArm: 4, TurnSeconds: 0.01}})
+	if err != nil || p.WallTimeSeconds == nil || *p.WallTimeSeconds != 120 || !strings.Contains(p.WallTimeBasis, "experiment 5 took 1m0s for 4 launch(es) per arm") {
+		t.Errorf("wall time of 8 launches per arm after 4 took a minute: %v, %+v", err, p)
+	}
+	s.Blocks = 4
 	// The power is exact: every pair of wedged counts, weighed by its binomial chance,
 	// judged by the randomization test on the launches' yes or no.
 	s.Analysis.Plan.P0, s.Analysis.Plan.P1 = 0.1, 0.8
