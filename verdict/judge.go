@@ -298,6 +298,30 @@ func (v *Verdict) note(kind CaveatKind, format string, args ...any) {
 	v.notes = append(v.notes, Caveat{kind, text})
 }
 
+// faultedLaunches says which launches did not finish, and how: launches of one arm that
+// ended alike, with the same error, are said once ("overlap-on/b0, b1, b2 and b3 wedged
+// (...)"), so that an arm that wedges every time reads as one finding, not a list.
+func (v *Verdict) faultedLaunches() []string {
+	type end struct{ arm, status, err string }
+	var order []end
+	blocks := map[end][]string{}
+	for _, r := range v.Runs {
+		if r.Superseded || !(r.Status.EngineFault() || r.Status == store.RunFailed) {
+			continue
+		}
+		k := end{r.Arm, string(r.Status), dash(r.Error)}
+		if _, seen := blocks[k]; !seen {
+			order = append(order, k)
+		}
+		blocks[k] = append(blocks[k], fmt.Sprintf("b%d", r.Block))
+	}
+	var out []string
+	for _, k := range order {
+		out = append(out, fmt.Sprintf("%s/%s %s (%s)", k.arm, joinAnd(blocks[k]), k.status, k.err))
+	}
+	return out
+}
+
 // caveats merges what every analysis noted into one ranked list, each point once.
 func (v *Verdict) caveats() {
 	cs := slices.Clone(v.notes) // caveats may run again; the notes stay as the analyses left them
@@ -310,15 +334,7 @@ func (v *Verdict) caveats() {
 	if u := v.unverifiedPins(); u != "" && len(v.Design.PinsUnverified) == 0 {
 		add(CaveatProblem, "Pins not verified: no report of the engines confirmed %s, so those arms are taken to run as pinned.", u)
 	}
-	var faulted []string
-	for _, r := range v.Runs {
-		if r.Superseded {
-			continue
-		}
-		if r.Status.EngineFault() || r.Status == store.RunFailed {
-			faulted = append(faulted, fmt.Sprintf("%s %s (%s)", store.LaunchName(r.Arm, r.Block), r.Status, dash(r.Error)))
-		}
-	}
+	faulted := v.faultedLaunches()
 	v.refusedCaveat(add)
 	if len(faulted) > 0 {
 		add(CaveatProblem, "Launches that did not finish: %s. Their unfinished sessions count as lost, not as clean, and are not analysed.", strings.Join(faulted, "; "))

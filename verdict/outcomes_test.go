@@ -612,3 +612,21 @@ func TestUndecidedWedgesSayHowToPlanTheLaunches(t *testing.T) {
 		t.Errorf("undecided wedges:\n%s\nwant %q", got, want)
 	}
 }
+
+// Launches of one arm that ended alike are said once; one that ended otherwise is said
+// on its own.
+func TestLaunchesThatEndedAlikeAreSaidOnce(t *testing.T) {
+	v := buildOutcomes(t, "deadlock")
+	if got := v.faultedLaunches(); len(got) != 1 || !strings.HasPrefix(got[0], "overlap-on/b0, b1, b2 and b3 wedged (workload: cascade 1") {
+		t.Errorf("four launches wedged alike: %q", got)
+	}
+	for i := range v.Runs {
+		if v.Runs[i].Arm == "overlap-on" && v.Runs[i].Block == 2 {
+			v.Runs[i].Error = "engine wedged: no canary request completed after the abort within 20s"
+		}
+	}
+	got := v.faultedLaunches()
+	if len(got) != 2 || !strings.HasPrefix(got[0], "overlap-on/b0, b1 and b3 wedged (") || !strings.HasPrefix(got[1], "overlap-on/b2 wedged (engine wedged: no canary request completed after the abort within 20s)") {
+		t.Errorf("one launch wedged otherwise: %q", got)
+	}
+}
