@@ -290,37 +290,40 @@ func Compute(o Options) (Plan, error) {
 	return p, nil
 }
 
-// wallTime is the expected wall time: for a cascade the recorded experiment's, scaled
-// by the launches; otherwise the turns' pace, from analysis.plan.turn_seconds or the
-// recorded median turn.
+// wallTime is the expected wall time. Declared turn_seconds give it from the turns'
+// pace: each launch its waves of sessions at that pace, after its startup, and a block's
+// arms in as many waves as the slots take. Otherwise the recorded experiment of the spec
+// gives it, scaled by the launches (a cascade waits out stalls and recoveries, which no
+// turn predicts), and failing that its median turn.
 func (p *Plan) wallTime(spec *arms.Spec, blocks, nArms int, h Recorded) {
-	if p.Outcome == "wedges" {
-		// A cascade's time is its stalls and recoveries, not its turns: scale the
-		// recorded experiment's wall time by the launches.
-		if h.WallSeconds > 0 && h.LaunchesPerArm > 0 {
-			w := h.WallSeconds * float64(blocks) / float64(h.LaunchesPerArm)
-			p.WallTimeSeconds = &w
-			p.WallTimeBasis = fmt.Sprintf("experiment %d took %s for %d launch(es) per arm", h.ExperimentID,
-				time.Duration(h.WallSeconds*float64(time.Second)).Round(time.Second), h.LaunchesPerArm)
-		} else {
-			p.WallTimeBasis = "unknown: run the spec once"
+	turn, basis := spec.Analysis.Plan.TurnSeconds, "analysis.plan.turn_seconds"
+	if turn == 0 && h.WallSeconds > 0 && h.LaunchesPerArm > 0 {
+		w := h.WallSeconds * float64(blocks) / float64(h.LaunchesPerArm)
+		p.WallTimeSeconds = &w
+		p.WallTimeBasis = fmt.Sprintf("experiment %d took %s for %d launch(es) per arm", h.ExperimentID,
+			time.Duration(h.WallSeconds*float64(time.Second)).Round(time.Second), h.LaunchesPerArm)
+		return
+	}
+	if turn == 0 && h.TurnSeconds > 0 && p.Outcome != "wedges" {
+		turn, basis = h.TurnSeconds, fmt.Sprintf("median turn of experiment %d", h.ExperimentID)
+	}
+	if !(turn > 0) {
+		p.WallTimeBasis = "unknown: run the spec once"
+		if p.Outcome != "wedges" {
+			p.WallTimeBasis = "unknown: declare analysis.plan.turn_seconds or run the spec once"
 		}
 		return
 	}
-	turn := spec.Analysis.Plan.TurnSeconds
-	p.WallTimeBasis = "analysis.plan.turn_seconds"
-	if turn == 0 && h.TurnSeconds > 0 {
-		turn, p.WallTimeBasis = h.TurnSeconds, fmt.Sprintf("median turn of experiment %d", h.ExperimentID)
+	slots := 1
+	if ss, err := spec.Slots(); err == nil {
+		slots = max(len(ss), 1)
 	}
-	if turn > 0 {
-		conc := max(spec.Workload.Concurrency, 1)
-		waves := math.Ceil(float64(spec.Workload.Sessions) / float64(conc))
-		perRun := waves*p.TurnsPerSession*turn + h.StartupSeconds
-		w := perRun * float64(nArms*blocks)
-		p.WallTimeSeconds = &w
-	} else {
-		p.WallTimeBasis = "unknown: declare analysis.plan.turn_seconds or run the spec once"
-	}
+	conc := max(spec.Workload.Concurrency, 1)
+	waves := math.Ceil(float64(spec.Workload.Sessions) / float64(conc))
+	perRun := waves*p.TurnsPerSession*turn + h.StartupSeconds
+	w := perRun * float64(blocks) * math.Ceil(float64(nArms)/float64(slots))
+	p.WallTimeSeconds = &w
+	p.WallTimeBasis = basis
 }
 
 // sequential plans a group-sequential spec: its looks' levels and earliest stop, and

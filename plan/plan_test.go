@@ -113,6 +113,25 @@ func TestPlanForOtherUnits(t *testing.T) {
 	}
 }
 
+// The wall time counts the slots a block's arms run on at once, and a finished recorded
+// run of the spec gives it outright, scaled by the launches.
+func TestPlanWallTimeCountsSlotsAndTheRecordedRun(t *testing.T) {
+	const turns = "sessions: 60, rounds: 4, concurrency: 60, seed: 1"
+	one := spec(t, turns, "plan: {p0: 0, p1: 0.12, turn_seconds: 2}", "launches: 4")
+	two := spec(t, turns, "plan: {p0: 0, p1: 0.12, turn_seconds: 2}", "launches: 4\nruntime: {kind: process, nodes: [{name: local, slots: 2}]}")
+	p1, _ := Compute(Options{Spec: one})
+	p2, _ := Compute(Options{Spec: two})
+	// 8 turns of 2 s a launch; 4 blocks of 2 arms, in 2 waves a block on one slot, 1 on two.
+	if p1.WallTimeSeconds == nil || p2.WallTimeSeconds == nil || *p1.WallTimeSeconds != 16*8 || *p2.WallTimeSeconds != 16*4 {
+		t.Errorf("wall time on one slot %v, on two %v; want 128 s and 64 s", p1.WallTimeSeconds, p2.WallTimeSeconds)
+	}
+	rec := spec(t, turns, "plan: {p0: 0, p1: 0.12}", "launches: 4")
+	p, _ := Compute(Options{Spec: rec, History: Recorded{ExperimentID: 9, TurnsPerSession: 8, TurnSeconds: 0.1, WallSeconds: 30, LaunchesPerArm: 2}})
+	if p.WallTimeSeconds == nil || *p.WallTimeSeconds != 60 || !strings.Contains(p.WallTimeBasis, "experiment 9 took 30s for 2 launch(es) per arm") {
+		t.Errorf("wall time from a run of 2 launches per arm in 30 s: %v (%s)", p.WallTimeSeconds, p.WallTimeBasis)
+	}
+}
+
 // A level split three ways reads as a level, not as the float's every digit, and a t
 // test, whose p has no floor, is given none.
 func TestPlanTextRoundsItsLevels(t *testing.T) {
