@@ -111,7 +111,12 @@ func runPlan(ctx context.Context, g *globals, path string, o planOptions) error 
 	if p0, ok := o.rates["p0"]; ok && o.rates["p1"] == p0 && len(o.rates) == 2 {
 		return withCode(exitUsage, fmt.Errorf("--p0 and --p1 are both %g: a plan tells two rates apart", p0))
 	}
-	if verdict.PlannedSpeedPrimary(spec) && len(o.rates) == 0 {
+	if verdict.PlannedSpeedPrimary(spec) {
+		if len(o.rates) > 0 {
+			// Its verdict tests corruption too, but beside the speed claims, at a share of
+			// alpha that a plan of rates would not count.
+			return withCode(exitUsage, fmt.Errorf("--p0 and --p1 plan corruption rates, and %s's claim is a speed: plan it from how much its launches differ (a recorded run, --noise-floor or --cv) and the true ratio (--ratio)", path))
+		}
 		return runSpeedPlan(ctx, g, path, spec, o)
 	}
 	if o.cv != 0 || o.ratio != 0 {
