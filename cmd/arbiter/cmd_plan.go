@@ -179,6 +179,9 @@ func runSpeedPlan(ctx context.Context, g *globals, path string, spec *arms.Spec,
 	if o.ratio < 0 {
 		return withCode(exitUsage, fmt.Errorf("--ratio: a ratio of tok/s is positive, not %g", o.ratio))
 	}
+	if o.simulate {
+		return withCode(exitUsage, fmt.Errorf("--simulate checks a sequential design of corruption rates; %s's claim is a speed, whose power is exact", path))
+	}
 	so := plan.SpeedOptions{Spec: spec, SpecPath: path, CV: o.cv, Ratio: o.ratio}
 	if o.cv == 0 {
 		var err error

@@ -233,7 +233,7 @@ func TestPlanOfAThroughputSpecReadsItsLaunchesSpread(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &p); code != 0 || err != nil || p.Phases[0].CV != 0.02 || p.Ratio != 0.99 {
 		t.Errorf("--cv 0.02 --ratio 0.99: exit %d, %+v", code, p)
 	}
-	for _, bad := range [][]string{{spec, "--cv", "1.5"}, {spec, "--ratio", "-1"}, {"../../examples/quickstart.yaml", "--cv", "0.03"}, {spec, "--p0", "0", "--p1", "0.1"}} {
+	for _, bad := range [][]string{{spec, "--cv", "1.5"}, {spec, "--ratio", "-1"}, {"../../examples/quickstart.yaml", "--cv", "0.03"}, {spec, "--p0", "0", "--p1", "0.1"}, {spec, "--cv", "0.03", "--simulate"}} {
 		if code, _, stderr := runCLI(t, append([]string{"plan", "--db", empty}, bad...)...); code != exitUsage || !strings.Contains(stderr, "--") {
 			t.Errorf("%v: exit %d, %q", bad, code, stderr)
 		}
