@@ -167,8 +167,12 @@ func ComputeSpeed(o SpeedOptions) (SpeedPlan, error) {
 		p.Phases = append(p.Phases, ph)
 	}
 	if len(p.Phases) == 0 {
-		return SpeedPlan{}, fmt.Errorf("%w: %s: a speed claim's power depends on how much launches of one configuration differ, which nothing measured here: run the spec once with two or more launches per arm (plan reads the newest experiment named %q in --db), give an A/A noise floor (--noise-floor), or give it (--cv 0.03 for 3%%)",
-			ErrInvalid, o.SpecPath, spec.Name)
+		read := "nothing measured here"
+		if o.Experiment > 0 {
+			read = fmt.Sprintf("which experiment %d, with fewer than two launches of an arm, did not measure", o.Experiment)
+		}
+		return SpeedPlan{}, fmt.Errorf("%w: %s: a speed claim's power depends on how much launches of one configuration differ, %s: run the spec once with two or more launches per arm (plan reads the newest experiment named %q in --db), give an A/A noise floor (--noise-floor), or give it (--cv 0.03 for 3%%)",
+			ErrInvalid, o.SpecPath, read, spec.Name)
 	}
 	if len(missing) > 0 {
 		p.Notes = append(p.Notes, fmt.Sprintf("not planned, since nothing measured how its launches differ: %s", strings.Join(missing, ", ")))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -740,13 +741,23 @@ func (v *Verdict) niClauses(mark string) string {
 }
 
 // speedPlanCommand is the `arbiter plan` of this experiment's spec from the spread of its
-// own launches.
+// own launches where they showed one (two or more a side), and with the noise floor it
+// was weighed against.
 func (v *Verdict) speedPlanCommand() string {
 	spec := v.Experiment.SpecPath
 	if spec == "" {
 		spec = "SPEC"
 	}
-	return Command(fmt.Sprintf("plan %s --from %d", shellWord(spec), v.Experiment.ID), v.DB)
+	words := "plan " + shellWord(spec)
+	if v.Claims != nil && slices.ContainsFunc(v.Claims.Claims, func(c *LaunchClaim) bool {
+		return c.Outcome == OutcomeNonInferiority && !math.IsNaN(c.Spread)
+	}) {
+		words += fmt.Sprintf(" --from %d", v.Experiment.ID)
+	}
+	if v.Floor.Used() {
+		words += fmt.Sprintf(" --noise-floor %d", v.Floor.Experiment)
+	}
+	return Command(words, v.DB)
 }
 
 // costAtMost says what a non-inferiority bound (a ratio to the baseline) allows: "it

@@ -412,6 +412,20 @@ func TestThroughputVerdictComparesLatencyAndThroughputByRanks(t *testing.T) {
 	if strings.Contains(head, "arbiter plan") {
 		t.Errorf("a throughput verdict that decided every load sends its reader to plan: %s", head)
 	}
+	// One launch per arm weighed against a noise floor measured no spread of its own: the
+	// plan reads the floor's.
+	claims := *mixed.Claims
+	claims.Claims = nil
+	for _, c := range v.Claims.Claims {
+		d := *c
+		d.Spread = math.NaN()
+		claims.Claims = append(claims.Claims, &d)
+	}
+	floored := mixed
+	floored.Claims, floored.Floor = &claims, &Floor{Experiment: 3, Name: "throughput-aa"}
+	if got := floored.niClauses(""); !strings.Contains(got, "`arbiter plan examples/throughput.yaml --noise-floor 3 --db /tmp/r.db` says how many") {
+		t.Errorf("against a floor, with no spread of its own: %s", got)
+	}
 	// Every group, metric and arm has a row with an interval and a p.
 	if got := len(v.Outcomes.Metrics); got != 3*4 {
 		t.Fatalf("%d comparisons, want 12", got)
