@@ -239,3 +239,66 @@ func TestPlanOfAThroughputSpecReadsItsLaunchesSpread(t *testing.T) {
 		}
 	}
 }
+
+// A throughput A/A lends its launches' spread as a noise floor: plan reads it for one
+// launch per arm, and the verdict of one launch per arm tests its claims against it.
+func TestAThroughputFloorPlansAndJudgesOneLaunchPerArm(t *testing.T) {
+	t.Parallel()
+	buildRefserve(t)
+	dir := t.TempDir()
+	aa := strings.NewReplacer("name: throughput-small", "name: throughput-small-aa",
+		"factors:\n  hicache:\n    off: {}\n    on:  {args: [--enable-hierarchical-cache]}", "arms:\n  a1: {}\n  a2: {}",
+		"baseline: hicache=off,", "baseline: a1, aa: true,", "blocks: 2", "blocks: 3").Replace(throughputSmall)
+	one := strings.NewReplacer("name: throughput-small", "name: throughput-small-one",
+		"throughput_margin: 5%", "throughput_margin: 5%, noise_floor: throughput-small-aa", "blocks: 2", "blocks: 1").Replace(throughputSmall)
+	aaPath, onePath := filepath.Join(dir, "aa.yaml"), filepath.Join(dir, "one.yaml")
+	for path, body := range map[string]string{aaPath: aa, onePath: one} {
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db := filepath.Join(dir, "results.db")
+	if code, stdout, stderr := runCLI(t, "run", aaPath, "--db", db); code != 0 || !strings.Contains(stdout, "A/A check passed") {
+		t.Fatalf("the floor's run exited %d\n%s\n%s", code, stdout, stderr)
+	}
+	code, stdout, stderr := runCLI(t, "plan", onePath, "--db", db, "--json")
+	var p plan.SpeedPlan
+	if err := json.Unmarshal([]byte(stdout), &p); code != 0 || err != nil {
+		t.Fatalf("plan exited %d (%v): %s", code, err, stderr)
+	}
+	if p.NoiseFloor == "" || len(p.Phases) != 2 {
+		t.Fatalf("plan %+v; want both phases against the floor", p)
+	}
+	for _, ph := range p.Phases {
+		if !strings.HasPrefix(ph.Basis, "noise floor 1") || !(ph.FloorBound > 0) || ph.Power[0].Test != plan.TestFloorZ || !(ph.Power[0].Level > 0) {
+			t.Errorf("%s: %+v; want one launch per arm tested against floor 1", ph.Phase, ph)
+		}
+	}
+	if code, stdout, stderr := runCLI(t, "run", onePath, "--db", db); code != 0 {
+		t.Fatalf("the one-launch run exited %d\n%s\n%s", code, stdout, stderr)
+	}
+	code, stdout, stderr = runCLI(t, "verdict", "2", "--db", db, "--json")
+	var v struct {
+		Claims struct {
+			Claims []struct {
+				Outcome, Group, Test string
+				Testable             bool
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(stdout), &v); code != 0 || err != nil {
+		t.Fatalf("verdict exited %d (%v): %s", code, err, stderr)
+	}
+	tested := 0
+	for _, c := range v.Claims.Claims {
+		if c.Outcome == verdict.OutcomeNonInferiority {
+			if !c.Testable || c.Test != "z test against noise floor #1" {
+				t.Errorf("%s: %+v; want it tested against floor 1", c.Group, c)
+			}
+			tested++
+		}
+	}
+	if tested != 2 {
+		t.Errorf("%d throughput claims; want one a phase", tested)
+	}
+}
