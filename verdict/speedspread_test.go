@@ -3,6 +3,7 @@ package verdict
 import (
 	"context"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -40,5 +41,18 @@ func TestSpeedSpreadsPoolWithinTheArms(t *testing.T) {
 		if !(want > 0) || s.Group != name || s.Launches != 4 || s.Spread.DF != 2 || math.Abs(s.Spread.SD-want) > 1e-9*want || !(s.Spread.Upper > s.Spread.SD) {
 			t.Errorf("phase %d: %+v; want %s, 4 launches, SD %.6g on 2 degrees of freedom, its bound above", i, s, name, want)
 		}
+	}
+}
+
+// A floor of several loads says each load's bound, which its claims rest on.
+func TestAFloorSentenceGivesEveryLoadsBound(t *testing.T) {
+	f := &Floor{Experiment: 4, Name: "tp-aa", Launches: 8, ICC: math.NaN(), ICCUpper: math.NaN(), Speed: map[string]map[string]Spread{
+		"c=1":          {MetricThroughput: {SD: 0.0008, Upper: 0.001, DF: 6}},
+		"c=32":         {MetricThroughput: {SD: 0.009, Upper: 0.015, DF: 6}},
+		"poisson 16/s": {MetricThroughput: {SD: 0.068, Upper: 0.11, DF: 6}},
+	}}
+	want := "a launch-to-launch spread of tok/s of at most 0.1% at c=1, 1.5% at c=32 and 11.6% at poisson 16/s;"
+	if got := f.Sentence(); !strings.Contains(got, want) {
+		t.Errorf("floor sentence:\n%s\nwant %q", got, want)
 	}
 }
