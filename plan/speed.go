@@ -72,7 +72,7 @@ type SpeedPhase struct {
 	FloorBound float64    `json:"floor_bound,omitempty"`
 	Power      []SpeedRow `json:"power_by_launches"`
 	// Needed is the launches per arm that reach the target power at CV, NeededUpper at
-	// CVUpper (0: more than MaxPlannedLaunches, or no bound); SpecPower the power of the
+	// CVUpper (0: more than MaxSpeedLaunches, or no bound); SpecPower the power of the
 	// spec's own launches.
 	Needed      int     `json:"launches_needed_per_arm"`
 	NeededUpper int     `json:"launches_needed_per_arm_at_upper,omitempty"`
@@ -220,10 +220,15 @@ func (p SpeedPlan) row(spec *arms.Spec, k int, cv, floorBound, shift, side float
 	return r
 }
 
-// needed is the fewest launches per arm, at most MaxPlannedLaunches, whose claim reaches
+// MaxSpeedLaunches is the most launches per arm a speed plan searches: its power is
+// exact and cheap, and a load whose launches differ by more than the margin may need a
+// hundred, which is worth knowing before deciding to run it at all.
+const MaxSpeedLaunches = 256
+
+// needed is the fewest launches per arm, at most MaxSpeedLaunches, whose claim reaches
 // the target power at spread cv; 0 when none does.
 func (p SpeedPlan) needed(spec *arms.Spec, cv, floorBound, shift, side float64) int {
-	for k := 1; k <= MaxPlannedLaunches; k++ {
+	for k := 1; k <= MaxSpeedLaunches; k++ {
 		if p.row(spec, k, cv, floorBound, shift, side).Power >= p.TargetPower {
 			return k
 		}

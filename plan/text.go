@@ -149,6 +149,15 @@ func launchesText(n int) string {
 	return fmt.Sprint(n)
 }
 
+// speedLaunchesText is a speed claim's launches per arm, or that more than the plan
+// searches would be needed.
+func speedLaunchesText(n int) string {
+	if n == 0 {
+		return fmt.Sprintf("more than %d", MaxSpeedLaunches)
+	}
+	return fmt.Sprint(n)
+}
+
 // testText names a launch test in a sentence.
 func testText(kind string) string {
 	if kind == string(stats.TestFloor) {
@@ -188,7 +197,7 @@ func (p SpeedPlan) WriteText(w io.Writer) {
 	for _, ph := range p.Phases {
 		bound, atBound, floor := "-", "-", ""
 		if ph.CVUpper > 0 {
-			bound, atBound = percent(ph.CVUpper), launchesText(ph.NeededUpper)
+			bound, atBound = percent(ph.CVUpper), speedLaunchesText(ph.NeededUpper)
 		}
 		if p.NoiseFloor != "" {
 			floor = "\t-"
@@ -196,7 +205,7 @@ func (p SpeedPlan) WriteText(w io.Writer) {
 				floor = "\t" + percent(ph.FloorBound)
 			}
 		}
-		fmt.Fprintf(tw, "    %s\t%s\t%s%s\t%s\t%s\t%.2f\t%s\n", ph.Phase, percent(ph.CV), bound, floor, launchesText(ph.Needed), atBound, ph.SpecPower, ph.Basis)
+		fmt.Fprintf(tw, "    %s\t%s\t%s%s\t%s\t%s\t%.2f\t%s\n", ph.Phase, percent(ph.CV), bound, floor, speedLaunchesText(ph.Needed), atBound, ph.SpecPower, ph.Basis)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "  power by launches per arm (* this spec's):\n")
