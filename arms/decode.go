@@ -1439,7 +1439,13 @@ func (d *decoder) crossCheck(seen map[string]entry) {
 		d.addAt(s.pos["detectors.divergence"], "detectors", "divergence compares arms token for token at temperature 0, but workload.temperature is %g: sampling would make every arm diverge", s.Workload.Temperature)
 	}
 	a := &s.Analysis
-	if looks := a.Sequential.Looks; looks > 0 {
+	if looks := a.Sequential.Looks; looks > 0 && (s.Workload.Kind == WorkloadThroughput || s.Workload.Kind == WorkloadAbortCascade) {
+		// The looks stop on the launches' corruption rates, which is not what these
+		// workloads ask: their claim is a speed, or wedges.
+		claim := map[string]string{WorkloadThroughput: "a speed (tok/s per request)", WorkloadAbortCascade: "wedged launches"}[s.Workload.Kind]
+		d.addAt(s.pos["analysis.sequential.looks"], "analysis.sequential.looks",
+			"a group-sequential design stops on the launches' corruption rates, but workload kind %s claims %s: run its launches as blocks", s.Workload.Kind, claim)
+	} else if looks > 0 {
 		// Each block is one look: a group-sequential design needs as many blocks as
 		// looks, and says so rather than guess which blocks to look after.
 		switch {

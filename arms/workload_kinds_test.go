@@ -128,6 +128,8 @@ func TestWorkloadKindErrors(t *testing.T) {
 		{`workload: {kind: abort-cascade, recovery_timeout: 5}`, "workload.recovery_timeout: value must be a duration"},
 		{"workload: {kind: throughput, concurrency: 1}\nanalysis: {throughput_margin: 5 percent}", `analysis.throughput_margin: write a share such as 0.05 or 5%, not "5 percent"`},
 		{"workload: {kind: throughput, concurrency: 1}\nanalysis: {throughput_margin: 0}", "analysis.throughput_margin: a share is above 0"},
+		{"workload: {kind: throughput, concurrency: 1}\nanalysis: {throughput_margin: 5%, sequential: {looks: 4}}", "analysis.sequential.looks: a group-sequential design stops on the launches' corruption rates, but workload kind throughput claims a speed"},
+		{"workload: {kind: abort-cascade, sessions: 4}\nanalysis: {sequential: {looks: 4}}", "but workload kind abort-cascade claims wedged launches"},
 		{"workload: {kind: toolcall-agent, sessions: 4, rounds: 2}\nanalysis: {plan: {p0: 0.1, p1: 0.1}}", "analysis.plan: plan needs two different rates p0 and p1"},
 		{"workload: {kind: toolcall-agent, sessions: 4, rounds: 2}\nanalysis: {plan: {p1: 0}}", "analysis.plan: plan needs two different rates p0 and p1"},
 	} {
