@@ -735,7 +735,7 @@ func (v *Verdict) niClauses(mark string) string {
 		}
 	}
 	if undecided {
-		clauses = append(clauses, fmt.Sprintf("more launches per arm (`blocks`) narrow the bound, and `%s` says how many, from how much launches of one configuration differ", v.speedPlanCommand()))
+		clauses = append(clauses, fmt.Sprintf("more launches per arm (`blocks`) narrow the bound: `%s` says how many would show it", v.speedPlanCommand()))
 	}
 	return strings.Join(clauses, "; ")
 }

@@ -406,7 +406,7 @@ func TestThroughputVerdictComparesLatencyAndThroughputByRanks(t *testing.T) {
 	// It ends with the command that says how many launches would show it, once.
 	mixed.Experiment.SpecPath, mixed.DB = "examples/throughput.yaml", "/tmp/r.db"
 	plan := "`arbiter plan examples/throughput.yaml --from " + strconv.FormatInt(v.Experiment.ID, 10) + " --db /tmp/r.db` says how many"
-	if got := mixed.niClauses(""); strings.Count(got, plan) != 1 || !strings.HasSuffix(got, "from how much launches of one configuration differ") {
+	if got := mixed.niClauses(""); strings.Count(got, plan) != 1 || !strings.HasSuffix(got, "says how many would show it") {
 		t.Errorf("mixed throughput does not say, once, how to plan the launches that would decide it: %s", got)
 	}
 	if strings.Contains(head, "arbiter plan") {
