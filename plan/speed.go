@@ -167,7 +167,7 @@ func ComputeSpeed(o SpeedOptions) (SpeedPlan, error) {
 		p.Phases = append(p.Phases, ph)
 	}
 	if len(p.Phases) == 0 {
-		read := "nothing measured here"
+		read := "which nothing measured here"
 		if o.Experiment > 0 {
 			read = fmt.Sprintf("which experiment %d, with fewer than two launches of an arm, did not measure", o.Experiment)
 		}
