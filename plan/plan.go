@@ -149,8 +149,10 @@ func (p *Plan) planLaunches(spec *arms.Spec, blocks int, o Options) {
 	pl := spec.Analysis.Plan
 	p.LaunchesPerArm = blocks
 	p.LaunchICC, p.LaunchICCBasis = DefaultLaunchICC, "assumed; measure it with an A/A experiment of several launches per arm and declare analysis.plan.launch_icc"
-	if pl.LaunchICCSet {
+	if h := o.History; pl.LaunchICCSet {
 		p.LaunchICC, p.LaunchICCBasis = pl.LaunchICC, "analysis.plan.launch_icc"
+	} else if h.ICCMeasured {
+		p.LaunchICC, p.LaunchICCBasis = h.LaunchICC, fmt.Sprintf("measured within the arms of experiment %d, %d launches; analysis.plan.launch_icc replaces it", h.ExperimentID, h.ICCLaunches)
 	}
 	p.FloorICC, p.FloorICCBasis = p.LaunchICC, "assumed to bound the ICC at the planned launch ICC; an A/A experiment measures it: arbiter plan --noise-floor EXP"
 	if o.NoiseFloorBasis != "" {

@@ -153,3 +153,24 @@ func TestPlanTextRoundsItsLevels(t *testing.T) {
 		t.Errorf("the randomization test's smallest p is missing:\n%s", text.String())
 	}
 }
+
+// A recorded run of the spec gives how much its launches differ in corruption, where the
+// spec declares none; a declared launch_icc stays.
+func TestPlanTakesTheLaunchICCARecordedRunShowed(t *testing.T) {
+	h := Recorded{ExperimentID: 6, LaunchICC: 0.03, ICCLaunches: 8, ICCMeasured: true}
+	s := spec(t, "sessions: 60, rounds: 4, seed: 1", "plan: {p0: 0, p1: 0.12}", "launches: 4")
+	p, err := Compute(Options{Spec: s, History: h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.LaunchICC != 0.03 || !strings.Contains(p.LaunchICCBasis, "experiment 6") || p.LaunchDesignEffect != 1+59*0.03 {
+		t.Errorf("measured ICC: %g (%s), design effect %g", p.LaunchICC, p.LaunchICCBasis, p.LaunchDesignEffect)
+	}
+	declared := spec(t, "sessions: 60, rounds: 4, seed: 1", "plan: {p0: 0, p1: 0.12, launch_icc: 0.2}", "launches: 4")
+	if p, _ := Compute(Options{Spec: declared, History: h}); p.LaunchICC != 0.2 || p.LaunchICCBasis != "analysis.plan.launch_icc" {
+		t.Errorf("declared ICC: %g (%s)", p.LaunchICC, p.LaunchICCBasis)
+	}
+	if p, _ := Compute(Options{Spec: s, History: Recorded{ExperimentID: 6}}); p.LaunchICC != DefaultLaunchICC {
+		t.Errorf("nothing measured: ICC %g (%s)", p.LaunchICC, p.LaunchICCBasis)
+	}
+}

@@ -3,6 +3,7 @@ package plan
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/arbiterlab/arbiter/store"
@@ -20,6 +21,12 @@ type Recorded struct {
 	// LaunchesPerArm the most launches an arm ran in it (0 when it did not finish).
 	WallSeconds    float64
 	LaunchesPerArm int
+	// LaunchICC is how much its launches differed in corruption within the arms
+	// (verdict.CorruptionSpread), over ICCLaunches launches; ICCMeasured is false when no
+	// arm showed it (one launch a side, or no corrupted session).
+	LaunchICC   float64
+	ICCLaunches int
+	ICCMeasured bool
 }
 
 // LastRecorded reads the figures of the newest experiment named name in the database at
@@ -55,6 +62,9 @@ func LastRecorded(ctx context.Context, dbPath, name string) Recorded {
 		for _, n := range perArm {
 			r.LaunchesPerArm = max(r.LaunchesPerArm, n)
 		}
+	}
+	if icc, n, err := verdict.CorruptionSpread(ctx, db, e.ID); err == nil && !math.IsNaN(icc) {
+		r.LaunchICC, r.ICCLaunches, r.ICCMeasured = icc, n, true
 	}
 	var startup []float64
 	for _, run := range runs {

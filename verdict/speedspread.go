@@ -2,6 +2,7 @@ package verdict
 
 import (
 	"context"
+	"math"
 
 	"github.com/jmoiron/sqlx"
 )
@@ -56,4 +57,25 @@ func (f *Floor) SpeedSpread(group string) (Spread, bool) {
 	}
 	sp, ok := f.Speed[group][MetricThroughput]
 	return sp, ok && sp.Upper > 0
+}
+
+// CorruptionSpread measures how much the launches of experiment id differed in
+// corruption within each arm: the intra-launch correlation of the arms whose launches
+// show one (stats.LaunchICC; an arm with no corrupted session shows none), averaged over
+// them, and the launches it rests on. NaN when no arm shows one. `arbiter plan` plans
+// with it where the spec declares no launch_icc.
+func CorruptionSpread(ctx context.Context, db *sqlx.DB, id int64) (icc float64, launches int, err error) {
+	v, err := BuildWith(ctx, db, id, Options{NoFloor: true})
+	if err != nil {
+		return math.NaN(), 0, err
+	}
+	samples := v.launchSamples()
+	for _, arm := range samples {
+		for _, s := range arm {
+			if s.sessions > 0 {
+				launches++
+			}
+		}
+	}
+	return pooledICC(samples...), launches, nil
 }

@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/arbiterlab/arbiter/stats"
 )
 
 // SpeedSpreads pools, phase by phase, the spread of the logs of the launches' medians
@@ -54,5 +56,28 @@ func TestAFloorSentenceGivesEveryLoadsBound(t *testing.T) {
 	want := "a launch-to-launch spread of tok/s of at most 0.1% at c=1, 1.5% at c=32 and 11.6% at poisson 16/s;"
 	if got := f.Sentence(); !strings.Contains(got, want) {
 		t.Errorf("floor sentence:\n%s\nwant %q", got, want)
+	}
+}
+
+// CorruptionSpread averages the arms' own intra-launch correlations: an arm with no
+// corrupted session shows none, and the arms' difference is not in it.
+func TestCorruptionSpreadIsWithinTheArms(t *testing.T) {
+	db, id := recordFixture(t, examples["quickstart4"])
+	icc, launches, err := CorruptionSpread(context.Background(), db, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := buildExample(t, "quickstart4")
+	var treatment []stats.ClusterCounts
+	for i, arm := range v.launchSamples() {
+		for _, s := range arm {
+			if v.Arms[i].Name == "treatment" {
+				treatment = append(treatment, stats.ClusterCounts{Events: s.corrupt, Responses: s.sessions})
+			}
+		}
+	}
+	want := stats.LaunchICC(treatment)
+	if launches != 8 || math.IsNaN(want) || math.Abs(icc-want) > 1e-12 {
+		t.Errorf("ICC %g over %d launches; want treatment's own %g over 8 (control corrupted nothing)", icc, launches, want)
 	}
 }

@@ -40,7 +40,8 @@ func newPlanCmd(g *globals) *cobra.Command {
 		Long: `Plan an experiment before spending GPU hours on it. Every claim of a verdict is tested on
 launches, so plan leads with launches: the power of the claim on the primary outcome for 1 to
 32 launches per arm, at the rates the spec declares (analysis.plan: {p0, p1, power, launch_icc,
-turn_seconds}) when launches of one configuration differ by launch_icc, with the tests and
+turn_seconds}) when launches of one configuration differ by launch_icc (or, undeclared, as
+much as the newest recorded run of the spec measured within its arms), with the tests and
 levels the verdict will use. Without a noise floor that is nothing at one launch per arm,
 Welch's test on launch rates at two or three, the randomization test from four; with one (an
 A/A experiment of the same engine, workload and hardware, --noise-floor or
