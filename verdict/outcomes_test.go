@@ -389,6 +389,36 @@ func TestThroughputVerdictComparesLatencyAndThroughputByRanks(t *testing.T) {
 		strings.Contains(head, "differ by") {
 		t.Errorf("headline:\n%s", head)
 	}
+	// show's decision column gives the speed claim's decision, load by load, not
+	// corruption's, which a throughput experiment does not ask.
+	on := v.armIndex("hicache=on")
+	if got := v.DecisionWords(on); got != "tok/s non-inferior at c=1, c=32 and poisson 16/s" {
+		t.Errorf("show's decision for hicache=on: %q", got)
+	}
+	words := func(change func(c *LaunchClaim)) string {
+		w := *v
+		claims := *v.Claims
+		claims.Claims = nil
+		for _, c := range v.Claims.Claims {
+			d := *c
+			if d.Primary {
+				change(&d)
+			}
+			claims.Claims = append(claims.Claims, &d)
+		}
+		w.Claims = &claims
+		return w.DecisionWords(on)
+	}
+	if got := words(func(c *LaunchClaim) {
+		if c.Group == "poisson 16/s" {
+			c.Claimed, c.Decision = false, ""
+		}
+	}); got != "tok/s non-inferior at c=1 and c=32; not shown at poisson 16/s" {
+		t.Errorf("show's decision with a load not shown: %q", got)
+	}
+	if got := words(func(c *LaunchClaim) { c.Testable, c.Claimed, c.Decision, c.Needed = false, false, "", 2 }); got != "tok/s not attributable at c=1, c=32 and poisson 16/s (2 can test it)" {
+		t.Errorf("show's decision with no load testable: %q", got)
+	}
 	// A load left undecided does not hide the ones decided: they are said first, with
 	// the most they cost, then the one not shown and how much it may cost.
 	mixed, outcomes := *v, *v.Outcomes

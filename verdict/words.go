@@ -655,6 +655,9 @@ func (v *Verdict) DecisionWords(i int) string {
 		}
 		return fmt.Sprintf("wedges: no difference shown (launch p %s > %s)", pEq(w.P), levelText(w.Level))
 	}
+	if s := v.speedDecisionWords(i); s != "" {
+		return s
+	}
 	c := v.Arms[i].Compare
 	if c == nil {
 		return "–"
@@ -668,6 +671,51 @@ func (v *Verdict) DecisionWords(i int) string {
 		return fmt.Sprintf("not attributable (%d launch%s per arm; %s)", n, pluralEs(n), v.canTestWords(lc.Needed))
 	}
 	return d + " (" + v.shortP(c) + ")"
+}
+
+// speedDecisionWords is the decision of a throughput experiment's arm, whose claim is a
+// speed, load by load: "tok/s non-inferior at c=1 and c=32; not shown at poisson 16/s".
+// Empty for the baseline and for an experiment whose primary claim is not a speed.
+func (v *Verdict) speedDecisionWords(i int) string {
+	if v.Claims == nil || v.Claims.Primary != MetricThroughput || i == v.Baseline {
+		return ""
+	}
+	var order []string
+	loads := map[string][]string{}
+	needed := 0
+	for _, c := range v.Claims.Claims {
+		if !c.Primary || c.Arm != v.Arms[i].Name || c.Against != v.Arms[v.Baseline].Name {
+			continue
+		}
+		d := c.Decision
+		switch {
+		case !c.Testable:
+			d, needed = "untested", max(needed, c.Needed)
+		case !c.Claimed:
+			d = "not shown"
+		}
+		if _, seen := loads[d]; !seen {
+			order = append(order, d)
+		}
+		loads[d] = append(loads[d], c.Group)
+	}
+	if len(order) == 0 {
+		return ""
+	}
+	var parts []string
+	for _, d := range order {
+		switch d {
+		case "untested":
+			if needed > 0 {
+				parts = append(parts, fmt.Sprintf("not attributable at %s (%s)", joinAnd(loads[d]), v.canTestWords(needed)))
+			} else {
+				parts = append(parts, fmt.Sprintf("not tested at %s", joinAnd(loads[d])))
+			}
+		default:
+			parts = append(parts, fmt.Sprintf("%s at %s", d, joinAnd(loads[d])))
+		}
+	}
+	return "tok/s " + strings.Join(parts, "; ")
 }
 
 // shortP is the p that decided a comparison, with its level: "launch p = 0.003 ≤
