@@ -43,6 +43,7 @@ type SpeedPlan struct {
 	Arms        int     `json:"arms"`
 	Comparisons int     `json:"comparisons"`
 	Alpha       float64 `json:"alpha"`
+	Baseline    string  `json:"baseline"`
 	// Margin is analysis.throughput_margin (0: none; the claim is then a change beyond
 	// analysis.min_effect, MinEffect).
 	Margin    float64 `json:"margin"`
@@ -104,7 +105,10 @@ func ComputeSpeed(o SpeedOptions) (SpeedPlan, error) {
 	a := spec.Analysis
 	p := SpeedPlan{Spec: o.SpecPath, Arms: len(armList), Comparisons: max(len(armList)-1, 1), Alpha: a.Alpha,
 		Margin: a.ThroughputMargin, MinEffect: a.MinEffect, Ratio: o.Ratio, TargetPower: a.Plan.Power,
-		LaunchesPerArm: max(spec.Blocks, 1)}
+		LaunchesPerArm: max(spec.Blocks, 1), Baseline: a.Baseline}
+	if p.Baseline == "" && len(armList) > 0 {
+		p.Baseline = armList[0].Name
+	}
 	if p.TargetPower == 0 {
 		p.TargetPower = DefaultPower
 	}

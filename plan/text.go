@@ -170,9 +170,9 @@ func testText(kind string) string {
 // the launches its claim needs, then the power table.
 func (p SpeedPlan) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "plan for %s (a speed: tok/s per request, phase by phase)\n", p.Spec)
-	against := "the baseline"
+	against := p.Baseline
 	if p.Comparisons > 1 {
-		against = fmt.Sprintf("the baseline, %d arms", p.Comparisons)
+		against = fmt.Sprintf("%s, each of %d arms", p.Baseline, p.Comparisons)
 	}
 	if p.Margin > 0 {
 		fmt.Fprintf(w, "  claim: non-inferior to %s within the %g%% margin, planned for a true ratio of %.3g (%s)\n",
