@@ -395,6 +395,20 @@ func TestThroughputVerdictComparesLatencyAndThroughputByRanks(t *testing.T) {
 	if got := v.DecisionWords(on); got != "tok/s non-inferior at c=1, c=32 and poisson 16/s" {
 		t.Errorf("show's decision for hicache=on: %q", got)
 	}
+	// --json gives the same decisions, load by load.
+	arms := v.Summary()["arms"].([]map[string]any)
+	loads, _ := arms[on]["speed_vs_baseline"].([]map[string]any)
+	if len(loads) != 3 {
+		t.Fatalf("speed_vs_baseline: %v", arms[on]["speed_vs_baseline"])
+	}
+	for i, want := range []string{"c=1", "c=32", "poisson 16/s"} {
+		if l := loads[i]; l["load"] != want || l["decision"] != "non-inferior" || l["claim"] != OutcomeNonInferiority {
+			t.Errorf("speed_vs_baseline[%d] = %v; want %s non-inferior", i, l, want)
+		}
+	}
+	if _, ok := arms[v.Baseline]["speed_vs_baseline"]; ok {
+		t.Errorf("the baseline has a speed decision against itself")
+	}
 	words := func(change func(c *LaunchClaim)) string {
 		w := *v
 		claims := *v.Claims

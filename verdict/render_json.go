@@ -51,6 +51,20 @@ func (v *Verdict) Summary() map[string]any {
 			m["wedges_vs_baseline"] = map[string]any{"decision": decision, "difference": nanNil(w.Estimate), "launch_p": nanNil(w.P),
 				"level": w.Level, "launches": []int{w.LaunchesArm, w.LaunchesBase}}
 		}
+		if cs := v.speedClaims(i); len(cs) > 0 {
+			// The decision of a throughput experiment, load by load, as show says it.
+			var loads []map[string]any
+			for _, c := range cs {
+				d := speedClaimDecision(c)
+				if d == "untested" {
+					d = "not attributable"
+				}
+				loads = append(loads, map[string]any{"load": c.Group, "claim": c.Outcome, "decision": d, "ratio": nanNil(c.Estimate),
+					"interval": []any{nanNil(c.CI.Lo), nanNil(c.CI.Hi)}, "p": nanNil(c.P), "level": c.Level,
+					"launches": []int{c.LaunchesArm, c.LaunchesBase}})
+			}
+			m["speed_vs_baseline"] = loads
+		}
 		arms = append(arms, m)
 	}
 	out := map[string]any{"experiment_id": v.Experiment.ID, "name": v.Experiment.Name, "status": v.Experiment.State(),

@@ -677,22 +677,13 @@ func (v *Verdict) DecisionWords(i int) string {
 // speed, load by load: "tok/s non-inferior at c=1 and c=32; not shown at poisson 16/s".
 // Empty for the baseline and for an experiment whose primary claim is not a speed.
 func (v *Verdict) speedDecisionWords(i int) string {
-	if v.Claims == nil || v.Claims.Primary != MetricThroughput || i == v.Baseline {
-		return ""
-	}
 	var order []string
 	loads := map[string][]string{}
 	needed := 0
-	for _, c := range v.Claims.Claims {
-		if !c.Primary || c.Arm != v.Arms[i].Name || c.Against != v.Arms[v.Baseline].Name {
-			continue
-		}
-		d := c.Decision
-		switch {
-		case !c.Testable:
-			d, needed = "untested", max(needed, c.Needed)
-		case !c.Claimed:
-			d = "not shown"
+	for _, c := range v.speedClaims(i) {
+		d := speedClaimDecision(c)
+		if d == "untested" {
+			needed = max(needed, c.Needed)
 		}
 		if _, seen := loads[d]; !seen {
 			order = append(order, d)
@@ -716,6 +707,34 @@ func (v *Verdict) speedDecisionWords(i int) string {
 		}
 	}
 	return "tok/s " + strings.Join(parts, "; ")
+}
+
+// speedClaims are arm i's primary claims of a throughput experiment against the
+// baseline, load by load; none for the baseline or another experiment.
+func (v *Verdict) speedClaims(i int) []*LaunchClaim {
+	if v.Claims == nil || v.Claims.Primary != MetricThroughput || i == v.Baseline {
+		return nil
+	}
+	var out []*LaunchClaim
+	for _, c := range v.Claims.Claims {
+		if c.Primary && c.Arm == v.Arms[i].Name && c.Against == v.Arms[v.Baseline].Name {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// speedClaimDecision is a speed claim's decision: its own ("non-inferior", "better",
+// "worse", "negligible"), "not shown" when tested without one, "untested" when its
+// launches could not test it.
+func speedClaimDecision(c *LaunchClaim) string {
+	switch {
+	case !c.Testable:
+		return "untested"
+	case !c.Claimed:
+		return "not shown"
+	}
+	return c.Decision
 }
 
 // shortP is the p that decided a comparison, with its level: "launch p = 0.003 ≤
