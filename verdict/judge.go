@@ -546,14 +546,70 @@ func (v *Verdict) wedgeGate(name string) (GateResult, string) {
 	return GatePass, ""
 }
 
+// speedPrimary reports whether the verdict's primary claims are speeds: a throughput
+// experiment's tok/s per request, load by load.
+func (v *Verdict) speedPrimary() bool {
+	return v.Claims != nil && v.Claims.Primary == MetricThroughput
+}
+
+// speedGate is --fail-on regression (or difference) for a throughput experiment: a
+// claim of its launch family fails it when the launches support it, the claims its
+// headline and show decide: any speed or latency shown worse (difference: shown worse
+// or better), at any load, or corruption shown higher (difference: either way). A
+// speed not shown non-inferior is the throughput gate's, and one its launches could
+// not test the undecided gate's.
+func (v *Verdict) speedGate(name string) (GateResult, string) {
+	for _, c := range v.Claims.Differences() {
+		if name == "regression" && c.Decision != "worse" && c.Decision != "higher" {
+			continue
+		}
+		return GateFail, claimEvidence(c)
+	}
+	return GatePass, ""
+}
+
+// claimEvidence says what a decided claim of the launch family claims, with what stands
+// behind it: "a2's TTFT at c=32 against a1 is worse: +8.1% (99.8% CI +3.2% to
+// +13.3%), launch p = 0.0004 ≤ 0.00167."
+func claimEvidence(c *LaunchClaim) string {
+	where := ""
+	if c.Group != "" {
+		where = " at " + c.Group
+	}
+	return fmt.Sprintf("%s's %s%s against %s is %s: %s (%s), launch p %s ≤ %s.", c.Arm, outcomeWords(c.Outcome), where,
+		c.Against, c.Decision, claimEstimate(c), labelled(intervalLabel(c.Level), claimInterval(c)), pEq(c.P), levelText(c.Level))
+}
+
+// untestedSpeed names arm i's first speed claim its launches could not test, and what
+// would; empty when every one was tested, or faulted (more launches of a configuration
+// that faults every time would not supply it).
+func (v *Verdict) untestedSpeed(i int) string {
+	for _, c := range v.speedClaims(i) {
+		if c.Testable || c.Faulted != "" {
+			continue
+		}
+		n := min(c.LaunchesArm, c.LaunchesBase)
+		why := fmt.Sprintf("%s's tok/s against %s could not be tested at %s: %d launch%s per arm", c.Arm, c.Against, c.Group, n, pluralEs(n))
+		if c.Needed > 0 {
+			why += " (" + v.canTestWords(c.Needed)
+			if c.FloorWouldTest {
+				why += ", or one per arm weighed against an A/A noise floor, `--noise-floor`"
+			}
+			why += ")"
+		}
+		return why
+	}
+	return ""
+}
+
 // Placement says in a few lines where the arms ran and how much their workloads
 // overlapped, block by block; nothing for launches recorded before placement was.
 func (v *Verdict) Placement() []string { return v.placementLines() }
 
 var gates = map[string]string{
-	"regression": "an arm's corruption rate is significantly higher than the baseline's on launches (exit 3); an arm that cannot be judged (crashed, wedged, lost too much) is undecided (exit 6)",
-	"difference": "an arm's corruption rate differs significantly from the baseline's on launches, either way (exit 3); an arm that cannot be judged is undecided (exit 6)",
-	"undecided":  "the verdict cannot decide an arm's primary comparison: too few launches and no noise floor to test it, or the arm cannot be judged (exit 6)",
+	"regression": "an arm's corruption rate is significantly higher than the baseline's on launches; in a throughput experiment, any tok/s or latency of an arm shown worse at any load, or its corruption shown higher; in an abort cascade, its wedges (exit 3); an arm that cannot be judged (crashed, wedged, lost too much) is undecided (exit 6)",
+	"difference": "as regression, either way: an arm's corruption rate (or in a throughput experiment any tok/s or latency) differs significantly from the baseline's on launches (exit 3); an arm that cannot be judged is undecided (exit 6)",
+	"undecided":  "the verdict cannot decide an arm's primary comparison (corruption; a throughput experiment's tok/s at every load; an abort cascade's wedges): too few launches and no noise floor to test it, or the arm cannot be judged (exit 6)",
 	"corruption": "any session of any arm was corrupted",
 	"loss":       "any session was lost, or any run crashed, wedged or failed",
 	"wedge":      "any launch of any arm crashed or wedged (an abort cascade's canary never completed)",
@@ -630,9 +686,15 @@ func (v *Verdict) CheckGate(name string, o GateOptions) (GateResult, string) {
 		if v.wedgePrimary() {
 			return v.wedgeGate(name)
 		}
-		for _, a := range v.Arms {
-			if c := a.Compare; c != nil && !c.Inconclusive && c.Significant && (name == "difference" || c.Direction == "higher") {
-				return GateFail, v.evidence(a, "") + " " + v.decisionSentence(a, "")
+		if v.speedPrimary() {
+			if g, why := v.speedGate(name); g == GateFail {
+				return g, why
+			}
+		} else {
+			for _, a := range v.Arms {
+				if c := a.Compare; c != nil && !c.Inconclusive && c.Significant && (name == "difference" || c.Direction == "higher") {
+					return GateFail, v.evidence(a, "") + " " + v.decisionSentence(a, "")
+				}
 			}
 		}
 		if o.AllowInconclusive {
@@ -648,6 +710,12 @@ func (v *Verdict) CheckGate(name string, o GateOptions) (GateResult, string) {
 		}
 		for i, a := range v.Arms {
 			if i == v.Baseline {
+				continue
+			}
+			if v.speedPrimary() {
+				if why := v.untestedSpeed(i); why != "" {
+					return GateUndecided, why
+				}
 				continue
 			}
 			if v.wedgePrimary() {

@@ -688,3 +688,93 @@ func TestLaunchesThatEndedAlikeAreSaidOnce(t *testing.T) {
 		t.Errorf("one launch wedged otherwise: %q", got)
 	}
 }
+
+// The regression, difference and undecided gates of a throughput experiment weigh the
+// claims its headline and show decide: speeds and latencies, load by load, on launches,
+// not corruption's sessions, which a throughput experiment does not ask about.
+func TestThroughputGatesWeighTheSpeedClaims(t *testing.T) {
+	v := buildOutcomes(t, "throughput")
+	if len(v.Claims.Differences()) != 0 {
+		t.Fatalf("the fixture claims differences already: %v", v.Claims.Differences())
+	}
+	for _, gate := range []string{"regression", "difference", "undecided"} {
+		if g, why := v.CheckGate(gate, GateOptions{}); g != GatePass {
+			t.Errorf("gate %s = %v (%s); want a pass: every load was tested and none differs", gate, g, why)
+		}
+	}
+	with := func(change func(c *LaunchClaim) bool) *Verdict {
+		w := *v
+		claims := *v.Claims
+		claims.Claims = nil
+		changed := false
+		for _, c := range v.Claims.Claims {
+			d := *c
+			if !changed {
+				changed = change(&d)
+			}
+			claims.Claims = append(claims.Claims, &d)
+		}
+		if !changed {
+			t.Fatal("no claim to change")
+		}
+		w.Claims = &claims
+		return &w
+	}
+	ttft := func(decision string) *Verdict {
+		return with(func(c *LaunchClaim) bool {
+			if c.Outcome != MetricTTFT || c.Group != "c=32" {
+				return false
+			}
+			c.Claimed, c.Decision = true, decision
+			return true
+		})
+	}
+	worse := ttft("worse")
+	for _, gate := range []string{"regression", "difference"} {
+		g, why := worse.CheckGate(gate, GateOptions{})
+		if g != GateFail || !strings.HasPrefix(why, "hicache=on's TTFT at c=32 against hicache=off is worse: ") || !strings.Contains(why, "launch p = ") {
+			t.Errorf("TTFT shown worse, gate %s = %v: %s", gate, g, why)
+		}
+	}
+	better := ttft("better")
+	if g, why := better.CheckGate("regression", GateOptions{}); g != GatePass {
+		t.Errorf("TTFT shown better failed the regression gate: %s", why)
+	}
+	if g, why := better.CheckGate("difference", GateOptions{}); g != GateFail || !strings.Contains(why, "is better") {
+		t.Errorf("TTFT shown better, gate difference = %v: %s", g, why)
+	}
+	// One launch per arm and no floor: the speed claims are untested, which the
+	// undecided gate says in their own terms.
+	single := with(func(c *LaunchClaim) bool {
+		if !c.Primary || c.Group != "poisson 16/s" {
+			return false
+		}
+		c.Testable, c.Claimed, c.Decision, c.Needed, c.LaunchesArm, c.LaunchesBase, c.FloorWouldTest = false, false, "", 2, 1, 1, true
+		return true
+	})
+	g, why := single.CheckGate("undecided", GateOptions{})
+	if g != GateUndecided || why != "hicache=on's tok/s against hicache=off could not be tested at poisson 16/s: 1 launch per arm (2 can test it, or one per arm weighed against an A/A noise floor, `--noise-floor`)" {
+		t.Errorf("an untested load, gate undecided = %v: %s", g, why)
+	}
+	for _, gate := range []string{"regression", "difference"} {
+		if g, why := single.CheckGate(gate, GateOptions{}); g != GatePass {
+			t.Errorf("an untested load, gate %s = %v: %s", gate, g, why)
+		}
+	}
+	// A load not shown non-inferior fails the throughput gate, which says the bound is
+	// what falls short, and how many launches would narrow it.
+	wide, outcomes := *v, *v.Outcomes
+	wide.Outcomes = &outcomes
+	wide.Outcomes.Throughput = slices.Clone(v.Outcomes.Throughput)
+	for i := range wide.Outcomes.Throughput {
+		if ni := &wide.Outcomes.Throughput[i]; ni.Group == "poisson 16/s" {
+			ni.Result.NonInferior, ni.Result.Bound = false, 0.852
+		}
+	}
+	wide.Experiment.SpecPath, wide.DB = "examples/throughput.yaml", "/tmp/r.db"
+	g, why = wide.CheckGate("throughput", GateOptions{})
+	if g != GateFail || !strings.HasPrefix(why, "hicache=on's tok/s per request at poisson 16/s is not shown non-inferior to hicache=off's within the 5% margin: ") ||
+		!strings.Contains(why, "one-sided lower bound -14.8%; more launches per arm narrow the bound: `arbiter plan examples/throughput.yaml --from ") {
+		t.Errorf("a load not shown non-inferior, gate throughput = %v: %s", g, why)
+	}
+}

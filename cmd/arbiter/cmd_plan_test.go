@@ -301,4 +301,9 @@ func TestAThroughputFloorPlansAndJudgesOneLaunchPerArm(t *testing.T) {
 	if tested != 2 {
 		t.Errorf("%d throughput claims; want one a phase", tested)
 	}
+	// Every load was tested against the floor, so the undecided gate passes: it asks of
+	// the speed claims, not of corruption, which one launch per arm cannot test.
+	if code, _, stderr := runCLI(t, "verdict", "2", "--db", db, "-o", filepath.Join(dir, "v.md"), "--fail-on", "undecided"); code != 0 || strings.Contains(stderr, "corrupted") {
+		t.Errorf("--fail-on undecided exited %d: %s", code, stderr)
+	}
 }
