@@ -285,7 +285,7 @@ func (i *processInstance) finish(waitErr error) {
 	if errors.As(waitErr, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			e.Code = -1
-			e.Signal = ws.Signal().String()
+			e.Signal = signalName(ws.Signal())
 		} else {
 			e.Code = ee.ExitCode()
 		}

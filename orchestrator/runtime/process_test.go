@@ -60,8 +60,8 @@ func TestProcessStopEscalatesToSIGKILL(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := inst.Exit()
-	if e.Signal != "killed" || e.Crashed() {
-		t.Fatalf("exit = %+v, want killed and stopped", e)
+	if e.Signal != "SIGKILL" || e.Crashed() || e.String() != "killed by SIGKILL" {
+		t.Fatalf("exit = %+v (%s), want killed by SIGKILL and stopped", e, e)
 	}
 }
 
