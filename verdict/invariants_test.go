@@ -352,6 +352,31 @@ func invariantProblems(v *Verdict, md, js string) []string {
 		}
 	}
 
+	// The gates agree with each other and with the claims: a regression is a difference;
+	// a throughput experiment or an A/A check fails the gates on every difference its
+	// family claims, so that an A/A headline that says FAILED on a claimed difference
+	// never exits 0 under --fail-on difference.
+	gate := map[string]GateResult{}
+	for _, name := range Gates() {
+		gate[name], _ = v.CheckGate(name, GateOptions{})
+	}
+	if gate["regression"] == GateFail && gate["difference"] != GateFail {
+		bad("the regression gate fails and the difference gate does not (%v)", gate["difference"])
+	}
+	if v.speedPrimary() || v.Design.AA {
+		for _, c := range v.Claims.Differences() {
+			if gate["difference"] != GateFail {
+				bad("claim %s of %s at %q is %s, and the difference gate does not fail (%v)", c.Outcome, c.Arm, c.Group, c.Decision, gate["difference"])
+			}
+			if (c.Decision == "worse" || c.Decision == "higher") && gate["regression"] != GateFail {
+				bad("claim %s of %s at %q is %s, and the regression gate does not fail (%v)", c.Outcome, c.Arm, c.Group, c.Decision, gate["regression"])
+			}
+		}
+	}
+	if aa, outcome := v.aaOutcome(); aa && outcome == aaFailed && len(v.Claims.Differences()) > 0 && !strings.Contains(head, "A/A check FAILED") && v.outcomeKind() {
+		bad("an A/A check that claims a difference does not say it FAILED: %s", head)
+	}
+
 	// Every launch count advised is one the experiment can follow: the count a claim
 	// not yet tested needs, more than it had, on sides that do not fault every time.
 	needs := map[int]bool{}

@@ -552,13 +552,14 @@ func (v *Verdict) speedPrimary() bool {
 	return v.Claims != nil && v.Claims.Primary == MetricThroughput
 }
 
-// speedGate is --fail-on regression (or difference) for a throughput experiment: a
-// claim of its launch family fails it when the launches support it, the claims its
-// headline and show decide: any speed or latency shown worse (difference: shown worse
-// or better), at any load, or corruption shown higher (difference: either way). A
-// speed not shown non-inferior is the throughput gate's, and one its launches could
-// not test the undecided gate's.
-func (v *Verdict) speedGate(name string) (GateResult, string) {
+// familyGate is --fail-on regression (or difference) for a throughput experiment and
+// for an A/A check: a claim of the launch family fails it when the launches support it,
+// the claims their headline and show decide: any speed or latency shown worse
+// (difference: shown worse or better), at any load, or corruption shown higher
+// (difference: either way). An A/A check whose headline says it failed on a claimed
+// difference thus fails the difference gate. A speed not shown non-inferior is the
+// throughput gate's, and one its launches could not test the undecided gate's.
+func (v *Verdict) familyGate(name string) (GateResult, string) {
 	for _, c := range v.Claims.Differences() {
 		if name == "regression" && c.Decision != "worse" && c.Decision != "higher" {
 			continue
@@ -608,7 +609,7 @@ func (v *Verdict) Placement() []string { return v.placementLines() }
 
 var gates = map[string]string{
 	"regression": "an arm's corruption rate is significantly higher than the baseline's on launches; in a throughput experiment, any tok/s or latency of an arm shown worse at any load, or its corruption shown higher; in an abort cascade, its wedges (exit 3); an arm that cannot be judged (crashed, wedged, lost too much) is undecided (exit 6)",
-	"difference": "as regression, either way: an arm's corruption rate (or in a throughput experiment any tok/s or latency) differs significantly from the baseline's on launches (exit 3); an arm that cannot be judged is undecided (exit 6)",
+	"difference": "as regression, either way: an arm's corruption rate (in a throughput experiment or an A/A check, any tok/s or latency too) differs significantly from the baseline's on launches (exit 3); an arm that cannot be judged is undecided (exit 6)",
 	"undecided":  "the verdict cannot decide an arm's primary comparison (corruption; a throughput experiment's tok/s at every load; an abort cascade's wedges): too few launches and no noise floor to test it, or the arm cannot be judged (exit 6)",
 	"corruption": "any session of any arm was corrupted",
 	"loss":       "any session was lost, or any run crashed, wedged or failed",
@@ -683,14 +684,15 @@ func (v *Verdict) CheckGate(name string, o GateOptions) (GateResult, string) {
 	}
 	switch name {
 	case "regression", "difference":
+		if v.speedPrimary() || v.Design.AA {
+			if g, why := v.familyGate(name); g == GateFail {
+				return g, why
+			}
+		}
 		if v.wedgePrimary() {
 			return v.wedgeGate(name)
 		}
-		if v.speedPrimary() {
-			if g, why := v.speedGate(name); g == GateFail {
-				return g, why
-			}
-		} else {
+		if !v.speedPrimary() {
 			for _, a := range v.Arms {
 				if c := a.Compare; c != nil && !c.Inconclusive && c.Significant && (name == "difference" || c.Direction == "higher") {
 					return GateFail, v.evidence(a, "") + " " + v.decisionSentence(a, "")

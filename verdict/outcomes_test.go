@@ -652,6 +652,45 @@ func TestAnAAThroughputHeadlineSaysHowTheCheckEnded(t *testing.T) {
 	if head := failed.Headline()[0]; !strings.HasPrefix(head, "A/A check FAILED: the pipeline claims a difference between identical arms (hicache=on's TTFT worse). Decision: ") {
 		t.Errorf("a claimed difference, headline:\n%s", head)
 	}
+	// ... and so do the gates a CI job runs an A/A check with.
+	for _, gate := range []string{"difference", "regression"} {
+		if g, why := failed.CheckGate(gate, GateOptions{}); g != GateFail || !strings.HasPrefix(why, "hicache=on's TTFT at ") {
+			t.Errorf("a claimed difference, gate %s = %v: %s", gate, g, why)
+		}
+	}
+}
+
+// An A/A check of corruption whose family claims a latency difference between its
+// identical arms fails the difference gate, as its verdict says the check failed.
+func TestAnAACheckFailsTheDifferenceGateOnAnyClaimedDifference(t *testing.T) {
+	v := buildExample(t, "aa")
+	if !v.Design.AA || len(v.Claims.Differences()) != 0 {
+		t.Fatalf("the aa example: A/A %v, differences %v", v.Design.AA, v.Claims.Differences())
+	}
+	if g, why := v.CheckGate("difference", GateOptions{}); g != GatePass {
+		t.Fatalf("the aa example fails the difference gate: %s", why)
+	}
+	claims := *v.Claims
+	claims.Claims = slices.Clone(claims.Claims)
+	for i, c := range claims.Claims {
+		if c.Outcome != OutcomeCorruption {
+			d := *c
+			d.Testable, d.Claimed, d.Decision, d.P = true, true, "better", d.Level/2
+			claims.Claims[i] = &d
+			break
+		}
+	}
+	failed := *v
+	failed.Claims = &claims
+	if aa, outcome := failed.aaOutcome(); !aa || outcome != aaFailed || len(failed.Claims.Differences()) != 1 {
+		t.Fatalf("no latency claim to make a difference of: %s, %v", outcome, failed.Claims.Differences())
+	}
+	if g, why := failed.CheckGate("difference", GateOptions{}); g != GateFail || !strings.Contains(why, " is better: ") {
+		t.Errorf("a claimed latency difference, gate difference = %v: %s", g, why)
+	}
+	if g, why := failed.CheckGate("regression", GateOptions{}); g == GateFail {
+		t.Errorf("a latency shown better failed the regression gate: %s", why)
+	}
 }
 
 // Wedges the launches could not tell apart end with the plan that says how many would,
