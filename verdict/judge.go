@@ -614,7 +614,7 @@ var gates = map[string]string{
 	"corruption": "any session of any arm was corrupted",
 	"loss":       "any session was lost, or any run crashed, wedged or failed",
 	"wedge":      "any launch of any arm crashed or wedged (an abort cascade's canary never completed)",
-	"throughput": "an arm's throughput is not shown non-inferior within analysis.throughput_margin (without a margin: significantly lower)",
+	"throughput": "an arm's tok/s per request is shown lower than the baseline's by more than analysis.throughput_margin at some load (without a margin: significantly lower) (exit 3); with a margin, a load shown neither non-inferior nor below it is undecided (exit 6)",
 	"detector":   "a detector left responses unjudged: it failed, crashed, or ran past timeouts.detector",
 	"verify":     "an arm failed verification against the reference (tool-call F1 or schema accuracy below the reference's own spread, or the spec's verify bar) (exit 3); an arm its launches could not decide, or an experiment with no verify workload, is undecided (exit 6)",
 }
@@ -667,11 +667,8 @@ const (
 // claim the launches support; a difference too few launches could not test passes them
 // (the undecided gate is for a team that wants such a run to fail).
 func (v *Verdict) CheckGate(name string, o GateOptions) (GateResult, string) {
-	if fail, why, ok := v.outcomeGate(name); ok {
-		if fail {
-			return GateFail, why
-		}
-		return GatePass, ""
+	if g, why, ok := v.outcomeGate(name); ok {
+		return g, why
 	}
 	if name == "detector" {
 		if fail, why := v.detectorGate(); fail {

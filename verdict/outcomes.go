@@ -916,45 +916,56 @@ func (v *Verdict) outcomeCaveats(add func(CaveatKind, string, ...any)) {
 }
 
 // outcomeGate applies the gates on outcomes beyond corruption; ok is false for the
-// others.
-func (v *Verdict) outcomeGate(name string) (fail bool, why string, ok bool) {
+// others. With a margin, the throughput gate fails where the launches show an arm's tok/s
+// per request below it (the one-sided upper bound under 1 − margin) and cannot decide
+// where they show it neither non-inferior nor inferior: identical arms whose launches are
+// too few are undecided (exit 6), not failed (exit 3).
+func (v *Verdict) outcomeGate(name string) (g GateResult, why string, ok bool) {
 	switch name {
 	case "wedge":
 		for _, r := range v.Runs {
 			if !r.Superseded && (r.Status == store.RunWedged || r.Status == store.RunCrashed) {
-				return true, fmt.Sprintf("run %s %s: %s", store.LaunchName(r.Arm, r.Block), r.Status, r.Error), true
+				return GateFail, fmt.Sprintf("run %s %s: %s", store.LaunchName(r.Arm, r.Block), r.Status, r.Error), true
 			}
 		}
-		return false, "", true
+		return GatePass, "", true
 	case "throughput":
 		o := v.Outcomes
 		if o == nil {
-			return false, "", true
+			return GatePass, "", true
 		}
 		if o.Margin > 0 {
+			g, why := GatePass, ""
 			for k, set := range [][]ThroughputNI{o.Throughput, o.Stability} {
 				for _, t := range set {
 					if t.Result.NonInferior {
 						continue
 					}
-					why := fmt.Sprintf("%s's tok/s per request at %s is not shown non-inferior to %s's within the %s margin: %s, one-sided lower bound %s",
+					if lc := t.Launch; lc != nil && lc.Testable && lc.CI.Hi < 1-o.Margin {
+						return GateFail, fmt.Sprintf("%s's tok/s per request at %s is shown lower than %s's by more than the %s margin: %s, one-sided upper bound %s (launch p %s)",
+							t.Arm, t.Group, t.Against, pctShort(o.Margin), signedPct(lc.Estimate-1), signedPct(lc.CI.Hi-1), pEq(1-lc.P)), true
+					}
+					if g == GateUndecided {
+						continue
+					}
+					g = GateUndecided
+					why = fmt.Sprintf("%s's tok/s per request at %s is neither shown non-inferior to %s's within the %s margin nor shown below it: %s, one-sided lower bound %s",
 						t.Arm, t.Group, t.Against, pctShort(o.Margin), signedPct(t.Result.Ratio-1), signedPct(t.Result.Bound-1))
 					// An estimate inside the margin with a bound beyond it is a question of
 					// launches, which the plan answers.
 					if k == 0 && t.Result.Ratio > 1-o.Margin {
 						why += fmt.Sprintf("; more launches per arm narrow the bound: `%s` says how many would show it", v.speedPlanCommand())
 					}
-					return true, why, true
 				}
 			}
-			return false, "", true
+			return g, why, true
 		}
 		for _, r := range o.Metrics {
-			if r.Metric == MetricThroughput && r.Decision == "worse" {
-				return true, fmt.Sprintf("%s's tok/s per request at %s: %s (Holm-adjusted p %s)", r.Arm, r.Group, signedPct(r.Result.Ratio-1), pEq(r.AdjustedP)), true
+			if r.Metric == MetricThroughput && r.Decision == "worse" && r.Launch != nil {
+				return GateFail, claimEvidence(r.Launch), true
 			}
 		}
-		return false, "", true
+		return GatePass, "", true
 	}
-	return false, "", false
+	return GatePass, "", false
 }
