@@ -692,7 +692,7 @@ func (d *decoder) decodeSpec(root ast.Node) {
 			return
 		}
 	}
-	known := []string{"version", "name", "engine", "runtime", "arms", "factors", "design", "workload", "detectors", "analysis", "launches", "blocks", "timeouts", "verify"}
+	known := []string{"version", "name", "engine", "runtime", "arms", "factors", "design", "workload", "detectors", "detector_secrets", "analysis", "launches", "blocks", "timeouts", "verify"}
 	seen := d.fields(root, "", known, func(e entry) {
 		switch e.key {
 		case "version":
@@ -715,6 +715,8 @@ func (d *decoder) decodeSpec(root ast.Node) {
 			d.decodeWorkload(e)
 		case "detectors":
 			d.decodeDetectors(e)
+		case "detector_secrets":
+			s.DetectorSecrets = d.envNames(e, "detector secret")
 		case "analysis":
 			d.decodeAnalysis(e)
 		case "launches", "blocks":
@@ -762,19 +764,7 @@ func (d *decoder) decodeEngine(e entry) {
 		case "env":
 			en.Env = d.envMap(f)
 		case "secrets":
-			d.list(f, func(it entry) {
-				v, ok := d.str(it)
-				switch {
-				case !ok:
-				case !envNameRE.MatchString(v):
-					d.add(it.val, it.path, "%q is not a variable name", v)
-				case slices.Contains(en.Secrets, v):
-					d.add(it.val, it.path, "secret %s is listed twice", v)
-				default:
-					en.Secrets = append(en.Secrets, v)
-					d.spec.pos[joinPath(f.path, v)] = posOf(it.val)
-				}
-			})
+			en.Secrets = d.envNames(f, "secret")
 		case "mounts":
 			d.list(f, func(it entry) {
 				if v, ok := d.str(it); ok {
@@ -1231,6 +1221,26 @@ func isPluginRef(s string) bool {
 	return identRE.MatchString(ref)
 }
 
+// envNames decodes a list of variable names (engine.secrets, detector_secrets), each
+// once, and records where each was written; what names an entry in errors.
+func (d *decoder) envNames(f entry, what string) []string {
+	var out []string
+	d.list(f, func(it entry) {
+		v, ok := d.str(it)
+		switch {
+		case !ok:
+		case !envNameRE.MatchString(v):
+			d.add(it.val, it.path, "%q is not a variable name", v)
+		case slices.Contains(out, v):
+			d.add(it.val, it.path, "%s %s is listed twice", what, v)
+		default:
+			out = append(out, v)
+			d.spec.pos[joinPath(f.path, v)] = posOf(it.val)
+		}
+	})
+	return out
+}
+
 func (d *decoder) decodeDetectors(e entry) {
 	d.spec.Detectors = []string{}
 	d.list(e, func(it entry) {
@@ -1434,6 +1444,9 @@ func (d *decoder) crossCheck(seen map[string]entry) {
 	}
 	if s.Detectors == nil {
 		s.Detectors = slices.Clone(DefaultDetectors)
+	}
+	if e, ok := seen["detector_secrets"]; ok && !slices.ContainsFunc(s.Detectors, isPluginRef) {
+		d.add(e.keyNode, "detector_secrets", "detector_secrets hands variables to detector plugins, but detectors lists none (plugin:NAME or plugin:PATH)")
 	}
 	if slices.Contains(s.Detectors, "divergence") && s.Workload.Temperature != 0 {
 		d.addAt(s.pos["detectors.divergence"], "detectors", "divergence compares arms token for token at temperature 0, but workload.temperature is %g: sampling would make every arm diverge", s.Workload.Temperature)

@@ -130,7 +130,7 @@ func (s *Spec) RedactEnv(env map[string]string) map[string]string {
 func (s *Spec) Redactor(environ func(string) (string, bool)) *Redactor {
 	var values []string
 	if environ != nil {
-		for _, name := range s.Engine.Secrets {
+		for _, name := range slices.Concat(s.Engine.Secrets, s.DetectorSecrets) {
 			if v, ok := environ(name); ok {
 				values = append(values, v)
 			}
@@ -213,6 +213,44 @@ func (a Arm) LaunchEnv(environ func(string) (string, bool)) ([]string, error) {
 	out := make([]string, 0, len(env))
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		out = append(out, k+"="+env[k])
+	}
+	return out, nil
+}
+
+// PluginEnv is the environment a detector plugin starts with: arbiter's own (environ, as
+// os.Environ lists it), which is how a plugin is configured, without the variables whose
+// names look like credentials (LooksLikeCredential) or that engine.secrets names, which
+// are the engines' alone; then every variable detector_secrets names, read with lookup
+// (os.LookupEnv in production). A detector secret that is not set is an error that names
+// it; no error carries a value. A nil Spec (a command with no spec, arbiter classify)
+// withholds the credentials and grants nothing.
+func (s *Spec) PluginEnv(environ []string, lookup func(string) (string, bool)) ([]string, error) {
+	var withheld, granted []string
+	if s != nil {
+		withheld, granted = s.Engine.Secrets, s.DetectorSecrets
+	}
+	var out []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if LooksLikeCredential(name) || slices.Contains(withheld, name) || slices.Contains(granted, name) {
+			continue
+		}
+		out = append(out, kv)
+	}
+	var missing []string
+	for _, name := range granted {
+		v, ok := "", false
+		if lookup != nil {
+			v, ok = lookup(name)
+		}
+		if !ok {
+			missing = append(missing, name)
+			continue
+		}
+		out = append(out, name+"="+v)
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("detector secret %s not set in arbiter's environment (detector_secrets copies it from there)", strings.Join(missing, ", "))
 	}
 	return out, nil
 }

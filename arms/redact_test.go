@@ -210,3 +210,51 @@ func TestRedactorHidesJSONEscapedSecrets(t *testing.T) {
 		t.Errorf("plain value: %q", got)
 	}
 }
+
+// A detector plugin gets arbiter's environment without what looks like a credential or
+// is an engine's secret, but with what detector_secrets grants it.
+func TestPluginEnvWithholdsCredentialsButTheGranted(t *testing.T) {
+	s := mustParse(t, `version: 1
+name: p
+engine: {preset: refserve, secrets: [ODDLY_NAMED]}
+arms: {a: {env: {X: "1"}}, b: {env: {X: "2"}}}
+workload: {kind: toolcall-agent, sessions: 4, rounds: 1}
+detectors: [dsml-leak, plugin:judge]
+detector_secrets: [JUDGE_API_KEY]
+`)
+	host := []string{"PATH=/usr/bin", "HF_TOKEN=hf_abcdefgh", "ODDLY_NAMED=o-1234", "JUDGE_API_KEY=j-5678", "JUDGE_MODE=strict", "AWS_SECRET_ACCESS_KEY=aws-9999"}
+	lookup := environ(map[string]string{"JUDGE_API_KEY": "j-5678"})
+	got, err := s.PluginEnv(host, lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"PATH=/usr/bin", "JUDGE_MODE=strict", "JUDGE_API_KEY=j-5678"}; !slices.Equal(got, want) {
+		t.Errorf("plugin env %q, want %q", got, want)
+	}
+	// Its value is hidden wherever arbiter writes, as an engine secret's is.
+	if r := s.Redactor(lookup).Redact("judge said j-5678"); r != "judge said [redacted]" {
+		t.Errorf("a detector secret is not redacted: %q", r)
+	}
+	if _, err := s.PluginEnv(host, environ(nil)); err == nil || !strings.Contains(err.Error(), "detector secret JUDGE_API_KEY not set") || strings.Contains(err.Error(), "j-5678") {
+		t.Errorf("a granted variable not set: %v", err)
+	}
+	// With no spec (arbiter classify), nothing is granted.
+	got, _ = (*Spec)(nil).PluginEnv(host, nil)
+	if want := []string{"PATH=/usr/bin", "ODDLY_NAMED=o-1234", "JUDGE_MODE=strict"}; !slices.Equal(got, want) {
+		t.Errorf("plugin env with no spec %q, want %q", got, want)
+	}
+}
+
+func TestDetectorSecretsAreCheckedWhereWritten(t *testing.T) {
+	base := "version: 1\nname: p\nengine: {preset: refserve}\narms: {a: {env: {X: \"1\"}}, b: {env: {X: \"2\"}}}\nworkload: {kind: toolcall-agent, sessions: 4, rounds: 1}\n"
+	for _, c := range []struct{ src, want string }{
+		{"detector_secrets: [JUDGE_API_KEY]\n", "test.yaml:6:1: detector_secrets: detector_secrets hands variables to detector plugins, but detectors lists none"},
+		{"detectors: [plugin:judge]\ndetector_secrets: [JUDGE_API_KEY, JUDGE_API_KEY]\n", "test.yaml:7:35: detector_secrets.1: detector secret JUDGE_API_KEY is listed twice"},
+		{"detectors: [plugin:judge]\ndetector_secrets: [\"not a name\"]\n", "test.yaml:7:20: detector_secrets.0: \"not a name\" is not a variable name"},
+	} {
+		_, err := Parse("test.yaml", []byte(base+c.src))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v\nwant %s", c.src, err, c.want)
+		}
+	}
+}

@@ -25,7 +25,12 @@ type Spec struct {
 	Design    string
 	Workload  Workload
 	Detectors []string
-	Analysis  Analysis
+	// DetectorSecrets name variables of arbiter's environment that the detector plugins
+	// may read although they look like credentials (detector_secrets): a plugin gets
+	// arbiter's environment without those (PluginEnv). Their values are hidden as
+	// engine.secrets' are.
+	DetectorSecrets []string
+	Analysis        Analysis
 	// Blocks is how many times every arm is launched (launches per arm; `launches` or
 	// `blocks` in the spec), each block in a fresh random order (default 1).
 	Blocks   int

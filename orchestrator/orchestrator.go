@@ -232,8 +232,13 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		}
 	}
 
-	// A plugin inherits arbiter's environment: what it writes goes through the redactor.
-	pluginCtx := plugins.WithOutput(ctx, plugins.Output{W: os.Stderr, Redact: redactor.Redact})
+	// A plugin gets arbiter's environment without its credentials, but for those
+	// detector_secrets grants it: what it writes goes through the redactor.
+	pluginEnv, err := spec.PluginEnv(os.Environ(), environ)
+	if err != nil {
+		return Result{}, err
+	}
+	pluginCtx := plugins.WithEnv(plugins.WithOutput(ctx, plugins.Output{W: os.Stderr, Redact: redactor.Redact}), pluginEnv)
 	dets, closeDets, err := resolveDetectors(pluginCtx, spec.Detectors)
 	if err != nil {
 		return Result{}, err

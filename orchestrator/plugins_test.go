@@ -2,7 +2,9 @@ package orchestrator
 
 import (
 	"context"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -184,5 +186,35 @@ func TestACrashedDetectorIsNamedAndGated(t *testing.T) {
 	sum, ok := v.Summary()["detectors"].([]map[string]any)
 	if !ok || len(sum) != 2 {
 		t.Errorf("JSON detectors: %#v", v.Summary()["detectors"])
+	}
+}
+
+// A detector plugin runs without the credentials in arbiter's environment, but for those
+// detector_secrets grants it, whose values arbiter then hides wherever it writes them.
+func TestAPluginGetsOnlyTheCredentialsItIsGranted(t *testing.T) {
+	t.Setenv("HF_TOKEN", "hf-withheld-1234")
+	t.Setenv("JUDGE_API_KEY", "judge-granted-5678")
+	plugin := hostileplugin.Path(t, hostileplugin.Snoops)
+	res, db, err := leakyTreatment(t, "detectors: [dsml-leak, \"plugin:"+plugin+"\"]\ndetector_secrets: [JUDGE_API_KEY]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro, err := store.OpenReadOnly(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	var reasons []string
+	if err := ro.Select(&reasons, `SELECT DISTINCT reason FROM labels WHERE detector = 'hostile-snoops'`); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(reasons, []string{"JUDGE_API_KEY=[redacted]"}) {
+		t.Errorf("the plugin saw %q; want the granted key alone, its value hidden (%+v)", reasons, res)
+	}
+	// A granted variable that is not set stops the experiment before anything runs.
+	os.Unsetenv("JUDGE_API_KEY")
+	if _, _, err := leakyTreatment(t, "detectors: [dsml-leak, \"plugin:"+plugin+"\"]\ndetector_secrets: [JUDGE_API_KEY]\n"); err == nil ||
+		!strings.Contains(err.Error(), "detector secret JUDGE_API_KEY not set") {
+		t.Errorf("a granted variable not set: %v", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -186,9 +187,10 @@ func Serve(d Detector) {
 }
 
 // Launch starts the detector binary at path and returns its Detector and a function that
-// stops the process (safe to call more than once). The binary inherits arbiter's
-// environment, which is how a plugin is configured; its standard error goes where
-// WithOutput says, each line through its redactor (output.go).
+// stops the process (safe to call more than once). The binary gets the environment
+// WithEnv gives, else arbiter's whole environment, which is how a plugin is configured;
+// its standard error goes where WithOutput says, each line through its redactor
+// (output.go).
 // ctx bounds the start only: its deadline, if it has one, replaces go-plugin's one-minute
 // start timeout, and the plugin then lives until release is called.
 func Launch(ctx context.Context, path string) (Detector, func(), error) {
@@ -209,6 +211,10 @@ func Launch(ctx context.Context, path string) (Detector, func(), error) {
 		// go-plugin traces every step by default; arbiter's stderr wants problems only.
 		// The lines it logs of the plugin's own go through the same redactor.
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "plugin", Level: hclog.Warn, Output: out}),
+	}
+	if env, ok := envOf(ctx); ok {
+		// go-plugin adds arbiter's environment to the command's unless told not to.
+		cfg.Cmd.Env, cfg.SkipHostEnv = slices.Clone(env), true
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		cfg.StartTimeout = max(time.Until(dl), time.Millisecond)

@@ -177,7 +177,7 @@ func TestLaunchRefusesNonPlugins(t *testing.T) {
 	}
 }
 
-// A plugin inherits arbiter's environment, secrets included: what it writes to its
+// A plugin launched without WithEnv inherits arbiter's environment, secrets included: what it writes to its
 // standard error reaches arbiter's only through the redactor. The example plugin prints
 // the word it looks for, here a secret.
 func TestLaunchedPluginStderrIsRedacted(t *testing.T) {

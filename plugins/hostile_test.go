@@ -75,3 +75,34 @@ func TestAPluginsAnswerIsItsOwnAndBounded(t *testing.T) {
 		t.Fatalf("an 8 MiB reason was accepted (%d bytes)", len(l.Reason))
 	}
 }
+
+// A plugin started WithEnv sees that environment and nothing else of arbiter's: not the
+// tokens arbiter holds. Without it, it sees arbiter's whole environment.
+func TestAPluginSeesOnlyTheEnvironmentItIsGiven(t *testing.T) {
+	t.Setenv("SNOOPED_TOKEN", "held-by-arbiter-1234")
+	snoop := func(ctx context.Context) string {
+		t.Helper()
+		ctx = plugins.WithOutput(ctx, plugins.Output{W: &lockedbuf.Buffer{}})
+		d, release, err := plugins.Launch(ctx, hostileplugin.Path(t, hostileplugin.Snoops))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer release()
+		l, err := d.Detect(context.Background(), response())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.Reason
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if got := snoop(plugins.WithEnv(ctx, []string{"GRANTED_KEY=g-5678"})); got != "GRANTED_KEY=g-5678" {
+		t.Errorf("a plugin given GRANTED_KEY alone sees %q", got)
+	}
+	if got := snoop(plugins.WithEnv(ctx, nil)); got != "none" {
+		t.Errorf("a plugin given no environment sees %q", got)
+	}
+	if got := snoop(ctx); !strings.Contains(got, "SNOOPED_TOKEN=held-by-arbiter-1234") {
+		t.Errorf("a plugin given nothing by its caller sees %q; want arbiter's environment", got)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,9 +13,9 @@ import (
 	"github.com/arbiterlab/arbiter/internal/inert"
 )
 
-// A plugin inherits arbiter's environment, secrets included, and what it writes to its
-// standard error reaches arbiter's: a plugin that prints its configuration would print
-// them. Launch therefore writes a plugin's standard error, and go-plugin's own lines about
+// A plugin inherits arbiter's environment (the credentials a caller grants it through
+// WithEnv, all of it without), and what it writes to its standard error reaches
+// arbiter's: a plugin that prints its configuration would print them. Launch therefore writes a plugin's standard error, and go-plugin's own lines about
 // it, through the redactor WithOutput gives, line by line.
 
 // Output is where a launched plugin's standard error goes, and the redactor every line of
@@ -31,6 +32,21 @@ type outputKey struct{}
 // are: a caller that holds secrets gives its redactor.
 func WithOutput(ctx context.Context, o Output) context.Context {
 	return context.WithValue(ctx, outputKey{}, o)
+}
+
+type envKey struct{}
+
+// WithEnv makes the plugins launched under ctx start with env (KEY=VALUE pairs, as
+// os.Environ gives them) instead of arbiter's whole environment: a caller that holds
+// secrets gives the environment without them (arms.Spec.PluginEnv).
+func WithEnv(ctx context.Context, env []string) context.Context {
+	return context.WithValue(ctx, envKey{}, slices.Clip(env))
+}
+
+// envOf is the environment ctx gives plugins, and whether it gives one.
+func envOf(ctx context.Context) ([]string, bool) {
+	env, ok := ctx.Value(envKey{}).([]string)
+	return env, ok
 }
 
 // outputOf is the Output ctx carries, or arbiter's standard error unredacted.

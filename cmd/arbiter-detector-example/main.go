@@ -3,7 +3,8 @@
 //
 // Its detector, contains-word, flags a response whose content contains a word, as a whole
 // word and ignoring case. The word comes from $ARBITER_CONTAINS_WORD (default "forbidden"):
-// a plugin inherits arbiter's environment, which is how it is configured. Put the binary on
+// a plugin inherits arbiter's environment (without its credentials, but for those the
+// spec's detector_secrets grants), which is how it is configured. Put the binary on
 // PATH and name it in a spec as plugin:example, or give its path as plugin:/path/to/it.
 package main
 

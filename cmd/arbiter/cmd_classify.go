@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/arbiterlab/arbiter/arms"
 	"github.com/arbiterlab/arbiter/openai"
 	"github.com/arbiterlab/arbiter/plugins"
 	"github.com/arbiterlab/arbiter/plugins/detectors"
@@ -99,7 +100,10 @@ func runClassify(ctx context.Context, g *globals, file string, o classifyOptions
 		defer f.Close()
 		in, name = f, file
 	}
-	ds, release, err := detectors.ResolveAll(ctx, names)
+	// A plugin gets arbiter's environment without what looks like a credential: with no
+	// spec, nothing grants one.
+	env, _ := (*arms.Spec)(nil).PluginEnv(os.Environ(), nil)
+	ds, release, err := detectors.ResolveAll(plugins.WithEnv(ctx, env), names)
 	if err != nil {
 		return withCode(exitUsage, fmt.Errorf("--detectors: %w", err))
 	}

@@ -187,6 +187,8 @@ type specSummary struct {
 	Launches plan.LaunchClaims `json:"launches"`
 	Timeouts map[string]string `json:"timeouts"`
 	Secrets  []string          `json:"secrets,omitempty"`
+	// DetectorSecrets are the credentials the detector plugins are granted.
+	DetectorSecrets []string `json:"detector_secrets,omitempty"`
 	// Preflight is what validate --preflight found; absent without it.
 	Preflight *orchestrator.Preflight `json:"preflight,omitempty"`
 }
@@ -235,6 +237,8 @@ func summarize(s *arms.Spec, expanded []arms.Arm, r *arms.Redactor) specSummary 
 		Launches: plan.SpecLaunches(s, len(expanded)),
 		Timeouts: map[string]string{"startup": s.Timeouts.Startup.String(), "request": s.Timeouts.Request.String(), "stall": s.Timeouts.Stall.String(), "detector": s.Timeouts.Detector.String()},
 		Secrets:  s.Engine.Secrets,
+
+		DetectorSecrets: s.DetectorSecrets,
 	}
 	// Decoding checked that every node can be cut.
 	slots, _ := orchestrator.Slots(s)
@@ -311,6 +315,9 @@ func (s specSummary) write(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "responses  %s, at most %s each%s\n", streamed, bytesize.String(w8.MaxResponseBytes), tokens)
 	fmt.Fprintf(&b, "detectors  %s\n", strings.Join(s.Detectors, ", "))
+	if len(s.DetectorSecrets) > 0 {
+		fmt.Fprintf(&b, "           plugins granted %s from arbiter's environment; no other credential\n", strings.Join(s.DetectorSecrets, ", "))
+	}
 	aa := ""
 	if s.Analysis.AA {
 		aa = ", A/A check"

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -40,6 +41,10 @@ const (
 	// Noisy writes a line holding its argument to its standard error on every response,
 	// and flags every response.
 	Noisy = "noisy"
+	// Snoops reads its environment: every response's reason, and a line on its standard
+	// error, list the variables it sees whose names end in _TOKEN or _KEY, with their
+	// values, sorted ("none" when it sees none).
+	Snoops = "snoops"
 )
 
 // MaybeServe serves the plugin that the running binary's name asks for and exits; it
@@ -107,6 +112,19 @@ func (h *hostile) Detect(ctx context.Context, r plugins.Response) (plugins.Label
 	case Noisy:
 		fmt.Fprintf(os.Stderr, "hostile plugin says %s \x1b[31mred\x1b[0m\n", h.arg)
 		return plugins.Label{Corrupted: true, Reason: "noisy"}, nil
+	case Snoops:
+		var seen []string
+		for _, kv := range os.Environ() {
+			if name, _, _ := strings.Cut(kv, "="); strings.HasSuffix(name, "_TOKEN") || strings.HasSuffix(name, "_KEY") {
+				seen = append(seen, kv)
+			}
+		}
+		slices.Sort(seen)
+		if len(seen) == 0 {
+			seen = []string{"none"}
+		}
+		fmt.Fprintf(os.Stderr, "hostile plugin sees %s\n", strings.Join(seen, " "))
+		return plugins.Label{Reason: strings.Join(seen, " ")}, nil
 	}
 	return plugins.Label{Reason: ""}, nil
 }
