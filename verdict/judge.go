@@ -454,16 +454,15 @@ func (v *Verdict) powerCaveat(add func(CaveatKind, string, ...any)) {
 		// no two rates can differ by, is too wide to inform there and here.
 		in := pointsAfter(lc.CI.Lo, lc.CI.Hi)
 		if in == tooWide {
-			in = "any difference: its interval is " + tooWide
+			parts = append(parts, fmt.Sprintf("%s's by any amount (its interval is %s)", a.Name, tooWide))
 		} else {
-			in += " points"
+			parts = append(parts, fmt.Sprintf("%s's by anything from %s points", a.Name, in))
 		}
-		parts = append(parts, fmt.Sprintf("%s (%s)", a.Name, in))
 	}
 	if len(parts) == 0 {
 		return
 	}
-	add(CaveatPower, "No difference shown is not the same as no difference: the launch intervals against %s, at each claim's level, still include differences as large as %s. `arbiter plan`, given the rates to tell apart (`--p0`, `--p1`, or `analysis.plan`), says how many launches per arm would.",
+	add(CaveatPower, "No difference shown is not the same as no difference: at each claim's level, the launches leave room for a corruption rate that differs from %s's: %s. `arbiter plan`, given the rates to tell apart (`--p0`, `--p1`, or `analysis.plan`), says how many launches per arm would tell such differences apart.",
 		v.Arms[v.Baseline].Name, joinAnd(parts))
 }
 

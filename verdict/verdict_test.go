@@ -1415,7 +1415,7 @@ func TestThePowerCaveatPrintsNoDifferenceBeyondAHundredPoints(t *testing.T) {
 			caveat = line
 		}
 	}
-	if !strings.Contains(caveat, "treatment (any difference: its interval is too wide to inform)") {
+	if !strings.Contains(caveat, "treatment's by any amount (its interval is too wide to inform)") {
 		t.Errorf("the caveat does not say treatment's interval is too wide to inform: %q", caveat)
 	}
 	for _, m := range regexp.MustCompile(`([-+]?[0-9.]+) (to|points)`).FindAllStringSubmatch(caveat, -1) {
