@@ -240,7 +240,7 @@ func (v markdownWriter) claimsMethodSection() {
 		if !math.IsNaN(f.ICCUpper) {
 			// The floor pools every launch as one configuration, where the Claims table's
 			// launch spread is each arm's: the two may differ.
-			icc = fmt.Sprintf("%.3f over all its launches taken as one configuration (%s%% upper bound %.3f)", f.ICC, confText(f.Conf), f.ICCUpper)
+			icc = fmt.Sprintf("%.3f, its launches taken as one configuration (%s%% upper bound %.3f)", f.ICC, confText(f.Conf), f.ICCUpper)
 		}
 		// Phase by phase where there are several: a closed loop's launches may agree
 		// within 0.1% while an open loop's differ by several percent.
