@@ -87,6 +87,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzGrammarParse$$' -fuzztime $(FUZZTIME) ./arms
 	$(GO) test -run '^$$' -fuzz '^FuzzComparePins$$' -fuzztime $(FUZZTIME) ./orchestrator
 	$(GO) test -run '^$$' -fuzz '^FuzzVerdictInvariants$$' -fuzztime $(FUZZTIME) ./verdict
+	$(GO) test -run '^$$' -fuzz '^FuzzVerdictOfDamagedRecords$$' -fuzztime $(FUZZTIME) ./verdict
 	$(GO) test -run '^$$' -fuzz '^FuzzHodgesLehmannMatchesSort$$' -fuzztime $(FUZZTIME) ./stats
 	$(GO) test -run '^$$' -fuzz '^FuzzAttest$$' -fuzztime $(FUZZTIME) ./orchestrator
 	$(GO) test -run '^$$' -fuzz '^FuzzMetadataString$$' -fuzztime $(FUZZTIME) ./gguf

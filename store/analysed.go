@@ -112,7 +112,7 @@ func RunSessionCounts(ctx context.Context, db *sqlx.DB, runID int64) (SessionCou
 func ArmSessionCounts(ctx context.Context, db *sqlx.DB, experimentID int64) (map[int64]SessionCounts, error) {
 	out, err := armSessionCounts(ctx, db, experimentID, inAnalysis("r"))
 	if err != nil {
-		return nil, fmt.Errorf("sessions of experiment %d: %w", experimentID, err)
+		return nil, readErr(err, "sessions of experiment %d", experimentID)
 	}
 	return out, nil
 }

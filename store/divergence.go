@@ -203,7 +203,7 @@ func DivergenceCounts(ctx context.Context, db *sqlx.DB, experimentID int64) ([]D
 		FROM divergences d JOIN runs r ON r.id = d.run_id
 		WHERE d.experiment_id = ? AND `+inAnalysis("r")+`
 		GROUP BY r.arm_id ORDER BY r.arm_id`, experimentID)
-	return out, err
+	return out, readErr(err, "divergence counts of experiment %d", experimentID)
 }
 
 // Divergences lists an experiment's compared sessions with where each diverged, over
@@ -215,5 +215,5 @@ func Divergences(ctx context.Context, db *sqlx.DB, experimentID int64) ([]Sessio
 		FROM divergences d JOIN runs r ON r.id = d.run_id
 		WHERE d.experiment_id = ? AND `+inAnalysis("r")+`
 		ORDER BY d.run_id, d.session_index`, experimentID)
-	return out, err
+	return out, readErr(err, "divergences of experiment %d", experimentID)
 }

@@ -278,7 +278,7 @@ func leaseOf(ctx context.Context, q sqlx.QueryerContext, id int64) (*LeaseRow, e
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("lease of experiment %d: %w", id, err)
+		return nil, readErr(err, "lease of experiment %d", id)
 	}
 	return &l, nil
 }

@@ -100,7 +100,7 @@ func Phases(ctx context.Context, db *sqlx.DB, experimentID int64) ([]PhaseRow, e
 		FROM phases p JOIN runs r ON r.id = p.run_id
 		WHERE p.experiment_id = ? AND `+inAnalysis("r")+` ORDER BY p.arm_id, r.id, p.position`, experimentID)
 	if err != nil {
-		return nil, fmt.Errorf("phases of experiment %d: %w", experimentID, err)
+		return nil, readErr(err, "phases of experiment %d", experimentID)
 	}
 	return out, nil
 }
@@ -139,7 +139,7 @@ type TurnMetric struct {
 func TurnMetrics(ctx context.Context, db *sqlx.DB, experimentID int64) ([]TurnMetric, error) {
 	var arms []int64
 	if err := db.SelectContext(ctx, &arms, `SELECT id FROM arms WHERE experiment_id = ? ORDER BY id`, experimentID); err != nil {
-		return nil, fmt.Errorf("turn timings of experiment %d: %w", experimentID, err)
+		return nil, readErr(err, "turn timings of experiment %d", experimentID)
 	}
 	parts := make([][]TurnMetric, len(arms))
 	var g errgroup.Group
@@ -155,7 +155,7 @@ func TurnMetrics(ctx context.Context, db *sqlx.DB, experimentID int64) ([]TurnMe
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return nil, fmt.Errorf("turn timings of experiment %d: %w", experimentID, err)
+		return nil, readErr(err, "turn timings of experiment %d", experimentID)
 	}
 	return slices.Concat(parts...), nil
 }

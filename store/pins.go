@@ -81,7 +81,7 @@ func PinChecks(ctx context.Context, db *sqlx.DB, experimentID int64) ([]PinCheck
 	err := db.SelectContext(ctx, &rows, `SELECT p.run_id, p.pin, p.want, p.got, p.source, p.evidence, p.status, p.why, p.common
 		FROM pin_checks p JOIN runs r ON r.id = p.run_id WHERE r.experiment_id = ? ORDER BY p.run_id, p.common, p.pin`, experimentID)
 	if err != nil {
-		return nil, fmt.Errorf("pin checks of experiment %d: %w", experimentID, err)
+		return nil, readErr(err, "pin checks of experiment %d", experimentID)
 	}
 	out := make([]PinCheck, len(rows))
 	for i, r := range rows {

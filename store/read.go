@@ -10,7 +10,32 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+
+	"github.com/arbiterlab/arbiter/internal/inert"
 )
+
+// maxReadError bounds the message of an error from reading a record.
+const maxReadError = 512
+
+// readError is an error from reading a record, with what was being read ("arms of
+// experiment 3"). Its message is one line of at most maxReadError bytes without escape
+// sequences: a scan error quotes the value it could not convert, and the value of a
+// damaged record may be anything, megabytes of it or terminal escapes.
+type readError struct {
+	what string
+	err  error
+}
+
+func (e *readError) Error() string { return inert.Text(e.what+": "+e.err.Error(), maxReadError) }
+func (e *readError) Unwrap() error { return e.err }
+
+// readErr is err, when there is one, as a readError of what.
+func readErr(err error, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	return &readError{what: fmt.Sprintf(format, args...), err: err}
+}
 
 // ExperimentRow is an experiment as stored.
 type ExperimentRow struct {
@@ -109,7 +134,7 @@ func ExperimentByID(ctx context.Context, db *sqlx.DB, id int64) (ExperimentRow, 
 		return e, fmt.Errorf("experiment %d: %w", id, ErrNotFound)
 	}
 	if err != nil {
-		return e, fmt.Errorf("experiment %d: %w", id, err)
+		return e, readErr(err, "experiment %d", id)
 	}
 	return withLease(ctx, db, e)
 }
@@ -225,7 +250,7 @@ func (a ArmRow) PinSet() (ArmPins, error) {
 func Arms(ctx context.Context, db *sqlx.DB, experimentID int64) ([]ArmRow, error) {
 	var out []ArmRow
 	err := db.SelectContext(ctx, &out, `SELECT * FROM arms WHERE experiment_id = ? ORDER BY position`, experimentID)
-	return out, err
+	return out, readErr(err, "arms of experiment %d", experimentID)
 }
 
 // RunRow is a run as stored.
@@ -264,7 +289,7 @@ type RunRow struct {
 func Runs(ctx context.Context, db *sqlx.DB, experimentID int64) ([]RunRow, error) {
 	var out []RunRow
 	err := db.SelectContext(ctx, &out, `SELECT * FROM runs WHERE experiment_id = ? ORDER BY id`, experimentID)
-	return out, err
+	return out, readErr(err, "runs of experiment %d", experimentID)
 }
 
 // Pace is how fast a recorded experiment went, for planning the next one of its kind.
@@ -280,12 +305,12 @@ func RecordedPace(ctx context.Context, db *sqlx.DB, experimentID int64) (Pace, e
 	var p Pace
 	if err := db.GetContext(ctx, &p.TurnsPerSession, `SELECT coalesce(avg(turns), 0) FROM sessions
 		WHERE experiment_id = ? AND status = ?`, experimentID, SessionOK); err != nil {
-		return p, fmt.Errorf("pace of experiment %d: %w", experimentID, err)
+		return p, readErr(err, "pace of experiment %d", experimentID)
 	}
 	var lat []float64
 	if err := db.SelectContext(ctx, &lat, `SELECT latency_ms FROM turns WHERE experiment_id = ? AND error IS NULL
 		ORDER BY latency_ms`, experimentID); err != nil {
-		return p, fmt.Errorf("pace of experiment %d: %w", experimentID, err)
+		return p, readErr(err, "pace of experiment %d", experimentID)
 	}
 	if len(lat) > 0 {
 		p.MedianTurn = time.Duration(lat[len(lat)/2] * float64(time.Millisecond))
@@ -315,7 +340,7 @@ func Sessions(ctx context.Context, db *sqlx.DB, experimentID int64) ([]SessionOu
 		s.corrupted, s.first_corrupted_turn, r.node
 		FROM sessions s JOIN runs r ON r.id = s.run_id
 		WHERE s.experiment_id = ? AND `+inAnalysis("r")+` ORDER BY s.arm_id, s.block, s.session_index`, experimentID)
-	return out, err
+	return out, readErr(err, "sessions of experiment %d", experimentID)
 }
 
 // DetectorCount counts, per arm and detector, the corrupted turns and the sessions with at
@@ -342,7 +367,7 @@ func DetectorCounts(ctx context.Context, db *sqlx.DB, experimentID int64) ([]Det
 		FROM labels l JOIN runs r ON r.id = l.run_id
 		WHERE l.experiment_id = ? AND `+inAnalysis("r")+`
 		GROUP BY r.arm_id, l.detector ORDER BY r.arm_id, l.detector`, experimentID)
-	return out, err
+	return out, readErr(err, "labels of experiment %d", experimentID)
 }
 
 // DatabaseID is the database's unique id (a random UUID made when the file was created).

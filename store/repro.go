@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"database/sql"
-	"fmt"
 
 	"github.com/jmoiron/sqlx"
 )
@@ -56,7 +55,7 @@ func FailingTurns(ctx context.Context, db *sqlx.DB, experimentID int64, baseline
 		WHERE s.experiment_id = ? AND s.corrupted = 1 AND r.superseded_by IS NULL AND a.name <> ?
 		ORDER BY length(t.request), a.position, s.session_index`, baseline, baseline, experimentID, baseline)
 	if err != nil {
-		return nil, fmt.Errorf("failing turns of experiment %d: %w", experimentID, err)
+		return nil, readErr(err, "failing turns of experiment %d", experimentID)
 	}
 	out := make([]FailingTurn, len(rows))
 	for i, r := range rows {
@@ -78,7 +77,7 @@ func RoundOpenings(ctx context.Context, db *sqlx.DB, experimentID int64, arm str
 				AND t2.session_index = t.session_index AND t2.round = t.round)
 		ORDER BY t.session_index`, experimentID, arm, block, round)
 	if err != nil {
-		return nil, fmt.Errorf("round openings of experiment %d: %w", experimentID, err)
+		return nil, readErr(err, "round openings of experiment %d", experimentID)
 	}
 	return out, nil
 }

@@ -63,7 +63,7 @@ func ServerMetrics(ctx context.Context, db *sqlx.DB, experimentID int64) ([]Serv
 		FROM server_metrics m JOIN runs r ON r.id = m.run_id
 		WHERE m.experiment_id = ? AND `+inAnalysis("r")+` ORDER BY m.arm_id, m.run_id, m.elapsed_ms, m.name, m.labels`, experimentID)
 	if err != nil {
-		return nil, fmt.Errorf("server metrics of experiment %d: %w", experimentID, err)
+		return nil, readErr(err, "server metrics of experiment %d", experimentID)
 	}
 	return out, nil
 }

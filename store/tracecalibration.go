@@ -43,7 +43,7 @@ func TraceCalibrations(ctx context.Context, db *sqlx.DB, experiment int64) ([]Tr
 		long_tokens, bytes_per_token, template_tokens, coalesce(note, '') AS note
 		FROM trace_calibrations WHERE experiment_id = ? ORDER BY run_id`, experiment)
 	if err != nil {
-		return nil, fmt.Errorf("trace calibrations of experiment %d: %w", experiment, err)
+		return nil, readErr(err, "trace calibrations of experiment %d", experiment)
 	}
 	return out, nil
 }

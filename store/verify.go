@@ -33,5 +33,5 @@ func VerifyTurns(ctx context.Context, db *sqlx.DB, experimentID int64) ([]Verify
 		FROM turns t JOIN runs r ON r.id = t.run_id
 		WHERE t.experiment_id = ? AND `+inAnalysis("r")+`
 		ORDER BY t.arm_id, r.block, t.session_index, t.turn_index`, experimentID)
-	return out, err
+	return out, readErr(err, "turns of experiment %d", experimentID)
 }
