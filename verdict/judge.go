@@ -680,20 +680,27 @@ func (v *Verdict) CheckGate(name string, o GateOptions) (GateResult, string) {
 	}
 	switch name {
 	case "regression", "difference":
-		if v.speedPrimary() || v.Design.AA {
-			if g, why := v.familyGate(name); g == GateFail {
-				return g, why
-			}
-		}
-		if v.wedgePrimary() {
-			return v.wedgeGate(name)
-		}
-		if !v.speedPrimary() {
+		// The primary claim first, in its own words; then, for an A/A check, any other
+		// difference its family claims.
+		g, why := GatePass, ""
+		switch {
+		case v.wedgePrimary():
+			g, why = v.wedgeGate(name)
+		case v.speedPrimary():
+			g, why = v.familyGate(name)
+		default:
 			for _, a := range v.Arms {
 				if c := a.Compare; c != nil && !c.Inconclusive && c.Significant && (name == "difference" || c.Direction == "higher") {
-					return GateFail, v.evidence(a, "") + " " + v.decisionSentence(a, "")
+					g, why = GateFail, v.evidence(a, "")+" "+v.decisionSentence(a, "")
+					break
 				}
 			}
+		}
+		if g == GatePass && v.Design.AA {
+			g, why = v.familyGate(name)
+		}
+		if g == GateFail || v.wedgePrimary() {
+			return g, why
 		}
 		if o.AllowInconclusive {
 			return GatePass, ""
