@@ -43,7 +43,11 @@ and print one result per response: with --json, {"line": N, "corrupted": bool, "
 otherwise a readable line, with a summary on standard error.
 
 A line that is not a chat completion stops arbiter with exit status 2, naming FILE:LINE;
-the results of the lines before it are already printed.`,
+the results of the lines before it are already printed.
+
+A detector plugin (--detectors plugin:NAME) gets arbiter's environment without the
+variables whose names look like credentials (HF_TOKEN, OPENAI_API_KEY): with no spec,
+nothing grants one, as a spec's detector_secrets does for arbiter run.`,
 		Example: `  arbiter classify responses.jsonl --tools tools.json
   arbiter classify --json --detectors dsml-leak,plugin:contains-word - < responses.jsonl`,
 		Args: func(_ *cobra.Command, args []string) error {
