@@ -47,7 +47,7 @@ func addOutputFlag(cmd *cobra.Command, path *string) {
 // addGateFlags adds --fail-on and --allow-inconclusive, shared by run, resume and verdict.
 func addGateFlags(cmd *cobra.Command, failOn *string, allow *bool) {
 	cmd.Flags().StringVar(failOn, "fail-on", "", "exit 3 when the verdict shows one of (comma-separated): "+strings.Join(verdict.Gates(), ", ")+
-		"; exit 6 when it cannot decide: regression and difference on an arm whose corruption is inconclusive, undecided on any comparison too few launches could test")
+		"; exit 6 when it cannot decide: regression and difference on an arm whose corruption is inconclusive, undecided on any comparison too few launches could test, throughput on a load shown neither non-inferior nor below its margin")
 	cmd.Flags().BoolVar(allow, "allow-inconclusive", false, "let --fail-on regression or difference pass an arm that crashed, wedged or lost more than analysis.max_loss")
 }
 
