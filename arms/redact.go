@@ -195,18 +195,8 @@ func (a Arm) LaunchEnv(environ func(string) (string, bool)) ([]string, error) {
 	if env == nil {
 		env = map[string]string{}
 	}
-	var missing []string
-	for _, name := range a.Secrets {
-		v, ok := "", false
-		if environ != nil {
-			v, ok = environ(name)
-		}
-		if !ok {
-			missing = append(missing, name)
-			continue
-		}
-		env[name] = v
-	}
+	secrets, missing := lookupAll(a.Secrets, environ)
+	maps.Copy(env, secrets)
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("secret %s not set in arbiter's environment (engine.secrets copies it from there)", strings.Join(missing, ", "))
 	}
@@ -237,8 +227,24 @@ func (s *Spec) PluginEnv(environ []string, lookup func(string) (string, bool)) (
 		}
 		out = append(out, kv)
 	}
-	var missing []string
+	vals, missing := lookupAll(granted, lookup)
 	for _, name := range granted {
+		if v, ok := vals[name]; ok {
+			out = append(out, name+"="+v)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("detector secret %s not set in arbiter's environment (detector_secrets copies it from there)", strings.Join(missing, ", "))
+	}
+	return out, nil
+}
+
+// lookupAll reads every name with lookup (os.LookupEnv in production; nil finds none):
+// the values found, and the names not set, in order.
+func lookupAll(names []string, lookup func(string) (string, bool)) (map[string]string, []string) {
+	vals := map[string]string{}
+	var missing []string
+	for _, name := range names {
 		v, ok := "", false
 		if lookup != nil {
 			v, ok = lookup(name)
@@ -247,12 +253,9 @@ func (s *Spec) PluginEnv(environ []string, lookup func(string) (string, bool)) (
 			missing = append(missing, name)
 			continue
 		}
-		out = append(out, name+"="+v)
+		vals[name] = v
 	}
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("detector secret %s not set in arbiter's environment (detector_secrets copies it from there)", strings.Join(missing, ", "))
-	}
-	return out, nil
+	return vals, missing
 }
 
 // RedactURL returns an address with what may carry a credential replaced by [redacted]:

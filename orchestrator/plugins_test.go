@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jmoiron/sqlx"
+
 	"github.com/arbiterlab/arbiter/internal/testkit/hostileplugin"
 	"github.com/arbiterlab/arbiter/store"
 	"github.com/arbiterlab/arbiter/verdict"
@@ -27,6 +29,17 @@ func leakyTreatment(t *testing.T, extra string) (Result, string, error) {
 	return res, db, err
 }
 
+// readBack opens the database at path to read, closed with the test.
+func readBack(t *testing.T, path string) *sqlx.DB {
+	t.Helper()
+	ro, err := store.OpenReadOnly(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ro.Close() })
+	return ro
+}
+
 func TestAPluginCannotSpeakForABuiltinDetector(t *testing.T) {
 	t.Parallel()
 	plugin := hostileplugin.Path(t, hostileplugin.ClaimsBuiltin)
@@ -34,11 +47,7 @@ func TestAPluginCannotSpeakForABuiltinDetector(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ro, err := store.OpenReadOnly(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ro.Close()
+	ro := readBack(t, db)
 	var leaked, claims, turns, corruptedSessions int
 	ro.Get(&turns, `SELECT count(*) FROM turns t JOIN arms a ON a.id = t.arm_id WHERE a.name = 'treatment'`)
 	ro.Get(&leaked, `SELECT count(*) FROM labels l JOIN runs r ON r.id = l.run_id JOIN arms a ON a.id = r.arm_id
@@ -68,11 +77,7 @@ func TestAPluginNamedLikeABuiltinIsRefused(t *testing.T) {
 // detectorRuns reads how each detector fared, by detector, summed over the launches.
 func detectorRuns(t *testing.T, db string) map[string]store.DetectorRun {
 	t.Helper()
-	ro, err := store.OpenReadOnly(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ro.Close()
+	ro := readBack(t, db)
 	rows, err := store.DetectorRuns(context.Background(), ro, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -132,11 +137,7 @@ func TestAHungDetectorIsTheDetectorsFailure(t *testing.T) {
 	if l := runs["dsml-leak"]; l.Judged != 2*6*2 {
 		t.Errorf("dsml-leak: %+v; want every turn judged", l)
 	}
-	ro, err := store.OpenReadOnly(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ro.Close()
+	ro := readBack(t, db)
 	v, err := verdict.Build(context.Background(), ro, res.ExperimentID)
 	if err != nil {
 		t.Fatal(err)
@@ -160,11 +161,7 @@ func TestACrashedDetectorIsNamedAndGated(t *testing.T) {
 			t.Errorf("run %s/b%d %s: %s", r.Arm, r.Block, r.Status, r.Err)
 		}
 	}
-	ro, err := store.OpenReadOnly(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ro.Close()
+	ro := readBack(t, db)
 	v, err := verdict.Build(context.Background(), ro, res.ExperimentID)
 	if err != nil {
 		t.Fatal(err)
@@ -199,11 +196,7 @@ func TestAPluginGetsOnlyTheCredentialsItIsGranted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ro, err := store.OpenReadOnly(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ro.Close()
+	ro := readBack(t, db)
 	var reasons []string
 	if err := ro.Select(&reasons, `SELECT DISTINCT reason FROM labels WHERE detector = 'hostile-snoops'`); err != nil {
 		t.Fatal(err)

@@ -435,14 +435,7 @@ func TestThroughputVerdictComparesLatencyAndThroughputByRanks(t *testing.T) {
 	}
 	// A load left undecided does not hide the ones decided: they are said first, with
 	// the most they cost, then the one not shown and how much it may cost.
-	mixed, outcomes := *v, *v.Outcomes
-	mixed.Outcomes = &outcomes
-	mixed.Outcomes.Throughput = slices.Clone(v.Outcomes.Throughput)
-	for i := range mixed.Outcomes.Throughput {
-		if ni := &mixed.Outcomes.Throughput[i]; ni.Group == "poisson 16/s" {
-			ni.Result.NonInferior, ni.Result.Bound = false, 0.852
-		}
-	}
+	mixed := poissonNotShown(v, 0.852)
 	if got := mixed.niClauses(""); !strings.HasPrefix(got, "hicache=on's throughput is non-inferior to hicache=off's within the 5% margin at c=1 and c=32 (it costs at most") ||
 		!strings.Contains(got, "but not shown so at poisson 16/s, where its tok/s per request may be up to 14.8% lower") {
 		t.Errorf("mixed throughput: %s", got)
@@ -502,6 +495,20 @@ func TestThroughputVerdictComparesLatencyAndThroughputByRanks(t *testing.T) {
 	if b, err := json.Marshal(sum); err != nil || !strings.Contains(string(b), `"non_inferior":true`) {
 		t.Errorf("summary %s (%v)", b, err)
 	}
+}
+
+// poissonNotShown is a copy of v whose throughput at poisson 16/s is not shown
+// non-inferior, its lower bound at bound.
+func poissonNotShown(v *Verdict, bound float64) Verdict {
+	w, outcomes := *v, *v.Outcomes
+	w.Outcomes = &outcomes
+	w.Outcomes.Throughput = slices.Clone(v.Outcomes.Throughput)
+	for i := range w.Outcomes.Throughput {
+		if ni := &w.Outcomes.Throughput[i]; ni.Group == "poisson 16/s" {
+			ni.Result.NonInferior, ni.Result.Bound = false, bound
+		}
+	}
+	return w
 }
 
 // TestThroughputThatFlipsBetweenBlocksIsNamed: a difference that follows the launches
@@ -800,16 +807,10 @@ func TestThroughputGatesWeighTheSpeedClaims(t *testing.T) {
 			t.Errorf("an untested load, gate %s = %v: %s", gate, g, why)
 		}
 	}
-	// A load not shown non-inferior fails the throughput gate, which says the bound is
-	// what falls short, and how many launches would narrow it.
-	wide, outcomes := *v, *v.Outcomes
-	wide.Outcomes = &outcomes
-	wide.Outcomes.Throughput = slices.Clone(v.Outcomes.Throughput)
-	for i := range wide.Outcomes.Throughput {
-		if ni := &wide.Outcomes.Throughput[i]; ni.Group == "poisson 16/s" {
-			ni.Result.NonInferior, ni.Result.Bound = false, 0.852
-		}
-	}
+	// A load not shown non-inferior, nor below the margin, leaves the throughput gate
+	// undecided, which says the bound is what falls short, and how many launches would
+	// narrow it.
+	wide := poissonNotShown(v, 0.852)
 	wide.Experiment.SpecPath, wide.DB = "examples/throughput.yaml", "/tmp/r.db"
 	g, why = wide.CheckGate("throughput", GateOptions{})
 	if g != GateUndecided || !strings.HasPrefix(why, "hicache=on's tok/s per request at poisson 16/s is neither shown non-inferior to hicache=off's within the 5% margin nor shown below it: ") ||
