@@ -621,22 +621,33 @@ func (v *Verdict) multiEvidence(what, mark string) string {
 
 // sameEvidence is the evidence sentence of several arms that all corrupted the same
 // share of their sessions as the baseline, each named with its counts; "" when any arm's
-// share differs or cannot be judged (then the largest difference is the evidence).
+// share differs (then the largest difference is the evidence). An arm that cannot be
+// judged (crashed, lost too much) is left to the sentence on problems: "the largest
+// difference is p1-again's: +0.0 points" said nothing.
 func (v *Verdict) sameEvidence(mark string) string {
 	var parts []string
+	skipped := false
 	for _, i := range v.others() {
 		a := v.Arms[i]
-		if a.Compare.Inconclusive || a.Compare.Difference != 0 {
+		switch {
+		case a.Compare.Inconclusive:
+			skipped = true
+			continue
+		case a.Compare.Difference != 0:
 			return ""
 		}
 		parts = append(parts, bold(a.Name, mark)+" "+counted(a))
 	}
-	if len(parts) < 2 {
+	if len(parts) == 0 || len(parts) == 1 && !skipped {
 		return ""
 	}
 	base := v.Arms[v.Baseline]
-	return fmt.Sprintf("Every arm's share of corrupted sessions equals the baseline %s's (%d of %d, %s): %s.",
-		bold(base.Name, mark), base.Corrupted, base.Sessions, pct(base.Rate), joinAnd(parts))
+	who := "Every arm's share of corrupted sessions equals"
+	if skipped {
+		who = "Every other arm that can be judged corrupted the same share of its sessions as"
+	}
+	return fmt.Sprintf("%s the baseline %s's (%d of %d, %s): %s.",
+		who, bold(base.Name, mark), base.Corrupted, base.Sessions, pct(base.Rate), joinAnd(parts))
 }
 
 // DecisionWords is arm i's corruption decision against the baseline for a table cell,
