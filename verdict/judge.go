@@ -536,7 +536,11 @@ func (v *Verdict) wedgeGate(name string) (GateResult, string) {
 		bad := w.Estimate > 0 || (name == "difference" && w.Estimate != 0)
 		switch {
 		case w.Claimed && bad:
-			return GateFail, fmt.Sprintf("%s wedged more often than %s (%s points of their launches), launch p %s ≤ %s.", a.Name, base, signedNum(100*w.Estimate), pEq(w.P), levelText(w.Level))
+			how := "more often"
+			if w.Estimate < 0 {
+				how = "less often"
+			}
+			return GateFail, fmt.Sprintf("%s wedged %s than %s (%s points of their launches), launch p %s ≤ %s.", a.Name, how, base, signedNum(100*w.Estimate), pEq(w.P), levelText(w.Level))
 		}
 		if c := a.Compare; c != nil && !c.Inconclusive && c.Significant && (name == "difference" || c.Direction == "higher") {
 			return GateFail, v.evidence(a, "") + " " + v.decisionSentence(a, "")
@@ -710,7 +714,9 @@ func (v *Verdict) CheckGate(name string, o GateOptions) (GateResult, string) {
 		}
 		return GatePass, ""
 	case "undecided":
-		if why := v.inconclusiveWhy(); why != "" {
+		// An abort cascade asks whether arms wedge: an arm whose corruption a wedged
+		// baseline leaves inconclusive is decided by its wedge claim.
+		if why := v.inconclusiveWhy(); why != "" && !v.wedgePrimary() {
 			return GateUndecided, why
 		}
 		for i, a := range v.Arms {

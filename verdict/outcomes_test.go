@@ -332,6 +332,14 @@ func TestDeadlockHeadlineSaysWhichArmWedgedWithTheExactTestOnLaunches(t *testing
 	if fail, why := v.Gate("regression"); fail {
 		t.Errorf("the regression gate fails the arm that did not wedge: %s", why)
 	}
+	// The wedge claim was decided: the undecided gate does not ask for the corruption
+	// the wedged baseline left without a fair sample, and difference says which way.
+	if g, why := v.CheckGate("undecided", GateOptions{}); g != GatePass {
+		t.Errorf("the undecided gate on a decided wedge claim: %v %q", g, why)
+	}
+	if fail, why := v.Gate("difference"); !fail || !strings.HasPrefix(why, "overlap-off wedged less often than overlap-on (-100.0 points") {
+		t.Errorf("the difference gate on an arm that wedges less: %v %q", fail, why)
+	}
 	// The same launches with the arms' roles swapped: the arm that wedges is the
 	// regression.
 	swapped := buildOutcomes(t, "deadlock")
