@@ -614,11 +614,12 @@ func (v *Verdict) stabilityOf(arm string) []ThroughputNI {
 // stabilityClause says how throughput after the cascades compares with before, load by
 // load, as the non-inferiority table decides each.
 func (v *Verdict) stabilityClause(st []ThroughputNI) string {
-	var ni, not []string
+	var ni, niAt, not []string
 	for _, s := range st {
 		load := strings.TrimSuffix(s.Group, " after")
 		if s.Result.NonInferior {
 			ni = append(ni, fmt.Sprintf("%s %s", load, signedPct(s.Result.Ratio-1)))
+			niAt = append(niAt, fmt.Sprintf("%s (%s)", load, signedPct(s.Result.Ratio-1)))
 		} else {
 			not = append(not, fmt.Sprintf("%s (it may be %s)", load, lowerBy(s.Result.Bound)))
 		}
@@ -630,7 +631,7 @@ func (v *Verdict) stabilityClause(st []ThroughputNI) string {
 	case len(ni) == 0:
 		return fmt.Sprintf("its throughput after them was not shown non-inferior to before within the %s margin at %s", margin, joinAnd(not))
 	}
-	return fmt.Sprintf("its throughput after them was non-inferior to before within the %s margin at %s, not shown so at %s", margin, strings.Join(ni, ", "), joinAnd(not))
+	return fmt.Sprintf("its throughput after them was non-inferior to before within the %s margin at %s, not shown so at %s", margin, joinAnd(niAt), joinAnd(not))
 }
 
 // cascadeDecision is the last sentence: the wedge decision, and throughput's.

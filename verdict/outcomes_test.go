@@ -374,7 +374,7 @@ func TestAbortWedgeVerdictSaysNonInferior(t *testing.T) {
 	// the other not shown so, with how much it may cost.
 	st := slices.Clone(v.Outcomes.Stability)
 	st[0].Result.NonInferior, st[0].Result.Bound = false, 0.931
-	if got := v.stabilityClause(st); !strings.Contains(got, "non-inferior to before within the 5% margin at c=32") ||
+	if got := v.stabilityClause(st); !strings.Contains(got, "non-inferior to before within the 5% margin at c=32 (") ||
 		!strings.Contains(got, "not shown so at c=1 (it may be up to 6.9% lower)") {
 		t.Errorf("mixed stability: %s", got)
 	}
