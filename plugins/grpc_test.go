@@ -177,9 +177,9 @@ func TestLaunchRefusesNonPlugins(t *testing.T) {
 	}
 }
 
-// A plugin launched without WithEnv inherits arbiter's environment, secrets included: what it writes to its
-// standard error reaches arbiter's only through the redactor. The example plugin prints
-// the word it looks for, here a secret.
+// A plugin launched without WithEnv inherits arbiter's environment, secrets included:
+// what it writes to its standard error reaches arbiter's only through the redactor. The
+// example plugin prints the word it looks for, here a secret.
 func TestLaunchedPluginStderrIsRedacted(t *testing.T) {
 	bin := testbin.Build(t, "github.com/arbiterlab/arbiter/cmd/arbiter-detector-example")
 	const secret = "hf_pluginSecret_7q2x"

@@ -13,10 +13,11 @@ import (
 	"github.com/arbiterlab/arbiter/internal/inert"
 )
 
-// A plugin inherits arbiter's environment (the credentials a caller grants it through
-// WithEnv, all of it without), and what it writes to its standard error reaches
-// arbiter's: a plugin that prints its configuration would print them. Launch therefore writes a plugin's standard error, and go-plugin's own lines about
-// it, through the redactor WithOutput gives, line by line.
+// A plugin may hold secrets (those its caller's WithEnv grants it; without WithEnv, all of
+// arbiter's environment), and what it writes to its standard error reaches arbiter's: a
+// plugin that prints its configuration would print them. Launch therefore writes a
+// plugin's standard error, and go-plugin's own lines about it, through the redactor
+// WithOutput gives, line by line.
 
 // Output is where a launched plugin's standard error goes, and the redactor every line of
 // it passes through first.
